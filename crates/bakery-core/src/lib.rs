@@ -1,0 +1,18 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+mod counting;
+mod error;
+mod key;
+mod memory;
+mod store;
+
+pub use bytes::Bytes;
+pub use counting::{CountingStore, OpCounts};
+pub use error::{BoxError, Error, ErrorKind, Result};
+pub use key::{validate_name, Key, MAX_KEY_LEN};
+pub use memory::MemoryStore;
+pub use store::{Capabilities, DeleteOutcome, PutOutcome, Row, Version, VersionedStore};
+
+/// Re-exported so backend crates implement the trait with the same macro.
+pub use async_trait::async_trait;

@@ -1,0 +1,124 @@
+//! MemoryStore: the in-process reference implementation of the contract.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::{
+    Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result, Row, Version,
+    VersionedStore,
+};
+
+/// A deleted row keeps its last version (a tombstone) so that a re-created
+/// row continues above it: versions never repeat for a key.
+#[derive(Debug)]
+struct Slot {
+    value: Option<Bytes>,
+    version: Version,
+}
+
+/// The reference [`VersionedStore`]: a map behind a mutex, in this process
+/// only. It defines the behaviour every backend must match, and runs the
+/// conformance suite in a plain `cargo test`. URI: `memory://`.
+///
+/// ```
+/// use bakery_core::{Key, MemoryStore, PutOutcome, VersionedStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> bakery_core::Result<()> {
+/// let store = MemoryStore::new();
+/// let key = Key::new("k")?;
+/// let row = store.put_if_version(&key, None, "a".into()).await?.applied().unwrap();
+/// // A stale version conflicts and hands back the current row.
+/// let outcome = store.put_if_version(&key, None, "b".into()).await?;
+/// assert_eq!(outcome, PutOutcome::Conflict(Some(row)));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    rows: Mutex<HashMap<Key, Slot>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn rows(&self) -> Result<MutexGuard<'_, HashMap<Key, Slot>>> {
+        // A poisoned lock means a panic mid-update elsewhere; report it
+        // rather than propagate the panic.
+        self.rows
+            .lock()
+            .map_err(|_| Error::new(ErrorKind::Internal, "memory", "store mutex poisoned"))
+    }
+}
+
+fn live(key: &Key, slot: Option<&Slot>) -> Option<Row> {
+    let slot = slot?;
+    slot.value.as_ref().map(|value| Row {
+        key: key.clone(),
+        value: value.clone(),
+        version: slot.version,
+    })
+}
+
+#[async_trait]
+impl VersionedStore for MemoryStore {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::LINEARIZABLE_READS
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<Row>> {
+        Ok(live(key, self.rows()?.get(key)))
+    }
+
+    async fn put_if_version(
+        &self,
+        key: &Key,
+        expected: Option<Version>,
+        value: Bytes,
+    ) -> Result<PutOutcome> {
+        let mut rows = self.rows()?;
+        let current = live(key, rows.get(key));
+        if current.as_ref().map(|row| row.version) != expected {
+            return Ok(PutOutcome::Conflict(current));
+        }
+        let version = match rows.get(key) {
+            Some(slot) => slot.version.checked_add(1).ok_or_else(|| {
+                Error::new(ErrorKind::Exhausted, "memory", "row version overflow")
+            })?,
+            None => 1,
+        };
+        rows.insert(
+            key.clone(),
+            Slot {
+                value: Some(value.clone()),
+                version,
+            },
+        );
+        Ok(PutOutcome::Applied(Row {
+            key: key.clone(),
+            value,
+            version,
+        }))
+    }
+
+    async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
+        let mut rows = self.rows()?;
+        let current = live(key, rows.get(key));
+        match (current, rows.get_mut(key)) {
+            (Some(row), Some(slot)) if row.version == expected => {
+                slot.value = None;
+                Ok(DeleteOutcome::Deleted)
+            }
+            (current, _) => Ok(DeleteOutcome::Conflict(current)),
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! The one primitive: a versioned conditional put.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::{Key, Result};
+
+/// A row version. Strictly increasing per key on every backend, and never
+/// repeated for a key, not even across delete and re-create.
+pub type Version = u64;
+
+/// One stored row: a key, an opaque value and its version.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Row {
+    /// The row's key.
+    pub key: Key,
+    /// The stored bytes; bakery never interprets them at this layer.
+    pub value: Bytes,
+    /// The version this value was written at.
+    pub version: Version,
+}
+
+impl fmt::Debug for Row {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Row")
+            .field("key", &self.key)
+            .field("value", &String::from_utf8_lossy(&self.value))
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
+/// The result of [`VersionedStore::put_if_version`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum PutOutcome {
+    /// The write applied; this is the row as now stored (with its new version).
+    Applied(Row),
+    /// The expected version did not match. Carries the CURRENT row (`None`
+    /// when the key is absent) so the caller can retry without a second read.
+    Conflict(Option<Row>),
+}
+
+impl PutOutcome {
+    /// The applied row, if the write applied.
+    pub fn applied(self) -> Option<Row> {
+        match self {
+            PutOutcome::Applied(row) => Some(row),
+            PutOutcome::Conflict(_) => None,
+        }
+    }
+
+    /// True if the write applied.
+    pub fn is_applied(&self) -> bool {
+        matches!(self, PutOutcome::Applied(_))
+    }
+}
+
+/// The result of [`VersionedStore::delete_if_version`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum DeleteOutcome {
+    /// The row was deleted.
+    Deleted,
+    /// The version did not match; carries the current row (`None`: absent).
+    Conflict(Option<Row>),
+}
+
+bitflags::bitflags! {
+    /// What a backend offers beyond the primitive. Recipes check flags and
+    /// fall back to a portable path; they never test which backend they run on.
+    ///
+    /// ```
+    /// use bakery_core::Capabilities;
+    /// let caps = Capabilities::PERSISTENT | Capabilities::SHARED;
+    /// assert!(caps.contains(Capabilities::SHARED));
+    /// assert!(!caps.contains(Capabilities::WATCH));
+    /// ```
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct Capabilities: u32 {
+        /// Rows survive a restart of the process (and of the server).
+        const PERSISTENT = 1 << 0;
+        /// Several OS processes (or machines) can share the same rows.
+        const SHARED = 1 << 1;
+        /// The backend can notify a waiter when a row changes (etcd watch,
+        /// PostgreSQL LISTEN/NOTIFY, Redis pub/sub), so waiters need not poll.
+        const WATCH = 1 << 2;
+        /// Reads are linearizable (a read sees every write acknowledged before it).
+        const LINEARIZABLE_READS = 1 << 3;
+    }
+}
+
+/// A key-value store with a versioned conditional put: the one primitive every
+/// bakery recipe is built on. It is object safe: recipes take
+/// `Arc<dyn VersionedStore>`.
+///
+/// # Contract (checked by `bakery-testkit` on every backend)
+/// - `put_if_version(key, None, v)` writes only if the key is absent;
+///   `put_if_version(key, Some(n), v)` only if the current version is `n`.
+///   Each applied write gets a version greater than any the key ever had.
+/// - A mismatch is not an error: it returns [`PutOutcome::Conflict`] with the
+///   current row, read in the same atomic step.
+/// - Each call is linearizable per key under the backend's documented settings.
+/// - Errors separate "did not apply" ([`ErrorKind::Unavailable`]) from
+///   "may have applied" ([`ErrorKind::Unknown`]).
+///
+/// # Example: a compare-and-set loop
+///
+/// ```
+/// use std::sync::Arc;
+/// use bakery_core::{Key, MemoryStore, PutOutcome, VersionedStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> bakery_core::Result<()> {
+/// let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
+/// let key = Key::new("counter")?;
+///
+/// // Increment a counter; on conflict retry with the row the store returned.
+/// let mut current = store.get(&key).await?;
+/// loop {
+///     let n: u64 = match &current {
+///         Some(row) => std::str::from_utf8(&row.value).unwrap().parse().unwrap(),
+///         None => 0,
+///     };
+///     let expected = current.as_ref().map(|row| row.version);
+///     match store.put_if_version(&key, expected, (n + 1).to_string().into()).await? {
+///         PutOutcome::Applied(row) => { assert_eq!(&row.value[..], b"1"); break; }
+///         PutOutcome::Conflict(now) => current = now,
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// [`ErrorKind::Unavailable`]: crate::ErrorKind::Unavailable
+/// [`ErrorKind::Unknown`]: crate::ErrorKind::Unknown
+#[async_trait]
+pub trait VersionedStore: Send + Sync + fmt::Debug {
+    /// The backend's short name (`"memory"`, `"sqlite"`, …), used in errors.
+    fn backend(&self) -> &'static str;
+
+    /// What this backend offers beyond the primitive.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Read a row; `None` if the key is absent (never written, or deleted).
+    async fn get(&self, key: &Key) -> Result<Option<Row>>;
+
+    /// Write `value` if the key's current version is `expected` (`None`:
+    /// only if absent). See the trait docs for the contract.
+    async fn put_if_version(
+        &self,
+        key: &Key,
+        expected: Option<Version>,
+        value: Bytes,
+    ) -> Result<PutOutcome>;
+
+    /// Delete the row if its current version is `expected`. A later create of
+    /// the same key gets a version greater than `expected` (no ABA).
+    async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome>;
+}

@@ -1,0 +1,129 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+use std::sync::Arc;
+
+pub use bakery_core::{
+    validate_name, Bytes, Capabilities, CountingStore, DeleteOutcome, Error, ErrorKind, Key,
+    MemoryStore, OpCounts, PutOutcome, Result, Row, Version, VersionedStore,
+};
+pub use bakery_recipes::sequence::{self, IdBatch, Sequence, SequenceBuilder, SequenceState};
+
+/// The backend crates compiled into this build, for direct use of their
+/// configuration types.
+pub mod backends {
+    #[cfg(feature = "sqlite")]
+    pub use bakery_sqlite as sqlite;
+}
+
+/// URI schemes this build understands, backend by backend.
+///
+/// ```
+/// assert!(bakery::schemes().contains(&"memory"));
+/// ```
+pub fn schemes() -> Vec<&'static str> {
+    let mut all = vec!["memory"];
+    #[cfg(feature = "sqlite")]
+    all.extend_from_slice(bakery_sqlite::SCHEMES);
+    all
+}
+
+/// Every scheme bakery knows, with the cargo feature that enables it.
+const KNOWN: &[(&str, &str)] = &[
+    ("memory", "(always)"),
+    ("sqlite", "sqlite"),
+    ("postgres", "postgres"),
+    ("postgresql", "postgres"),
+    ("redis", "redis"),
+    ("rediss", "redis"),
+    ("etcd", "etcd"),
+    ("mongodb", "mongodb"),
+    ("cassandra", "cassandra"),
+    ("scylla", "cassandra"),
+];
+
+/// Open the store a URI names, picking the backend by scheme.
+///
+/// - `memory://` — [`MemoryStore`], in this process only;
+/// - `sqlite://PATH` (`sqlite:///abs/path.db`, `sqlite://relative.db`,
+///   `sqlite::memory:`) — the embedded default (feature `sqlite`).
+///
+/// A scheme whose feature is off gives an [`ErrorKind::Config`] error that
+/// names the schemes compiled in.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> bakery::Result<()> {
+/// let store = bakery::connect("memory://").await?;
+/// assert_eq!(store.backend(), "memory");
+///
+/// let err = bakery::connect("nosuch://x").await.unwrap_err();
+/// assert_eq!(err.kind(), bakery::ErrorKind::Config);
+/// # Ok(()) }
+/// ```
+pub async fn connect(uri: &str) -> Result<Arc<dyn VersionedStore>> {
+    let scheme = uri
+        .split_once(':')
+        .map(|(scheme, _)| scheme.to_ascii_lowercase())
+        .ok_or_else(|| {
+            Error::config(
+                "connect",
+                format!(
+                    "{:?} is not a URI (expected SCHEME://…; compiled in: {})",
+                    redact(uri),
+                    schemes().join(", ")
+                ),
+            )
+        })?;
+    match scheme.as_str() {
+        "memory" => {
+            let rest = &uri[scheme.len() + 1..];
+            if !(rest.is_empty() || rest == "//") {
+                return Err(Error::config(
+                    "memory",
+                    "memory:// takes no path or options",
+                ));
+            }
+            Ok(Arc::new(MemoryStore::new()))
+        }
+        #[cfg(feature = "sqlite")]
+        s if bakery_sqlite::SCHEMES.contains(&s) => {
+            Ok(Arc::new(bakery_sqlite::SqliteStore::connect(uri).await?))
+        }
+        other => {
+            let compiled = schemes().join(", ");
+            Err(match KNOWN.iter().find(|(s, _)| *s == other) {
+                Some((_, feature)) => Error::config(
+                    "connect",
+                    format!(
+                        "backend `{other}` not compiled in (enable the cargo feature `{feature}`); enabled: {compiled}"
+                    ),
+                ),
+                None => Error::config(
+                    "connect",
+                    format!("unknown URI scheme `{other}`; enabled: {compiled}"),
+                ),
+            })
+        }
+    }
+}
+
+/// `uri` with any password replaced by `***`, for messages and logs.
+///
+/// ```
+/// assert_eq!(bakery::redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+/// ```
+pub fn redact(uri: &str) -> String {
+    let Some((scheme, rest)) = uri.split_once("://") else {
+        return uri.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match authority.rfind('@') {
+        Some(at) => match authority[..at].split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{}", &rest[at + 1..]),
+            None => uri.to_string(),
+        },
+        None => uri.to_string(),
+    }
+}
