@@ -92,13 +92,17 @@ fn check(what: &'static str, key: &str) -> Result<()> {
     if key.len() > MAX_KEY_LEN {
         return Err(Error::invalid_input(
             what,
-            format!("{what} is {} bytes long; the limit is {MAX_KEY_LEN}", key.len()),
+            format!(
+                "{what} is {} bytes long; the limit is {MAX_KEY_LEN}",
+                key.len()
+            ),
         ));
     }
     if let Some(bad) = key.chars().find(|c| !allowed(*c)) {
+        let slash = if what == "key" { " /" } else { "" };
         return Err(Error::invalid_input(
             what,
-            format!("{what} {key:?} contains {bad:?}; allowed are ASCII letters, digits and _ - . : / @ + ="),
+            format!("{what} {key:?} contains {bad:?}; allowed are ASCII letters, digits and _ - . :{slash} @ + ="),
         ));
     }
     if key.starts_with('/') || key.ends_with('/') || key.contains("//") {
