@@ -1,1 +1,4 @@
-//! placeholder
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+pub mod sequence;

@@ -1,0 +1,637 @@
+//! A persistent, unique, monotonic sequence (seeds 000 and 004; Leaf's
+//! segment mode).
+//!
+//! The row `seq/NAME` holds the first id nobody has reserved yet and the node
+//! that last moved it. A client reserves a block of ids with one
+//! `put_if_version` (on conflict it retries with the row the store handed
+//! back — no second read) and serves the block from memory through a
+//! lock-free fast path. Before the block runs out, the next one is reserved
+//! in the background (double buffer), so `next()` does not wait on the store
+//! in steady state.
+//!
+//! # Guarantees
+//! - **Unique, always.** A range is handed out only after the CAS that
+//!   reserved it was acknowledged. A reservation whose outcome is unknown is
+//!   never reused: the gap is accepted, a duplicate never.
+//! - **Monotonic per client** (per [`Sequence`] value and its clones): every
+//!   id it returns is greater than every id it returned before.
+//! - **Globally monotonic** (real-time order across clients) only with block
+//!   size 1, where prefetch is off and each id is its own CAS.
+//! - **Gaps**: a client that stops loses the rest of its block and of the
+//!   prefetched one.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use bakery_core::MemoryStore;
+//! use bakery_recipes::sequence::Sequence;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> bakery_core::Result<()> {
+//! let store = Arc::new(MemoryStore::new());
+//! let orders = Sequence::builder(store.clone(), "orders").block_size(100).build()?;
+//! let a = orders.next().await?;
+//! let b = orders.next().await?;
+//! assert!(b > a);
+//! let batch = orders.next_batch(10).await?;
+//! assert_eq!(batch.len(), 10);
+//! assert!(batch.iter().all(|id| id > b));
+//! # Ok(()) }
+//! ```
+
+mod row;
+mod segment;
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bakery_core::{Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
+use serde::Serialize;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use row::SequenceRow;
+use segment::{Claim, Segments, MAX_SEGMENT};
+
+/// The key prefix of sequence rows: sequence `orders` lives at `seq/orders`.
+pub const KEY_PREFIX: &str = "seq";
+
+/// Conflicts tolerated in one reservation before giving up with
+/// [`ErrorKind::Unavailable`]: a bound so contention can never spin forever.
+const MAX_CONFLICTS: u32 = 100_000;
+
+/// How a [`Sequence`] sizes the blocks it reserves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockSize {
+    /// Always reserve this many ids.
+    Fixed(u64),
+    /// Start at `min`; double when a block lasts less than half the target
+    /// duration, halve when it lasts more than twice it (Leaf's dynamic step).
+    Adaptive {
+        /// Smallest block.
+        min: u64,
+        /// Largest block.
+        max: u64,
+    },
+}
+
+/// Configures and builds a [`Sequence`]; from [`Sequence::builder`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct SequenceBuilder {
+    store: Arc<dyn VersionedStore>,
+    name: String,
+    block: BlockSize,
+    prefetch: bool,
+    prefetch_at: f64,
+    start: u64,
+    node: Option<String>,
+    target: Duration,
+}
+
+impl SequenceBuilder {
+    /// Reserve `n` ids per round trip (default 1000). `1` makes every id its
+    /// own CAS: strictly increasing across all clients, and no prefetch.
+    pub fn block_size(mut self, n: u64) -> Self {
+        self.block = BlockSize::Fixed(n);
+        self
+    }
+
+    /// Adapt the block size between `min` and `max` so that a block lasts
+    /// about [`target_block_duration`](Self::target_block_duration).
+    pub fn adaptive(mut self, min: u64, max: u64) -> Self {
+        self.block = BlockSize::Adaptive { min, max };
+        self
+    }
+
+    /// The time one block should last with adaptive sizing (default 60 s).
+    pub fn target_block_duration(mut self, d: Duration) -> Self {
+        self.target = d;
+        self
+    }
+
+    /// Reserve the next block in the background (default on; always off at
+    /// block size 1). Turn it off for short-lived processes, which would
+    /// only waste the prefetched block.
+    pub fn prefetch(mut self, on: bool) -> Self {
+        self.prefetch = on;
+        self
+    }
+
+    /// Start the prefetch when this fraction of a block is used
+    /// (default 0.2; clamped to 0..=1).
+    pub fn prefetch_at(mut self, fraction: f64) -> Self {
+        self.prefetch_at = fraction;
+        self
+    }
+
+    /// The first id of a sequence this client creates (default 1). Ignored
+    /// when the sequence exists already.
+    pub fn start(mut self, first: u64) -> Self {
+        self.start = first;
+        self
+    }
+
+    /// The node id recorded in the row with each reservation (default:
+    /// `hostname:pid:random`).
+    pub fn node_id(mut self, node: impl Into<String>) -> Self {
+        self.node = Some(node.into());
+        self
+    }
+
+    /// Validate the settings and build the sequence. No store call is made
+    /// until the first id is asked for.
+    pub fn build(self) -> Result<Sequence> {
+        let key = Key::with_prefix(KEY_PREFIX, &self.name)?;
+        let (first, min, max) = match self.block {
+            BlockSize::Fixed(n) => (n, n, n),
+            BlockSize::Adaptive { min, max } => (min, min, max),
+        };
+        if min == 0 || min > max || max > MAX_SEGMENT {
+            return Err(Error::invalid_input(
+                "sequence",
+                format!("block size must be within 1..={MAX_SEGMENT} (and min <= max); got {min}..={max}"),
+            ));
+        }
+        if self.start == 0 {
+            return Err(Error::invalid_input("sequence", "start must be >= 1"));
+        }
+        if !(0.0..=1.0).contains(&self.prefetch_at) {
+            return Err(Error::invalid_input(
+                "sequence",
+                format!("prefetch_at must be within 0..=1; got {}", self.prefetch_at),
+            ));
+        }
+        let node = match self.node {
+            Some(node) => node,
+            None => default_node_id(),
+        };
+        Ok(Sequence {
+            inner: Arc::new(Inner {
+                store: self.store,
+                key,
+                name: self.name,
+                node,
+                start: self.start,
+                prefetch: self.prefetch && max > 1,
+                prefetch_at: self.prefetch_at,
+                bounds: (min, max),
+                target: self.target,
+                segments: Segments::new(),
+                refill: tokio::sync::Mutex::new(()),
+                shared: Mutex::new(Shared {
+                    pending: None,
+                    block: first,
+                    installed_at: None,
+                    row: None,
+                }),
+                stats: Counters::default(),
+            }),
+        })
+    }
+}
+
+fn default_node_id() -> String {
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}:{}:{}", std::process::id(), &random[..8])
+}
+
+/// A unique, monotonic id generator backed by one row in a
+/// [`VersionedStore`]. Cheap to clone: clones share the blocks, so they are
+/// one client. See the [module docs](self) for the guarantees.
+#[derive(Clone)]
+pub struct Sequence {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Sequence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sequence")
+            .field("name", &self.inner.name)
+            .field("node", &self.inner.node)
+            .field("store", &self.inner.store.backend())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    store: Arc<dyn VersionedStore>,
+    key: Key,
+    name: String,
+    node: String,
+    start: u64,
+    prefetch: bool,
+    prefetch_at: f64,
+    bounds: (u64, u64),
+    target: Duration,
+    segments: Segments,
+    /// Serializes block switches (held across the store call that refills).
+    refill: tokio::sync::Mutex<()>,
+    /// Short critical sections only; never held across an await.
+    shared: Mutex<Shared>,
+    stats: Counters,
+}
+
+/// The next block, reserved in the background.
+enum Pending {
+    InFlight(JoinHandle<Result<Range<u64>>>),
+    Ready(Result<Range<u64>>),
+}
+
+struct Shared {
+    /// The reservation of the next block, started in the background.
+    pending: Option<Pending>,
+    /// Current block size (moves within `bounds` when adaptive).
+    block: u64,
+    installed_at: Option<Instant>,
+    /// The last row seen, so a reservation starts with a CAS, not a read.
+    row: Option<Row>,
+}
+
+#[derive(Default)]
+struct Counters {
+    reservations: AtomicU64,
+    conflicts: AtomicU64,
+    waits: AtomicU64,
+    prefetches: AtomicU64,
+    abandoned: AtomicU64,
+}
+
+/// What a [`Sequence`] has done so far (slow-path events only; the fast
+/// path counts nothing so it stays fast).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SequenceStats {
+    /// Blocks reserved (successful CAS operations).
+    pub reservations: u64,
+    /// Reservation attempts that met a conflict and retried.
+    pub conflicts: u64,
+    /// Times a caller had to wait for the store (no block was ready).
+    pub waits: u64,
+    /// Background reservations started.
+    pub prefetches: u64,
+    /// Reservations abandoned after an error (their ids, if reserved, are a gap).
+    pub abandoned: u64,
+}
+
+/// The stored state of a sequence, from [`Sequence::inspect`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SequenceState {
+    /// The sequence name.
+    pub name: String,
+    /// The first id that nobody has reserved yet.
+    pub next: u64,
+    /// The node that made the last reservation.
+    pub node: String,
+    /// The size of the last reservation.
+    pub block_size: u64,
+    /// The row version.
+    pub version: u64,
+}
+
+/// Ids handed out by [`Sequence::next_batch`]: increasing, in one or more
+/// contiguous ranges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IdBatch {
+    ranges: Vec<Range<u64>>,
+}
+
+impl IdBatch {
+    /// How many ids.
+    pub fn len(&self) -> u64 {
+        self.ranges.iter().map(|r| r.end - r.start).sum()
+    }
+
+    /// True if there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The contiguous ranges, in increasing order.
+    pub fn ranges(&self) -> &[Range<u64>] {
+        &self.ranges
+    }
+
+    /// The ids, in increasing order.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        self.ranges.iter().flat_map(Clone::clone)
+    }
+
+    fn push(&mut self, ids: Range<u64>) {
+        match self.ranges.last_mut() {
+            Some(last) if last.end == ids.start => last.end = ids.end,
+            _ => self.ranges.push(ids),
+        }
+    }
+}
+
+impl IntoIterator for IdBatch {
+    type Item = u64;
+    type IntoIter = std::iter::Flatten<std::vec::IntoIter<Range<u64>>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.ranges.into_iter().flatten()
+    }
+}
+
+impl Sequence {
+    /// Start configuring the sequence `name` stored in `store`. Names follow
+    /// the key rules of [`bakery_core::Key`] and contain no `/`.
+    pub fn builder(store: Arc<dyn VersionedStore>, name: &str) -> SequenceBuilder {
+        SequenceBuilder {
+            store,
+            name: name.to_string(),
+            block: BlockSize::Fixed(1000),
+            prefetch: true,
+            prefetch_at: 0.2,
+            start: 1,
+            node: None,
+            target: Duration::from_secs(60),
+        }
+    }
+
+    /// The sequence name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The node id recorded with this client's reservations.
+    pub fn node_id(&self) -> &str {
+        &self.inner.node
+    }
+
+    /// The next id. Inside a block this is one atomic increment; otherwise it
+    /// waits for the prefetched block or reserves one.
+    pub async fn next(&self) -> Result<u64> {
+        loop {
+            match self.inner.segments.claim_one() {
+                Claim::Ids {
+                    range,
+                    crossed_trigger,
+                } => {
+                    if crossed_trigger {
+                        self.inner.start_prefetch();
+                    }
+                    return Ok(range.start);
+                }
+                Claim::Exhausted { generation } => self.inner.refill(generation, 1).await?,
+            }
+        }
+    }
+
+    /// `n` ids at once, increasing; fewer round trips than `n` calls of
+    /// [`next`](Self::next) when `n` exceeds what is left in the block (the
+    /// refill then reserves at least what is still wanted).
+    pub async fn next_batch(&self, n: u64) -> Result<IdBatch> {
+        let mut batch = IdBatch::default();
+        let mut wanted = n;
+        while wanted > 0 {
+            match self.inner.segments.claim_many(wanted) {
+                Claim::Ids {
+                    range,
+                    crossed_trigger,
+                } => {
+                    if crossed_trigger {
+                        self.inner.start_prefetch();
+                    }
+                    wanted -= range.end - range.start;
+                    batch.push(range);
+                }
+                Claim::Exhausted { generation } => self.inner.refill(generation, wanted).await?,
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Counters of the slow path so far.
+    pub fn stats(&self) -> SequenceStats {
+        let c = &self.inner.stats;
+        SequenceStats {
+            reservations: c.reservations.load(Ordering::Relaxed),
+            conflicts: c.conflicts.load(Ordering::Relaxed),
+            waits: c.waits.load(Ordering::Relaxed),
+            prefetches: c.prefetches.load(Ordering::Relaxed),
+            abandoned: c.abandoned.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Wait until a background reservation in flight (if any) has finished.
+    /// Useful before a burst, and in tests.
+    pub async fn prefetched(&self) {
+        let _switching = self.inner.refill.lock().await;
+        let pending = self
+            .inner
+            .lock_shared()
+            .ok()
+            .and_then(|mut s| s.pending.take());
+        if let Some(pending) = pending {
+            let ready = Pending::Ready(pending.wait().await);
+            if let Ok(mut shared) = self.inner.lock_shared() {
+                shared.pending = Some(ready);
+            }
+        }
+    }
+
+    /// Read the stored state of sequence `name` (`None` if it was never used).
+    pub async fn inspect(store: &dyn VersionedStore, name: &str) -> Result<Option<SequenceState>> {
+        let key = Key::with_prefix(KEY_PREFIX, name)?;
+        let Some(row) = store.get(&key).await? else {
+            return Ok(None);
+        };
+        let stored = SequenceRow::decode(&row)?;
+        Ok(Some(SequenceState {
+            name: name.to_string(),
+            next: stored.next,
+            node: stored.node,
+            block_size: stored.block,
+            version: row.version,
+        }))
+    }
+}
+
+impl Pending {
+    fn is_finished(&self) -> bool {
+        match self {
+            Pending::InFlight(handle) => handle.is_finished(),
+            Pending::Ready(_) => true,
+        }
+    }
+
+    async fn wait(self) -> Result<Range<u64>> {
+        match self {
+            Pending::Ready(result) => result,
+            Pending::InFlight(handle) => handle.await.unwrap_or_else(|e| {
+                Err(Error::new(
+                    ErrorKind::Internal,
+                    "sequence",
+                    format!("prefetch task died: {e}"),
+                ))
+            }),
+        }
+    }
+}
+
+impl Inner {
+    fn lock_shared(&self) -> Result<MutexGuard<'_, Shared>> {
+        self.shared
+            .lock()
+            .map_err(|_| Error::new(ErrorKind::Internal, "sequence", "state mutex poisoned"))
+    }
+
+    /// Offset in a block of `len` at which to start the next prefetch.
+    fn trigger_for(&self, len: u64) -> u64 {
+        if self.prefetch {
+            ((len as f64 * self.prefetch_at) as u64).min(len.saturating_sub(1))
+        } else {
+            u64::MAX
+        }
+    }
+
+    /// Reserve the next block in the background, unless one is in flight.
+    fn start_prefetch(self: &Arc<Self>) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return; // no runtime to run it on: the refill will reserve inline
+        };
+        let Ok(mut shared) = self.lock_shared() else {
+            return;
+        };
+        if shared.pending.is_some() {
+            return;
+        }
+        let size = shared.block;
+        let inner = Arc::clone(self);
+        self.stats.prefetches.fetch_add(1, Ordering::Relaxed);
+        shared.pending = Some(Pending::InFlight(
+            handle.spawn(async move { inner.reserve(size).await }),
+        ));
+    }
+
+    /// Install a new block once the block of `seen` is used up.
+    async fn refill(self: &Arc<Self>, seen: u64, wanted: u64) -> Result<()> {
+        let _switching = self.refill.lock().await;
+        if self.segments.generation() != seen {
+            return Ok(()); // another caller installed a block meanwhile
+        }
+        self.adapt_block_size()?;
+        let (pending, size) = {
+            let mut shared = self.lock_shared()?;
+            (
+                shared.pending.take(),
+                shared.block.max(wanted.min(MAX_SEGMENT)),
+            )
+        };
+        let ids = match pending {
+            Some(pending) => {
+                if !pending.is_finished() {
+                    self.stats.waits.fetch_add(1, Ordering::Relaxed);
+                }
+                match pending.wait().await {
+                    Ok(ids) => ids,
+                    // The background reservation failed: try once more here,
+                    // so the caller sees the error only if the store is down.
+                    Err(e) => {
+                        tracing::debug!(sequence = %self.name, error = %e, "prefetch failed");
+                        self.reserve(size).await?
+                    }
+                }
+            }
+            None => {
+                self.stats.waits.fetch_add(1, Ordering::Relaxed);
+                self.reserve(size).await?
+            }
+        };
+        let trigger = self.trigger_for(ids.end - ids.start);
+        self.lock_shared()?.installed_at = Some(Instant::now());
+        self.segments.install(ids, trigger);
+        Ok(())
+    }
+
+    /// Adaptive sizing: compare how long the block just used up lasted
+    /// with the target, before sizing the next reservation.
+    fn adapt_block_size(&self) -> Result<()> {
+        let (min, max) = self.bounds;
+        let mut shared = self.lock_shared()?;
+        if let Some(then) = shared.installed_at {
+            let lasted = then.elapsed();
+            if lasted < self.target / 2 {
+                shared.block = shared.block.saturating_mul(2).min(max);
+            } else if lasted > self.target * 2 {
+                shared.block = (shared.block / 2).max(min);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reserve `size` ids with one CAS (more on conflict, each retry using
+    /// the row the conflict returned). Returns the reserved range.
+    async fn reserve(&self, size: u64) -> Result<Range<u64>> {
+        let mut current = self.lock_shared()?.row.clone();
+        let mut conflicts = 0u32;
+        loop {
+            let (first, expected) = match &current {
+                Some(row) => (SequenceRow::decode(row)?.next, Some(row.version)),
+                None => (self.start, None),
+            };
+            let end = first.checked_add(size).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Exhausted,
+                    "sequence",
+                    format!(
+                        "sequence {} cannot reserve {size} more ids past {first}",
+                        self.name
+                    ),
+                )
+            })?;
+            let value = SequenceRow {
+                next: end,
+                node: self.node.clone(),
+                block: size,
+            }
+            .encode()?;
+            match self.store.put_if_version(&self.key, expected, value).await {
+                Ok(PutOutcome::Applied(row)) => {
+                    self.stats.reservations.fetch_add(1, Ordering::Relaxed);
+                    self.lock_shared()?.row = Some(row);
+                    return Ok(first..end);
+                }
+                Ok(PutOutcome::Conflict(None)) if expected.is_some() => {
+                    // Starting over at `start` could repeat ids handed out
+                    // before the row vanished: refuse loudly instead.
+                    return Err(Error::corrupt(
+                        "sequence",
+                        format!(
+                            "sequence row {} was deleted while in use (it was at {first}); \
+                             refusing to restart it",
+                            self.key
+                        ),
+                    ));
+                }
+                Ok(PutOutcome::Conflict(now)) => {
+                    self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+                    conflicts += 1;
+                    if conflicts >= MAX_CONFLICTS {
+                        return Err(Error::new(
+                            ErrorKind::Unavailable,
+                            "sequence",
+                            format!(
+                                "sequence {}: gave up after {conflicts} conflicting reservations",
+                                self.name
+                            ),
+                        ));
+                    }
+                    current = now;
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => {
+                    // Never hand out a range whose reservation may or may not
+                    // have applied. The cached row stays as it was: a retry
+                    // CASes at the same version, so at most one of the two
+                    // writes can ever apply and the ids stay unique.
+                    self.stats.abandoned.fetch_add(1, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
