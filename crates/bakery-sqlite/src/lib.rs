@@ -1,1 +1,561 @@
-//! placeholder
+#![doc = include_str!("../docs.md")]
+#![deny(missing_docs)]
+
+mod error;
+mod store;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bakery_core::{Error, Result};
+
+pub use store::SqliteStore;
+
+use error::BACKEND;
+
+/// The URI schemes this backend answers to.
+pub const SCHEMES: &[&str] = &["sqlite"];
+
+/// The table used when none is configured.
+pub const DEFAULT_TABLE: &str = "bakery_rows";
+
+/// How long a connection waits for another process's write lock before the
+/// call fails with [`ErrorKind::Unavailable`](bakery_core::ErrorKind::Unavailable).
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections a file-backed store opens at most (and keeps idle).
+pub const DEFAULT_POOL_SIZE: usize = 4;
+
+/// The largest accepted `pool_size`.
+pub const MAX_POOL_SIZE: usize = 64;
+
+/// The largest busy timeout SQLite accepts (`i32::MAX` milliseconds).
+const MAX_BUSY_TIMEOUT_MS: u64 = i32::MAX as u64;
+
+/// The URI options, for "unknown option" messages.
+const OPTIONS: &str = "table, busy_timeout_ms, create, synchronous, pool_size";
+
+/// Where the database lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A database file (created if missing, unless `create=false`). A
+    /// relative path is resolved against the working directory at open time.
+    File(PathBuf),
+    /// A private in-memory database: one connection, this process only, gone
+    /// when the store is dropped.
+    Memory,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::File(path) => write!(f, "{}", path.display()),
+            Location::Memory => f.write_str(":memory:"),
+        }
+    }
+}
+
+/// SQLite's `PRAGMA synchronous` level, i.e. how hard a commit pushes to disk.
+///
+/// With WAL (always on for files), [`Synchronous::Normal`] survives a crash of
+/// any process but may lose the last commits on power loss or an OS crash;
+/// [`Synchronous::Full`] also survives those, at the cost of an fsync per commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Synchronous {
+    /// `synchronous=NORMAL` (the default): fsync at WAL checkpoints only.
+    #[default]
+    Normal,
+    /// `synchronous=FULL`: fsync the WAL on every commit.
+    Full,
+    /// `synchronous=EXTRA`: like `FULL`, and also syncs the directory.
+    Extra,
+}
+
+impl Synchronous {
+    /// The pragma value (`"NORMAL"`, `"FULL"`, `"EXTRA"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Full => "FULL",
+            Synchronous::Extra => "EXTRA",
+        }
+    }
+}
+
+/// How to open a [`SqliteStore`]: built from a URI with
+/// [`SqliteConfig::from_uri`] or in code with [`SqliteConfig::new`] and the
+/// `with_*` methods. Everything is validated by [`SqliteConfig::validate`],
+/// which [`SqliteStore::open`] calls.
+///
+/// URI forms (parsed by hand, like sqlx; the path is percent-decoded):
+///
+/// | URI | database |
+/// |-----|----------|
+/// | `sqlite://relative/path.db` | `relative/path.db` (working directory) |
+/// | `sqlite:///abs/path.db` | `/abs/path.db` |
+/// | `sqlite:relative.db` | `relative.db` |
+/// | `sqlite::memory:` or `sqlite://:memory:` | private in-memory database |
+///
+/// Options after `?`, joined with `&`:
+///
+/// | option | default | meaning |
+/// |--------|---------|---------|
+/// | `table=NAME` | `bakery_rows` | table holding the rows; `[A-Za-z_][A-Za-z0-9_]{0,62}`, not `sqlite_…` |
+/// | `busy_timeout_ms=N` | `5000` | wait this long for another writer's lock |
+/// | `create=true\|false` | `true` | create the file (and its directory) if missing |
+/// | `synchronous=normal\|full\|extra` | `normal` | see [`Synchronous`] |
+/// | `pool_size=N` | `4` (`1` in memory) | connections kept, 1 to 64 |
+///
+/// ```
+/// use std::time::Duration;
+/// use bakery_sqlite::{Location, SqliteConfig, Synchronous};
+///
+/// let config = SqliteConfig::from_uri("sqlite://data/bakery.db?table=rows&busy_timeout_ms=250")?;
+/// assert_eq!(config.location(), &Location::File("data/bakery.db".into()));
+/// assert_eq!(config.table(), "rows");
+/// assert_eq!(config.busy_timeout(), Duration::from_millis(250));
+///
+/// let same = SqliteConfig::new("data/bakery.db")
+///     .with_table("rows")
+///     .with_busy_timeout(Duration::from_millis(250));
+/// assert_eq!(config, same);
+///
+/// let err = SqliteConfig::from_uri("sqlite://x.db?colour=blue").unwrap_err();
+/// assert_eq!(err.kind(), bakery_core::ErrorKind::Config);
+/// # Ok::<(), bakery_core::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqliteConfig {
+    location: Location,
+    table: String,
+    busy_timeout: Duration,
+    create: bool,
+    synchronous: Synchronous,
+    pool_size: usize,
+}
+
+impl SqliteConfig {
+    /// A database file at `path`, with the defaults. The path `:memory:` means
+    /// an in-memory database, as in SQLite itself (see [`SqliteConfig::memory`]).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        if path.as_os_str() == ":memory:" {
+            return Self::memory();
+        }
+        Self::with_location(Location::File(path))
+    }
+
+    /// A private in-memory database: one connection (every SQLite connection
+    /// to `:memory:` is a database of its own), this process only.
+    pub fn memory() -> Self {
+        SqliteConfig {
+            pool_size: 1,
+            ..Self::with_location(Location::Memory)
+        }
+    }
+
+    fn with_location(location: Location) -> Self {
+        SqliteConfig {
+            location,
+            table: DEFAULT_TABLE.to_string(),
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            create: true,
+            synchronous: Synchronous::default(),
+            pool_size: DEFAULT_POOL_SIZE,
+        }
+    }
+
+    /// Parse a `sqlite:` URI (forms and options in the type docs). Any
+    /// problem is an [`ErrorKind::Config`](bakery_core::ErrorKind::Config)
+    /// error whose message names the offending part.
+    pub fn from_uri(uri: &str) -> Result<Self> {
+        let rest = match uri.get(..7) {
+            Some(scheme) if scheme.eq_ignore_ascii_case("sqlite:") => &uri[7..],
+            _ => {
+                return Err(Error::config(
+                    BACKEND,
+                    format!("{uri:?} is not a sqlite URI (expected sqlite://PATH, sqlite:///ABS/PATH or sqlite::memory:)"),
+                ))
+            }
+        };
+        let (location, query) = match rest.split_once('?') {
+            Some((location, query)) => (location, Some(query)),
+            None => (rest, None),
+        };
+        let location = location.strip_prefix("//").unwrap_or(location);
+        let path = percent_decode(location, "path")?;
+        if path.is_empty() {
+            return Err(Error::config(
+                BACKEND,
+                "sqlite URI has an empty path (expected sqlite://relative.db, sqlite:///abs/path.db or sqlite::memory:)",
+            ));
+        }
+        if path.ends_with('/') {
+            return Err(Error::config(
+                BACKEND,
+                format!("sqlite URI path {path:?} names a directory, not a database file"),
+            ));
+        }
+        let mut config = SqliteConfig::new(path);
+        let mut seen: Vec<String> = Vec::new();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let Some((name, value)) = pair.split_once('=') else {
+                return Err(Error::config(
+                    BACKEND,
+                    format!("sqlite URI option `{pair}` has no value (expected `{pair}=…`)"),
+                ));
+            };
+            let name = percent_decode(name, "option name")?;
+            let value = percent_decode(value, "option value")?;
+            if seen.contains(&name) {
+                return Err(Error::config(
+                    BACKEND,
+                    format!("sqlite URI option `{name}` is given twice"),
+                ));
+            }
+            let bad = |expected: &str| {
+                Error::config(
+                    BACKEND,
+                    format!("sqlite URI option `{name}`: {value:?} is not {expected}"),
+                )
+            };
+            match name.as_str() {
+                "table" => {
+                    validate_table(&value)?;
+                    config.table = value.clone();
+                }
+                "busy_timeout_ms" => {
+                    let ms = value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|ms| *ms <= MAX_BUSY_TIMEOUT_MS)
+                        .ok_or_else(|| {
+                            bad(&format!(
+                                "a number of milliseconds (0 to {MAX_BUSY_TIMEOUT_MS})"
+                            ))
+                        })?;
+                    config.busy_timeout = Duration::from_millis(ms);
+                }
+                "create" => {
+                    config.create = match value.as_str() {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(bad("`true` or `false`")),
+                    }
+                }
+                "synchronous" => {
+                    config.synchronous = match value.to_ascii_lowercase().as_str() {
+                        "normal" => Synchronous::Normal,
+                        "full" => Synchronous::Full,
+                        "extra" => Synchronous::Extra,
+                        _ => return Err(bad("`normal`, `full` or `extra`")),
+                    }
+                }
+                "pool_size" => {
+                    config.pool_size = value
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=MAX_POOL_SIZE).contains(n))
+                        .ok_or_else(|| bad(&format!("a pool size from 1 to {MAX_POOL_SIZE}")))?;
+                }
+                _ => {
+                    return Err(Error::config(
+                        BACKEND,
+                        format!("unknown sqlite URI option `{name}` (known: {OPTIONS})"),
+                    ))
+                }
+            }
+            seen.push(name);
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Use the table `table` (default [`DEFAULT_TABLE`]). Validated on open.
+    pub fn with_table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Wait up to `timeout` for another connection's write lock
+    /// (default [`DEFAULT_BUSY_TIMEOUT`]; at most `i32::MAX` milliseconds).
+    pub fn with_busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// Create the database file and its parent directory if missing
+    /// (default `true`). Ignored for an in-memory database.
+    pub fn with_create_if_missing(mut self, create: bool) -> Self {
+        self.create = create;
+        self
+    }
+
+    /// Set the durability level (default [`Synchronous::Normal`]).
+    pub fn with_synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// Keep at most `size` connections (1 to [`MAX_POOL_SIZE`]; an in-memory
+    /// database needs exactly 1). Calls beyond that wait for a connection.
+    pub fn with_pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Where the database lives.
+    pub fn location(&self) -> &Location {
+        &self.location
+    }
+
+    /// True for an in-memory database.
+    pub fn is_memory(&self) -> bool {
+        self.location == Location::Memory
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The busy timeout.
+    pub fn busy_timeout(&self) -> Duration {
+        self.busy_timeout
+    }
+
+    /// Whether a missing file is created.
+    pub fn create_if_missing(&self) -> bool {
+        self.create
+    }
+
+    /// The durability level.
+    pub fn synchronous(&self) -> Synchronous {
+        self.synchronous
+    }
+
+    /// The most connections kept.
+    pub fn pool_size(&self) -> usize {
+        self.pool_size
+    }
+
+    /// Check the whole configuration; an [`ErrorKind::Config`](bakery_core::ErrorKind::Config)
+    /// error names what is wrong.
+    pub fn validate(&self) -> Result<()> {
+        validate_table(&self.table)?;
+        if let Location::File(path) = &self.location {
+            if path.as_os_str().is_empty() {
+                return Err(Error::config(BACKEND, "sqlite database path is empty"));
+            }
+        }
+        if self.busy_timeout.as_millis() > u128::from(MAX_BUSY_TIMEOUT_MS) {
+            return Err(Error::config(
+                BACKEND,
+                format!("sqlite option `busy_timeout_ms` is above {MAX_BUSY_TIMEOUT_MS}"),
+            ));
+        }
+        if !(1..=MAX_POOL_SIZE).contains(&self.pool_size) {
+            return Err(Error::config(
+                BACKEND,
+                format!(
+                    "sqlite option `pool_size` must be from 1 to {MAX_POOL_SIZE}, not {}",
+                    self.pool_size
+                ),
+            ));
+        }
+        if self.is_memory() && self.pool_size != 1 {
+            return Err(Error::config(
+                BACKEND,
+                "sqlite option `pool_size` must be 1 for an in-memory database (each connection would be a separate database)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A table name must be a plain identifier, so it can be formatted into SQL
+/// once at open time: `[A-Za-z_][A-Za-z0-9_]{0,62}`, and not SQLite's
+/// reserved `sqlite_` prefix.
+fn validate_table(name: &str) -> Result<()> {
+    let mut chars = name.chars();
+    let ok = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 63;
+    if !ok {
+        return Err(Error::config(
+            BACKEND,
+            format!("sqlite option `table`: {name:?} is not a valid table name (expected [A-Za-z_][A-Za-z0-9_]{{0,62}})"),
+        ));
+    }
+    if name.len() >= 7 && name[..7].eq_ignore_ascii_case("sqlite_") {
+        return Err(Error::config(
+            BACKEND,
+            format!(
+                "sqlite option `table`: {name:?} uses the prefix `sqlite_`, reserved by SQLite"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Decode `%XX` escapes; `what` names the URI part in messages.
+fn percent_decode(text: &str, what: &str) -> Result<String> {
+    let bad = || {
+        Error::config(
+            BACKEND,
+            format!("sqlite URI {what} {text:?} has an invalid percent-encoding"),
+        )
+    };
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3).ok_or_else(bad)?;
+            let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| {
+        Error::config(
+            BACKEND,
+            format!("sqlite URI {what} {text:?} does not decode to UTF-8"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bakery_core::ErrorKind;
+
+    fn file(path: &str) -> Location {
+        Location::File(PathBuf::from(path))
+    }
+
+    #[test]
+    fn good_uris() {
+        let cases: &[(&str, Location)] = &[
+            ("sqlite://relative/path.db", file("relative/path.db")),
+            ("sqlite:///abs/path.db", file("/abs/path.db")),
+            ("sqlite:relative.db", file("relative.db")),
+            ("sqlite:/abs.db", file("/abs.db")),
+            ("SQLite://upper.db", file("upper.db")),
+            ("sqlite::memory:", Location::Memory),
+            ("sqlite://:memory:", Location::Memory),
+            ("sqlite::memory:?table=t", Location::Memory),
+            ("sqlite://with%20space.db", file("with space.db")),
+            ("sqlite:///tmp/caf%C3%A9.db", file("/tmp/café.db")),
+            ("sqlite://a.db?", file("a.db")),
+            ("sqlite://a.db?create=false&", file("a.db")),
+        ];
+        for (uri, location) in cases {
+            let config = SqliteConfig::from_uri(uri).unwrap_or_else(|e| panic!("{uri}: {e}"));
+            assert_eq!(config.location(), location, "{uri}");
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let config = SqliteConfig::from_uri("sqlite://a.db").unwrap();
+        assert_eq!(config, SqliteConfig::new("a.db"));
+        assert_eq!(config.table(), DEFAULT_TABLE);
+        assert_eq!(config.busy_timeout(), DEFAULT_BUSY_TIMEOUT);
+        assert!(config.create_if_missing());
+        assert_eq!(config.synchronous(), Synchronous::Normal);
+        assert_eq!(config.pool_size(), DEFAULT_POOL_SIZE);
+        let memory = SqliteConfig::from_uri("sqlite::memory:").unwrap();
+        assert_eq!(memory, SqliteConfig::memory());
+        assert_eq!(memory, SqliteConfig::new(":memory:"));
+        assert_eq!(memory.pool_size(), 1);
+    }
+
+    #[test]
+    fn options() {
+        let config = SqliteConfig::from_uri(
+            "sqlite://a.db?table=My_Rows2&busy_timeout_ms=0&create=false&synchronous=FULL&pool_size=2",
+        )
+        .unwrap();
+        assert_eq!(config.table(), "My_Rows2");
+        assert_eq!(config.busy_timeout(), Duration::ZERO);
+        assert!(!config.create_if_missing());
+        assert_eq!(config.synchronous(), Synchronous::Full);
+        assert_eq!(config.pool_size(), 2);
+        let config = SqliteConfig::from_uri("sqlite://a.db?synchronous=extra&table=_x").unwrap();
+        assert_eq!(config.synchronous(), Synchronous::Extra);
+        assert_eq!(config.table(), "_x");
+        assert_eq!(
+            SqliteConfig::from_uri("sqlite::memory:?pool_size=1")
+                .unwrap()
+                .pool_size(),
+            1
+        );
+        let longest = format!("sqlite://a.db?table=t{}", "x".repeat(62));
+        assert!(SqliteConfig::from_uri(&longest).is_ok());
+    }
+
+    #[test]
+    fn bad_uris_are_config_errors_naming_the_problem() {
+        let cases: &[(&str, &str)] = &[
+            ("postgres://h/db", "not a sqlite URI"),
+            ("sqlite", "not a sqlite URI"),
+            ("sqlite:", "empty path"),
+            ("sqlite://", "empty path"),
+            ("sqlite://?table=t", "empty path"),
+            ("sqlite:///", "directory"),
+            ("sqlite://dir/", "directory"),
+            ("sqlite://a%2.db", "percent-encoding"),
+            ("sqlite://a%zz.db", "percent-encoding"),
+            ("sqlite://a%ff.db", "UTF-8"),
+            ("sqlite://a.db?colour=blue", "`colour`"),
+            ("sqlite://a.db?table", "`table`"),
+            ("sqlite://a.db?table=", "`table`"),
+            ("sqlite://a.db?table=1abc", "`table`"),
+            ("sqlite://a.db?table=a-b", "`table`"),
+            ("sqlite://a.db?table=a;drop", "`table`"),
+            ("sqlite://a.db?table=sqlite_master", "`table`"),
+            ("sqlite://a.db?table=t&table=u", "given twice"),
+            ("sqlite://a.db?busy_timeout_ms=-1", "`busy_timeout_ms`"),
+            ("sqlite://a.db?busy_timeout_ms=soon", "`busy_timeout_ms`"),
+            (
+                "sqlite://a.db?busy_timeout_ms=99999999999",
+                "`busy_timeout_ms`",
+            ),
+            ("sqlite://a.db?create=yes", "`create`"),
+            ("sqlite://a.db?synchronous=off", "`synchronous`"),
+            ("sqlite://a.db?pool_size=0", "`pool_size`"),
+            ("sqlite://a.db?pool_size=65", "`pool_size`"),
+            ("sqlite::memory:?pool_size=2", "`pool_size`"),
+        ];
+        for (uri, needle) in cases {
+            let err = SqliteConfig::from_uri(uri).expect_err(uri);
+            assert_eq!(err.kind(), ErrorKind::Config, "{uri}");
+            assert_eq!(err.backend(), "sqlite", "{uri}");
+            assert!(err.message().contains(needle), "{uri}: {err}");
+            assert!(!err.message().contains('\n'), "{uri}: {err}");
+        }
+        let too_long = format!("sqlite://a.db?table=t{}", "x".repeat(63));
+        assert!(SqliteConfig::from_uri(&too_long).is_err());
+    }
+
+    #[test]
+    fn builder_is_validated() {
+        assert!(SqliteConfig::new("a.db").validate().is_ok());
+        for config in [
+            SqliteConfig::new("a.db").with_table("bad name"),
+            SqliteConfig::new("a.db").with_pool_size(0),
+            SqliteConfig::new("a.db").with_busy_timeout(Duration::from_secs(u64::MAX)),
+            SqliteConfig::new(""),
+            SqliteConfig::memory().with_pool_size(2),
+        ] {
+            let err = config.validate().expect_err("invalid config");
+            assert_eq!(err.kind(), ErrorKind::Config);
+        }
+    }
+}
