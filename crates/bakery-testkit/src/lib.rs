@@ -1,1 +1,63 @@
-//! placeholder
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+mod cas;
+pub mod faults;
+mod sequence;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bakery_core::{Key, VersionedStore};
+
+/// A boxed case future.
+pub type CaseFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// One conformance case: a name and an async function that panics (with a
+/// message saying what broke) if the store breaks the contract.
+#[derive(Clone, Copy)]
+pub struct Case {
+    /// Stable name, e.g. `cas::stale_version_conflicts_with_current_row`.
+    pub name: &'static str,
+    /// Runs the case against a store.
+    pub run: fn(Arc<dyn VersionedStore>) -> CaseFuture,
+}
+
+impl std::fmt::Debug for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Every case of the suite: the contract of `put_if_version` and the
+/// sequence recipe. Each must pass unchanged on every backend.
+pub fn cases() -> Vec<Case> {
+    let mut all = cas::cases();
+    all.extend(sequence::cases());
+    all
+}
+
+macro_rules! case {
+    ($module:literal, $f:ident) => {
+        $crate::Case {
+            name: concat!($module, "::", stringify!($f)),
+            run: |store| Box::pin($f(store)),
+        }
+    };
+}
+pub(crate) use case;
+
+/// A key no other case or run uses, so cases can share a persistent server.
+pub fn unique_key(case: &str) -> Key {
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    match Key::new(format!("bakery-test/{case}/{id}")) {
+        Ok(key) => key,
+        Err(e) => panic!("test key for {case:?} is invalid: {e}"),
+    }
+}
+
+/// A sequence or lock name no other case or run uses.
+pub fn unique_name(case: &str) -> String {
+    format!("t-{case}-{}", uuid::Uuid::now_v7().simple())
+}

@@ -1,0 +1,129 @@
+//! Fault injection around a real store: manufactured lost replies and
+//! refusals, to prove recipes stay correct under unknown outcomes.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use bakery_core::{
+    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result,
+    Row, Version, VersionedStore,
+};
+
+/// What happens to one `put_if_version` call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Forward the write to the real store, then report
+    /// [`ErrorKind::Unknown`]: the write applied but the reply was "lost".
+    LoseReply,
+    /// Do not forward, report [`ErrorKind::Unknown`]: the request was "lost"
+    /// on the way, so it did not apply — the caller cannot tell which.
+    LoseRequest,
+    /// Do not forward, report [`ErrorKind::Unavailable`].
+    Refuse,
+}
+
+/// Wraps a real store and applies scripted faults to its next puts.
+///
+/// ```
+/// use std::sync::Arc;
+/// use bakery_core::{ErrorKind, Key, MemoryStore, VersionedStore};
+/// use bakery_testkit::faults::{Fault, FaultStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let store = FaultStore::new(Arc::new(MemoryStore::new()));
+/// store.script([Fault::LoseReply]);
+/// let key = Key::new("k").unwrap();
+/// let err = store.put_if_version(&key, None, "v".into()).await.unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::Unknown);
+/// assert!(store.get(&key).await.unwrap().is_some(), "the write applied");
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct FaultStore {
+    inner: Arc<dyn VersionedStore>,
+    script: Mutex<VecDeque<Fault>>,
+}
+
+impl FaultStore {
+    /// No faults until [`script`](Self::script) is called.
+    pub fn new(inner: Arc<dyn VersionedStore>) -> Self {
+        FaultStore {
+            inner,
+            script: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Queue faults for the next puts, in order.
+    pub fn script(&self, faults: impl IntoIterator<Item = Fault>) {
+        self.lock().extend(faults);
+    }
+
+    /// Faults queued but not yet used.
+    pub fn remaining(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Fault>> {
+        self.script
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[async_trait]
+impl VersionedStore for FaultStore {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<Row>> {
+        self.inner.get(key).await
+    }
+
+    async fn put_if_version(
+        &self,
+        key: &Key,
+        expected: Option<Version>,
+        value: Bytes,
+    ) -> Result<PutOutcome> {
+        let fault = self.lock().pop_front();
+        let backend = self.inner.backend();
+        match fault {
+            None => self.inner.put_if_version(key, expected, value).await,
+            Some(Fault::LoseReply) => {
+                let applied = self.inner.put_if_version(key, expected, value).await?;
+                Err(Error::new(
+                    ErrorKind::Unknown,
+                    backend,
+                    format!(
+                        "injected fault: reply lost (the write {})",
+                        if applied.is_applied() {
+                            "applied"
+                        } else {
+                            "conflicted"
+                        }
+                    ),
+                ))
+            }
+            Some(Fault::LoseRequest) => Err(Error::new(
+                ErrorKind::Unknown,
+                backend,
+                "injected fault: request lost",
+            )),
+            Some(Fault::Refuse) => Err(Error::new(
+                ErrorKind::Unavailable,
+                backend,
+                "injected fault: refused",
+            )),
+        }
+    }
+
+    async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
+        self.inner.delete_if_version(key, expected).await
+    }
+}

@@ -1,0 +1,129 @@
+//! Negative controls: the suite must FAIL on stores that break the
+//! contract, or its passes would prove nothing.
+
+use std::sync::Arc;
+
+use bakery_core::{
+    async_trait, Bytes, Capabilities, DeleteOutcome, Key, MemoryStore, PutOutcome, Result, Row,
+    Version, VersionedStore,
+};
+use bakery_testkit::Case;
+
+/// How the broken store breaks the contract.
+#[derive(Debug, Clone, Copy)]
+enum Breakage {
+    /// CAS as read, then yield, then an unconditional write: the classic
+    /// lost-update bug (and what FerretDB v1 does for updates).
+    ReadThenWrite,
+    /// Conflicts do not carry the current row.
+    ConflictWithoutRow,
+}
+
+#[derive(Debug)]
+struct BrokenStore {
+    inner: MemoryStore,
+    breakage: Breakage,
+}
+
+#[async_trait]
+impl VersionedStore for BrokenStore {
+    fn backend(&self) -> &'static str {
+        "broken"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::empty()
+    }
+    async fn get(&self, key: &Key) -> Result<Option<Row>> {
+        self.inner.get(key).await
+    }
+    async fn put_if_version(
+        &self,
+        key: &Key,
+        expected: Option<Version>,
+        value: Bytes,
+    ) -> Result<PutOutcome> {
+        match self.breakage {
+            Breakage::ReadThenWrite => {
+                let current = self.inner.get(key).await?;
+                if current.as_ref().map(|r| r.version) != expected {
+                    return Ok(PutOutcome::Conflict(current));
+                }
+                tokio::task::yield_now().await; // the window another writer slips into
+                let now = self.inner.get(key).await?.map(|r| r.version);
+                self.inner.put_if_version(key, now, value).await
+            }
+            Breakage::ConflictWithoutRow => {
+                match self.inner.put_if_version(key, expected, value).await? {
+                    PutOutcome::Conflict(_) => Ok(PutOutcome::Conflict(None)),
+                    applied => Ok(applied),
+                }
+            }
+        }
+    }
+    async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
+        self.inner.delete_if_version(key, expected).await
+    }
+}
+
+fn case(name: &str) -> Case {
+    bakery_testkit::cases()
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no case {name}"))
+}
+
+/// Run `case` on a broken store; returns true if it failed (panicked).
+fn fails(name: &str, breakage: Breakage) -> bool {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let store: Arc<dyn VersionedStore> = Arc::new(BrokenStore {
+        inner: MemoryStore::new(),
+        breakage,
+    });
+    runtime.block_on(async move { tokio::spawn((case(name).run)(store)).await.is_err() })
+}
+
+#[test]
+fn race_case_detects_lost_updates_of_a_read_then_write_cas() {
+    // A lost update needs an interleaving; repeat a bounded number of times
+    // so the control is not flaky, and fail if it never shows.
+    let detected = (0..20).any(|_| {
+        fails(
+            "cas::race_of_8_tasks_loses_no_update",
+            Breakage::ReadThenWrite,
+        )
+    });
+    assert!(
+        detected,
+        "the race case passed 20 times on a non-atomic CAS"
+    );
+}
+
+#[test]
+fn stale_case_detects_a_conflict_without_the_current_row() {
+    assert!(fails(
+        "cas::stale_version_conflicts_with_current_row",
+        Breakage::ConflictWithoutRow
+    ));
+    assert!(fails(
+        "cas::second_create_conflicts_with_current_row",
+        Breakage::ConflictWithoutRow
+    ));
+}
+
+#[test]
+fn sequence_case_detects_duplicates_from_a_read_then_write_cas() {
+    let detected = (0..20).any(|_| {
+        fails(
+            "sequence::eight_clients_10000_ids_unique_and_increasing",
+            Breakage::ReadThenWrite,
+        )
+    });
+    assert!(
+        detected,
+        "8 clients never collided on a non-atomic CAS in 20 runs"
+    );
+}
