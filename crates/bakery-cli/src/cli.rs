@@ -1,0 +1,217 @@
+//! Command-line surface: the clap types, and where the default store lives.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+
+/// The most ids one `bakery seq next` may hand out.
+pub const MAX_COUNT: u64 = 10_000_000;
+
+/// Unique monotonic sequences on the database you already run, from the shell.
+///
+/// Every command works on one store, named by a URI (`--uri` or `BAKERY_URI`).
+/// Without one, bakery uses an embedded SQLite file (see below), which is
+/// safe to share between processes on this machine.
+#[derive(Debug, Parser)]
+#[command(name = "bakery", version)]
+pub struct Cli {
+    /// Store to use, e.g. `sqlite:///var/lib/app/bakery.db` or `memory://`
+    /// (`bakery backends` lists the schemes of this build). Default: the
+    /// embedded SQLite file (path computed at run time, see `command()`).
+    #[arg(
+        long,
+        global = true,
+        env = "BAKERY_URI",
+        hide_env_values = true,
+        value_name = "URI",
+        display_order = 100
+    )]
+    pub uri: Option<String>,
+
+    /// Print JSON instead of plain text.
+    #[arg(long, global = true, display_order = 101)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Sequences: unique, strictly increasing ids shared by every process
+    /// that uses the same store.
+    #[command(subcommand)]
+    Seq(SeqCommand),
+
+    /// List the URI schemes compiled into this build.
+    Backends,
+}
+
+/// `bakery seq …`
+#[derive(Debug, Subcommand)]
+pub enum SeqCommand {
+    /// Hand out the next ids of a sequence, one per line.
+    ///
+    /// The ids are unique across every process and machine using the same
+    /// store and strictly increasing within one call. The sequence is created
+    /// on first use, starting at 1. Ids are reserved in blocks; the part of a
+    /// block this process does not print is never handed out (a gap).
+    Next(NextArgs),
+
+    /// Show the stored state of a sequence (next unreserved id, last
+    /// reserving node, row version, block size). Exits 1 if it does not exist.
+    Show(ShowArgs),
+}
+
+/// Arguments of `bakery seq next`.
+#[derive(Debug, Args)]
+pub struct NextArgs {
+    /// Sequence name: ASCII letters, digits and `_ - . : @ + =` (no `/`).
+    pub name: String,
+
+    /// How many ids to print (1 to 10000000).
+    #[arg(
+        short = 'n',
+        long,
+        default_value_t = 1,
+        value_name = "N",
+        value_parser = clap::value_parser!(u64).range(1..=MAX_COUNT)
+    )]
+    pub count: u64,
+
+    /// Ids reserved per write to the store (recorded in the sequence row).
+    /// Default: the --count, so this process reserves exactly what it prints,
+    /// in one write. A smaller block makes ceil(count / block) writes, each of
+    /// one block; a block larger than --count leaves the rest unused (a gap).
+    #[arg(
+        short = 'b',
+        long,
+        value_name = "B",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub block_size: Option<u64>,
+}
+
+/// Arguments of `bakery seq show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Sequence name.
+    pub name: String,
+}
+
+/// The embedded SQLite file used when no URI is given:
+/// `<data dir>/bakery/bakery.db` (`$XDG_DATA_HOME` or `~/.local/share` on
+/// Linux), or `./bakery.db` when the platform has no data directory.
+pub fn default_db_path() -> PathBuf {
+    match dirs::data_dir() {
+        Some(dir) => dir.join("bakery").join("bakery.db"),
+        None => PathBuf::from("bakery.db"),
+    }
+}
+
+/// The `sqlite://` URI of a database file, percent-encoding the characters
+/// the sqlite URI parser gives a meaning to (`%` escapes, `?` options).
+/// `None` if the path is not valid UTF-8.
+pub fn sqlite_uri(path: &Path) -> Option<String> {
+    let path = path.to_str()?;
+    let mut uri = String::with_capacity(path.len() + 9);
+    uri.push_str("sqlite://");
+    for c in path.chars() {
+        match c {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3F"),
+            c => uri.push(c),
+        }
+    }
+    Some(uri)
+}
+
+/// Text shown after the options of `bakery --help` / `bakery -h`.
+fn after_help() -> String {
+    format!(
+        "Default store (no --uri, no BAKERY_URI):\n  \
+         {}\n\n\
+         Exit status: 0 success (also when the reader of stdout goes away early),\n  \
+         1 runtime error (one line on stderr: `bakery: error: ...`), 2 usage error.",
+        {
+            let path = default_db_path();
+            sqlite_uri(&path).unwrap_or_else(|| format!("sqlite://{}", path.display()))
+        }
+    )
+}
+
+/// The clap command with the computed help text attached (the default
+/// database path depends on the platform and the environment).
+pub fn command() -> clap::Command {
+    let default = default_db_path();
+    let uri_help = format!(
+        "Store URI, e.g. `sqlite:///var/lib/app/bakery.db` or `memory://` \
+         (schemes: `bakery backends`). Default: the SQLite file {}",
+        default.display()
+    );
+    Cli::command()
+        .mut_arg("uri", |arg| arg.help(uri_help))
+        .after_help(after_help())
+}
+
+/// Parse the process arguments; on a usage error (or `--help`/`--version`)
+/// clap prints and exits with its own status (2, or 0 for help).
+pub fn parse() -> Cli {
+    let matches = command().get_matches();
+    match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(err) => err.format(&mut command()).exit(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        command().debug_assert();
+    }
+
+    #[test]
+    fn default_paths_become_sqlite_uris() {
+        assert_eq!(
+            sqlite_uri(Path::new("/home/a/.local/share/bakery/bakery.db")).as_deref(),
+            Some("sqlite:///home/a/.local/share/bakery/bakery.db")
+        );
+        assert_eq!(
+            sqlite_uri(Path::new("bakery.db")).as_deref(),
+            Some("sqlite://bakery.db")
+        );
+        assert_eq!(
+            sqlite_uri(Path::new("/w 1/100%?/b.db")).as_deref(),
+            Some("sqlite:///w 1/100%25%3F/b.db")
+        );
+    }
+
+    #[test]
+    fn count_is_bounded() {
+        let parse = |args: &[&str]| {
+            command()
+                .try_get_matches_from(args)
+                .and_then(|m| Cli::from_arg_matches(&m))
+        };
+        assert!(parse(&["bakery", "seq", "next", "x", "--count", "0"]).is_err());
+        assert!(parse(&["bakery", "seq", "next", "x", "--count", "10000001"]).is_err());
+        assert!(parse(&["bakery", "seq", "next", "x", "--count", "10000000"]).is_ok());
+        assert!(parse(&["bakery", "seq", "next", "x", "--block-size", "0"]).is_err());
+        let cli = parse(&["bakery", "seq", "next", "x", "--json"]).map_err(|e| e.to_string());
+        match cli {
+            Ok(Cli {
+                json: true,
+                command: Command::Seq(SeqCommand::Next(args)),
+                ..
+            }) => {
+                assert_eq!(args.count, 1);
+                assert_eq!(args.block_size, None);
+            }
+            other => panic!("unexpected parse: {other:?}"),
+        }
+    }
+}

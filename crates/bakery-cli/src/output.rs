@@ -1,0 +1,138 @@
+//! Errors of the CLI and how results reach stdout.
+
+use std::fmt;
+use std::io::{self, BufWriter, StdoutLock, Write};
+
+/// Everything a command can fail with.
+#[derive(Debug)]
+pub enum CliError {
+    /// An error from bakery, with optional context appended (never a
+    /// password: URIs are passed through `bakery::redact` first).
+    Bakery {
+        /// The error itself.
+        err: bakery::Error,
+        /// Extra context, e.g. which store was being opened.
+        context: Option<String>,
+    },
+    /// Writing the output failed (a broken pipe is not reported, see
+    /// [`CliError::is_broken_pipe`]).
+    Output(io::Error),
+    /// A plain message (a missing sequence, a data directory that cannot be
+    /// created, …).
+    Message(String),
+}
+
+impl CliError {
+    /// True when stdout's reader went away (`bakery … | head -1`): the
+    /// command stops quietly with status 0, as if killed by SIGPIPE.
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, CliError::Output(e) if e.kind() == io::ErrorKind::BrokenPipe)
+    }
+
+    /// Attach context to a bakery error.
+    pub fn with_context(err: bakery::Error, context: impl Into<String>) -> Self {
+        CliError::Bakery {
+            err,
+            context: Some(context.into()),
+        }
+    }
+}
+
+impl From<bakery::Error> for CliError {
+    fn from(err: bakery::Error) -> Self {
+        CliError::Bakery { err, context: None }
+    }
+}
+
+impl From<io::Error> for CliError {
+    fn from(err: io::Error) -> Self {
+        CliError::Output(err)
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Bakery { err, context: None } => write!(f, "{err}"),
+            CliError::Bakery {
+                err,
+                context: Some(context),
+            } => write!(f, "{err} ({context})"),
+            CliError::Output(err) => write!(f, "cannot write output: {err}"),
+            CliError::Message(message) => f.write_str(message),
+        }
+    }
+}
+
+/// Print `err` as ONE line on stderr: `bakery: error: …`. Errors writing to
+/// stderr itself are ignored (there is nowhere left to report them).
+pub fn report(err: &CliError) {
+    let line = one_line(&err.to_string());
+    let _ = writeln!(io::stderr().lock(), "bakery: error: {line}");
+}
+
+/// Collapse any line breaks (a driver message may carry some) so every
+/// diagnostic stays on one line.
+pub fn one_line(text: &str) -> String {
+    text.split(['\n', '\r'])
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A buffered, locked stdout. Callers must `flush()` it to see write errors.
+pub fn stdout() -> BufWriter<StdoutLock<'static>> {
+    BufWriter::with_capacity(64 * 1024, io::stdout().lock())
+}
+
+/// Replace the default panic message (several lines, maybe a backtrace) with
+/// one line on stderr; a panic is always a bug in bakery. With
+/// `RUST_BACKTRACE` set, the default hook runs as usual.
+pub fn install_panic_hook() {
+    if std::env::var_os("RUST_BACKTRACE").is_some() {
+        return;
+    }
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info
+            .payload()
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(no message)");
+        let location = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let _ = writeln!(
+            io::stderr().lock(),
+            "bakery: internal error (a bug, please report it): {}{location}",
+            one_line(payload)
+        );
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_one_line() {
+        assert_eq!(one_line("a\nb\r\n  c  \n"), "a b c");
+        let err = CliError::with_context(
+            bakery::Error::config("sqlite", "cannot\nopen"),
+            "store sqlite:///x.db",
+        );
+        assert_eq!(
+            one_line(&err.to_string()),
+            "sqlite: config: cannot open (store sqlite:///x.db)"
+        );
+    }
+
+    #[test]
+    fn broken_pipe_is_recognised() {
+        let err = CliError::from(io::Error::from(io::ErrorKind::BrokenPipe));
+        assert!(err.is_broken_pipe());
+        assert!(!CliError::Message("x".into()).is_broken_pipe());
+    }
+}
