@@ -22,6 +22,7 @@ pub mod backends {
 /// assert!(bakery::schemes().contains(&"memory"));
 /// ```
 pub fn schemes() -> Vec<&'static str> {
+    #[cfg_attr(not(feature = "sqlite"), allow(unused_mut))]
     let mut all = vec!["memory"];
     #[cfg(feature = "sqlite")]
     all.extend_from_slice(bakery_sqlite::SCHEMES);
@@ -108,12 +109,45 @@ pub async fn connect(uri: &str) -> Result<Arc<dyn VersionedStore>> {
     }
 }
 
-/// `uri` with any password replaced by `***`, for messages and logs.
+/// `uri` with any password replaced by `***`, for messages and logs: the
+/// password of the authority (`user:pass@host`) and the value of query
+/// options that hold secrets (`password`, `pass`, `pwd`, `secret`, `token`).
 ///
 /// ```
 /// assert_eq!(bakery::redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+/// assert_eq!(
+///     bakery::redact("postgres://h/db?user=u&password=secret&sslmode=require"),
+///     "postgres://h/db?user=u&password=***&sslmode=require"
+/// );
 /// ```
 pub fn redact(uri: &str) -> String {
+    let (base, query) = match uri.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (uri, None),
+    };
+    let mut out = redact_authority(base);
+    if let Some(query) = query {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if is_secret_option(name) => format!("{name}=***"),
+                _ => pair.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&pairs.join("&"));
+    }
+    out
+}
+
+fn is_secret_option(name: &str) -> bool {
+    matches!(
+        name.to_ascii_lowercase().as_str(),
+        "password" | "pass" | "pwd" | "secret" | "token" | "auth"
+    )
+}
+
+fn redact_authority(uri: &str) -> String {
     let Some((scheme, rest)) = uri.split_once("://") else {
         return uri.to_string();
     };

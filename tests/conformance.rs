@@ -1,1 +1,126 @@
-fn main() {}
+//! The conformance runner: every case of `bakery-testkit` against every
+//! backend configured for this run.
+//!
+//! - MemoryStore always; SQLite always (a temp file, or `BAKERY_SQLITE_URI`).
+//! - Each server backend whose `BAKERY_<NAME>_URI` is set (e.g.
+//!   `BAKERY_POSTGRES_URI`). A configured backend that cannot be reached
+//!   FAILS its cases; it is never skipped.
+//! - `BAKERY_TEST_REQUIRE=postgres,redis,…` (set by `scripts/test.sh`): a
+//!   required backend without a URI fails. Under `CI=true` every backend
+//!   compiled into this build is required; on a developer machine a
+//!   backend without a URI is left out with a printed reason.
+//!
+//! `cargo test --test conformance -- sqlite::sequence` filters as usual.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bakery::VersionedStore;
+use libtest_mimic::{Arguments, Failed, Trial};
+
+/// Server backends: (name, env var).
+const SERVERS: &[(&str, &str)] = &[
+    ("postgres", "BAKERY_POSTGRES_URI"),
+    ("redis", "BAKERY_REDIS_URI"),
+    ("etcd", "BAKERY_ETCD_URI"),
+    ("mongodb", "BAKERY_MONGODB_URI"),
+    ("cassandra", "BAKERY_CASSANDRA_URI"),
+];
+
+/// A hang guard, not a performance assertion: a case that runs this long
+/// is stuck.
+const CASE_TIMEOUT: Duration = Duration::from_secs(300);
+
+enum Target {
+    Uri(String),
+    Missing(String),
+}
+
+fn targets() -> Vec<(String, Target)> {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let required: Vec<String> = std::env::var("BAKERY_TEST_REQUIRE")
+        .unwrap_or_default()
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let mut out = vec![("memory".to_string(), Target::Uri("memory://".into()))];
+    let sqlite = std::env::var("BAKERY_SQLITE_URI").unwrap_or_else(|_| {
+        let dir = std::env::temp_dir().join(format!("bakery-conformance-{}", std::process::id()));
+        format!("sqlite://{}/conformance.db", dir.display())
+    });
+    out.push(("sqlite".into(), Target::Uri(sqlite)));
+    let compiled_schemes = bakery::schemes();
+    for (name, var) in SERVERS {
+        let compiled = &compiled_schemes.contains(name);
+        match std::env::var(var) {
+            Ok(uri) if !uri.is_empty() => out.push((name.to_string(), Target::Uri(uri))),
+            _ if required.iter().any(|r| r == name || r == "all") || (ci && *compiled) => {
+                out.push((
+                    name.to_string(),
+                    Target::Missing(format!(
+                    "{var} is not set but {name} is required (CI=true or BAKERY_TEST_REQUIRE); \
+                     start it with `scripts/backends.sh start {name}`"
+                )),
+                ))
+            }
+            _ if *compiled => {
+                eprintln!("conformance: {name} left out: {var} is not set (a developer run; CI fails instead)")
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let mut trials = Vec::new();
+    for (backend, target) in targets() {
+        for case in bakery_testkit::cases() {
+            let name = format!("{backend}::{}", case.name);
+            let trial = match &target {
+                Target::Missing(why) => {
+                    let why = why.clone();
+                    Trial::test(name, move || Err(Failed::from(why)))
+                }
+                Target::Uri(uri) => {
+                    let uri = uri.clone();
+                    Trial::test(name, move || run_case(&uri, case))
+                }
+            };
+            trials.push(trial.with_kind(backend.clone()));
+        }
+    }
+    libtest_mimic::run(&args, trials).exit();
+}
+
+fn run_case(uri: &str, case: bakery_testkit::Case) -> Result<(), Failed> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    runtime.block_on(async {
+        let store: Arc<dyn VersionedStore> = bakery::connect(uri)
+            .await
+            .map_err(|e| format!("cannot connect to {}: {e}", bakery::redact(uri)))?;
+        let run = tokio::spawn((case.run)(store));
+        match tokio::time::timeout(CASE_TIMEOUT, run).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(join)) => Err(Failed::from(panic_message(join))),
+            Err(_) => Err(Failed::from(format!("hung for {CASE_TIMEOUT:?}"))),
+        }
+    })
+}
+
+fn panic_message(err: tokio::task::JoinError) -> String {
+    match err.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "case panicked".into()),
+        Err(e) => format!("case task failed: {e}"),
+    }
+}
