@@ -33,6 +33,13 @@ fn next_vs_fetch_add(c: &mut Criterion) {
         b.iter(|| black_box(counter.fetch_add(1, Ordering::AcqRel)))
     });
 
+    // The same increment inside the async harness, to show what the harness
+    // itself costs per call.
+    group.bench_function("raw_fetch_add_async", |b| {
+        b.to_async(&rt)
+            .iter(|| async { black_box(counter.fetch_add(1, Ordering::AcqRel)) })
+    });
+
     // Blocks of 2^32 ids: every measured call takes the cached path (the
     // one refill per ~4 billion ids is invisible).
     let store = Arc::new(bakery::MemoryStore::new());

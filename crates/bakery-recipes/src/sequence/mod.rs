@@ -375,7 +375,11 @@ impl Sequence {
                     }
                     return Ok(range.start);
                 }
-                Claim::Exhausted { generation } => self.inner.refill(generation, 1).await?,
+                // Boxed: the rare refill must not bloat the future of every
+                // `next()` call (the fast path is a few nanoseconds).
+                Claim::Exhausted { generation } => {
+                    Box::pin(self.inner.refill(generation, 1)).await?
+                }
             }
         }
     }
