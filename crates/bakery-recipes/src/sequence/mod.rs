@@ -402,7 +402,9 @@ impl Sequence {
                     wanted -= range.end - range.start;
                     batch.push(range);
                 }
-                Claim::Exhausted { generation } => self.inner.refill(generation, wanted).await?,
+                Claim::Exhausted { generation } => {
+                    Box::pin(self.inner.refill(generation, wanted)).await?
+                }
             }
         }
         Ok(batch)
