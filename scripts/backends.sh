@@ -1,0 +1,735 @@
+#!/usr/bin/env bash
+# Real servers for the conformance suite, run natively (no Docker): installs
+# what is missing from Debian packages, starts each server on 127.0.0.1 on a
+# non-default port with its data in a scratch directory, and prints the
+# BAKERY_<NAME>_URI export lines the tests read.
+#
+#   scripts/backends.sh start [NAME...]    install if missing, start (or reuse), wait until
+#                                          it answers, print export lines (default: all)
+#   scripts/backends.sh stop [NAME...]     stop servers this script started (default: all)
+#   scripts/backends.sh restart NAME...    stop, then start again on the same data
+#   scripts/backends.sh kill NAME...       SIGKILL the server's processes (crash tests)
+#   scripts/backends.sh status             one line per backend
+#   scripts/backends.sh env                export lines of the running backends
+#   scripts/backends.sh deps               install build dependencies only (protoc)
+#
+# NAME is postgres, redis, etcd, or all.  Only export lines go to stdout, so
+#   eval "$(scripts/backends.sh start all)"
+# works; progress goes to stderr.  Every start/stop/restart/kill also rewrites
+# target/backends.env with the lines of ALL running servers
+# (`source target/backends.env`).
+#
+# Environment:
+#   BAKERY_PG_PORT (15432)  BAKERY_REDIS_PORT (16379)
+#   BAKERY_ETCD_PORT (12379)  BAKERY_ETCD_PEER_PORT (12380)
+#                            unset: the port the backend last ran on, else the default
+#   BAKERY_SCRATCH           data, logs, pid files (${TMPDIR:-/tmp}/bakery-backends)
+#   BAKERY_BACKENDS_TIMEOUT  seconds to wait for a server to answer (60)
+#   BAKERY_PG_BIN            PostgreSQL bin directory (newest /usr/lib/postgresql/*/bin)
+#   BAKERY_REDIS_PERSIST     always (default): append-only file, fsync per write, so a
+#                            stop/restart/kill keeps the data like postgres and etcd do;
+#                            everysec: fsync once a second; off: no persistence at all
+set -euo pipefail
+
+usage() {
+    sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$ROOT/scripts/backends.sh" >&2
+}
+
+BACKENDS=(postgres redis etcd)
+
+SCRATCH=${BAKERY_SCRATCH:-${TMPDIR:-/tmp}/bakery-backends}
+[[ $SCRATCH == /* ]] || SCRATCH=$PWD/$SCRATCH
+# Downloads (none yet: the three servers above come from apt) are cached here.
+CACHE_DIR=${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/bakery
+ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+ENV_FILE=$ROOT/target/backends.env
+TIMEOUT=${BAKERY_BACKENDS_TIMEOUT:-60}
+
+# Ports: the environment variable if set, else the port the backend used last
+# time (recorded in its scratch directory, so a restart or a start after a
+# crash keeps its URI), else the default.
+recorded_port() {
+    local file=$SCRATCH/$1/ports ports=()
+    if [[ -f $file ]]; then read -r -a ports <"$file" || true; fi
+    echo "${ports[$2]:-}"
+}
+PG_PORT=${BAKERY_PG_PORT:-$(recorded_port postgres 0)}
+REDIS_PORT=${BAKERY_REDIS_PORT:-$(recorded_port redis 0)}
+ETCD_PORT=${BAKERY_ETCD_PORT:-$(recorded_port etcd 0)}
+ETCD_PEER_PORT=${BAKERY_ETCD_PEER_PORT:-$(recorded_port etcd 1)}
+PG_PORT=${PG_PORT:-15432}
+REDIS_PORT=${REDIS_PORT:-16379}
+ETCD_PORT=${ETCD_PORT:-12379}
+ETCD_PEER_PORT=${ETCD_PEER_PORT:-12380}
+
+# ---------------------------------------------------------------- helpers
+
+say() { printf 'backends: %s\n' "$*" >&2; }
+die() {
+    printf 'backends: error: %s\n' "$*" >&2
+    exit 1
+}
+have() { command -v "$1" >/dev/null 2>&1; }
+
+for var in PG_PORT REDIS_PORT ETCD_PORT ETCD_PEER_PORT; do
+    [[ ${!var} =~ ^[1-9][0-9]{0,4}$ && ${!var} -le 65535 ]] ||
+        die "BAKERY_$var=${!var} is not a port number"
+done
+REDIS_PERSIST=${BAKERY_REDIS_PERSIST:-always}
+[[ $REDIS_PERSIST == @(always|everysec|off) ]] ||
+    die "BAKERY_REDIS_PERSIST=$REDIS_PERSIST: use always, everysec or off"
+[[ $TIMEOUT =~ ^[1-9][0-9]*$ ]] || die "BAKERY_BACKENDS_TIMEOUT=$TIMEOUT is not a number of seconds"
+[[ $SCRATCH != *"'"* ]] || die "BAKERY_SCRATCH must not contain a single quote: $SCRATCH"
+
+as_root() {
+    if [[ $EUID -eq 0 ]]; then
+        "$@"
+    elif have sudo; then
+        sudo "$@"
+    else
+        die "need root for: $* (not root, and sudo is not installed)"
+    fi
+}
+
+APT_UPDATED=0
+apt_install() {
+    have apt-get || die "apt-get not found; install by hand: $*"
+    if [[ $APT_UPDATED -eq 0 ]]; then
+        say "apt-get update"
+        as_root apt-get update -q >&2
+        APT_UPDATED=1
+    fi
+    say "apt-get install $*"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >&2
+}
+
+pkg_installed() {
+    local status
+    # shellcheck disable=SC2016  # ${Status} is dpkg-query's format, not a shell expansion
+    status=$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) || return 1
+    [[ $status == *" ok installed" ]]
+}
+
+# alive PID [COMM]: the process exists, is not a zombie, and (if given) its
+# command name is COMM -- so a pid reused by an unrelated process is not "ours".
+alive() {
+    local pid=$1 want=${2:-} stat comm rest
+    [[ $pid =~ ^[1-9][0-9]*$ ]] || return 1
+    { read -r stat <"/proc/$pid/stat"; } 2>/dev/null || return 1
+    comm=${stat#*(}
+    comm=${comm%)*}
+    rest=${stat##*) }
+    [[ ${rest%% *} != [ZX] ]] || return 1
+    [[ -z $want || $comm == "$want" ]]
+}
+
+pgrp_of() {
+    local stat rest fields
+    { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
+    rest=${stat##*) }
+    read -r -a fields <<<"$rest"
+    echo "${fields[2]}"
+}
+
+# group_alive PGID: some live (non-zombie) process is in process group PGID.
+# (Not `kill -0 -PGID`: that also counts zombies, which a container's pid 1
+# may never reap.)
+group_alive() {
+    local stat_file stat rest fields
+    for stat_file in /proc/[0-9]*/stat; do
+        { read -r stat <"$stat_file"; } 2>/dev/null || continue
+        rest=${stat##*) }
+        read -r -a fields <<<"$rest"
+        [[ ${fields[2]} == "$1" && ${fields[0]} != [ZX] ]] && return 0
+    done
+    return 1
+}
+
+# Waits (bounded) until PID has exited; with "group", until its whole process
+# group has.  Returns 1 on timeout.
+wait_gone() {
+    local pid=$1 group=${2:-} deadline=$((SECONDS + TIMEOUT))
+    while :; do
+        if [[ $group == group ]]; then
+            group_alive "$pid" || return 0
+        else
+            alive "$pid" || return 0
+        fi
+        ((SECONDS < deadline)) || return 1
+        sleep 0.2
+    done
+}
+
+# Closes every inherited descriptor above 2, in a subshell that then launches a
+# daemon: a server must not keep the caller's pipes (a CI log, a `$(...)`)
+# or our lock open.
+close_fds() {
+    local fd fds=(/proc/"$BASHPID"/fd/*)
+    for fd in "${fds[@]##*/}"; do
+        if ((fd > 2)) && [[ -e /proc/$BASHPID/fd/$fd ]]; then exec {fd}>&-; fi
+    done
+}
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+dir_of() { printf '%s/%s\n' "$SCRATCH" "$1"; }
+
+# The port a backend runs on: the one recorded when this script started it,
+# else the configured one.  Field 1 = client port, field 2 = peer port (etcd).
+port_of() {
+    local name=$1 field=${2:-1} file ports
+    file=$(dir_of "$name")/ports
+    if [[ -f $file ]] && read -r -a ports <"$file" && [[ -n ${ports[field - 1]:-} ]]; then
+        echo "${ports[field - 1]}"
+        return
+    fi
+    case $name:$field in
+    postgres:1) echo "$PG_PORT" ;;
+    redis:1) echo "$REDIS_PORT" ;;
+    etcd:1) echo "$ETCD_PORT" ;;
+    etcd:2) echo "$ETCD_PEER_PORT" ;;
+    esac
+}
+
+# ---------------------------------------------------------------- build dependencies
+
+# install_missing WHAT...: one apt-get install for the packages that
+# missing_WHAT (for each WHAT) reports absent.
+install_missing() {
+    local what pkgs=()
+    for what in "$@"; do
+        mapfile -t -O "${#pkgs[@]}" pkgs < <("missing_$what")
+    done
+    ((${#pkgs[@]})) || return 0
+    apt_install "${pkgs[@]}"
+    pkgs=()
+    for what in "$@"; do
+        mapfile -t -O "${#pkgs[@]}" pkgs < <("missing_$what")
+    done
+    ((${#pkgs[@]} == 0)) || die "still missing after apt-get install: ${pkgs[*]}"
+}
+
+# protoc and the well-known .proto files: the etcd-client crate needs both to build.
+missing_deps() {
+    have protoc || echo protobuf-compiler
+    if [[ ! -f /usr/include/google/protobuf/descriptor.proto ]] && ! pkg_installed libprotobuf-dev; then
+        echo libprotobuf-dev
+    fi
+}
+install_deps() { install_missing deps; }
+
+# ---------------------------------------------------------------- postgres
+# Each backend defines: describe_X (sets PIDFILE, COMM, LOG, PORTS), missing_X
+# (the Debian packages it lacks), install_X,
+# start_X (launch; the driver has checked the ports are free), ready_X (one
+# probe), after_start_X, uri_X, stop_X PID.
+
+pg_bin() {
+    local data version found=()
+    if [[ -n ${BAKERY_PG_BIN:-} ]]; then
+        echo "$BAKERY_PG_BIN"
+        return
+    fi
+    data=$(dir_of postgres)/data
+    if [[ -f $data/PG_VERSION ]]; then # an existing cluster needs its own major version
+        version=$(<"$data/PG_VERSION")
+        [[ -x /usr/lib/postgresql/$version/bin/postgres ]] || return 1
+        echo "/usr/lib/postgresql/$version/bin"
+        return
+    fi
+    shopt -s nullglob
+    found=(/usr/lib/postgresql/*/bin/initdb)
+    shopt -u nullglob
+    ((${#found[@]})) || return 1
+    printf '%s\n' "${found[@]%/initdb}" | sort -V | tail -n 1
+}
+
+# Runs a PostgreSQL program as the cluster owner: initdb and postgres refuse root.
+pg_run() {
+    if [[ $EUID -eq 0 ]]; then
+        (cd / && runuser -u postgres -- "$@")
+    else
+        "$@"
+    fi
+}
+
+describe_postgres() {
+    PIDFILE=$(dir_of postgres)/data/postmaster.pid
+    COMM=postgres
+    LOG=$(dir_of postgres)/postgres.log
+    PORTS=("$PG_PORT:BAKERY_PG_PORT")
+}
+
+missing_postgres() {
+    local data
+    pg_bin >/dev/null && return
+    data=$(dir_of postgres)/data
+    if [[ -f $data/PG_VERSION ]]; then
+        die "postgres: $data was created by PostgreSQL $(<"$data/PG_VERSION"), which is not installed; remove $(dir_of postgres) or install that version"
+    fi
+    echo postgresql
+}
+
+install_postgres() {
+    install_missing postgres
+}
+
+start_postgres() {
+    local dir data bin sock port
+    dir=$(dir_of postgres)
+    data=$dir/data
+    port=$(port_of postgres)
+    bin=$(pg_bin)
+    if [[ $EUID -eq 0 ]]; then
+        id -u postgres >/dev/null 2>&1 || die "postgres: no user 'postgres' (the postgresql package creates it)"
+        chown postgres: "$dir"
+        pg_run test -w "$dir" ||
+            die "postgres: user postgres cannot write $dir (a parent directory is closed to it); set BAKERY_SCRATCH to a directory under /tmp"
+    fi
+    if [[ ! -f $data/PG_VERSION ]]; then
+        say "postgres: initdb $data ($bin)"
+        rm -rf "$data" # a half-made cluster from an interrupted initdb
+        LOG=$dir/initdb.log
+        pg_run "$bin/initdb" -D "$data" -A trust -U postgres -E UTF8 --no-locale >"$LOG" 2>&1 || return 1
+        LOG=$dir/postgres.log
+    fi
+    # The Unix socket lives next to the data unless that path is too long for a socket.
+    sock=$dir
+    ((${#sock} <= 90)) || sock=/tmp
+    # After a SIGKILL the socket's lock file names a dead postmaster; PostgreSQL
+    # refuses to start while that pid exists even as an unreaped zombie.
+    local lock_file=$sock/.s.PGSQL.$port.lock lock_pid=''
+    if [[ -f $lock_file ]]; then
+        { read -r lock_pid <"$lock_file"; } 2>/dev/null || true
+        if ! alive "$lock_pid" postgres; then
+            say "postgres: removing stale socket lock $lock_file"
+            rm -f "$lock_file" "$sock/.s.PGSQL.$port"
+        fi
+    fi
+    (
+        close_fds
+        pg_run "$bin/pg_ctl" -D "$data" -l "$LOG" -w -t "$TIMEOUT" \
+            -o "-p $port -k '$sock' -c listen_addresses=127.0.0.1 -c wal_level=logical -c max_connections=200 -c synchronous_commit=on" \
+            start
+    ) </dev/null
+}
+
+ready_postgres() {
+    local bin
+    bin=$(pg_bin) || return 1
+    "$bin/pg_isready" -q -t 2 -h 127.0.0.1 -p "$(port_of postgres)" -U postgres -d postgres </dev/null
+}
+
+after_start_postgres() {
+    local bin port found
+    bin=$(pg_bin)
+    port=$(port_of postgres)
+    found=$("$bin/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -tAc \
+        "SELECT 1 FROM pg_database WHERE datname = 'bakery'" </dev/null) ||
+        fail postgres "cannot query pg_database on 127.0.0.1:$port"
+    if [[ $found != 1 ]]; then
+        say "postgres: createdb bakery"
+        "$bin/createdb" -h 127.0.0.1 -p "$port" -U postgres bakery </dev/null ||
+            fail postgres "createdb bakery failed"
+    fi
+}
+
+uri_postgres() { echo "postgres://postgres@127.0.0.1:$(port_of postgres)/bakery"; }
+
+stop_postgres() {
+    pg_run "$(pg_bin)/pg_ctl" -D "$(dir_of postgres)/data" -m fast -w -t "$TIMEOUT" stop </dev/null
+}
+
+# ---------------------------------------------------------------- redis
+
+describe_redis() {
+    PIDFILE=$(dir_of redis)/redis.pid
+    COMM=redis-server
+    LOG=$(dir_of redis)/redis.log
+    PORTS=("$REDIS_PORT:BAKERY_REDIS_PORT")
+}
+
+missing_redis() {
+    have redis-server || echo redis-server
+    have redis-cli || echo redis-tools
+}
+
+install_redis() { install_missing redis; }
+
+start_redis() {
+    local dir persist=(--appendonly no)
+    dir=$(dir_of redis)
+    mkdir -p "$dir/data"
+    # No RDB snapshots; durability (if any) from the append-only file.
+    if [[ $REDIS_PERSIST != off ]]; then persist=(--appendonly yes --appendfsync "$REDIS_PERSIST"); fi
+    # Errors before redis opens its log (bad arguments) land in the same file.
+    # shellcheck disable=SC2094
+    (
+        close_fds
+        exec redis-server --port "$(port_of redis)" --bind 127.0.0.1 --save '' "${persist[@]}" \
+            --daemonize yes --pidfile "$PIDFILE" --logfile "$LOG" --dir "$dir/data"
+    ) </dev/null >>"$LOG" 2>&1
+}
+
+ready_redis() {
+    local answer
+    answer=$(timeout 2 redis-cli -h 127.0.0.1 -p "$(port_of redis)" ping </dev/null 2>/dev/null) || return 1
+    [[ $answer == PONG ]]
+}
+
+after_start_redis() { :; }
+
+uri_redis() { echo "redis://127.0.0.1:$(port_of redis)/0"; }
+
+stop_redis() {
+    kill -TERM "$1"
+    wait_gone "$1" || {
+        say "redis: still running after ${TIMEOUT}s; SIGKILL"
+        kill -KILL "$1"
+    }
+}
+
+# ---------------------------------------------------------------- etcd
+
+describe_etcd() {
+    PIDFILE=$(dir_of etcd)/etcd.pid
+    COMM=etcd
+    LOG=$(dir_of etcd)/etcd.log
+    PORTS=("$ETCD_PORT:BAKERY_ETCD_PORT" "$ETCD_PEER_PORT:BAKERY_ETCD_PEER_PORT")
+}
+
+# etcd-client provides etcdctl; deps: the etcd-client crate needs protoc to build.
+missing_etcd() {
+    have etcd || echo etcd-server
+    have etcdctl || echo etcd-client
+    missing_deps
+}
+
+install_etcd() { install_missing etcd; }
+
+start_etcd() {
+    local dir client peer
+    dir=$(dir_of etcd)
+    client=http://127.0.0.1:$(port_of etcd 1)
+    peer=http://127.0.0.1:$(port_of etcd 2)
+    mkdir -p "$dir/data"
+    chmod 700 "$dir/data"
+    # A new session (immune to the caller's terminal and Ctrl-C); the shell
+    # records its own pid, then becomes etcd.
+    (
+        close_fds
+        # shellcheck disable=SC2016  # $$ and $@ expand in the inner shell
+        exec setsid bash -c 'echo $$ >"$0" && exec "$@"' "$PIDFILE" \
+            etcd --name bakery --data-dir "$dir/data" --logger zap \
+            --listen-client-urls "$client" --advertise-client-urls "$client" \
+            --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
+            --initial-cluster "bakery=$peer"
+    ) </dev/null >>"$LOG" 2>&1 &
+}
+
+ready_etcd() {
+    local port answer
+    port=$(port_of etcd)
+    if have curl; then
+        answer=$(curl -fsS -m 2 "http://127.0.0.1:$port/health" </dev/null 2>/dev/null) || return 1
+        [[ $answer == *'"health":"true"'* ]]
+    else
+        ETCDCTL_API=3 etcdctl --endpoints="http://127.0.0.1:$port" --dial-timeout=1s \
+            --command-timeout=2s endpoint health </dev/null >/dev/null 2>&1
+    fi
+}
+
+after_start_etcd() { :; }
+
+uri_etcd() { echo "etcd://127.0.0.1:$(port_of etcd)"; }
+
+stop_etcd() {
+    kill -TERM "$1"
+    wait_gone "$1" || {
+        say "etcd: still running after ${TIMEOUT}s; SIGKILL"
+        kill -KILL "$1"
+    }
+}
+
+# ---------------------------------------------------------------- driver
+
+describe() {
+    PIDFILE='' COMM='' LOG='' PORTS=()
+    "describe_$1"
+}
+
+# Prints the pid of NAME's server if this script started it and it is alive.
+server_pid() {
+    local pid=''
+    describe "$1"
+    [[ -f $PIDFILE ]] || return 1
+    { read -r pid <"$PIDFILE"; } 2>/dev/null || true
+    alive "$pid" "$COMM" || return 1
+    echo "$pid"
+}
+
+fail() {
+    local name=$1
+    shift
+    printf 'backends: error: %s: %s\n' "$name" "$*" >&2
+    if [[ -f $LOG ]]; then
+        printf 'backends: last 30 lines of %s:\n' "$LOG" >&2
+        tail -n 30 "$LOG" | sed 's/^/    /' >&2
+    fi
+    exit 1
+}
+
+# Waits (bounded) until NAME's recorded process is alive and the server answers.
+wait_ready() {
+    local name=$1 deadline=$((SECONDS + TIMEOUT)) pid
+    describe "$name"
+    while :; do
+        if server_pid "$name" >/dev/null && "ready_$name"; then
+            return 0
+        fi
+        # Fail fast when the recorded process has died.
+        pid=''
+        { read -r pid <"$PIDFILE"; } 2>/dev/null || true
+        if [[ -n $pid ]] && ! alive "$pid"; then
+            fail "$name" "the server (pid $pid) exited during start-up"
+        fi
+        ((SECONDS < deadline)) || return 1
+        sleep 0.2
+    done
+}
+
+export_line() {
+    local var=$1 value=$2
+    if [[ $value =~ ^[A-Za-z0-9@:/._+=-]+$ ]]; then
+        printf 'export %s=%s\n' "$var" "$value"
+    else
+        printf "export %s='%s'\n" "$var" "${value//\'/\'\\\'\'}"
+    fi
+}
+
+env_var_of() { echo "BAKERY_${1^^}_URI"; }
+
+is_running() { server_pid "$1" >/dev/null && "ready_$1"; }
+
+print_exports() {
+    local name
+    for name in "$@"; do
+        export_line "$(env_var_of "$name")" "$("uri_$name")"
+    done
+}
+
+write_env_file() {
+    local name running=()
+    for name in "${BACKENDS[@]}"; do
+        if is_running "$name"; then running+=("$name"); fi
+    done
+    mkdir -p "${ENV_FILE%/*}"
+    {
+        echo "# Written by scripts/backends.sh: the servers it runs (source this file)."
+        print_exports "${running[@]}"
+    } >"$ENV_FILE.tmp"
+    mv -f "$ENV_FILE.tmp" "$ENV_FILE"
+}
+
+start_one() {
+    local name=$1 dir pid spec port var
+    dir=$(dir_of "$name")
+    "install_$name"
+    describe "$name"
+    if pid=$(server_pid "$name"); then
+        wait_ready "$name" ||
+            fail "$name" "running (pid $pid) but not answering on port $(port_of "$name") after ${TIMEOUT}s"
+        say "$name: already running (pid $pid, 127.0.0.1:$(port_of "$name"))"
+        for spec in "${PORTS[@]}"; do
+            port=${spec%%:*} var=${spec#*:}
+            if [[ -f $dir/ports && " $(<"$dir/ports") " != *" $port "* ]]; then
+                say "$name: note: $var=$port is ignored while it runs on $(<"$dir/ports"); use 'restart $name' to move it"
+            fi
+        done
+        "after_start_$name"
+        return 0
+    fi
+    if [[ -f $PIDFILE ]]; then
+        say "$name: removing stale pid file $PIDFILE"
+        rm -f "$PIDFILE"
+    fi
+    for spec in "${PORTS[@]}"; do
+        port=${spec%%:*} var=${spec#*:}
+        if port_in_use "$port"; then
+            local who=''
+            if have ss; then who=$(ss -Hltnp "sport = :$port" 2>/dev/null | sed -n 's/.*users:((\(.*\)))/ (\1)/p' | head -n 1); fi
+            die "$name: port $port on 127.0.0.1 is already in use by a process this script did not start$who; stop it, or choose another port with $var=<port>"
+        fi
+    done
+    mkdir -p "$dir"
+    local ports=()
+    for spec in "${PORTS[@]}"; do ports+=("${spec%%:*}"); done
+    echo "${ports[*]}" >"$dir/ports"
+    say "$name: starting on 127.0.0.1:${ports[0]}${ports[1]:+ (peer port ${ports[1]})}, data and log in $dir"
+    "start_$name" || fail "$name" "failed to start"
+    describe "$name"
+    wait_ready "$name" || fail "$name" "not answering on 127.0.0.1:$(port_of "$name") after ${TIMEOUT}s"
+    "after_start_$name"
+    say "$name: ready (pid $(server_pid "$name"), $("uri_$name"))"
+}
+
+stop_one() {
+    local name=$1 pid
+    describe "$name"
+    if ! pid=$(server_pid "$name"); then
+        if [[ -f $PIDFILE ]]; then
+            say "$name: not running; removing stale pid file $PIDFILE"
+            rm -f "$PIDFILE"
+        else
+            say "$name: not running"
+        fi
+        return 0
+    fi
+    say "$name: stopping (pid $pid)"
+    "stop_$name" "$pid"
+    wait_gone "$pid" || die "$name: pid $pid did not exit"
+    rm -f "$PIDFILE"
+    say "$name: stopped"
+}
+
+kill_one() {
+    local name=$1 pid
+    describe "$name"
+    if ! pid=$(server_pid "$name"); then
+        say "$name: not running"
+        return 0
+    fi
+    # pg_ctl, redis --daemonize and our setsid make each server a process-group
+    # leader: SIGKILL the group, so no orphaned PostgreSQL backend outlives it.
+    if [[ $(pgrp_of "$pid") == "$pid" ]]; then
+        say "$name: SIGKILL process group $pid"
+        kill -KILL -- "-$pid"
+        wait_gone "$pid" group || die "$name: process group $pid did not exit"
+    else
+        say "$name: SIGKILL pid $pid"
+        kill -KILL "$pid"
+        wait_gone "$pid" || die "$name: pid $pid did not exit"
+    fi
+    say "$name: killed (data kept; 'start $name' recovers it)"
+}
+
+status_one() {
+    local name=$1 pid state detail='' spec port
+    describe "$name"
+    if pid=$(server_pid "$name"); then
+        if "ready_$name"; then
+            state=running
+            detail="pid $pid, 127.0.0.1:$(port_of "$name"), $("uri_$name")"
+        else
+            state=not-answering
+            detail="pid $pid, 127.0.0.1:$(port_of "$name"), log $LOG"
+        fi
+    else
+        state=stopped
+        [[ -f $PIDFILE ]] && detail="stale pid file $PIDFILE"
+        for spec in "${PORTS[@]}"; do
+            port=${spec%%:*}
+            if port_in_use "$port"; then
+                detail+="${detail:+; }port $port is taken by another process (${spec#*:})"
+            fi
+        done
+    fi
+    printf '%-9s %-14s %s\n' "$name" "$state" "$detail"
+}
+
+lock() {
+    mkdir -p "$SCRATCH"
+    have flock || return 0
+    exec 9>"$SCRATCH/.lock"
+    flock -w $((TIMEOUT * 5)) 9 || die "another scripts/backends.sh holds $SCRATCH/.lock"
+}
+
+expand_names() {
+    local name out=()
+    [[ $# -gt 0 ]] || set -- all
+    for name in "$@"; do
+        case $name in
+        all) out+=("${BACKENDS[@]}") ;;
+        postgres | redis | etcd) out+=("$name") ;;
+        postgresql | pg) out+=(postgres) ;;
+        *) die "unknown backend '$name' (known: ${BACKENDS[*]}, all)" ;;
+        esac
+    done
+    # de-duplicate, keeping order
+    local seen=' ' result=()
+    for name in "${out[@]}"; do
+        [[ $seen == *" $name "* ]] || result+=("$name")
+        seen+="$name "
+    done
+    printf '%s\n' "${result[@]}"
+}
+
+main() {
+    local cmd=${1:-help} names=() name
+    shift || true
+    case $cmd in
+    start | stop | restart | kill)
+        if [[ $cmd == restart || $cmd == kill ]] && [[ $# -eq 0 ]]; then
+            die "usage: scripts/backends.sh $cmd NAME... (or all)"
+        fi
+        mapfile -t names < <(expand_names "$@")
+        [[ ${#names[@]} -gt 0 ]] || exit 1
+        lock
+        case $cmd in
+        start | restart)
+            # All missing packages in one apt-get install; install_X then finds none.
+            install_missing "${names[@]}" >&2
+            ;;
+        esac
+        case $cmd in
+        start)
+            # Everything but the final export lines goes to stderr.
+            for name in "${names[@]}"; do start_one "$name" >&2; done
+            write_env_file
+            print_exports "${names[@]}"
+            ;;
+        stop)
+            for name in "${names[@]}"; do stop_one "$name" >&2; done
+            write_env_file
+            ;;
+        restart)
+            for name in "${names[@]}"; do
+                stop_one "$name" >&2
+                start_one "$name" >&2
+            done
+            write_env_file
+            print_exports "${names[@]}"
+            ;;
+        kill)
+            for name in "${names[@]}"; do kill_one "$name" >&2; done
+            write_env_file
+            ;;
+        esac
+        ;;
+    status)
+        mapfile -t names < <(expand_names "$@")
+        [[ ${#names[@]} -gt 0 ]] || exit 1
+        for name in "${names[@]}"; do status_one "$name"; done
+        echo "scratch: $SCRATCH   cache: $CACHE_DIR   env file: $ENV_FILE"
+        ;;
+    env)
+        for name in "${BACKENDS[@]}"; do
+            if is_running "$name"; then print_exports "$name"; fi
+        done
+        ;;
+    deps)
+        lock
+        install_deps
+        ;;
+    help | -h | --help)
+        usage
+        ;;
+    *)
+        usage
+        die "unknown command '$cmd'"
+        ;;
+    esac
+}
+
+main "$@"
