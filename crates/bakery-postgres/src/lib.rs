@@ -1,0 +1,711 @@
+#![doc = include_str!("../docs.md")]
+#![deny(missing_docs)]
+
+mod error;
+mod store;
+mod tls;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bakery_core::{Error, Result};
+
+pub use store::PostgresStore;
+
+/// The driver this backend is built on, re-exported so benchmarks and
+/// advanced users can issue raw statements with the same version.
+pub use tokio_postgres;
+
+use error::BACKEND;
+
+/// The URI schemes this backend answers to.
+pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
+
+/// The table used when none is configured.
+pub const DEFAULT_TABLE: &str = "bakery_rows";
+
+/// Connections a store keeps at most when `pool_size` is not given.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+
+/// The largest accepted `pool_size`.
+pub const MAX_POOL_SIZE: usize = 1024;
+
+/// How long one call may take when `timeout_ms` is not given: the server
+/// cancels a statement after this long (`statement_timeout`), and the
+/// client gives up [`CLIENT_GRACE`] later.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long opening a connection may take when `connect_timeout` is not
+/// given.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How much longer than the server-side `statement_timeout` the client waits
+/// before it gives up on a call. The server's own cancellation comes back as
+/// a clean "not applied" error; only a reply lost for longer than this is an
+/// unknown outcome.
+pub const CLIENT_GRACE: Duration = Duration::from_millis(250);
+
+/// The largest `timeout_ms` (PostgreSQL's `statement_timeout` is an `int` of
+/// milliseconds).
+const MAX_TIMEOUT_MS: u64 = i32::MAX as u64;
+
+/// The longest identifier PostgreSQL keeps (NAMEDATALEN - 1).
+const MAX_IDENTIFIER_LEN: usize = 63;
+
+/// Options bakery takes out of the URI before the rest goes to the driver.
+const BAKERY_OPTIONS: &[&str] = &["table", "pool_size", "timeout_ms", "sslmode", "sslrootcert"];
+
+/// How hard the connection insists on TLS and checks the server's
+/// certificate. The names and meanings are libpq's `sslmode`.
+///
+/// | mode | TLS | certificate checked |
+/// |------|-----|---------------------|
+/// | `disable` | never | — |
+/// | `prefer` (default) | if the server offers it | only if `sslrootcert` is given (chain, not host name) |
+/// | `require` | always | only if `sslrootcert` is given (chain, not host name) |
+/// | `verify-ca` | always | chain against `sslrootcert` |
+/// | `verify-full` | always | chain against `sslrootcert`, and the host name |
+///
+/// `verify-ca` and `verify-full` need `sslrootcert=FILE` (PEM) or
+/// `sslrootcert=system` (the Mozilla root store built into bakery).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum SslMode {
+    /// Plain TCP only.
+    Disable,
+    /// TLS when the server supports it, plain TCP otherwise.
+    #[default]
+    Prefer,
+    /// TLS or fail; the certificate is not checked unless a root is given.
+    Require,
+    /// TLS, and the certificate chain must lead to the given root.
+    VerifyCa,
+    /// TLS, the chain must lead to the given root and name the host.
+    VerifyFull,
+}
+
+impl SslMode {
+    /// The libpq spelling (`"verify-full"`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+
+    fn parse(text: &str) -> Option<SslMode> {
+        Some(match text {
+            "disable" => SslMode::Disable,
+            "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            _ => return None,
+        })
+    }
+
+    fn verifies(self) -> bool {
+        matches!(self, SslMode::VerifyCa | SslMode::VerifyFull)
+    }
+}
+
+/// The trust anchors a TLS connection checks the server's certificate
+/// against (`sslrootcert`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RootCert {
+    /// `sslrootcert=system`: the Mozilla root store compiled into bakery
+    /// (the `webpki-roots` crate), for servers with a publicly trusted
+    /// certificate.
+    System,
+    /// A PEM file of one or more CA certificates, read when the store opens.
+    File(PathBuf),
+}
+
+impl fmt::Display for RootCert {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RootCert::System => f.write_str("system"),
+            RootCert::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// A validated table name, optionally schema-qualified (`schema.table`).
+/// Each part is `[A-Za-z_][A-Za-z0-9_]{0,62}` and is always double-quoted in
+/// SQL, so it is case-sensitive and may be a keyword (`order`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TableName {
+    schema: Option<String>,
+    name: String,
+}
+
+impl TableName {
+    /// Parse `table` or `schema.table`; an [`ErrorKind::Config`] error
+    /// names what is wrong.
+    ///
+    /// ```
+    /// use bakery_postgres::TableName;
+    /// let t = TableName::parse("bakery.rows")?;
+    /// assert_eq!(t.schema(), Some("bakery"));
+    /// assert_eq!(t.name(), "rows");
+    /// assert_eq!(t.quoted(), "\"bakery\".\"rows\"");
+    /// assert!(TableName::parse("rows; drop table x").is_err());
+    /// # Ok::<(), bakery_core::Error>(())
+    /// ```
+    ///
+    /// [`ErrorKind::Config`]: bakery_core::ErrorKind::Config
+    pub fn parse(table: &str) -> Result<TableName> {
+        let (schema, name) = match table.split_once('.') {
+            Some((schema, name)) => (Some(schema), name),
+            None => (None, table),
+        };
+        let check = |part: &str| {
+            let mut chars = part.chars();
+            matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && part.len() <= MAX_IDENTIFIER_LEN
+        };
+        if !(check(name) && schema.is_none_or(check)) {
+            return Err(Error::config(
+                BACKEND,
+                format!(
+                    "postgres option `table`: {table:?} is not a valid table name (expected NAME or SCHEMA.NAME, each [A-Za-z_][A-Za-z0-9_]{{0,62}})"
+                ),
+            ));
+        }
+        if schema.is_some_and(|s| s.len() >= 3 && s[..3].eq_ignore_ascii_case("pg_")) {
+            return Err(Error::config(
+                BACKEND,
+                format!("postgres option `table`: {table:?} is in a `pg_` schema, reserved by PostgreSQL"),
+            ));
+        }
+        Ok(TableName {
+            schema: schema.map(str::to_string),
+            name: name.to_string(),
+        })
+    }
+
+    /// The schema, if the name is qualified (otherwise `search_path` decides).
+    pub fn schema(&self) -> Option<&str> {
+        self.schema.as_deref()
+    }
+
+    /// The table name without the schema.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The name as it goes into SQL: each part double-quoted.
+    pub fn quoted(&self) -> String {
+        match &self.schema {
+            Some(schema) => format!("\"{schema}\".\"{}\"", self.name),
+            None => format!("\"{}\"", self.name),
+        }
+    }
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.schema {
+            Some(schema) => write!(f, "{schema}.{}", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+/// How to open a [`PostgresStore`]: built from a URI with
+/// [`PostgresConfig::from_uri`], then adjusted with the `with_*` methods.
+///
+/// The URI is libpq's: `postgres://USER[:PASSWORD]@HOST[:PORT][,HOST2…]/DBNAME?OPTIONS`
+/// (`postgresql://` too). bakery takes its own options out of the query
+/// string and hands everything else to the driver (tokio-postgres), which
+/// knows `user`, `password`, `host`, `hostaddr`, `port`, `dbname`,
+/// `options`, `application_name`, `connect_timeout` (seconds),
+/// `tcp_user_timeout`, `keepalives*`, `target_session_attrs`,
+/// `channel_binding`, `load_balance_hosts` and `sslnegotiation`.
+///
+/// | bakery option | default | meaning |
+/// |---------------|---------|---------|
+/// | `table=NAME` or `table=SCHEMA.NAME` | `bakery_rows` | the table holding the rows, see [`TableName`] |
+/// | `pool_size=N` | `16` | connections kept, 1 to 1024 |
+/// | `timeout_ms=N` | `10000` | server-side `statement_timeout`; the client gives up 250 ms later; `0` = none |
+/// | `sslmode=…` | `prefer` | see [`SslMode`] |
+/// | `sslrootcert=FILE\|system` | none | see [`RootCert`] |
+///
+/// `connect_timeout` defaults to 5 seconds here (libpq: none).
+///
+/// The password never appears in `Debug`, `Display` or any error.
+///
+/// ```
+/// use std::time::Duration;
+/// use bakery_postgres::{PostgresConfig, SslMode};
+///
+/// let config = PostgresConfig::from_uri(
+///     "postgres://app:s3cret@db.example:5433/bakery?table=locks.rows&pool_size=4&sslmode=require",
+/// )?;
+/// assert_eq!(config.table().to_string(), "locks.rows");
+/// assert_eq!(config.pool_size(), 4);
+/// assert_eq!(config.ssl_mode(), SslMode::Require);
+/// assert_eq!(config.timeout(), Some(Duration::from_secs(10)));
+/// assert_eq!(
+///     config.to_string(),
+///     "postgres://app:***@db.example:5433/bakery?table=locks.rows&pool_size=4&timeout_ms=10000&connect_timeout=5&sslmode=require"
+/// );
+/// assert!(!format!("{config:?}").contains("s3cret"));
+/// # Ok::<(), bakery_core::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct PostgresConfig {
+    pg: tokio_postgres::Config,
+    table: TableName,
+    pool_size: usize,
+    timeout: Option<Duration>,
+    ssl_mode: SslMode,
+    root_cert: Option<RootCert>,
+}
+
+impl PostgresConfig {
+    /// Parse a `postgres://` or `postgresql://` URI. Any problem is an
+    /// [`ErrorKind::Config`](bakery_core::ErrorKind::Config) error naming
+    /// the offending part; the URI itself (which may hold a password) is
+    /// never quoted.
+    pub fn from_uri(uri: &str) -> Result<Self> {
+        let scheme_len = SCHEMES
+            .iter()
+            .find_map(|scheme| {
+                let prefix_len = scheme.len() + 3;
+                let prefix = uri.get(..prefix_len)?;
+                (prefix[..scheme.len()].eq_ignore_ascii_case(scheme)
+                    && &prefix[scheme.len()..] == "://")
+                    .then_some(prefix_len)
+            })
+            .ok_or_else(|| {
+                Error::config(
+                    BACKEND,
+                    "not a postgres URI (expected postgres://USER@HOST[:PORT]/DBNAME or postgresql://…)",
+                )
+            })?;
+        let rest = &uri[scheme_len..];
+        // The driver takes everything up to the first `@` as credentials,
+        // then host and path up to `?`: split the same way, so a `?` in a
+        // password is never mistaken for the start of the options.
+        let after_credentials = rest.find('@').map_or(0, |at| at + 1);
+        let (base, query) = match rest[after_credentials..].find('?') {
+            Some(q) => (
+                &rest[..after_credentials + q],
+                Some(&rest[after_credentials + q + 1..]),
+            ),
+            None => (rest, None),
+        };
+
+        let mut table = None;
+        let mut pool_size = None;
+        let mut timeout = None;
+        let mut ssl_mode = None;
+        let mut root_cert = None;
+        let mut driver_pairs: Vec<&str> = Vec::new();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (raw_name, raw_value) = pair.split_once('=').unwrap_or((pair, ""));
+            let name = percent_decode(raw_name, "option name")?;
+            if !BAKERY_OPTIONS.contains(&name.as_str()) {
+                if !pair.contains('=') {
+                    return Err(Error::config(
+                        BACKEND,
+                        format!("postgres URI option `{name}` has no value (expected `{name}=…`)"),
+                    ));
+                }
+                driver_pairs.push(pair);
+                continue;
+            }
+            let value = percent_decode(raw_value, "option value")?;
+            let bad = |expected: &str| {
+                Error::config(
+                    BACKEND,
+                    format!("postgres URI option `{name}`: {value:?} is not {expected}"),
+                )
+            };
+            let twice = || {
+                Error::config(
+                    BACKEND,
+                    format!("postgres URI option `{name}` is given twice"),
+                )
+            };
+            match name.as_str() {
+                "table" => {
+                    if table.replace(TableName::parse(&value)?).is_some() {
+                        return Err(twice());
+                    }
+                }
+                "pool_size" => {
+                    let size = value
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=MAX_POOL_SIZE).contains(n))
+                        .ok_or_else(|| bad(&format!("a pool size from 1 to {MAX_POOL_SIZE}")))?;
+                    if pool_size.replace(size).is_some() {
+                        return Err(twice());
+                    }
+                }
+                "timeout_ms" => {
+                    let ms = value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|ms| *ms <= MAX_TIMEOUT_MS)
+                        .ok_or_else(|| {
+                            bad(&format!(
+                                "a number of milliseconds (0 = none, at most {MAX_TIMEOUT_MS})"
+                            ))
+                        })?;
+                    let t = (ms > 0).then(|| Duration::from_millis(ms));
+                    if timeout.replace(t).is_some() {
+                        return Err(twice());
+                    }
+                }
+                "sslmode" => {
+                    let mode = SslMode::parse(&value).ok_or_else(|| {
+                        bad("`disable`, `prefer`, `require`, `verify-ca` or `verify-full`")
+                    })?;
+                    if ssl_mode.replace(mode).is_some() {
+                        return Err(twice());
+                    }
+                }
+                "sslrootcert" => {
+                    if value.is_empty() {
+                        return Err(bad("a PEM file or `system`"));
+                    }
+                    let root = if value == "system" {
+                        RootCert::System
+                    } else {
+                        RootCert::File(PathBuf::from(value.as_str()))
+                    };
+                    if root_cert.replace(root).is_some() {
+                        return Err(twice());
+                    }
+                }
+                _ => unreachable_option(&name)?,
+            }
+        }
+
+        let mut driver_uri = String::with_capacity(uri.len());
+        driver_uri.push_str("postgresql://");
+        driver_uri.push_str(base);
+        if !driver_pairs.is_empty() {
+            driver_uri.push('?');
+            driver_uri.push_str(&driver_pairs.join("&"));
+        }
+        let mut pg: tokio_postgres::Config = driver_uri.parse().map_err(|e| {
+            // The driver's messages name the option, never its value.
+            Error::config(BACKEND, format!("postgres URI: {}", error::chain(&e)))
+        })?;
+        if pg.get_connect_timeout().is_none() {
+            pg.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
+        }
+        let config = PostgresConfig {
+            pg,
+            table: table.unwrap_or_else(default_table),
+            pool_size: pool_size.unwrap_or(DEFAULT_POOL_SIZE),
+            timeout: timeout.unwrap_or(Some(DEFAULT_TIMEOUT)),
+            ssl_mode: ssl_mode.unwrap_or_default(),
+            root_cert,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Use the table `table` (`NAME` or `SCHEMA.NAME`, see [`TableName`]).
+    pub fn with_table(mut self, table: TableName) -> Self {
+        self.table = table;
+        self
+    }
+
+    /// Keep at most `size` connections (1 to [`MAX_POOL_SIZE`]). Calls
+    /// beyond that wait for a free connection, within their timeout.
+    pub fn with_pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Bound each call (`None`: no bound). The server cancels a statement
+    /// after `timeout` (it did not apply: [`ErrorKind::Unavailable`]); the
+    /// client gives up [`CLIENT_GRACE`] later ([`ErrorKind::Unknown`] for a
+    /// write whose request was sent). At most `i32::MAX` milliseconds.
+    ///
+    /// [`ErrorKind::Unavailable`]: bakery_core::ErrorKind::Unavailable
+    /// [`ErrorKind::Unknown`]: bakery_core::ErrorKind::Unknown
+    pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout.filter(|t| !t.is_zero());
+        self
+    }
+
+    /// Bound opening one connection (TCP connect, TLS, authentication).
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.pg.connect_timeout(timeout);
+        self
+    }
+
+    /// Set the TLS mode (see [`SslMode`]).
+    pub fn with_ssl_mode(mut self, mode: SslMode) -> Self {
+        self.ssl_mode = mode;
+        self
+    }
+
+    /// Check the server's certificate against `root` (see [`RootCert`]).
+    pub fn with_root_cert(mut self, root: Option<RootCert>) -> Self {
+        self.root_cert = root;
+        self
+    }
+
+    /// The table.
+    pub fn table(&self) -> &TableName {
+        &self.table
+    }
+
+    /// The most connections kept.
+    pub fn pool_size(&self) -> usize {
+        self.pool_size
+    }
+
+    /// The server-side statement timeout (`None`: none).
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// How long opening one connection may take.
+    pub fn connect_timeout(&self) -> Duration {
+        self.pg
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT)
+    }
+
+    /// The TLS mode.
+    pub fn ssl_mode(&self) -> SslMode {
+        self.ssl_mode
+    }
+
+    /// The trust anchors for the server's certificate, if any.
+    pub fn root_cert(&self) -> Option<&RootCert> {
+        self.root_cert.as_ref()
+    }
+
+    /// The user name.
+    pub fn user(&self) -> Option<&str> {
+        self.pg.get_user()
+    }
+
+    /// The database name (the driver defaults it to the user name).
+    pub fn dbname(&self) -> Option<&str> {
+        self.pg.get_dbname()
+    }
+
+    /// True if a password is configured (it is never shown).
+    pub fn has_password(&self) -> bool {
+        self.pg.get_password().is_some()
+    }
+
+    /// Check the whole configuration; an
+    /// [`ErrorKind::Config`](bakery_core::ErrorKind::Config) error names
+    /// what is wrong.
+    pub fn validate(&self) -> Result<()> {
+        if self.pg.get_user().is_none_or(str::is_empty) {
+            return Err(Error::config(
+                BACKEND,
+                "postgres URI names no user (expected postgres://USER@HOST/DBNAME or ?user=USER)",
+            ));
+        }
+        if self.pg.get_hosts().is_empty() && self.pg.get_hostaddrs().is_empty() {
+            return Err(Error::config(
+                BACKEND,
+                "postgres URI names no host (expected postgres://USER@HOST/DBNAME or ?host=…)",
+            ));
+        }
+        if !(1..=MAX_POOL_SIZE).contains(&self.pool_size) {
+            return Err(Error::config(
+                BACKEND,
+                format!(
+                    "postgres option `pool_size` must be from 1 to {MAX_POOL_SIZE}, not {}",
+                    self.pool_size
+                ),
+            ));
+        }
+        if self
+            .timeout
+            .is_some_and(|t| t.as_millis() > u128::from(MAX_TIMEOUT_MS) || t.as_millis() == 0)
+        {
+            return Err(Error::config(
+                BACKEND,
+                format!(
+                    "postgres option `timeout_ms` must be from 1 to {MAX_TIMEOUT_MS} (or none)"
+                ),
+            ));
+        }
+        if self.ssl_mode.verifies() && self.root_cert.is_none() {
+            return Err(Error::config(
+                BACKEND,
+                format!(
+                    "postgres option `sslmode={}` needs `sslrootcert=FILE` (a PEM file of CA certificates) or `sslrootcert=system` (the built-in Mozilla roots)",
+                    self.ssl_mode.as_str()
+                ),
+            ));
+        }
+        if self.root_cert.is_some() && self.ssl_mode == SslMode::Disable {
+            return Err(Error::config(
+                BACKEND,
+                "postgres option `sslrootcert` makes no sense with `sslmode=disable`",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The driver configuration with bakery's session settings added.
+    pub(crate) fn driver_config(&self) -> tokio_postgres::Config {
+        let mut pg = self.pg.clone();
+        pg.ssl_mode(match self.ssl_mode {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => {
+                tokio_postgres::config::SslMode::Require
+            }
+        });
+        // Session settings the guarantees rest on (see docs.md), sent in the
+        // startup packet: no extra round trip. The user's own `options`
+        // come last, so they win.
+        let timeout_ms = self.timeout.map_or(0, |t| t.as_millis());
+        let mut options = format!(
+            "-c statement_timeout={timeout_ms} -c default_transaction_isolation=read\\ committed -c synchronous_commit=on"
+        );
+        if let Some(user) = self.pg.get_options().filter(|o| !o.trim().is_empty()) {
+            options.push(' ');
+            options.push_str(user);
+        }
+        pg.options(options);
+        if self.pg.get_application_name().is_none() {
+            pg.application_name("bakery");
+        }
+        pg
+    }
+
+    fn fmt_redacted(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("postgres://")?;
+        if let Some(user) = self.pg.get_user() {
+            f.write_str(user)?;
+            if self.pg.get_password().is_some() {
+                f.write_str(":***")?;
+            }
+            f.write_str("@")?;
+        }
+        let ports = self.pg.get_ports();
+        let mut unix = Vec::new();
+        let mut first = true;
+        for (i, host) in self.pg.get_hosts().iter().enumerate() {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match host {
+                tokio_postgres::config::Host::Tcp(name) => {
+                    if !first {
+                        f.write_str(",")?;
+                    }
+                    first = false;
+                    if name.contains(':') {
+                        write!(f, "[{name}]:{port}")?;
+                    } else {
+                        write!(f, "{name}:{port}")?;
+                    }
+                }
+                #[cfg(unix)]
+                tokio_postgres::config::Host::Unix(path) => unix.push(path.display().to_string()),
+            }
+        }
+        if let Some(db) = self.pg.get_dbname() {
+            write!(f, "/{db}")?;
+        }
+        write!(
+            f,
+            "?table={}&pool_size={}&timeout_ms={}&connect_timeout={}&sslmode={}",
+            self.table,
+            self.pool_size,
+            self.timeout.map_or(0, |t| t.as_millis()),
+            self.connect_timeout().as_secs(),
+            self.ssl_mode.as_str()
+        )?;
+        if let Some(root) = &self.root_cert {
+            write!(f, "&sslrootcert={root}")?;
+        }
+        for path in unix {
+            write!(f, "&host={path}")?;
+        }
+        for addr in self.pg.get_hostaddrs() {
+            write!(f, "&hostaddr={addr}")?;
+        }
+        if let Some(name) = self.pg.get_application_name() {
+            write!(f, "&application_name={name}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The URI form with the password replaced by `***`.
+impl fmt::Display for PostgresConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_redacted(f)
+    }
+}
+
+/// Written by hand so the password can never be printed.
+impl fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PostgresConfig(")?;
+        self.fmt_redacted(f)?;
+        f.write_str(")")
+    }
+}
+
+fn default_table() -> TableName {
+    TableName {
+        schema: None,
+        name: DEFAULT_TABLE.to_string(),
+    }
+}
+
+fn unreachable_option(name: &str) -> Result<()> {
+    Err(Error::new(
+        bakery_core::ErrorKind::Internal,
+        BACKEND,
+        format!("bakery option `{name}` is listed but not handled"),
+    ))
+}
+
+/// Decode `%XX` escapes; `what` names the URI part in messages (never the
+/// text itself, which may be part of a password when a URI is malformed).
+fn percent_decode(text: &str, what: &str) -> Result<String> {
+    let bad = || {
+        Error::config(
+            BACKEND,
+            format!("postgres URI {what} has an invalid percent-encoding"),
+        )
+    };
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3).ok_or_else(bad)?;
+            let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| {
+        Error::config(
+            BACKEND,
+            format!("postgres URI {what} does not decode to UTF-8"),
+        )
+    })
+}

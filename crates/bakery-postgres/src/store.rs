@@ -1,0 +1,705 @@
+//! [`PostgresStore`]: the versioned conditional put as one SQL statement.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use bakery_core::{
+    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result,
+    Row, Version, VersionedStore,
+};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime, Timeouts};
+use tokio::time::Instant;
+use tokio_postgres::types::ToSql;
+use tokio_postgres_rustls::MakeRustlsConnect;
+use tracing::Instrument;
+
+use crate::error::{map_err, map_pool_err, timed_out, Op, Phase, BACKEND};
+use crate::{tls, PostgresConfig, TableName, CLIENT_GRACE};
+
+/// How often one call re-runs its statement when the statement's snapshot
+/// and the row it waited for disagree (see [`Statements`]). One re-run is
+/// enough for updates and deletes; a create can meet a new one only if other
+/// clients keep deleting and re-creating the key meanwhile.
+const MAX_ATTEMPTS: usize = 5;
+
+/// The first key of the two-key advisory lock taken around `CREATE TABLE`
+/// (`"bake"` in ASCII), so it cannot meet an application's one-key locks.
+const DDL_LOCK_CLASS: i32 = 0x6261_6b65;
+
+/// A [`VersionedStore`] on one table of a PostgreSQL database.
+///
+/// Each call is ONE statement in its own implicit transaction, on a pooled
+/// connection (deadpool), prepared once per connection. A compare-and-set is
+/// a conditional `UPDATE … WHERE key = $1 AND version = $2` (or
+/// `INSERT … ON CONFLICT … DO UPDATE … WHERE value IS NULL` for a create);
+/// PostgreSQL's row lock and READ COMMITTED re-check of the `WHERE` make it
+/// atomic across any number of clients. On a mismatch the same statement
+/// returns the current row. The SQL and the argument are in the crate docs.
+///
+/// ```no_run
+/// use bakery_core::{Key, PutOutcome, VersionedStore};
+/// use bakery_postgres::PostgresStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> bakery_core::Result<()> {
+/// let store = PostgresStore::connect("postgres://postgres@127.0.0.1:5432/bakery").await?;
+/// let key = Key::new("greeting")?;
+/// let row = match store.put_if_version(&key, None, "hello".into()).await? {
+///     PutOutcome::Applied(row) => row,
+///     PutOutcome::Conflict(current) => panic!("already there: {current:?}"),
+/// };
+/// let next = store.put_if_version(&key, Some(row.version), "hi".into()).await?;
+/// assert!(next.is_applied());
+/// # Ok(()) }
+/// ```
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: PostgresConfig,
+    pool: Pool,
+    /// For cancel requests after a client-side timeout.
+    tls: MakeRustlsConnect,
+    sql: Statements,
+}
+
+/// The SQL, with the validated, quoted table name formatted in once.
+///
+/// Every write returns at most one row `(applied, value, version)`:
+/// `applied = true` with the new version when the write took effect, or
+/// `applied = false` with the stored row (tombstone included) otherwise.
+///
+/// Why the conflict row is correct. All parts of one statement share one
+/// snapshot, taken when the statement starts (inside the call). The
+/// modifying part (`UPDATE`, `INSERT … ON CONFLICT`) works on the NEWEST
+/// committed row version, not the snapshot's: at READ COMMITTED an `UPDATE`
+/// whose row was changed by a concurrent transaction waits for it, then
+/// re-checks its `WHERE` on the new version (EvalPlanQual), and `ON
+/// CONFLICT` locks the newest conflicting version. The fallback `SELECT`,
+/// used only when nothing was written, reads the snapshot. So the returned
+/// row was the current row at the moment the snapshot was taken, a moment
+/// within the call. It is a genuine conflict at that moment unless it
+/// matches `expected` — which happens only when the write waited for a
+/// concurrent writer that changed the row after the snapshot (the snapshot
+/// still shows the old, matching row), or, for a create, when a concurrent
+/// create committed after the snapshot. Those cases are detected in Rust
+/// (the attempt loops of `put` and `delete`) and the statement, which
+/// wrote nothing, is run again with a fresh snapshot that includes the
+/// concurrent write. No read precedes a write, and no answer is built from
+/// two different moments.
+#[derive(Debug)]
+struct Statements {
+    get: String,
+    create: String,
+    update: String,
+    delete: String,
+    create_table: String,
+}
+
+impl Statements {
+    fn new(table: &TableName) -> Self {
+        let t = table.quoted();
+        Statements {
+            get: format!("SELECT value, version FROM {t} WHERE key = $1"),
+            // A create over a tombstone continues its version (no ABA); a
+            // corrupt tombstone (version <= 0) is left alone and reported.
+            create: format!(
+                "WITH w AS (\
+                   INSERT INTO {t} AS cur (key, value, version) VALUES ($1, $2, 1) \
+                   ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, version = cur.version + 1 \
+                   WHERE cur.value IS NULL AND cur.version > 0 \
+                   RETURNING version) \
+                 SELECT true, NULL::bytea, version FROM w \
+                 UNION ALL \
+                 SELECT false, value, version FROM {t} WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM w)"
+            ),
+            update: format!(
+                "WITH w AS (\
+                   UPDATE {t} SET value = $3, version = version + 1 \
+                   WHERE key = $1 AND version = $2 AND value IS NOT NULL \
+                   RETURNING version) \
+                 SELECT true, NULL::bytea, version FROM w \
+                 UNION ALL \
+                 SELECT false, value, version FROM {t} WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM w)"
+            ),
+            // A delete keeps the row as a tombstone at the same version.
+            delete: format!(
+                "WITH w AS (\
+                   UPDATE {t} SET value = NULL \
+                   WHERE key = $1 AND version = $2 AND value IS NOT NULL \
+                   RETURNING version) \
+                 SELECT true, NULL::bytea, version FROM w \
+                 UNION ALL \
+                 SELECT false, value, version FROM {t} WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM w)"
+            ),
+            create_table: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (\
+                   key TEXT PRIMARY KEY, \
+                   value BYTEA, \
+                   version BIGINT NOT NULL CHECK (version > 0))"
+            ),
+        }
+    }
+}
+
+impl PostgresStore {
+    /// Parse `uri` (see [`PostgresConfig::from_uri`]) and open the store.
+    ///
+    /// ```no_run
+    /// use bakery_core::{Capabilities, VersionedStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> bakery_core::Result<()> {
+    /// let store = bakery_postgres::PostgresStore::connect(
+    ///     "postgresql://app:secret@db.internal:5432/bakery?table=rows&pool_size=8",
+    /// )
+    /// .await?;
+    /// assert_eq!(store.backend(), "postgres");
+    /// assert!(store.capabilities().contains(Capabilities::SHARED));
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(uri: &str) -> Result<PostgresStore> {
+        Self::open(PostgresConfig::from_uri(uri)?).await
+    }
+
+    /// Open the store `config` describes: connect, create the table if it
+    /// is missing (under an advisory lock, so that many processes may start
+    /// at once), and check that an existing table has the expected columns
+    /// ([`ErrorKind::Config`] if not).
+    pub async fn open(config: PostgresConfig) -> Result<PostgresStore> {
+        config.validate()?;
+        let span = tracing::debug_span!(
+            "postgres.open",
+            backend = BACKEND,
+            op = "open",
+            config = %config,
+        );
+        let tls = tls::connector(&config)?;
+        let manager = Manager::from_config(
+            config.driver_config(),
+            tls.clone(),
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(config.pool_size())
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Internal,
+                    BACKEND,
+                    format!("building the connection pool: {e}"),
+                )
+            })?;
+        let sql = Statements::new(config.table());
+        let store = PostgresStore {
+            inner: Arc::new(Inner {
+                config,
+                pool,
+                tls,
+                sql,
+            }),
+        };
+        store.prepare_table().instrument(span).await?;
+        Ok(store)
+    }
+
+    /// The configuration this store was opened with.
+    pub fn config(&self) -> &PostgresConfig {
+        &self.inner.config
+    }
+
+    /// The deadline of a call that starts now.
+    fn deadline(&self) -> Option<Instant> {
+        self.inner
+            .config
+            .timeout()
+            .map(|t| Instant::now() + t + CLIENT_GRACE)
+    }
+
+    /// The client-side limit, for messages.
+    fn limit(&self) -> std::time::Duration {
+        self.inner
+            .config
+            .timeout()
+            .map_or(std::time::Duration::MAX, |t| t + CLIENT_GRACE)
+    }
+
+    /// A pooled connection, within the deadline and the connect timeout.
+    async fn checkout(&self, op: Op, deadline: Option<Instant>) -> Result<Object> {
+        let left = match deadline {
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(timed_out(Phase::Connect, op, self.limit()));
+                }
+                Some(left)
+            }
+            None => None,
+        };
+        let connect = self.inner.config.connect_timeout();
+        let timeouts = Timeouts {
+            wait: left,
+            create: Some(left.map_or(connect, |left| left.min(connect))),
+            recycle: left,
+        };
+        self.inner
+            .pool
+            .timeout_get(&timeouts)
+            .await
+            .map_err(|e| map_pool_err(e, op, self.inner.config.pool_size()))
+    }
+
+    /// Run one statement on a pooled connection: prepare (cached per
+    /// connection), execute, all within `deadline`. A client-side timeout
+    /// abandons the connection and asks the server to cancel.
+    async fn query(
+        &self,
+        op: Op,
+        deadline: Option<Instant>,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>> {
+        let client = self.checkout(op, deadline).await?;
+        let statement = match within(deadline, client.prepare_cached(sql)).await {
+            Some(Ok(statement)) => statement,
+            Some(Err(e)) => return Err(map_err(e, Phase::Prepare, op)),
+            None => {
+                self.abandon(client);
+                return Err(timed_out(Phase::Prepare, op, self.limit()));
+            }
+        };
+        match within(deadline, client.query(&statement, params)).await {
+            Some(Ok(rows)) => Ok(rows),
+            Some(Err(e)) => Err(map_err(e, Phase::Execute, op)),
+            None => {
+                self.abandon(client);
+                Err(timed_out(Phase::Execute, op, self.limit()))
+            }
+        }
+    }
+
+    /// Drop a connection whose statement outlived the client's deadline
+    /// (it must not go back to the pool with a reply still in flight) and
+    /// ask the server, best effort, to cancel that statement.
+    fn abandon(&self, client: Object) {
+        let token = client.cancel_token();
+        drop(Object::take(client));
+        let tls = self.inner.tls.clone();
+        let limit = self.inner.config.connect_timeout();
+        tokio::spawn(
+            async move {
+                match tokio::time::timeout(limit, token.cancel_query(tls)).await {
+                    Ok(Ok(())) => tracing::debug!("cancel request sent"),
+                    Ok(Err(e)) => tracing::debug!(error = %e, "cancel request failed"),
+                    Err(_) => tracing::debug!("cancel request timed out"),
+                }
+            }
+            .in_current_span(),
+        );
+    }
+
+    /// Read the stored row (tombstone included).
+    async fn read(&self, op: Op, key: &Key, deadline: Option<Instant>) -> Result<Option<Stored>> {
+        let rows = self
+            .query(op, deadline, &self.inner.sql.get, &[&key.as_str()])
+            .await?;
+        match rows.first() {
+            None => Ok(None),
+            Some(row) => decode(key, row, 0, 1).map(Some),
+        }
+    }
+
+    /// Create the table if missing, check its columns, prepare statements.
+    async fn prepare_table(&self) -> Result<()> {
+        let config = &self.inner.config;
+        let budget = config.connect_timeout()
+            + config.timeout().map_or(crate::DEFAULT_TIMEOUT, |t| t)
+            + CLIENT_GRACE;
+        let deadline = Instant::now() + budget;
+        match tokio::time::timeout_at(deadline, self.prepare_table_inner(deadline)).await {
+            Ok(result) => result,
+            Err(_) => Err(timed_out(Phase::Connect, Op::Open, budget)),
+        }
+    }
+
+    async fn prepare_table_inner(&self, deadline: Instant) -> Result<()> {
+        let op = Op::Open;
+        let table = self.inner.config.table();
+        let name = table.quoted();
+        let mut client = self.checkout(op, Some(deadline)).await?;
+        let exists: bool = client
+            .query_one("SELECT to_regclass($1)::oid IS NOT NULL", &[&name])
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(|e| map_err(e, Phase::Execute, op))?;
+        if !exists {
+            // Concurrent `CREATE TABLE IF NOT EXISTS` can fail with a
+            // unique violation on pg_type: serialize creators on an
+            // advisory lock held until commit.
+            let created = async {
+                let tx = client.transaction().await?;
+                tx.execute(
+                    "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+                    &[&DDL_LOCK_CLASS, &name],
+                )
+                .await?;
+                tx.batch_execute(&self.inner.sql.create_table).await?;
+                tx.commit().await
+            }
+            .await;
+            match created {
+                Ok(()) => {
+                    tracing::debug!(table = %table, "table created (if it was still missing)")
+                }
+                // Someone that does not take the lock made it meanwhile.
+                Err(e) if matches!(e.code().map(|c| c.code()), Some("23505" | "42P07")) => {
+                    tracing::debug!(table = %table, "table created concurrently");
+                }
+                Err(e) => return Err(map_err(e, Phase::Execute, op)),
+            }
+        }
+        check_schema(&client, table).await?;
+        let sql = &self.inner.sql;
+        for statement in [&sql.get, &sql.create, &sql.update, &sql.delete] {
+            client
+                .prepare_cached(statement)
+                .await
+                .map_err(|e| map_err(e, Phase::Prepare, op))?;
+        }
+        Ok(())
+    }
+
+    async fn put(&self, key: &Key, expected: Option<Version>, value: Bytes) -> Result<PutOutcome> {
+        let deadline = self.deadline();
+        let expected_raw = match expected.map(stored_version) {
+            None => None,
+            Some(Some(raw)) => Some(raw),
+            // A version no row can have (0, or above i64::MAX): a conflict
+            // with whatever is there, read on its own.
+            Some(None) => {
+                let current = self.read(Op::Put, key, deadline).await?;
+                return Ok(PutOutcome::Conflict(current.and_then(|s| s.live(key))));
+            }
+        };
+        let key_param = key.as_str();
+        let value_param: &[u8] = &value;
+        for attempt in 1..=MAX_ATTEMPTS {
+            let rows = match &expected_raw {
+                None => {
+                    self.query(
+                        Op::Put,
+                        deadline,
+                        &self.inner.sql.create,
+                        &[&key_param, &value_param],
+                    )
+                    .await?
+                }
+                Some(raw) => {
+                    self.query(
+                        Op::Put,
+                        deadline,
+                        &self.inner.sql.update,
+                        &[&key_param, raw, &value_param],
+                    )
+                    .await?
+                }
+            };
+            let current = match rows.first() {
+                Some(row) if applied(key, row)? => {
+                    let version = decode(key, row, 1, 2)?.version;
+                    tracing::debug!(version, attempt, "applied");
+                    return Ok(PutOutcome::Applied(Row {
+                        key: key.clone(),
+                        value,
+                        version,
+                    }));
+                }
+                Some(row) => decode(key, row, 1, 2)?.live(key),
+                None => None,
+            };
+            let current_version = current.as_ref().map(|row| row.version);
+            if current_version == expected {
+                // The snapshot shows a row that matches, yet the write did
+                // not apply: it met a concurrent writer (see `Statements`).
+                tracing::debug!(attempt, "snapshot and write disagree; re-running");
+                continue;
+            }
+            tracing::debug!(current = ?current_version, "conflict");
+            return Ok(PutOutcome::Conflict(current));
+        }
+        Err(lost_races(Op::Put, key))
+    }
+
+    async fn delete(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
+        let deadline = self.deadline();
+        let Some(raw) = stored_version(expected) else {
+            let current = self.read(Op::Delete, key, deadline).await?;
+            return Ok(DeleteOutcome::Conflict(current.and_then(|s| s.live(key))));
+        };
+        let key_param = key.as_str();
+        for attempt in 1..=MAX_ATTEMPTS {
+            let rows = self
+                .query(
+                    Op::Delete,
+                    deadline,
+                    &self.inner.sql.delete,
+                    &[&key_param, &raw],
+                )
+                .await?;
+            let current = match rows.first() {
+                Some(row) if applied(key, row)? => {
+                    tracing::debug!(attempt, "deleted");
+                    return Ok(DeleteOutcome::Deleted);
+                }
+                Some(row) => decode(key, row, 1, 2)?.live(key),
+                None => None,
+            };
+            if current.as_ref().map(|row| row.version) == Some(expected) {
+                tracing::debug!(attempt, "snapshot and write disagree; re-running");
+                continue;
+            }
+            tracing::debug!(current = ?current.as_ref().map(|row| row.version), "conflict");
+            return Ok(DeleteOutcome::Conflict(current));
+        }
+        Err(lost_races(Op::Delete, key))
+    }
+}
+
+/// Run `f` until `deadline` (`None`: no limit); `None` if it passed.
+async fn within<F: Future>(deadline: Option<Instant>, f: F) -> Option<F::Output> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
+/// A version as stored (`BIGINT`, positive), or `None` if no row can have it.
+fn stored_version(version: Version) -> Option<i64> {
+    i64::try_from(version).ok().filter(|v| *v > 0)
+}
+
+fn lost_races(op: Op, key: &Key) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        BACKEND,
+        format!(
+            "{op} on row `{key}` met a concurrent writer {MAX_ATTEMPTS} times in a row; nothing was applied, retry"
+        ),
+    )
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("config", &format_args!("{}", self.inner.config))
+            .finish()
+    }
+}
+
+#[async_trait]
+impl VersionedStore for PostgresStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::PERSISTENT | Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+    }
+
+    #[tracing::instrument(
+        level = "debug",
+        name = "postgres.get",
+        skip_all,
+        fields(backend = BACKEND, op = "get", key = %key)
+    )]
+    async fn get(&self, key: &Key) -> Result<Option<Row>> {
+        let stored = self.read(Op::Get, key, self.deadline()).await?;
+        Ok(stored.and_then(|stored| stored.live(key)))
+    }
+
+    #[tracing::instrument(
+        level = "debug",
+        name = "postgres.put_if_version",
+        skip_all,
+        fields(backend = BACKEND, op = "put_if_version", key = %key, expected = ?expected, len = value.len())
+    )]
+    async fn put_if_version(
+        &self,
+        key: &Key,
+        expected: Option<Version>,
+        value: Bytes,
+    ) -> Result<PutOutcome> {
+        self.put(key, expected, value).await
+    }
+
+    #[tracing::instrument(
+        level = "debug",
+        name = "postgres.delete_if_version",
+        skip_all,
+        fields(backend = BACKEND, op = "delete_if_version", key = %key, expected)
+    )]
+    async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
+        self.delete(key, expected).await
+    }
+}
+
+/// A stored row, decoded and checked. `value: None` is a tombstone.
+struct Stored {
+    value: Option<Bytes>,
+    version: Version,
+}
+
+impl Stored {
+    /// The row as the API shows it: `None` for a tombstone.
+    fn live(&self, key: &Key) -> Option<Row> {
+        self.value.as_ref().map(|value| Row {
+            key: key.clone(),
+            value: value.clone(),
+            version: self.version,
+        })
+    }
+}
+
+fn bad_column(key: &Key, column: &str, e: tokio_postgres::Error) -> Error {
+    Error::corrupt(
+        BACKEND,
+        format!(
+            "row `{key}`: column {column} cannot be read: {}",
+            crate::error::chain(&e)
+        ),
+    )
+    .with_source(e)
+}
+
+/// The `applied` flag of a write's result row.
+fn applied(key: &Key, row: &tokio_postgres::Row) -> Result<bool> {
+    row.try_get::<_, bool>(0)
+        .map_err(|e| bad_column(key, "applied", e))
+}
+
+/// Check a row's `value` and `version` columns; anything unexpected is
+/// [`ErrorKind::Corrupt`] naming the key, never a panic.
+fn decode(key: &Key, row: &tokio_postgres::Row, value: usize, version: usize) -> Result<Stored> {
+    let raw_version: Option<i64> = row
+        .try_get(version)
+        .map_err(|e| bad_column(key, "version", e))?;
+    let version = match raw_version {
+        Some(v) if v > 0 => v.unsigned_abs(),
+        Some(v) => {
+            return Err(Error::corrupt(
+                BACKEND,
+                format!("row `{key}` has version {v}; expected a positive BIGINT"),
+            ))
+        }
+        None => {
+            return Err(Error::corrupt(
+                BACKEND,
+                format!("row `{key}` has a NULL version; expected a positive BIGINT"),
+            ))
+        }
+    };
+    let value: Option<Vec<u8>> = row
+        .try_get(value)
+        .map_err(|e| bad_column(key, "value", e))?;
+    Ok(Stored {
+        value: value.map(Bytes::from),
+        version,
+    })
+}
+
+/// An existing table must be a table with exactly our three columns, `key`
+/// carrying a unique index `ON CONFLICT (key)` can use, `value` nullable.
+async fn check_schema(client: &Object, table: &TableName) -> Result<()> {
+    let op = Op::Open;
+    let name = table.quoted();
+    let rows = client
+        .query(
+            "SELECT c.relkind::text, a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull \
+             FROM pg_class c \
+             LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+             WHERE c.oid = to_regclass($1) \
+             ORDER BY a.attnum",
+            &[&name],
+        )
+        .await
+        .map_err(|e| map_err(e, Phase::Execute, op))?;
+    let read = |e: tokio_postgres::Error| map_err(e, Phase::Execute, op);
+    let Some(first) = rows.first() else {
+        return Err(Error::config(
+            BACKEND,
+            format!("table {table} does not exist and could not be created"),
+        ));
+    };
+    let relkind: String = first.try_get(0).map_err(read)?;
+    if relkind != "r" && relkind != "p" {
+        let what = match relkind.as_str() {
+            "v" => "a view",
+            "m" => "a materialized view",
+            "f" => "a foreign table",
+            "S" => "a sequence",
+            "i" | "I" => "an index",
+            _ => "something other than a table",
+        };
+        return Err(Error::config(
+            BACKEND,
+            format!("{table} exists as {what}, not a table"),
+        ));
+    }
+    let mut columns = Vec::new();
+    for row in &rows {
+        let name: Option<String> = row.try_get(1).map_err(read)?;
+        let ty: Option<String> = row.try_get(2).map_err(read)?;
+        let not_null: Option<bool> = row.try_get(3).map_err(read)?;
+        if let (Some(name), Some(ty)) = (name, ty) {
+            columns.push((name, ty, not_null.unwrap_or(false)));
+        }
+    }
+    let has = |name: &str, ty: &str| columns.iter().any(|(n, t, _)| n == name && t == ty);
+    let value_nullable = columns
+        .iter()
+        .any(|(n, _, not_null)| n == "value" && !not_null);
+    let shape_ok = columns.len() == 3
+        && has("key", "text")
+        && has("value", "bytea")
+        && has("version", "bigint")
+        && value_nullable;
+    let unique_key = if shape_ok {
+        client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_index i \
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
+                 WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnatts = 1 \
+                 AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = 'key')",
+                &[&name],
+            )
+            .await
+            .and_then(|row| row.try_get::<_, bool>(0))
+            .map_err(read)?
+    } else {
+        false
+    };
+    if !(shape_ok && unique_key) {
+        let found = columns
+            .iter()
+            .map(|(n, t, not_null)| format!("{n} {t}{}", if *not_null { " NOT NULL" } else { "" }))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let why = if shape_ok {
+            "; `key` has no unique index"
+        } else {
+            ""
+        };
+        return Err(Error::config(
+            BACKEND,
+            format!(
+                "table {table} exists with an unexpected schema ({found}){why}; expected key TEXT PRIMARY KEY, value BYTEA (nullable), version BIGINT NOT NULL"
+            ),
+        ));
+    }
+    Ok(())
+}

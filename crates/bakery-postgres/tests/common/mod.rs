@@ -1,0 +1,76 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The server under test, from `BAKERY_POSTGRES_URI`. When it is unset a
+/// developer run prints why and skips (`None`); under `CI=true` it fails.
+pub fn server_uri(test: &str) -> Option<String> {
+    match std::env::var("BAKERY_POSTGRES_URI") {
+        Ok(uri) if !uri.is_empty() => Some(uri),
+        _ => {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+            assert!(
+                !ci,
+                "{test}: BAKERY_POSTGRES_URI is not set but CI=true requires the PostgreSQL tests; \
+                 start a server with `scripts/backends.sh start postgres`"
+            );
+            eprintln!(
+                "{test}: skipped: BAKERY_POSTGRES_URI is not set \
+                 (start a server with `scripts/backends.sh start postgres`)"
+            );
+            None
+        }
+    }
+}
+
+/// `uri` with `extra` options appended.
+pub fn with_options(uri: &str, extra: &str) -> String {
+    let sep = if uri.contains('?') { '&' } else { '?' };
+    format!("{uri}{sep}{extra}")
+}
+
+/// A table name no other test or run uses.
+pub fn unique_table(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}_{}_{}_{}",
+        std::process::id(),
+        nanos % 1_000_000_000_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A plain driver connection, to set up and inspect tables behind the store.
+pub async fn raw_client(uri: &str) -> tokio_postgres::Client {
+    // The driver does not know bakery's options.
+    let base = uri.split('?').next().unwrap_or(uri);
+    let (client, connection) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+        .await
+        .expect("raw connection to BAKERY_POSTGRES_URI");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// Drop the tables and views a passing test made (a failing one keeps them
+/// for a look). Best effort: an error here is only printed.
+pub async fn drop_tables(uri: &str, names: &[&str]) {
+    let client = raw_client(uri).await;
+    for name in names {
+        for kind in ["VIEW", "TABLE"] {
+            let sql = format!("DROP {kind} IF EXISTS {name}");
+            if let Err(e) = client.batch_execute(&sql).await {
+                if e.code() != Some(&tokio_postgres::error::SqlState::WRONG_OBJECT_TYPE) {
+                    eprintln!("cleanup: {sql}: {e}");
+                }
+            }
+        }
+    }
+}

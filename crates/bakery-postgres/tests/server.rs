@@ -1,0 +1,680 @@
+//! PostgresStore against a real server (`BAKERY_POSTGRES_URI`): what only a
+//! server has — table creation races, foreign schemas, corrupt rows,
+//! timeouts on both sides, unreachable servers. The contract itself is the
+//! conformance suite's (`cargo test -p bakery --features postgres --test conformance`).
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bakery_core::{DeleteOutcome, ErrorKind, Key, PutOutcome, Row, VersionedStore};
+use bakery_postgres::PostgresStore;
+use common::{drop_tables, raw_client, server_uri, unique_table, with_options};
+
+fn key(k: &str) -> Key {
+    Key::new(k).unwrap()
+}
+
+async fn open(uri: &str, table: &str) -> PostgresStore {
+    PostgresStore::connect(&with_options(uri, &format!("table={table}")))
+        .await
+        .unwrap_or_else(|e| panic!("open table {table}: {e}"))
+}
+
+async fn open_err(uri: &str, table: &str) -> bakery_core::Error {
+    PostgresStore::connect(&with_options(uri, &format!("table={table}")))
+        .await
+        .expect_err("opening must fail")
+}
+
+async fn applied(store: &PostgresStore, k: &Key, expected: Option<u64>, value: &str) -> Row {
+    match store
+        .put_if_version(k, expected, value.to_string().into())
+        .await
+        .unwrap()
+    {
+        PutOutcome::Applied(row) => row,
+        other => panic!("expected Applied, got {other:?}"),
+    }
+}
+
+/// The stored row behind the API: `(value, version)`, tombstones included.
+async fn raw_row(
+    client: &tokio_postgres::Client,
+    table: &str,
+    k: &str,
+) -> Option<(Option<Vec<u8>>, Option<i64>)> {
+    client
+        .query_opt(
+            &format!("SELECT value, version FROM {table} WHERE key = $1"),
+            &[&k],
+        )
+        .await
+        .unwrap()
+        .map(|row| (row.get(0), row.get(1)))
+}
+
+#[tokio::test]
+async fn life_cycle_keeps_a_tombstone_at_the_deleted_version() {
+    let Some(uri) = server_uri("life_cycle") else {
+        return;
+    };
+    let table = unique_table("bk_life");
+    let store = open(&uri, &table).await;
+    let raw = raw_client(&uri).await;
+    let k = key("life/one");
+    let v1 = applied(&store, &k, None, "a").await;
+    assert_eq!(v1.version, 1);
+    let v2 = applied(&store, &k, Some(1), "b").await;
+    assert_eq!(v2.version, 2);
+    assert_eq!(
+        store.delete_if_version(&k, 2).await.unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(
+        raw_row(&raw, &table, "life/one").await,
+        Some((None, Some(2)))
+    );
+    assert_eq!(store.get(&k).await.unwrap(), None);
+    assert_eq!(
+        store
+            .put_if_version(&k, Some(2), "zombie".into())
+            .await
+            .unwrap(),
+        PutOutcome::Conflict(None)
+    );
+    let v3 = applied(&store, &k, None, "c").await;
+    assert_eq!(v3.version, 3, "a re-create continues above the tombstone");
+    // Versions no row can have are conflicts, not errors.
+    for bad in [0, u64::MAX, i64::MAX as u64 + 1] {
+        assert_eq!(
+            store
+                .put_if_version(&k, Some(bad), "x".into())
+                .await
+                .unwrap(),
+            PutOutcome::Conflict(Some(v3.clone()))
+        );
+        assert_eq!(
+            store.delete_if_version(&k, bad).await.unwrap(),
+            DeleteOutcome::Conflict(Some(v3.clone()))
+        );
+    }
+    drop_tables(&uri, &[&table]).await;
+}
+
+/// Under contention every conflict must carry a row that really conflicts:
+/// strictly newer than the version presented (the counter is never
+/// deleted). A conflict built from a snapshot older than the row the write
+/// waited for would hand back the presented version itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conflicts_under_contention_carry_a_newer_row() {
+    let Some(uri) = server_uri("contention") else {
+        return;
+    };
+    let table = unique_table("bk_contend");
+    let store = Arc::new(open(&uri, &table).await);
+    let k = key("contend/counter");
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, k) = (store.clone(), k.clone());
+            tokio::spawn(async move {
+                let mut current = store.get(&k).await.unwrap();
+                let (mut done, mut conflicts) = (0, 0);
+                while done < 100 {
+                    let n: u64 = current.as_ref().map_or(0, |row| {
+                        std::str::from_utf8(&row.value).unwrap().parse().unwrap()
+                    });
+                    let expected = current.as_ref().map(|row| row.version);
+                    match store
+                        .put_if_version(&k, expected, (n + 1).to_string().into())
+                        .await
+                        .unwrap()
+                    {
+                        PutOutcome::Applied(row) => {
+                            assert_eq!(row.version, n + 1);
+                            done += 1;
+                            current = Some(row);
+                        }
+                        PutOutcome::Conflict(now) => {
+                            let now = now.expect("the counter is never deleted");
+                            assert!(
+                                Some(now.version) > expected,
+                                "conflict at {expected:?} returned version {}",
+                                now.version
+                            );
+                            conflicts += 1;
+                            current = Some(now);
+                        }
+                    }
+                }
+                conflicts
+            })
+        })
+        .collect();
+    let mut conflicts = 0;
+    for task in tasks {
+        conflicts += task.await.unwrap();
+    }
+    let row = store.get(&k).await.unwrap().unwrap();
+    assert_eq!(&row.value[..], b"800");
+    assert_eq!(row.version, 800);
+    assert!(conflicts > 0, "8 writers on one key must have conflicted");
+    drop_tables(&uri, &[&table]).await;
+}
+
+/// Creates and deletes racing on one key: a create that conflicts must
+/// see a live row, a delete that conflicts must see another version, and
+/// every applied create gets a version above all earlier ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn create_and_delete_churn_gives_consistent_conflicts() {
+    let Some(uri) = server_uri("churn") else {
+        return;
+    };
+    let table = unique_table("bk_churn");
+    let store = Arc::new(open(&uri, &table).await);
+    let k = key("churn/k");
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, k) = (store.clone(), k.clone());
+            tokio::spawn(async move {
+                let mut versions = Vec::new();
+                let mut retries = 0;
+                for _ in 0..60 {
+                    let row = match store.put_if_version(&k, None, "x".into()).await {
+                        Ok(PutOutcome::Applied(row)) => {
+                            versions.push(row.version);
+                            row
+                        }
+                        Ok(PutOutcome::Conflict(current)) => {
+                            current.expect("a create conflicts only with a live row")
+                        }
+                        Err(e) if e.kind() == ErrorKind::Unavailable => {
+                            retries += 1;
+                            continue;
+                        }
+                        Err(e) => panic!("create: {e}"),
+                    };
+                    match store.delete_if_version(&k, row.version).await.unwrap() {
+                        DeleteOutcome::Deleted => {}
+                        DeleteOutcome::Conflict(current) => assert_ne!(
+                            current.map(|c| c.version),
+                            Some(row.version),
+                            "a delete conflicted with the version it presented"
+                        ),
+                    }
+                }
+                (versions, retries)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut retries = 0;
+    for task in tasks {
+        let (versions, r) = task.await.unwrap();
+        assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+        all.extend(versions);
+        retries += r;
+    }
+    let count = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), count, "a version was handed out twice");
+    assert!(
+        retries <= 8,
+        "{retries} creates gave up after repeated races"
+    );
+    drop_tables(&uri, &[&table]).await;
+}
+
+#[tokio::test]
+async fn custom_and_schema_qualified_tables() {
+    let Some(uri) = server_uri("custom_table") else {
+        return;
+    };
+    let raw = raw_client(&uri).await;
+    let table = unique_table("bk_custom");
+    let store = open(&uri, &table).await;
+    assert_eq!(store.config().table().name(), table);
+    let k = key("custom/k");
+    applied(&store, &k, None, "here").await;
+    assert_eq!(
+        raw_row(&raw, &table, "custom/k").await,
+        Some((Some(b"here".to_vec()), Some(1)))
+    );
+    let default = raw
+        .query_one(
+            "SELECT to_regclass('bakery_rows') IS NULL OR NOT EXISTS (SELECT 1 FROM bakery_rows WHERE key = 'custom/k')",
+            &[],
+        )
+        .await;
+    if let Ok(row) = default {
+        assert!(
+            row.get::<_, bool>(0),
+            "the row went to the custom table only"
+        );
+    }
+
+    // Schema-qualified, mixed case: quoted, so the case is kept.
+    raw.batch_execute("CREATE SCHEMA IF NOT EXISTS bk_test_schema")
+        .await
+        .unwrap();
+    let name = format!("Mixed_{}", unique_table("t"));
+    let store = open(&uri, &format!("bk_test_schema.{name}")).await;
+    applied(&store, &k, None, "qualified").await;
+    assert_eq!(
+        raw_row(&raw, &format!("bk_test_schema.\"{name}\""), "custom/k").await,
+        Some((Some(b"qualified".to_vec()), Some(1)))
+    );
+    // A schema that does not exist is a configuration error.
+    let err = open_err(&uri, &format!("{}.t", unique_table("bk_noschema"))).await;
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    drop_tables(&uri, &[&table, &format!("bk_test_schema.\"{name}\"")]).await;
+}
+
+#[tokio::test]
+async fn eight_stores_create_the_same_table_at_once() {
+    let Some(uri) = server_uri("concurrent_create") else {
+        return;
+    };
+    for round in 0..3 {
+        let table = unique_table("bk_race");
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let uri = with_options(&uri, &format!("table={table}&pool_size=2"));
+                tokio::spawn(async move { PostgresStore::connect(&uri).await })
+            })
+            .collect();
+        let mut stores = Vec::new();
+        for task in tasks {
+            stores.push(
+                task.await
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("round {round}: {e}")),
+            );
+        }
+        let k = key("race/k");
+        let row = applied(&stores[0], &k, None, "one").await;
+        for store in &stores {
+            assert_eq!(store.get(&k).await.unwrap(), Some(row.clone()));
+        }
+        drop(stores);
+        drop_tables(&uri, &[&table]).await;
+    }
+}
+
+#[tokio::test]
+async fn a_table_of_another_shape_is_a_config_error() {
+    let Some(uri) = server_uri("wrong_schema") else {
+        return;
+    };
+    let raw = raw_client(&uri).await;
+    let mut made = Vec::new();
+    let cases = [
+        (
+            "key TEXT PRIMARY KEY, value TEXT, version INTEGER NOT NULL",
+            "unexpected schema",
+        ),
+        (
+            "key TEXT PRIMARY KEY, value BYTEA NOT NULL, version BIGINT NOT NULL",
+            "unexpected schema",
+        ),
+        (
+            "key TEXT PRIMARY KEY, value BYTEA, version BIGINT NOT NULL, extra INT",
+            "unexpected schema",
+        ),
+        (
+            "key VARCHAR(10) PRIMARY KEY, value BYTEA, version BIGINT",
+            "unexpected schema",
+        ),
+        ("key TEXT, value BYTEA, version BIGINT", "no unique index"),
+        ("id INT", "unexpected schema"),
+    ];
+    for (columns, needle) in cases {
+        let table = unique_table("bk_wrong");
+        raw.batch_execute(&format!("CREATE TABLE {table} ({columns})"))
+            .await
+            .unwrap();
+        let err = open_err(&uri, &table).await;
+        assert_eq!(err.kind(), ErrorKind::Config, "{columns}: {err}");
+        assert_eq!(err.backend(), "postgres");
+        assert!(err.message().contains(needle), "{columns}: {err}");
+        assert!(err.message().contains(&table), "{columns}: {err}");
+        made.push(table);
+    }
+    let view = unique_table("bk_view");
+    raw.batch_execute(&format!(
+        "CREATE VIEW {view} AS SELECT 'k'::text AS key, NULL::bytea AS value, 1::bigint AS version"
+    ))
+    .await
+    .unwrap();
+    let err = open_err(&uri, &view).await;
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    assert!(err.message().contains("a view"), "{err}");
+    // Our own shape, made by hand (nullable version, no CHECK): accepted.
+    let table = unique_table("bk_by_hand");
+    raw.batch_execute(&format!(
+        "CREATE TABLE {table} (key TEXT PRIMARY KEY, value BYTEA, version BIGINT)"
+    ))
+    .await
+    .unwrap();
+    open(&uri, &table).await;
+    made.push(view);
+    made.push(table);
+    let made: Vec<&str> = made.iter().map(String::as_str).collect();
+    drop_tables(&uri, &made).await;
+}
+
+#[tokio::test]
+async fn corrupt_rows_are_typed_errors_naming_the_key_and_stay_unchanged() {
+    let Some(uri) = server_uri("corrupt") else {
+        return;
+    };
+    let raw = raw_client(&uri).await;
+    // Without the CHECK and NOT NULL the store would have added.
+    let table = unique_table("bk_corrupt");
+    raw.batch_execute(&format!(
+        "CREATE TABLE {table} (key TEXT PRIMARY KEY, value BYTEA, version BIGINT);
+         INSERT INTO {table} VALUES
+           ('c/zero', 'x', 0), ('c/neg', 'x', -5), ('c/negtomb', NULL, -3),
+           ('c/null', 'x', NULL), ('c/max', 'x', 9223372036854775807),
+           ('c/maxtomb', NULL, 9223372036854775807)"
+    ))
+    .await
+    .unwrap();
+    let store = open(&uri, &table).await;
+    for (k, expected) in [
+        ("c/zero", Some(1)),
+        ("c/zero", None),
+        ("c/zero", Some(0)),
+        ("c/neg", Some(5)),
+        ("c/negtomb", None),
+        ("c/null", Some(1)),
+        ("c/null", None),
+    ] {
+        let before = raw_row(&raw, &table, k).await;
+        let err = store.get(&key(k)).await.expect_err(k);
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{k}: {err}");
+        assert!(err.message().contains(k), "{k}: {err}");
+        let err = store
+            .put_if_version(&key(k), expected, "new".into())
+            .await
+            .expect_err(k);
+        assert_eq!(
+            err.kind(),
+            ErrorKind::Corrupt,
+            "put {k} {expected:?}: {err}"
+        );
+        assert!(err.message().contains(k), "{k}: {err}");
+        let err = store.delete_if_version(&key(k), 5).await.expect_err(k);
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "delete {k}: {err}");
+        assert_eq!(raw_row(&raw, &table, k).await, before, "{k} was changed");
+    }
+    // The last version a BIGINT holds: the next write is Exhausted, not a wrap.
+    let max = i64::MAX as u64;
+    let err = store
+        .put_if_version(&key("c/max"), Some(max), "next".into())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Exhausted, "{err}");
+    let err = store
+        .put_if_version(&key("c/maxtomb"), None, "again".into())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Exhausted, "{err}");
+    assert_eq!(
+        raw_row(&raw, &table, "c/max").await,
+        Some((Some(b"x".to_vec()), Some(i64::MAX)))
+    );
+    // Other rows of the same table are fine.
+    applied(&store, &key("c/fine"), None, "ok").await;
+    drop_tables(&uri, &[&table]).await;
+}
+
+#[tokio::test]
+async fn server_statement_timeout_is_unavailable_and_reads_do_not_wait() {
+    let Some(uri) = server_uri("statement_timeout") else {
+        return;
+    };
+    let table = unique_table("bk_timeout");
+    let store = PostgresStore::connect(&with_options(
+        &uri,
+        &format!("table={table}&timeout_ms=200"),
+    ))
+    .await
+    .unwrap();
+    let k = key("locked/k");
+    let row = applied(&store, &k, None, "v").await;
+    let mut raw = raw_client(&uri).await;
+    let tx = raw.transaction().await.unwrap();
+    tx.execute(
+        &format!("SELECT 1 FROM {table} WHERE key = $1 FOR UPDATE"),
+        &[&k.as_str()],
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let err = store
+        .put_if_version(&k, Some(row.version), "blocked".into())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.message().contains("nothing was applied"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let err = store.delete_if_version(&k, row.version).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    // MVCC: a read does not wait for the row lock.
+    assert_eq!(store.get(&k).await.unwrap(), Some(row.clone()));
+    tx.rollback().await.unwrap();
+    let next = applied(&store, &k, Some(row.version), "free").await;
+    assert_eq!(
+        next.version,
+        row.version + 1,
+        "the timed-out writes did not apply"
+    );
+    drop_tables(&uri, &[&table]).await;
+}
+
+/// A TCP proxy on loopback that can stop forwarding: a network stall.
+struct Proxy {
+    addr: SocketAddr,
+    frozen: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn proxy(target: SocketAddr) -> Proxy {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let frozen = Arc::new(AtomicBool::new(false));
+    let flag = frozen.clone();
+    let task = tokio::spawn(async move {
+        let mut pumps = tokio::task::JoinSet::new();
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(target).await else {
+                continue;
+            };
+            let (cr, cw) = client.into_split();
+            let (sr, sw) = server.into_split();
+            pumps.spawn(pump(cr, sw, flag.clone()));
+            pumps.spawn(pump(sr, cw, flag.clone()));
+        }
+    });
+    Proxy { addr, frozen, task }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    frozen: Arc<AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let Ok(n) = from.read(&mut buf).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        // A stalled network: hold the bytes (bounded by the test's life).
+        while frozen.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn client_timeout_after_send_is_unknown_for_writes_unavailable_for_reads() {
+    let Some(uri) = server_uri("client_timeout") else {
+        return;
+    };
+    let base: tokio_postgres::Config = uri.split('?').next().unwrap().parse().unwrap();
+    let target = match (&base.get_hosts()[0], base.get_ports().first()) {
+        (tokio_postgres::config::Host::Tcp(host), port) => {
+            let port = port.copied().unwrap_or(5432);
+            tokio::net::lookup_host((host.as_str(), port))
+                .await
+                .unwrap()
+                .next()
+                .unwrap()
+        }
+        #[allow(unreachable_patterns)]
+        _ => {
+            eprintln!("client_timeout: skipped: the server is not on TCP");
+            return;
+        }
+    };
+    let proxy = proxy(target).await;
+    let table = unique_table("bk_stall");
+    let proxied = format!(
+        "postgres://{}@{}/{}?table={table}&timeout_ms=300&pool_size=1&connect_timeout=2&sslmode=disable",
+        base.get_user().unwrap(),
+        proxy.addr,
+        base.get_dbname().unwrap_or("postgres"),
+    );
+    // Both stores connect and prepare before the network stalls.
+    let reader = PostgresStore::connect(&proxied).await.unwrap();
+    let writer = PostgresStore::connect(&proxied).await.unwrap();
+    let k = key("stall/k");
+    let row = applied(&writer, &k, None, "v").await;
+    assert_eq!(reader.get(&k).await.unwrap(), Some(row.clone()));
+
+    proxy.frozen.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    let err = reader.get(&k).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let err = writer
+        .put_if_version(&k, Some(row.version), "lost?".into())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unknown, "{err}");
+    assert!(err.outcome_unknown());
+    assert!(err.message().contains("may or may not"), "{err}");
+    let err = writer.delete_if_version(&k, row.version).await.unwrap_err();
+    // The stalled connection was dropped; a new one cannot get through.
+    assert!(err.is_temporary(), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Once the network flows again the bytes held in the "network" reach
+    // the server: the write may apply now, after it was reported Unknown.
+    // That is exactly why Unknown is not Unavailable.
+    proxy.frozen.store(false, Ordering::Relaxed);
+    let now = reader.get(&k).await.expect("the store recovers").unwrap();
+    let late = now.version == row.version + 1 && &now.value[..] == b"lost?";
+    assert!(now == row || late, "{now:?}");
+    drop_tables(&uri, &[&table]).await;
+}
+
+#[tokio::test]
+async fn unreachable_servers_are_unavailable_within_connect_timeout() {
+    // Port 1 on loopback: connection refused at once.
+    let started = Instant::now();
+    let err = PostgresStore::connect("postgres://postgres@127.0.0.1:1/x?connect_timeout=2")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(err.backend(), "postgres");
+    assert!(started.elapsed() < Duration::from_secs(3));
+
+    // A listener that accepts and never answers: bounded by connect_timeout.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let started = Instant::now();
+    let err = PostgresStore::connect(&format!(
+        "postgres://postgres:hunter2-SECRET@{addr}/x?connect_timeout=1"
+    ))
+    .await
+    .unwrap_err();
+    hold.abort();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(3),
+        "{elapsed:?}"
+    );
+    assert!(!format!("{err} {err:?}").contains("hunter2-SECRET"));
+}
+
+#[tokio::test]
+async fn bad_credentials_and_databases_are_config_errors_without_the_password() {
+    let Some(uri) = server_uri("credentials") else {
+        return;
+    };
+    let base: tokio_postgres::Config = uri.split('?').next().unwrap().parse().unwrap();
+    let host = match &base.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(host) => host.clone(),
+        #[allow(unreachable_patterns)]
+        _ => return,
+    };
+    let port = base.get_ports().first().copied().unwrap_or(5432);
+    let user = base.get_user().unwrap();
+    let cases = [
+        format!("postgres://bk_no_such_role:hunter2-SECRET@{host}:{port}/postgres"),
+        format!("postgres://{user}:hunter2-SECRET@{host}:{port}/bk_no_such_database"),
+    ];
+    for bad in cases {
+        let err = PostgresStore::connect(&bad).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        let text = format!("{err} {err:?}");
+        assert!(!text.contains("hunter2-SECRET"), "{text}");
+    }
+    // Without TLS on the server, `require` must refuse, not fall back.
+    let table = unique_table("bk_tls");
+    match PostgresStore::connect(&format!(
+        "postgres://{user}@{host}:{port}/{}?sslmode=require&table={table}",
+        base.get_dbname().unwrap_or("postgres")
+    ))
+    .await
+    {
+        Ok(store) => {
+            eprintln!("credentials: the server speaks TLS; `require` connected");
+            applied(&store, &key("tls/k"), None, "over TLS").await;
+            drop_tables(&uri, &[&table]).await;
+        }
+        Err(err) => {
+            assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+            assert!(err.message().contains("TLS"), "{err}");
+        }
+    }
+}

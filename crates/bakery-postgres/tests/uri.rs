@@ -1,0 +1,243 @@
+//! URI parsing: no server needed.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bakery_core::ErrorKind;
+use bakery_postgres::{
+    PostgresConfig, RootCert, SslMode, TableName, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE,
+    DEFAULT_TABLE, DEFAULT_TIMEOUT, SCHEMES,
+};
+
+#[test]
+fn schemes() {
+    assert_eq!(SCHEMES, &["postgres", "postgresql"]);
+}
+
+#[test]
+fn defaults() {
+    let config = PostgresConfig::from_uri("postgres://postgres@127.0.0.1:15432/bakery").unwrap();
+    assert_eq!(config.table().to_string(), DEFAULT_TABLE);
+    assert_eq!(config.table().schema(), None);
+    assert_eq!(config.pool_size(), DEFAULT_POOL_SIZE);
+    assert_eq!(config.pool_size(), 16);
+    assert_eq!(config.timeout(), Some(DEFAULT_TIMEOUT));
+    assert_eq!(config.timeout(), Some(Duration::from_millis(10_000)));
+    assert_eq!(config.connect_timeout(), DEFAULT_CONNECT_TIMEOUT);
+    assert_eq!(config.ssl_mode(), SslMode::Prefer);
+    assert_eq!(config.root_cert(), None);
+    assert_eq!(config.user(), Some("postgres"));
+    assert_eq!(config.dbname(), Some("bakery"));
+    assert!(!config.has_password());
+}
+
+#[test]
+fn good_uris() {
+    let cases = [
+        "postgres://u@h/db",
+        "postgresql://u@h/db",
+        "POSTGRES://u@h/db",
+        "postgres://u@h:5433/db",
+        "postgres://u:p@h1:1,h2:2/db",
+        "postgres://u@[::1]:5432/db",
+        "postgres://u@h",
+        "postgres://h/db?user=u",
+        "postgres://u@/db?host=/var/run/postgresql",
+        "postgres://u@h/db?",
+        "postgres://u@h/db?application_name=me&connect_timeout=3&keepalives=1",
+        "postgres://u@h/db?target_session_attrs=read-write&options=-c%20work_mem%3D4MB",
+        "postgres://u@h/db?sslmode=disable",
+        "postgres://u@h/db?sslmode=verify-full&sslrootcert=system",
+        "postgres://u@h/db?table=T_1&pool_size=1&timeout_ms=0",
+        "postgres://u@h/db?table=s.t&pool_size=1024&timeout_ms=2147483647",
+    ];
+    for uri in cases {
+        let config = PostgresConfig::from_uri(uri).unwrap_or_else(|e| panic!("{uri}: {e}"));
+        assert!(config.validate().is_ok(), "{uri}");
+    }
+}
+
+#[test]
+fn options_are_split_between_bakery_and_the_driver() {
+    let config = PostgresConfig::from_uri(
+        "postgresql://app@db:6000/orders?application_name=svc&table=locks.rows&connect_timeout=2&pool_size=3&timeout_ms=250&sslmode=require&sslrootcert=%2Fetc%2Fca.pem",
+    )
+    .unwrap();
+    assert_eq!(config.table().schema(), Some("locks"));
+    assert_eq!(config.table().name(), "rows");
+    assert_eq!(config.pool_size(), 3);
+    assert_eq!(config.timeout(), Some(Duration::from_millis(250)));
+    assert_eq!(config.connect_timeout(), Duration::from_secs(2));
+    assert_eq!(config.ssl_mode(), SslMode::Require);
+    assert_eq!(
+        config.root_cert(),
+        Some(&RootCert::File(PathBuf::from("/etc/ca.pem")))
+    );
+    assert_eq!(config.dbname(), Some("orders"));
+    assert_eq!(
+        config.to_string(),
+        "postgres://app@db:6000/orders?table=locks.rows&pool_size=3&timeout_ms=250&connect_timeout=2&sslmode=require&sslrootcert=/etc/ca.pem&application_name=svc"
+    );
+    let none = PostgresConfig::from_uri("postgres://u@h/db?timeout_ms=0").unwrap();
+    assert_eq!(none.timeout(), None);
+}
+
+#[test]
+fn builder() {
+    let config = PostgresConfig::from_uri("postgres://u@h/db")
+        .unwrap()
+        .with_table(TableName::parse("other").unwrap())
+        .with_pool_size(2)
+        .with_timeout(Some(Duration::from_secs(1)))
+        .with_connect_timeout(Duration::from_secs(7))
+        .with_ssl_mode(SslMode::VerifyCa)
+        .with_root_cert(Some(RootCert::System));
+    assert!(config.validate().is_ok());
+    assert_eq!(config.table().name(), "other");
+    assert_eq!(config.connect_timeout(), Duration::from_secs(7));
+    for bad in [
+        config.clone().with_pool_size(0),
+        config.clone().with_pool_size(1025),
+        config.clone().with_root_cert(None),
+        config
+            .clone()
+            .with_ssl_mode(SslMode::Disable)
+            .with_root_cert(Some(RootCert::System)),
+        config
+            .clone()
+            .with_timeout(Some(Duration::from_secs(u64::from(u32::MAX)))),
+    ] {
+        assert_eq!(bad.validate().unwrap_err().kind(), ErrorKind::Config);
+    }
+    assert_eq!(config.with_timeout(Some(Duration::ZERO)).timeout(), None);
+}
+
+#[test]
+fn bad_uris_are_config_errors_naming_the_problem() {
+    let cases: &[(&str, &str)] = &[
+        ("sqlite://x.db", "not a postgres URI"),
+        ("postgres:/u@h/db", "not a postgres URI"),
+        ("postgres", "not a postgres URI"),
+        ("postgres://h/db", "no user"),
+        ("postgres://u@/db", "no host"),
+        ("postgres://u@h/db?table=", "`table`"),
+        ("postgres://u@h/db?table=1abc", "`table`"),
+        ("postgres://u@h/db?table=a-b", "`table`"),
+        ("postgres://u@h/db?table=a.b.c", "`table`"),
+        ("postgres://u@h/db?table=a;drop%20table%20x", "`table`"),
+        ("postgres://u@h/db?table=%22x%22", "`table`"),
+        ("postgres://u@h/db?table=pg_catalog.t", "`pg_`"),
+        ("postgres://u@h/db?table=t&table=u", "given twice"),
+        ("postgres://u@h/db?pool_size=0", "`pool_size`"),
+        ("postgres://u@h/db?pool_size=1025", "`pool_size`"),
+        ("postgres://u@h/db?pool_size=many", "`pool_size`"),
+        ("postgres://u@h/db?timeout_ms=-1", "`timeout_ms`"),
+        ("postgres://u@h/db?timeout_ms=2147483648", "`timeout_ms`"),
+        ("postgres://u@h/db?sslmode=allow", "`sslmode`"),
+        ("postgres://u@h/db?sslmode=verify-full", "sslrootcert"),
+        ("postgres://u@h/db?sslmode=verify-ca", "sslrootcert"),
+        (
+            "postgres://u@h/db?sslmode=disable&sslrootcert=system",
+            "sslrootcert",
+        ),
+        ("postgres://u@h/db?sslrootcert=", "`sslrootcert`"),
+        ("postgres://u@h/db?colour=blue", "colour"),
+        ("postgres://u@h/db?port=x", "port"),
+        ("postgres://u@h/db?pool_size", "`pool_size`"),
+        ("postgres://u@h/db?keepalives", "`keepalives` has no value"),
+        ("postgres://u@h/db?table=%zz", "percent-encoding"),
+        ("postgres://u@h/db?sslcert=/x.pem", "sslcert"),
+    ];
+    for (uri, needle) in cases {
+        let err = PostgresConfig::from_uri(uri).expect_err(uri);
+        assert_eq!(err.kind(), ErrorKind::Config, "{uri}");
+        assert_eq!(err.backend(), "postgres", "{uri}");
+        assert!(err.message().contains(needle), "{uri}: {err}");
+        assert!(!err.message().contains('\n'), "{uri}: {err}");
+    }
+    let long = format!("postgres://u@h/db?table=t{}", "x".repeat(63));
+    assert!(PostgresConfig::from_uri(&long).is_err());
+    let longest = format!("postgres://u@h/db?table=s{0}.t{0}", "x".repeat(62));
+    assert!(PostgresConfig::from_uri(&longest).is_ok());
+}
+
+const SECRET: &str = "hunter2-SECRET";
+
+#[test]
+fn password_is_redacted_in_debug_and_display() {
+    for uri in [
+        format!("postgres://app:{SECRET}@db/x"),
+        format!("postgresql://app:{SECRET}@db:5433,db2/x?table=t"),
+        format!("postgres://app@db/x?password={SECRET}"),
+        format!("postgres://db/x?user=app&password={SECRET}&sslmode=require"),
+    ] {
+        let config = PostgresConfig::from_uri(&uri).unwrap();
+        assert!(config.has_password(), "{uri}");
+        let shown = [
+            format!("{config}"),
+            format!("{config:?}"),
+            format!("{config:#?}"),
+        ];
+        for text in shown {
+            assert!(!text.contains(SECRET), "{text}");
+            assert!(text.contains(":***@"), "{text}");
+        }
+    }
+}
+
+#[test]
+fn password_is_never_in_errors() {
+    // Every kind of bad URI, each with a password in it.
+    for uri in [
+        format!("postgres://app:{SECRET}@db/x?colour=blue"),
+        format!("postgres://app:{SECRET}@db/x?port=nope"),
+        format!("postgres://app:{SECRET}@db/x?table=bad-name"),
+        format!("postgres://app:{SECRET}@db/x?pool_size=0"),
+        format!("postgres://app:{SECRET}@db/x?sslmode=verify-full"),
+        format!("postgres://app:{SECRET}@/x"),
+        format!("postgres://:{SECRET}@db/x"),
+        format!("postgres://db/x?password={SECRET}"),
+        format!("postgres://db/x?user=u&password={SECRET}&timeout_ms=x"),
+        format!("postgres://app:{SECRET}@db/x?table=%zz"),
+        format!("postgres://app:{SECRET}?table=x@db/x?table=y&table=z"),
+        format!("mysql://app:{SECRET}@db/x"),
+    ] {
+        let err = PostgresConfig::from_uri(&uri).expect_err(&uri);
+        assert_eq!(err.kind(), ErrorKind::Config, "{uri}");
+        let text = format!("{err} {err:?}");
+        assert!(!text.contains(SECRET), "{text}");
+        assert!(!text.contains(&uri), "{text}");
+    }
+}
+
+#[test]
+fn a_question_mark_in_the_password_is_not_an_option() {
+    let config = PostgresConfig::from_uri(&format!("postgres://app:a?b{SECRET}@db/x?table=t"))
+        .expect("`?` before `@` belongs to the password");
+    assert_eq!(config.table().name(), "t");
+    assert_eq!(config.dbname(), Some("x"));
+    assert!(!config.to_string().contains(SECRET));
+}
+
+#[test]
+fn table_names() {
+    let t = TableName::parse("Rows").unwrap();
+    assert_eq!(t.quoted(), "\"Rows\"");
+    assert_eq!(t.to_string(), "Rows");
+    let t = TableName::parse("_s.order").unwrap();
+    assert_eq!(t.quoted(), "\"_s\".\"order\"");
+    for bad in [
+        "",
+        ".",
+        "a.",
+        ".a",
+        "a b",
+        "a\"b",
+        "ü",
+        "a.b.c",
+        "pg_toast.t",
+    ] {
+        let err = TableName::parse(bad).expect_err(bad);
+        assert_eq!(err.kind(), ErrorKind::Config, "{bad:?}");
+    }
+}
