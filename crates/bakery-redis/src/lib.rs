@@ -1,0 +1,658 @@
+#![doc = include_str!("../docs.md")]
+#![deny(missing_docs)]
+
+mod error;
+mod pool;
+mod scripts;
+mod store;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use bakery_core::{Error, Result};
+
+pub use store::RedisStore;
+
+/// The driver this backend is built on, re-exported so benchmarks and
+/// advanced users can issue raw commands with the same version.
+pub use redis;
+
+use error::BACKEND;
+
+/// The URI schemes this backend answers to: `redis`, and `rediss` (TLS) when
+/// the `tls` feature (on by default) is enabled.
+#[cfg(feature = "tls")]
+pub const SCHEMES: &[&str] = &["redis", "rediss"];
+
+/// The URI schemes this backend answers to: `redis` only, because this build
+/// has the `tls` feature off (no `rediss`).
+#[cfg(not(feature = "tls"))]
+pub const SCHEMES: &[&str] = &["redis"];
+
+/// The port used when a URI names none.
+pub const DEFAULT_PORT: u16 = 6379;
+
+/// The prefix put in front of every bakery key when none is configured.
+pub const DEFAULT_PREFIX: &str = "bakery:";
+
+/// The longest accepted key prefix, in bytes.
+pub const MAX_PREFIX_LEN: usize = 128;
+
+/// How long one call (connecting, a read, a compare-and-set) may take before
+/// it fails: [`ErrorKind::Unavailable`] for reads and for writes that were
+/// not sent, [`ErrorKind::Unknown`] for writes that were.
+///
+/// [`ErrorKind::Unavailable`]: bakery_core::ErrorKind::Unavailable
+/// [`ErrorKind::Unknown`]: bakery_core::ErrorKind::Unknown
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest accepted `timeout_ms` (one hour).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Dedicated connections kept by the `watch` strategy.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+
+/// The largest accepted `pool_size`.
+pub const MAX_POOL_SIZE: usize = 256;
+
+/// The URI options, for "unknown option" messages.
+const OPTIONS: &str = "prefix, cas, timeout_ms, pool_size, ca_file";
+
+/// How a compare-and-set is made atomic on the server. Both give the same
+/// results (the conformance suite runs against each); they differ in round
+/// trips and in how they behave under contention. See the crate docs for
+/// the measured figures that chose the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum CasStrategy {
+    /// A Lua script, loaded once and run by `EVALSHA`: the read, the version
+    /// check and the write are one atomic server-side step, one round trip,
+    /// no connection state (so one multiplexed connection serves every call).
+    /// The default: it was faster in every measured case.
+    #[default]
+    Script,
+    /// `WATCH key` + `HMGET`, the version compared in Rust, then
+    /// `MULTI`/`HSET`/`HINCRBY`/`EXEC`; an aborted `EXEC` (a concurrent
+    /// write) re-reads and reports the current row. Two round trips, and one
+    /// dedicated connection per transaction, from a pool of `pool_size`.
+    Watch,
+}
+
+impl CasStrategy {
+    /// The URI spelling: `"script"` or `"watch"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CasStrategy::Script => "script",
+            CasStrategy::Watch => "watch",
+        }
+    }
+}
+
+impl fmt::Display for CasStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for CasStrategy {
+    type Err = Error;
+
+    /// Parse `script` or `watch` (ASCII case-insensitive).
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "script" => Ok(CasStrategy::Script),
+            "watch" => Ok(CasStrategy::Watch),
+            _ => Err(Error::config(
+                BACKEND,
+                format!("redis option `cas`: {s:?} is not `script` or `watch`"),
+            )),
+        }
+    }
+}
+
+/// How to reach a Redis server and lay bakery's rows out in it: built from a
+/// URI with [`RedisConfig::from_uri`] or in code with [`RedisConfig::new`]
+/// and the `with_*` methods. [`RedisStore::open`] validates it.
+///
+/// URI: `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?OPTIONS]`, or
+/// `rediss://…` for TLS (feature `tls`, on by default). The user and
+/// password are percent-decoded; `DB` is the logical database (default 0).
+///
+/// | option | default | meaning |
+/// |--------|---------|---------|
+/// | `prefix=P` | `bakery:` | prepended to every key; 1 to 128 bytes of `A-Z a-z 0-9 _ - . : / @ + = { }` |
+/// | `cas=script\|watch` | `script` | see [`CasStrategy`] |
+/// | `timeout_ms=N` | `5000` | limit on each call, 1 ms to 1 h |
+/// | `pool_size=N` | `16` | dedicated connections of the `watch` strategy, 1 to 256 |
+/// | `ca_file=PATH` | system roots | PEM file of the CA to trust (`rediss` only) |
+///
+/// The password never appears in `Debug` or `Display` output, nor in error
+/// messages.
+///
+/// ```
+/// use std::time::Duration;
+/// use bakery_redis::{CasStrategy, RedisConfig};
+///
+/// let config = RedisConfig::from_uri(
+///     "redis://app:s3cret@cache.internal:6380/2?prefix=myapp:&cas=watch&timeout_ms=250",
+/// )?;
+/// assert_eq!(config.host(), "cache.internal");
+/// assert_eq!(config.port(), 6380);
+/// assert_eq!(config.db(), 2);
+/// assert_eq!(config.prefix(), "myapp:");
+/// assert_eq!(config.cas(), CasStrategy::Watch);
+/// assert_eq!(config.timeout(), Duration::from_millis(250));
+///
+/// // The password is redacted everywhere it could be printed.
+/// assert!(!format!("{config} {config:?}").contains("s3cret"));
+///
+/// let same = RedisConfig::new("cache.internal")
+///     .with_port(6380)
+///     .with_db(2)
+///     .with_username("app")
+///     .with_password("s3cret")
+///     .with_prefix("myapp:")
+///     .with_cas(CasStrategy::Watch)
+///     .with_timeout(Duration::from_millis(250));
+/// assert_eq!(config, same);
+///
+/// let err = RedisConfig::from_uri("redis://localhost?colour=blue").unwrap_err();
+/// assert_eq!(err.kind(), bakery_core::ErrorKind::Config);
+/// # Ok::<(), bakery_core::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    tls: bool,
+    host: String,
+    port: u16,
+    db: i64,
+    username: Option<String>,
+    password: Option<String>,
+    prefix: String,
+    cas: CasStrategy,
+    timeout: Duration,
+    pool_size: usize,
+    ca_file: Option<PathBuf>,
+}
+
+impl RedisConfig {
+    /// A plain-TCP server at `host` on port [`DEFAULT_PORT`], database 0,
+    /// no credentials, and the defaults for everything else.
+    pub fn new(host: impl Into<String>) -> Self {
+        RedisConfig {
+            tls: false,
+            host: host.into(),
+            port: DEFAULT_PORT,
+            db: 0,
+            username: None,
+            password: None,
+            prefix: DEFAULT_PREFIX.to_string(),
+            cas: CasStrategy::default(),
+            timeout: DEFAULT_TIMEOUT,
+            pool_size: DEFAULT_POOL_SIZE,
+            ca_file: None,
+        }
+    }
+
+    /// Parse a `redis://` or `rediss://` URI (forms and options in the type
+    /// docs). Any problem is an [`ErrorKind::Config`](bakery_core::ErrorKind::Config)
+    /// error naming the offending part, with the password redacted.
+    pub fn from_uri(uri: &str) -> Result<Self> {
+        let (base, query) = match uri.split_once('?') {
+            Some((base, query)) => (base, Some(query)),
+            None => (uri, None),
+        };
+        let scheme = base
+            .split_once("://")
+            .map(|(scheme, _)| scheme.to_ascii_lowercase());
+        let tls = match scheme.as_deref() {
+            Some("redis") => false,
+            Some("rediss") => true,
+            _ => {
+                return Err(Error::config(
+                    BACKEND,
+                    format!(
+                        "{:?} is not a redis URI (expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or rediss://…)",
+                        redact_uri(uri)
+                    ),
+                ))
+            }
+        };
+        let url = url::Url::parse(base).map_err(|e| {
+            Error::config(
+                BACKEND,
+                format!("redis URI {:?} does not parse: {e}", redact_uri(uri)),
+            )
+        })?;
+        if url.fragment().is_some() {
+            return Err(Error::config(
+                BACKEND,
+                format!(
+                    "redis URI {:?} has a `#` fragment; none is supported (options go after `?`)",
+                    redact_uri(uri)
+                ),
+            ));
+        }
+        let host = match url.host() {
+            // Host names are case-insensitive; keep one spelling.
+            Some(url::Host::Domain(name)) if !name.is_empty() => name.to_ascii_lowercase(),
+            Some(url::Host::Ipv4(ip)) => ip.to_string(),
+            Some(url::Host::Ipv6(ip)) => ip.to_string(),
+            _ => {
+                return Err(Error::config(
+                    BACKEND,
+                    format!("redis URI {:?} names no host", redact_uri(uri)),
+                ))
+            }
+        };
+        let mut config = RedisConfig::new(host).with_tls(tls);
+        if let Some(port) = url.port() {
+            config.port = port;
+        }
+        if !url.username().is_empty() {
+            config.username = Some(percent_decode(url.username(), "user name")?);
+        }
+        if let Some(password) = url.password() {
+            // Never echo the password, not even in a decoding error.
+            config.password = Some(percent_decode(password, "password").map_err(|_| {
+                Error::config(
+                    BACKEND,
+                    "redis URI password has an invalid percent-encoding or is not UTF-8",
+                )
+            })?);
+        }
+        config.db = match url.path() {
+            "" | "/" => 0,
+            path => path
+                .strip_prefix('/')
+                .filter(|db| !db.is_empty() && db.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|db| db.parse::<i64>().ok())
+                .ok_or_else(|| {
+                    Error::config(
+                        BACKEND,
+                        format!(
+                            "redis URI path {path:?} is not a database number (expected /0, /1, …)"
+                        ),
+                    )
+                })?,
+        };
+        let mut seen: Vec<String> = Vec::new();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let Some((name, value)) = pair.split_once('=') else {
+                return Err(Error::config(
+                    BACKEND,
+                    format!("redis URI option `{pair}` has no value (expected `{pair}=…`)"),
+                ));
+            };
+            let name = percent_decode(name, "option name")?;
+            let value = percent_decode(value, "option value")?;
+            if seen.contains(&name) {
+                return Err(Error::config(
+                    BACKEND,
+                    format!("redis URI option `{name}` is given twice"),
+                ));
+            }
+            let bad = |expected: &str| {
+                Error::config(
+                    BACKEND,
+                    format!("redis URI option `{name}`: {value:?} is not {expected}"),
+                )
+            };
+            match name.as_str() {
+                "prefix" => {
+                    validate_prefix(&value)?;
+                    config.prefix = value.clone();
+                }
+                "cas" => config.cas = value.parse()?,
+                "timeout_ms" => {
+                    let max = MAX_TIMEOUT.as_millis();
+                    let ms = value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|ms| *ms >= 1 && u128::from(*ms) <= max)
+                        .ok_or_else(|| bad(&format!("a number of milliseconds (1 to {max})")))?;
+                    config.timeout = Duration::from_millis(ms);
+                }
+                "pool_size" => {
+                    config.pool_size = value
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=MAX_POOL_SIZE).contains(n))
+                        .ok_or_else(|| bad(&format!("a pool size from 1 to {MAX_POOL_SIZE}")))?;
+                }
+                "ca_file" => {
+                    if value.is_empty() {
+                        return Err(bad("a file path"));
+                    }
+                    config.ca_file = Some(PathBuf::from(&value));
+                }
+                _ => {
+                    return Err(Error::config(
+                        BACKEND,
+                        format!("unknown redis URI option `{name}` (known: {OPTIONS})"),
+                    ))
+                }
+            }
+            seen.push(name);
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Connect by TLS (`rediss://`) or not (default). TLS needs the `tls`
+    /// feature; [`RedisConfig::validate`] says so if it is off.
+    pub fn with_tls(mut self, tls: bool) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// The server's port (default [`DEFAULT_PORT`]).
+    pub fn with_port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// The logical database (`SELECT n`; default 0).
+    pub fn with_db(mut self, db: i64) -> Self {
+        self.db = db;
+        self
+    }
+
+    /// Authenticate as `username` (Redis 6 ACL users; needs a password).
+    pub fn with_username(mut self, username: impl Into<String>) -> Self {
+        self.username = Some(username.into());
+        self
+    }
+
+    /// Authenticate with `password` (`AUTH`). Never printed.
+    pub fn with_password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// Prefix every key with `prefix` (default [`DEFAULT_PREFIX`]).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Choose how a compare-and-set is made atomic (default
+    /// [`CasStrategy::Script`]).
+    pub fn with_cas(mut self, cas: CasStrategy) -> Self {
+        self.cas = cas;
+        self
+    }
+
+    /// Limit each call to `timeout` (default [`DEFAULT_TIMEOUT`]).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Keep at most `size` dedicated connections for the `watch` strategy
+    /// (default [`DEFAULT_POOL_SIZE`]). Calls beyond that wait for one.
+    pub fn with_pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Trust the CA certificate(s) in the PEM file at `path` instead of the
+    /// system's roots (`rediss` only).
+    pub fn with_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_file = Some(path.into());
+        self
+    }
+
+    /// True for `rediss://` (TLS).
+    pub fn tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The server's host name or address.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The logical database.
+    pub fn db(&self) -> i64 {
+        self.db
+    }
+
+    /// The user name, if any.
+    pub fn username(&self) -> Option<&str> {
+        self.username.as_deref()
+    }
+
+    /// True when a password is configured (the password itself is not
+    /// exposed).
+    pub fn has_password(&self) -> bool {
+        self.password.is_some()
+    }
+
+    pub(crate) fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The compare-and-set strategy.
+    pub fn cas(&self) -> CasStrategy {
+        self.cas
+    }
+
+    /// The limit on each call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The most dedicated connections of the `watch` strategy.
+    pub fn pool_size(&self) -> usize {
+        self.pool_size
+    }
+
+    /// The CA file trusted for TLS, if any.
+    pub fn ca_file(&self) -> Option<&std::path::Path> {
+        self.ca_file.as_deref()
+    }
+
+    /// Check the whole configuration; an [`ErrorKind::Config`](bakery_core::ErrorKind::Config)
+    /// error names what is wrong.
+    pub fn validate(&self) -> Result<()> {
+        if self.host.is_empty() {
+            return Err(Error::config(BACKEND, "redis host is empty"));
+        }
+        if self.tls && !cfg!(feature = "tls") {
+            return Err(Error::config(
+                BACKEND,
+                "rediss:// (TLS) needs the `tls` feature of bakery-redis, which this build has off",
+            ));
+        }
+        if self.ca_file.is_some() && !self.tls {
+            return Err(Error::config(
+                BACKEND,
+                "redis option `ca_file` needs TLS (a rediss:// URI)",
+            ));
+        }
+        if self.db < 0 {
+            return Err(Error::config(
+                BACKEND,
+                format!("redis database {} is negative", self.db),
+            ));
+        }
+        if self.username.is_some() && self.password.is_none() {
+            return Err(Error::config(
+                BACKEND,
+                "redis user name given without a password (use redis://USER:PASSWORD@HOST)",
+            ));
+        }
+        validate_prefix(&self.prefix)?;
+        if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
+            return Err(Error::config(
+                BACKEND,
+                format!(
+                    "redis option `timeout_ms` must be from 1 to {}, not {}",
+                    MAX_TIMEOUT.as_millis(),
+                    self.timeout.as_millis()
+                ),
+            ));
+        }
+        if !(1..=MAX_POOL_SIZE).contains(&self.pool_size) {
+            return Err(Error::config(
+                BACKEND,
+                format!(
+                    "redis option `pool_size` must be from 1 to {MAX_POOL_SIZE}, not {}",
+                    self.pool_size
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `Debug` shows everything but the password (`Some("***")`).
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("tls", &self.tls)
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("db", &self.db)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("prefix", &self.prefix)
+            .field("cas", &self.cas)
+            .field("timeout", &self.timeout)
+            .field("pool_size", &self.pool_size)
+            .field("ca_file", &self.ca_file)
+            .finish()
+    }
+}
+
+/// `Display` is the URI with the password replaced by `***`.
+impl fmt::Display for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        write!(f, "{scheme}://")?;
+        match (&self.username, &self.password) {
+            (Some(user), Some(_)) => write!(f, "{user}:***@")?,
+            (Some(user), None) => write!(f, "{user}@")?,
+            (None, Some(_)) => f.write_str(":***@")?,
+            (None, None) => {}
+        }
+        if self.host.contains(':') {
+            write!(f, "[{}]", self.host)?;
+        } else {
+            f.write_str(&self.host)?;
+        }
+        write!(
+            f,
+            ":{}/{}?prefix={}&cas={}&timeout_ms={}&pool_size={}",
+            self.port,
+            self.db,
+            self.prefix,
+            self.cas,
+            self.timeout.as_millis(),
+            self.pool_size
+        )?;
+        if let Some(ca) = &self.ca_file {
+            write!(f, "&ca_file={}", ca.display())?;
+        }
+        Ok(())
+    }
+}
+
+/// A prefix is formatted into every Redis key, so it keeps to a safe
+/// alphabet: the key alphabet plus `{ }` (for a cluster hash tag).
+fn validate_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() || prefix.len() > MAX_PREFIX_LEN {
+        return Err(Error::config(
+            BACKEND,
+            format!(
+                "redis option `prefix`: {prefix:?} must be 1 to {MAX_PREFIX_LEN} bytes (it keeps bakery's keys apart from other data)"
+            ),
+        ));
+    }
+    let allowed = |c: char| {
+        c.is_ascii_alphanumeric()
+            || matches!(c, '_' | '-' | '.' | ':' | '/' | '@' | '+' | '=' | '{' | '}')
+    };
+    if let Some(bad) = prefix.chars().find(|c| !allowed(*c)) {
+        return Err(Error::config(
+            BACKEND,
+            format!(
+                "redis option `prefix`: {prefix:?} contains {bad:?}; allowed are ASCII letters, digits and _ - . : / @ + = {{ }}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `uri` with the password of its authority replaced by `***`, for messages.
+fn redact_uri(uri: &str) -> String {
+    let Some((scheme, rest)) = uri.split_once("://") else {
+        return uri.to_string();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    match authority.rfind('@') {
+        Some(at) => match authority[..at].split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{}", &rest[at + 1..]),
+            None => uri.to_string(),
+        },
+        None => uri.to_string(),
+    }
+}
+
+/// Decode `%XX` escapes; `what` names the URI part in messages.
+fn percent_decode(text: &str, what: &str) -> Result<String> {
+    let bad = || {
+        Error::config(
+            BACKEND,
+            format!("redis URI {what} {text:?} has an invalid percent-encoding"),
+        )
+    };
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3).ok_or_else(bad)?;
+            let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| {
+        Error::config(
+            BACKEND,
+            format!("redis URI {what} {text:?} does not decode to UTF-8"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_uri_hides_passwords() {
+        assert_eq!(redact_uri("redis://u:p@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact_uri("redis://:p@h"), "redis://:***@h");
+        assert_eq!(redact_uri("redis://h/0?x=a@b:c"), "redis://h/0?x=a@b:c");
+        assert_eq!(redact_uri("redis://u@h"), "redis://u@h");
+        assert_eq!(redact_uri("nonsense"), "nonsense");
+    }
+}

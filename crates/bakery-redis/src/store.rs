@@ -1,0 +1,647 @@
+//! [`RedisStore`]: the versioned conditional put on Redis hashes.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bakery_core::{
+    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result,
+    Row, Version, VersionedStore,
+};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+use tracing::Instrument;
+
+use crate::error::{map_err, unexpected, Failure, Phase, BACKEND};
+use crate::pool::{Lease, Pool};
+use crate::scripts::{
+    decode, exhausted, expected_arg, next_version, parse_version, script_reply, ScriptReply,
+    Scripts, Stored, FIELD_VALUE, FIELD_VERSION,
+};
+use crate::{CasStrategy, RedisConfig};
+
+/// How often the watch strategy retries a transaction whose `EXEC` aborted
+/// although the re-read row still matched (a foreign write that did not
+/// touch `v` or `ver`), before giving up with `Unavailable`.
+const MAX_WATCH_ROUNDS: usize = 16;
+
+/// A [`VersionedStore`] on a Redis server: one hash per key, compare-and-set
+/// by a Lua script or by `WATCH`/`MULTI`/`EXEC` ([`CasStrategy`]).
+///
+/// Reads (`HMGET`) and the script strategy share one multiplexed connection
+/// that reconnects by itself after a failure; the watch strategy checks a
+/// dedicated connection out of a pool for every transaction. Every call is
+/// bounded by the configured timeout.
+///
+/// ```no_run
+/// use bakery_core::{Key, PutOutcome, VersionedStore};
+/// use bakery_redis::RedisStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> bakery_core::Result<()> {
+/// let store = RedisStore::connect("redis://127.0.0.1:6379/0?prefix=myapp:").await?;
+/// let key = Key::new("greeting")?;
+/// let row = store.put_if_version(&key, None, "hello".into()).await?.applied().unwrap();
+///
+/// // A stale expectation is a conflict carrying the current row.
+/// let stale = store.put_if_version(&key, None, "hi".into()).await?;
+/// assert_eq!(stale, PutOutcome::Conflict(Some(row.clone())));
+/// let next = store.put_if_version(&key, Some(row.version), "hi".into()).await?;
+/// assert_eq!(next.applied().unwrap().version, row.version + 1);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: RedisConfig,
+    /// Reads and the script strategy: one multiplexed, self-reconnecting
+    /// connection. Never used for `WATCH`.
+    shared: ConnectionManager,
+    scripts: Scripts,
+    /// The watch strategy's dedicated connections (`None` for `script`).
+    pool: Option<Pool>,
+}
+
+impl RedisStore {
+    /// Parse `uri` (see [`RedisConfig::from_uri`]) and connect.
+    ///
+    /// ```no_run
+    /// use bakery_core::{Capabilities, VersionedStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> bakery_core::Result<()> {
+    /// let store = bakery_redis::RedisStore::connect("redis://127.0.0.1:6379/0?cas=watch").await?;
+    /// assert_eq!(store.backend(), "redis");
+    /// assert!(store.capabilities().contains(Capabilities::SHARED));
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(uri: &str) -> Result<RedisStore> {
+        Self::open(RedisConfig::from_uri(uri)?).await
+    }
+
+    /// Connect as `config` says: open the shared connection (authenticating
+    /// and selecting the database), load the scripts (`script`) or open the
+    /// first pooled connection (`watch`). A server that cannot be reached is
+    /// [`ErrorKind::Unavailable`]; bad credentials are [`ErrorKind::Config`].
+    pub async fn open(config: RedisConfig) -> Result<RedisStore> {
+        config.validate()?;
+        let span = tracing::debug_span!(
+            "redis.open",
+            backend = BACKEND,
+            server = %config,
+            strategy = %config.cas()
+        );
+        let timeout = config.timeout();
+        let open = async {
+            let client = client(&config).await?;
+            let manager_config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(timeout))
+                // Our own timeout bounds every call; the driver's default
+                // (500 ms) would turn a slow reply into an I/O error.
+                .set_response_timeout(None)
+                // Reconnect once per failure, without backoff loops: a call
+                // during an outage fails fast with `Unavailable`.
+                .set_number_of_retries(0);
+            let shared = client
+                .get_connection_manager_with_config(manager_config)
+                .await
+                .map_err(|e| map_err(e.into(), Phase::Connect, "connect", None))?;
+            let scripts = Scripts::new();
+            let pool = match config.cas() {
+                CasStrategy::Script => {
+                    let mut conn = shared.clone();
+                    for script in [&scripts.put, &scripts.delete] {
+                        script
+                            .prepare_invoke()
+                            .load_async(&mut conn)
+                            .await
+                            .map_err(|e| map_err(e.into(), Phase::Connect, "SCRIPT LOAD", None))?;
+                    }
+                    None
+                }
+                CasStrategy::Watch => {
+                    let conn_config = AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(timeout))
+                        .set_response_timeout(None);
+                    let pool = Pool::new(client, conn_config, config.pool_size());
+                    let first = pool
+                        .connect()
+                        .await
+                        .map_err(|e| map_err(e.into(), Phase::Connect, "connect", None))?;
+                    pool.put_idle(first);
+                    Some(pool)
+                }
+            };
+            Ok::<_, Error>((shared, scripts, pool))
+        };
+        let (shared, scripts, pool) = tokio::time::timeout(timeout, open)
+            .instrument(span.clone())
+            .await
+            .map_err(|_| map_err(Failure::Timeout(timeout), Phase::Connect, "connect", None))??;
+        tracing::debug!(parent: &span, "connected");
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                config,
+                shared,
+                scripts,
+                pool,
+            }),
+        })
+    }
+
+    /// The configuration this store was opened with.
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.config
+    }
+
+    /// The compare-and-set strategy in use.
+    pub fn strategy(&self) -> CasStrategy {
+        self.inner.config.cas()
+    }
+
+    /// The Redis key holding `key`'s hash: the prefix, then the key.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> bakery_core::Result<()> {
+    /// let store = bakery_redis::RedisStore::connect("redis://127.0.0.1/0?prefix=app:").await?;
+    /// assert_eq!(store.redis_key(&bakery_core::Key::new("seq/a")?), "app:seq/a");
+    /// # Ok(()) }
+    /// ```
+    pub fn redis_key(&self, key: &Key) -> String {
+        format!("{}{}", self.inner.config.prefix(), key)
+    }
+
+    /// Run `op` under the configured timeout. `sent` is raised by `op` once
+    /// a write may be on the wire: a timeout after that is `Unknown`,
+    /// before it `Unavailable`.
+    async fn bounded<T>(
+        &self,
+        name: &str,
+        key: &Key,
+        sent: &AtomicBool,
+        op: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let timeout = self.inner.config.timeout();
+        match tokio::time::timeout(timeout, op).await {
+            Ok(result) => result,
+            Err(_) => {
+                let phase = if sent.load(Ordering::SeqCst) {
+                    Phase::Write
+                } else {
+                    Phase::Read
+                };
+                Err(map_err(Failure::Timeout(timeout), phase, name, Some(key)))
+            }
+        }
+    }
+
+    /// Run `call` on the shared connection. A refused connection means
+    /// nothing was sent, so it is retried once at once: the shared
+    /// connection starts reconnecting on the failure, and the retry waits
+    /// for that attempt instead of failing on the stale error right after
+    /// the server came back.
+    async fn on_shared<T, F, Fut>(&self, call: F) -> redis::RedisResult<T>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        match call(self.inner.shared.clone()).await {
+            Err(e) if e.is_connection_refusal() => {
+                tracing::debug!(error = %e, "connection refused; retrying once on a new connection");
+                call(self.inner.shared.clone()).await
+            }
+            other => other,
+        }
+    }
+
+    fn pool(&self) -> Result<&Pool> {
+        self.inner.pool.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Internal,
+                BACKEND,
+                "the watch strategy has no connection pool",
+            )
+        })
+    }
+
+    // --- script strategy -------------------------------------------------
+
+    async fn script_put(
+        &self,
+        key: &Key,
+        full: &str,
+        expected: Option<Version>,
+        value: Bytes,
+        sent: &AtomicBool,
+    ) -> Result<PutOutcome> {
+        let mut invocation = self.inner.scripts.put.key(full);
+        invocation.arg(expected_arg(expected)).arg(&value[..]);
+        let invocation = &invocation;
+        sent.store(true, Ordering::SeqCst);
+        let reply: redis::Value = self
+            .on_shared(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .await
+            .map_err(|e| map_err(e.into(), Phase::Write, "put_if_version", Some(key)))?;
+        match script_reply(reply)? {
+            ScriptReply::Applied(old) => {
+                let old = old.map(|raw| parse_version(key, full, &raw)).transpose()?;
+                let version = next_version(key, old)?;
+                tracing::debug!(version, "applied");
+                Ok(PutOutcome::Applied(Row {
+                    key: key.clone(),
+                    value,
+                    version,
+                }))
+            }
+            ScriptReply::Conflict(v, ver) => {
+                let current = decode(key, full, v, ver)?.and_then(|s| s.live(key));
+                tracing::debug!(current = ?current.as_ref().map(|r| r.version), "conflict");
+                Ok(PutOutcome::Conflict(current))
+            }
+            ScriptReply::Corrupt(v, ver) => Err(corrupt_reply(key, full, v, ver)),
+            ScriptReply::Exhausted => Err(exhausted(key)),
+        }
+    }
+
+    async fn script_delete(
+        &self,
+        key: &Key,
+        full: &str,
+        expected: Version,
+        sent: &AtomicBool,
+    ) -> Result<DeleteOutcome> {
+        let mut invocation = self.inner.scripts.delete.key(full);
+        invocation.arg(expected_arg(Some(expected)));
+        let invocation = &invocation;
+        sent.store(true, Ordering::SeqCst);
+        let reply: redis::Value = self
+            .on_shared(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .await
+            .map_err(|e| map_err(e.into(), Phase::Write, "delete_if_version", Some(key)))?;
+        match script_reply(reply)? {
+            ScriptReply::Applied(_) => {
+                tracing::debug!("deleted");
+                Ok(DeleteOutcome::Deleted)
+            }
+            ScriptReply::Conflict(v, ver) => {
+                let current = decode(key, full, v, ver)?.and_then(|s| s.live(key));
+                tracing::debug!(current = ?current.as_ref().map(|r| r.version), "conflict");
+                Ok(DeleteOutcome::Conflict(current))
+            }
+            ScriptReply::Corrupt(v, ver) => Err(corrupt_reply(key, full, v, ver)),
+            ScriptReply::Exhausted => Err(unexpected("delete script", "exhausted")),
+        }
+    }
+
+    // --- watch strategy --------------------------------------------------
+
+    /// `UNWATCH` (a conflict may have left a watch on a pooled connection),
+    /// `WATCH key`, `HMGET key v ver`: one round trip, nothing written. A
+    /// pooled connection that died while idle is replaced once.
+    async fn watch_read(
+        &self,
+        lease: &mut Lease<'_>,
+        key: &Key,
+        full: &str,
+        op: &str,
+    ) -> Result<Option<Stored>> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("UNWATCH")
+            .ignore()
+            .cmd("WATCH")
+            .arg(full)
+            .ignore()
+            .cmd("HMGET")
+            .arg(full)
+            .arg(FIELD_VALUE)
+            .arg(FIELD_VERSION);
+        type Fields = ((Option<Vec<u8>>, Option<Vec<u8>>),);
+        let first: Result<Fields, redis::RedisError> = pipe
+            .query_async(lease.conn().map_err(|e| internal(op, e))?)
+            .await;
+        let ((v, ver),) = match first {
+            Ok(fields) => fields,
+            Err(e) if lease.reused() && (e.is_io_error() || e.is_connection_dropped()) => {
+                tracing::debug!(error = %e, "pooled connection was dead; reconnecting");
+                lease
+                    .reconnect()
+                    .await
+                    .map_err(|e| map_err(e.into(), Phase::Read, op, Some(key)))?;
+                pipe.query_async(lease.conn().map_err(|e| internal(op, e))?)
+                    .await
+                    .map_err(|e| map_err(e.into(), Phase::Read, op, Some(key)))?
+            }
+            Err(e) => return Err(map_err(e.into(), Phase::Read, op, Some(key))),
+        };
+        decode(key, full, v, ver)
+    }
+
+    async fn watch_put(
+        &self,
+        key: &Key,
+        full: &str,
+        expected: Option<Version>,
+        value: Bytes,
+        sent: &AtomicBool,
+    ) -> Result<PutOutcome> {
+        const OP: &str = "put_if_version";
+        let mut lease = self
+            .pool()?
+            .checkout()
+            .await
+            .map_err(|e| map_err(e.into(), Phase::Read, OP, Some(key)))?;
+        for round in 1..=MAX_WATCH_ROUNDS {
+            let stored = self.watch_read(&mut lease, key, full, OP).await?;
+            let current = stored.as_ref().and_then(|s| s.live(key));
+            if current.as_ref().map(|row| row.version) != expected {
+                tracing::debug!(current = ?current.as_ref().map(|r| r.version), round, "conflict");
+                // The watch left behind is cleared by the next UNWATCH.
+                lease.release_clean();
+                return Ok(PutOutcome::Conflict(current));
+            }
+            let version = next_version(key, stored.map(|s| s.version))?;
+            let mut tx = redis::pipe();
+            tx.atomic()
+                .cmd("HSET")
+                .arg(full)
+                .arg(FIELD_VALUE)
+                .arg(&value[..])
+                .cmd("HINCRBY")
+                .arg(full)
+                .arg(FIELD_VERSION)
+                .arg(1);
+            sent.store(true, Ordering::SeqCst);
+            let exec: Option<(i64, i64)> = tx
+                .query_async(lease.conn().map_err(|e| internal(OP, e))?)
+                .await
+                .map_err(|e| map_err(e.into(), Phase::Write, OP, Some(key)))?;
+            match exec {
+                Some((_, new)) => {
+                    if u64::try_from(new).ok() != Some(version) {
+                        return Err(Error::new(
+                            ErrorKind::Internal,
+                            BACKEND,
+                            format!(
+                                "row `{key}`: HINCRBY under WATCH gave version {new}, expected {version}"
+                            ),
+                        ));
+                    }
+                    lease.release_clean();
+                    tracing::debug!(version, round, "applied");
+                    return Ok(PutOutcome::Applied(Row {
+                        key: key.clone(),
+                        value,
+                        version,
+                    }));
+                }
+                None => {
+                    // EXEC aborted: a concurrent write touched the key and
+                    // nothing of ours applied. Re-read under a new WATCH; if
+                    // the row moved, that is the conflict to report.
+                    sent.store(false, Ordering::SeqCst);
+                    tracing::debug!(round, "EXEC aborted by a concurrent write; re-reading");
+                }
+            }
+        }
+        lease.release_clean();
+        Err(gave_up(key, OP))
+    }
+
+    async fn watch_delete(
+        &self,
+        key: &Key,
+        full: &str,
+        expected: Version,
+        sent: &AtomicBool,
+    ) -> Result<DeleteOutcome> {
+        const OP: &str = "delete_if_version";
+        let mut lease = self
+            .pool()?
+            .checkout()
+            .await
+            .map_err(|e| map_err(e.into(), Phase::Read, OP, Some(key)))?;
+        for round in 1..=MAX_WATCH_ROUNDS {
+            let stored = self.watch_read(&mut lease, key, full, OP).await?;
+            let current = stored.as_ref().and_then(|s| s.live(key));
+            if current.as_ref().map(|row| row.version) != Some(expected) {
+                tracing::debug!(current = ?current.as_ref().map(|r| r.version), round, "conflict");
+                lease.release_clean();
+                return Ok(DeleteOutcome::Conflict(current));
+            }
+            let mut tx = redis::pipe();
+            tx.atomic().cmd("HDEL").arg(full).arg(FIELD_VALUE);
+            sent.store(true, Ordering::SeqCst);
+            let exec: Option<(i64,)> = tx
+                .query_async(lease.conn().map_err(|e| internal(OP, e))?)
+                .await
+                .map_err(|e| map_err(e.into(), Phase::Write, OP, Some(key)))?;
+            if exec.is_some() {
+                lease.release_clean();
+                tracing::debug!(round, "deleted");
+                return Ok(DeleteOutcome::Deleted);
+            }
+            sent.store(false, Ordering::SeqCst);
+            tracing::debug!(round, "EXEC aborted by a concurrent write; re-reading");
+        }
+        lease.release_clean();
+        Err(gave_up(key, OP))
+    }
+}
+
+/// A script found fields it cannot decode: report what `decode` says.
+fn corrupt_reply(key: &Key, full: &str, v: Option<Vec<u8>>, ver: Option<Vec<u8>>) -> Error {
+    match decode(key, full, v, ver) {
+        Err(e) => e,
+        Ok(_) => Error::new(
+            ErrorKind::Internal,
+            BACKEND,
+            format!("row `{key}`: the script called the row corrupt, but it decodes"),
+        ),
+    }
+}
+
+fn gave_up(key: &Key, op: &str) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        BACKEND,
+        format!(
+            "{op} of key `{key}`: EXEC aborted {MAX_WATCH_ROUNDS} times although the row did not change (foreign writes to the hash?); nothing was applied"
+        ),
+    )
+}
+
+fn internal(op: &str, e: redis::RedisError) -> Error {
+    Error::new(ErrorKind::Internal, BACKEND, format!("{op}: {e}")).with_source(e)
+}
+
+/// The driver client for `config`: plain TCP or TLS (with an optional CA).
+async fn client(config: &RedisConfig) -> Result<Client> {
+    let addr = if config.tls() {
+        ConnectionAddr::TcpTls {
+            host: config.host().to_string(),
+            port: config.port(),
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(config.host().to_string(), config.port())
+    };
+    let mut settings = redis::RedisConnectionInfo::default().set_db(config.db());
+    if let Some(user) = config.username() {
+        settings = settings.set_username(user);
+    }
+    if let Some(password) = config.password() {
+        settings = settings.set_password(password);
+    }
+    let info: ConnectionInfo = addr
+        .into_connection_info()
+        .map_err(|e| Error::config(BACKEND, format!("redis connection settings: {e}")))?
+        .set_redis_settings(settings);
+    tls_client(config, info).await
+}
+
+#[cfg(feature = "tls")]
+async fn tls_client(config: &RedisConfig, info: ConnectionInfo) -> Result<Client> {
+    if config.tls() {
+        // rustls needs a process-wide crypto provider; install ring unless
+        // the application already chose one (then this is a no-op error).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    let client = match config.ca_file() {
+        Some(path) => {
+            let pem = tokio::fs::read(path).await.map_err(|e| {
+                Error::config(
+                    BACKEND,
+                    format!("cannot read redis option `ca_file` {}: {e}", path.display()),
+                )
+                .with_source(e)
+            })?;
+            let certs = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem),
+            };
+            Client::build_with_tls(info, certs)
+        }
+        None => Client::open(info),
+    };
+    client.map_err(|e| Error::config(BACKEND, format!("redis client: {e}")).with_source(e))
+}
+
+#[cfg(not(feature = "tls"))]
+async fn tls_client(_config: &RedisConfig, info: ConnectionInfo) -> Result<Client> {
+    Client::open(info)
+        .map_err(|e| Error::config(BACKEND, format!("redis client: {e}")).with_source(e))
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut s = f.debug_struct("RedisStore");
+        s.field("server", &self.inner.config.to_string())
+            .field("strategy", &self.inner.config.cas());
+        if let Some(pool) = &self.inner.pool {
+            s.field("idle_connections", &pool.idle_count());
+        }
+        s.finish()
+    }
+}
+
+#[async_trait]
+impl VersionedStore for RedisStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    /// `SHARED | LINEARIZABLE_READS`. Not `PERSISTENT`: that depends on the
+    /// server's `appendonly`/`appendfsync`, which this crate does not check
+    /// (see the crate docs).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+    }
+
+    #[tracing::instrument(
+        level = "debug",
+        name = "redis.get",
+        skip_all,
+        fields(backend = BACKEND, op = "get", key = %key, strategy = %self.strategy())
+    )]
+    async fn get(&self, key: &Key) -> Result<Option<Row>> {
+        let full = self.redis_key(key);
+        let sent = AtomicBool::new(false);
+        self.bounded("get", key, &sent, async {
+            let mut hmget = redis::cmd("HMGET");
+            hmget.arg(&full).arg(FIELD_VALUE).arg(FIELD_VERSION);
+            let hmget = &hmget;
+            let (v, ver): (Option<Vec<u8>>, Option<Vec<u8>>) = self
+                .on_shared(|mut conn| async move { hmget.query_async(&mut conn).await })
+                .await
+                .map_err(|e| map_err(e.into(), Phase::Read, "get", Some(key)))?;
+            Ok(decode(key, &full, v, ver)?.and_then(|s| s.live(key)))
+        })
+        .await
+    }
+
+    #[tracing::instrument(
+        level = "debug",
+        name = "redis.put_if_version",
+        skip_all,
+        fields(
+            backend = BACKEND,
+            op = "put_if_version",
+            key = %key,
+            strategy = %self.strategy(),
+            expected = ?expected,
+            len = value.len()
+        )
+    )]
+    async fn put_if_version(
+        &self,
+        key: &Key,
+        expected: Option<Version>,
+        value: Bytes,
+    ) -> Result<PutOutcome> {
+        let full = self.redis_key(key);
+        let sent = AtomicBool::new(false);
+        match self.strategy() {
+            CasStrategy::Script => {
+                let op = self.script_put(key, &full, expected, value, &sent);
+                self.bounded("put_if_version", key, &sent, op).await
+            }
+            CasStrategy::Watch => {
+                let op = self.watch_put(key, &full, expected, value, &sent);
+                self.bounded("put_if_version", key, &sent, op).await
+            }
+        }
+    }
+
+    #[tracing::instrument(
+        level = "debug",
+        name = "redis.delete_if_version",
+        skip_all,
+        fields(
+            backend = BACKEND,
+            op = "delete_if_version",
+            key = %key,
+            strategy = %self.strategy(),
+            expected
+        )
+    )]
+    async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
+        let full = self.redis_key(key);
+        let sent = AtomicBool::new(false);
+        match self.strategy() {
+            CasStrategy::Script => {
+                let op = self.script_delete(key, &full, expected, &sent);
+                self.bounded("delete_if_version", key, &sent, op).await
+            }
+            CasStrategy::Watch => {
+                let op = self.watch_delete(key, &full, expected, &sent);
+                self.bounded("delete_if_version", key, &sent, op).await
+            }
+        }
+    }
+}

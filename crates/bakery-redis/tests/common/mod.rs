@@ -1,0 +1,134 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bakery_core::{Bytes, Key, PutOutcome, VersionedStore};
+use bakery_redis::{CasStrategy, RedisConfig, RedisStore};
+
+/// Both strategies, for tests that must pass on each.
+pub const STRATEGIES: [CasStrategy; 2] = [CasStrategy::Script, CasStrategy::Watch];
+
+/// The server under test, from `BAKERY_REDIS_URI`. Unset: under `CI=true`
+/// the test FAILS (a CI run must exercise the server); on a developer
+/// machine it prints why and the test returns early.
+pub fn server_uri(test: &str) -> Option<String> {
+    match std::env::var("BAKERY_REDIS_URI") {
+        Ok(uri) if !uri.is_empty() => Some(uri),
+        _ => {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+            if ci {
+                panic!(
+                    "{test}: BAKERY_REDIS_URI is not set but CI=true requires a Redis server \
+                     (start one with `scripts/backends.sh start redis`)"
+                );
+            }
+            eprintln!(
+                "{test}: skipped, BAKERY_REDIS_URI is not set \
+                 (e.g. `eval \"$(scripts/backends.sh start redis)\"`; CI fails instead)"
+            );
+            None
+        }
+    }
+}
+
+/// A key prefix no other test or run uses, so tests can share a server.
+pub fn unique_prefix(test: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "bakery-test:{test}:{}-{nanos}-{}:",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A store on the test server with a fresh prefix and `strategy`.
+pub async fn store(uri: &str, test: &str, strategy: CasStrategy) -> RedisStore {
+    store_with(uri, test, |c| c.with_cas(strategy)).await
+}
+
+/// A store on the test server with a fresh prefix, configured further by `f`.
+pub async fn store_with(
+    uri: &str,
+    test: &str,
+    f: impl FnOnce(RedisConfig) -> RedisConfig,
+) -> RedisStore {
+    let config = RedisConfig::from_uri(uri)
+        .expect("BAKERY_REDIS_URI parses")
+        .with_prefix(unique_prefix(test));
+    RedisStore::open(f(config))
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to the test server: {e}"))
+}
+
+/// A raw connection to the test server, to write foreign data and inspect
+/// the layout.
+pub async fn raw(uri: &str) -> redis::aio::MultiplexedConnection {
+    let base = uri.split('?').next().unwrap_or(uri);
+    redis::Client::open(base)
+        .expect("raw client")
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new().set_response_timeout(None),
+        )
+        .await
+        .expect("raw connection")
+}
+
+/// Remove every Redis key of `store` (tests clean up after themselves).
+pub async fn cleanup(uri: &str, store: &RedisStore) {
+    let mut conn = raw(uri).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", store.config().prefix()))
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    if !keys.is_empty() {
+        let _: i64 = redis::cmd("DEL")
+            .arg(&keys)
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+    }
+}
+
+/// Increment a decimal counter stored at `key` `n` times by CAS, retrying
+/// with the row a conflict hands back (no second read). Returns how many
+/// increments applied.
+pub async fn increment_n(store: &dyn VersionedStore, key: &Key, n: u64) -> u64 {
+    let mut current = store.get(key).await.expect("get");
+    let mut done = 0;
+    while done < n {
+        let value = current.as_ref().map(|row| number(&row.value)).unwrap_or(0);
+        let expected = current.as_ref().map(|row| row.version);
+        match store
+            .put_if_version(key, expected, Bytes::from((value + 1).to_string()))
+            .await
+            .expect("put_if_version")
+        {
+            PutOutcome::Applied(row) => {
+                assert_eq!(row.version, value + 1, "version and counter move together");
+                done += 1;
+                current = Some(row);
+            }
+            PutOutcome::Conflict(now) => {
+                let now = now.expect("the counter is never deleted");
+                assert!(
+                    Some(now.version) > expected,
+                    "a conflict returns a newer row"
+                );
+                current = Some(now);
+            }
+        }
+    }
+    done
+}
+
+/// The decimal number stored in a row's value.
+pub fn number(value: &[u8]) -> u64 {
+    std::str::from_utf8(value).unwrap().parse().unwrap()
+}

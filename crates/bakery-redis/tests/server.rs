@@ -1,0 +1,564 @@
+//! RedisStore against a real server (`BAKERY_REDIS_URI`), with both CAS
+//! strategies: the contract MemoryStore defines, races, the key layout,
+//! foreign data, credentials and lost replies.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bakery_core::{
+    Capabilities, DeleteOutcome, ErrorKind, Key, MemoryStore, PutOutcome, VersionedStore,
+};
+use bakery_redis::{CasStrategy, RedisConfig, RedisStore};
+use common::{cleanup, increment_n, raw, server_uri, store, store_with, STRATEGIES};
+
+fn key(k: &str) -> Key {
+    Key::new(k).unwrap()
+}
+
+/// The whole row life cycle, as MemoryStore defines it.
+async fn life_cycle(store: &dyn VersionedStore) {
+    let k = key("seq/orders");
+    assert_eq!(store.get(&k).await.unwrap(), None);
+    let v1 = store
+        .put_if_version(&k, None, "a".into())
+        .await
+        .unwrap()
+        .applied()
+        .expect("create applies");
+    assert_eq!((&v1.value[..], v1.version), (&b"a"[..], 1));
+    assert_eq!(store.get(&k).await.unwrap(), Some(v1.clone()));
+    assert_eq!(
+        store.put_if_version(&k, None, "x".into()).await.unwrap(),
+        PutOutcome::Conflict(Some(v1.clone()))
+    );
+    let v2 = store
+        .put_if_version(&k, Some(1), "b".into())
+        .await
+        .unwrap()
+        .applied()
+        .expect("update applies");
+    assert_eq!((&v2.value[..], v2.version), (&b"b"[..], 2));
+    for stale in [0, 1, 3, u64::MAX] {
+        assert_eq!(
+            store
+                .put_if_version(&k, Some(stale), "x".into())
+                .await
+                .unwrap(),
+            PutOutcome::Conflict(Some(v2.clone())),
+            "expected {stale}"
+        );
+    }
+    assert_eq!(
+        store.delete_if_version(&k, 1).await.unwrap(),
+        DeleteOutcome::Conflict(Some(v2.clone()))
+    );
+    assert_eq!(
+        store.delete_if_version(&k, 2).await.unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(store.get(&k).await.unwrap(), None);
+    assert_eq!(
+        store.delete_if_version(&k, 2).await.unwrap(),
+        DeleteOutcome::Conflict(None)
+    );
+    assert_eq!(
+        store.put_if_version(&k, Some(2), "x".into()).await.unwrap(),
+        PutOutcome::Conflict(None)
+    );
+    let v3 = store
+        .put_if_version(&k, None, "c".into())
+        .await
+        .unwrap()
+        .applied()
+        .expect("re-create applies");
+    assert_eq!((&v3.value[..], v3.version), (&b"c"[..], 3));
+    let other = key("other");
+    assert_eq!(
+        store.delete_if_version(&other, 1).await.unwrap(),
+        DeleteOutcome::Conflict(None)
+    );
+    assert_eq!(
+        store
+            .put_if_version(&other, Some(1), "x".into())
+            .await
+            .unwrap(),
+        PutOutcome::Conflict(None)
+    );
+    assert_eq!(store.get(&other).await.unwrap(), None);
+    assert_eq!(store.get(&k).await.unwrap(), Some(v3));
+}
+
+#[tokio::test]
+async fn life_cycle_matches_the_reference() {
+    life_cycle(&MemoryStore::new()).await;
+    let Some(uri) = server_uri("life_cycle_matches_the_reference") else {
+        return;
+    };
+    for strategy in STRATEGIES {
+        let store = store(&uri, "life", strategy).await;
+        assert_eq!(store.strategy(), strategy);
+        assert_eq!(store.backend(), "redis");
+        assert_eq!(
+            store.capabilities(),
+            Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+        );
+        life_cycle(&store).await;
+        cleanup(&uri, &store).await;
+    }
+}
+
+/// 8 tasks × 200 CAS increments of one hot key: exactly 1600, with each
+/// strategy. The watch strategy also runs with a pool smaller than the
+/// number of tasks, so transactions queue for dedicated connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hot_key_race_loses_no_update() {
+    const TASKS: u64 = 8;
+    const INCREMENTS: u64 = 200;
+    let Some(uri) = server_uri("hot_key_race_loses_no_update") else {
+        return;
+    };
+    type Configure = fn(RedisConfig) -> RedisConfig;
+    let configs: [(&str, Configure); 3] = [
+        ("script", |c| c.with_cas(CasStrategy::Script)),
+        ("watch", |c| {
+            c.with_cas(CasStrategy::Watch).with_pool_size(8)
+        }),
+        ("watch, 3 connections", |c| {
+            c.with_cas(CasStrategy::Watch).with_pool_size(3)
+        }),
+    ];
+    for (name, configure) in configs {
+        let store = Arc::new(store_with(&uri, "race", configure).await);
+        let k = key("counter/hot");
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|_| {
+                let (store, k) = (store.clone(), k.clone());
+                tokio::spawn(async move { increment_n(&*store, &k, INCREMENTS).await })
+            })
+            .collect();
+        let mut applied = 0;
+        for task in tasks {
+            applied += task.await.expect("task panicked");
+        }
+        let row = store.get(&k).await.unwrap().expect("counter exists");
+        eprintln!(
+            "{name}: {} increments in {:?}",
+            TASKS * INCREMENTS,
+            started.elapsed()
+        );
+        assert_eq!(applied, TASKS * INCREMENTS, "{name}");
+        assert_eq!(common::number(&row.value), TASKS * INCREMENTS, "{name}");
+        assert_eq!(row.version, TASKS * INCREMENTS, "{name}");
+        cleanup(&uri, &store).await;
+    }
+}
+
+/// Both strategies on one key, at the same time: they interoperate (the
+/// script and the transaction guard the same fields).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn strategies_interoperate_on_one_key() {
+    let Some(uri) = server_uri("strategies_interoperate_on_one_key") else {
+        return;
+    };
+    let script = Arc::new(store(&uri, "mixed", CasStrategy::Script).await);
+    let prefix = script.config().prefix().to_string();
+    let watch = Arc::new(
+        RedisStore::open(
+            RedisConfig::from_uri(&uri)
+                .unwrap()
+                .with_prefix(prefix)
+                .with_cas(CasStrategy::Watch),
+        )
+        .await
+        .unwrap(),
+    );
+    let k = key("counter/mixed");
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store: Arc<dyn VersionedStore> = if i % 2 == 0 {
+            script.clone()
+        } else {
+            watch.clone()
+        };
+        let k = k.clone();
+        tasks.push(tokio::spawn(
+            async move { increment_n(&*store, &k, 100).await },
+        ));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), 100);
+    }
+    let row = watch.get(&k).await.unwrap().unwrap();
+    assert_eq!(common::number(&row.value), 800);
+    cleanup(&uri, &script).await;
+}
+
+/// The documented layout: one hash per key, `v` and `ver`; a delete keeps
+/// `ver` alone (a tombstone) and a re-create continues above it.
+#[tokio::test]
+async fn key_layout_and_tombstones() {
+    let Some(uri) = server_uri("key_layout_and_tombstones") else {
+        return;
+    };
+    let mut conn = raw(&uri).await;
+    for strategy in STRATEGIES {
+        let store = store(&uri, "layout", strategy).await;
+        let k = key("a/b");
+        let full = store.redis_key(&k);
+        assert_eq!(full, format!("{}a/b", store.config().prefix()));
+        let row = store
+            .put_if_version(&k, None, "hello".into())
+            .await
+            .unwrap()
+            .applied()
+            .unwrap();
+        let kind: String = redis::cmd("TYPE")
+            .arg(&full)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(kind, "hash");
+        let (v, ver): (Vec<u8>, String) = redis::cmd("HMGET")
+            .arg(&full)
+            .arg("v")
+            .arg("ver")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!((&v[..], ver.as_str()), (&b"hello"[..], "1"));
+        assert_eq!(
+            store.delete_if_version(&k, row.version).await.unwrap(),
+            DeleteOutcome::Deleted
+        );
+        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(&full)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            fields,
+            vec![("ver".to_string(), "1".to_string())],
+            "{strategy}"
+        );
+        let again = store
+            .put_if_version(&k, None, "again".into())
+            .await
+            .unwrap()
+            .applied()
+            .unwrap();
+        assert_eq!(again.version, 2, "{strategy}: versions never repeat");
+
+        // A tombstone far along: the next create continues above it.
+        let _: () = redis::cmd("HSET")
+            .arg(&full)
+            .arg("ver")
+            .arg("9223372036854775806")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("HDEL")
+            .arg(&full)
+            .arg("v")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let last = store
+            .put_if_version(&k, None, "last".into())
+            .await
+            .unwrap()
+            .applied()
+            .unwrap();
+        assert_eq!(last.version, i64::MAX as u64, "{strategy}");
+        assert_eq!(store.get(&k).await.unwrap(), Some(last.clone()));
+        // And then the version space is exhausted: nothing is written.
+        let err = store
+            .put_if_version(&k, Some(last.version), "over".into())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Exhausted, "{strategy}: {err}");
+        assert_eq!(store.get(&k).await.unwrap(), Some(last));
+
+        // Prefixes keep stores apart.
+        let neighbour = common::store(&uri, "layout-other", strategy).await;
+        assert_eq!(neighbour.get(&k).await.unwrap(), None);
+        cleanup(&uri, &store).await;
+        cleanup(&uri, &neighbour).await;
+    }
+}
+
+/// Foreign or damaged data at a bakery key is `Corrupt`, naming the key,
+/// from every operation and both strategies; nothing is overwritten.
+#[tokio::test]
+async fn corrupt_hash_is_a_typed_error() {
+    let Some(uri) = server_uri("corrupt_hash_is_a_typed_error") else {
+        return;
+    };
+    let mut conn = raw(&uri).await;
+    // (fields to write, what the error mentions)
+    let damages: &[(&[(&str, &str)], &str)] = &[
+        (&[("v", "x"), ("ver", "junk")], "\"junk\""),
+        (&[("ver", "junk")], "\"junk\""),
+        (&[("v", "x"), ("ver", "0")], "\"0\""),
+        (&[("v", "x"), ("ver", "-3")], "\"-3\""),
+        (&[("v", "x"), ("ver", "007")], "\"007\""),
+        (
+            &[("v", "x"), ("ver", "9223372036854775808")],
+            "9223372036854775808",
+        ),
+        (&[("v", "x")], "no version"),
+    ];
+    for strategy in STRATEGIES {
+        let store = store(&uri, "corrupt", strategy).await;
+        for (i, (fields, needle)) in damages.iter().enumerate() {
+            let k = key(&format!("bad{i}"));
+            let full = store.redis_key(&k);
+            let mut cmd = redis::cmd("HSET");
+            cmd.arg(&full);
+            for (field, value) in fields.iter() {
+                cmd.arg(*field).arg(*value);
+            }
+            let _: () = cmd.query_async(&mut conn).await.unwrap();
+            let errors = [
+                store.get(&k).await.unwrap_err(),
+                store
+                    .put_if_version(&k, None, "new".into())
+                    .await
+                    .unwrap_err(),
+                store
+                    .put_if_version(&k, Some(1), "new".into())
+                    .await
+                    .unwrap_err(),
+                store.delete_if_version(&k, 1).await.unwrap_err(),
+            ];
+            for err in errors {
+                assert_eq!(
+                    err.kind(),
+                    ErrorKind::Corrupt,
+                    "{strategy} {fields:?}: {err}"
+                );
+                assert_eq!(err.backend(), "redis");
+                assert!(err.message().contains(&format!("`bad{i}`")), "{err}");
+                assert!(err.message().contains(needle), "{err}");
+            }
+            // Untouched.
+            let stored: Vec<(String, String)> = redis::cmd("HGETALL")
+                .arg(&full)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(stored.len(), fields.len(), "{strategy}: {stored:?}");
+        }
+        cleanup(&uri, &store).await;
+    }
+}
+
+/// A Redis value of another type at a bakery key (a plain string, a list)
+/// is `Corrupt` naming the key (the server's WRONGTYPE), never overwritten.
+#[tokio::test]
+async fn wrong_type_is_corrupt() {
+    let Some(uri) = server_uri("wrong_type_is_corrupt") else {
+        return;
+    };
+    let mut conn = raw(&uri).await;
+    for strategy in STRATEGIES {
+        let store = store(&uri, "wrongtype", strategy).await;
+        let k = key("plain");
+        let full = store.redis_key(&k);
+        let _: () = redis::cmd("SET")
+            .arg(&full)
+            .arg("not a hash")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let list = key("list");
+        let _: () = redis::cmd("RPUSH")
+            .arg(store.redis_key(&list))
+            .arg("x")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for k in [&k, &list] {
+            let errors = [
+                store.get(k).await.unwrap_err(),
+                store.put_if_version(k, None, "v".into()).await.unwrap_err(),
+                store.delete_if_version(k, 1).await.unwrap_err(),
+            ];
+            for err in errors {
+                assert_eq!(err.kind(), ErrorKind::Corrupt, "{strategy}: {err}");
+                assert!(err.message().contains(&format!("`{k}`")), "{err}");
+            }
+        }
+        let still: String = redis::cmd("GET")
+            .arg(&full)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(still, "not a hash");
+        // The store keeps working for other keys (a pooled connection that
+        // saw the error was not reused in a bad state).
+        life_cycle(&store).await;
+        cleanup(&uri, &store).await;
+    }
+}
+
+/// The server stalls (a busy Lua script on another connection) longer than
+/// the store's timeout: a write that was sent is `Unknown` — and indeed it
+/// applies once the server resumes — while a read is `Unavailable`. The
+/// store recovers afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_reply_is_unknown_for_writes_and_unavailable_for_reads() {
+    let Some(uri) = server_uri("lost_reply_is_unknown") else {
+        return;
+    };
+    for strategy in STRATEGIES {
+        let store = store_with(&uri, "stall", |c| {
+            c.with_cas(strategy)
+                .with_timeout(Duration::from_millis(150))
+        })
+        .await;
+        let k = key("stalled");
+        let row = store
+            .put_if_version(&k, None, "before".into())
+            .await
+            .unwrap()
+            .applied()
+            .unwrap();
+        // Block the server for ~700 ms (well under lua-time-limit, so other
+        // clients wait instead of getting BUSY).
+        let mut blocker = raw(&uri).await;
+        let stall = tokio::spawn(async move {
+            let _: redis::Value = redis::cmd("EVAL")
+                .arg(
+                    "local t = redis.call('TIME'); local s = t[1] * 1000000 + t[2]; \
+                     repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - s > 700000; \
+                     return 1",
+                )
+                .arg(0)
+                .query_async(&mut blocker)
+                .await
+                .unwrap();
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = Instant::now();
+        let read = store.get(&k).await.unwrap_err();
+        assert_eq!(read.kind(), ErrorKind::Unavailable, "{strategy}: {read}");
+        assert!(started.elapsed() < Duration::from_millis(400));
+        let write = store
+            .put_if_version(&k, Some(row.version), "during".into())
+            .await
+            .unwrap_err();
+        match strategy {
+            // The EVALSHA was sent: it may run once the server resumes.
+            CasStrategy::Script => {
+                assert_eq!(write.kind(), ErrorKind::Unknown, "{strategy}: {write}");
+                assert!(write.outcome_unknown());
+                assert!(write.message().contains("may or may not"), "{write}");
+            }
+            // The stall hit the WATCH/HMGET step: no MULTI/EXEC was ever
+            // sent, so the write certainly did not apply.
+            _ => {
+                assert_eq!(write.kind(), ErrorKind::Unavailable, "{strategy}: {write}");
+                assert!(write.message().contains("nothing was applied"), "{write}");
+            }
+        }
+        stall.await.unwrap();
+
+        // After the stall: the script's EVALSHA was queued and ran, so the
+        // "unknown" write did apply (which is why it must not be reported
+        // as not applied); the watch transaction's connection was closed
+        // before EXEC, so nothing changed. Either way the store works again.
+        let now = store.get(&k).await.unwrap().unwrap();
+        match strategy {
+            CasStrategy::Script => {
+                assert_eq!((&now.value[..], now.version), (&b"during"[..], 2))
+            }
+            _ => assert_eq!(now, row),
+        }
+        let next = store
+            .put_if_version(&k, Some(now.version), "after".into())
+            .await
+            .unwrap()
+            .applied()
+            .unwrap();
+        assert_eq!(next.version, now.version + 1);
+        cleanup(&uri, &store).await;
+    }
+}
+
+/// Wrong credentials and a database the server lacks are `Config` errors;
+/// neither is retried as if temporary.
+#[tokio::test]
+async fn bad_credentials_and_database_are_config_errors() {
+    let Some(uri) = server_uri("bad_credentials") else {
+        return;
+    };
+    let base = RedisConfig::from_uri(&uri).unwrap();
+    let secret = "not-the-password-4711";
+    let cases = [
+        base.clone().with_username("nobody").with_password(secret),
+        base.clone().with_password(secret),
+        base.clone().with_db(100_000),
+    ];
+    for config in cases {
+        for cas in [CasStrategy::Script, CasStrategy::Watch] {
+            let config = config.clone().with_cas(cas);
+            let err = RedisStore::open(config.clone()).await.unwrap_err();
+            // A server with `requirepass` (or ACL users) answers WRONGPASS;
+            // one without a password rejects AUTH with "ERR … no password".
+            assert_eq!(err.kind(), ErrorKind::Config, "{config}: {err}");
+            assert!(!err.is_temporary());
+            assert!(!format!("{err} {err:?}").contains(secret), "{err:?}");
+        }
+    }
+}
+
+/// `rediss://` end to end, against a TLS server named by
+/// `BAKERY_REDIS_TLS_URI` (e.g. `rediss://:PASS@localhost:6380/0?ca_file=ca.pem`,
+/// see docs.md for a one-minute setup). Without it the test says so and
+/// returns: `scripts/backends.sh` runs no TLS server.
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn tls_end_to_end() {
+    let Ok(uri) = std::env::var("BAKERY_REDIS_TLS_URI") else {
+        eprintln!("tls_end_to_end: skipped, BAKERY_REDIS_TLS_URI is not set");
+        return;
+    };
+    let config = RedisConfig::from_uri(&uri).unwrap();
+    assert!(config.tls());
+    for strategy in STRATEGIES {
+        let store = RedisStore::open(
+            config
+                .clone()
+                .with_cas(strategy)
+                .with_prefix(common::unique_prefix("tls")),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{strategy}: {e}"));
+        life_cycle(&store).await;
+        let k = key("seq/orders");
+        let row = store.get(&k).await.unwrap().unwrap();
+        assert_eq!(
+            store.delete_if_version(&k, row.version).await.unwrap(),
+            DeleteOutcome::Deleted
+        );
+    }
+    // The server's certificate is signed by a private CA: without `ca_file`
+    // the system roots do not trust it, and connecting fails (not a panic).
+    if config.ca_file().is_some() {
+        let mut untrusted = RedisConfig::new(config.host())
+            .with_tls(true)
+            .with_port(config.port())
+            .with_timeout(Duration::from_secs(2));
+        if config.has_password() {
+            // The password is not needed to see the handshake fail.
+            untrusted = untrusted.with_password("irrelevant");
+        }
+        let err = RedisStore::open(untrusted).await.unwrap_err();
+        eprintln!("untrusted certificate: {err}");
+        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        assert!(err.message().contains("ca_file"), "{err}");
+    }
+}

@@ -1,0 +1,257 @@
+//! URI parsing and configuration: no server needed.
+
+use std::time::{Duration, Instant};
+
+use bakery_core::ErrorKind;
+use bakery_redis::{
+    CasStrategy, RedisConfig, RedisStore, DEFAULT_POOL_SIZE, DEFAULT_PORT, DEFAULT_PREFIX,
+    DEFAULT_TIMEOUT, SCHEMES,
+};
+
+#[test]
+fn schemes() {
+    assert!(SCHEMES.contains(&"redis"));
+    assert_eq!(SCHEMES.contains(&"rediss"), cfg!(feature = "tls"));
+}
+
+#[test]
+fn defaults() {
+    let config = RedisConfig::from_uri("redis://localhost").unwrap();
+    assert_eq!(config, RedisConfig::new("localhost"));
+    assert!(!config.tls());
+    assert_eq!(config.host(), "localhost");
+    assert_eq!(config.port(), DEFAULT_PORT);
+    assert_eq!(config.db(), 0);
+    assert_eq!(config.username(), None);
+    assert!(!config.has_password());
+    assert_eq!(config.prefix(), DEFAULT_PREFIX);
+    assert_eq!(config.cas(), CasStrategy::Script);
+    assert_eq!(config.cas(), CasStrategy::default());
+    assert_eq!(config.timeout(), DEFAULT_TIMEOUT);
+    assert_eq!(config.pool_size(), DEFAULT_POOL_SIZE);
+    assert_eq!(config.ca_file(), None);
+}
+
+#[test]
+fn good_uris() {
+    /// (uri, host, port, db, user, has password)
+    type Case<'a> = (&'a str, &'a str, u16, i64, Option<&'a str>, bool);
+    let cases: &[Case] = &[
+        (
+            "redis://127.0.0.1:16379/0",
+            "127.0.0.1",
+            16379,
+            0,
+            None,
+            false,
+        ),
+        (
+            "redis://127.0.0.1:16379",
+            "127.0.0.1",
+            16379,
+            0,
+            None,
+            false,
+        ),
+        (
+            "redis://127.0.0.1:16379/",
+            "127.0.0.1",
+            16379,
+            0,
+            None,
+            false,
+        ),
+        (
+            "REDIS://Host.Example/15",
+            "host.example",
+            6379,
+            15,
+            None,
+            false,
+        ),
+        ("redis://[::1]:7000/3", "::1", 7000, 3, None, false),
+        ("redis://:pw@h", "h", 6379, 0, None, true),
+        ("redis://user:pw@h:1/2", "h", 1, 2, Some("user"), true),
+        (
+            "redis://us%40er:p%3Aw%2F@h",
+            "h",
+            6379,
+            0,
+            Some("us@er"),
+            true,
+        ),
+        ("redis://h?", "h", 6379, 0, None, false),
+        ("redis://h/1?prefix=a:&", "h", 6379, 1, None, false),
+    ];
+    for (uri, host, port, db, user, password) in cases {
+        let config = RedisConfig::from_uri(uri).unwrap_or_else(|e| panic!("{uri}: {e}"));
+        assert_eq!(config.host(), *host, "{uri}");
+        assert_eq!(config.port(), *port, "{uri}");
+        assert_eq!(config.db(), *db, "{uri}");
+        assert_eq!(config.username(), *user, "{uri}");
+        assert_eq!(config.has_password(), *password, "{uri}");
+        assert!(!config.tls(), "{uri}");
+    }
+}
+
+#[cfg(feature = "tls")]
+#[test]
+fn rediss_is_tls() {
+    let config = RedisConfig::from_uri("rediss://:pw@cache.example:6380/0").unwrap();
+    assert!(config.tls());
+    assert_eq!(config.port(), 6380);
+    let config = RedisConfig::from_uri("rediss://h?ca_file=/etc/ssl/my%20ca.pem").unwrap();
+    assert_eq!(
+        config.ca_file(),
+        Some(std::path::Path::new("/etc/ssl/my ca.pem"))
+    );
+    assert!(config.to_string().starts_with("rediss://h:6379/0?"));
+}
+
+#[test]
+fn options() {
+    let config =
+        RedisConfig::from_uri("redis://h/0?prefix=app%3Aseq:&cas=WATCH&timeout_ms=250&pool_size=3")
+            .unwrap();
+    assert_eq!(config.prefix(), "app:seq:");
+    assert_eq!(config.cas(), CasStrategy::Watch);
+    assert_eq!(config.timeout(), Duration::from_millis(250));
+    assert_eq!(config.pool_size(), 3);
+    let config = RedisConfig::from_uri("redis://h?cas=script&timeout_ms=1&pool_size=256").unwrap();
+    assert_eq!(config.cas(), CasStrategy::Script);
+    assert_eq!(config.timeout(), Duration::from_millis(1));
+    assert_eq!(config.pool_size(), 256);
+    let config = RedisConfig::from_uri("redis://h?prefix={tag}:x/y.z@a+b=c-d_").unwrap();
+    assert_eq!(config.prefix(), "{tag}:x/y.z@a+b=c-d_");
+    let longest = format!("redis://h?prefix={}", "p".repeat(128));
+    assert!(RedisConfig::from_uri(&longest).is_ok());
+    assert_eq!("watch".parse::<CasStrategy>().unwrap(), CasStrategy::Watch);
+    assert_eq!(CasStrategy::Watch.to_string(), "watch");
+    assert_eq!(CasStrategy::Script.as_str(), "script");
+}
+
+#[test]
+fn bad_uris_are_config_errors_naming_the_problem() {
+    let cases: &[(&str, &str)] = &[
+        ("postgres://h/db", "not a redis URI"),
+        ("redis", "not a redis URI"),
+        ("redis:h", "not a redis URI"),
+        ("redis+unix:///tmp/redis.sock", "not a redis URI"),
+        ("redis://", "no host"),
+        ("redis:///0", "no host"),
+        ("redis://h:99999", "does not parse"),
+        ("redis://h:port", "does not parse"),
+        ("redis://h/db", "database number"),
+        ("redis://h/-1", "database number"),
+        ("redis://h/0/1", "database number"),
+        ("redis://h/0#insecure", "fragment"),
+        ("redis://h?colour=blue", "`colour`"),
+        ("redis://h?password=x", "`password`"),
+        ("redis://h?prefix", "`prefix`"),
+        ("redis://h?prefix=", "`prefix`"),
+        ("redis://h?prefix=has%20space", "`prefix`"),
+        ("redis://h?prefix=star*", "`prefix`"),
+        ("redis://h?cas=lua", "`cas`"),
+        ("redis://h?cas=", "`cas`"),
+        ("redis://h?timeout_ms=0", "`timeout_ms`"),
+        ("redis://h?timeout_ms=-5", "`timeout_ms`"),
+        ("redis://h?timeout_ms=soon", "`timeout_ms`"),
+        ("redis://h?timeout_ms=3600001", "`timeout_ms`"),
+        ("redis://h?pool_size=0", "`pool_size`"),
+        ("redis://h?pool_size=257", "`pool_size`"),
+        ("redis://h?cas=watch&cas=script", "given twice"),
+        ("redis://h?prefix=a%zz", "percent-encoding"),
+        ("redis://h?ca_file=/x.pem", "`ca_file`"),
+        ("redis://user@h", "without a password"),
+    ];
+    for (uri, needle) in cases {
+        let err = RedisConfig::from_uri(uri).expect_err(uri);
+        assert_eq!(err.kind(), ErrorKind::Config, "{uri}: {err}");
+        assert_eq!(err.backend(), "redis", "{uri}");
+        assert!(err.message().contains(needle), "{uri}: {err}");
+        assert!(!err.message().contains('\n'), "{uri}: {err}");
+    }
+    let too_long = format!("redis://h?prefix={}", "p".repeat(129));
+    assert!(RedisConfig::from_uri(&too_long).is_err());
+}
+
+#[test]
+fn builder_is_validated() {
+    assert!(RedisConfig::new("h").validate().is_ok());
+    for config in [
+        RedisConfig::new(""),
+        RedisConfig::new("h").with_prefix(""),
+        RedisConfig::new("h").with_prefix("a b"),
+        RedisConfig::new("h").with_timeout(Duration::ZERO),
+        RedisConfig::new("h").with_timeout(Duration::from_secs(7200)),
+        RedisConfig::new("h").with_pool_size(0),
+        RedisConfig::new("h").with_db(-1),
+        RedisConfig::new("h").with_username("u"),
+        RedisConfig::new("h").with_ca_file("/x.pem"),
+    ] {
+        let err = config.validate().expect_err("invalid config");
+        assert_eq!(err.kind(), ErrorKind::Config, "{config:?}");
+    }
+}
+
+#[test]
+fn passwords_are_never_printed() {
+    let secret = "hunter2-s3cret";
+    let config = RedisConfig::from_uri(&format!("redis://app:{secret}@h:1/2?cas=watch")).unwrap();
+    let debug = format!("{config:?}");
+    let display = config.to_string();
+    assert!(!debug.contains(secret), "{debug}");
+    assert!(!display.contains(secret), "{display}");
+    assert!(debug.contains("password: Some(\"***\")"), "{debug}");
+    assert_eq!(
+        display,
+        "redis://app:***@h:1/2?prefix=bakery:&cas=watch&timeout_ms=5000&pool_size=16"
+    );
+    let password_only = RedisConfig::new("h").with_password(secret);
+    assert!(password_only
+        .to_string()
+        .starts_with("redis://:***@h:6379/0"));
+    assert!(!format!("{password_only:?}").contains(secret));
+
+    // Nor in the errors of bad URIs that carry one.
+    for uri in [
+        format!("redis://u:{secret}@h?colour=blue"),
+        format!("redis://u:{secret}@h/db"),
+        format!("redis://u:{secret}@"),
+        format!("redis://u:{secret}@h:99999"),
+        format!("redis://u:{secret}%zz@h"),
+        format!("mysql://u:{secret}@h"),
+        format!("redis://u:{secret}@h#frag"),
+    ] {
+        let err = RedisConfig::from_uri(&uri).expect_err(&uri);
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains(secret), "{uri}: {shown}");
+    }
+}
+
+#[tokio::test]
+async fn connect_rejects_a_bad_uri_before_the_network() {
+    let err = RedisStore::connect("redis://h?cas=maybe")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config);
+    assert_eq!(err.backend(), "redis");
+}
+
+/// Nothing listens on port 1: the connect fails at once with `Unavailable`
+/// (retry later), not `Config`, and does not hang for the whole timeout.
+#[tokio::test]
+async fn unreachable_server_is_unavailable_promptly() {
+    for cas in ["script", "watch"] {
+        let started = Instant::now();
+        let err = RedisStore::connect(&format!("redis://127.0.0.1:1?cas={cas}&timeout_ms=5000"))
+            .await
+            .unwrap_err();
+        let took = started.elapsed();
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        assert!(err.is_temporary());
+        assert!(!err.outcome_unknown());
+        assert_eq!(err.backend(), "redis");
+        assert!(took < Duration::from_secs(2), "took {took:?}: {err}");
+    }
+}
