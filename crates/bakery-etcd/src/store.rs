@@ -1,0 +1,397 @@
+//! [`EtcdStore`]: the versioned conditional put as one etcd transaction.
+
+use std::fmt;
+use std::future::Future;
+
+use bakery_core::{
+    async_trait, Bytes, Capabilities, DeleteOutcome, Key, PutOutcome, Result, Row, Version,
+    VersionedStore,
+};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, KvClient, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
+};
+use tracing::Instrument;
+
+use crate::error::{map_err, protocol, timed_out, Op, BACKEND};
+use crate::EtcdConfig;
+
+/// The largest reply the client decodes. etcd's own request limit
+/// (`--max-request-bytes`, 1.5 MiB by default) keeps values far below it;
+/// tonic's default of 4 MiB would fail on a server configured higher.
+const MAX_REPLY_BYTES: usize = 64 * 1024 * 1024;
+
+/// A [`VersionedStore`] on an etcd v3 cluster.
+///
+/// - A row is one etcd key, `prefix + key`; its value is the row's bytes as
+///   they are, and its version is the key's `mod_revision` (the cluster
+///   revision of the key's last write).
+/// - `put_if_version` and `delete_if_version` are each ONE etcd transaction
+///   that compares `mod_revision` (or `version == 0` for "absent"), writes on
+///   success, and reads the current row on failure, so a conflict hands back
+///   the current row without a second round trip.
+/// - `get` is a linearizable range read (etcd's default; never serializable).
+///
+/// The client is a multiplexed gRPC channel balanced over the endpoints;
+/// clones of the store share it.
+///
+/// ```no_run
+/// use bakery_core::{Key, PutOutcome, VersionedStore};
+/// use bakery_etcd::EtcdStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> bakery_core::Result<()> {
+/// let store = EtcdStore::connect("etcd://127.0.0.1:2379/?prefix=bakery/").await?;
+/// let key = Key::new("greeting")?;
+/// let row = store.put_if_version(&key, None, "hello".into()).await?.applied().unwrap();
+/// // The version is the etcd key's mod_revision.
+/// assert_eq!(store.get(&key).await?.unwrap().version, row.version);
+///
+/// // A stale version is a conflict that carries the current row.
+/// let stale = store.put_if_version(&key, None, "hi".into()).await?;
+/// assert_eq!(stale, PutOutcome::Conflict(Some(row.clone())));
+/// let next = store.put_if_version(&key, Some(row.version), "hi".into()).await?;
+/// assert!(next.applied().unwrap().version > row.version);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct EtcdStore {
+    /// Kept so the balanced channel's endpoint set lives as long as the store.
+    _client: Client,
+    kv: KvClient,
+    config: EtcdConfig,
+}
+
+impl EtcdStore {
+    /// Parse `uri` (see [`EtcdConfig::from_uri`]) and connect.
+    ///
+    /// ```no_run
+    /// use bakery_core::{Capabilities, VersionedStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> bakery_core::Result<()> {
+    /// let store = bakery_etcd::EtcdStore::connect("etcd://127.0.0.1:2379").await?;
+    /// assert_eq!(store.backend(), "etcd");
+    /// assert!(store.capabilities().contains(Capabilities::LINEARIZABLE_READS));
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(uri: &str) -> Result<EtcdStore> {
+        Self::open(EtcdConfig::from_uri(uri)?).await
+    }
+
+    /// Connect to the cluster `config` names: authenticate if a user is set,
+    /// then make one linearizable read under the prefix, so that an
+    /// unreachable cluster, a cluster without quorum or a refused user fails
+    /// here ([`ErrorKind::Unavailable`] or [`ErrorKind::Config`]) within the
+    /// connect timeout rather than on the first call.
+    ///
+    /// [`ErrorKind::Unavailable`]: bakery_core::ErrorKind::Unavailable
+    /// [`ErrorKind::Config`]: bakery_core::ErrorKind::Config
+    pub async fn open(config: EtcdConfig) -> Result<EtcdStore> {
+        config.validate()?;
+        let span = tracing::debug_span!(
+            "etcd.open",
+            backend = BACKEND,
+            op = "open",
+            endpoints = %config.endpoints().join(","),
+            prefix = config.prefix(),
+        );
+        Self::open_validated(config).instrument(span).await
+    }
+
+    async fn open_validated(config: EtcdConfig) -> Result<EtcdStore> {
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(config.connect_timeout())
+            .with_timeout(config.timeout())
+            // A member that lost its leader refuses calls at once ("no
+            // leader") instead of letting them time out: a clear
+            // Unavailable, even for writes.
+            .with_require_leader(true);
+        if let Some((user, password)) = config.credentials() {
+            // Tokens expire; a call refused for an expired token was not
+            // applied and is retried once with a fresh one.
+            options = options
+                .with_user(user, password)
+                .with_auto_token_refresh(true);
+        }
+        let endpoints: Vec<String> = config
+            .endpoints()
+            .iter()
+            .map(|e| format!("http://{e}"))
+            .collect();
+        let deadline = config.connect_timeout();
+        // Connecting is lazy; with a user it also authenticates.
+        let client = bounded(
+            Op::Connect,
+            deadline,
+            Client::connect(endpoints, Some(options)),
+        )
+        .await?;
+        let kv = client
+            .kv_client()
+            .max_decoding_message_size(MAX_REPLY_BYTES);
+        // First contact: a count-only, linearizable read of the prefix key.
+        let mut probe = kv.clone();
+        bounded(
+            Op::Connect,
+            deadline,
+            probe.get(
+                config.prefix().as_bytes(),
+                Some(GetOptions::new().with_count_only()),
+            ),
+        )
+        .await?;
+        tracing::debug!("connected");
+        Ok(EtcdStore {
+            _client: client,
+            kv,
+            config,
+        })
+    }
+
+    /// The configuration this store was opened with.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.config
+    }
+
+    /// The etcd key of a bakery key: the prefix, then the key.
+    fn etcd_key(&self, key: &Key) -> Vec<u8> {
+        let prefix = self.config.prefix().as_bytes();
+        let mut out = Vec::with_capacity(prefix.len() + key.as_str().len());
+        out.extend_from_slice(prefix);
+        out.extend_from_slice(key.as_str().as_bytes());
+        out
+    }
+
+    /// Run one transaction under the call deadline.
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        let mut kv = self.kv.clone();
+        bounded(Op::Write, self.config.timeout(), kv.txn(txn)).await
+    }
+
+    /// A linearizable read of one key.
+    async fn read(&self, key: &Key, etcd_key: Vec<u8>) -> Result<Option<Row>> {
+        let mut kv = self.kv.clone();
+        let mut reply = bounded(
+            Op::Read,
+            self.config.timeout(),
+            kv.get(etcd_key.clone(), None),
+        )
+        .await?;
+        one_row(Op::Read, key, &etcd_key, reply.take_kvs())
+    }
+
+    /// The row in the `else` branch's get of a failed transaction.
+    fn current_row(&self, key: &Key, etcd_key: &[u8], reply: &TxnResponse) -> Result<Option<Row>> {
+        match reply.op_responses().into_iter().next() {
+            Some(TxnOpResponse::Get(mut get)) => one_row(Op::Write, key, etcd_key, get.take_kvs()),
+            other => Err(protocol(
+                Op::Write,
+                format!(
+                    "a failed transaction on `{key}` answered {}, expected the get of its else branch",
+                    describe(other.as_ref())
+                ),
+            )),
+        }
+    }
+}
+
+/// Run `call`, failing after `deadline` with our own timeout error.
+async fn bounded<T>(
+    op: Op,
+    deadline: std::time::Duration,
+    call: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => {
+            let err = map_err(e, op);
+            tracing::debug!(error = %err, "failed");
+            Err(err)
+        }
+        Err(_) => {
+            let err = timed_out(op, deadline);
+            tracing::debug!(error = %err, "timed out");
+            Err(err)
+        }
+    }
+}
+
+/// Names a transaction's first response without printing it (it may hold
+/// a large value).
+fn describe(response: Option<&TxnOpResponse>) -> String {
+    match response {
+        None => "nothing".into(),
+        Some(TxnOpResponse::Put(_)) => "a put".into(),
+        Some(TxnOpResponse::Get(get)) => format!("a get of {} keys", get.kvs().len()),
+        Some(TxnOpResponse::Delete(delete)) => format!("a delete of {} keys", delete.deleted()),
+        Some(TxnOpResponse::Txn(_)) => "a nested transaction".into(),
+    }
+}
+
+/// A `mod_revision` as a bakery version: etcd revisions start at 1.
+fn version_of(op: Op, key: &Key, revision: i64) -> Result<Version> {
+    u64::try_from(revision)
+        .ok()
+        .filter(|v| *v > 0)
+        .ok_or_else(|| protocol(op, format!("key `{key}` has revision {revision}")))
+}
+
+/// The row of a single-key range reply (at most one key-value).
+fn one_row(op: Op, key: &Key, etcd_key: &[u8], kvs: Vec<KeyValue>) -> Result<Option<Row>> {
+    let mut kvs = kvs.into_iter();
+    let Some(kv) = kvs.next() else {
+        return Ok(None);
+    };
+    if kvs.next().is_some() || kv.key() != etcd_key {
+        return Err(protocol(
+            op,
+            format!("a read of the single key `{key}` returned other keys"),
+        ));
+    }
+    let version = version_of(op, key, kv.mod_revision())?;
+    let (_, value) = kv.into_key_value();
+    Ok(Some(Row {
+        key: key.clone(),
+        value: Bytes::from(value),
+        version,
+    }))
+}
+
+/// The revision a successful write transaction produced: the header's
+/// revision, which is the `mod_revision` of every key the transaction wrote.
+fn written_revision(key: &Key, reply: &TxnResponse) -> Result<Version> {
+    let revision = reply
+        .header()
+        .map(|header| header.revision())
+        .ok_or_else(|| protocol(Op::Write, "a transaction reply without a header"))?;
+    version_of(Op::Write, key, revision)
+}
+
+impl fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The config's Debug redacts the password.
+        f.debug_struct("EtcdStore")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl VersionedStore for EtcdStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::PERSISTENT | Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+    }
+
+    #[tracing::instrument(
+        level = "debug",
+        name = "etcd.get",
+        skip_all,
+        fields(backend = BACKEND, op = "get", key = %key)
+    )]
+    async fn get(&self, key: &Key) -> Result<Option<Row>> {
+        self.read(key, self.etcd_key(key)).await
+    }
+
+    #[tracing::instrument(
+        level = "debug",
+        name = "etcd.put_if_version",
+        skip_all,
+        fields(backend = BACKEND, op = "put_if_version", key = %key, expected = ?expected, len = value.len())
+    )]
+    async fn put_if_version(
+        &self,
+        key: &Key,
+        expected: Option<Version>,
+        value: Bytes,
+    ) -> Result<PutOutcome> {
+        let etcd_key = self.etcd_key(key);
+        let guard = match expected {
+            // Absent: the key has no live revision (`version` counts the
+            // writes since its last creation; 0 means it does not exist).
+            None => Compare::version(etcd_key.clone(), CompareOp::Equal, 0),
+            Some(expected) => match i64::try_from(expected) {
+                // The key exists (an absent key has mod_revision 0, so this
+                // also keeps `Some(0)` from creating it) …
+                Ok(revision) if revision > 0 => {
+                    Compare::mod_revision(etcd_key.clone(), CompareOp::Equal, revision)
+                }
+                // … and no key ever has revision 0 or above i64::MAX: a plain
+                // linearizable read is the whole answer.
+                _ => {
+                    let current = self.read(key, etcd_key).await?;
+                    tracing::debug!(current = ?current.as_ref().map(|row| row.version), "conflict");
+                    return Ok(PutOutcome::Conflict(current));
+                }
+            },
+        };
+        let txn = Txn::new()
+            .when([guard])
+            .and_then([TxnOp::put(etcd_key.clone(), value.to_vec(), None)])
+            .or_else([TxnOp::get(etcd_key.clone(), None)]);
+        let reply = self.txn(txn).await?;
+        if !reply.succeeded() {
+            let current = self.current_row(key, &etcd_key, &reply)?;
+            tracing::debug!(current = ?current.as_ref().map(|row| row.version), "conflict");
+            return Ok(PutOutcome::Conflict(current));
+        }
+        let version = written_revision(key, &reply)?;
+        tracing::debug!(version, "applied");
+        Ok(PutOutcome::Applied(Row {
+            key: key.clone(),
+            value,
+            version,
+        }))
+    }
+
+    #[tracing::instrument(
+        level = "debug",
+        name = "etcd.delete_if_version",
+        skip_all,
+        fields(backend = BACKEND, op = "delete_if_version", key = %key, expected)
+    )]
+    async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
+        let etcd_key = self.etcd_key(key);
+        let revision = match i64::try_from(expected) {
+            Ok(revision) if revision > 0 => revision,
+            // No key has such a revision (and an absent key's mod_revision
+            // is 0, which must not "match" a delete of nothing).
+            _ => {
+                let current = self.read(key, etcd_key).await?;
+                tracing::debug!(current = ?current.as_ref().map(|row| row.version), "conflict");
+                return Ok(DeleteOutcome::Conflict(current));
+            }
+        };
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                etcd_key.clone(),
+                CompareOp::Equal,
+                revision,
+            )])
+            .and_then([TxnOp::delete(etcd_key.clone(), None)])
+            .or_else([TxnOp::get(etcd_key.clone(), None)]);
+        let reply = self.txn(txn).await?;
+        if !reply.succeeded() {
+            let current = self.current_row(key, &etcd_key, &reply)?;
+            tracing::debug!(current = ?current.as_ref().map(|row| row.version), "conflict");
+            return Ok(DeleteOutcome::Conflict(current));
+        }
+        match reply.op_responses().into_iter().next() {
+            Some(TxnOpResponse::Delete(delete)) if delete.deleted() == 1 => {
+                tracing::debug!("deleted");
+                Ok(DeleteOutcome::Deleted)
+            }
+            other => Err(protocol(
+                Op::Write,
+                format!(
+                    "the delete of `{key}` at revision {revision} answered {}",
+                    describe(other.as_ref())
+                ),
+            )),
+        }
+    }
+}

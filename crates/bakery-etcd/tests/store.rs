@@ -1,0 +1,309 @@
+//! Against a real etcd server, named by `BAKERY_ETCD_URI`
+//! (`scripts/backends.sh start etcd` writes it to `target/backends.env`).
+//! Without it the tests print why and pass on a developer machine, and FAIL
+//! under `CI=true`.
+//!
+//! The unreachable-endpoint test needs no server and always runs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bakery_core::{Bytes, DeleteOutcome, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
+use bakery_etcd::{EtcdConfig, EtcdStore};
+
+/// The server URI, or `None` (with the reason printed) on a developer
+/// machine without one; panics under CI.
+fn server_uri(test: &str) -> Option<String> {
+    match std::env::var("BAKERY_ETCD_URI") {
+        Ok(uri) if !uri.is_empty() => Some(uri),
+        _ => {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+            assert!(
+                !ci,
+                "{test}: BAKERY_ETCD_URI is not set but CI=true requires etcd; start it with `scripts/backends.sh start etcd`"
+            );
+            eprintln!(
+                "{test}: skipped: BAKERY_ETCD_URI is not set (start etcd with `scripts/backends.sh start etcd`)"
+            );
+            None
+        }
+    }
+}
+
+/// A prefix no other test or run uses.
+fn run_prefix(test: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("bakery-test/{test}-{}-{nanos}/", std::process::id())
+}
+
+/// A store on the test server under `prefix`.
+async fn open(uri: &str, prefix: &str) -> EtcdStore {
+    let config = EtcdConfig::from_uri(uri)
+        .unwrap_or_else(|e| panic!("BAKERY_ETCD_URI: {e}"))
+        .with_prefix(prefix);
+    EtcdStore::open(config)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to etcd: {e}"))
+}
+
+fn applied(outcome: PutOutcome) -> Row {
+    match outcome {
+        PutOutcome::Applied(row) => row,
+        PutOutcome::Conflict(current) => panic!("expected Applied, got Conflict({current:?})"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn version_of_a_cas_is_the_mod_revision_a_get_shows() -> Result<()> {
+    let Some(uri) = server_uri("version_of_a_cas_is_the_mod_revision_a_get_shows") else {
+        return Ok(());
+    };
+    let store = open(&uri, &run_prefix("revision")).await;
+    let key = Key::new("row")?;
+    let created = applied(store.put_if_version(&key, None, "a".into()).await?);
+    assert_eq!(store.get(&key).await?, Some(created.clone()));
+    let updated = applied(
+        store
+            .put_if_version(&key, Some(created.version), "b".into())
+            .await?,
+    );
+    assert!(updated.version > created.version);
+    assert_eq!(
+        store.get(&key).await?,
+        Some(updated.clone()),
+        "the version a CAS returns is the mod_revision a get shows"
+    );
+
+    // A write to another key moves the (global) revision: the next version
+    // of `row` skips it, and still equals what a get shows.
+    let other = applied(
+        store
+            .put_if_version(&Key::new("other")?, None, "x".into())
+            .await?,
+    );
+    assert!(other.version > updated.version);
+    let third = applied(
+        store
+            .put_if_version(&key, Some(updated.version), "c".into())
+            .await?,
+    );
+    assert!(third.version > other.version, "revisions are global");
+    assert_eq!(store.get(&key).await?, Some(third.clone()));
+
+    // Conflicts return the current row, with its mod_revision.
+    let stale = store
+        .put_if_version(&key, Some(created.version), "stale".into())
+        .await?;
+    assert_eq!(stale, PutOutcome::Conflict(Some(third.clone())));
+    let stale = store.delete_if_version(&key, updated.version).await?;
+    assert_eq!(stale, DeleteOutcome::Conflict(Some(third.clone())));
+
+    // Delete and re-create: the new incarnation is above the deleted one.
+    assert_eq!(
+        store.delete_if_version(&key, third.version).await?,
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(store.get(&key).await?, None);
+    let reborn = applied(store.put_if_version(&key, None, "d".into()).await?);
+    assert!(reborn.version > third.version);
+    assert_eq!(store.get(&key).await?, Some(reborn));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn versions_that_no_key_can_have_always_conflict() -> Result<()> {
+    let Some(uri) = server_uri("versions_that_no_key_can_have_always_conflict") else {
+        return Ok(());
+    };
+    let store = open(&uri, &run_prefix("impossible")).await;
+    let missing = Key::new("missing")?;
+    // An absent key's mod_revision is 0 in etcd: `Some(0)` must not create
+    // it, and a delete at 0 must not "delete" nothing.
+    for expected in [0, u64::MAX, i64::MAX as u64 + 1] {
+        let put = store
+            .put_if_version(&missing, Some(expected), "x".into())
+            .await?;
+        assert_eq!(put, PutOutcome::Conflict(None), "{expected}");
+        let delete = store.delete_if_version(&missing, expected).await?;
+        assert_eq!(delete, DeleteOutcome::Conflict(None), "{expected}");
+    }
+    assert_eq!(store.get(&missing).await?, None);
+    let key = Key::new("present")?;
+    let row = applied(store.put_if_version(&key, None, "x".into()).await?);
+    for expected in [0, u64::MAX] {
+        let put = store
+            .put_if_version(&key, Some(expected), "y".into())
+            .await?;
+        assert_eq!(put, PutOutcome::Conflict(Some(row.clone())));
+        let delete = store.delete_if_version(&key, expected).await?;
+        assert_eq!(delete, DeleteOutcome::Conflict(Some(row.clone())));
+    }
+    Ok(())
+}
+
+/// Increment the decimal counter at `key` `n` times by CAS, retrying with
+/// the row each conflict hands back.
+async fn increment_n(store: &dyn VersionedStore, key: &Key, n: u64) -> Result<u64> {
+    let mut current = store.get(key).await?;
+    let mut done = 0;
+    while done < n {
+        let value = match &current {
+            Some(row) => std::str::from_utf8(&row.value)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("counter {row:?} is not a number")),
+            None => 0,
+        } + 1;
+        let expected = current.as_ref().map(|row| row.version);
+        match store
+            .put_if_version(key, expected, Bytes::from(value.to_string()))
+            .await?
+        {
+            PutOutcome::Applied(row) => {
+                done += 1;
+                current = Some(row);
+            }
+            PutOutcome::Conflict(now) => {
+                let now = now.expect("the counter is never deleted");
+                assert!(
+                    Some(now.version) > expected,
+                    "a conflict returns a newer row"
+                );
+                current = Some(now);
+            }
+        }
+    }
+    Ok(done)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_tasks_times_200_increments_is_1600() -> Result<()> {
+    let Some(uri) = server_uri("eight_tasks_times_200_increments_is_1600") else {
+        return Ok(());
+    };
+    let prefix = run_prefix("race");
+    // Half the tasks share one store (one gRPC channel), half have their own
+    // connection, as separate processes would.
+    let shared: Arc<dyn VersionedStore> = Arc::new(open(&uri, &prefix).await);
+    let key = Key::new("counter")?;
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = if i % 2 == 0 {
+            shared.clone()
+        } else {
+            Arc::new(open(&uri, &prefix).await) as Arc<dyn VersionedStore>
+        };
+        let key = key.clone();
+        tasks.push(tokio::spawn(async move {
+            increment_n(&*store, &key, 200).await
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.expect("task panicked")?;
+    }
+    assert_eq!(total, 1600);
+    let row = shared.get(&key).await?.expect("counter exists");
+    assert_eq!(&row.value[..], b"1600", "lost updates");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn prefixes_isolate_stores() -> Result<()> {
+    let Some(uri) = server_uri("prefixes_isolate_stores") else {
+        return Ok(());
+    };
+    let base = run_prefix("isolation");
+    let a = open(&uri, &format!("{base}a/")).await;
+    let b = open(&uri, &format!("{base}b/")).await;
+    let key = Key::new("same/name")?;
+    let in_a = applied(a.put_if_version(&key, None, "from a".into()).await?);
+    assert_eq!(b.get(&key).await?, None, "b must not see a's key");
+    // b creates its own row under the same name; a's is untouched.
+    let in_b = applied(b.put_if_version(&key, None, "from b".into()).await?);
+    assert_eq!(a.get(&key).await?, Some(in_a.clone()));
+    assert_eq!(b.get(&key).await?, Some(in_b.clone()));
+    // Versions of one store do not act on the other's row.
+    assert_eq!(
+        b.delete_if_version(&key, in_a.version).await?,
+        DeleteOutcome::Conflict(Some(in_b.clone()))
+    );
+    assert_eq!(
+        a.delete_if_version(&key, in_a.version).await?,
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(b.get(&key).await?, Some(in_b));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn values_past_the_request_limit_are_invalid_input() -> Result<()> {
+    let Some(uri) = server_uri("values_past_the_request_limit_are_invalid_input") else {
+        return Ok(());
+    };
+    let store = open(&uri, &run_prefix("large")).await;
+    let key = Key::new("big")?;
+    // etcd's default --max-request-bytes is 1.5 MiB.
+    let big = Bytes::from(vec![b'x'; 2 * 1024 * 1024]);
+    let err = store
+        .put_if_version(&key, None, big)
+        .await
+        .expect_err("a 2 MiB value must be refused");
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert_eq!(err.backend(), "etcd");
+    assert!(err.message().contains("1.5 MiB"), "{err}");
+    assert_eq!(store.get(&key).await?, None, "nothing was written");
+    // A value well inside the limit round-trips.
+    let ok = Bytes::from(vec![7u8; 1024 * 1024]);
+    let row = applied(store.put_if_version(&key, None, ok.clone()).await?);
+    assert_eq!(store.get(&key).await?.map(|r| r.value), Some(ok));
+    assert_eq!(
+        store.delete_if_version(&key, row.version).await?,
+        DeleteOutcome::Deleted
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connect_uri_from_env_and_capabilities() -> Result<()> {
+    let Some(uri) = server_uri("connect_uri_from_env_and_capabilities") else {
+        return Ok(());
+    };
+    let store = EtcdStore::connect(&uri).await?;
+    use bakery_core::Capabilities as C;
+    assert_eq!(store.backend(), "etcd");
+    assert_eq!(
+        store.capabilities(),
+        C::PERSISTENT | C::SHARED | C::LINEARIZABLE_READS
+    );
+    assert!(format!("{store:?}").contains("EtcdStore"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unreachable_endpoint_is_unavailable_within_the_connect_timeout() {
+    // Port 1 on loopback: nothing listens, the connection is refused.
+    for (uri, limit) in [
+        (
+            "etcd://127.0.0.1:1/?connect_timeout_ms=500",
+            Duration::from_millis(500),
+        ),
+        ("etcd://127.0.0.1:1", bakery_etcd::DEFAULT_CONNECT_TIMEOUT),
+    ] {
+        let started = Instant::now();
+        let err = EtcdStore::connect(uri)
+            .await
+            .expect_err("nothing listens on port 1");
+        let took = started.elapsed();
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{uri}: {err}");
+        assert_eq!(err.backend(), "etcd");
+        assert!(err.is_temporary());
+        assert!(
+            took < limit + Duration::from_secs(1),
+            "{uri}: took {took:?}, the connect timeout is {limit:?}"
+        );
+    }
+}
