@@ -19,6 +19,21 @@ fi
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# Real servers, installed and started by the project's own script (no
+# Docker). They stay up afterwards so a re-run is quick; stop them with
+# `scripts/backends.sh stop`.
+step "real servers: scripts/backends.sh start all"
+scripts/backends.sh deps
+# (assigned first: `set -e` would not see a failure inside `eval "$(…)"`)
+server_env=$(scripts/backends.sh start all)
+eval "$server_env"
+# Every server backend must run: a missing one fails, it is never skipped.
+export BAKERY_TEST_REQUIRE=postgres,redis,etcd
+# The second Redis CAS strategy runs the whole suite too.
+export BAKERY_TEST_URIS="redis-watch=${BAKERY_REDIS_URI}?cas=watch"
+# tests/faults.rs may stop and restart the servers this script started.
+export BAKERY_FAULT_TESTS=1
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

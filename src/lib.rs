@@ -12,6 +12,12 @@ pub use bakery_recipes::sequence::{self, IdBatch, Sequence, SequenceBuilder, Seq
 /// The backend crates compiled into this build, for direct use of their
 /// configuration types.
 pub mod backends {
+    #[cfg(feature = "etcd")]
+    pub use bakery_etcd as etcd;
+    #[cfg(feature = "postgres")]
+    pub use bakery_postgres as postgres;
+    #[cfg(feature = "redis")]
+    pub use bakery_redis as redis;
     #[cfg(feature = "sqlite")]
     pub use bakery_sqlite as sqlite;
 }
@@ -22,10 +28,16 @@ pub mod backends {
 /// assert!(bakery::schemes().contains(&"memory"));
 /// ```
 pub fn schemes() -> Vec<&'static str> {
-    #[cfg_attr(not(feature = "sqlite"), allow(unused_mut))]
+    #[cfg_attr(not(feature = "all-backends"), allow(unused_mut))]
     let mut all = vec!["memory"];
     #[cfg(feature = "sqlite")]
     all.extend_from_slice(bakery_sqlite::SCHEMES);
+    #[cfg(feature = "postgres")]
+    all.extend_from_slice(bakery_postgres::SCHEMES);
+    #[cfg(feature = "redis")]
+    all.extend_from_slice(bakery_redis::SCHEMES);
+    #[cfg(feature = "etcd")]
+    all.extend_from_slice(bakery_etcd::SCHEMES);
     all
 }
 
@@ -90,6 +102,18 @@ pub async fn connect(uri: &str) -> Result<Arc<dyn VersionedStore>> {
         #[cfg(feature = "sqlite")]
         s if bakery_sqlite::SCHEMES.contains(&s) => {
             Ok(Arc::new(bakery_sqlite::SqliteStore::connect(uri).await?))
+        }
+        #[cfg(feature = "postgres")]
+        s if bakery_postgres::SCHEMES.contains(&s) => Ok(Arc::new(
+            bakery_postgres::PostgresStore::connect(uri).await?,
+        )),
+        #[cfg(feature = "redis")]
+        s if bakery_redis::SCHEMES.contains(&s) => {
+            Ok(Arc::new(bakery_redis::RedisStore::connect(uri).await?))
+        }
+        #[cfg(feature = "etcd")]
+        s if bakery_etcd::SCHEMES.contains(&s) => {
+            Ok(Arc::new(bakery_etcd::EtcdStore::connect(uri).await?))
         }
         other => {
             let compiled = schemes().join(", ");

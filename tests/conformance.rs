@@ -5,6 +5,8 @@
 //! - Each server backend whose `BAKERY_<NAME>_URI` is set (e.g.
 //!   `BAKERY_POSTGRES_URI`). A configured backend that cannot be reached
 //!   FAILS its cases; it is never skipped.
+//! - `BAKERY_TEST_URIS="label=URI label2=URI2"`: extra stores, e.g. a
+//!   second configuration of a backend (`redis-watch=redis://…?cas=watch`).
 //! - `BAKERY_TEST_REQUIRE=postgres,redis,…` (set by `scripts/test.sh`): a
 //!   required backend without a URI fails. Under `CI=true` every backend
 //!   compiled into this build is required; on a developer machine a
@@ -50,6 +52,20 @@ fn targets() -> Vec<(String, Target)> {
         format!("sqlite://{}/conformance.db", dir.display())
     });
     out.push(("sqlite".into(), Target::Uri(sqlite)));
+    for extra in std::env::var("BAKERY_TEST_URIS")
+        .unwrap_or_default()
+        .split_whitespace()
+    {
+        match extra.split_once('=') {
+            Some((label, uri)) if !label.is_empty() && !uri.is_empty() => {
+                out.push((label.to_string(), Target::Uri(uri.to_string())))
+            }
+            _ => out.push((
+                format!("BAKERY_TEST_URIS[{extra}]"),
+                Target::Missing(format!("{extra:?} is not label=URI")),
+            )),
+        }
+    }
     let compiled_schemes = bakery::schemes();
     for (name, var) in SERVERS {
         let compiled = &compiled_schemes.contains(name);

@@ -15,12 +15,22 @@ const BIN: &str = env!("CARGO_BIN_EXE_bakery");
 /// One isolated environment: a temp dir acting as HOME, holding the database.
 struct Sandbox {
     dir: TempDir,
+    /// A server store to use instead of the sandbox's SQLite file.
+    server: Option<String>,
 }
 
 impl Sandbox {
     fn new() -> Self {
         Sandbox {
             dir: tempfile::tempdir().expect("create a temp dir"),
+            server: None,
+        }
+    }
+
+    fn on_server(uri: String) -> Self {
+        Sandbox {
+            server: Some(uri),
+            ..Sandbox::new()
         }
     }
 
@@ -37,7 +47,10 @@ impl Sandbox {
     }
 
     fn uri(&self) -> String {
-        format!("sqlite://{}", self.db().display())
+        match &self.server {
+            Some(uri) => uri.clone(),
+            None => format!("sqlite://{}", self.db().display()),
+        }
     }
 
     /// `bakery` with a clean environment and no `--uri`.
@@ -157,14 +170,23 @@ fn next_prints_count_increasing_ids_and_continues() {
 /// Start `procs` processes at once, wait for all, check every id is distinct
 /// and each process's ids strictly increase.
 fn concurrent_processes(procs: usize, count: u64, block_size: Option<u64>) {
-    let sb = Sandbox::new();
+    concurrent_processes_on(Sandbox::new(), "orders", procs, count, block_size);
+}
+
+fn concurrent_processes_on(
+    sb: Sandbox,
+    name: &str,
+    procs: usize,
+    count: u64,
+    block_size: Option<u64>,
+) {
     // Create the file first so the processes race on the sequence, not on
     // creating the database schema.
     assert_ok(&sb.run(&["seq", "next", "warmup"]));
 
     let count_arg = count.to_string();
     let block_arg = block_size.map(|b| b.to_string());
-    let mut args = vec!["seq", "next", "orders", "--count", &count_arg];
+    let mut args = vec!["seq", "next", name, "--count", &count_arg];
     if let Some(block) = &block_arg {
         args.extend(["--block-size", block]);
     }
@@ -195,6 +217,36 @@ fn eight_processes_at_once_get_distinct_ids() {
 #[test]
 fn eight_processes_at_once_with_default_block_size() {
     concurrent_processes(8, 5000, None);
+}
+
+/// The same on every server backend configured for this run (the URIs that
+/// `scripts/backends.sh` exports). A developer run without them prints why.
+#[test]
+fn eight_processes_at_once_on_each_server_backend() {
+    let mut ran = 0;
+    for var in ["BAKERY_POSTGRES_URI", "BAKERY_REDIS_URI", "BAKERY_ETCD_URI"] {
+        let Ok(uri) = std::env::var(var) else {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+            assert!(!ci, "CI=true but {var} is not set: run scripts/test.sh");
+            eprintln!("cli: {var} not set: skipped on this developer machine");
+            continue;
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let name = format!("orders-{nanos}");
+        concurrent_processes_on(Sandbox::on_server(uri.clone()), &name, 8, 5000, Some(100));
+        concurrent_processes_on(
+            Sandbox::on_server(uri),
+            &format!("{name}-big"),
+            8,
+            5000,
+            None,
+        );
+        ran += 1;
+    }
+    eprintln!("cli: 8-process test ran on {ran} server backend(s)");
 }
 
 #[test]

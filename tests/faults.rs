@@ -1,0 +1,246 @@
+//! Faults on real servers: stop the server in the middle of a run of CAS
+//! operations and sequence reservations, then start it again.
+//!
+//! Asserts, per backend:
+//! - while the server is down every call returns a typed error
+//!   (`Unavailable` or `Unknown`) within a bounded time — no panic, no hang;
+//! - after the restart, calls succeed again on the SAME store value (the
+//!   client reconnects by itself);
+//! - no sequence id is handed out twice across the restart, each client's
+//!   ids increase, and a client created after the restart continues above;
+//! - the CAS counter holds every acknowledged increment (plus possibly some
+//!   whose outcome was unknown, never fewer).
+//!
+//! Servers are stopped and started with `scripts/backends.sh`, so this runs
+//! only where that script started them: `BAKERY_FAULT_TESTS=1` (set by
+//! `scripts/test.sh`, hence in CI). Without it, it prints why and does
+//! nothing; with it, a backend whose URI is missing fails.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bakery::{Bytes, ErrorKind, Key, PutOutcome, Sequence, VersionedStore};
+
+/// A call that takes longer than this is a hang (a bound, not a speed test).
+const CALL_BOUND: Duration = Duration::from_secs(30);
+
+fn enabled(backend: &str, var: &str) -> Option<String> {
+    let on = std::env::var("BAKERY_FAULT_TESTS").is_ok_and(|v| v == "1");
+    match (on, std::env::var(var)) {
+        (true, Ok(uri)) if !uri.is_empty() => Some(uri),
+        (true, _) => panic!(
+            "BAKERY_FAULT_TESTS=1 but {var} is not set: start {backend} with scripts/backends.sh"
+        ),
+        (false, _) => {
+            eprintln!("faults: {backend} left out: set BAKERY_FAULT_TESTS=1 with servers started by scripts/backends.sh (scripts/test.sh does)");
+            None
+        }
+    }
+}
+
+fn backends(action: &str, name: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/backends.sh");
+    let out = Command::new(&script)
+        .args([action, name])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "backends.sh {action} {name} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[derive(Default, Debug)]
+struct Tally {
+    acked: u64,
+    unknown: u64,
+    unavailable: u64,
+    ids: Vec<u64>,
+}
+
+/// One client: increments the counter by CAS and takes sequence ids until
+/// `stop`, recording every outcome.
+async fn client(
+    store: Arc<dyn VersionedStore>,
+    key: Key,
+    seq: Sequence,
+    stop: Arc<AtomicBool>,
+) -> Tally {
+    let mut tally = Tally::default();
+    let mut current = None;
+    let mut fresh = false;
+    while !stop.load(Ordering::Relaxed) {
+        if !fresh {
+            match tokio::time::timeout(CALL_BOUND, store.get(&key)).await {
+                Ok(Ok(row)) => {
+                    current = row;
+                    fresh = true;
+                }
+                Ok(Err(e)) => {
+                    note(&mut tally, e.kind(), &e);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                Err(_) => panic!("get hung for {CALL_BOUND:?}"),
+            }
+        }
+        let n: u64 = current
+            .as_ref()
+            .map(|r: &bakery::Row| {
+                std::str::from_utf8(&r.value)
+                    .expect("utf8")
+                    .parse()
+                    .expect("number")
+            })
+            .unwrap_or(0);
+        let expected = current.as_ref().map(|r| r.version);
+        match tokio::time::timeout(
+            CALL_BOUND,
+            store.put_if_version(&key, expected, Bytes::from((n + 1).to_string())),
+        )
+        .await
+        {
+            Ok(Ok(PutOutcome::Applied(row))) => {
+                tally.acked += 1;
+                current = Some(row);
+            }
+            Ok(Ok(PutOutcome::Conflict(now))) => current = now,
+            Ok(Err(e)) => {
+                note(&mut tally, e.kind(), &e);
+                fresh = false; // re-read: the outcome may be unknown
+            }
+            Err(_) => panic!("put_if_version hung for {CALL_BOUND:?}"),
+        }
+        match tokio::time::timeout(CALL_BOUND, seq.next()).await {
+            Ok(Ok(id)) => tally.ids.push(id),
+            Ok(Err(e)) => note(&mut tally, e.kind(), &e),
+            Err(_) => panic!("Sequence::next hung for {CALL_BOUND:?}"),
+        }
+    }
+    tally
+}
+
+fn note(tally: &mut Tally, kind: ErrorKind, e: &bakery::Error) {
+    match kind {
+        ErrorKind::Unknown => tally.unknown += 1,
+        ErrorKind::Unavailable => tally.unavailable += 1,
+        other => {
+            panic!("during the outage only Unavailable/Unknown are acceptable, got {other:?}: {e}")
+        }
+    }
+}
+
+fn restart_mid_run(backend: &str, var: &str) {
+    let Some(uri) = enabled(backend, var) else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async move {
+        let store = bakery::connect(&uri).await.expect("connect");
+        let suffix = uuid_like();
+        let key = Key::new(format!("bakery-test/faults/{suffix}")).expect("key");
+        let name = format!("faults-{suffix}");
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            let seq = Sequence::builder(store.clone(), &name).block_size(5).build().expect("seq");
+            clients.push(tokio::spawn(client(store.clone(), key.clone(), seq, stop.clone())));
+        }
+        // Let work start, stop the server, keep going, start it again.
+        let probe = Sequence::builder(store.clone(), &name).block_size(1).build().expect("probe");
+        for _ in 0..20 {
+            probe.next().await.expect("server up before the fault");
+        }
+        let name_owned = backend.to_string();
+        tokio::task::spawn_blocking(move || backends("stop", &name_owned)).await.expect("stop");
+        let down = probe.next().await;
+        let err = down.expect_err("the server is stopped");
+        assert!(matches!(err.kind(), ErrorKind::Unavailable | ErrorKind::Unknown), "{err}");
+        let name_owned = backend.to_string();
+        tokio::task::spawn_blocking(move || backends("start", &name_owned)).await.expect("start");
+        // The same store value must work again (bounded retries while the
+        // server finishes starting and pools reconnect).
+        let mut after = None;
+        for _ in 0..100 {
+            match probe.next().await {
+                Ok(id) => {
+                    after = Some(id);
+                    break;
+                }
+                Err(e) => {
+                    assert!(e.is_temporary(), "{e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        let after = after.expect("the store never recovered after the restart");
+        for _ in 0..20 {
+            probe.next().await.expect("steady after the restart");
+        }
+        stop.store(true, Ordering::Relaxed);
+        let mut all = HashSet::new();
+        let (mut acked, mut unknown, mut unavailable) = (0, 0, 0);
+        for client in clients {
+            let tally = client.await.expect("client panicked");
+            assert!(tally.ids.windows(2).all(|w| w[0] < w[1]), "a client's ids went backwards");
+            for id in &tally.ids {
+                assert!(all.insert(*id), "id {id} handed out twice");
+            }
+            acked += tally.acked;
+            unknown += tally.unknown;
+            unavailable += tally.unavailable;
+        }
+        // A client created after the restart continues above everything.
+        let late = Sequence::builder(store.clone(), &name).block_size(1).build().expect("late");
+        let late_id = late.next().await.expect("late client");
+        let highest = all.iter().copied().max().unwrap_or(0).max(after);
+        assert!(late_id > highest, "late client got {late_id}, below {highest}");
+        let counter: u64 = store
+            .get(&key)
+            .await
+            .expect("get")
+            .map(|r| std::str::from_utf8(&r.value).expect("utf8").parse().expect("number"))
+            .unwrap_or(0);
+        assert!(
+            counter >= acked && counter <= acked + unknown,
+            "counter {counter} outside [acked {acked}, acked + unknown {}]",
+            acked + unknown
+        );
+        eprintln!(
+            "faults[{backend}]: {} ids unique, {acked} CAS acked, {unknown} unknown, {unavailable} unavailable, counter {counter}",
+            all.len()
+        );
+    });
+}
+
+fn uuid_like() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{nanos:x}-{}", std::process::id())
+}
+
+#[test]
+fn postgres_restart_mid_run() {
+    restart_mid_run("postgres", "BAKERY_POSTGRES_URI");
+}
+
+#[test]
+fn redis_restart_mid_run() {
+    restart_mid_run("redis", "BAKERY_REDIS_URI");
+}
+
+#[test]
+fn etcd_restart_mid_run() {
+    restart_mid_run("etcd", "BAKERY_ETCD_URI");
+}
