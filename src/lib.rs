@@ -12,8 +12,12 @@ pub use bakery_recipes::sequence::{self, IdBatch, Sequence, SequenceBuilder, Seq
 /// The backend crates compiled into this build, for direct use of their
 /// configuration types.
 pub mod backends {
+    #[cfg(feature = "cassandra")]
+    pub use bakery_cassandra as cassandra;
     #[cfg(feature = "etcd")]
     pub use bakery_etcd as etcd;
+    #[cfg(feature = "mongodb")]
+    pub use bakery_mongodb as mongodb;
     #[cfg(feature = "postgres")]
     pub use bakery_postgres as postgres;
     #[cfg(feature = "redis")]
@@ -38,6 +42,10 @@ pub fn schemes() -> Vec<&'static str> {
     all.extend_from_slice(bakery_redis::SCHEMES);
     #[cfg(feature = "etcd")]
     all.extend_from_slice(bakery_etcd::SCHEMES);
+    #[cfg(feature = "mongodb")]
+    all.extend_from_slice(bakery_mongodb::SCHEMES);
+    #[cfg(feature = "cassandra")]
+    all.extend_from_slice(bakery_cassandra::SCHEMES);
     all
 }
 
@@ -115,6 +123,14 @@ pub async fn connect(uri: &str) -> Result<Arc<dyn VersionedStore>> {
         s if bakery_etcd::SCHEMES.contains(&s) => {
             Ok(Arc::new(bakery_etcd::EtcdStore::connect(uri).await?))
         }
+        #[cfg(feature = "mongodb")]
+        s if bakery_mongodb::SCHEMES.contains(&s) => {
+            Ok(Arc::new(bakery_mongodb::MongoStore::connect(uri).await?))
+        }
+        #[cfg(feature = "cassandra")]
+        s if bakery_cassandra::SCHEMES.contains(&s) => Ok(Arc::new(
+            bakery_cassandra::CassandraStore::connect(uri).await?,
+        )),
         other => {
             let compiled = schemes().join(", ");
             Err(match KNOWN.iter().find(|(s, _)| *s == other) {
@@ -133,55 +149,4 @@ pub async fn connect(uri: &str) -> Result<Arc<dyn VersionedStore>> {
     }
 }
 
-/// `uri` with any password replaced by `***`, for messages and logs: the
-/// password of the authority (`user:pass@host`) and the value of query
-/// options that hold secrets (`password`, `pass`, `pwd`, `secret`, `token`).
-///
-/// ```
-/// assert_eq!(bakery::redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
-/// assert_eq!(
-///     bakery::redact("postgres://h/db?user=u&password=secret&sslmode=require"),
-///     "postgres://h/db?user=u&password=***&sslmode=require"
-/// );
-/// ```
-pub fn redact(uri: &str) -> String {
-    let (base, query) = match uri.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (uri, None),
-    };
-    let mut out = redact_authority(base);
-    if let Some(query) = query {
-        let pairs: Vec<String> = query
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((name, _)) if is_secret_option(name) => format!("{name}=***"),
-                _ => pair.to_string(),
-            })
-            .collect();
-        out.push('?');
-        out.push_str(&pairs.join("&"));
-    }
-    out
-}
-
-fn is_secret_option(name: &str) -> bool {
-    matches!(
-        name.to_ascii_lowercase().as_str(),
-        "password" | "pass" | "pwd" | "secret" | "token" | "auth"
-    )
-}
-
-fn redact_authority(uri: &str) -> String {
-    let Some((scheme, rest)) = uri.split_once("://") else {
-        return uri.to_string();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match authority.rfind('@') {
-        Some(at) => match authority[..at].split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{}", &rest[at + 1..]),
-            None => uri.to_string(),
-        },
-        None => uri.to_string(),
-    }
-}
+pub use bakery_core::uri::redact;

@@ -6,6 +6,7 @@ mod error;
 mod key;
 mod memory;
 mod store;
+pub mod uri;
 
 pub use bytes::Bytes;
 pub use counting::{CountingStore, OpCounts};

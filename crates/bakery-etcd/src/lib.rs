@@ -494,31 +494,10 @@ fn validate_prefix(prefix: &str) -> Result<()> {
     Ok(())
 }
 
-/// Decode `%XX` escapes; `what` names the URI part in messages (the text
-/// itself is not repeated: it may be a password).
+/// Decode `%XX` escapes; `what` names the URI part in messages (never the
+/// text itself: it may be part of a password).
 fn percent_decode(text: &str, what: &str) -> Result<String> {
-    let bad = || {
-        Error::config(
-            BACKEND,
-            format!("etcd URI {what} has an invalid percent-encoding"),
-        )
-    };
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3).ok_or_else(bad)?;
-            let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out)
-        .map_err(|_| Error::config(BACKEND, format!("etcd URI {what} does not decode to UTF-8")))
+    bakery_core::uri::percent_decode(BACKEND, what, text)
 }
 
 /// Encode everything but unreserved characters and `/` (for `Display`).

@@ -215,7 +215,7 @@ impl RedisConfig {
                     BACKEND,
                     format!(
                         "{:?} is not a redis URI (expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or rediss://…)",
-                        redact_uri(uri)
+                        bakery_core::uri::redact(uri)
                     ),
                 ))
             }
@@ -223,7 +223,10 @@ impl RedisConfig {
         let url = url::Url::parse(base).map_err(|e| {
             Error::config(
                 BACKEND,
-                format!("redis URI {:?} does not parse: {e}", redact_uri(uri)),
+                format!(
+                    "redis URI {:?} does not parse: {e}",
+                    bakery_core::uri::redact(uri)
+                ),
             )
         })?;
         if url.fragment().is_some() {
@@ -231,7 +234,7 @@ impl RedisConfig {
                 BACKEND,
                 format!(
                     "redis URI {:?} has a `#` fragment; none is supported (options go after `?`)",
-                    redact_uri(uri)
+                    bakery_core::uri::redact(uri)
                 ),
             ));
         }
@@ -243,7 +246,10 @@ impl RedisConfig {
             _ => {
                 return Err(Error::config(
                     BACKEND,
-                    format!("redis URI {:?} names no host", redact_uri(uri)),
+                    format!(
+                        "redis URI {:?} names no host",
+                        bakery_core::uri::redact(uri)
+                    ),
                 ))
             }
         };
@@ -597,62 +603,9 @@ fn validate_prefix(prefix: &str) -> Result<()> {
     Ok(())
 }
 
-/// `uri` with the password of its authority replaced by `***`, for messages.
-fn redact_uri(uri: &str) -> String {
-    let Some((scheme, rest)) = uri.split_once("://") else {
-        return uri.to_string();
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    match authority.rfind('@') {
-        Some(at) => match authority[..at].split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{}", &rest[at + 1..]),
-            None => uri.to_string(),
-        },
-        None => uri.to_string(),
-    }
-}
-
-/// Decode `%XX` escapes; `what` names the URI part in messages.
+/// Decode `%XX` escapes; `what` names the URI part in messages (never the
+/// text itself: it may be part of a password).
 fn percent_decode(text: &str, what: &str) -> Result<String> {
-    let bad = || {
-        Error::config(
-            BACKEND,
-            format!("redis URI {what} {text:?} has an invalid percent-encoding"),
-        )
-    };
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3).ok_or_else(bad)?;
-            let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| {
-        Error::config(
-            BACKEND,
-            format!("redis URI {what} {text:?} does not decode to UTF-8"),
-        )
-    })
+    bakery_core::uri::percent_decode(BACKEND, what, text)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn redact_uri_hides_passwords() {
-        assert_eq!(redact_uri("redis://u:p@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redact_uri("redis://:p@h"), "redis://:***@h");
-        assert_eq!(redact_uri("redis://h/0?x=a@b:c"), "redis://h/0?x=a@b:c");
-        assert_eq!(redact_uri("redis://u@h"), "redis://u@h");
-        assert_eq!(redact_uri("nonsense"), "nonsense");
-    }
-}

@@ -1,0 +1,117 @@
+//! Small helpers every backend's URI parser shares.
+
+use crate::{Error, Result};
+
+/// Decode `%XX` escapes in one part of a URI (`what`, e.g. "path" or
+/// "password", names it in the error), requiring UTF-8.
+///
+/// ```
+/// use bakery_core::uri::percent_decode;
+/// assert_eq!(percent_decode("sqlite", "path", "a%20b").unwrap(), "a b");
+/// assert!(percent_decode("sqlite", "path", "bad%zz").is_err());
+/// ```
+pub fn percent_decode(backend: &'static str, what: &str, text: &str) -> Result<String> {
+    let bytes = text.as_bytes();
+    let well_formed = bytes.iter().enumerate().all(|(i, b)| {
+        *b != b'%'
+            || bytes
+                .get(i + 1..i + 3)
+                .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    });
+    if !well_formed {
+        return Err(Error::config(
+            backend,
+            format!("{backend} URI {what} has an invalid percent-encoding"),
+        ));
+    }
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .map(|decoded| decoded.into_owned())
+        .map_err(|_| {
+            Error::config(
+                backend,
+                format!("{backend} URI {what} does not decode to UTF-8"),
+            )
+        })
+}
+
+/// `uri` with any password replaced by `***`, for messages and logs: the
+/// password of the authority (`user:pass@host`) and the value of query
+/// options that hold secrets (`password`, `pass`, `pwd`, `secret`, `token`,
+/// `auth`).
+///
+/// ```
+/// use bakery_core::uri::redact;
+/// assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+/// assert_eq!(
+///     redact("postgres://h/db?user=u&password=secret&sslmode=require"),
+///     "postgres://h/db?user=u&password=***&sslmode=require"
+/// );
+/// ```
+pub fn redact(uri: &str) -> String {
+    let (base, query) = match uri.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (uri, None),
+    };
+    let mut out = redact_authority(base);
+    if let Some(query) = query {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if is_secret_option(name) => format!("{name}=***"),
+                _ => pair.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&pairs.join("&"));
+    }
+    out
+}
+
+fn is_secret_option(name: &str) -> bool {
+    matches!(
+        name.to_ascii_lowercase().as_str(),
+        "password" | "pass" | "pwd" | "secret" | "token" | "auth"
+    )
+}
+
+fn redact_authority(uri: &str) -> String {
+    let Some((scheme, rest)) = uri.split_once("://") else {
+        return uri.to_string();
+    };
+    // Credentials run up to the LAST '@' before the path, so a password may
+    // itself contain '@'.
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match authority.rfind('@') {
+        Some(at) => match authority[..at].split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{}", &rest[at + 1..]),
+            None => uri.to_string(),
+        },
+        None => uri.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_and_rejects() {
+        assert_eq!(percent_decode("x", "path", "%2Fa%3Fb%25").unwrap(), "/a?b%");
+        assert!(percent_decode("x", "path", "%").is_err());
+        assert!(percent_decode("x", "path", "%4").is_err());
+        assert!(percent_decode("x", "path", "%ff").is_err(), "not UTF-8");
+    }
+
+    #[test]
+    fn redacts_userinfo_and_secret_options() {
+        assert_eq!(redact("etcd://u:p@ss@h:1"), "etcd://u:***@h:1");
+        assert_eq!(redact("memory://"), "memory://");
+        assert_eq!(redact("x://h?token=t&a=1"), "x://h?token=***&a=1");
+        assert_eq!(redact("x://user@h/db"), "x://user@h/db");
+        assert_eq!(redact("redis://:p@h"), "redis://:***@h");
+        assert_eq!(redact("redis://h/0?x=a@b:c"), "redis://h/0?x=a@b:c");
+        assert_eq!(redact("nonsense"), "nonsense");
+    }
+}
