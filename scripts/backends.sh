@@ -2,7 +2,9 @@
 # Real servers for the conformance suite, run natively (no Docker): installs
 # what is missing from Debian packages, starts each server on 127.0.0.1 on a
 # non-default port with its data in a scratch directory, and prints the
-# BAKERY_<NAME>_URI export lines the tests read.
+# BAKERY_<NAME>_URI export lines the tests read.  Cassandra comes from Maven
+# Central and FerretDB (standing in for MongoDB) is built from the Go module
+# proxy; both are cached outside the checkout, so only the first run is slow.
 #
 #   scripts/backends.sh start [NAME...]    install if missing, start (or reuse), wait until
 #                                          it answers, print export lines (default: all)
@@ -13,7 +15,9 @@
 #   scripts/backends.sh env                export lines of the running backends
 #   scripts/backends.sh deps               install build dependencies only (protoc)
 #
-# NAME is postgres, redis, etcd, or all.  Only export lines go to stdout, so
+# NAME is postgres, redis, etcd, mongodb, cassandra, or all (in that order; stop
+# goes in reverse).  mongodb is FerretDB over the postgres server, which
+# `start mongodb` starts too.  Only export lines go to stdout, so
 #   eval "$(scripts/backends.sh start all)"
 # works; progress goes to stderr.  Every start/stop/restart/kill also rewrites
 # target/backends.env with the lines of ALL running servers
@@ -21,10 +25,16 @@
 #
 # Environment:
 #   BAKERY_PG_PORT (15432)  BAKERY_REDIS_PORT (16379)
-#   BAKERY_ETCD_PORT (12379)  BAKERY_ETCD_PEER_PORT (12380)
+#   BAKERY_ETCD_PORT (12379)  BAKERY_ETCD_PEER_PORT (12380)  BAKERY_MONGODB_PORT (17017)
+#   BAKERY_CASSANDRA_PORT (19042, CQL)  BAKERY_CASSANDRA_STORAGE_PORT (17000)
+#   BAKERY_CASSANDRA_JMX_PORT (17199)
 #                            unset: the port the backend last ran on, else the default
 #   BAKERY_SCRATCH           data, logs, pid files (${TMPDIR:-/tmp}/bakery-backends)
-#   BAKERY_BACKENDS_TIMEOUT  seconds to wait for a server to answer (60)
+#   BAKERY_BACKENDS_TIMEOUT  seconds to wait for a server to answer (60; Cassandra: at least 180)
+#   XDG_CACHE_HOME           Cassandra's jars and the FerretDB binary go to
+#                            ${XDG_CACHE_HOME:-~/.cache}/bakery (Maven's repository under m2/)
+#   BAKERY_JAVA              the `java` for Cassandra (default: a JDK 17 -- JAVA_HOME,
+#                            /usr/lib/jvm/*17*, or `java` on PATH; 5.0 does not run on 21+)
 #   BAKERY_PG_BIN            PostgreSQL bin directory (newest /usr/lib/postgresql/*/bin)
 #   BAKERY_REDIS_PERSIST     always (default): append-only file, fsync per write, so a
 #                            stop/restart/kill keeps the data like postgres and etcd do;
@@ -35,12 +45,14 @@ usage() {
     sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$ROOT/scripts/backends.sh" >&2
 }
 
-BACKENDS=(postgres redis etcd)
+BACKENDS=(postgres redis etcd mongodb cassandra)
 
 SCRATCH=${BAKERY_SCRATCH:-${TMPDIR:-/tmp}/bakery-backends}
 [[ $SCRATCH == /* ]] || SCRATCH=$PWD/$SCRATCH
-# Downloads (none yet: the three servers above come from apt) are cached here.
+# Downloads and builds (Cassandra's jars, the FerretDB binary) are cached here;
+# postgres, redis and etcd come from apt.
 CACHE_DIR=${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/bakery
+[[ $CACHE_DIR == /* ]] || CACHE_DIR=$PWD/$CACHE_DIR
 ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 ENV_FILE=$ROOT/target/backends.env
@@ -58,10 +70,18 @@ PG_PORT=${BAKERY_PG_PORT:-$(recorded_port postgres 0)}
 REDIS_PORT=${BAKERY_REDIS_PORT:-$(recorded_port redis 0)}
 ETCD_PORT=${BAKERY_ETCD_PORT:-$(recorded_port etcd 0)}
 ETCD_PEER_PORT=${BAKERY_ETCD_PEER_PORT:-$(recorded_port etcd 1)}
+MONGODB_PORT=${BAKERY_MONGODB_PORT:-$(recorded_port mongodb 0)}
+CASSANDRA_PORT=${BAKERY_CASSANDRA_PORT:-$(recorded_port cassandra 0)}
+CASSANDRA_STORAGE_PORT=${BAKERY_CASSANDRA_STORAGE_PORT:-$(recorded_port cassandra 1)}
+CASSANDRA_JMX_PORT=${BAKERY_CASSANDRA_JMX_PORT:-$(recorded_port cassandra 2)}
 PG_PORT=${PG_PORT:-15432}
 REDIS_PORT=${REDIS_PORT:-16379}
 ETCD_PORT=${ETCD_PORT:-12379}
 ETCD_PEER_PORT=${ETCD_PEER_PORT:-12380}
+MONGODB_PORT=${MONGODB_PORT:-17017}
+CASSANDRA_PORT=${CASSANDRA_PORT:-19042}
+CASSANDRA_STORAGE_PORT=${CASSANDRA_STORAGE_PORT:-17000}
+CASSANDRA_JMX_PORT=${CASSANDRA_JMX_PORT:-17199}
 
 # ---------------------------------------------------------------- helpers
 
@@ -72,7 +92,8 @@ die() {
 }
 have() { command -v "$1" >/dev/null 2>&1; }
 
-for var in PG_PORT REDIS_PORT ETCD_PORT ETCD_PEER_PORT; do
+for var in PG_PORT REDIS_PORT ETCD_PORT ETCD_PEER_PORT MONGODB_PORT CASSANDRA_PORT \
+    CASSANDRA_STORAGE_PORT CASSANDRA_JMX_PORT; do
     [[ ${!var} =~ ^[1-9][0-9]{0,4}$ && ${!var} -le 65535 ]] ||
         die "BAKERY_$var=${!var} is not a port number"
 done
@@ -189,6 +210,10 @@ port_of() {
     redis:1) echo "$REDIS_PORT" ;;
     etcd:1) echo "$ETCD_PORT" ;;
     etcd:2) echo "$ETCD_PEER_PORT" ;;
+    mongodb:1) echo "$MONGODB_PORT" ;;
+    cassandra:1) echo "$CASSANDRA_PORT" ;;
+    cassandra:2) echo "$CASSANDRA_STORAGE_PORT" ;;
+    cassandra:3) echo "$CASSANDRA_JMX_PORT" ;;
     esac
 }
 
@@ -220,10 +245,11 @@ missing_deps() {
 install_deps() { install_missing deps; }
 
 # ---------------------------------------------------------------- postgres
-# Each backend defines: describe_X (sets PIDFILE, COMM, LOG, PORTS), missing_X
-# (the Debian packages it lacks), install_X,
-# start_X (launch; the driver has checked the ports are free), ready_X (one
-# probe), after_start_X, uri_X, stop_X PID.
+# Each backend defines: describe_X (sets PIDFILE, COMM, LOG, PORTS, and may
+# set READY_TIMEOUT and REQUIRES), missing_X (the Debian packages it lacks),
+# install_X, start_X (launch; the driver has checked the ports are free and
+# started the REQUIRES backends), ready_X (one probe), after_start_X, uri_X,
+# stop_X PID.
 
 pg_bin() {
     local data version found=()
@@ -321,19 +347,22 @@ ready_postgres() {
     "$bin/pg_isready" -q -t 2 -h 127.0.0.1 -p "$(port_of postgres)" -U postgres -d postgres </dev/null
 }
 
-after_start_postgres() {
-    local bin port found
+# pg_ensure_db DB: creates database DB (a plain name) in the running server if absent.
+pg_ensure_db() {
+    local db=$1 bin port found
     bin=$(pg_bin)
     port=$(port_of postgres)
     found=$("$bin/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -tAc \
-        "SELECT 1 FROM pg_database WHERE datname = 'bakery'" </dev/null) ||
+        "SELECT 1 FROM pg_database WHERE datname = '$db'" </dev/null) ||
         fail postgres "cannot query pg_database on 127.0.0.1:$port"
     if [[ $found != 1 ]]; then
-        say "postgres: createdb bakery"
-        "$bin/createdb" -h 127.0.0.1 -p "$port" -U postgres bakery </dev/null ||
-            fail postgres "createdb bakery failed"
+        say "postgres: createdb $db"
+        "$bin/createdb" -h 127.0.0.1 -p "$port" -U postgres "$db" </dev/null ||
+            fail postgres "createdb $db failed"
     fi
 }
+
+after_start_postgres() { pg_ensure_db bakery; }
 
 uri_postgres() { echo "postgres://postgres@127.0.0.1:$(port_of postgres)/bakery"; }
 
@@ -452,10 +481,347 @@ stop_etcd() {
     }
 }
 
+# ---------------------------------------------------------------- probes
+
+# wire_reply PORT REQUEST N: sends REQUEST (printf escapes, no %) to
+# 127.0.0.1:PORT and prints the first N bytes of the reply as hex ("84 00 ..."),
+# within 3 seconds.  A protocol-level "are you there" for servers without a CLI
+# here (Cassandra: no cqlsh; FerretDB: no mongosh).
+wire_reply() {
+    # shellcheck disable=SC2016  # $0..$2 expand in the inner shell
+    timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0" && printf "$1" >&3 && head -c "$2" <&3' \
+        "$1" "$2" "$3" </dev/null 2>/dev/null | od -An -v -tx1 | tr -s ' \n' '  '
+}
+
+# ---------------------------------------------------------------- mongodb (FerretDB)
+# No registry reachable here ships a mongod, so FerretDB v1 (the MongoDB wire
+# protocol over PostgreSQL) stands in: a tiny Go main in scripts/ferretdb
+# (go.mod/go.sum pin FerretDB; see main.go for why not `go install`), built
+# once into the cache, storing its data in database "ferretdb" of the postgres
+# backend.
+
+FERRETDB_SRC=$ROOT/scripts/ferretdb
+
+ferretdb_version() {
+    awk '$1 == "github.com/FerretDB/FerretDB" { print $2; exit }
+         $1 == "require" && $2 == "github.com/FerretDB/FerretDB" { print $3; exit }' "$FERRETDB_SRC/go.mod"
+}
+
+ferretdb_bin() { printf '%s/ferretdb-%s/ferretdb\n' "$CACHE_DIR" "$(ferretdb_version)"; }
+
+# What the binary is built from: a change to any of these rebuilds it.
+ferretdb_inputs_hash() {
+    cat "$FERRETDB_SRC/go.mod" "$FERRETDB_SRC/go.sum" "$FERRETDB_SRC"/*.go | sha256sum | cut -c1-16
+}
+
+describe_mongodb() {
+    PIDFILE=$(dir_of mongodb)/ferretdb.pid
+    COMM=ferretdb
+    LOG=$(dir_of mongodb)/ferretdb.log
+    PORTS=("$MONGODB_PORT:BAKERY_MONGODB_PORT")
+    REQUIRES=(postgres)
+}
+
+# Go is not installed from apt: bookworm's 1.19 cannot build FerretDB 1.24 (go 1.24).
+missing_mongodb() { missing_postgres; }
+
+install_mongodb() {
+    local bin hash version tmp started=$SECONDS
+    install_missing mongodb
+    version=$(ferretdb_version)
+    [[ -n $version ]] || die "mongodb: no github.com/FerretDB/FerretDB requirement in $FERRETDB_SRC/go.mod"
+    bin=$(ferretdb_bin)
+    hash=$(ferretdb_inputs_hash)
+    if [[ -x $bin && -f $bin.inputs && $(<"$bin.inputs") == "$hash" ]]; then return 0; fi
+    have go || die "mongodb: building FerretDB $version needs Go >= 1.24 (\`go\` is not on PATH; https://go.dev/dl, or GOTOOLCHAIN with Go >= 1.21)"
+    say "mongodb: building FerretDB $version into $bin (go build; the first time, with nothing in Go's caches, takes a few minutes)"
+    mkdir -p "${bin%/*}"
+    tmp=$bin.tmp.$$
+    # -tags ferretdb_no_sqlite: only the PostgreSQL handler is compiled in.
+    if ! (cd "$FERRETDB_SRC" && go build -trimpath -buildvcs=false -tags ferretdb_no_sqlite -o "$tmp" .) >&2; then
+        rm -f "$tmp"
+        die "mongodb: go build of $FERRETDB_SRC failed"
+    fi
+    mv -f "$tmp" "$bin"
+    echo "$hash" >"$bin.inputs"
+    say "mongodb: built FerretDB $version in $((SECONDS - started))s"
+}
+
+start_mongodb() {
+    local dir
+    dir=$(dir_of mongodb)
+    pg_ensure_db ferretdb
+    (
+        close_fds
+        # shellcheck disable=SC2016  # $$ and $@ expand in the inner shell
+        exec setsid bash -c 'echo $$ >"$0" && exec "$@"' "$PIDFILE" \
+            "$(ferretdb_bin)" -listen "127.0.0.1:$(port_of mongodb)" \
+            -postgresql-url "postgres://postgres@127.0.0.1:$(port_of postgres)/ferretdb"
+    ) </dev/null >>"$LOG" 2>&1 &
+}
+
+# OP_MSG {ping: 1, $db: "admin"} (\x24 is "$"); ready when the reply carries
+# ok: 1.0 (double 0x3ff0000000000000).  FerretDB answers ping (and reads
+# metadata it has cached) while its PostgreSQL is down, so that is probed too.
+ready_mongodb() {
+    local reply
+    ready_postgres || return 1
+    reply=$(wire_reply "$(port_of mongodb)" \
+        '\x33\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\xdd\x07\x00\x00\x00\x00\x00\x00\x00\x1e\x00\x00\x00\x10ping\x00\x01\x00\x00\x00\x02\x24db\x00\x06\x00\x00\x00admin\x00\x00' \
+        38)
+    [[ $reply == *" 01 6f 6b 00 00 00 00 00 00 00 f0 3f"* ]]
+}
+
+after_start_mongodb() { :; }
+
+# cas=insert is a bakery option (the mongodb crate strips it before the driver
+# sees the URI): FerretDB v1 does not apply update/findAndModify atomically (it
+# reads, modifies in Go, and writes back by _id without re-checking the filter;
+# FerretDB issue 3040), so the default findOneAndUpdate CAS is not
+# linearizable here.  Only inserts are atomic (unique _id), and the insert-only
+# strategy (one immutable document per version) relies on nothing else.
+uri_mongodb() { echo "mongodb://127.0.0.1:$(port_of mongodb)/bakery?cas=insert"; }
+
+stop_mongodb() {
+    kill -TERM "$1"
+    wait_gone "$1" || {
+        say "mongodb: still running after ${TIMEOUT}s; SIGKILL"
+        kill -KILL "$1"
+    }
+}
+
+# ---------------------------------------------------------------- cassandra
+# Apache Cassandra from Maven Central: scripts/cassandra/pom.xml names the
+# version; its jars are copied once into the cache, and CassandraDaemon runs
+# on a JDK 17 with a generated cassandra.yaml and logback.xml.
+
+cassandra_version() {
+    sed -n 's:.*<cassandra\.version>\([^<]*\)</cassandra\.version>.*:\1:p' "$ROOT/scripts/cassandra/pom.xml" | head -n 1
+}
+
+cassandra_lib() { printf '%s/cassandra-%s/lib\n' "$CACHE_DIR" "$(cassandra_version)"; }
+
+java_major() {
+    local home=${1%/bin/java} line version=''
+    if [[ -f $home/release ]]; then
+        line=$(grep -m 1 '^JAVA_VERSION=' "$home/release" 2>/dev/null) || true
+        version=${line#*=}
+        version=${version//\"/}
+    fi
+    if [[ -z $version ]]; then
+        version=$("$1" -XshowSettings:properties -version 2>&1 |
+            sed -n 's/^ *java\.specification\.version = //p') || true
+    fi
+    version=${version#1.}
+    echo "${version%%.*}"
+}
+
+# The java that runs Cassandra: BAKERY_JAVA, else the first JDK 17 among
+# JAVA_HOME, /usr/lib/jvm/*17*, and `java` on PATH.  Cassandra
+# 5.0 supports 11 and 17 only, and the default java may be another version.
+CASSANDRA_JAVA=''
+cassandra_java() {
+    local candidate candidates=() path
+    if [[ -n $CASSANDRA_JAVA ]]; then
+        echo "$CASSANDRA_JAVA"
+        return
+    fi
+    if [[ -n ${BAKERY_JAVA:-} ]]; then
+        [[ -x $BAKERY_JAVA ]] || die "cassandra: BAKERY_JAVA=$BAKERY_JAVA is not executable"
+        CASSANDRA_JAVA=$BAKERY_JAVA
+        echo "$CASSANDRA_JAVA"
+        return
+    fi
+    [[ -n ${JAVA_HOME:-} ]] && candidates+=("$JAVA_HOME/bin/java")
+    shopt -s nullglob
+    for candidate in /usr/lib/jvm/*17*/bin/java; do candidates+=("$candidate"); done
+    shopt -u nullglob
+    if path=$(command -v java); then candidates+=("$(readlink -f "$path")"); fi
+    for candidate in "${candidates[@]}"; do
+        if [[ -x $candidate && $(java_major "$candidate") == 17 ]]; then
+            CASSANDRA_JAVA=$candidate
+            echo "$CASSANDRA_JAVA"
+            return
+        fi
+    done
+    return 1
+}
+
+describe_cassandra() {
+    PIDFILE=$(dir_of cassandra)/cassandra.pid
+    COMM=java
+    LOG=$(dir_of cassandra)/system.log
+    PORTS=("$CASSANDRA_PORT:BAKERY_CASSANDRA_PORT" "$CASSANDRA_STORAGE_PORT:BAKERY_CASSANDRA_STORAGE_PORT"
+        "$CASSANDRA_JMX_PORT:BAKERY_CASSANDRA_JMX_PORT")
+    # A fresh node takes 20-45 s on two cores; give it room.
+    READY_TIMEOUT=$((TIMEOUT > 180 ? TIMEOUT : 180))
+}
+
+missing_cassandra() {
+    if ! cassandra_java >/dev/null; then echo openjdk-17-jre-headless; fi
+    if [[ ! -d $(cassandra_lib) ]] && ! have mvn; then echo maven; fi
+}
+
+install_cassandra() {
+    local lib version tmp started=$SECONDS
+    install_missing cassandra
+    CASSANDRA_JAVA='' # apt may just have installed it
+    cassandra_java >/dev/null || die "cassandra: no JDK 17 found (JAVA_HOME, /usr/lib/jvm/*17*, PATH); set BAKERY_JAVA"
+    version=$(cassandra_version)
+    [[ -n $version ]] || die "cassandra: no <cassandra.version> in scripts/cassandra/pom.xml"
+    lib=$(cassandra_lib)
+    [[ -f $lib/cassandra-all-$version.jar ]] && return 0
+    say "cassandra: fetching Cassandra $version from Maven Central into $lib (once; a minute or two)"
+    mkdir -p "${lib%/*}"
+    tmp=$lib.tmp.$$
+    rm -rf "$tmp"
+    # The local Maven repository lives in the cache too: a retry after a failed
+    # copy downloads only what is missing.  (Debian's mvn -q still prints bare
+    # colour codes, so its output is kept for a failure only.)
+    if ! mvn -B -q -f "$ROOT/scripts/cassandra/pom.xml" -Dmaven.repo.local="$CACHE_DIR/m2" \
+        dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp" \
+        </dev/null >"$tmp.log" 2>&1 || [[ ! -f $tmp/cassandra-all-$version.jar ]]; then
+        sed 's/\x1b\[[0-9;]*m//g' "$tmp.log" | tail -n 40 | sed 's/^/    /' >&2
+        rm -rf "$tmp" "$tmp.log"
+        die "cassandra: mvn dependency:copy-dependencies failed (scripts/cassandra/pom.xml); output above"
+    fi
+    rm -f "$tmp.log"
+    # Another run (another BAKERY_SCRATCH) may have finished first.
+    mv -T "$tmp" "$lib" 2>/dev/null || rm -rf "$tmp"
+    say "cassandra: fetched $(find "$lib" -name '*.jar' | wc -l) jars in $((SECONDS - started))s"
+}
+
+# Writes cassandra.yaml and logback.xml for this scratch directory and ports.
+# The yaml holds only keys Cassandra 5.0 knows (it rejects unknown ones);
+# everything else keeps its default.
+cassandra_config() {
+    local dir=$1
+    cat >"$dir/cassandra.yaml" <<YAML
+# Written by scripts/backends.sh at every start: a one-node test cluster.
+cluster_name: bakery
+num_tokens: 1
+partitioner: org.apache.cassandra.dht.Murmur3Partitioner
+endpoint_snitch: SimpleSnitch
+listen_address: 127.0.0.1
+rpc_address: 127.0.0.1
+storage_port: $(port_of cassandra 2)
+native_transport_port: $(port_of cassandra 1)
+seed_provider:
+  - class_name: org.apache.cassandra.locator.SimpleSeedProvider
+    parameters:
+      - seeds: "127.0.0.1:$(port_of cassandra 2)"
+data_file_directories:
+  - '$dir/data'
+commitlog_directory: '$dir/commitlog'
+saved_caches_directory: '$dir/saved_caches'
+hints_directory: '$dir/hints'
+cdc_raw_directory: '$dir/cdc_raw'
+# Acknowledged writes sit in the memory-mapped commit log, which survives a
+# SIGKILL of the server (not a power cut) before the next 10 s sync.
+commitlog_sync: periodic
+commitlog_sync_period: 10000ms
+auto_snapshot: false
+YAML
+    cat >"$dir/logback.xml" <<XML
+<!-- Written by scripts/backends.sh: INFO and above to one file, no rotation. -->
+<configuration scan="false">
+  <appender name="FILE" class="ch.qos.logback.core.FileAppender">
+    <file>$dir/system.log</file>
+    <append>true</append>
+    <encoder><pattern>%-5level [%thread] %date{ISO8601} %F:%L - %msg%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="FILE"/></root>
+</configuration>
+XML
+}
+
+start_cassandra() {
+    local dir java lib opts
+    dir=$(dir_of cassandra)
+    java=$(cassandra_java)
+    lib=$(cassandra_lib)
+    mkdir -p "$dir"/{data,commitlog,saved_caches,hints,cdc_raw,triggers}
+    cassandra_config "$dir"
+    opts=(
+        -Xms512m -Xmx1g -Xss256k -XX:+UseG1GC -XX:+ParallelRefProcEnabled -XX:MaxGCPauseMillis=300
+        -XX:+ExitOnOutOfMemoryError -XX:+PerfDisableSharedMem -Djava.net.preferIPv4Stack=true
+        # conf/jvm17-server.options (JPMS and Netty)
+        -Djdk.attach.allowAttachSelf=true
+        --add-exports java.base/jdk.internal.misc=ALL-UNNAMED
+        --add-exports java.management.rmi/com.sun.jmx.remote.internal.rmi=ALL-UNNAMED
+        --add-exports java.rmi/sun.rmi.registry=ALL-UNNAMED
+        --add-exports java.rmi/sun.rmi.server=ALL-UNNAMED
+        --add-exports java.sql/java.sql=ALL-UNNAMED
+        --add-exports java.base/java.lang.ref=ALL-UNNAMED
+        --add-exports jdk.unsupported/sun.misc=ALL-UNNAMED
+        --add-exports jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED
+        --add-exports jdk.attach/sun.tools.attach=ALL-UNNAMED
+        --add-opens java.base/java.lang.module=ALL-UNNAMED
+        --add-opens java.base/jdk.internal.loader=ALL-UNNAMED
+        --add-opens java.base/jdk.internal.ref=ALL-UNNAMED
+        --add-opens java.base/jdk.internal.reflect=ALL-UNNAMED
+        --add-opens java.base/jdk.internal.math=ALL-UNNAMED
+        --add-opens java.base/jdk.internal.module=ALL-UNNAMED
+        --add-opens java.base/jdk.internal.util.jar=ALL-UNNAMED
+        --add-opens jdk.management/com.sun.management.internal=ALL-UNNAMED
+        --add-opens java.base/sun.nio.ch=ALL-UNNAMED
+        --add-opens java.base/java.io=ALL-UNNAMED
+        --add-opens java.base/java.lang.reflect=ALL-UNNAMED
+        --add-opens jdk.compiler/com.sun.tools.javac=ALL-UNNAMED
+        --add-opens java.base/java.lang=ALL-UNNAMED
+        --add-opens java.base/java.util=ALL-UNNAMED
+        -Dio.netty.tryReflectionSetAccessible=true
+        -Dio.netty.allocator.useCacheForAllThreads=true
+        -Dio.netty.allocator.maxOrder=11
+        # what bin/cassandra and cassandra-env.sh would set
+        "-Dcassandra.config=file://$dir/cassandra.yaml"
+        -Dcassandra-foreground=yes
+        "-Dcassandra.storagedir=$dir"
+        "-Dcassandra.logdir=$dir"
+        "-Dcassandra.triggers_dir=$dir/triggers"
+        "-Dlogback.configurationFile=$dir/logback.xml"
+        "-Dcassandra.jmx.local.port=$(port_of cassandra 3)"
+        # one node: no gossip to wait for
+        -Dcassandra.skip_wait_for_gossip_to_settle=0
+        -cp "$lib/*"
+        org.apache.cassandra.service.CassandraDaemon
+    )
+    # The JVM's own output (bad options, warnings, crashes) goes to the same log
+    # as logback's; both append.
+    (
+        close_fds
+        cd "$dir"
+        # shellcheck disable=SC2016  # $$ and $@ expand in the inner shell
+        exec setsid bash -c 'echo $$ >"$0" && exec "$@"' "$PIDFILE" "$java" "${opts[@]}"
+    ) </dev/null >>"$LOG" 2>&1 &
+}
+
+# A CQL OPTIONS request (protocol v4, stream 0); a SUPPORTED reply is
+# 84 00 00 00 06.  Cassandra opens the CQL port last, when start-up is done.
+ready_cassandra() {
+    local reply
+    reply=$(wire_reply "$(port_of cassandra)" '\x04\x00\x00\x00\x05\x00\x00\x00\x00' 5)
+    [[ $reply == " 84 00 00 00 06"* ]]
+}
+
+# The keyspace is created by the cassandra crate, not here.
+after_start_cassandra() { :; }
+
+uri_cassandra() { echo "cassandra://127.0.0.1:$(port_of cassandra)/bakery"; }
+
+# SIGTERM: Cassandra's shutdown hook drains (flushes memtables) and exits.
+stop_cassandra() {
+    kill -TERM "$1"
+    wait_gone "$1" || {
+        say "cassandra: still running after ${TIMEOUT}s; SIGKILL"
+        kill -KILL "$1"
+    }
+}
+
 # ---------------------------------------------------------------- driver
 
 describe() {
-    PIDFILE='' COMM='' LOG='' PORTS=()
+    PIDFILE='' COMM='' LOG='' PORTS=() REQUIRES=() READY_TIMEOUT=$TIMEOUT
     "describe_$1"
 }
 
@@ -482,8 +848,9 @@ fail() {
 
 # Waits (bounded) until NAME's recorded process is alive and the server answers.
 wait_ready() {
-    local name=$1 deadline=$((SECONDS + TIMEOUT)) pid
+    local name=$1 deadline pid
     describe "$name"
+    deadline=$((SECONDS + READY_TIMEOUT))
     while :; do
         if server_pid "$name" >/dev/null && "ready_$name"; then
             return 0
@@ -532,14 +899,22 @@ write_env_file() {
     mv -f "$ENV_FILE.tmp" "$ENV_FILE"
 }
 
+# Backends start_one has brought up (or found running) in this invocation.
+STARTED=' '
+
 start_one() {
-    local name=$1 dir pid spec port var
+    local name=$1 dir pid spec port var required started
+    [[ $STARTED != *" $name "* ]] || return 0
+    describe "$name"
+    for required in "${REQUIRES[@]}"; do
+        start_one "$required"
+    done
     dir=$(dir_of "$name")
     "install_$name"
     describe "$name"
     if pid=$(server_pid "$name"); then
         wait_ready "$name" ||
-            fail "$name" "running (pid $pid) but not answering on port $(port_of "$name") after ${TIMEOUT}s"
+            fail "$name" "running (pid $pid) but not answering on port $(port_of "$name") after ${READY_TIMEOUT}s"
         say "$name: already running (pid $pid, 127.0.0.1:$(port_of "$name"))"
         for spec in "${PORTS[@]}"; do
             port=${spec%%:*} var=${spec#*:}
@@ -548,6 +923,7 @@ start_one() {
             fi
         done
         "after_start_$name"
+        STARTED+="$name "
         return 0
     fi
     if [[ -f $PIDFILE ]]; then
@@ -566,12 +942,14 @@ start_one() {
     local ports=()
     for spec in "${PORTS[@]}"; do ports+=("${spec%%:*}"); done
     echo "${ports[*]}" >"$dir/ports"
-    say "$name: starting on 127.0.0.1:${ports[0]}${ports[1]:+ (peer port ${ports[1]})}, data and log in $dir"
+    say "$name: starting on 127.0.0.1:${ports[0]}${ports[1]:+ (also ports ${ports[*]:1})}, data and log in $dir"
+    started=$SECONDS
     "start_$name" || fail "$name" "failed to start"
     describe "$name"
-    wait_ready "$name" || fail "$name" "not answering on 127.0.0.1:$(port_of "$name") after ${TIMEOUT}s"
+    wait_ready "$name" || fail "$name" "not answering on 127.0.0.1:$(port_of "$name") after ${READY_TIMEOUT}s"
     "after_start_$name"
-    say "$name: ready (pid $(server_pid "$name"), $("uri_$name"))"
+    say "$name: ready in $((SECONDS - started))s (pid $(server_pid "$name"), $("uri_$name"))"
+    STARTED+="$name "
 }
 
 stop_one() {
@@ -587,6 +965,10 @@ stop_one() {
         return 0
     fi
     say "$name: stopping (pid $pid)"
+    if [[ $name == postgres ]] && server_pid mongodb >/dev/null; then
+        say "postgres: note: mongodb (FerretDB) keeps its data in postgres; it fails until postgres is back"
+        describe postgres
+    fi
     "stop_$name" "$pid"
     wait_gone "$pid" || die "$name: pid $pid did not exit"
     rm -f "$PIDFILE"
@@ -651,8 +1033,9 @@ expand_names() {
     for name in "$@"; do
         case $name in
         all) out+=("${BACKENDS[@]}") ;;
-        postgres | redis | etcd) out+=("$name") ;;
+        postgres | redis | etcd | mongodb | cassandra) out+=("$name") ;;
         postgresql | pg) out+=(postgres) ;;
+        mongo | ferretdb) out+=(mongodb) ;;
         *) die "unknown backend '$name' (known: ${BACKENDS[*]}, all)" ;;
         esac
     done
@@ -690,12 +1073,15 @@ main() {
             print_exports "${names[@]}"
             ;;
         stop)
-            for name in "${names[@]}"; do stop_one "$name" >&2; done
+            # Reverse order: mongodb (FerretDB) before the postgres it uses.
+            local i
+            for ((i = ${#names[@]} - 1; i >= 0; i--)); do stop_one "${names[i]}" >&2; done
             write_env_file
             ;;
         restart)
             for name in "${names[@]}"; do
                 stop_one "$name" >&2
+                STARTED=${STARTED/ $name / } # (it may have been started as another's dependency)
                 start_one "$name" >&2
             done
             write_env_file
