@@ -1,0 +1,613 @@
+//! CassandraStore against a real server, named by `BAKERY_CASSANDRA_URI`
+//! (`scripts/backends.sh start cassandra` writes it to `target/backends.env`):
+//! what only a server has — contention on Paxos, tombstones, corrupt rows
+//! written behind bakery's back, foreign schemas, concurrent table
+//! creation, timeouts. Without the variable the tests print why and pass on
+//! a developer machine, and FAIL under `CI=true`. The contract itself is
+//! the conformance suite's
+//! (`cargo test -p bakery --features cassandra --test conformance`).
+//!
+//! The unreachable-server test needs no server and always runs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bakery_cassandra::scylla::client::session::Session;
+use bakery_cassandra::scylla::value::CqlValue;
+use bakery_cassandra::{CassandraConfig, CassandraStore};
+use bakery_core::{DeleteOutcome, ErrorKind, Key, PutOutcome, Row, VersionedStore};
+
+/// The server URI, or `None` (with the reason printed) on a developer
+/// machine without one; panics under CI.
+fn server_uri(test: &str) -> Option<String> {
+    match std::env::var("BAKERY_CASSANDRA_URI") {
+        Ok(uri) if !uri.is_empty() => Some(uri),
+        _ => {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+            assert!(
+                !ci,
+                "{test}: BAKERY_CASSANDRA_URI is not set but CI=true requires Cassandra; start it with `scripts/backends.sh start cassandra`"
+            );
+            eprintln!(
+                "{test}: skipped: BAKERY_CASSANDRA_URI is not set (start Cassandra with `scripts/backends.sh start cassandra`)"
+            );
+            None
+        }
+    }
+}
+
+/// A table name no other test or run uses (at most 48 characters).
+fn unique_table(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let name = format!("{prefix}_{}_{nanos}", std::process::id());
+    name.chars().take(48).collect()
+}
+
+fn key(k: &str) -> Key {
+    Key::new(k).unwrap()
+}
+
+fn config(uri: &str) -> CassandraConfig {
+    CassandraConfig::from_uri(uri).unwrap_or_else(|e| panic!("BAKERY_CASSANDRA_URI: {e}"))
+}
+
+async fn open(uri: &str, table: &str) -> CassandraStore {
+    CassandraStore::open(config(uri).with_table(table))
+        .await
+        .unwrap_or_else(|e| panic!("open table {table}: {e}"))
+}
+
+async fn open_err(uri: &str, table: &str) -> bakery_core::Error {
+    CassandraStore::open(config(uri).with_table(table))
+        .await
+        .expect_err("opening must fail")
+}
+
+/// A raw statement through the driver, behind bakery's back.
+async fn raw(session: &Session, cql: &str) {
+    session
+        .query_unpaged(cql, ())
+        .await
+        .unwrap_or_else(|e| panic!("{cql}: {e}"));
+}
+
+async fn drop_table(session: &Session, keyspace: &str, table: &str) {
+    raw(
+        session,
+        &format!("DROP TABLE IF EXISTS \"{keyspace}\".\"{table}\""),
+    )
+    .await;
+}
+
+/// The stored row behind the API: `(value, version)`, tombstones included.
+async fn raw_row(store: &CassandraStore, k: &str) -> Option<(Option<Vec<u8>>, Option<i64>)> {
+    let config = store.config();
+    let cql = format!(
+        "SELECT \"value\", \"version\" FROM \"{}\".\"{}\" WHERE \"key\" = ?",
+        config.keyspace(),
+        config.table()
+    );
+    let rows = store
+        .session()
+        .query_unpaged(cql, (k,))
+        .await
+        .unwrap()
+        .into_rows_result()
+        .unwrap();
+    rows.maybe_first_row::<(Option<Vec<u8>>, Option<i64>)>()
+        .unwrap()
+}
+
+async fn applied(store: &CassandraStore, k: &Key, expected: Option<u64>, value: &str) -> Row {
+    match store
+        .put_if_version(k, expected, value.to_string().into())
+        .await
+        .unwrap()
+    {
+        PutOutcome::Applied(row) => row,
+        other => panic!("expected Applied, got {other:?}"),
+    }
+}
+
+/// 8 tasks × 100 CAS increments of one counter: exactly 800, and every
+/// conflict carries a row strictly newer than the version presented.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_tasks_of_100_increments_end_at_exactly_800() {
+    let Some(uri) = server_uri("increments") else {
+        return;
+    };
+    let table = unique_table("bk_incr");
+    let store = Arc::new(open(&uri, &table).await);
+    let k = key("contend/counter");
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, k) = (store.clone(), k.clone());
+            tokio::spawn(async move {
+                let mut current = store.get(&k).await.unwrap();
+                let (mut done, mut conflicts) = (0, 0);
+                while done < 100 {
+                    let n: u64 = current.as_ref().map_or(0, |row| {
+                        std::str::from_utf8(&row.value).unwrap().parse().unwrap()
+                    });
+                    let expected = current.as_ref().map(|row| row.version);
+                    match store
+                        .put_if_version(&k, expected, (n + 1).to_string().into())
+                        .await
+                        .unwrap()
+                    {
+                        PutOutcome::Applied(row) => {
+                            assert_eq!(row.version, n + 1);
+                            done += 1;
+                            current = Some(row);
+                        }
+                        PutOutcome::Conflict(now) => {
+                            let now = now.expect("the counter is never deleted");
+                            assert!(
+                                Some(now.version) > expected,
+                                "conflict at {expected:?} returned version {}",
+                                now.version
+                            );
+                            conflicts += 1;
+                            current = Some(now);
+                        }
+                    }
+                }
+                conflicts
+            })
+        })
+        .collect();
+    let mut conflicts = 0;
+    for task in tasks {
+        conflicts += task.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let row = store.get(&k).await.unwrap().unwrap();
+    assert_eq!(&row.value[..], b"800");
+    assert_eq!(row.version, 800);
+    assert!(conflicts > 0, "8 writers on one key must have conflicted");
+    eprintln!("increments: 800 applied, {conflicts} conflicts in {elapsed:?}");
+    drop_table(store.session(), store.config().keyspace(), &table).await;
+}
+
+#[tokio::test]
+async fn a_tombstone_keeps_its_version_and_a_recreate_continues_above_it() {
+    let Some(uri) = server_uri("tombstone") else {
+        return;
+    };
+    let table = unique_table("bk_tomb");
+    let store = open(&uri, &table).await;
+    let k = key("life/one");
+    let v1 = applied(&store, &k, None, "a").await;
+    assert_eq!(v1.version, 1);
+    let v2 = applied(&store, &k, Some(1), "b").await;
+    assert_eq!(v2.version, 2);
+    assert_eq!(
+        store.delete_if_version(&k, 2).await.unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(raw_row(&store, "life/one").await, Some((None, Some(2))));
+    assert_eq!(store.get(&k).await.unwrap(), None);
+    assert_eq!(
+        store
+            .put_if_version(&k, Some(2), "zombie".into())
+            .await
+            .unwrap(),
+        PutOutcome::Conflict(None)
+    );
+    assert_eq!(
+        store.delete_if_version(&k, 2).await.unwrap(),
+        DeleteOutcome::Conflict(None)
+    );
+    let v3 = applied(&store, &k, None, "c").await;
+    assert_eq!(v3.version, 3, "a re-create continues above the tombstone");
+    assert_eq!(
+        raw_row(&store, "life/one").await,
+        Some((Some(b"c".to_vec()), Some(3)))
+    );
+    assert_eq!(store.get(&k).await.unwrap(), Some(v3.clone()));
+    // A second create conflicts with the re-created row.
+    assert_eq!(
+        store.put_if_version(&k, None, "d".into()).await.unwrap(),
+        PutOutcome::Conflict(Some(v3.clone()))
+    );
+    // Versions no row can have are conflicts, not errors.
+    for bad in [0, u64::MAX, i64::MAX as u64, i64::MAX as u64 + 1] {
+        assert_eq!(
+            store
+                .put_if_version(&k, Some(bad), "x".into())
+                .await
+                .unwrap(),
+            PutOutcome::Conflict(Some(v3.clone()))
+        );
+        assert_eq!(
+            store.delete_if_version(&k, bad).await.unwrap(),
+            DeleteOutcome::Conflict(Some(v3.clone()))
+        );
+    }
+    // An empty value is a value, not a tombstone: it can be updated and
+    // deleted like any other.
+    let empty = applied(&store, &k, Some(3), "").await;
+    assert_eq!(store.get(&k).await.unwrap(), Some(empty.clone()));
+    let v5 = applied(&store, &k, Some(4), "e").await;
+    assert_eq!(v5.version, 5);
+    let e = key("life/empty");
+    let created = applied(&store, &e, None, "").await;
+    assert_eq!(
+        store.delete_if_version(&e, created.version).await.unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(applied(&store, &e, None, "").await.version, 2);
+    drop_table(store.session(), store.config().keyspace(), &table).await;
+}
+
+/// Creates and deletes racing on one key: every applied create gets a
+/// version above all earlier ones, and conflicts are consistent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn create_and_delete_churn_never_repeats_a_version() {
+    let Some(uri) = server_uri("churn") else {
+        return;
+    };
+    let table = unique_table("bk_churn");
+    let store = Arc::new(open(&uri, &table).await);
+    let k = key("churn/k");
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, k) = (store.clone(), k.clone());
+            tokio::spawn(async move {
+                let mut versions = Vec::new();
+                for _ in 0..25 {
+                    let row = match store.put_if_version(&k, None, "x".into()).await {
+                        Ok(PutOutcome::Applied(row)) => {
+                            versions.push(row.version);
+                            row
+                        }
+                        Ok(PutOutcome::Conflict(current)) => {
+                            current.expect("a create conflicts only with a live row")
+                        }
+                        Err(e) if e.kind() == ErrorKind::Unavailable => continue,
+                        Err(e) => panic!("create: {e}"),
+                    };
+                    match store.delete_if_version(&k, row.version).await.unwrap() {
+                        DeleteOutcome::Deleted => {}
+                        DeleteOutcome::Conflict(current) => assert_ne!(
+                            current.map(|c| c.version),
+                            Some(row.version),
+                            "a delete conflicted with the version it presented"
+                        ),
+                    }
+                }
+                versions
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        let versions = task.await.unwrap();
+        assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+        all.extend(versions);
+    }
+    let count = all.len();
+    assert!(count > 0);
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), count, "a version was handed out twice");
+    drop_table(store.session(), store.config().keyspace(), &table).await;
+}
+
+#[tokio::test]
+async fn corrupt_rows_are_typed_errors_naming_the_key_and_stay_unchanged() {
+    let Some(uri) = server_uri("corrupt") else {
+        return;
+    };
+    let table = unique_table("bk_corrupt");
+    let store = open(&uri, &table).await;
+    let qualified = format!("\"{}\".\"{table}\"", store.config().keyspace());
+    // Plain (non-LWT) writes behind bakery's back.
+    for values in [
+        "('c/zero', 0x78, 0)",
+        "('c/neg', 0x78, -5)",
+        "('c/negtomb', null, -3)",
+        "('c/null', 0x78, null)",
+        "('c/max', 0x78, 9223372036854775807)",
+        "('c/maxtomb', null, 9223372036854775807)",
+    ] {
+        raw(
+            store.session(),
+            &format!("INSERT INTO {qualified} (\"key\", \"value\", \"version\") VALUES {values}"),
+        )
+        .await;
+    }
+    for (k, expected) in [
+        ("c/zero", Some(1)),
+        ("c/zero", None),
+        ("c/zero", Some(0)),
+        ("c/neg", Some(5)),
+        ("c/negtomb", None),
+        ("c/null", Some(1)),
+        ("c/null", None),
+    ] {
+        let before = raw_row(&store, k).await;
+        let err = store.get(&key(k)).await.expect_err(k);
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{k}: {err}");
+        assert!(err.message().contains(k), "{k}: {err}");
+        assert_eq!(err.backend(), "cassandra");
+        let err = store
+            .put_if_version(&key(k), expected, "new".into())
+            .await
+            .expect_err(k);
+        assert_eq!(
+            err.kind(),
+            ErrorKind::Corrupt,
+            "put {k} {expected:?}: {err}"
+        );
+        assert!(err.message().contains(k), "{k}: {err}");
+        let err = store.delete_if_version(&key(k), 5).await.expect_err(k);
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "delete {k}: {err}");
+        assert_eq!(raw_row(&store, k).await, before, "{k} was changed");
+    }
+    // At the largest version a bigint holds: readable, not updatable.
+    let max = store.get(&key("c/max")).await.unwrap().unwrap();
+    assert_eq!(max.version, i64::MAX as u64);
+    let err = store
+        .put_if_version(&key("c/max"), Some(max.version), "x".into())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Exhausted, "{err}");
+    let err = store
+        .put_if_version(&key("c/maxtomb"), None, "x".into())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Exhausted, "{err}");
+    assert_eq!(
+        store
+            .delete_if_version(&key("c/max"), max.version)
+            .await
+            .unwrap(),
+        DeleteOutcome::Deleted
+    );
+    drop_table(store.session(), store.config().keyspace(), &table).await;
+}
+
+#[tokio::test]
+async fn a_table_of_another_shape_is_a_config_error() {
+    let Some(uri) = server_uri("wrong_schema") else {
+        return;
+    };
+    // A store on the default table, only for its session.
+    let admin = open(&uri, &unique_table("bk_admin")).await;
+    let keyspace = admin.config().keyspace().to_string();
+    let cases = [
+        "\"key\" text PRIMARY KEY, \"value\" text, \"version\" bigint",
+        "\"key\" text PRIMARY KEY, \"value\" blob, \"version\" int",
+        "\"key\" text PRIMARY KEY, \"value\" blob, \"version\" bigint, extra int",
+        "\"key\" text, c int, \"value\" blob, \"version\" bigint, PRIMARY KEY (\"key\", c)",
+        "\"key\" ascii PRIMARY KEY, \"value\" blob, \"version\" bigint",
+        "id int PRIMARY KEY",
+    ];
+    for columns in cases {
+        let table = unique_table("bk_wrong");
+        raw(
+            admin.session(),
+            &format!("CREATE TABLE \"{keyspace}\".\"{table}\" ({columns})"),
+        )
+        .await;
+        let err = open_err(&uri, &table).await;
+        assert_eq!(err.kind(), ErrorKind::Config, "{columns}: {err}");
+        assert_eq!(err.backend(), "cassandra");
+        assert!(
+            err.message().contains("unexpected schema"),
+            "{columns}: {err}"
+        );
+        assert!(err.message().contains(&table), "{columns}: {err}");
+        drop_table(admin.session(), &keyspace, &table).await;
+    }
+    drop_table(admin.session(), &keyspace, admin.config().table()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_stores_create_the_same_table_at_once() {
+    let Some(uri) = server_uri("concurrent_create") else {
+        return;
+    };
+    for round in 0..3 {
+        let table = unique_table("bk_race");
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let config = config(&uri).with_table(&table);
+                tokio::spawn(async move { CassandraStore::open(config).await })
+            })
+            .collect();
+        let mut stores = Vec::new();
+        for task in tasks {
+            stores.push(
+                task.await
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("round {round}: {e}")),
+            );
+        }
+        let k = key("race/k");
+        let row = applied(&stores[0], &k, None, "one").await;
+        for store in &stores {
+            assert_eq!(store.get(&k).await.unwrap(), Some(row.clone()));
+        }
+        drop_table(stores[0].session(), stores[0].config().keyspace(), &table).await;
+    }
+}
+
+#[tokio::test]
+async fn a_missing_keyspace_is_created() {
+    let Some(uri) = server_uri("keyspace") else {
+        return;
+    };
+    let keyspace = unique_table("bk_ks");
+    let store = CassandraStore::open(config(&uri).with_keyspace(&keyspace))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "keyspace: created {keyspace} on {}",
+        if store.is_scylla() {
+            "ScyllaDB"
+        } else {
+            "Apache Cassandra"
+        }
+    );
+    let k = key("ks/k");
+    assert_eq!(applied(&store, &k, None, "v").await.version, 1);
+    raw(store.session(), &format!("DROP KEYSPACE \"{keyspace}\"")).await;
+}
+
+/// A client deadline far below one Paxos round: writes that time out are
+/// UNKNOWN (they were sent), reads are Unavailable; nothing else surfaces.
+#[tokio::test]
+async fn client_timeouts_are_unknown_for_writes_and_unavailable_for_reads() {
+    let Some(uri) = server_uri("timeouts") else {
+        return;
+    };
+    let table = unique_table("bk_timeout");
+    let store = open(&uri, &table).await;
+    let hurried = CassandraStore::open(
+        config(&uri)
+            .with_table(&table)
+            .with_timeout(Duration::from_millis(1)),
+    )
+    .await
+    .unwrap();
+    let (mut unknown, mut unavailable) = (0, 0);
+    for i in 0..20 {
+        let k = key(&format!("hurry/{i}"));
+        match hurried.put_if_version(&k, None, "x".into()).await {
+            Ok(_) => {}
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Unknown, "{e}");
+                assert!(e.message().contains("may or may not"), "{e}");
+                unknown += 1;
+            }
+        }
+        match hurried.get(&k).await {
+            Ok(_) => {}
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+                unavailable += 1;
+            }
+        }
+    }
+    eprintln!("timeouts: {unknown} unknown writes, {unavailable} unavailable reads of 20");
+    // Whatever happened, the normal store sees a consistent state.
+    for i in 0..20 {
+        let k = key(&format!("hurry/{i}"));
+        if let Some(row) = store.get(&k).await.unwrap() {
+            assert_eq!(row.version, 1);
+        }
+    }
+    drop_table(store.session(), store.config().keyspace(), &table).await;
+}
+
+#[tokio::test]
+async fn unreachable_server_is_unavailable_promptly() {
+    let started = Instant::now();
+    let err = CassandraStore::connect("cassandra://bob:hunter2secret@127.0.0.1:1/x")
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(err.backend(), "cassandra");
+    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}: {err}");
+    assert!(!format!("{err} {err:?}").contains("hunter2secret"));
+    // The default timeout does not apply to a refused connection either.
+    let err = CassandraStore::connect("cassandra://127.0.0.1:1,127.0.0.1:2/x?timeout_ms=60000")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(6));
+}
+
+/// One client, no contention: how long each kind of call takes (printed,
+/// not asserted: a guide for the docs, not a benchmark).
+#[tokio::test]
+async fn uncontended_latency_per_call() {
+    let Some(uri) = server_uri("latency") else {
+        return;
+    };
+    let table = unique_table("bk_latency");
+    let store = open(&uri, &table).await;
+    const N: u64 = 200;
+    let k = key("latency/k");
+    let mut row = applied(&store, &k, None, "0").await;
+    let started = Instant::now();
+    for i in 1..=N {
+        row = applied(&store, &k, Some(row.version), &i.to_string()).await;
+    }
+    let update = started.elapsed() / N as u32;
+    let started = Instant::now();
+    for _ in 0..N {
+        assert!(store
+            .put_if_version(&k, Some(1), "stale".into())
+            .await
+            .unwrap()
+            .applied()
+            .is_none());
+    }
+    let conflict = started.elapsed() / N as u32;
+    let started = Instant::now();
+    for _ in 0..N {
+        store.get(&k).await.unwrap();
+    }
+    let get = started.elapsed() / N as u32;
+    let started = Instant::now();
+    for i in 0..N {
+        let k = key(&format!("latency/c{i}"));
+        applied(&store, &k, None, "x").await;
+    }
+    let create = started.elapsed() / N as u32;
+    let started = Instant::now();
+    for i in 0..N {
+        let k = key(&format!("latency/c{i}"));
+        assert_eq!(
+            store.delete_if_version(&k, 1).await.unwrap(),
+            DeleteOutcome::Deleted
+        );
+    }
+    let delete = started.elapsed() / N as u32;
+    let started = Instant::now();
+    for i in 0..N {
+        let k = key(&format!("latency/c{i}"));
+        assert_eq!(applied(&store, &k, None, "y").await.version, 2);
+    }
+    let recreate = started.elapsed() / N as u32;
+    eprintln!(
+        "latency per call: get {get:?}, create {create:?}, update {update:?}, conflict {conflict:?}, delete {delete:?}, re-create over a tombstone {recreate:?}"
+    );
+    drop_table(store.session(), store.config().keyspace(), &table).await;
+}
+
+#[tokio::test]
+async fn capabilities_and_debug() {
+    let Some(uri) = server_uri("capabilities") else {
+        return;
+    };
+    let store = CassandraStore::connect(&uri).await.unwrap();
+    assert_eq!(store.backend(), "cassandra");
+    assert_eq!(
+        store.capabilities(),
+        bakery_core::Capabilities::PERSISTENT
+            | bakery_core::Capabilities::SHARED
+            | bakery_core::Capabilities::LINEARIZABLE_READS
+    );
+    let shown = format!("{store:?}");
+    assert!(shown.contains("CassandraStore"), "{shown}");
+    // The server answers the probe the store relies on.
+    let rows = store
+        .session()
+        .query_unpaged("SELECT release_version FROM system.local", ())
+        .await
+        .unwrap()
+        .into_rows_result()
+        .unwrap();
+    let (version,) = rows.first_row::<(String,)>().unwrap();
+    eprintln!("capabilities: server release {version}");
+    let _ = CqlValue::Empty;
+}
