@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod cas;
+pub mod containers;
 pub mod faults;
 mod sequence;
 
