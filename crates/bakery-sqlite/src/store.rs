@@ -535,9 +535,10 @@ fn open_first(config: &SqliteConfig, create_table: &str) -> Result<Connection> {
     if let Location::File(path) = config.location() {
         // WAL is a property of the file: readers never block the writer, and
         // every process sees each commit as soon as it is done.
-        let mode: String = conn
-            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-            .map_err(|e| map_err(e, Phase::Open))?;
+        let mode: String = retry_busy(config, || {
+            conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        })
+        .map_err(|e| map_err(e, Phase::Open))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(Error::config(
                 BACKEND,
@@ -548,10 +549,37 @@ fn open_first(config: &SqliteConfig, create_table: &str) -> Result<Connection> {
             ));
         }
     }
-    conn.execute_batch(create_table)
-        .map_err(|e| map_err(e, Phase::Open))?;
+    retry_busy(config, || conn.execute_batch(create_table)).map_err(|e| map_err(e, Phase::Open))?;
     check_schema(&conn, config.table())?;
     Ok(conn)
+}
+
+/// Retry `step` while the file is busy, for up to the busy timeout.
+///
+/// Switching a new file to WAL (and the recovery another process may be
+/// running on it) can answer SQLITE_BUSY at once, without going through the
+/// busy handler, when several processes open the same new file together.
+/// Runs on a blocking thread, so sleeping between tries is fine.
+fn retry_busy<T>(
+    config: &SqliteConfig,
+    mut step: impl FnMut() -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    let deadline = std::time::Instant::now() + config.busy_timeout();
+    let mut pause = std::time::Duration::from_millis(2);
+    loop {
+        match step() {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// An existing table must have our three columns, `key` the primary key.
