@@ -1,0 +1,315 @@
+//! The one place MongoDB and driver errors become bakery errors.
+
+use std::fmt;
+use std::time::Duration;
+
+use bakery_core::{Error, ErrorKind};
+use mongodb::error::{
+    Error as DriverError, ErrorKind as DriverKind, WriteFailure, RETRYABLE_WRITE_ERROR,
+    SYSTEM_OVERLOADED_ERROR,
+};
+
+/// The backend name carried by every error of this crate.
+pub(crate) const BACKEND: &str = "mongodb";
+
+/// MongoDB's duplicate key error: an insert met an existing `_id`.
+pub(crate) const DUPLICATE_KEY: i32 = 11000;
+
+/// Which call failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// Opening the store: parsing, connecting, checking the server.
+    Open,
+    /// `get`.
+    Get,
+    /// `put_if_version`.
+    Put,
+    /// `delete_if_version`.
+    Delete,
+}
+
+impl Op {
+    pub(crate) fn is_write(self) -> bool {
+        matches!(self, Op::Put | Op::Delete)
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::Open => "open",
+            Op::Get => "get",
+            Op::Put => "put_if_version",
+            Op::Delete => "delete_if_version",
+        })
+    }
+}
+
+/// What the failed driver command was; it decides whether a lost reply
+/// leaves a write in doubt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Opening: parsing, server selection, `ping`, `createIndexes`.
+    Connect,
+    /// A read (`find`): nothing it does can change a row.
+    Read,
+    /// A write command (`insert`, `findAndModify`, `update`).
+    Write,
+}
+
+/// Codes with which a primary refuses a write before executing it.
+const NOT_PRIMARY: &[i32] = &[10107, 13435, 13436, 10058];
+
+/// Codes of an operation interrupted while it ran (shutdown, step-down,
+/// time limit, a network failure between servers): a write may have been
+/// applied before the interruption.
+const INTERRUPTED: &[i32] = &[11600, 11601, 11602, 91, 189, 50, 262, 9001, 89, 6, 7];
+
+/// Codes of a transient refusal: nothing applied, try again.
+const TRANSIENT: &[i32] = &[112, 46, 24, 133, 462, 202];
+
+/// Codes saying the server, the deployment or the credentials do not fit
+/// this configuration.
+const CONFIG: &[i32] = &[
+    13, 18, 8000, 59, 115, 238, 73, 20, 166, 72, 79, 100, 121, 31, 11, 26,
+];
+
+/// Codes of a value the server cannot store (a document over 16 MiB).
+const TOO_LARGE: &[i32] = &[10334, 17419, 17420, 10003];
+
+/// The bakery kind of a server error code.
+fn classify_code(code: i32, stage: Stage, retryable_label: bool) -> ErrorKind {
+    let write = stage == Stage::Write;
+    if NOT_PRIMARY.contains(&code) || TRANSIENT.contains(&code) {
+        ErrorKind::Unavailable
+    } else if INTERRUPTED.contains(&code) {
+        if write {
+            ErrorKind::Unknown
+        } else {
+            ErrorKind::Unavailable
+        }
+    } else if CONFIG.contains(&code) {
+        ErrorKind::Config
+    } else if TOO_LARGE.contains(&code) {
+        ErrorKind::InvalidInput
+    } else if write && retryable_label {
+        // The server marks errors a retryable write may retry: it says the
+        // operation may be retried safely by txnNumber, not that it did
+        // not run.
+        ErrorKind::Unknown
+    } else {
+        ErrorKind::Internal
+    }
+}
+
+/// The bakery kind of a driver error raised at `stage`.
+pub(crate) fn classify(e: &DriverError, stage: Stage) -> ErrorKind {
+    let write = stage == Stage::Write;
+    let retryable_label = e.contains_label(RETRYABLE_WRITE_ERROR);
+    match e.kind.as_ref() {
+        // Nothing was sent: no server could be selected, the pool was
+        // cleared while checking out a connection, the client is closed.
+        DriverKind::ServerSelection { .. }
+        | DriverKind::ConnectionPoolCleared { .. }
+        | DriverKind::DnsResolve { .. }
+        | DriverKind::Shutdown => ErrorKind::Unavailable,
+        DriverKind::Io(io) => {
+            // The driver labels failures of connection establishment (TCP,
+            // TLS, handshake) `SystemOverloadedError`: before our command.
+            let before_send = io.kind() == std::io::ErrorKind::ConnectionRefused
+                || e.contains_label(SYSTEM_OVERLOADED_ERROR);
+            if write && !before_send {
+                ErrorKind::Unknown
+            } else {
+                ErrorKind::Unavailable
+            }
+        }
+        DriverKind::Authentication { .. }
+        | DriverKind::InvalidTlsConfig { .. }
+        | DriverKind::IncompatibleServer { .. } => ErrorKind::Config,
+        DriverKind::InvalidArgument { .. } if stage == Stage::Connect => ErrorKind::Config,
+        DriverKind::Command(c) => classify_code(c.code, stage, retryable_label),
+        DriverKind::Write(WriteFailure::WriteError(w)) => {
+            classify_code(w.code, stage, retryable_label)
+        }
+        // The write was applied on the primary; only its replication to a
+        // majority is unconfirmed.
+        DriverKind::Write(WriteFailure::WriteConcernError(_)) => {
+            if write {
+                ErrorKind::Unknown
+            } else {
+                ErrorKind::Unavailable
+            }
+        }
+        DriverKind::InvalidResponse { .. } | DriverKind::BsonDeserialization(_) if write => {
+            ErrorKind::Unknown
+        }
+        DriverKind::BsonDeserialization(_) => ErrorKind::Corrupt,
+        _ => ErrorKind::Internal,
+    }
+}
+
+/// True for an insert that met an existing `_id` (E11000): a conflict, not
+/// an error.
+pub(crate) fn is_duplicate_key(e: &DriverError) -> bool {
+    match e.kind.as_ref() {
+        DriverKind::Write(WriteFailure::WriteError(w)) => w.code == DUPLICATE_KEY,
+        DriverKind::Command(c) => c.code == DUPLICATE_KEY,
+        _ => false,
+    }
+}
+
+/// Map a driver error to a bakery error: the one mapper of this crate. The
+/// driver error is kept as `source()` only; the message is one line, never
+/// the URI or a password.
+pub(crate) fn map_err(e: DriverError, op: Op, stage: Stage) -> Error {
+    let kind = classify(&e, stage);
+    let detail = driver_message(&e);
+    Error::new(kind, BACKEND, describe(kind, op, &detail)).with_source(e)
+}
+
+/// The client-side deadline passed; `in_doubt`: a write of this call was
+/// sent and its outcome is not known.
+pub(crate) fn timed_out(op: Op, in_doubt: bool, limit: Duration) -> Error {
+    let kind = if in_doubt {
+        ErrorKind::Unknown
+    } else {
+        ErrorKind::Unavailable
+    };
+    let detail = format!("no reply within {limit:?}");
+    Error::new(kind, BACKEND, describe(kind, op, &detail))
+}
+
+/// An error raised after a write of this call was sent and before its
+/// outcome was known: whatever went wrong, the write may have applied.
+pub(crate) fn in_doubt(op: Op, e: Error) -> Error {
+    if e.kind() == ErrorKind::Unknown {
+        return e;
+    }
+    let message = format!(
+        "{op}: a write was sent, then: {} ({}); the write may or may not have applied",
+        e.message(),
+        e.kind()
+    );
+    Error::new(ErrorKind::Unknown, BACKEND, message).with_source(e)
+}
+
+/// A stored document of row `key` bakery cannot read; nothing was changed.
+pub(crate) fn corrupt(
+    collection: &str,
+    key: &bakery_core::Key,
+    id: &str,
+    what: impl fmt::Display,
+) -> Error {
+    Error::corrupt(
+        BACKEND,
+        format!("row `{key}`: document `{id}` in collection {collection}: {what}"),
+    )
+}
+
+fn describe(kind: ErrorKind, op: Op, detail: &str) -> String {
+    match kind {
+        ErrorKind::Unknown => format!("{op}: {detail}; the write may or may not have applied"),
+        ErrorKind::Unavailable if op.is_write() => format!("{op}: {detail}; nothing was applied"),
+        _ => format!("{op}: {detail}"),
+    }
+}
+
+/// A driver error on one line: its kind, code and message, and its labels.
+pub(crate) fn driver_message(e: &DriverError) -> String {
+    let text = match e.kind.as_ref() {
+        DriverKind::Command(c) => format!("{} ({}): {}", c.code_name, c.code, c.message),
+        DriverKind::Write(WriteFailure::WriteError(w)) => format!(
+            "write error {}{}: {}",
+            w.code,
+            w.code_name
+                .as_deref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default(),
+            w.message
+        ),
+        DriverKind::Write(WriteFailure::WriteConcernError(w)) => format!(
+            "write concern error {} ({}): {}",
+            w.code, w.code_name, w.message
+        ),
+        DriverKind::Io(io) => format!("I/O error: {io}"),
+        DriverKind::ServerSelection { message, .. } => message.clone(),
+        DriverKind::InvalidArgument { message, .. } => message.clone(),
+        DriverKind::Authentication { message, .. } => format!("authentication failed: {message}"),
+        other => other.to_string(),
+    };
+    let mut labels: Vec<&str> = e.labels().iter().map(String::as_str).collect();
+    labels.sort_unstable();
+    let mut out = one_line(&text);
+    if !labels.is_empty() {
+        out.push_str(&format!(" [labels: {}]", labels.join(", ")));
+    }
+    out
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STAGES: [Stage; 3] = [Stage::Connect, Stage::Read, Stage::Write];
+
+    #[test]
+    fn server_codes() {
+        for code in [10107, 13435, 112, 46] {
+            for stage in STAGES {
+                assert_eq!(
+                    classify_code(code, stage, true),
+                    ErrorKind::Unavailable,
+                    "{code}"
+                );
+            }
+        }
+        for code in [11600, 11602, 91, 189, 50] {
+            assert_eq!(classify_code(code, Stage::Write, false), ErrorKind::Unknown);
+            assert_eq!(
+                classify_code(code, Stage::Read, false),
+                ErrorKind::Unavailable
+            );
+        }
+        for code in [13, 18, 238, 121] {
+            assert_eq!(classify_code(code, Stage::Write, false), ErrorKind::Config);
+        }
+        assert_eq!(
+            classify_code(10334, Stage::Write, false),
+            ErrorKind::InvalidInput
+        );
+        assert_eq!(classify_code(2, Stage::Write, true), ErrorKind::Unknown);
+        assert_eq!(classify_code(2, Stage::Write, false), ErrorKind::Internal);
+        assert_eq!(classify_code(2, Stage::Read, true), ErrorKind::Internal);
+    }
+
+    #[test]
+    fn timeouts_and_doubt() {
+        let limit = Duration::from_millis(1500);
+        assert_eq!(timed_out(Op::Put, true, limit).kind(), ErrorKind::Unknown);
+        assert_eq!(
+            timed_out(Op::Put, false, limit).kind(),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            timed_out(Op::Get, false, limit).kind(),
+            ErrorKind::Unavailable
+        );
+        let err = timed_out(Op::Delete, true, limit);
+        assert_eq!(err.backend(), "mongodb");
+        assert!(err.message().contains("may or may not"), "{err}");
+
+        let key = bakery_core::Key::new("k").unwrap();
+        let corrupt = corrupt("c", &key, "k", "field `ver` is a string");
+        assert_eq!(corrupt.kind(), ErrorKind::Corrupt);
+        assert!(corrupt.message().contains("row `k`"), "{corrupt}");
+        let doubt = in_doubt(Op::Put, corrupt);
+        assert_eq!(doubt.kind(), ErrorKind::Unknown);
+        assert!(doubt.message().contains("field `ver`"), "{doubt}");
+        assert!(std::error::Error::source(&doubt).is_some());
+    }
+}

@@ -1,0 +1,618 @@
+#![doc = include_str!("../docs.md")]
+#![deny(missing_docs)]
+
+mod error;
+mod store;
+mod versions;
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use bakery_core::{Error, Result};
+use mongodb::options::{
+    Acknowledgment, ClientOptions, ConnectionString, ReadConcern, ReadPreference, WriteConcern,
+};
+
+pub use store::MongoStore;
+
+/// The driver this backend is built on, re-exported so benchmarks, tests and
+/// advanced users can issue raw commands with the same version.
+pub use mongodb;
+
+use error::BACKEND;
+
+/// The URI schemes this backend answers to: `mongodb`, and `mongodb+srv`
+/// (DNS seed lists) when the `srv` feature is enabled.
+#[cfg(feature = "srv")]
+pub const SCHEMES: &[&str] = &["mongodb", "mongodb+srv"];
+
+/// The URI schemes this backend answers to: `mongodb` only, because this
+/// build has the `srv` feature off (no `mongodb+srv`, which needs a DNS
+/// resolver).
+#[cfg(not(feature = "srv"))]
+pub const SCHEMES: &[&str] = &["mongodb"];
+
+/// The collection used when none is configured.
+pub const DEFAULT_COLLECTION: &str = "bakery_rows";
+
+/// The database used when the URI names none (`mongodb://host/` or
+/// `mongodb://host`).
+pub const DEFAULT_DATABASE: &str = "bakery";
+
+/// How long one call may take when `timeout_ms` is not given. The bound is
+/// client-side and covers every round trip of the call; when it passes, a
+/// call that had sent a write is [`ErrorKind::Unknown`], any other
+/// [`ErrorKind::Unavailable`].
+///
+/// [`ErrorKind::Unknown`]: bakery_core::ErrorKind::Unknown
+/// [`ErrorKind::Unavailable`]: bakery_core::ErrorKind::Unavailable
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest accepted `timeout_ms` (one hour).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The longest accepted collection name, in bytes.
+pub const MAX_COLLECTION_LEN: usize = 120;
+
+/// The options bakery takes out of the URI, for "unknown option" messages.
+const BAKERY_OPTIONS: &[&str] = &["cas", "collection", "timeout_ms"];
+
+/// How a compare-and-set is made atomic on the server. See the crate docs
+/// for the full argument, the round trips and the servers each is correct
+/// on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum CasStrategy {
+    /// One document per key, `{_id: key, v, ver, dead}`; a write is one
+    /// `findOneAndUpdate` filtered on `{_id, ver}` that `$inc`s `ver`. One
+    /// round trip. Atomic on real MongoDB (a single-document update
+    /// re-checks its filter under the document's write lock), NOT on
+    /// FerretDB v1, whose update reads, then writes without re-checking the
+    /// filter (FerretDB issue 3040): concurrent writers can both succeed.
+    #[default]
+    Update,
+    /// One immutable document per version, `_id: "<key>#<20-digit
+    /// version>"`; a write inserts version `n + 1`, and the unique `_id`
+    /// index lets exactly one writer of `n + 1` succeed. Atomic on any
+    /// server with a unique `_id` index, FerretDB v1 included. Three round
+    /// trips per applied write (read, insert, confirm) plus background
+    /// pruning of old versions.
+    Insert,
+}
+
+impl CasStrategy {
+    /// The URI spelling: `"update"` or `"insert"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CasStrategy::Update => "update",
+            CasStrategy::Insert => "insert",
+        }
+    }
+}
+
+impl fmt::Display for CasStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for CasStrategy {
+    type Err = Error;
+
+    /// Parse `update` or `insert` (ASCII case-insensitive).
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "update" => Ok(CasStrategy::Update),
+            "insert" => Ok(CasStrategy::Insert),
+            _ => Err(Error::config(
+                BACKEND,
+                format!("mongodb option `cas`: {s:?} is not `update` or `insert`"),
+            )),
+        }
+    }
+}
+
+/// How to reach MongoDB (or a server speaking its protocol) and where to
+/// keep bakery's rows: built from a URI with [`MongoConfig::from_uri`], then
+/// adjusted with the `with_*` methods. [`MongoStore::open`] validates it.
+///
+/// URI: `mongodb://[USER[:PASSWORD]@]HOST[:PORT][,HOST2[:PORT2]…][/DATABASE][?OPTIONS]`
+/// (and `mongodb+srv://USER:PASSWORD@CLUSTER/DATABASE` with the `srv`
+/// feature). `DATABASE` defaults to [`DEFAULT_DATABASE`]. bakery takes its
+/// own options out of the query string and hands everything else to the
+/// driver unchanged (`replicaSet`, `directConnection`, `w`, `wtimeoutMS`,
+/// `journal`, `readConcernLevel`, `authSource`, `authMechanism`, `tls`,
+/// `tlsCAFile`, `serverSelectionTimeoutMS`, `connectTimeoutMS`,
+/// `maxPoolSize`, `appName`, `retryWrites`, …); an option neither knows is
+/// an [`ErrorKind::Config`](bakery_core::ErrorKind::Config) error.
+///
+/// | bakery option | default | meaning |
+/// |---------------|---------|---------|
+/// | `cas=update\|insert` | `update` | see [`CasStrategy`] |
+/// | `collection=NAME` | `bakery_rows` | the collection; 1 to 120 bytes of `A-Z a-z 0-9 _ - .`, not `system.…` |
+/// | `timeout_ms=N` | `10000` | client-side limit on each call, 1 ms to 1 h |
+///
+/// Driver defaults bakery changes unless the URI sets them: `w=majority`,
+/// `readConcernLevel=majority`, `retryWrites=false`, `appName=bakery`,
+/// `serverSelectionTimeoutMS` and `connectTimeoutMS` = half of `timeout_ms`
+/// (at most 30 s and 10 s).
+///
+/// The password never appears in `Debug`, `Display` or any error.
+///
+/// ```
+/// use std::time::Duration;
+/// use bakery_mongodb::{CasStrategy, MongoConfig};
+///
+/// let config = MongoConfig::from_uri(
+///     "mongodb://app:s3cret@db1:27017,db2:27017/orders?replicaSet=rs0&cas=insert&collection=seqs&timeout_ms=2500",
+/// )?;
+/// assert_eq!(config.cas(), CasStrategy::Insert);
+/// assert_eq!(config.database(), "orders");
+/// assert_eq!(config.collection(), "seqs");
+/// assert_eq!(config.timeout(), Duration::from_millis(2500));
+/// assert!(!config.retry_writes());
+/// assert_eq!(
+///     config.to_string(),
+///     "mongodb://app:***@db1:27017,db2:27017/orders?cas=insert&collection=seqs&timeout_ms=2500&replicaSet=rs0"
+/// );
+/// assert!(!format!("{config:?}").contains("s3cret"));
+/// # Ok::<(), bakery_core::Error>(())
+/// ```
+#[derive(Clone, PartialEq)]
+pub struct MongoConfig {
+    conn: ConnectionString,
+    /// `mongodb` or `mongodb+srv`, lowercase.
+    scheme: &'static str,
+    /// `USER[:***]@HOSTS` as given, password replaced.
+    authority: String,
+    /// The driver's options as given (`name=value`), secrets redacted, for
+    /// `Display` only.
+    shown_options: Vec<String>,
+    database: String,
+    collection: String,
+    cas: CasStrategy,
+    timeout: Duration,
+}
+
+impl MongoConfig {
+    /// Parse a `mongodb://` (or `mongodb+srv://`) URI; the forms and options
+    /// are in the type docs. Any problem is an
+    /// [`ErrorKind::Config`](bakery_core::ErrorKind::Config) error naming the
+    /// offending part; the URI itself (which may hold a password) is never
+    /// quoted. No network access: `mongodb+srv` seed lists are resolved by
+    /// [`MongoStore::open`].
+    pub fn from_uri(uri: &str) -> Result<Self> {
+        let scheme = SCHEME_FORMS
+            .iter()
+            .copied()
+            .find(|scheme| {
+                uri.get(..scheme.len() + 3).is_some_and(|prefix| {
+                    prefix[..scheme.len()].eq_ignore_ascii_case(scheme)
+                        && &prefix[scheme.len()..] == "://"
+                })
+            })
+            .ok_or_else(|| {
+                Error::config(
+                    BACKEND,
+                    "not a mongodb URI (expected mongodb://[USER:PASSWORD@]HOST[:PORT][,HOST2…][/DATABASE][?OPTIONS])",
+                )
+            })?;
+        if scheme == "mongodb+srv" && !cfg!(feature = "srv") {
+            return Err(Error::config(
+                BACKEND,
+                "mongodb+srv:// needs the `srv` feature of bakery-mongodb (a DNS resolver), which this build has off",
+            ));
+        }
+        let rest = &uri[scheme.len() + 3..];
+        // The driver splits the same way: options after the first `?`,
+        // credentials before the last `@` (a password must percent-encode
+        // `@`, `:`, `/` and `?`).
+        let (base, query) = match rest.split_once('?') {
+            Some((base, query)) => (base, Some(query)),
+            None => (rest, None),
+        };
+        let (userinfo, hosts_and_db) = match base.rfind('@') {
+            Some(at) => (Some(&base[..at]), &base[at + 1..]),
+            None => (None, base),
+        };
+        let secrets = Secrets::from_userinfo(userinfo);
+        let hosts = hosts_and_db
+            .split_once('/')
+            .map_or(hosts_and_db, |(hosts, _)| hosts);
+        if hosts.is_empty() {
+            return Err(Error::config(
+                BACKEND,
+                "mongodb URI names no host (expected mongodb://HOST[:PORT]/DATABASE)",
+            ));
+        }
+        if uri.contains('#') {
+            return Err(Error::config(
+                BACKEND,
+                "mongodb URI has a `#`; a fragment is not supported (percent-encode `#` in a password as %23)",
+            ));
+        }
+
+        let mut cas = None;
+        let mut collection = None;
+        let mut timeout = None;
+        let mut driver_pairs: Vec<&str> = Vec::new();
+        let mut shown_options = Vec::new();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (raw_name, raw_value) = pair.split_once('=').unwrap_or((pair, ""));
+            if !BAKERY_OPTIONS.contains(&raw_name) {
+                if !pair.contains('=') {
+                    return Err(Error::config(
+                        BACKEND,
+                        format!(
+                            "mongodb URI option `{}` has no value (expected `NAME=VALUE`)",
+                            secrets.scrub(raw_name)
+                        ),
+                    ));
+                }
+                driver_pairs.push(pair);
+                shown_options.push(if is_secret_option(raw_name) {
+                    format!("{raw_name}=***")
+                } else {
+                    pair.to_string()
+                });
+                continue;
+            }
+            let name = raw_name;
+            let value = percent_decode(raw_value, &format!("option `{name}`"))?;
+            let bad = |expected: &str| {
+                Error::config(
+                    BACKEND,
+                    format!("mongodb URI option `{name}`: {value:?} is not {expected}"),
+                )
+            };
+            let twice = || {
+                Error::config(
+                    BACKEND,
+                    format!("mongodb URI option `{name}` is given twice"),
+                )
+            };
+            match name {
+                "cas" => {
+                    if cas.replace(value.parse::<CasStrategy>()?).is_some() {
+                        return Err(twice());
+                    }
+                }
+                "collection" => {
+                    validate_collection(&value)?;
+                    if collection.replace(value.clone()).is_some() {
+                        return Err(twice());
+                    }
+                }
+                "timeout_ms" => {
+                    let max = MAX_TIMEOUT.as_millis();
+                    let ms = value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|ms| *ms >= 1 && u128::from(*ms) <= max)
+                        .ok_or_else(|| bad(&format!("a number of milliseconds (1 to {max})")))?;
+                    if timeout.replace(Duration::from_millis(ms)).is_some() {
+                        return Err(twice());
+                    }
+                }
+                _ => {
+                    return Err(Error::new(
+                        bakery_core::ErrorKind::Internal,
+                        BACKEND,
+                        format!("bakery option `{name}` is listed but not handled"),
+                    ))
+                }
+            }
+        }
+
+        let mut driver_uri = String::with_capacity(uri.len());
+        driver_uri.push_str(scheme);
+        driver_uri.push_str("://");
+        driver_uri.push_str(base);
+        if !driver_pairs.is_empty() {
+            driver_uri.push('?');
+            driver_uri.push_str(&driver_pairs.join("&"));
+        }
+        let conn = ConnectionString::parse(&driver_uri).map_err(|e| {
+            Error::config(
+                BACKEND,
+                format!("mongodb URI: {}", secrets.scrub(&error::driver_message(&e))),
+            )
+        })?;
+        let database = conn
+            .default_database
+            .clone()
+            .unwrap_or_else(|| DEFAULT_DATABASE.to_string());
+        let authority = match userinfo {
+            Some(userinfo) => {
+                let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+                if userinfo.contains(':') {
+                    format!("{user}:***@{hosts}")
+                } else {
+                    format!("{user}@{hosts}")
+                }
+            }
+            None => hosts.to_string(),
+        };
+        let config = MongoConfig {
+            conn,
+            scheme,
+            authority,
+            shown_options,
+            database,
+            collection: collection.unwrap_or_else(|| DEFAULT_COLLECTION.to_string()),
+            cas: cas.unwrap_or_default(),
+            timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Choose how a compare-and-set is made atomic (default
+    /// [`CasStrategy::Update`]).
+    pub fn with_cas(mut self, cas: CasStrategy) -> Self {
+        self.cas = cas;
+        self
+    }
+
+    /// Keep the rows in `collection` (default [`DEFAULT_COLLECTION`]);
+    /// checked by [`MongoConfig::validate`].
+    pub fn with_collection(mut self, collection: impl Into<String>) -> Self {
+        self.collection = collection.into();
+        self
+    }
+
+    /// Keep the collection in `database` (default: the URI's, else
+    /// [`DEFAULT_DATABASE`]).
+    pub fn with_database(mut self, database: impl Into<String>) -> Self {
+        self.database = database.into();
+        self
+    }
+
+    /// Limit each call to `timeout` (default [`DEFAULT_TIMEOUT`]).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The compare-and-set strategy.
+    pub fn cas(&self) -> CasStrategy {
+        self.cas
+    }
+
+    /// The collection holding the rows.
+    pub fn collection(&self) -> &str {
+        &self.collection
+    }
+
+    /// The database holding the collection.
+    pub fn database(&self) -> &str {
+        &self.database
+    }
+
+    /// The client-side limit on each call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The user name, if the URI has credentials.
+    pub fn username(&self) -> Option<&str> {
+        self.conn.credential.as_ref()?.username.as_deref()
+    }
+
+    /// True if a password is configured (it is never shown).
+    pub fn has_password(&self) -> bool {
+        self.conn
+            .credential
+            .as_ref()
+            .is_some_and(|c| c.password.is_some())
+    }
+
+    /// Whether the driver retries a write once after a network error
+    /// (`retryWrites`; bakery's default is `false`, see the crate docs).
+    pub fn retry_writes(&self) -> bool {
+        self.conn.retry_writes.unwrap_or(false)
+    }
+
+    /// The write concern every write uses: the URI's (`w`, `wtimeoutMS`,
+    /// `journal`), with `w` defaulting to `majority`.
+    pub fn write_concern(&self) -> WriteConcern {
+        let mut concern = self.conn.write_concern.clone().unwrap_or_default();
+        if concern.w.is_none() {
+            concern.w = Some(Acknowledgment::Majority);
+        }
+        concern
+    }
+
+    /// The read concern every read uses: the URI's `readConcernLevel`, else
+    /// `majority`.
+    pub fn read_concern(&self) -> ReadConcern {
+        self.conn
+            .read_concern
+            .clone()
+            .unwrap_or_else(ReadConcern::majority)
+    }
+
+    /// Check the whole configuration; an
+    /// [`ErrorKind::Config`](bakery_core::ErrorKind::Config) error names
+    /// what is wrong.
+    pub fn validate(&self) -> Result<()> {
+        validate_collection(&self.collection)?;
+        validate_database(&self.database)?;
+        if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
+            return Err(Error::config(
+                BACKEND,
+                format!(
+                    "mongodb option `timeout_ms` must be from 1 to {}, not {}",
+                    MAX_TIMEOUT.as_millis(),
+                    self.timeout.as_millis()
+                ),
+            ));
+        }
+        if matches!(
+            self.conn.write_concern.as_ref().and_then(|w| w.w.as_ref()),
+            Some(Acknowledgment::Nodes(0))
+        ) {
+            return Err(Error::config(
+                BACKEND,
+                "mongodb option `w=0` (unacknowledged writes) cannot report whether a compare-and-set applied",
+            ));
+        }
+        if !matches!(
+            self.conn.read_preference,
+            None | Some(ReadPreference::Primary)
+        ) {
+            return Err(Error::config(
+                BACKEND,
+                "mongodb option `readPreference` must be `primary`: reads from secondaries can miss acknowledged writes",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The driver's options with bakery's defaults filled in; resolves
+    /// `mongodb+srv` seed lists (DNS).
+    pub(crate) async fn client_options(&self) -> Result<ClientOptions> {
+        let mut options = ClientOptions::parse(self.conn.clone())
+            .await
+            .map_err(|e| error::map_err(e, error::Op::Open, error::Stage::Connect))?;
+        options.retry_writes = Some(self.retry_writes());
+        options.write_concern = Some(self.write_concern());
+        options.read_concern = Some(self.read_concern());
+        let half = self.timeout / 2;
+        if options.server_selection_timeout.is_none() {
+            options.server_selection_timeout = Some(half.min(Duration::from_secs(30)));
+        }
+        if options.connect_timeout.is_none() {
+            options.connect_timeout = Some(half.min(Duration::from_secs(10)));
+        }
+        if options.app_name.is_none() {
+            options.app_name = Some("bakery".to_string());
+        }
+        Ok(options)
+    }
+
+    fn fmt_redacted(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}://{}/{}?cas={}&collection={}&timeout_ms={}",
+            self.scheme,
+            self.authority,
+            self.database,
+            self.cas,
+            self.collection,
+            self.timeout.as_millis()
+        )?;
+        for option in &self.shown_options {
+            write!(f, "&{option}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The URI form with the password (and secret-bearing driver options)
+/// replaced by `***`.
+impl fmt::Display for MongoConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_redacted(f)
+    }
+}
+
+/// Written by hand so the password can never be printed.
+impl fmt::Debug for MongoConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MongoConfig(")?;
+        self.fmt_redacted(f)?;
+        f.write_str(")")
+    }
+}
+
+/// Every scheme this crate knows, compiled in or not: a `mongodb+srv` URI
+/// without the `srv` feature gets the driver's own explanation.
+const SCHEME_FORMS: &[&str] = &["mongodb+srv", "mongodb"];
+
+/// The password of a URI, raw and decoded, so that no message built from a
+/// driver error can ever echo it.
+struct Secrets(Vec<String>);
+
+impl Secrets {
+    fn from_userinfo(userinfo: Option<&str>) -> Secrets {
+        let mut secrets = Vec::new();
+        if let Some((_, password)) = userinfo.and_then(|u| u.split_once(':')) {
+            if !password.is_empty() {
+                secrets.push(password.to_string());
+                if let Ok(decoded) = percent_decode(password, "password") {
+                    if decoded != password && !decoded.is_empty() {
+                        secrets.push(decoded);
+                    }
+                }
+            }
+        }
+        Secrets(secrets)
+    }
+
+    fn scrub(&self, text: &str) -> String {
+        self.0
+            .iter()
+            .fold(text.to_string(), |text, secret| text.replace(secret, "***"))
+    }
+}
+
+/// Driver options whose values must not be shown.
+fn is_secret_option(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name.contains("password")
+        || name.contains("secret")
+        || name.contains("token")
+        || name == "authmechanismproperties"
+}
+
+/// Collection names are used verbatim as MongoDB namespaces; keep them to an
+/// alphabet that means the same on every server (FerretDB maps them to
+/// PostgreSQL tables).
+fn validate_collection(name: &str) -> Result<()> {
+    let ok_chars = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    let ok = !name.is_empty()
+        && name.len() <= MAX_COLLECTION_LEN
+        && ok_chars
+        && !name.starts_with('.')
+        && !name.ends_with('.')
+        && !name.contains("..")
+        && !name.starts_with("system.");
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::config(
+            BACKEND,
+            format!(
+                "mongodb option `collection`: {name:?} is not a valid collection name (1 to {MAX_COLLECTION_LEN} bytes of A-Z a-z 0-9 _ - ., no leading, trailing or double `.`, not `system.…`)"
+            ),
+        ))
+    }
+}
+
+fn validate_database(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::config(
+            BACKEND,
+            format!(
+                "mongodb database {name:?} is not a valid database name (1 to 63 bytes of A-Z a-z 0-9 _ -)"
+            ),
+        ))
+    }
+}
+
+/// Decode `%XX` escapes; `what` names the URI part in messages (never the
+/// text itself: it may be part of a password).
+fn percent_decode(text: &str, what: &str) -> Result<String> {
+    bakery_core::uri::percent_decode(BACKEND, what, text)
+}

@@ -1,0 +1,602 @@
+//! MongoStore: opening, the call wrapper (timeout, unknown outcomes,
+//! tracing), and the `update` strategy. The `insert` strategy is in
+//! `versions.rs`.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bakery_core::{
+    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result,
+    Row, Version, VersionedStore,
+};
+use mongodb::bson::spec::BinarySubtype;
+use mongodb::bson::{doc, Binary, Bson, Document};
+use mongodb::options::{CollectionOptions, ReadPreference, ReturnDocument};
+use mongodb::{Client, Collection, IndexModel};
+
+use crate::error::{self, is_duplicate_key, map_err, Op, Stage, BACKEND};
+use crate::{CasStrategy, MongoConfig};
+
+/// How many times one call re-runs when what it read disagrees with what
+/// its write saw (a concurrent writer between the two); then it gives up
+/// with [`ErrorKind::Unavailable`], nothing applied.
+pub(crate) const MAX_ATTEMPTS: u32 = 8;
+
+/// The index the `insert` strategy reads the newest version by.
+pub(crate) const VERSIONS_INDEX: &str = "bakery_k_ver";
+
+/// A [`VersionedStore`] on MongoDB, or on any server speaking its wire
+/// protocol (FerretDB with [`CasStrategy::Insert`]). Cheap to clone: clones
+/// share one driver client (and its connection pool).
+///
+/// See the crate docs for the two strategies, the settings the guarantees
+/// rest on, and the caveats.
+#[derive(Clone)]
+pub struct MongoStore {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: MongoConfig,
+    pub(crate) coll: Collection<Document>,
+    /// Background prunes under way (`insert` strategy).
+    pub(crate) pruning: AtomicUsize,
+}
+
+/// One call in flight: which operation, and whether a write it sent may
+/// have applied without the call knowing yet.
+pub(crate) struct Call {
+    pub(crate) op: Op,
+    doubt: AtomicBool,
+}
+
+impl Call {
+    fn new(op: Op) -> Call {
+        Call {
+            op,
+            doubt: AtomicBool::new(false),
+        }
+    }
+
+    /// A write is about to be sent: until [`Call::settled`], any failure
+    /// (or the deadline) leaves the outcome unknown.
+    pub(crate) fn sending(&self) {
+        self.doubt.store(true, Ordering::Relaxed);
+    }
+
+    /// The write's outcome is known (applied or not).
+    pub(crate) fn settled(&self) {
+        self.doubt.store(false, Ordering::Relaxed);
+    }
+
+    fn in_doubt(&self) -> bool {
+        self.doubt.load(Ordering::Relaxed)
+    }
+
+    /// Map a failed read.
+    pub(crate) fn read_err(&self, e: mongodb::error::Error) -> Error {
+        map_err(e, self.op, Stage::Read)
+    }
+
+    /// Map a failed write command; its outcome is then decided by the
+    /// mapper (`Unknown` when the reply was lost after sending).
+    pub(crate) fn write_err(&self, e: mongodb::error::Error) -> Error {
+        self.settled();
+        map_err(e, self.op, Stage::Write)
+    }
+}
+
+impl MongoStore {
+    /// Parse `uri` (see [`MongoConfig`]) and open the store.
+    pub async fn connect(uri: &str) -> Result<Self> {
+        Self::open(MongoConfig::from_uri(uri)?).await
+    }
+
+    /// Open a store: build the driver client, then check the server within
+    /// the call timeout (`buildInfo` for `update`; creating the
+    /// `{k: 1, ver: -1}` index for `insert`). A server that cannot be
+    /// reached is [`ErrorKind::Unavailable`]; bad credentials or options
+    /// are [`ErrorKind::Config`].
+    pub async fn open(config: MongoConfig) -> Result<Self> {
+        config.validate()?;
+        let timeout = config.timeout();
+        let options = match tokio::time::timeout(timeout, config.client_options()).await {
+            Ok(options) => options?,
+            Err(_) => return Err(error::timed_out(Op::Open, false, timeout)),
+        };
+        let client =
+            Client::with_options(options).map_err(|e| map_err(e, Op::Open, Stage::Connect))?;
+        let coll = client
+            .database(config.database())
+            .collection_with_options::<Document>(
+                config.collection(),
+                CollectionOptions::builder()
+                    .selection_criteria(Some(ReadPreference::Primary.into()))
+                    .read_concern(Some(config.read_concern()))
+                    .write_concern(Some(config.write_concern()))
+                    .build(),
+            );
+        let store = MongoStore {
+            inner: Arc::new(Inner {
+                config,
+                coll,
+                pruning: AtomicUsize::new(0),
+            }),
+        };
+        match tokio::time::timeout(timeout, store.check_server(&client)).await {
+            Ok(result) => result?,
+            Err(_) => return Err(error::timed_out(Op::Open, false, timeout)),
+        }
+        Ok(store)
+    }
+
+    async fn check_server(&self, client: &Client) -> Result<()> {
+        let config = &self.inner.config;
+        match config.cas() {
+            CasStrategy::Update => {
+                let info = client
+                    .database(config.database())
+                    .run_command(doc! {"buildInfo": 1})
+                    .await
+                    .map_err(|e| map_err(e, Op::Open, Stage::Connect))?;
+                if info.contains_key("ferretdbVersion") || info.contains_key("ferretdb") {
+                    tracing::warn!(
+                        "mongodb: the server is FerretDB, whose update is not atomic \
+                         (FerretDB issue 3040): with cas=update concurrent writers can \
+                         both succeed; use cas=insert"
+                    );
+                }
+            }
+            CasStrategy::Insert => {
+                let index = IndexModel::builder()
+                    .keys(doc! {"k": 1, "ver": -1})
+                    .options(
+                        mongodb::options::IndexOptions::builder()
+                            .name(VERSIONS_INDEX.to_string())
+                            .build(),
+                    )
+                    .build();
+                self.inner
+                    .coll
+                    .create_index(index)
+                    .await
+                    .map_err(|e| map_err(e, Op::Open, Stage::Connect))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The configuration this store was opened with.
+    pub fn config(&self) -> &MongoConfig {
+        &self.inner.config
+    }
+
+    /// The compare-and-set strategy in use.
+    pub fn strategy(&self) -> CasStrategy {
+        self.inner.config.cas()
+    }
+
+    /// The driver's handle on the collection, for inspection and
+    /// maintenance. Writing to it behind bakery's back can break every
+    /// guarantee.
+    pub fn collection(&self) -> &Collection<Document> {
+        &self.inner.coll
+    }
+
+    pub(crate) fn coll(&self) -> &Collection<Document> {
+        &self.inner.coll
+    }
+
+    pub(crate) fn collection_name(&self) -> &str {
+        self.inner.config.collection()
+    }
+
+    /// Run one call within the timeout; a failure while a write is in doubt
+    /// becomes [`ErrorKind::Unknown`].
+    async fn bounded<T>(&self, call: &Call, f: impl Future<Output = Result<T>>) -> Result<T> {
+        let limit = self.inner.config.timeout();
+        match tokio::time::timeout(limit, f).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) if call.in_doubt() => Err(error::in_doubt(call.op, e)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(error::timed_out(call.op, call.in_doubt(), limit)),
+        }
+    }
+
+    // ----- the `update` strategy: one document per key -----
+
+    /// Read the key's document (tombstone included).
+    async fn u_read(&self, call: &Call, key: &Key) -> Result<Option<Stored>> {
+        let doc = self
+            .coll()
+            .find_one(doc! {"_id": key.as_str()})
+            .await
+            .map_err(|e| call.read_err(e))?;
+        doc.map(|doc| decode_row(self.collection_name(), key, &doc))
+            .transpose()
+    }
+
+    async fn u_put(
+        &self,
+        call: &Call,
+        key: &Key,
+        expected: Option<Version>,
+        value: Bytes,
+    ) -> Result<PutOutcome> {
+        for attempt in 1..=MAX_ATTEMPTS {
+            let current = match expected {
+                Some(expected) => {
+                    let Some(raw) = stored_version(expected) else {
+                        // No document can hold this version.
+                        let current = self.u_read(call, key).await?;
+                        return Ok(PutOutcome::Conflict(current.and_then(|s| s.live(key))));
+                    };
+                    if raw == i64::MAX {
+                        return self.exhausted_or_conflict(call, key, expected).await;
+                    }
+                    call.sending();
+                    let updated = self
+                        .coll()
+                        .find_one_and_update(
+                            doc! {"_id": key.as_str(), "ver": raw, "dead": {"$ne": true}},
+                            doc! {"$set": {"v": binary(&value)}, "$inc": {"ver": 1_i64}},
+                        )
+                        .return_document(ReturnDocument::After)
+                        .await
+                        .map_err(|e| call.write_err(e))?;
+                    if let Some(doc) = updated {
+                        let stored = decode_row(self.collection_name(), key, &doc)?;
+                        call.settled();
+                        tracing::debug!(version = stored.version, attempt, "applied");
+                        return Ok(PutOutcome::Applied(Row {
+                            key: key.clone(),
+                            value,
+                            version: stored.version,
+                        }));
+                    }
+                    call.settled();
+                    self.u_read(call, key).await?
+                }
+                None => {
+                    call.sending();
+                    let inserted = self
+                        .coll()
+                        .insert_one(doc! {"_id": key.as_str(), "v": binary(&value), "ver": 1_i64})
+                        .await;
+                    match inserted {
+                        Ok(_) => {
+                            call.settled();
+                            tracing::debug!(version = 1, attempt, "created");
+                            return Ok(PutOutcome::Applied(Row {
+                                key: key.clone(),
+                                value,
+                                version: 1,
+                            }));
+                        }
+                        Err(e) if is_duplicate_key(&e) => call.settled(),
+                        Err(e) => return Err(call.write_err(e)),
+                    }
+                    match self.u_read(call, key).await? {
+                        // A tombstone: re-create above its version.
+                        Some(tomb) if tomb.value.is_none() => {
+                            let raw = stored_version(tomb.version).unwrap_or(i64::MAX);
+                            if raw == i64::MAX {
+                                return Err(exhausted(key));
+                            }
+                            call.sending();
+                            let updated = self
+                                .coll()
+                                .find_one_and_update(
+                                    doc! {"_id": key.as_str(), "ver": raw, "dead": true},
+                                    doc! {
+                                        "$set": {"v": binary(&value), "dead": false},
+                                        "$inc": {"ver": 1_i64},
+                                    },
+                                )
+                                .return_document(ReturnDocument::After)
+                                .await
+                                .map_err(|e| call.write_err(e))?;
+                            if let Some(doc) = updated {
+                                let stored = decode_row(self.collection_name(), key, &doc)?;
+                                call.settled();
+                                tracing::debug!(version = stored.version, attempt, "re-created");
+                                return Ok(PutOutcome::Applied(Row {
+                                    key: key.clone(),
+                                    value,
+                                    version: stored.version,
+                                }));
+                            }
+                            call.settled();
+                            // Someone else re-created it first: read again.
+                            self.u_read(call, key).await?
+                        }
+                        other => other,
+                    }
+                }
+            };
+            let current = current.and_then(|s| s.live(key));
+            if current.as_ref().map(|row| row.version) == expected {
+                // What the read shows would have let the write apply: the
+                // read is older than what the write met (a concurrent
+                // writer, or a majority snapshot behind the primary).
+                tracing::debug!(attempt, "read and write disagree; re-running");
+                backoff(attempt).await;
+                continue;
+            }
+            tracing::debug!(current = ?current.as_ref().map(|r| r.version), "conflict");
+            return Ok(PutOutcome::Conflict(current));
+        }
+        Err(lost_races(call.op, key))
+    }
+
+    async fn u_delete(&self, call: &Call, key: &Key, expected: Version) -> Result<DeleteOutcome> {
+        let Some(raw) = stored_version(expected) else {
+            let current = self.u_read(call, key).await?;
+            return Ok(DeleteOutcome::Conflict(current.and_then(|s| s.live(key))));
+        };
+        for attempt in 1..=MAX_ATTEMPTS {
+            call.sending();
+            let result = self
+                .coll()
+                .update_one(
+                    doc! {"_id": key.as_str(), "ver": raw, "dead": {"$ne": true}},
+                    doc! {"$set": {"dead": true}, "$unset": {"v": ""}},
+                )
+                .await
+                .map_err(|e| call.write_err(e))?;
+            call.settled();
+            if result.matched_count > 0 {
+                tracing::debug!(attempt, "deleted");
+                return Ok(DeleteOutcome::Deleted);
+            }
+            let current = self.u_read(call, key).await?.and_then(|s| s.live(key));
+            if current.as_ref().map(|row| row.version) == Some(expected) {
+                tracing::debug!(attempt, "read and write disagree; re-running");
+                backoff(attempt).await;
+                continue;
+            }
+            return Ok(DeleteOutcome::Conflict(current));
+        }
+        Err(lost_races(call.op, key))
+    }
+
+    /// `expected` is the largest version a document can hold: if the row is
+    /// there, it cannot be written again.
+    async fn exhausted_or_conflict(
+        &self,
+        call: &Call,
+        key: &Key,
+        expected: Version,
+    ) -> Result<PutOutcome> {
+        let current = self.u_read(call, key).await?.and_then(|s| s.live(key));
+        if current.as_ref().map(|row| row.version) == Some(expected) {
+            return Err(exhausted(key));
+        }
+        Ok(PutOutcome::Conflict(current))
+    }
+}
+
+impl fmt::Debug for MongoStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MongoStore")
+            .field("config", &format_args!("{}", self.inner.config))
+            .finish()
+    }
+}
+
+#[async_trait]
+impl VersionedStore for MongoStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::PERSISTENT | Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+    }
+
+    #[tracing::instrument(
+        level = "debug",
+        name = "mongodb.get",
+        skip_all,
+        fields(backend = BACKEND, op = "get", key = %key, cas = %self.strategy())
+    )]
+    async fn get(&self, key: &Key) -> Result<Option<Row>> {
+        let call = Call::new(Op::Get);
+        self.bounded(&call, async {
+            match self.strategy() {
+                CasStrategy::Update => Ok(self.u_read(&call, key).await?.and_then(|s| s.live(key))),
+                CasStrategy::Insert => self.v_get(&call, key).await,
+            }
+        })
+        .await
+    }
+
+    #[tracing::instrument(
+        level = "debug",
+        name = "mongodb.put_if_version",
+        skip_all,
+        fields(backend = BACKEND, op = "put_if_version", key = %key, expected = ?expected, len = value.len(), cas = %self.strategy())
+    )]
+    async fn put_if_version(
+        &self,
+        key: &Key,
+        expected: Option<Version>,
+        value: Bytes,
+    ) -> Result<PutOutcome> {
+        let call = Call::new(Op::Put);
+        self.bounded(&call, async {
+            match self.strategy() {
+                CasStrategy::Update => self.u_put(&call, key, expected, value).await,
+                CasStrategy::Insert => self.v_put(&call, key, expected, value).await,
+            }
+        })
+        .await
+    }
+
+    #[tracing::instrument(
+        level = "debug",
+        name = "mongodb.delete_if_version",
+        skip_all,
+        fields(backend = BACKEND, op = "delete_if_version", key = %key, expected, cas = %self.strategy())
+    )]
+    async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
+        let call = Call::new(Op::Delete);
+        self.bounded(&call, async {
+            match self.strategy() {
+                CasStrategy::Update => self.u_delete(&call, key, expected).await,
+                CasStrategy::Insert => self.v_delete(&call, key, expected).await,
+            }
+        })
+        .await
+    }
+}
+
+/// A row document of the `update` strategy, decoded and checked. `value:
+/// None` is a tombstone.
+pub(crate) struct Stored {
+    pub(crate) value: Option<Bytes>,
+    pub(crate) version: Version,
+}
+
+impl Stored {
+    /// The row as the API shows it: `None` for a tombstone.
+    pub(crate) fn live(&self, key: &Key) -> Option<Row> {
+        self.value.as_ref().map(|value| Row {
+            key: key.clone(),
+            value: value.clone(),
+            version: self.version,
+        })
+    }
+}
+
+/// Decode `{_id: key, v: BinData, ver: Int64, dead: bool?}`; anything else
+/// is [`ErrorKind::Corrupt`] naming the key, never a panic.
+fn decode_row(collection: &str, key: &Key, doc: &Document) -> Result<Stored> {
+    let id = key.as_str();
+    let version = field_version(collection, key, id, doc)?;
+    let (value, _) = field_value(collection, key, id, doc)?;
+    Ok(Stored { value, version })
+}
+
+/// The `ver` field: a positive Int64 (an Int32 is accepted).
+pub(crate) fn field_version(collection: &str, key: &Key, id: &str, doc: &Document) -> Result<u64> {
+    match doc.get("ver") {
+        Some(Bson::Int64(v)) if *v > 0 => Ok(v.unsigned_abs()),
+        Some(Bson::Int32(v)) if *v > 0 => Ok(u64::from(v.unsigned_abs())),
+        Some(Bson::Int64(v)) => Err(error::corrupt(
+            collection,
+            key,
+            id,
+            format!("field `ver` is {v}; expected a positive Int64"),
+        )),
+        Some(Bson::Int32(v)) => Err(error::corrupt(
+            collection,
+            key,
+            id,
+            format!("field `ver` is {v}; expected a positive Int64"),
+        )),
+        Some(other) => Err(error::corrupt(
+            collection,
+            key,
+            id,
+            format!(
+                "field `ver` is a BSON {:?}; expected a positive Int64",
+                other.element_type()
+            ),
+        )),
+        None => Err(error::corrupt(
+            collection,
+            key,
+            id,
+            "field `ver` is missing; expected a positive Int64",
+        )),
+    }
+}
+
+/// The `dead` and `v` fields: `(None, true)` for a tombstone, `(Some(bytes),
+/// false)` for a live row.
+pub(crate) fn field_value(
+    collection: &str,
+    key: &Key,
+    id: &str,
+    doc: &Document,
+) -> Result<(Option<Bytes>, bool)> {
+    let dead = match doc.get("dead") {
+        None | Some(Bson::Null) | Some(Bson::Boolean(false)) => false,
+        Some(Bson::Boolean(true)) => true,
+        Some(other) => {
+            return Err(error::corrupt(
+                collection,
+                key,
+                id,
+                format!(
+                    "field `dead` is a BSON {:?}; expected a boolean",
+                    other.element_type()
+                ),
+            ))
+        }
+    };
+    match (doc.get("v"), dead) {
+        (Some(Bson::Binary(bin)), false) => Ok((Some(Bytes::from(bin.bytes.clone())), false)),
+        (None | Some(Bson::Null), true) => Ok((None, true)),
+        // A tombstone keeps no value; tolerate one left behind.
+        (Some(Bson::Binary(_)), true) => Ok((None, true)),
+        (None, false) => Err(error::corrupt(
+            collection,
+            key,
+            id,
+            "field `v` is missing on a live row; expected binary data",
+        )),
+        (Some(other), _) => Err(error::corrupt(
+            collection,
+            key,
+            id,
+            format!(
+                "field `v` is a BSON {:?}; expected binary data",
+                other.element_type()
+            ),
+        )),
+    }
+}
+
+/// The value as BSON binary data (subtype generic).
+pub(crate) fn binary(value: &Bytes) -> Bson {
+    Bson::Binary(Binary {
+        subtype: BinarySubtype::Generic,
+        bytes: value.to_vec(),
+    })
+}
+
+/// A version as stored (positive `Int64`), or `None` if no row can have it.
+pub(crate) fn stored_version(version: Version) -> Option<i64> {
+    i64::try_from(version).ok().filter(|v| *v > 0)
+}
+
+pub(crate) fn exhausted(key: &Key) -> Error {
+    Error::new(
+        ErrorKind::Exhausted,
+        BACKEND,
+        format!(
+            "row `{key}` is at version {}, the largest a document can hold",
+            i64::MAX
+        ),
+    )
+}
+
+pub(crate) fn lost_races(op: Op, key: &Key) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        BACKEND,
+        format!(
+            "{op} on row `{key}` met a concurrent writer {MAX_ATTEMPTS} times in a row; nothing was applied, retry"
+        ),
+    )
+}
+
+/// A short pause before re-running a call whose read lagged its write.
+pub(crate) async fn backoff(attempt: u32) {
+    tokio::time::sleep(Duration::from_millis(u64::from(attempt))).await;
+}

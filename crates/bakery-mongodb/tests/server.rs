@@ -1,0 +1,436 @@
+//! MongoStore against a real server (`BAKERY_MONGODB_URI`, FerretDB in CI):
+//! what only a server has — the document layout of both strategies,
+//! version pruning, races, foreign documents, lost replies and unreachable
+//! servers. The contract itself is the conformance suite's
+//! (`cargo test -p bakery --features mongodb --test conformance`).
+//!
+//! Races run with `cas=insert` only: FerretDB v1 does not apply updates
+//! atomically (issue 3040), so `cas=update` loses updates there by design.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bakery_core::{
+    Bytes, Capabilities, DeleteOutcome, ErrorKind, Key, PutOutcome, Row, VersionedStore,
+};
+use bakery_mongodb::mongodb::bson::{doc, Bson, Document};
+use bakery_mongodb::{CasStrategy, MongoStore};
+use common::{drop_collection, increment_n, raw, server_uri, store, with_options, Mode, Proxy};
+
+const STRATEGIES: [&str; 2] = ["update", "insert"];
+
+fn key(k: &str) -> Key {
+    Key::new(k).unwrap()
+}
+
+async fn applied(store: &MongoStore, k: &Key, expected: Option<u64>, value: &str) -> Row {
+    match store
+        .put_if_version(k, expected, Bytes::from(value.to_string()))
+        .await
+        .unwrap()
+    {
+        PutOutcome::Applied(row) => row,
+        other => panic!("expected Applied, got {other:?}"),
+    }
+}
+
+/// The documents behind a key, oldest first: `(_id, ver, dead)`.
+async fn documents(uri: &str, store: &MongoStore, k: &str) -> Vec<(String, i64, bool)> {
+    let filter = match store.strategy() {
+        CasStrategy::Insert => doc! {"k": k},
+        _ => doc! {"_id": k},
+    };
+    let mut cursor = raw(uri, store)
+        .await
+        .find(filter)
+        .sort(doc! {"ver": 1})
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    while cursor.advance().await.unwrap() {
+        let doc: Document = cursor.deserialize_current().unwrap();
+        out.push((
+            doc.get_str("_id").unwrap().to_string(),
+            doc.get_i64("ver").unwrap(),
+            doc.get_bool("dead").unwrap_or(false),
+        ));
+    }
+    out
+}
+
+#[tokio::test]
+async fn life_cycle_and_layout_of_both_strategies() {
+    let Some(uri) = server_uri("life_cycle_and_layout_of_both_strategies") else {
+        return;
+    };
+    for cas in STRATEGIES {
+        let store = store(&uri, cas, "bk_life").await;
+        assert_eq!(store.strategy().as_str(), cas);
+        assert_eq!(store.backend(), "mongodb");
+        assert_eq!(
+            store.capabilities(),
+            Capabilities::PERSISTENT | Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+        );
+        let k = key("life/one");
+        assert_eq!(store.get(&k).await.unwrap(), None);
+        let v1 = applied(&store, &k, None, "a").await;
+        assert_eq!(v1.version, 1);
+        assert_eq!(
+            store.put_if_version(&k, None, "x".into()).await.unwrap(),
+            PutOutcome::Conflict(Some(v1.clone()))
+        );
+        let v2 = applied(&store, &k, Some(1), "b").await;
+        assert_eq!(v2.version, 2);
+        for stale in [0, 1, 3, u64::MAX] {
+            assert_eq!(
+                store
+                    .put_if_version(&k, Some(stale), "x".into())
+                    .await
+                    .unwrap(),
+                PutOutcome::Conflict(Some(v2.clone())),
+                "{cas}: expected {stale}"
+            );
+        }
+        assert_eq!(
+            store.delete_if_version(&k, 1).await.unwrap(),
+            DeleteOutcome::Conflict(Some(v2.clone()))
+        );
+        assert_eq!(
+            store.delete_if_version(&k, 2).await.unwrap(),
+            DeleteOutcome::Deleted
+        );
+        assert_eq!(store.get(&k).await.unwrap(), None);
+        assert_eq!(
+            store.put_if_version(&k, Some(2), "x".into()).await.unwrap(),
+            PutOutcome::Conflict(None),
+            "{cas}: a deleted row cannot be updated"
+        );
+        assert_eq!(
+            store.delete_if_version(&k, 2).await.unwrap(),
+            DeleteOutcome::Conflict(None)
+        );
+
+        // The layout: a tombstone keeps the version, a re-create goes above it.
+        let docs = documents(&uri, &store, "life/one").await;
+        match cas {
+            "update" => assert_eq!(docs, vec![("life/one".to_string(), 2, true)]),
+            _ => {
+                // Version 1 may already be pruned (in the background).
+                assert_eq!(
+                    docs.last(),
+                    Some(&("life/one#00000000000000000003".to_string(), 3, true))
+                );
+                for (id, ver, _) in &docs {
+                    assert_eq!(id, &format!("life/one#{ver:020}"));
+                }
+            }
+        }
+        let again = applied(&store, &k, None, "c").await;
+        let tombstone_version = if cas == "update" { 2 } else { 3 };
+        assert_eq!(
+            again.version,
+            tombstone_version + 1,
+            "{cas}: re-create continues above the tombstone"
+        );
+        assert_eq!(store.get(&k).await.unwrap(), Some(again.clone()));
+        assert_eq!(
+            store.put_if_version(&k, None, "x".into()).await.unwrap(),
+            PutOutcome::Conflict(Some(again))
+        );
+        drop_collection(&uri, &store).await;
+    }
+}
+
+/// 8 tasks × 100 CAS increments of one hot key with `cas=insert`: exactly 800.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn insert_strategy_race_loses_no_update() {
+    const TASKS: u64 = 8;
+    const INCREMENTS: u64 = 100;
+    let Some(uri) = server_uri("insert_strategy_race_loses_no_update") else {
+        return;
+    };
+    let store = Arc::new(store(&uri, "insert", "bk_race").await);
+    let k = key("counter/hot");
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (store, k) = (store.clone(), k.clone());
+            tokio::spawn(async move { increment_n(&*store, &k, INCREMENTS).await })
+        })
+        .collect();
+    let mut applied = 0;
+    for task in tasks {
+        applied += task.await.expect("task panicked");
+    }
+    eprintln!(
+        "cas=insert: {} increments by {TASKS} tasks in {:?}",
+        TASKS * INCREMENTS,
+        started.elapsed()
+    );
+    assert_eq!(applied, TASKS * INCREMENTS);
+    let row = store.get(&k).await.unwrap().expect("counter exists");
+    assert_eq!(common::number(&row.value), TASKS * INCREMENTS);
+    assert_eq!(row.version, TASKS * INCREMENTS);
+    drop_collection(&uri, &store).await;
+}
+
+/// Old versions are pruned in the background: after 100 updates a key has
+/// at most three documents, and the newest is always there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_strategy_prunes_old_versions() {
+    let Some(uri) = server_uri("insert_strategy_prunes_old_versions") else {
+        return;
+    };
+    let store = store(&uri, "insert", "bk_prune").await;
+    let k = key("pruned");
+    let started = Instant::now();
+    let mut row = applied(&store, &k, None, "0").await;
+    for i in 1..=100 {
+        row = applied(&store, &k, Some(row.version), &i.to_string()).await;
+        // A reader never sees the key absent between versions.
+        assert_eq!(store.get(&k).await.unwrap(), Some(row.clone()));
+    }
+    eprintln!(
+        "cas=insert: 101 sequential writes + reads in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(row.version, 101);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let docs = documents(&uri, &store, "pruned").await;
+        assert_eq!(docs.last().map(|d| d.1), Some(101), "the newest stays");
+        if docs.len() <= 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {} documents: {docs:?}",
+            docs.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Deleting and re-creating continues the versions.
+    assert_eq!(
+        store.delete_if_version(&k, 101).await.unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(store.get(&k).await.unwrap(), None);
+    let again = applied(&store, &k, None, "again").await;
+    assert_eq!(again.version, 103);
+    drop_collection(&uri, &store).await;
+}
+
+/// A document inserted into a slot that pruning freed (a writer that
+/// stalled while the key moved on) never becomes the current row.
+#[tokio::test]
+async fn late_insert_into_a_pruned_slot_is_ignored() {
+    let Some(uri) = server_uri("late_insert_into_a_pruned_slot_is_ignored") else {
+        return;
+    };
+    let store = store(&uri, "insert", "bk_late").await;
+    let k = key("late");
+    let mut row = applied(&store, &k, None, "1").await;
+    for i in 2..=9 {
+        row = applied(&store, &k, Some(row.version), &i.to_string()).await;
+    }
+    let coll = raw(&uri, &store).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while coll
+        .find_one(doc! {"_id": "late#00000000000000000002"})
+        .await
+        .unwrap()
+        .is_some()
+    {
+        assert!(Instant::now() < deadline, "version 2 was never pruned");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    coll.insert_one(doc! {
+        "_id": "late#00000000000000000002", "k": "late", "ver": 2_i64,
+        "v": Bson::Binary(bakery_mongodb::mongodb::bson::Binary {
+            subtype: bakery_mongodb::mongodb::bson::spec::BinarySubtype::Generic,
+            bytes: b"late".to_vec(),
+        }),
+        "tok": bakery_mongodb::mongodb::bson::oid::ObjectId::new(), "anc": [],
+    })
+    .await
+    .unwrap();
+    assert_eq!(store.get(&k).await.unwrap(), Some(row.clone()));
+    assert_eq!(
+        store.put_if_version(&k, Some(2), "x".into()).await.unwrap(),
+        PutOutcome::Conflict(Some(row))
+    );
+    drop_collection(&uri, &store).await;
+}
+
+/// Foreign or damaged documents are `Corrupt` errors naming the key, never
+/// panics, and bakery leaves them alone.
+#[tokio::test]
+async fn corrupt_documents_are_typed_errors() {
+    let Some(uri) = server_uri("corrupt_documents_are_typed_errors") else {
+        return;
+    };
+    for cas in STRATEGIES {
+        let store = store(&uri, cas, "bk_corrupt").await;
+        let coll = raw(&uri, &store).await;
+        let id = |k: &str| match cas {
+            "update" => k.to_string(),
+            _ => format!("{k}#00000000000000000001"),
+        };
+        let junk: [(&str, Document); 4] = [
+            ("ver-string", doc! {"ver": "junk", "v": "x"}),
+            ("no-ver", doc! {"v": "x"}),
+            ("ver-negative", doc! {"ver": -3_i64}),
+            (
+                "v-string",
+                doc! {"ver": 1_i64, "v": "not binary", "tok": bakery_mongodb::mongodb::bson::oid::ObjectId::new()},
+            ),
+        ];
+        for (name, mut doc) in junk {
+            doc.insert("_id", id(name));
+            doc.insert("k", name);
+            coll.insert_one(doc).await.unwrap();
+            let k = key(name);
+            for result in [
+                store.get(&k).await.map(|_| ()),
+                // Version 7 matches none of them: every call must read.
+                store
+                    .put_if_version(&k, Some(7), "x".into())
+                    .await
+                    .map(|_| ()),
+                store.put_if_version(&k, None, "x".into()).await.map(|_| ()),
+                store.delete_if_version(&k, 7).await.map(|_| ()),
+            ] {
+                let err = result.expect_err(name);
+                assert_eq!(err.kind(), ErrorKind::Corrupt, "{cas} {name}: {err}");
+                assert_eq!(err.backend(), "mongodb");
+                assert!(err.message().contains(name), "{cas} {name}: {err}");
+            }
+        }
+        // Nothing was changed.
+        assert_eq!(coll.count_documents(doc! {}).await.unwrap(), 4);
+        drop_collection(&uri, &store).await;
+    }
+}
+
+/// Both strategies can share a collection: their documents never meet.
+#[tokio::test]
+async fn strategies_do_not_see_each_other() {
+    let Some(uri) = server_uri("strategies_do_not_see_each_other") else {
+        return;
+    };
+    let update = store(&uri, "update", "bk_mixed").await;
+    let insert = MongoStore::connect(&with_options(
+        &uri,
+        &[
+            "cas=insert",
+            &format!("collection={}", update.config().collection()),
+        ],
+    ))
+    .await
+    .unwrap();
+    let k = key("shared");
+    applied(&update, &k, None, "u").await;
+    assert_eq!(insert.get(&k).await.unwrap(), None);
+    let row = applied(&insert, &k, None, "i").await;
+    assert_eq!(&row.value[..], b"i");
+    assert_eq!(&update.get(&k).await.unwrap().unwrap().value[..], b"u");
+    drop_collection(&uri, &update).await;
+}
+
+fn upstream(uri: &str) -> SocketAddr {
+    let rest = uri.split_once("://").unwrap().1;
+    let authority = rest.split(['/', '?']).next().unwrap();
+    let host = authority.rsplit('@').next().unwrap();
+    host.parse()
+        .expect("BAKERY_MONGODB_URI names one HOST:PORT")
+}
+
+/// The reply to a write is lost (the connection drops after the server got
+/// the request): `Unknown`, and the write did apply. A write whose reply
+/// never comes is `Unknown` when the call's timeout passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_replies_are_unknown_outcomes() {
+    let Some(uri) = server_uri("lost_replies_are_unknown_outcomes") else {
+        return;
+    };
+    let proxy = Proxy::start(upstream(&uri)).await;
+    let (_, rest) = uri.split_once("://").unwrap();
+    let path_and_query = rest.split_once('/').map_or("", |(_, p)| p);
+    let proxied = format!("mongodb://{}/{}", proxy.addr, path_and_query);
+    for cas in STRATEGIES {
+        let direct = store(&uri, cas, "bk_lost").await;
+        let collection = direct.config().collection().to_string();
+        let through = MongoStore::connect(&with_options(
+            &proxied,
+            &[
+                &format!("cas={cas}"),
+                &format!("collection={collection}"),
+                "timeout_ms=1500",
+                "serverMonitoringMode=poll",
+                "directConnection=true",
+            ],
+        ))
+        .await
+        .unwrap();
+        let k = key("lost/create");
+        proxy.arm(Mode::DropReply);
+        let err = through
+            .put_if_version(&k, None, "v".into())
+            .await
+            .expect_err("the reply was dropped");
+        assert_eq!(err.kind(), ErrorKind::Unknown, "{cas}: {err}");
+        assert!(err.outcome_unknown());
+        let row = direct.get(&k).await.unwrap().expect("the create applied");
+        assert_eq!(row.version, 1);
+
+        proxy.arm(Mode::HoldReply);
+        let started = Instant::now();
+        let err = through
+            .put_if_version(&k, Some(1), "w".into())
+            .await
+            .expect_err("the reply never came");
+        assert_eq!(err.kind(), ErrorKind::Unknown, "{cas}: {err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(direct.get(&k).await.unwrap().unwrap().version, 2, "{cas}");
+
+        proxy.arm(Mode::DropReply);
+        let err = through.delete_if_version(&k, 2).await.expect_err("dropped");
+        assert_eq!(err.kind(), ErrorKind::Unknown, "{cas}: {err}");
+        assert_eq!(
+            direct.get(&k).await.unwrap(),
+            None,
+            "{cas}: the delete applied"
+        );
+
+        // Reads are never in doubt, and the store recovers.
+        assert_eq!(through.get(&k).await.unwrap(), None);
+        drop_collection(&uri, &direct).await;
+    }
+}
+
+/// Nothing listens on port 1: `Unavailable` (retry later), promptly, not a
+/// hang for the whole timeout. Needs no server.
+#[tokio::test]
+async fn unreachable_server_is_unavailable_promptly() {
+    for cas in STRATEGIES {
+        let started = Instant::now();
+        let err = MongoStore::connect(&format!(
+            "mongodb://127.0.0.1:1/x?serverSelectionTimeoutMS=500&cas={cas}"
+        ))
+        .await
+        .unwrap_err();
+        let took = started.elapsed();
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        assert!(err.is_temporary());
+        assert!(!err.outcome_unknown());
+        assert_eq!(err.backend(), "mongodb");
+        assert!(took < Duration::from_secs(3), "took {took:?}: {err}");
+    }
+}

@@ -1,0 +1,218 @@
+//! URI parsing, defaults, validation and redaction: no server needed.
+
+use std::time::Duration;
+
+use bakery_core::ErrorKind;
+use bakery_mongodb::mongodb::options::{Acknowledgment, ReadConcern, ReadConcernLevel};
+use bakery_mongodb::{CasStrategy, MongoConfig, MongoStore, DEFAULT_COLLECTION, SCHEMES};
+
+#[test]
+fn schemes() {
+    assert!(SCHEMES.contains(&"mongodb"));
+    assert_eq!(
+        SCHEMES.contains(&"mongodb+srv"),
+        cfg!(feature = "srv"),
+        "mongodb+srv is answered exactly when the `srv` feature is on"
+    );
+}
+
+#[test]
+fn defaults() {
+    let config = MongoConfig::from_uri("mongodb://127.0.0.1:17017/bakery").unwrap();
+    assert_eq!(config.cas(), CasStrategy::Update);
+    assert_eq!(config.database(), "bakery");
+    assert_eq!(config.collection(), DEFAULT_COLLECTION);
+    assert_eq!(config.timeout(), Duration::from_secs(10));
+    assert!(
+        !config.retry_writes(),
+        "retryWrites is off unless asked for"
+    );
+    assert_eq!(config.write_concern().w, Some(Acknowledgment::Majority));
+    assert_eq!(config.read_concern(), ReadConcern::majority());
+    assert_eq!(config.username(), None);
+    assert!(!config.has_password());
+    assert_eq!(
+        config.to_string(),
+        "mongodb://127.0.0.1:17017/bakery?cas=update&collection=bakery_rows&timeout_ms=10000"
+    );
+
+    // No database in the URI: bakery's own.
+    for uri in ["mongodb://h", "mongodb://h/", "mongodb://h:1/?w=1"] {
+        let config = MongoConfig::from_uri(uri).unwrap();
+        assert_eq!(config.database(), "bakery", "{uri}");
+    }
+}
+
+#[test]
+fn bakery_options_and_driver_options() {
+    let config = MongoConfig::from_uri(
+        "MongoDB://app:pw@a:1,b:2/orders?replicaSet=rs0&cas=INSERT&collection=seq.rows&timeout_ms=250\
+         &w=2&wtimeoutMS=500&readConcernLevel=linearizable&retryWrites=true&authSource=admin&directConnection=false",
+    )
+    .unwrap();
+    assert_eq!(config.cas(), CasStrategy::Insert);
+    assert_eq!(config.collection(), "seq.rows");
+    assert_eq!(config.database(), "orders");
+    assert_eq!(config.timeout(), Duration::from_millis(250));
+    assert_eq!(config.username(), Some("app"));
+    assert!(config.has_password());
+    assert!(config.retry_writes(), "the user's retryWrites wins");
+    let w = config.write_concern();
+    assert_eq!(w.w, Some(Acknowledgment::Nodes(2)));
+    assert_eq!(w.w_timeout, Some(Duration::from_millis(500)));
+    assert_eq!(config.read_concern().level, ReadConcernLevel::Linearizable);
+    assert_eq!(
+        config.to_string(),
+        "mongodb://app:***@a:1,b:2/orders?cas=insert&collection=seq.rows&timeout_ms=250\
+         &replicaSet=rs0&w=2&wtimeoutMS=500&readConcernLevel=linearizable&retryWrites=true\
+         &authSource=admin&directConnection=false"
+    );
+
+    // Only `wtimeoutMS`: `w` still defaults to majority.
+    let config = MongoConfig::from_uri("mongodb://h/db?wtimeoutMS=100").unwrap();
+    assert_eq!(config.write_concern().w, Some(Acknowledgment::Majority));
+
+    let config = MongoConfig::from_uri("mongodb://h/db")
+        .unwrap()
+        .with_cas(CasStrategy::Insert)
+        .with_collection("other")
+        .with_database("elsewhere")
+        .with_timeout(Duration::from_secs(2));
+    assert!(config.validate().is_ok());
+    assert_eq!(
+        config.to_string(),
+        "mongodb://h/elsewhere?cas=insert&collection=other&timeout_ms=2000"
+    );
+}
+
+#[test]
+fn strategies_parse_and_print() {
+    assert_eq!(
+        "update".parse::<CasStrategy>().unwrap(),
+        CasStrategy::Update
+    );
+    assert_eq!(
+        "Insert".parse::<CasStrategy>().unwrap(),
+        CasStrategy::Insert
+    );
+    assert_eq!(CasStrategy::default(), CasStrategy::Update);
+    assert_eq!(CasStrategy::Insert.to_string(), "insert");
+    let err = "lua".parse::<CasStrategy>().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config);
+    assert!(err.message().contains("`update` or `insert`"), "{err}");
+}
+
+#[test]
+fn bad_uris_are_config_errors_naming_the_problem() {
+    let cases: &[(&str, &str)] = &[
+        ("postgres://h/db", "not a mongodb URI"),
+        ("mongodb:h", "not a mongodb URI"),
+        ("mongo://h", "not a mongodb URI"),
+        ("mongodb://", "no host"),
+        ("mongodb:///db", "no host"),
+        ("mongodb://h/db?cas=lua", "`cas`"),
+        ("mongodb://h/db?cas=", "`cas`"),
+        ("mongodb://h/db?cas=insert&cas=update", "given twice"),
+        ("mongodb://h/db?collection=", "`collection`"),
+        ("mongodb://h/db?collection=system.users", "`collection`"),
+        ("mongodb://h/db?collection=a$b", "`collection`"),
+        ("mongodb://h/db?collection=.x", "`collection`"),
+        ("mongodb://h/db?collection=a%20b", "`collection`"),
+        ("mongodb://h/db?timeout_ms=0", "`timeout_ms`"),
+        ("mongodb://h/db?timeout_ms=soon", "`timeout_ms`"),
+        ("mongodb://h/db?timeout_ms=3600001", "`timeout_ms`"),
+        ("mongodb://h/db?timeout_ms=%zz", "percent-encoding"),
+        ("mongodb://h/db?colour=blue", "colour"),
+        ("mongodb://h/db?tls", "`tls` has no value"),
+        ("mongodb://h/db?w=0", "w=0"),
+        ("mongodb://h/db?readPreference=secondary", "readPreference"),
+        ("mongodb://h/db#frag", "fragment"),
+        ("mongodb://h/d.b", "database"),
+        ("mongodb://h:99999/db", "mongodb URI"),
+    ];
+    for (uri, needle) in cases {
+        let err = MongoConfig::from_uri(uri).expect_err(uri);
+        assert_eq!(err.kind(), ErrorKind::Config, "{uri}: {err}");
+        assert_eq!(err.backend(), "mongodb", "{uri}");
+        assert!(err.message().contains(needle), "{uri}: {err}");
+        assert!(!err.message().contains('\n'), "{uri}: {err}");
+    }
+    let long = format!("mongodb://h/db?collection={}", "c".repeat(121));
+    assert!(MongoConfig::from_uri(&long).is_err());
+    let builder = MongoConfig::from_uri("mongodb://h/db")
+        .unwrap()
+        .with_collection("bad name");
+    assert_eq!(builder.validate().unwrap_err().kind(), ErrorKind::Config);
+    let builder = MongoConfig::from_uri("mongodb://h/db")
+        .unwrap()
+        .with_timeout(Duration::ZERO);
+    assert_eq!(builder.validate().unwrap_err().kind(), ErrorKind::Config);
+}
+
+#[test]
+fn passwords_are_never_printed() {
+    let secret = "hunter2-s3cret";
+    let config =
+        MongoConfig::from_uri(&format!("mongodb://app:{secret}@h:1/db?cas=insert")).unwrap();
+    let debug = format!("{config:?}");
+    let display = config.to_string();
+    assert!(!debug.contains(secret), "{debug}");
+    assert!(!display.contains(secret), "{display}");
+    assert_eq!(
+        display,
+        "mongodb://app:***@h:1/db?cas=insert&collection=bakery_rows&timeout_ms=10000"
+    );
+    assert_eq!(debug, format!("MongoConfig({display})"));
+
+    // Secret-bearing driver options are redacted too.
+    let config = MongoConfig::from_uri(
+        "mongodb://u@h/db?authMechanism=MONGODB-OIDC&authMechanismProperties=ENVIRONMENT:azure,TOKEN_RESOURCE:tok3n",
+    )
+    .unwrap();
+    assert!(!config.to_string().contains("tok3n"), "{config}");
+    assert!(config.to_string().contains("authMechanismProperties=***"));
+
+    // Nor in the errors of bad URIs that carry one, percent-encoded or not.
+    for uri in [
+        format!("mongodb://u:{secret}@h/db?colour=blue"),
+        format!("mongodb://u:{secret}@h/db?cas=maybe"),
+        format!("mongodb://u:{secret}@h:99999/db"),
+        format!("mongodb://u:{secret}@/db"),
+        format!("mongodb://u:{secret}%zz@h/db"),
+        format!("mongodb://u:{secret}%40x@h/d.b"),
+        format!("mysql://u:{secret}@h"),
+        format!("mongodb://u:{secret}@h/db#frag"),
+        format!("mongodb://u:{secret}:more@h/db"),
+    ] {
+        let err = MongoConfig::from_uri(&uri).expect_err(&uri);
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains(secret), "{uri}: {shown}");
+    }
+}
+
+#[tokio::test]
+async fn connect_rejects_a_bad_uri_before_the_network() {
+    let err = MongoStore::connect("mongodb://h/db?cas=maybe")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config);
+    assert_eq!(err.backend(), "mongodb");
+}
+
+#[cfg(not(feature = "srv"))]
+#[test]
+fn srv_needs_the_feature() {
+    let err = MongoConfig::from_uri("mongodb+srv://u:pw@cluster.example/db").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config);
+    assert!(err.message().contains("`srv` feature"), "{err}");
+}
+
+#[cfg(feature = "srv")]
+#[test]
+fn srv_parses_without_the_network() {
+    let config = MongoConfig::from_uri("mongodb+srv://u:pw@cluster.example/db?cas=insert").unwrap();
+    assert_eq!(
+        config.to_string(),
+        "mongodb+srv://u:***@cluster.example/db?cas=insert&collection=bakery_rows&timeout_ms=10000"
+    );
+}
