@@ -13,6 +13,18 @@
 //!
 //! `cargo bench --all-features --bench backends`
 
+// With no server backend compiled in, the shared helpers below are unused.
+#![cfg_attr(
+    not(any(
+        feature = "postgres",
+        feature = "redis",
+        feature = "etcd",
+        feature = "cassandra",
+        feature = "mongodb"
+    )),
+    allow(dead_code, unused_imports)
+)]
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -332,5 +344,141 @@ fn etcd(_: &mut Criterion) {
     eprintln!("backends bench: built without the etcd feature");
 }
 
-criterion_group!(benches, postgres, redis, etcd);
+#[cfg(feature = "cassandra")]
+fn cassandra(c: &mut Criterion) {
+    use bakery::backends::cassandra::scylla::statement::SerialConsistency;
+    use bakery::backends::cassandra::CassandraStore;
+    let Some(uri) = uri("BAKERY_CASSANDRA_URI") else {
+        return;
+    };
+    let rt = runtime();
+    let store = Arc::new(rt.block_on(CassandraStore::connect(&uri)).expect("connect"));
+    let keyspace = store.config().keyspace().to_string();
+    let table = unique("bench_raw").replace('-', "_");
+    // The same lightweight transaction bakery issues, raw through the same
+    // session: compare the version, write value and version + 1, at SERIAL.
+    let update = rt.block_on(async {
+        let session = store.session();
+        session
+            .query_unpaged(
+                format!(
+                    "CREATE TABLE \"{keyspace}\".\"{table}\" (key text PRIMARY KEY, value blob, version bigint)"
+                ),
+                (),
+            )
+            .await
+            .expect("raw table");
+        session.await_schema_agreement().await.expect("schema agreement");
+        session
+            .query_unpaged(
+                format!("INSERT INTO \"{keyspace}\".\"{table}\" (key, value, version) VALUES ('k', 0x00, 1)"),
+                (),
+            )
+            .await
+            .expect("raw row");
+        let mut update = session
+            .prepare(format!(
+                "UPDATE \"{keyspace}\".\"{table}\" SET value = ?, version = ? WHERE key = 'k' IF version = ?"
+            ))
+            .await
+            .expect("prepare");
+        update.set_serial_consistency(Some(SerialConsistency::Serial));
+        update
+    });
+    let version = Arc::new(std::sync::atomic::AtomicI64::new(1));
+
+    let dyn_store: Arc<dyn VersionedStore> = store.clone();
+    let mut g = group(c, "cas/cassandra");
+    bench_bakery_cas(&mut g, &rt, dyn_store.clone());
+    bench_async(&mut g, &rt, "raw", || {
+        let (store, update, version) = (store.clone(), update.clone(), version.clone());
+        async move {
+            let v = version.load(std::sync::atomic::Ordering::Relaxed);
+            let result = store
+                .session()
+                .execute_unpaged(&update, (&b"0123456789abcdef"[..], v + 1, v))
+                .await
+                .expect("raw lwt");
+            let rows = result.into_rows_result().expect("lwt rows");
+            let (applied,): (bool,) = rows.first_row().expect("[applied]");
+            assert!(applied, "no one else writes this key");
+            version.store(v + 1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    g.finish();
+
+    let mut g = group(c, "sequence/cassandra");
+    bench_sequences(&mut g, &rt, dyn_store);
+    g.finish();
+    let _ = rt.block_on(
+        store
+            .session()
+            .query_unpaged(format!("DROP TABLE \"{keyspace}\".\"{table}\""), ()),
+    );
+}
+
+#[cfg(not(feature = "cassandra"))]
+fn cassandra(_: &mut Criterion) {
+    eprintln!("backends bench: built without the cassandra feature");
+}
+
+#[cfg(feature = "mongodb")]
+fn mongodb(c: &mut Criterion) {
+    use bakery::backends::mongodb::mongodb::bson::{doc, Document};
+    use bakery::backends::mongodb::mongodb::Client;
+    let Some(uri) = uri("BAKERY_MONGODB_URI") else {
+        return;
+    };
+    let rt = runtime();
+    let store = rt.block_on(bakery::connect(&uri)).expect("connect");
+    // The raw peer: the native write each strategy rests on, through the
+    // same driver — one insert of an immutable document under a unique _id
+    // (what `cas=insert` does; a duplicate _id is the conflict).
+    let (base, query) = uri.split_once('?').unwrap_or((&uri, ""));
+    let driver_query: Vec<&str> = query
+        .split('&')
+        .filter(|o| !o.is_empty() && !o.starts_with("cas="))
+        .collect();
+    let driver_uri = if driver_query.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", driver_query.join("&"))
+    };
+    let collection = rt
+        .block_on(Client::with_uri_str(&driver_uri))
+        .expect("raw connect")
+        .database("bakery")
+        .collection::<Document>(&unique("bench_raw"));
+    let next = Arc::new(std::sync::atomic::AtomicI64::new(1));
+
+    let mut g = group(c, "cas/mongodb");
+    bench_bakery_cas(&mut g, &rt, store.clone());
+    bench_async(&mut g, &rt, "raw", || {
+        let (collection, next) = (collection.clone(), next.clone());
+        async move {
+            let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let value = bakery::backends::mongodb::mongodb::bson::Binary {
+                subtype: bakery::backends::mongodb::mongodb::bson::spec::BinarySubtype::Generic,
+                bytes: b"0123456789abcdef".to_vec(),
+            };
+            collection
+                .insert_one(doc! { "_id": format!("k#{n:020}"), "v": value, "ver": n })
+                .await
+                .expect("raw insert");
+        }
+    });
+    g.finish();
+
+    let mut g = group(c, "sequence/mongodb");
+    bench_sequences(&mut g, &rt, store);
+    g.finish();
+    let _ = rt.block_on(async { collection.drop().await });
+}
+
+#[cfg(not(feature = "mongodb"))]
+fn mongodb(_: &mut Criterion) {
+    eprintln!("backends bench: built without the mongodb feature");
+}
+
+criterion_group!(benches, postgres, redis, etcd, cassandra, mongodb);
 criterion_main!(benches);

@@ -12,6 +12,11 @@
 //!   compiled into this build is required; on a developer machine a
 //!   backend without a URI is left out with a printed reason.
 //!
+//! - With the testkit's `containers` feature and a reachable Docker engine,
+//!   a compiled-in server backend without a URI is started in a container
+//!   (testcontainers) for the run. Not run on our machines: they have no
+//!   Docker engine.
+//!
 //! `cargo test --test conformance -- sqlite::sequence` filters as usual.
 
 use std::sync::Arc;
@@ -38,7 +43,7 @@ enum Target {
     Missing(String),
 }
 
-fn targets() -> Vec<(String, Target)> {
+fn targets(started: &mut Vec<bakery_testkit::containers::Started>) -> Vec<(String, Target)> {
     let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
     let required: Vec<String> = std::env::var("BAKERY_TEST_REQUIRE")
         .unwrap_or_default()
@@ -67,10 +72,12 @@ fn targets() -> Vec<(String, Target)> {
         }
     }
     let compiled_schemes = bakery::schemes();
+    let docker = bakery_testkit::containers::docker_available();
     for (name, var) in SERVERS {
         let compiled = &compiled_schemes.contains(name);
         match std::env::var(var) {
             Ok(uri) if !uri.is_empty() => out.push((name.to_string(), Target::Uri(uri))),
+            _ if *compiled && docker => out.push((name.to_string(), in_container(name, started))),
             _ if required.iter().any(|r| r == name || r == "all") || (ci && *compiled) => {
                 out.push((
                     name.to_string(),
@@ -89,10 +96,31 @@ fn targets() -> Vec<(String, Target)> {
     out
 }
 
+/// Start `backend` in a container; the guard stays in `started` until the
+/// run ends.
+fn in_container(backend: &str, started: &mut Vec<bakery_testkit::containers::Started>) -> Target {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return Target::Missing(format!("tokio runtime: {e}")),
+    };
+    match runtime.block_on(bakery_testkit::containers::start(backend)) {
+        Ok(container) => {
+            let uri = container.uri.clone();
+            started.push(container);
+            Target::Uri(uri)
+        }
+        Err(why) => Target::Missing(why),
+    }
+}
+
 fn main() {
     let args = Arguments::from_args();
+    let mut started = Vec::new();
     let mut trials = Vec::new();
-    for (backend, target) in targets() {
+    for (backend, target) in targets(&mut started) {
         for case in bakery_testkit::cases() {
             let name = format!("{backend}::{}", case.name);
             let trial = match &target {
@@ -108,7 +136,10 @@ fn main() {
             trials.push(trial.with_kind(backend.clone()));
         }
     }
-    libtest_mimic::run(&args, trials).exit();
+    let conclusion = libtest_mimic::run(&args, trials);
+    // `exit()` skips destructors: remove the containers first.
+    drop(started);
+    conclusion.exit();
 }
 
 fn run_case(uri: &str, case: bakery_testkit::Case) -> Result<(), Failed> {

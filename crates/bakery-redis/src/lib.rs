@@ -608,4 +608,3 @@ fn validate_prefix(prefix: &str) -> Result<()> {
 fn percent_decode(text: &str, what: &str) -> Result<String> {
     bakery_core::uri::percent_decode(BACKEND, what, text)
 }
-

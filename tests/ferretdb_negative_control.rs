@@ -1,0 +1,142 @@
+//! A real negative control: the conformance suite must be able to FAIL on a
+//! real server.
+//!
+//! FerretDB v1 (our stand-in for MongoDB) does not apply `findAndModify`
+//! atomically (FerretDB issue 3040): two concurrent updates filtered on the
+//! same version can both succeed. The MongoDB backend's `update` strategy —
+//! correct on real MongoDB — must therefore be CAUGHT losing updates by the
+//! suite's race case. The race is repeated a bounded number of times until a
+//! lost update shows, so the test is not flaky; if FerretDB ever stops
+//! losing updates, this test fails and says so.
+//!
+//! On a real MongoDB (e.g. from docker/compose.yaml) the same race must
+//! pass instead. Needs `BAKERY_MONGODB_URI` (FAILS under `CI=true` without it).
+
+#![cfg(feature = "mongodb")]
+
+use std::sync::Arc;
+
+use bakery::backends::mongodb::mongodb::bson::doc;
+use bakery::backends::mongodb::mongodb::Client;
+use bakery::VersionedStore;
+
+/// Races before concluding that the server does not lose updates.
+const ATTEMPTS: usize = 10;
+
+fn uri() -> Option<String> {
+    match std::env::var("BAKERY_MONGODB_URI") {
+        Ok(uri) if !uri.is_empty() => Some(uri),
+        _ => {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+            assert!(
+                !ci,
+                "CI=true but BAKERY_MONGODB_URI is not set: run scripts/test.sh"
+            );
+            eprintln!("ferretdb negative control: BAKERY_MONGODB_URI not set; skipped on this developer machine");
+            None
+        }
+    }
+}
+
+/// The same URI with the `update` strategy selected.
+fn with_update_strategy(uri: &str) -> String {
+    let (base, query) = uri.split_once('?').unwrap_or((uri, ""));
+    let mut options: Vec<&str> = query
+        .split('&')
+        .filter(|o| !o.is_empty() && !o.starts_with("cas="))
+        .collect();
+    options.push("cas=update");
+    format!("{base}?{}", options.join("&"))
+}
+
+/// Whether the server is FerretDB (its buildInfo carries `ferretdbVersion`).
+async fn is_ferretdb(uri: &str) -> bool {
+    let (base, query) = uri.split_once('?').unwrap_or((uri, ""));
+    let driver_query: Vec<&str> = query
+        .split('&')
+        .filter(|o| {
+            !o.is_empty()
+                && !o.starts_with("cas=")
+                && !o.starts_with("collection=")
+                && !o.starts_with("timeout_ms=")
+        })
+        .collect();
+    let driver_uri = if driver_query.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", driver_query.join("&"))
+    };
+    let client = Client::with_uri_str(&driver_uri)
+        .await
+        .expect("driver connect");
+    let info = client
+        .database("admin")
+        .run_command(doc! { "buildInfo": 1 })
+        .await
+        .expect("buildInfo");
+    info.contains_key("ferretdbVersion")
+}
+
+fn race_fails_once(runtime: &tokio::runtime::Runtime, uri: &str) -> bool {
+    let case = bakery_testkit::cases()
+        .into_iter()
+        .find(|c| c.name == "cas::race_of_8_tasks_loses_no_update")
+        .expect("the race case exists");
+    runtime.block_on(async {
+        let store: Arc<dyn VersionedStore> = bakery::connect(uri).await.expect("connect");
+        tokio::spawn((case.run)(store)).await.is_err()
+    })
+}
+
+#[test]
+fn update_strategy_loses_updates_on_ferretdb_and_the_suite_sees_it() {
+    let Some(uri) = uri() else { return };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let update_uri = with_update_strategy(&uri);
+    let ferretdb = runtime.block_on(is_ferretdb(&uri));
+    if ferretdb {
+        let detected_at = (1..=ATTEMPTS).find(|_| race_fails_once(&runtime, &update_uri));
+        match detected_at {
+            Some(attempt) => eprintln!(
+                "negative control: the race case caught FerretDB losing updates with cas=update (attempt {attempt} of {ATTEMPTS})"
+            ),
+            None => panic!(
+                "FerretDB did not lose a single update in {ATTEMPTS} races of 8 × 200 CAS with cas=update: \
+                 either FerretDB now applies findAndModify atomically (then cas=update may be correct on it — \
+                 re-check FerretDB issue 3040 and update docs and this control), or the suite can no longer fail"
+            ),
+        }
+    } else {
+        assert!(
+            !race_fails_once(&runtime, &update_uri),
+            "real MongoDB lost an update with cas=update: the update strategy is broken"
+        );
+    }
+}
+
+#[test]
+fn insert_strategy_passes_the_same_race() {
+    let Some(uri) = uri() else { return };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (base, query) = uri.split_once('?').unwrap_or((&uri, ""));
+    let mut options: Vec<&str> = query
+        .split('&')
+        .filter(|o| !o.is_empty() && !o.starts_with("cas="))
+        .collect();
+    options.push("cas=insert");
+    let insert_uri = format!("{base}?{}", options.join("&"));
+    for _ in 0..3 {
+        assert!(
+            !race_fails_once(&runtime, &insert_uri),
+            "cas=insert lost an update"
+        );
+    }
+}
