@@ -168,27 +168,29 @@ impl SequenceBuilder {
             Some(node) => node,
             None => default_node_id(),
         };
-        Ok(Sequence {
-            inner: Arc::new(Inner {
-                store: self.store,
-                key,
-                name: self.name,
-                node,
-                start: self.start,
-                prefetch: self.prefetch && max > 1,
-                prefetch_at: self.prefetch_at,
-                bounds: (min, max),
-                target: self.target,
-                segments: Segments::new(),
-                refill: tokio::sync::Mutex::new(()),
-                shared: Mutex::new(Shared {
-                    pending: None,
-                    block: first,
-                    installed_at: None,
-                    row: None,
-                }),
-                stats: Counters::default(),
+        let inner = Arc::new(Inner {
+            store: self.store,
+            key,
+            name: self.name,
+            node,
+            start: self.start,
+            prefetch: self.prefetch && max > 1,
+            prefetch_at: self.prefetch_at,
+            bounds: (min, max),
+            target: self.target,
+            segments: Segments::new(),
+            refill: tokio::sync::Mutex::new(()),
+            shared: Mutex::new(Shared {
+                pending: None,
+                block: first,
+                installed_at: None,
+                row: None,
             }),
+            stats: Counters::default(),
+        });
+        Ok(Sequence {
+            _handles: Arc::new(LastHandle(inner.clone())),
+            inner,
         })
     }
 }
@@ -205,6 +207,24 @@ fn default_node_id() -> String {
 #[derive(Clone)]
 pub struct Sequence {
     inner: Arc<Inner>,
+    /// Shared by the clones only (not by background tasks): when the last
+    /// handle goes, the in-flight prefetch is aborted instead of outliving it.
+    _handles: Arc<LastHandle>,
+}
+
+/// Aborts the background reservation when the last [`Sequence`] handle is
+/// dropped. An aborted reservation is an unknown outcome: its ids, if they
+/// were reserved, become a gap — never handed out.
+struct LastHandle(Arc<Inner>);
+
+impl Drop for LastHandle {
+    fn drop(&mut self) {
+        if let Ok(mut shared) = self.0.lock_shared() {
+            if let Some(Pending::InFlight(handle)) = shared.pending.take() {
+                handle.abort();
+            }
+        }
+    }
 }
 
 impl fmt::Debug for Sequence {
