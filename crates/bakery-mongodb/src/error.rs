@@ -63,7 +63,12 @@ const NOT_PRIMARY: &[i32] = &[10107, 13435, 13436, 10058];
 /// Codes of an operation interrupted while it ran (shutdown, step-down,
 /// time limit, a network failure between servers): a write may have been
 /// applied before the interruption.
-const INTERRUPTED: &[i32] = &[11600, 11601, 11602, 91, 189, 50, 262, 9001, 89, 6, 7];
+///
+/// `1` (InternalError) is here too: FerretDB reports a failure of its
+/// storage (PostgreSQL restarting: SQLSTATE 57P01) that way, and MongoDB an
+/// unexpected failure inside the server — for a write, neither says whether
+/// it applied. Found by the fault test restarting PostgreSQL under FerretDB.
+const INTERRUPTED: &[i32] = &[11600, 11601, 11602, 91, 189, 50, 262, 9001, 89, 6, 7, 1];
 
 /// Codes of a transient refusal: nothing applied, try again.
 const TRANSIENT: &[i32] = &[112, 46, 24, 133, 462, 202];
@@ -268,7 +273,7 @@ mod tests {
                 );
             }
         }
-        for code in [11600, 11602, 91, 189, 50] {
+        for code in [11600, 11602, 91, 189, 50, 1] {
             assert_eq!(classify_code(code, Stage::Write, false), ErrorKind::Unknown);
             assert_eq!(
                 classify_code(code, Stage::Read, false),
