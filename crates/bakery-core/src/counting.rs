@@ -6,7 +6,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::{Capabilities, DeleteOutcome, Key, PutOutcome, Result, Row, Version, VersionedStore};
+use crate::{
+    Capabilities, DeleteOutcome, Key, PutOutcome, Result, Row, Version, VersionedStore, Watch,
+};
 
 /// Round trips seen by a [`CountingStore`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -21,12 +23,16 @@ pub struct OpCounts {
     pub conflicts: u64,
     /// Calls that returned an error.
     pub errors: u64,
+    /// Calls to `notify`.
+    pub notifies: u64,
+    /// Calls to `watch` (subscriptions, not the wake-ups they deliver).
+    pub watches: u64,
 }
 
 impl OpCounts {
-    /// All round trips.
+    /// All round trips: reads, writes and notifications.
     pub fn total(&self) -> u64 {
-        self.gets + self.puts + self.deletes
+        self.gets + self.puts + self.deletes + self.notifies + self.watches
     }
 }
 
@@ -53,6 +59,8 @@ pub struct CountingStore {
     deletes: AtomicU64,
     conflicts: AtomicU64,
     errors: AtomicU64,
+    notifies: AtomicU64,
+    watches: AtomicU64,
 }
 
 impl CountingStore {
@@ -65,6 +73,8 @@ impl CountingStore {
             deletes: AtomicU64::new(0),
             conflicts: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            notifies: AtomicU64::new(0),
+            watches: AtomicU64::new(0),
         }
     }
 
@@ -76,6 +86,8 @@ impl CountingStore {
             deletes: self.deletes.load(Ordering::Relaxed),
             conflicts: self.conflicts.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
+            notifies: self.notifies.load(Ordering::Relaxed),
+            watches: self.watches.load(Ordering::Relaxed),
         }
     }
 
@@ -125,6 +137,20 @@ impl VersionedStore for CountingStore {
         self.deletes.fetch_add(1, Ordering::Relaxed);
         let result = self.inner.delete_if_version(key, expected).await;
         self.note(&result, |o| matches!(o, DeleteOutcome::Conflict(_)));
+        result
+    }
+
+    async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
+        self.watches.fetch_add(1, Ordering::Relaxed);
+        let result = self.inner.watch(key).await;
+        self.note(&result, |_| false);
+        result
+    }
+
+    async fn notify(&self, key: &Key) -> Result<()> {
+        self.notifies.fetch_add(1, Ordering::Relaxed);
+        let result = self.inner.notify(key).await;
+        self.note(&result, |_| false);
         result
     }
 }

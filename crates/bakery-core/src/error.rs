@@ -32,6 +32,13 @@ pub enum ErrorKind {
     Unknown,
     /// A recipe ran out of room (a sequence reached `u64::MAX`).
     Exhausted,
+    /// A wait gave up at the limit the caller configured (a lock acquire
+    /// timeout). Nothing is held; any queue entry was withdrawn.
+    TimedOut,
+    /// A lock guard found that the lock is no longer its own (its lease ran
+    /// out and another client evicted it). Writes fenced with its token will
+    /// be rejected.
+    Lost,
     /// A bug or an invariant broken inside bakery or the backend driver.
     Internal,
 }
@@ -46,6 +53,8 @@ impl ErrorKind {
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Unknown => "unknown outcome",
             ErrorKind::Exhausted => "exhausted",
+            ErrorKind::TimedOut => "timed out",
+            ErrorKind::Lost => "lock lost",
             ErrorKind::Internal => "internal",
         }
     }

@@ -13,7 +13,9 @@ pub use counting::{CountingStore, OpCounts};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use key::{validate_name, Key, MAX_KEY_LEN};
 pub use memory::MemoryStore;
-pub use store::{Capabilities, DeleteOutcome, PutOutcome, Row, Version, VersionedStore};
+pub use store::{
+    Capabilities, DeleteOutcome, PutOutcome, Row, Version, VersionedStore, Watch, WatchSender,
+};
 
 /// Re-exported so backend crates implement the trait with the same macro.
 pub use async_trait::async_trait;

@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use crate::{
     Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result, Row, Version,
-    VersionedStore,
+    VersionedStore, Watch, WatchSender,
 };
 
 /// A deleted row keeps its last version (a tombstone) so that a re-created
@@ -39,6 +39,7 @@ struct Slot {
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     rows: Mutex<HashMap<Key, Slot>>,
+    watchers: Mutex<HashMap<Key, Vec<WatchSender>>>,
 }
 
 impl MemoryStore {
@@ -53,6 +54,21 @@ impl MemoryStore {
         self.rows
             .lock()
             .map_err(|_| Error::new(ErrorKind::Internal, "memory", "store mutex poisoned"))
+    }
+
+    /// Wake the watchers of `key`, forgetting the ones that were dropped.
+    fn wake(&self, key: &Key) -> Result<()> {
+        let mut watchers = self
+            .watchers
+            .lock()
+            .map_err(|_| Error::new(ErrorKind::Internal, "memory", "watch mutex poisoned"))?;
+        if let Some(senders) = watchers.get_mut(key) {
+            senders.retain(WatchSender::wake);
+            if senders.is_empty() {
+                watchers.remove(key);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -72,7 +88,7 @@ impl VersionedStore for MemoryStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::LINEARIZABLE_READS
+        Capabilities::LINEARIZABLE_READS | Capabilities::WATCH
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
@@ -103,6 +119,9 @@ impl VersionedStore for MemoryStore {
                 version,
             },
         );
+        drop(rows);
+        // Like etcd's watch, every write wakes the key's watchers.
+        self.wake(key)?;
         Ok(PutOutcome::Applied(Row {
             key: key.clone(),
             value,
@@ -116,9 +135,26 @@ impl VersionedStore for MemoryStore {
         match (current, rows.get_mut(key)) {
             (Some(row), Some(slot)) if row.version == expected => {
                 slot.value = None;
+                drop(rows);
+                self.wake(key)?;
                 Ok(DeleteOutcome::Deleted)
             }
             (current, _) => Ok(DeleteOutcome::Conflict(current)),
         }
+    }
+
+    async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
+        let (sender, watch) = Watch::channel();
+        self.watchers
+            .lock()
+            .map_err(|_| Error::new(ErrorKind::Internal, "memory", "watch mutex poisoned"))?
+            .entry(key.clone())
+            .or_default()
+            .push(sender);
+        Ok(Some(watch))
+    }
+
+    async fn notify(&self, key: &Key) -> Result<()> {
+        self.wake(key)
     }
 }

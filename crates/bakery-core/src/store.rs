@@ -7,6 +7,67 @@ use bytes::Bytes;
 
 use crate::{Key, Result};
 
+/// A subscription to the changes of one key, from [`VersionedStore::watch`].
+///
+/// Wake-ups are coalesced: several changes while nobody waits give one
+/// wake-up. A wake-up only says "the row may have changed": read it again.
+///
+/// ```
+/// use bakery_core::Watch;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let (sender, mut watch) = Watch::channel();
+/// assert!(sender.wake());
+/// assert!(sender.wake()); // coalesced with the first
+/// assert!(watch.changed().await);
+/// drop(sender);
+/// assert!(!watch.changed().await); // the backend stopped: poll instead
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Watch {
+    wakes: tokio::sync::mpsc::Receiver<()>,
+}
+
+/// The backend's end of a [`Watch`]: call [`WatchSender::wake`] whenever the
+/// watched key may have changed.
+#[derive(Debug, Clone)]
+pub struct WatchSender {
+    wakes: tokio::sync::mpsc::Sender<()>,
+}
+
+impl Watch {
+    /// A new watch and the sender that wakes it.
+    pub fn channel() -> (WatchSender, Watch) {
+        // Capacity 1: one pending wake-up is as good as many.
+        let (wakes_tx, wakes_rx) = tokio::sync::mpsc::channel(1);
+        (WatchSender { wakes: wakes_tx }, Watch { wakes: wakes_rx })
+    }
+
+    /// Wait for the next wake-up. `false` means the backend stopped
+    /// delivering them (its connection dropped): the caller must poll.
+    pub async fn changed(&mut self) -> bool {
+        self.wakes.recv().await.is_some()
+    }
+}
+
+impl WatchSender {
+    /// Wake the watcher. `false` once the [`Watch`] was dropped, so a
+    /// backend task feeding it can stop.
+    pub fn wake(&self) -> bool {
+        match self.wakes.try_send(()) {
+            Ok(()) | Err(tokio::sync::mpsc::error::TrySendError::Full(())) => true,
+            Err(tokio::sync::mpsc::error::TrySendError::Closed(())) => false,
+        }
+    }
+
+    /// Completes when the [`Watch`] is dropped.
+    pub async fn closed(&self) {
+        self.wakes.closed().await
+    }
+}
+
 /// A row version. Strictly increasing per key on every backend, and never
 /// repeated for a key, not even across delete and re-create.
 pub type Version = u64;
@@ -158,4 +219,26 @@ pub trait VersionedStore: Send + Sync + fmt::Debug {
     /// Delete the row if its current version is `expected`. A later create of
     /// the same key gets a version greater than `expected` (no ABA).
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome>;
+
+    /// Subscribe to changes of `key`. `Ok(None)` when the backend cannot
+    /// notify (no [`Capabilities::WATCH`]): the caller polls instead.
+    ///
+    /// The watch wakes at least once after every write of the key that is
+    /// followed by a [`notify`](Self::notify) of it, both made after this
+    /// call returned. Backends with a native change feed (etcd) wake on the
+    /// write itself; the others (LISTEN/NOTIFY, pub/sub) on the notify.
+    /// Subscribe BEFORE reading the row, so a change between the read and
+    /// the wait is not missed.
+    async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
+        let _ = key;
+        Ok(None)
+    }
+
+    /// Wake every watcher of `key`; call it after a write that waiters must
+    /// see promptly (a lock release tells the next waiter). A no-op on
+    /// backends that cannot notify or whose watch already sees every write.
+    async fn notify(&self, key: &Key) -> Result<()> {
+        let _ = key;
+        Ok(())
+    }
 }

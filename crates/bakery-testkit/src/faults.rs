@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use bakery_core::{
     async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result,
-    Row, Version, VersionedStore,
+    Row, Version, VersionedStore, Watch,
 };
 
 /// What happens to one `put_if_version` call.
@@ -43,6 +43,7 @@ pub enum Fault {
 pub struct FaultStore {
     inner: Arc<dyn VersionedStore>,
     script: Mutex<VecDeque<Fault>>,
+    paused: tokio::sync::watch::Sender<bool>,
 }
 
 impl FaultStore {
@@ -51,7 +52,25 @@ impl FaultStore {
         FaultStore {
             inner,
             script: Mutex::new(VecDeque::new()),
+            paused: tokio::sync::watch::Sender::new(false),
         }
+    }
+
+    /// Hold every call (not yet sent) until [`resume`](Self::resume): from
+    /// the store's side, the client is frozen like a `kill -STOP`ped process.
+    pub fn pause(&self) {
+        self.paused.send_replace(true);
+    }
+
+    /// Let held and new calls through again.
+    pub fn resume(&self) {
+        self.paused.send_replace(false);
+    }
+
+    async fn gate(&self) {
+        let mut paused = self.paused.subscribe();
+        // Only errs if the sender is gone, which `self` prevents.
+        let _ = paused.wait_for(|paused| !*paused).await;
     }
 
     /// Queue faults for the next puts, in order.
@@ -82,6 +101,7 @@ impl VersionedStore for FaultStore {
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
+        self.gate().await;
         self.inner.get(key).await
     }
 
@@ -91,6 +111,7 @@ impl VersionedStore for FaultStore {
         expected: Option<Version>,
         value: Bytes,
     ) -> Result<PutOutcome> {
+        self.gate().await;
         let fault = self.lock().pop_front();
         let backend = self.inner.backend();
         match fault {
@@ -124,6 +145,17 @@ impl VersionedStore for FaultStore {
     }
 
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
+        self.gate().await;
         self.inner.delete_if_version(key, expected).await
+    }
+
+    async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
+        self.gate().await;
+        self.inner.watch(key).await
+    }
+
+    async fn notify(&self, key: &Key) -> Result<()> {
+        self.gate().await;
+        self.inner.notify(key).await
     }
 }
