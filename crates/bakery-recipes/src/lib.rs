@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+pub mod lamport;
 pub mod sequence;
