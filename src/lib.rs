@@ -5,9 +5,13 @@ use std::sync::Arc;
 
 pub use bakery_core::{
     validate_name, Bytes, Capabilities, CountingStore, DeleteOutcome, Error, ErrorKind, Key,
-    MemoryStore, OpCounts, PutOutcome, Result, Row, Version, VersionedStore,
+    MemoryStore, OpCounts, PutOutcome, Result, Row, Version, VersionedStore, Watch, WatchSender,
 };
+pub use bakery_recipes::fence::{self, Fenced, FencedValue, FencedWrite};
+pub use bakery_recipes::lock::{self, Lock, LockBuilder, LockGuard, LockState, LostReason};
+pub use bakery_recipes::old_lock::{self, OldLock};
 pub use bakery_recipes::sequence::{self, IdBatch, Sequence, SequenceBuilder, SequenceState};
+pub use bakery_recipes::time::{self, TimeService};
 
 /// The backend crates compiled into this build, for direct use of their
 /// configuration types.

@@ -1,5 +1,9 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+pub mod fence;
 pub mod lamport;
+pub mod lock;
+pub mod old_lock;
 pub mod sequence;
+pub mod time;

@@ -4,6 +4,7 @@
 mod cas;
 pub mod containers;
 pub mod faults;
+mod lock;
 mod sequence;
 
 use std::future::Future;
@@ -31,11 +32,12 @@ impl std::fmt::Debug for Case {
     }
 }
 
-/// Every case of the suite: the contract of `put_if_version` and the
-/// sequence recipe. Each must pass unchanged on every backend.
+/// Every case of the suite: the contract of `put_if_version`, the
+/// sequence recipe and the lock recipes. Each must pass unchanged on every backend.
 pub fn cases() -> Vec<Case> {
     let mut all = cas::cases();
     all.extend(sequence::cases());
+    all.extend(lock::cases());
     all
 }
 

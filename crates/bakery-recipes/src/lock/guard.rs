@@ -1,0 +1,355 @@
+//! The holder's side: the guard, its heartbeat and the lost-lock signal.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bakery_core::{Error, ErrorKind, PutOutcome, Result, Row};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::state::LockState;
+use super::{put_state, LockInner};
+
+/// Why a [`LockGuard`] stopped holding its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// A heartbeat found another holder (or no holder): the lease ran out
+    /// and a waiter evicted this guard.
+    Evicted,
+    /// Heartbeats failed for a whole lease, so a waiter may have evicted
+    /// this guard by now; it can no longer count on holding the lock.
+    LeaseExpired,
+    /// The lock's row was deleted or became unreadable.
+    RowGone,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::Evicted => "evicted by another client after the lease ran out",
+            LostReason::LeaseExpired => "heartbeats failed for a whole lease",
+            LostReason::RowGone => "the lock's row was deleted or damaged",
+        })
+    }
+}
+
+/// Status shared by the guard, its heartbeat task and `lost()` futures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Held,
+    Released,
+    Lost(LostReason),
+}
+
+/// A grant as the acquire loop hands it over.
+pub(crate) struct Grant {
+    id: String,
+    token: u64,
+    row: Row,
+    state: LockState,
+    /// Send time of the write that granted or claimed the lock: the lease
+    /// is counted from here, never from the reply.
+    beat_sent: Instant,
+}
+
+impl Grant {
+    pub(crate) fn new(id: String, row: &Row, state: LockState, beat_sent: Instant) -> Grant {
+        Grant {
+            id,
+            token: state.token,
+            row: row.clone(),
+            state,
+            beat_sent,
+        }
+    }
+}
+
+/// The holder's latest view of its row.
+struct Held {
+    row: Row,
+    state: LockState,
+}
+
+struct Shared {
+    lock: Arc<LockInner>,
+    id: String,
+    token: u64,
+    held: Mutex<Held>,
+    status: watch::Sender<Status>,
+}
+
+impl Shared {
+    fn lose(&self, reason: LostReason) {
+        self.status.send_if_modified(|status| {
+            if *status == Status::Held {
+                tracing::warn!(lock = %self.lock.key.as_str(), token = self.token, %reason, "lock lost");
+                *status = Status::Lost(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    fn held(&self) -> Result<std::sync::MutexGuard<'_, Held>> {
+        self.held
+            .lock()
+            .map_err(|_| Error::new(ErrorKind::Internal, "lock", "guard mutex poisoned"))
+    }
+}
+
+/// Proof of holding a [`Lock`](super::Lock). A background task renews the
+/// lease every lease/3 while the guard lives.
+///
+/// Release it with [`release`](Self::release). Dropping the guard releases
+/// through the runtime when there is one; otherwise the lease expires.
+///
+/// ```
+/// use std::sync::Arc;
+/// use bakery_core::MemoryStore;
+/// use bakery_recipes::lock::Lock;
+///
+/// # #[tokio::main]
+/// # async fn main() -> bakery_core::Result<()> {
+/// let lock = Lock::builder(Arc::new(MemoryStore::new()), "db-migration").build()?;
+/// let guard = lock.acquire().await?;
+/// assert!(guard.is_held());
+/// tokio::select! {
+///     reason = guard.lost() => panic!("lost the lock: {reason}"),
+///     () = async { /* the critical section, fenced with guard.token() */ } => {}
+/// }
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct LockGuard {
+    shared: Arc<Shared>,
+    heartbeat: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("lock", &self.shared.lock.key.as_str())
+            .field("token", &self.shared.token)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn start(lock: Arc<LockInner>, grant: Grant) -> LockGuard {
+        let (status, _) = watch::channel(Status::Held);
+        let shared = Arc::new(Shared {
+            lock,
+            id: grant.id,
+            token: grant.token,
+            held: Mutex::new(Held {
+                row: grant.row,
+                state: grant.state,
+            }),
+            status,
+        });
+        let heartbeat = tokio::spawn(heartbeat(shared.clone(), grant.beat_sent));
+        LockGuard {
+            shared,
+            heartbeat: Some(heartbeat),
+        }
+    }
+
+    /// The fencing token of this grant: larger than every earlier grant's of
+    /// the same lock. Pass it to whatever you write under the lock and have
+    /// the writer reject smaller ones ([`FencedValue`](crate::fence::FencedValue)).
+    pub fn token(&self) -> u64 {
+        self.shared.token
+    }
+
+    /// True until the guard is released or learns the lock is lost.
+    pub fn is_held(&self) -> bool {
+        *self.shared.status.borrow() == Status::Held
+    }
+
+    /// Completes when the guard learns the lock is no longer its own: a
+    /// heartbeat found another holder, or heartbeats failed for a whole
+    /// lease. Never completes while the lock is held (nor after `release`).
+    /// The future is independent of the guard (`'static`), so it can be
+    /// raced against the critical section.
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        let mut status = self.shared.status.subscribe();
+        async move {
+            loop {
+                if let Status::Lost(reason) = *status.borrow_and_update() {
+                    return reason;
+                }
+                if status.changed().await.is_err() {
+                    // Every sender is gone without a loss: never completes.
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+
+    /// Release the lock, handing it to the first waiter in the same write.
+    ///
+    /// Errors with [`ErrorKind::Lost`] if the lock was no longer this
+    /// guard's (its lease ran out and it was evicted): whatever was done
+    /// under it may have overlapped another holder — fencing tokens tell.
+    pub async fn release(mut self) -> Result<()> {
+        if let Some(task) = self.heartbeat.take() {
+            task.abort();
+        }
+        release(&self.shared).await
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let Some(task) = self.heartbeat.take() else {
+            return; // released already
+        };
+        task.abort();
+        let shared = self.shared.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(err) = release(&shared).await {
+                        tracing::debug!(error = %err, "release on drop failed; the lease will expire");
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                lock = %shared.lock.key.as_str(),
+                "guard dropped outside a runtime; the lock frees when its lease expires"
+            ),
+        }
+    }
+}
+
+async fn release(shared: &Shared) -> Result<()> {
+    let (mut current, mut state) = {
+        let held = shared.held()?;
+        (Some(held.row.clone()), held.state.clone())
+    };
+    loop {
+        if !state.held_by(&shared.id) || state.token != shared.token {
+            shared.lose(LostReason::Evicted);
+            return Err(lost_error(shared));
+        }
+        state.hand_off()?;
+        match put_state(&shared.lock, current.as_ref(), &state).await? {
+            PutOutcome::Applied(row) => {
+                shared.status.send_replace(Status::Released);
+                shared.lock.remember(Some(&row));
+                if state.holder.is_some() {
+                    shared.lock.notify().await;
+                }
+                return Ok(());
+            }
+            PutOutcome::Conflict(Some(row)) => {
+                // Usually a waiter joined the queue: retry on the new row.
+                state = match LockState::decode(&row) {
+                    Ok(state) => state,
+                    Err(err) => {
+                        shared.lose(LostReason::RowGone);
+                        return Err(err);
+                    }
+                };
+                current = Some(row);
+            }
+            PutOutcome::Conflict(None) => {
+                shared.lose(LostReason::RowGone);
+                return Err(lost_error(shared));
+            }
+        }
+    }
+}
+
+fn lost_error(shared: &Shared) -> Error {
+    Error::new(
+        ErrorKind::Lost,
+        "lock",
+        format!(
+            "lock {} (token {}) was no longer held by this guard",
+            shared.lock.key.as_str(),
+            shared.token
+        ),
+    )
+}
+
+/// Renew the lease every lease/3 until the guard goes or the lock is lost.
+/// The lease is counted from the send time of the last applied heartbeat,
+/// which is never later than when any observer started counting.
+async fn heartbeat(shared: Arc<Shared>, mut last_sent: Instant) {
+    let lease = shared.lock.lease;
+    let period = lease / 3;
+    let retry = (lease / 10).max(Duration::from_millis(5));
+    let mut next = last_sent + period;
+    loop {
+        tokio::time::sleep_until(next).await;
+        let deadline = last_sent + lease;
+        let (row, mut state) = match shared.held() {
+            Ok(held) => (held.row.clone(), held.state.clone()),
+            Err(_) => return,
+        };
+        if !state.held_by(&shared.id) {
+            shared.lose(LostReason::Evicted);
+            return;
+        }
+        state.beat();
+        let sent = Instant::now();
+        let write = put_state(&shared.lock, Some(&row), &state);
+        let outcome = tokio::select! {
+            outcome = write => outcome,
+            () = tokio::time::sleep_until(deadline) => {
+                shared.lose(LostReason::LeaseExpired);
+                return;
+            }
+        };
+        match outcome {
+            Ok(PutOutcome::Applied(row)) => {
+                last_sent = sent;
+                next = sent + period;
+                if let Ok(mut held) = shared.held() {
+                    *held = Held { row, state };
+                }
+            }
+            Ok(PutOutcome::Conflict(Some(row))) => match LockState::decode(&row) {
+                Ok(now) if now.held_by(&shared.id) && now.token == shared.token => {
+                    // Someone joined the queue: renew again on the new row now.
+                    if let Ok(mut held) = shared.held() {
+                        *held = Held { row, state: now };
+                    }
+                    next = Instant::now();
+                }
+                Ok(_) => {
+                    shared.lose(LostReason::Evicted);
+                    return;
+                }
+                Err(_) => {
+                    shared.lose(LostReason::RowGone);
+                    return;
+                }
+            },
+            Ok(PutOutcome::Conflict(None)) => {
+                shared.lose(LostReason::RowGone);
+                return;
+            }
+            Err(err) => {
+                tracing::debug!(error = %err, "heartbeat failed; retrying");
+                if Instant::now() + retry >= deadline {
+                    // Keep trying until the lease is really over.
+                    next = deadline;
+                } else {
+                    next = Instant::now() + retry;
+                }
+                if Instant::now() >= deadline {
+                    shared.lose(LostReason::LeaseExpired);
+                    return;
+                }
+            }
+        }
+    }
+}

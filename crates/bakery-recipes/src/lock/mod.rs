@@ -1,0 +1,561 @@
+//! A fair distributed lock: FIFO acquire, soft try-lock, leases kept alive by
+//! a heartbeat, a lost-lock signal and fencing tokens — on one row, written
+//! only with `put_if_version`.
+//!
+//! # How it works
+//! The row holds `{token, holder, queue}` ([`LockState`]).
+//! - **Order without clocks.** `acquire` takes a free lock with one write, or
+//!   appends itself to the queue with one write. The queue is in the order
+//!   those writes applied, so grants are FIFO with no clock involved.
+//! - **Direct hand-off.** `release` gives the lock to the head of the queue in
+//!   the same write (with a new fencing token); the new holder claims it by
+//!   advancing its heartbeat.
+//! - **Leases without synchronized clocks.** The holder advances a heartbeat
+//!   counter every lease/3. A waiter that sees the same (holder, heartbeat)
+//!   for a whole lease *on its own monotonic clock* evicts the holder with a
+//!   write conditioned on exactly that state. A waiter handed the lock that
+//!   does not claim it within the lease is evicted the same way.
+//! - **Fencing.** Every grant increments [`LockGuard::token`]. A lease never
+//!   guarantees mutual exclusion by itself (a paused holder outlives its
+//!   lease); checking the token where the protected data is written does —
+//!   see [`FencedValue`](crate::fence::FencedValue).
+//! - **Wake-ups.** Waiters poll with jittered exponential backoff; on a
+//!   backend with [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH)
+//!   they wait for the store's notification instead, and every change of
+//!   holder calls [`VersionedStore::notify`].
+//!
+//! # Example
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use bakery_core::MemoryStore;
+//! use bakery_recipes::lock::Lock;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> bakery_core::Result<()> {
+//! let store = Arc::new(MemoryStore::new());
+//! let lock = Lock::builder(store.clone(), "nightly-report")
+//!     .lease(Duration::from_secs(10))
+//!     .build()?;
+//!
+//! let guard = lock.acquire().await?;
+//! assert_eq!(guard.token(), 1);
+//! // A second client: the soft form refuses at once while the lock is held.
+//! let other = Lock::builder(store, "nightly-report").build()?;
+//! assert!(other.try_acquire().await?.is_none());
+//! guard.release().await?;
+//! let guard = other.try_acquire().await?.expect("free now");
+//! assert_eq!(guard.token(), 2, "every grant gets a larger token");
+//! # Ok(()) }
+//! ```
+
+mod guard;
+mod state;
+mod wake;
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bakery_core::{Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
+use tokio::time::Instant;
+
+pub use guard::{LockGuard, LostReason};
+pub use state::{Holder, LockState, Waiter};
+
+use guard::Grant;
+use wake::Wakeup;
+
+/// Key prefix of lock rows: the lock `jobs` is stored under `lock/jobs`.
+pub const KEY_PREFIX: &str = "lock";
+
+/// Default lease: long enough for a heartbeat to survive a few slow round
+/// trips, short enough that a crashed holder is replaced quickly.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+
+/// Default longest delay between two polls of a waiter (without notifications).
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(25);
+
+/// Shortest lease accepted: the heartbeat runs every lease/3.
+pub const MIN_LEASE: Duration = Duration::from_millis(30);
+
+/// Configures a [`Lock`]; start with [`Lock::builder`].
+#[derive(Debug, Clone)]
+pub struct LockBuilder {
+    store: Arc<dyn VersionedStore>,
+    name: String,
+    lease: Duration,
+    acquire_timeout: Option<Duration>,
+    poll_interval: Duration,
+    owner: Option<String>,
+    notifications: bool,
+}
+
+impl LockBuilder {
+    /// How long the lock survives its holder's silence (default 10 s). The
+    /// holder heartbeats every lease/3. At least 30 ms.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Give up [`Lock::acquire`] after this long with [`ErrorKind::TimedOut`]
+    /// (leaving the queue). Default: wait forever.
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = Some(timeout);
+        self
+    }
+
+    /// Longest delay between two polls while waiting (default 25 ms). Polls
+    /// start at 1 ms and double. With store notifications this is only the
+    /// fallback.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// Use the store's notifications when it has
+    /// [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH) (default
+    /// `true`): waiters wake when the lock changes hands instead of polling,
+    /// and releases notify. `false` polls only (to compare the two).
+    pub fn notifications(mut self, on: bool) -> Self {
+        self.notifications = on;
+        self
+    }
+
+    /// The owner shown by `bakery lock show` (default `host:pid`).
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// Check the settings and build the lock. No store call is made.
+    pub fn build(self) -> Result<Lock> {
+        let key = Key::with_prefix(KEY_PREFIX, &self.name)?;
+        if self.lease < MIN_LEASE {
+            return Err(Error::invalid_input(
+                "lock",
+                format!("lease must be at least {MIN_LEASE:?}, got {:?}", self.lease),
+            ));
+        }
+        let lease_ms = u64::try_from(self.lease.as_millis())
+            .map_err(|_| Error::invalid_input("lock", "lease too long"))?;
+        if self.poll_interval.is_zero() {
+            return Err(Error::invalid_input("lock", "poll interval must be > 0"));
+        }
+        let owner = self.owner.unwrap_or_else(default_owner);
+        Ok(Lock {
+            inner: Arc::new(LockInner {
+                store: self.store,
+                name: self.name,
+                key,
+                lease: Duration::from_millis(lease_ms),
+                lease_ms,
+                acquire_timeout: self.acquire_timeout,
+                poll_interval: self.poll_interval,
+                owner,
+                notifications: self.notifications,
+                last_row: Mutex::new(None),
+            }),
+        })
+    }
+}
+
+fn default_owner() -> String {
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    format!("{host}:{}", std::process::id())
+}
+
+/// A fair, lease-based distributed lock stored in one row. Cheap to clone;
+/// clones (and concurrent `acquire` calls) are separate contenders. See the
+/// [module docs](self).
+#[derive(Clone)]
+pub struct Lock {
+    inner: Arc<LockInner>,
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.inner.name)
+            .field("lease", &self.inner.lease)
+            .field("backend", &self.inner.store.backend())
+            .finish()
+    }
+}
+
+pub(crate) struct LockInner {
+    pub(crate) store: Arc<dyn VersionedStore>,
+    name: String,
+    pub(crate) key: Key,
+    pub(crate) lease: Duration,
+    lease_ms: u64,
+    acquire_timeout: Option<Duration>,
+    poll_interval: Duration,
+    owner: String,
+    notifications: bool,
+    /// The last row this handle saw: the first write of an `acquire` starts
+    /// from it instead of reading (a stale row only costs a conflict, which
+    /// returns the current row).
+    last_row: Mutex<Option<Row>>,
+}
+
+impl LockInner {
+    pub(crate) fn remember(&self, row: Option<&Row>) {
+        if let Ok(mut last) = self.last_row.lock() {
+            *last = row.cloned();
+        }
+    }
+
+    fn cached(&self) -> Option<Row> {
+        self.last_row.lock().ok().and_then(|last| last.clone())
+    }
+
+    /// Wake the waiters after a change of holder. A failed notify only
+    /// costs latency (waiters poll as a fallback), so it is logged, not raised.
+    pub(crate) async fn notify(&self) {
+        if !self.notifications {
+            return;
+        }
+        if let Err(err) = self.store.notify(&self.key).await {
+            tracing::debug!(lock = %self.name, error = %err, "notify failed; waiters will poll");
+        }
+    }
+}
+
+impl Lock {
+    /// Start configuring the lock `name` (letters, digits, `_ - . : @ + =`).
+    pub fn builder(store: Arc<dyn VersionedStore>, name: &str) -> LockBuilder {
+        LockBuilder {
+            store,
+            name: name.to_owned(),
+            lease: DEFAULT_LEASE,
+            acquire_timeout: None,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            owner: None,
+            notifications: true,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The lease this handle's grants are held with.
+    pub fn lease(&self) -> Duration {
+        self.inner.lease
+    }
+
+    /// Wait until the lock is granted, in FIFO order of request.
+    ///
+    /// Errors: [`ErrorKind::TimedOut`] after the builder's `acquire_timeout`
+    /// (the request is withdrawn from the queue first); store errors as they
+    /// come (the request is withdrawn in the background, or expires with the
+    /// lease). Dropping the future withdraws the request too.
+    pub async fn acquire(&self) -> Result<LockGuard> {
+        let mut ticket = Ticket::new(&self.inner);
+        let outcome = match self.inner.acquire_timeout {
+            None => self.wait_for_grant(&mut ticket).await,
+            Some(limit) => {
+                match tokio::time::timeout(limit, self.wait_for_grant(&mut ticket)).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => {
+                        ticket.withdraw().await?;
+                        return Err(Error::new(
+                            ErrorKind::TimedOut,
+                            "lock",
+                            format!(
+                                "lock {} not granted within {limit:?}; request withdrawn",
+                                self.inner.name
+                            ),
+                        ));
+                    }
+                }
+            }
+        };
+        match outcome {
+            Ok(grant) => {
+                ticket.settled = true;
+                Ok(LockGuard::start(self.inner.clone(), grant))
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// The soft form: take the lock only if nobody holds it and nobody waits;
+    /// otherwise `Ok(None)` at once. Never queues, never evicts (a crashed
+    /// holder is evicted by the next blocking [`acquire`](Self::acquire)).
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
+        let ticket = Ticket::new(&self.inner);
+        // A cached row may say "free" (a stale one only costs a conflict),
+        // but "busy" is only believed from a fresh read.
+        let (mut current, mut fresh) = match self.inner.cached() {
+            Some(row) => (Some(row), false),
+            None => (self.inner.store.get(&self.inner.key).await?, true),
+        };
+        loop {
+            let mut state = match &current {
+                Some(row) => LockState::decode(row)?,
+                None => LockState::default(),
+            };
+            if !state.is_free() {
+                if !fresh {
+                    current = self.inner.store.get(&self.inner.key).await?;
+                    fresh = true;
+                    continue;
+                }
+                self.inner.remember(current.as_ref());
+                return Ok(None);
+            }
+            state.take(&ticket.waiter)?;
+            let sent = Instant::now();
+            match self.put(current.as_ref(), &state).await? {
+                PutOutcome::Applied(row) => {
+                    let grant = Grant::new(ticket.waiter.id.clone(), &row, state, sent);
+                    return Ok(Some(LockGuard::start(self.inner.clone(), grant)));
+                }
+                PutOutcome::Conflict(now) => {
+                    current = now;
+                    fresh = true;
+                }
+            }
+        }
+    }
+
+    /// The stored state of lock `name` (holder, token, queue), or `None` if
+    /// it was never taken.
+    pub async fn inspect(store: &dyn VersionedStore, name: &str) -> Result<Option<LockState>> {
+        let key = Key::with_prefix(KEY_PREFIX, name)?;
+        match store.get(&key).await? {
+            Some(row) => LockState::decode(&row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn put(&self, current: Option<&Row>, state: &LockState) -> Result<PutOutcome> {
+        put_state(&self.inner, current, state).await
+    }
+
+    /// The acquire loop: every step is one write decided from the row the
+    /// last call returned; only waiting re-reads.
+    async fn wait_for_grant(&self, ticket: &mut Ticket) -> Result<Grant> {
+        let inner = &self.inner;
+        let me = ticket.waiter.id.clone();
+        // Set up on the first wait only: an uncontended acquire is one write.
+        let mut wakeup: Option<Wakeup> = None;
+        let mut current = inner.cached();
+        if current.is_none() {
+            current = inner.store.get(&inner.key).await?;
+        }
+        let mut observed: Option<Observation> = None;
+        loop {
+            let mut state = match &current {
+                Some(row) => LockState::decode(row)?,
+                None => LockState::default(),
+            };
+            let sent = Instant::now();
+            let outcome = if state.held_by(&me) {
+                // Handed over to us: claim it by advancing the heartbeat. Our
+                // lease runs from this write's send time.
+                state.beat();
+                self.put(current.as_ref(), &state).await?
+            } else if state.is_free() {
+                state.take(&ticket.waiter)?;
+                self.put(current.as_ref(), &state).await?
+            } else if !state.queued(&me) {
+                state.queue.push_back(ticket.waiter.clone());
+                ticket.enqueued = true;
+                self.put(current.as_ref(), &state).await?
+            } else {
+                // Waiting behind a holder: evict it if it stayed silent for a
+                // whole lease of ours to observe, else wait.
+                let Some(wakeup) = wakeup.as_mut() else {
+                    // Subscribe BEFORE re-reading, so no change between the
+                    // read and the wait is missed.
+                    let watch = if inner.notifications {
+                        match inner.store.watch(&inner.key).await {
+                            Ok(watch) => watch,
+                            Err(err) => {
+                                tracing::debug!(lock = %inner.name, error = %err, "watch failed; polling");
+                                None
+                            }
+                        }
+                    } else {
+                        None
+                    };
+                    wakeup = Some(Wakeup::new(watch, inner.poll_interval, inner.lease));
+                    current = inner.store.get(&inner.key).await?;
+                    continue;
+                };
+                let holder = state.holder.clone().ok_or_else(|| {
+                    Error::new(ErrorKind::Internal, "lock", "queued lock without holder")
+                })?;
+                let seen = Observation::update(observed.take(), &holder);
+                if seen.expired() {
+                    tracing::info!(lock = %inner.name, holder = %holder.owner, "evicting a holder whose lease ran out");
+                    state.hand_off()?;
+                    let mine = state.held_by(&me);
+                    if mine {
+                        state.beat(); // evict and claim in one write
+                    }
+                    let outcome = self.put(current.as_ref(), &state).await?;
+                    if let PutOutcome::Applied(row) = &outcome {
+                        inner.remember(Some(row));
+                        if !mine {
+                            inner.notify().await;
+                        }
+                    }
+                    if let (PutOutcome::Applied(row), true) = (&outcome, mine) {
+                        return Ok(Grant::new(me, row, state, sent));
+                    }
+                    current = match outcome {
+                        PutOutcome::Applied(row) => Some(row),
+                        PutOutcome::Conflict(now) => now,
+                    };
+                    continue;
+                }
+                let deadline = seen.deadline();
+                observed = Some(seen);
+                wakeup.wait(Some(deadline)).await;
+                let before = current.as_ref().map(|row| row.version);
+                current = inner.store.get(&inner.key).await?;
+                if current.as_ref().map(|row| row.version) != before {
+                    wakeup.progress();
+                }
+                continue;
+            };
+            match outcome {
+                PutOutcome::Applied(row) => {
+                    inner.remember(Some(&row));
+                    if state.held_by(&me) {
+                        return Ok(Grant::new(me, &row, state, sent));
+                    }
+                    current = Some(row);
+                }
+                PutOutcome::Conflict(now) => current = now,
+            }
+        }
+    }
+}
+
+pub(crate) async fn put_state(
+    inner: &LockInner,
+    current: Option<&Row>,
+    state: &LockState,
+) -> Result<PutOutcome> {
+    let expected = current.map(|row| row.version);
+    inner
+        .store
+        .put_if_version(&inner.key, expected, state.encode()?)
+        .await
+}
+
+/// What a waiter saw of the holder, and since when (on its own clock).
+#[derive(Debug, Clone)]
+struct Observation {
+    id: String,
+    beat: u64,
+    since: Instant,
+    lease: Duration,
+}
+
+impl Observation {
+    /// Keep the start time if the holder and its heartbeat did not move.
+    fn update(previous: Option<Observation>, holder: &Holder) -> Observation {
+        match previous {
+            Some(seen) if seen.id == holder.id && seen.beat == holder.beat => seen,
+            _ => Observation {
+                id: holder.id.clone(),
+                beat: holder.beat,
+                since: Instant::now(),
+                lease: Duration::from_millis(holder.lease_ms),
+            },
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        self.since + self.lease
+    }
+
+    fn expired(&self) -> bool {
+        Instant::now() >= self.deadline()
+    }
+}
+
+/// One acquisition request. If dropped before it settles (the acquire future
+/// was cancelled, or failed), it withdraws itself from the queue in the
+/// background so it does not block the waiters behind it.
+struct Ticket {
+    inner: Arc<LockInner>,
+    waiter: Waiter,
+    enqueued: bool,
+    settled: bool,
+}
+
+impl Ticket {
+    fn new(inner: &Arc<LockInner>) -> Ticket {
+        Ticket {
+            inner: inner.clone(),
+            waiter: Waiter {
+                id: uuid::Uuid::new_v4().simple().to_string()[..16].to_owned(),
+                owner: inner.owner.clone(),
+                lease_ms: inner.lease_ms,
+            },
+            enqueued: false,
+            settled: false,
+        }
+    }
+
+    async fn withdraw(&mut self) -> Result<()> {
+        self.settled = true;
+        withdraw(&self.inner, &self.waiter.id).await
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.settled || !self.enqueued {
+            return;
+        }
+        let inner = self.inner.clone();
+        let id = self.waiter.id.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(err) = withdraw(&inner, &id).await {
+                        tracing::warn!(lock = %inner.name, error = %err, "could not withdraw a cancelled request; it expires with its lease");
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                lock = %inner.name,
+                "no runtime to withdraw a cancelled request; it expires with its lease"
+            ),
+        }
+    }
+}
+
+/// Remove request `id` from the queue, or pass the lock on if it was handed
+/// to it meanwhile.
+async fn withdraw(inner: &LockInner, id: &str) -> Result<()> {
+    let mut current = inner.store.get(&inner.key).await?;
+    loop {
+        let Some(row) = &current else { return Ok(()) };
+        let mut state = LockState::decode(row)?;
+        if !state.held_by(id) && !state.queued(id) {
+            return Ok(());
+        }
+        let handed_on = state.withdraw(id)?;
+        match put_state(inner, current.as_ref(), &state).await? {
+            PutOutcome::Applied(row) => {
+                inner.remember(Some(&row));
+                if handed_on {
+                    inner.notify().await;
+                }
+                return Ok(());
+            }
+            PutOutcome::Conflict(now) => current = now,
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The lock's whole state, in one row: the last fencing token, the holder and
+//! the FIFO queue. Every transition is a pure function on this value; the
+//! caller writes the result with one `put_if_version`.
+
+use std::collections::VecDeque;
+
+use bakery_core::{Error, ErrorKind, Result, Row};
+use serde::{Deserialize, Serialize};
+
+/// The stored state of one lock, as `bakery lock show` prints it.
+///
+/// Invariant kept by every transition: when nobody holds the lock the queue
+/// is empty (a release hands the lock to the head of the queue in the same
+/// write).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockState {
+    /// The fencing token of the latest grant (0: never granted). It grows by
+    /// one with every grant and is never reset, not even by a release.
+    pub token: u64,
+    /// Who holds the lock now, if anyone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<Holder>,
+    /// Waiters in the order their enqueue write applied (FIFO).
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub queue: VecDeque<Waiter>,
+}
+
+/// The holder of a lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Holder {
+    /// Unique id of the acquisition (one per `acquire` call).
+    pub id: String,
+    /// Human-readable owner (`host:pid` unless set by the builder).
+    pub owner: String,
+    /// Heartbeat counter: 0 when the lock was handed over and not yet
+    /// claimed; the holder advances it every lease/3.
+    pub beat: u64,
+    /// The holder's lease in milliseconds: an observer that sees the same
+    /// (holder, beat) for this long on its own clock may evict it.
+    pub lease_ms: u64,
+}
+
+/// A client waiting in a lock's queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Waiter {
+    /// Unique id of the acquisition.
+    pub id: String,
+    /// Human-readable owner.
+    pub owner: String,
+    /// The lease this waiter will hold the lock with.
+    pub lease_ms: u64,
+}
+
+impl LockState {
+    /// Decode a stored row; a foreign or damaged value is [`ErrorKind::Corrupt`].
+    pub(crate) fn decode(row: &Row) -> Result<LockState> {
+        let state: LockState = serde_json::from_slice(&row.value).map_err(|e| {
+            Error::corrupt(
+                "lock",
+                format!("row {} is not a bakery lock: {e}", row.key.as_str()),
+            )
+        })?;
+        if state.holder.is_none() && !state.queue.is_empty() {
+            // Cannot be written by this code; refuse rather than guess.
+            return Err(Error::corrupt(
+                "lock",
+                format!("row {} has waiters but no holder", row.key.as_str()),
+            ));
+        }
+        Ok(state)
+    }
+
+    pub(crate) fn encode(&self) -> Result<bakery_core::Bytes> {
+        serde_json::to_vec(self)
+            .map(Into::into)
+            .map_err(|e| Error::new(ErrorKind::Internal, "lock", format!("encode state: {e}")))
+    }
+
+    /// Is `id` the holder?
+    pub(crate) fn held_by(&self, id: &str) -> bool {
+        self.holder.as_ref().is_some_and(|h| h.id == id)
+    }
+
+    /// Is `id` waiting in the queue?
+    pub(crate) fn queued(&self, id: &str) -> bool {
+        self.queue.iter().any(|w| w.id == id)
+    }
+
+    /// Nobody holds the lock (so nobody waits either).
+    pub(crate) fn is_free(&self) -> bool {
+        self.holder.is_none()
+    }
+
+    /// Grant the lock to `waiter` directly, already claimed (beat 1).
+    pub(crate) fn take(&mut self, waiter: &Waiter) -> Result<()> {
+        self.token = next_token(self.token)?;
+        self.holder = Some(Holder {
+            id: waiter.id.clone(),
+            owner: waiter.owner.clone(),
+            beat: 1,
+            lease_ms: waiter.lease_ms,
+        });
+        Ok(())
+    }
+
+    /// Hand the lock to the head of the queue (unclaimed, beat 0), or free it.
+    pub(crate) fn hand_off(&mut self) -> Result<()> {
+        self.holder = match self.queue.pop_front() {
+            Some(next) => {
+                self.token = next_token(self.token)?;
+                Some(Holder {
+                    id: next.id,
+                    owner: next.owner,
+                    beat: 0,
+                    lease_ms: next.lease_ms,
+                })
+            }
+            None => None,
+        };
+        Ok(())
+    }
+
+    /// Advance the holder's heartbeat (also claims a handed-off lock).
+    pub(crate) fn beat(&mut self) {
+        if let Some(holder) = self.holder.as_mut() {
+            holder.beat = holder.beat.saturating_add(1);
+        }
+    }
+
+    /// Remove `id` wherever it is: out of the queue, or, if it was handed the
+    /// lock, pass the lock on. Returns whether the holder changed.
+    pub(crate) fn withdraw(&mut self, id: &str) -> Result<bool> {
+        self.queue.retain(|w| w.id != id);
+        if self.held_by(id) {
+            self.hand_off()?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+fn next_token(token: u64) -> Result<u64> {
+    token
+        .checked_add(1)
+        .ok_or_else(|| Error::new(ErrorKind::Exhausted, "lock", "fencing token overflow"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiter(id: &str) -> Waiter {
+        Waiter {
+            id: id.into(),
+            owner: "test".into(),
+            lease_ms: 1000,
+        }
+    }
+
+    #[test]
+    fn release_hands_off_in_fifo_order_and_tokens_grow() {
+        let mut s = LockState::default();
+        s.take(&waiter("a")).unwrap();
+        s.queue.push_back(waiter("b"));
+        s.queue.push_back(waiter("c"));
+        assert_eq!(s.token, 1);
+        s.hand_off().unwrap();
+        assert!(s.held_by("b"));
+        assert_eq!(s.holder.as_ref().unwrap().beat, 0, "handed off, unclaimed");
+        assert_eq!(s.token, 2);
+        s.hand_off().unwrap();
+        assert!(s.held_by("c"));
+        s.hand_off().unwrap();
+        assert!(s.is_free());
+        assert_eq!(s.token, 3, "a release with nobody waiting grants nothing");
+    }
+
+    #[test]
+    fn withdraw_of_an_unclaimed_holder_passes_the_lock_on() {
+        let mut s = LockState::default();
+        s.take(&waiter("a")).unwrap();
+        s.queue.push_back(waiter("b"));
+        s.queue.push_back(waiter("c"));
+        assert!(!s.withdraw("c").unwrap());
+        assert_eq!(s.queue.len(), 1);
+        s.hand_off().unwrap();
+        assert!(s.withdraw("b").unwrap());
+        assert!(s.is_free());
+    }
+
+    #[test]
+    fn waiters_without_holder_are_corrupt() {
+        let key = bakery_core::Key::new("lock/x").unwrap();
+        let row = Row {
+            key,
+            value: br#"{"token":3,"queue":[{"id":"a","owner":"o","lease_ms":1}]}"#[..].into(),
+            version: 1,
+        };
+        assert_eq!(
+            LockState::decode(&row).unwrap_err().kind(),
+            ErrorKind::Corrupt
+        );
+        let foreign = Row {
+            value: b"not json"[..].into(),
+            ..row
+        };
+        assert_eq!(
+            LockState::decode(&foreign).unwrap_err().kind(),
+            ErrorKind::Corrupt
+        );
+    }
+
+    #[test]
+    fn token_overflow_is_exhausted_not_a_wrap() {
+        let mut s = LockState {
+            token: u64::MAX,
+            ..LockState::default()
+        };
+        assert_eq!(
+            s.take(&waiter("a")).unwrap_err().kind(),
+            ErrorKind::Exhausted
+        );
+    }
+}

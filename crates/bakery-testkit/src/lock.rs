@@ -1,0 +1,576 @@
+//! The lock recipes (fair lock, fenced values, time service, the old
+//! baseline lock) on a real store.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bakery_core::{Bytes, ErrorKind, Key, PutOutcome, VersionedStore};
+use bakery_recipes::fence::FencedValue;
+use bakery_recipes::lock::{Lock, LockState, LostReason};
+use bakery_recipes::old_lock::OldLock;
+use bakery_recipes::time::TimeService;
+use tokio::time::Instant;
+
+use crate::faults::FaultStore;
+use crate::{case, unique_name, Case};
+
+/// Upper bound on waiting for something that must happen; reaching it means
+/// the behaviour is broken (never a speed check).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+pub(crate) fn cases() -> Vec<Case> {
+    vec![
+        case!("lock", fenced_counter_eight_clients_fifty_each),
+        case!("lock", waiters_are_granted_in_request_order),
+        case!("lock", release_hands_off_with_the_next_token),
+        case!("lock", try_acquire_refuses_when_held_or_queued),
+        case!("lock", acquire_timeout_withdraws_the_request),
+        case!("lock", cancelled_waiter_leaves_the_queue),
+        case!("lock", silent_holder_is_evicted_after_its_lease),
+        case!("lock", paused_holder_loses_and_its_fenced_write_is_rejected),
+        case!("lock", without_fencing_a_paused_holder_loses_an_update),
+        case!("lock", uncontended_acquire_and_release_are_one_write_each),
+        case!("lock", corrupt_lock_row_is_a_typed_error_and_kept),
+        case!("lock", invalid_names_and_settings_are_rejected),
+        case!("lock", watch_capability_matches_behaviour),
+        case!("lock", time_service_never_goes_back),
+        case!("lock", old_lock_baseline_excludes),
+    ]
+}
+
+fn lock(store: &Arc<dyn VersionedStore>, name: &str) -> Lock {
+    Lock::builder(store.clone(), name)
+        .acquire_timeout(PATIENCE)
+        .build()
+        .expect("valid lock settings")
+}
+
+fn short_lease(store: &Arc<dyn VersionedStore>, name: &str, lease_ms: u64) -> Lock {
+    Lock::builder(store.clone(), name)
+        .lease(Duration::from_millis(lease_ms))
+        .acquire_timeout(PATIENCE)
+        .build()
+        .expect("valid lock settings")
+}
+
+fn number(data: &Bytes) -> u64 {
+    std::str::from_utf8(data)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or_else(|| panic!("fenced counter holds {data:?}, not a number"))
+}
+
+async fn read_counter(value: &FencedValue) -> u64 {
+    match value.read().await.expect("read fenced counter") {
+        Some(fenced) => number(&fenced.data),
+        None => 0,
+    }
+}
+
+/// Wait (bounded) until the lock's stored state satisfies `done`.
+async fn wait_for_state(
+    store: &Arc<dyn VersionedStore>,
+    name: &str,
+    what: &str,
+    done: impl Fn(&LockState) -> bool,
+) -> LockState {
+    let give_up = Instant::now() + PATIENCE;
+    loop {
+        let state = Lock::inspect(&**store, name)
+            .await
+            .expect("inspect lock")
+            .unwrap_or_default();
+        if done(&state) {
+            return state;
+        }
+        assert!(Instant::now() < give_up, "never saw {what}: {state:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// 8 clients × 50 acquisitions; each reads a fenced counter and writes it
+/// back + 1 with its token (a blind write, so only mutual exclusion keeps
+/// the count right). Final value 400, no write rejected, no two critical
+/// sections overlapping, every grant a new token.
+async fn fenced_counter_eight_clients_fifty_each(store: Arc<dyn VersionedStore>) {
+    const CLIENTS: usize = 8;
+    const ROUNDS: usize = 50;
+    let name = unique_name("fenced-counter");
+    let inside = Arc::new(AtomicBool::new(false));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (store, name) = (store.clone(), name.clone());
+            let (inside, tokens) = (inside.clone(), tokens.clone());
+            tokio::spawn(async move {
+                let lock = lock(&store, &name);
+                let counter = FencedValue::new(store.clone(), &name).expect("fenced name");
+                for _ in 0..ROUNDS {
+                    let guard = lock.acquire().await.expect("acquire");
+                    assert!(
+                        !inside.swap(true, Ordering::SeqCst),
+                        "two clients inside the critical section"
+                    );
+                    let n = read_counter(&counter).await;
+                    let write = counter
+                        .write(guard.token(), (n + 1).to_string().into())
+                        .await
+                        .expect("fenced write");
+                    assert!(write.is_accepted(), "current holder refused: {write:?}");
+                    tokens.lock().expect("tokens").push(guard.token());
+                    inside.store(false, Ordering::SeqCst);
+                    guard.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("client task");
+    }
+    let counter = FencedValue::new(store.clone(), &name).expect("fenced name");
+    assert_eq!(read_counter(&counter).await, (CLIENTS * ROUNDS) as u64);
+    let mut tokens = tokens.lock().expect("tokens").clone();
+    let granted = tokens.len();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), granted, "a fencing token was granted twice");
+}
+
+/// Five waiters enqueue one after another behind a holder; they are served
+/// in exactly that order.
+async fn waiters_are_granted_in_request_order(store: Arc<dyn VersionedStore>) {
+    const WAITERS: usize = 5;
+    let name = unique_name("fifo");
+    let holder = lock(&store, &name).acquire().await.expect("first acquire");
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let (store_i, name_i, served) = (store.clone(), name.clone(), served.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = lock(&store_i, &name_i).acquire().await.expect("acquire");
+            served.lock().expect("served").push((i, guard.token()));
+            guard.release().await.expect("release");
+        }));
+        wait_for_state(&store, &name, "the waiter enqueued", |s| {
+            s.queue.len() == i + 1
+        })
+        .await;
+    }
+    holder.release().await.expect("release");
+    for task in tasks {
+        task.await.expect("waiter");
+    }
+    let served = served.lock().expect("served").clone();
+    let order: Vec<usize> = served.iter().map(|(i, _)| *i).collect();
+    assert_eq!(order, (0..WAITERS).collect::<Vec<_>>(), "not FIFO");
+    let tokens: Vec<u64> = served.iter().map(|(_, t)| *t).collect();
+    assert_eq!(tokens, (2..2 + WAITERS as u64).collect::<Vec<_>>());
+}
+
+async fn release_hands_off_with_the_next_token(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("handoff");
+    let first = lock(&store, &name).acquire().await.expect("acquire");
+    let waiting = {
+        let (store, name) = (store.clone(), name.clone());
+        tokio::spawn(async move { lock(&store, &name).acquire().await })
+    };
+    wait_for_state(&store, &name, "the waiter enqueued", |s| s.queue.len() == 1).await;
+    let token = first.token();
+    first.release().await.expect("release");
+    // The release itself made the waiter the holder (direct hand-off).
+    let state = Lock::inspect(&*store, &name).await.expect("inspect");
+    let state = state.expect("row exists");
+    assert_eq!(state.token, token + 1);
+    assert!(state.queue.is_empty());
+    assert!(state.holder.is_some(), "hand-off left the lock free");
+    let second = waiting.await.expect("task").expect("acquire");
+    assert_eq!(second.token(), token + 1);
+    assert!(second.is_held());
+    second.release().await.expect("release");
+}
+
+async fn try_acquire_refuses_when_held_or_queued(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("try");
+    let a = lock(&store, &name);
+    let b = lock(&store, &name);
+    let guard = a.try_acquire().await.expect("try").expect("free lock");
+    assert!(b.try_acquire().await.expect("try").is_none(), "held");
+    let waiting = {
+        let (store, name) = (store.clone(), name.clone());
+        tokio::spawn(async move { lock(&store, &name).acquire().await })
+    };
+    wait_for_state(&store, &name, "the waiter enqueued", |s| s.queue.len() == 1).await;
+    assert!(b.try_acquire().await.expect("try").is_none(), "queued");
+    guard.release().await.expect("release");
+    // Handed to the waiter: still refused.
+    assert!(b.try_acquire().await.expect("try").is_none(), "handed off");
+    waiting
+        .await
+        .expect("task")
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+    let again = b.try_acquire().await.expect("try").expect("free again");
+    again.release().await.expect("release");
+}
+
+async fn acquire_timeout_withdraws_the_request(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("timeout");
+    let guard = lock(&store, &name).acquire().await.expect("acquire");
+    let impatient = Lock::builder(store.clone(), &name)
+        .acquire_timeout(Duration::from_millis(300))
+        .build()
+        .expect("settings");
+    let err = impatient.acquire().await.expect_err("must time out");
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    let state = Lock::inspect(&*store, &name).await.expect("inspect");
+    assert!(
+        state.expect("row").queue.is_empty(),
+        "a timed-out request stayed in the queue"
+    );
+    guard.release().await.expect("release");
+    let state = Lock::inspect(&*store, &name).await.expect("inspect");
+    assert!(
+        state.expect("row").holder.is_none(),
+        "lock handed to a ghost"
+    );
+}
+
+async fn cancelled_waiter_leaves_the_queue(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("cancel");
+    let guard = lock(&store, &name).acquire().await.expect("acquire");
+    let waiting = {
+        let (store, name) = (store.clone(), name.clone());
+        tokio::spawn(async move { lock(&store, &name).acquire().await })
+    };
+    wait_for_state(&store, &name, "the waiter enqueued", |s| s.queue.len() == 1).await;
+    waiting.abort(); // drops the acquire future
+    wait_for_state(&store, &name, "the cancelled waiter leave", |s| {
+        s.queue.is_empty()
+    })
+    .await;
+    guard.release().await.expect("release");
+    let state = Lock::inspect(&*store, &name).await.expect("inspect");
+    assert!(state.expect("row").holder.is_none());
+}
+
+/// A holder that stops talking to the store (its calls held, like a crashed
+/// or partitioned client) is evicted by a waiter once it saw no heartbeat
+/// for a whole lease on its own clock — and not before.
+async fn silent_holder_is_evicted_after_its_lease(store: Arc<dyn VersionedStore>) {
+    const LEASE_MS: u64 = 500;
+    let name = unique_name("evict");
+    let silent_store = Arc::new(FaultStore::new(store.clone()));
+    let silent = short_lease(
+        &(silent_store.clone() as Arc<dyn VersionedStore>),
+        &name,
+        LEASE_MS,
+    );
+    let crashed = silent.acquire().await.expect("acquire");
+    let crashed_token = crashed.token();
+    silent_store.pause();
+    let started = Instant::now();
+    let next = lock(&store, &name)
+        .acquire()
+        .await
+        .expect("evict and acquire");
+    assert!(
+        started.elapsed() >= Duration::from_millis(LEASE_MS),
+        "evicted after {:?}, before a lease of silence",
+        started.elapsed()
+    );
+    assert_eq!(next.token(), crashed_token + 1);
+    next.release().await.expect("release");
+    drop(crashed); // its release (held by the pause) is never sent
+}
+
+/// Seed 003 + Kleppmann: the holder reads a counter and pauses past its
+/// lease; another client takes over and increments twice; when the first resumes, `lost()` has fired and its
+/// write with the old token is refused.
+async fn paused_holder_loses_and_its_fenced_write_is_rejected(store: Arc<dyn VersionedStore>) {
+    let outcome = paused_holder_scenario(store, true).await;
+    assert_eq!(
+        outcome.final_value, 2,
+        "the new holder's increments must survive"
+    );
+    assert_eq!(outcome.stale_write_accepted, Some(false));
+    assert!(
+        matches!(
+            outcome.lost,
+            Some(LostReason::LeaseExpired | LostReason::Evicted)
+        ),
+        "lost() did not fire: {:?}",
+        outcome.lost
+    );
+}
+
+/// Negative control: the same pause WITHOUT fencing (a plain last-writer-
+/// wins write) must show the violation — the paused holder's stale write
+/// (0 + 1) wipes out the new holder's two increments. Proves the fenced case can fail.
+async fn without_fencing_a_paused_holder_loses_an_update(store: Arc<dyn VersionedStore>) {
+    let outcome = paused_holder_scenario(store, false).await;
+    assert_eq!(outcome.stale_write_accepted, Some(true));
+    assert_eq!(
+        outcome.final_value, 1,
+        "expected the lost update that fencing prevents"
+    );
+}
+
+struct PausedOutcome {
+    final_value: u64,
+    stale_write_accepted: Option<bool>,
+    lost: Option<LostReason>,
+}
+
+async fn paused_holder_scenario(store: Arc<dyn VersionedStore>, fenced: bool) -> PausedOutcome {
+    const LEASE_MS: u64 = 400;
+    let name = unique_name(if fenced { "paused" } else { "unfenced" });
+    let paused_store = Arc::new(FaultStore::new(store.clone()));
+    let paused_dyn: Arc<dyn VersionedStore> = paused_store.clone();
+    let a_lock = short_lease(&paused_dyn, &name, LEASE_MS);
+    let a_value = FencedValue::new(paused_dyn.clone(), &name).expect("name");
+    let plain_key = Key::new(format!("plain/{name}")).expect("key");
+
+    // A takes the lock and reads the counter (0)...
+    let a = a_lock.acquire().await.expect("A acquires");
+    let a_read = if fenced {
+        read_counter(&a_value).await
+    } else {
+        plain_read(&*paused_dyn, &plain_key).await
+    };
+    let a_lost = a.lost();
+    // ...and freezes past its lease.
+    paused_store.pause();
+
+    // B evicts A, then B (and again after it) increments the counter.
+    let b = lock(&store, &name);
+    for round in 0..2 {
+        let guard = b.acquire().await.expect("B acquires");
+        assert!(guard.token() > a.token());
+        if fenced {
+            let b_value = FencedValue::new(store.clone(), &name).expect("name");
+            let n = read_counter(&b_value).await;
+            let write = b_value
+                .write(guard.token(), (n + 1).to_string().into())
+                .await
+                .expect("B writes");
+            assert!(write.is_accepted(), "round {round}: {write:?}");
+        } else {
+            let n = plain_read(&*store, &plain_key).await;
+            plain_write(&*store, &plain_key, n + 1).await;
+        }
+        guard.release().await.expect("B releases");
+    }
+
+    // A's own clock has run past its lease while frozen: lost() fires even
+    // before it can talk to the store again.
+    let lost = tokio::time::timeout(PATIENCE, a_lost).await.ok();
+    assert!(!a.is_held(), "a guard past its lease still claims the lock");
+    paused_store.resume();
+    // A resumes and finishes its critical section with the stale value.
+    let stale_write_accepted = if fenced {
+        let write = a_value
+            .write(a.token(), (a_read + 1).to_string().into())
+            .await
+            .expect("A writes");
+        Some(write.is_accepted())
+    } else {
+        plain_write(&*paused_dyn, &plain_key, a_read + 1).await;
+        Some(true)
+    };
+    let err = a.release().await.expect_err("A no longer holds the lock");
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    let final_value = if fenced {
+        read_counter(&FencedValue::new(store.clone(), &name).expect("name")).await
+    } else {
+        plain_read(&*store, &plain_key).await
+    };
+    PausedOutcome {
+        final_value,
+        stale_write_accepted,
+        lost,
+    }
+}
+
+async fn plain_read(store: &dyn VersionedStore, key: &Key) -> u64 {
+    match store.get(key).await.expect("get") {
+        Some(row) => number(&row.value),
+        None => 0,
+    }
+}
+
+/// What a client without fencing does: overwrite whatever is there.
+async fn plain_write(store: &dyn VersionedStore, key: &Key, value: u64) {
+    let mut current = store.get(key).await.expect("get");
+    loop {
+        let expected = current.as_ref().map(|row| row.version);
+        match store
+            .put_if_version(key, expected, value.to_string().into())
+            .await
+            .expect("put")
+        {
+            PutOutcome::Applied(_) => return,
+            PutOutcome::Conflict(now) => current = now,
+        }
+    }
+}
+
+async fn uncontended_acquire_and_release_are_one_write_each(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("cost");
+    let counting = Arc::new(bakery_core::CountingStore::new(store));
+    let lock = Lock::builder(counting.clone(), &name)
+        .build()
+        .expect("settings");
+    lock.acquire()
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+    let before = counting.counts();
+    for _ in 0..5 {
+        let guard = lock.acquire().await.expect("acquire");
+        guard.release().await.expect("release");
+    }
+    let spent = counting.counts();
+    assert_eq!(
+        spent.puts - before.puts,
+        10,
+        "one write to take, one to release"
+    );
+    assert_eq!(spent.total() - before.total(), 10, "{spent:?}");
+    assert_eq!(spent.conflicts, 0);
+}
+
+async fn corrupt_lock_row_is_a_typed_error_and_kept(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("corrupt");
+    let key = Key::with_prefix(bakery_recipes::lock::KEY_PREFIX, &name).expect("key");
+    let _ = store
+        .put_if_version(&key, None, "{not a lock".into())
+        .await
+        .expect("seed garbage");
+    let lock = lock(&store, &name);
+    assert_eq!(
+        lock.acquire().await.expect_err("corrupt").kind(),
+        ErrorKind::Corrupt
+    );
+    assert_eq!(
+        lock.try_acquire().await.expect_err("corrupt").kind(),
+        ErrorKind::Corrupt
+    );
+    let err = Lock::inspect(&*store, &name).await.expect_err("corrupt");
+    assert_eq!(err.kind(), ErrorKind::Corrupt);
+    let row = store.get(&key).await.expect("get").expect("kept");
+    assert_eq!(&row.value[..], b"{not a lock");
+}
+
+async fn invalid_names_and_settings_are_rejected(store: Arc<dyn VersionedStore>) {
+    for name in ["", "a/b", "with space", &"x".repeat(600)] {
+        let err = Lock::builder(store.clone(), name)
+            .build()
+            .expect_err("bad name");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{name:?}");
+        assert!(FencedValue::new(store.clone(), name).is_err());
+        assert!(TimeService::new(store.clone(), name).is_err());
+        assert!(OldLock::new(store.clone(), name).is_err());
+    }
+    let err = Lock::builder(store.clone(), "ok")
+        .lease(Duration::from_millis(1))
+        .build()
+        .expect_err("lease too short");
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+}
+
+/// A backend that claims WATCH wakes a watcher after a write + notify;
+/// one that does not returns no watch (so waiters poll).
+async fn watch_capability_matches_behaviour(store: Arc<dyn VersionedStore>) {
+    let key = Key::with_prefix("lock", &unique_name("watch")).expect("key");
+    let watch = store.watch(&key).await.expect("watch");
+    let claims = store
+        .capabilities()
+        .contains(bakery_core::Capabilities::WATCH);
+    match watch {
+        None => assert!(!claims, "claims WATCH but watch() gave nothing"),
+        Some(mut watch) => {
+            assert!(claims, "delivers watches without claiming WATCH");
+            // What the lock does on a change of holder: write, then notify.
+            let _ = store
+                .put_if_version(&key, None, "changed".into())
+                .await
+                .expect("write");
+            store.notify(&key).await.expect("notify");
+            let woke = tokio::time::timeout(PATIENCE, watch.changed()).await;
+            assert_eq!(woke, Ok(true), "notify did not wake the watcher");
+        }
+    }
+}
+
+/// Clients with skewed clocks publish into one time register; each sees a
+/// non-decreasing time and the register ends at the largest clock.
+async fn time_service_never_goes_back(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("time");
+    let skews: [u64; 4] = [0, 5_000, 1_000_000, 20];
+    let tasks: Vec<_> = skews
+        .iter()
+        .map(|&skew| {
+            let service = TimeService::new(store.clone(), &name).expect("name");
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                for tick in 0..20u64 {
+                    seen.push(
+                        service
+                            .advance_to(1_000_000 + skew + tick * 10)
+                            .await
+                            .expect("advance"),
+                    );
+                    seen.push(service.read().await.expect("read").expect("published"));
+                }
+                seen
+            })
+        })
+        .collect();
+    for task in tasks {
+        let seen = task.await.expect("client");
+        assert!(
+            seen.windows(2).all(|w| w[0] <= w[1]),
+            "time went back: {seen:?}"
+        );
+    }
+    let service = TimeService::new(store.clone(), &name).expect("name");
+    let max = 1_000_000 + 1_000_000 + 19 * 10;
+    assert_eq!(service.read().await.expect("read"), Some(max));
+    assert_eq!(service.advance_to(5).await.expect("advance"), max);
+}
+
+async fn old_lock_baseline_excludes(store: Arc<dyn VersionedStore>) {
+    const CLIENTS: usize = 4;
+    const ROUNDS: usize = 10;
+    let name = unique_name("old");
+    let inside = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (store, name) = (store.clone(), name.clone());
+            let (inside, done) = (inside.clone(), done.clone());
+            tokio::spawn(async move {
+                let lock = OldLock::new(store, &name)
+                    .expect("name")
+                    .with_backoff(Duration::from_millis(5), Duration::from_millis(1));
+                for _ in 0..ROUNDS {
+                    let guard = lock.acquire().await.expect("acquire");
+                    assert!(!inside.swap(true, Ordering::SeqCst), "overlap");
+                    tokio::task::yield_now().await;
+                    inside.store(false, Ordering::SeqCst);
+                    done.fetch_add(1, Ordering::SeqCst);
+                    lock.release(guard).await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("client");
+    }
+    assert_eq!(done.load(Ordering::SeqCst), CLIENTS * ROUNDS);
+}
