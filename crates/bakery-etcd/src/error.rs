@@ -19,6 +19,8 @@ pub(crate) enum Op {
     Read,
     /// A transaction that may write (put or delete).
     Write,
+    /// Opening or reading a watch: never changes anything.
+    Watch,
 }
 
 impl fmt::Display for Op {
@@ -27,6 +29,7 @@ impl fmt::Display for Op {
             Op::Connect => "connect",
             Op::Read => "read",
             Op::Write => "write",
+            Op::Watch => "watch",
         })
     }
 }
@@ -36,7 +39,7 @@ impl fmt::Display for Op {
 fn in_doubt(op: Op) -> ErrorKind {
     match op {
         Op::Write => ErrorKind::Unknown,
-        Op::Connect | Op::Read => ErrorKind::Unavailable,
+        Op::Connect | Op::Read | Op::Watch => ErrorKind::Unavailable,
     }
 }
 
@@ -95,7 +98,7 @@ fn status_kind(status: &tonic::Status, op: Op) -> ErrorKind {
         | Code::Unimplemented => match op {
             // A write that got an unexpected answer may have applied.
             Op::Write => ErrorKind::Unknown,
-            Op::Connect | Op::Read => ErrorKind::Internal,
+            Op::Connect | Op::Read | Op::Watch => ErrorKind::Internal,
         },
     }
 }
@@ -126,7 +129,7 @@ pub(crate) fn map_err(e: etcd_client::Error, op: Op) -> Error {
         E::TransportError(_) | E::IoError(_) => in_doubt(op),
         _ => match op {
             Op::Write => ErrorKind::Unknown,
-            Op::Connect | Op::Read => ErrorKind::Internal,
+            Op::Connect | Op::Read | Op::Watch => ErrorKind::Internal,
         },
     };
     let mut detail = match &e {
@@ -175,12 +178,32 @@ pub(crate) fn timed_out(op: Op, after: Duration) -> Error {
             after.as_millis()
         ),
         Op::Read => format!("read timed out after {} ms", after.as_millis()),
+        Op::Watch => format!(
+            "etcd did not confirm the watch within {} ms",
+            after.as_millis()
+        ),
         Op::Connect => format!(
             "no etcd endpoint answered within {} ms (connect_timeout_ms)",
             after.as_millis()
         ),
     };
     Error::new(kind, BACKEND, message)
+}
+
+/// etcd cancelled a watch as it created it (`cancel_reason`): a missing
+/// permission on the key is [`ErrorKind::Config`], anything else
+/// [`ErrorKind::Unavailable`] (the caller polls instead).
+pub(crate) fn watch_refused(reason: &str) -> Error {
+    let kind = if reason.contains("permission denied") {
+        ErrorKind::Config
+    } else {
+        ErrorKind::Unavailable
+    };
+    Error::new(
+        kind,
+        BACKEND,
+        format!("watch refused by etcd: {}", reason.trim()),
+    )
 }
 
 /// A reply that breaks etcd's own contract (a missing response, a
@@ -356,5 +379,21 @@ mod tests {
         assert_eq!(timed_out(Op::Read, after).kind(), ErrorKind::Unavailable);
         assert_eq!(timed_out(Op::Connect, after).kind(), ErrorKind::Unavailable);
         assert_eq!(timed_out(Op::Read, after).backend(), "etcd");
+        assert_eq!(timed_out(Op::Watch, after).kind(), ErrorKind::Unavailable);
+    }
+
+    #[test]
+    fn watches_fail_like_reads() {
+        let err = map_err(status(Code::Unavailable, "connection reset"), Op::Watch);
+        assert_eq!(err.kind(), ErrorKind::Unavailable);
+        assert!(err.message().starts_with("watch failed"), "{err}");
+        assert_eq!(
+            watch_refused("etcdserver: permission denied").kind(),
+            ErrorKind::Config
+        );
+        assert_eq!(
+            watch_refused("etcdserver: no leader").kind(),
+            ErrorKind::Unavailable
+        );
     }
 }

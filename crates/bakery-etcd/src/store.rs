@@ -2,18 +2,20 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use bakery_core::{
     async_trait, Bytes, Capabilities, DeleteOutcome, Key, PutOutcome, Result, Row, Version,
-    VersionedStore,
+    VersionedStore, Watch, WatchSender,
 };
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, KvClient, Txn, TxnOp,
-    TxnOpResponse, TxnResponse,
+    TxnOpResponse, TxnResponse, WatchClient, WatchStream,
 };
 use tracing::Instrument;
 
-use crate::error::{map_err, protocol, timed_out, Op, BACKEND};
+use crate::error::{map_err, protocol, timed_out, watch_refused, Op, BACKEND};
 use crate::EtcdConfig;
 
 /// The largest reply the client decodes. etcd's own request limit
@@ -31,6 +33,8 @@ const MAX_REPLY_BYTES: usize = 64 * 1024 * 1024;
 ///   success, and reads the current row on failure, so a conflict hands back
 ///   the current row without a second round trip.
 /// - `get` is a linearizable range read (etcd's default; never serializable).
+/// - `watch` opens a native etcd watch on the row's key: every write wakes
+///   it, so `notify` is a no-op.
 ///
 /// The client is a multiplexed gRPC channel balanced over the endpoints;
 /// clones of the store share it.
@@ -59,6 +63,9 @@ pub struct EtcdStore {
     /// Kept so the balanced channel's endpoint set lives as long as the store.
     _client: Client,
     kv: KvClient,
+    watch: WatchClient,
+    /// Watches whose forwarding task still runs, shared by the clones.
+    watches: Arc<AtomicUsize>,
     config: EtcdConfig,
 }
 
@@ -130,6 +137,9 @@ impl EtcdStore {
         let kv = client
             .kv_client()
             .max_decoding_message_size(MAX_REPLY_BYTES);
+        let watch = client
+            .watch_client()
+            .max_decoding_message_size(MAX_REPLY_BYTES);
         // First contact: a count-only, linearizable read of the prefix key.
         let mut probe = kv.clone();
         bounded(
@@ -145,6 +155,8 @@ impl EtcdStore {
         Ok(EtcdStore {
             _client: client,
             kv,
+            watch,
+            watches: Arc::new(AtomicUsize::new(0)),
             config,
         })
     }
@@ -152,6 +164,13 @@ impl EtcdStore {
     /// The configuration this store was opened with.
     pub fn config(&self) -> &EtcdConfig {
         &self.config
+    }
+
+    /// How many [`Watch`]es this store (and its clones) currently feeds:
+    /// one etcd watch each. A dropped [`Watch`] leaves this count as soon
+    /// as its background task has cancelled the etcd watch.
+    pub fn active_watches(&self) -> usize {
+        self.watches.load(Ordering::SeqCst)
     }
 
     /// The etcd key of a bakery key: the prefix, then the key.
@@ -179,6 +198,26 @@ impl EtcdStore {
         )
         .await?;
         one_row(Op::Read, key, &etcd_key, reply.take_kvs())
+    }
+
+    /// Open an etcd watch on one key and wait until etcd confirms it, so
+    /// that every write committed after this returns is reported.
+    async fn open_watch(&self, etcd_key: Vec<u8>) -> Result<(WatchStream, i64)> {
+        let deadline = self.config.timeout();
+        let mut client = self.watch.clone();
+        let mut stream = bounded(Op::Watch, deadline, client.watch(etcd_key, None)).await?;
+        match bounded(Op::Watch, deadline, stream.message()).await? {
+            Some(reply) if reply.created() && !reply.canceled() => Ok((stream, reply.watch_id())),
+            Some(reply) if reply.canceled() => Err(watch_refused(reply.cancel_reason())),
+            Some(_) => Err(protocol(
+                Op::Watch,
+                "the first reply to a watch request did not confirm the watch",
+            )),
+            None => Err(protocol(
+                Op::Watch,
+                "the watch stream ended before etcd confirmed the watch",
+            )),
+        }
     }
 
     /// The row in the `else` branch's get of a failed transaction.
@@ -215,6 +254,50 @@ async fn bounded<T>(
             Err(err)
         }
     }
+}
+
+/// Forward the events of one etcd watch to `sender` until the [`Watch`] is
+/// dropped (then cancel the etcd watch) or the stream ends (connection
+/// lost, watch cancelled by etcd): dropping `sender` then tells the waiter
+/// to poll.
+async fn forward(
+    mut stream: WatchStream,
+    watch_id: i64,
+    sender: WatchSender,
+    live: Arc<AtomicUsize>,
+) {
+    loop {
+        tokio::select! {
+            () = sender.closed() => {
+                // Best effort: dropping the stream ends it on the server too.
+                if let Err(e) = stream.cancel(watch_id).await {
+                    tracing::debug!(error = %e, "cancelling the etcd watch failed");
+                }
+                tracing::debug!("watch dropped");
+                break;
+            }
+            reply = stream.message() => match reply {
+                Ok(Some(reply)) if reply.canceled() => {
+                    tracing::debug!(reason = reply.cancel_reason(), "etcd cancelled the watch");
+                    break;
+                }
+                Ok(Some(reply)) => {
+                    if !reply.events().is_empty() && !sender.wake() {
+                        break;
+                    }
+                }
+                Ok(None) => {
+                    tracing::debug!("watch stream ended");
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %map_err(e, Op::Watch), "watch stream failed");
+                    break;
+                }
+            },
+        }
+    }
+    live.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// Names a transaction's first response without printing it (it may hold
@@ -284,7 +367,10 @@ impl VersionedStore for EtcdStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::PERSISTENT | Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+        Capabilities::PERSISTENT
+            | Capabilities::SHARED
+            | Capabilities::LINEARIZABLE_READS
+            | Capabilities::WATCH
     }
 
     #[tracing::instrument(
@@ -394,4 +480,23 @@ impl VersionedStore for EtcdStore {
             )),
         }
     }
+
+    /// A native etcd watch on the row's key: every write (put or delete)
+    /// wakes it. Returns once etcd has confirmed the watch.
+    #[tracing::instrument(
+        level = "debug",
+        name = "etcd.watch",
+        skip_all,
+        fields(backend = BACKEND, op = "watch", key = %key)
+    )]
+    async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
+        let (stream, watch_id) = self.open_watch(self.etcd_key(key)).await?;
+        let (sender, watch) = Watch::channel();
+        self.watches.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(forward(stream, watch_id, sender, self.watches.clone()).in_current_span());
+        tracing::debug!(watch_id, "watching");
+        Ok(Some(watch))
+    }
+
+    // `notify` stays the trait's no-op: the watch already sees every write.
 }

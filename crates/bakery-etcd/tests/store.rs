@@ -8,7 +8,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bakery_core::{Bytes, DeleteOutcome, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
+use bakery_core::{
+    Bytes, DeleteOutcome, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore, Watch,
+};
 use bakery_etcd::{EtcdConfig, EtcdStore};
 
 /// The server URI, or `None` (with the reason printed) on a developer
@@ -277,7 +279,7 @@ async fn connect_uri_from_env_and_capabilities() -> Result<()> {
     assert_eq!(store.backend(), "etcd");
     assert_eq!(
         store.capabilities(),
-        C::PERSISTENT | C::SHARED | C::LINEARIZABLE_READS
+        C::PERSISTENT | C::SHARED | C::LINEARIZABLE_READS | C::WATCH
     );
     assert!(format!("{store:?}").contains("EtcdStore"));
     Ok(())
@@ -306,4 +308,160 @@ async fn unreachable_endpoint_is_unavailable_within_the_connect_timeout() {
             "{uri}: took {took:?}, the connect timeout is {limit:?}"
         );
     }
+}
+
+/// The bound on every wait for a wake-up: a broken watch fails, never hangs.
+const WAKE_LIMIT: Duration = Duration::from_secs(10);
+
+/// How long a watch must stay quiet where no wake-up is due. Any wake-up
+/// inside it is a bug (the check cannot fail spuriously).
+const QUIET: Duration = Duration::from_millis(300);
+
+async fn wakes(watch: &mut Watch) -> bool {
+    tokio::time::timeout(WAKE_LIMIT, watch.changed())
+        .await
+        .expect("no wake-up within 10 s")
+}
+
+async fn stays_quiet(watch: &mut Watch) -> bool {
+    tokio::time::timeout(QUIET, watch.changed()).await.is_err()
+}
+
+/// Wait (bounded) until `store` feeds `n` watches.
+async fn active_watches_reach(store: &EtcdStore, n: usize) {
+    tokio::time::timeout(WAKE_LIMIT, async {
+        while store.active_watches() != n {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "active watches stayed at {}, expected {n}",
+            store.active_watches()
+        )
+    });
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_and_deletes_wake_a_watch_subscribed_before_them() -> Result<()> {
+    let Some(uri) = server_uri("writes_and_deletes_wake_a_watch_subscribed_before_them") else {
+        return Ok(());
+    };
+    let store = open(&uri, &run_prefix("watch-wakes")).await;
+    let key = Key::new("lock/a")?;
+    let mut watch = store.watch(&key).await?.expect("etcd can watch");
+    let row = applied(store.put_if_version(&key, None, "held".into()).await?);
+    assert!(wakes(&mut watch).await, "a create wakes the watch");
+    assert_eq!(
+        store.delete_if_version(&key, row.version).await?,
+        DeleteOutcome::Deleted
+    );
+    assert!(wakes(&mut watch).await, "a delete wakes the watch");
+    // A failed CAS writes nothing, so it wakes nobody.
+    let stale = store
+        .put_if_version(&key, Some(row.version), "x".into())
+        .await?;
+    assert_eq!(stale, PutOutcome::Conflict(None));
+    assert!(stays_quiet(&mut watch).await, "a conflict woke the watch");
+    // `notify` is a no-op on etcd (the watch sees every write).
+    store.notify(&key).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_is_not_woken_by_writes_to_other_keys() -> Result<()> {
+    let Some(uri) = server_uri("a_watch_is_not_woken_by_writes_to_other_keys") else {
+        return Ok(());
+    };
+    let store = open(&uri, &run_prefix("watch-other-keys")).await;
+    let mut watch = store.watch(&Key::new("a")?).await?.expect("etcd can watch");
+    // `ab` shares `a` as a prefix: the watch is on the exact key, not a range.
+    for other in ["ab", "b", "a/b"] {
+        applied(
+            store
+                .put_if_version(&Key::new(other)?, None, "x".into())
+                .await?,
+        );
+    }
+    assert!(
+        stays_quiet(&mut watch).await,
+        "writes to other keys woke the watch"
+    );
+    applied(
+        store
+            .put_if_version(&Key::new("a")?, None, "x".into())
+            .await?,
+    );
+    assert!(wakes(&mut watch).await);
+    assert!(
+        stays_quiet(&mut watch).await,
+        "one write woke the watch twice"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_watches_on_one_key_both_wake() -> Result<()> {
+    let Some(uri) = server_uri("two_watches_on_one_key_both_wake") else {
+        return Ok(());
+    };
+    let prefix = run_prefix("watch-two");
+    let store = open(&uri, &prefix).await;
+    let other_process = open(&uri, &prefix).await;
+    let key = Key::new("lock/b")?;
+    let mut first = store.watch(&key).await?.expect("etcd can watch");
+    let mut second = store.watch(&key).await?.expect("etcd can watch");
+    assert_eq!(store.active_watches(), 2);
+    // The write comes from another connection, as another process's would.
+    applied(other_process.put_if_version(&key, None, "x".into()).await?);
+    assert!(wakes(&mut first).await);
+    assert!(wakes(&mut second).await);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dropping_a_watch_ends_its_task() -> Result<()> {
+    let Some(uri) = server_uri("dropping_a_watch_ends_its_task") else {
+        return Ok(());
+    };
+    let store = open(&uri, &run_prefix("watch-drop")).await;
+    let key = Key::new("lock/c")?;
+    let kept = store.watch(&key).await?.expect("etcd can watch");
+    let dropped = store.watch(&key).await?.expect("etcd can watch");
+    assert_eq!(store.active_watches(), 2);
+    drop(dropped);
+    active_watches_reach(&store, 1).await;
+    // Clones share the count; the remaining watch still works.
+    let clone = store.clone();
+    let mut kept = kept;
+    applied(clone.put_if_version(&key, None, "x".into()).await?);
+    assert!(wakes(&mut kept).await);
+    drop(kept);
+    active_watches_reach(&clone, 0).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_outlives_the_call_timeout() -> Result<()> {
+    let Some(uri) = server_uri("a_watch_outlives_the_call_timeout") else {
+        return Ok(());
+    };
+    let config = EtcdConfig::from_uri(&uri)
+        .unwrap_or_else(|e| panic!("BAKERY_ETCD_URI: {e}"))
+        .with_prefix(run_prefix("watch-long"))
+        .with_timeout(Duration::from_millis(300));
+    let store = EtcdStore::open(config).await?;
+    let key = Key::new("lock/d")?;
+    let mut watch = store.watch(&key).await?.expect("etcd can watch");
+    // Three call timeouts pass: the stream must neither end (`changed()`
+    // returning false) nor wake.
+    let quiet = tokio::time::timeout(Duration::from_millis(900), watch.changed()).await;
+    assert!(
+        quiet.is_err(),
+        "the watch ended or woke by itself: {quiet:?}"
+    );
+    applied(store.put_if_version(&key, None, "x".into()).await?);
+    assert!(wakes(&mut watch).await);
+    Ok(())
 }

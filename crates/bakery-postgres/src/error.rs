@@ -21,6 +21,10 @@ pub(crate) enum Op {
     Put,
     /// `delete_if_version`.
     Delete,
+    /// `watch`: opening the LISTEN session (never writes).
+    Watch,
+    /// `notify`: a `pg_notify` (never writes a row).
+    Notify,
 }
 
 impl Op {
@@ -36,6 +40,8 @@ impl fmt::Display for Op {
             Op::Get => "get",
             Op::Put => "put_if_version",
             Op::Delete => "delete_if_version",
+            Op::Watch => "watch",
+            Op::Notify => "notify",
         })
     }
 }
@@ -258,7 +264,14 @@ fn one_line(text: &str) -> String {
 mod tests {
     use super::*;
 
-    const OPS: [Op; 4] = [Op::Open, Op::Get, Op::Put, Op::Delete];
+    const OPS: [Op; 6] = [
+        Op::Open,
+        Op::Get,
+        Op::Put,
+        Op::Delete,
+        Op::Watch,
+        Op::Notify,
+    ];
     const PHASES: [Phase; 3] = [Phase::Connect, Phase::Prepare, Phase::Execute];
 
     #[test]
@@ -351,10 +364,13 @@ mod tests {
                 classify_driver(driver, Phase::Execute, Op::Delete),
                 ErrorKind::Unknown
             );
-            assert_eq!(
-                classify_driver(driver, Phase::Execute, Op::Get),
-                ErrorKind::Unavailable
-            );
+            for op in [Op::Get, Op::Watch, Op::Notify] {
+                assert_eq!(
+                    classify_driver(driver, Phase::Execute, op),
+                    ErrorKind::Unavailable,
+                    "{op}"
+                );
+            }
         }
         for driver in [Driver::Connect, Driver::Timeout, Driver::TlsIo] {
             assert_eq!(

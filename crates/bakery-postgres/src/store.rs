@@ -2,11 +2,12 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bakery_core::{
     async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result,
-    Row, Version, VersionedStore,
+    Row, Version, VersionedStore, Watch,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime, Timeouts};
 use tokio::time::Instant;
@@ -15,6 +16,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use tracing::Instrument;
 
 use crate::error::{map_err, map_pool_err, timed_out, Op, Phase, BACKEND};
+use crate::notify::{channel_name, Listener};
 use crate::{tls, PostgresConfig, TableName, CLIENT_GRACE};
 
 /// How often one call re-runs its statement when the statement's snapshot
@@ -36,6 +38,10 @@ const DDL_LOCK_CLASS: i32 = 0x6261_6b65;
 /// PostgreSQL's row lock and READ COMMITTED re-check of the `WHERE` make it
 /// atomic across any number of clients. On a mismatch the same statement
 /// returns the current row. The SQL and the argument are in the crate docs.
+///
+/// `notify` is one `pg_notify` on the table's channel; `watch` listens on a
+/// dedicated session, opened on the first watch and shared by all of them
+/// (crate docs, "Notifications").
 ///
 /// ```no_run
 /// use bakery_core::{Key, PutOutcome, VersionedStore};
@@ -60,9 +66,13 @@ pub struct PostgresStore {
 struct Inner {
     config: PostgresConfig,
     pool: Pool,
-    /// For cancel requests after a client-side timeout.
+    /// For cancel requests after a client-side timeout, and the LISTEN session.
     tls: MakeRustlsConnect,
     sql: Statements,
+    /// The LISTEN session, opened by the first `watch` (again after it died).
+    listener: tokio::sync::Mutex<Option<Listener>>,
+    /// Watches still registered, over all sessions.
+    watches: Arc<AtomicUsize>,
 }
 
 /// The SQL, with the validated, quoted table name formatted in once.
@@ -96,12 +106,24 @@ struct Statements {
     update: String,
     delete: String,
     create_table: String,
+    /// The LISTEN/NOTIFY channel (no quoting needed: `[A-Za-z0-9_.]`).
+    channel: String,
+    notify: String,
+    listen: String,
 }
 
 impl Statements {
     fn new(table: &TableName) -> Self {
         let t = table.quoted();
+        let channel = channel_name(table);
         Statements {
+            // A wake-up needs no durability: its commit need not wait for
+            // the WAL flush (and holds the notify lock for less time).
+            notify: format!(
+                "SELECT pg_notify('{channel}', $1), set_config('synchronous_commit', 'off', true)"
+            ),
+            listen: format!("LISTEN \"{channel}\""),
+            channel,
             get: format!("SELECT value, version FROM {t} WHERE key = $1"),
             // A create over a tombstone continues its version (no ABA); a
             // corrupt tombstone (version <= 0) is left alone and reported.
@@ -202,6 +224,8 @@ impl PostgresStore {
                 pool,
                 tls,
                 sql,
+                listener: tokio::sync::Mutex::new(None),
+                watches: Arc::new(AtomicUsize::new(0)),
             }),
         };
         store.prepare_table().instrument(span).await?;
@@ -211,6 +235,20 @@ impl PostgresStore {
     /// The configuration this store was opened with.
     pub fn config(&self) -> &PostgresConfig {
         &self.inner.config
+    }
+
+    /// The LISTEN/NOTIFY channel of this store's table: `bakery_` and the
+    /// table name (`schema.name` when qualified; a name too long for a
+    /// channel ends in a hash).
+    pub fn channel(&self) -> &str {
+        &self.inner.sql.channel
+    }
+
+    /// How many [`Watch`]es this store currently feeds. A dropped
+    /// [`Watch`] leaves the count once its registration is removed (at
+    /// once, by a background task).
+    pub fn active_watches(&self) -> usize {
+        self.inner.watches.load(Ordering::SeqCst)
     }
 
     /// The deadline of a call that starts now.
@@ -365,13 +403,48 @@ impl PostgresStore {
         }
         check_schema(&client, table).await?;
         let sql = &self.inner.sql;
-        for statement in [&sql.get, &sql.create, &sql.update, &sql.delete] {
+        for statement in [&sql.get, &sql.create, &sql.update, &sql.delete, &sql.notify] {
             client
                 .prepare_cached(statement)
                 .await
                 .map_err(|e| map_err(e, Phase::Prepare, op))?;
         }
         Ok(())
+    }
+
+    /// The open LISTEN session's watchers; the first call (or the first
+    /// after the session died) opens it, and returns once `LISTEN` is done.
+    async fn listener(&self) -> Result<Arc<crate::notify::Watchers>> {
+        let mut slot = self.inner.listener.lock().await;
+        if let Some(watchers) = slot.as_ref().and_then(Listener::live_watchers) {
+            return Ok(watchers);
+        }
+        *slot = None;
+        let config = &self.inner.config;
+        let budget = config.connect_timeout()
+            + config.timeout().map_or(crate::DEFAULT_TIMEOUT, |t| t)
+            + CLIENT_GRACE;
+        let listen = async {
+            let (client, connection) = config
+                .driver_config()
+                .connect(self.inner.tls.clone())
+                .await
+                .map_err(|e| map_err(e, Phase::Connect, Op::Watch))?;
+            let listener = Listener::start(client, connection);
+            listener
+                .client()
+                .batch_execute(&self.inner.sql.listen)
+                .await
+                .map_err(|e| map_err(e, Phase::Execute, Op::Watch))?;
+            Ok::<_, Error>(listener)
+        };
+        let listener = tokio::time::timeout(budget, listen)
+            .await
+            .map_err(|_| timed_out(Phase::Connect, Op::Watch, budget))??;
+        tracing::debug!(channel = %self.inner.sql.channel, "listening");
+        let watchers = listener.live_watchers();
+        *slot = Some(listener);
+        watchers.ok_or_else(listener_closed)
     }
 
     async fn put(&self, key: &Key, expected: Option<Version>, value: Bytes) -> Result<PutOutcome> {
@@ -483,6 +556,14 @@ fn stored_version(version: Version) -> Option<i64> {
     i64::try_from(version).ok().filter(|v| *v > 0)
 }
 
+fn listener_closed() -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        BACKEND,
+        "watch: the LISTEN session closed as it opened; poll instead",
+    )
+}
+
 fn lost_races(op: Op, key: &Key) -> Error {
     Error::new(
         ErrorKind::Unavailable,
@@ -508,7 +589,10 @@ impl VersionedStore for PostgresStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::PERSISTENT | Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+        Capabilities::PERSISTENT
+            | Capabilities::SHARED
+            | Capabilities::LINEARIZABLE_READS
+            | Capabilities::WATCH
     }
 
     #[tracing::instrument(
@@ -545,6 +629,46 @@ impl VersionedStore for PostgresStore {
     )]
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         self.delete(key, expected).await
+    }
+
+    /// Registers on the store's LISTEN session (opened on first use, and
+    /// again after it died). Woken by [`notify`](Self::notify) only:
+    /// writes themselves send no notification.
+    #[tracing::instrument(
+        level = "debug",
+        name = "postgres.watch",
+        skip_all,
+        fields(backend = BACKEND, op = "watch", key = %key)
+    )]
+    async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
+        // A session can die between the lookup and the registration: then
+        // the second round opens a new one.
+        for _ in 0..2 {
+            let watchers = self.listener().await?;
+            if let Some(watch) = watchers.register(key.as_str(), &self.inner.watches) {
+                return Ok(Some(watch));
+            }
+        }
+        Err(listener_closed())
+    }
+
+    /// One `pg_notify(channel, key)` in its own transaction (committed
+    /// without waiting for the WAL flush): one round trip.
+    #[tracing::instrument(
+        level = "debug",
+        name = "postgres.notify",
+        skip_all,
+        fields(backend = BACKEND, op = "notify", key = %key)
+    )]
+    async fn notify(&self, key: &Key) -> Result<()> {
+        self.query(
+            Op::Notify,
+            self.deadline(),
+            &self.inner.sql.notify,
+            &[&key.as_str()],
+        )
+        .await?;
+        Ok(())
     }
 }
 

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bakery_core::{DeleteOutcome, ErrorKind, Key, PutOutcome, Row, VersionedStore};
+use bakery_core::{
+    Capabilities, DeleteOutcome, ErrorKind, Key, PutOutcome, Row, VersionedStore, Watch,
+};
 use bakery_postgres::PostgresStore;
 use common::{drop_tables, raw_client, server_uri, unique_table, with_options};
 
@@ -677,4 +679,190 @@ async fn bad_credentials_and_databases_are_config_errors_without_the_password() 
             assert!(err.message().contains("TLS"), "{err}");
         }
     }
+}
+
+/// The bound on every wait for a wake-up: a broken watch fails, never hangs.
+const WAKE_LIMIT: Duration = Duration::from_secs(10);
+
+/// How long a watch must stay quiet where no wake-up is due. A wake-up
+/// inside it is a bug whatever the timing (the check cannot fail spuriously).
+const QUIET: Duration = Duration::from_millis(300);
+
+/// The next wake-up: `true` (woken) or `false` (the feed dropped).
+async fn next_wake(watch: &mut Watch) -> bool {
+    tokio::time::timeout(WAKE_LIMIT, watch.changed())
+        .await
+        .expect("no wake-up within 10 s")
+}
+
+async fn stays_quiet(watch: &mut Watch) -> bool {
+    tokio::time::timeout(QUIET, watch.changed()).await.is_err()
+}
+
+async fn watch(store: &PostgresStore, k: &Key) -> Watch {
+    store.watch(k).await.unwrap().expect("postgres can watch")
+}
+
+/// Wait (bounded) until `store` feeds `n` watches.
+async fn active_watches_reach(store: &PostgresStore, n: usize) {
+    tokio::time::timeout(WAKE_LIMIT, async {
+        while store.active_watches() != n {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "active watches stayed at {}, expected {n}",
+            store.active_watches()
+        )
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_wakes_a_watch_subscribed_before_it() {
+    let Some(uri) = server_uri("notify_wakes") else {
+        return;
+    };
+    let table = unique_table("bk_watch");
+    let store = open(&uri, &table).await;
+    assert!(store.capabilities().contains(Capabilities::WATCH));
+    assert_eq!(store.channel(), format!("bakery_{table}"));
+    // The notifier is another store (another pool), as another process is.
+    let other_process = open(&uri, &table).await;
+    let k = key("lock/a");
+    let mut w = watch(&store, &k).await;
+    other_process.notify(&k).await.unwrap();
+    assert!(next_wake(&mut w).await, "notify woke the watch");
+    // And again: a watch serves many wake-ups, also from its own store.
+    store.notify(&k).await.unwrap();
+    assert!(next_wake(&mut w).await);
+    drop_tables(&uri, &[&table]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_is_not_woken_by_notify_of_another_key() {
+    let Some(uri) = server_uri("other_key") else {
+        return;
+    };
+    let table = unique_table("bk_watch");
+    let store = open(&uri, &table).await;
+    let notifier = open(&uri, &table).await;
+    let (a, b) = (key("lock/a"), key("lock/ab"));
+    let mut watch_a = watch(&store, &a).await;
+    let mut watch_b = watch(&store, &b).await;
+    notifier.notify(&b).await.unwrap();
+    // Both watches share one session, which delivers in order: once B's
+    // wake-up is here, a wrong wake-up of A would already be queued.
+    assert!(next_wake(&mut watch_b).await);
+    assert!(stays_quiet(&mut watch_a).await, "notify(B) woke A");
+    notifier.notify(&a).await.unwrap();
+    assert!(next_wake(&mut watch_a).await);
+    assert!(stays_quiet(&mut watch_a).await, "one notify woke A twice");
+    assert!(stays_quiet(&mut watch_b).await, "notify(A) woke B");
+    drop_tables(&uri, &[&table]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_watches_on_one_key_both_wake() {
+    let Some(uri) = server_uri("two_watches") else {
+        return;
+    };
+    let table = unique_table("bk_watch");
+    let store = open(&uri, &table).await;
+    let other_process = open(&uri, &table).await;
+    let k = key("lock/a");
+    // Two on one session, one on another session.
+    let mut first = watch(&store, &k).await;
+    let mut second = watch(&store, &k).await;
+    let mut elsewhere = watch(&other_process, &k).await;
+    store.notify(&k).await.unwrap();
+    assert!(next_wake(&mut first).await);
+    assert!(next_wake(&mut second).await);
+    assert!(next_wake(&mut elsewhere).await);
+    drop_tables(&uri, &[&table]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_watch_removes_its_registration() {
+    let Some(uri) = server_uri("drop_watch") else {
+        return;
+    };
+    let table = unique_table("bk_watch");
+    let store = open(&uri, &table).await;
+    let k = key("lock/a");
+    let mut kept = watch(&store, &k).await;
+    let dropped = watch(&store, &key("lock/other")).await;
+    let dropped_too = watch(&store, &k).await;
+    assert_eq!(store.active_watches(), 3);
+    drop(dropped);
+    drop(dropped_too);
+    active_watches_reach(&store, 1).await;
+    store.notify(&k).await.unwrap();
+    assert!(
+        next_wake(&mut kept).await,
+        "the remaining watch still works"
+    );
+    drop(kept);
+    active_watches_reach(&store, 0).await;
+    drop_tables(&uri, &[&table]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_listen_session_ends_its_watches_and_the_next_watch_reconnects() {
+    let Some(uri) = server_uri("lost_listener") else {
+        return;
+    };
+    let table = unique_table("bk_watch");
+    let store = open(&uri, &table).await;
+    let k = key("lock/a");
+    let mut w = watch(&store, &k).await;
+    // The session's last statement is its LISTEN: find it and kill it.
+    let raw = raw_client(&uri).await;
+    let killed: i64 = raw
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = $1",
+            &[&format!("LISTEN \"{}\"", store.channel())],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1, "exactly one LISTEN session per store");
+    assert!(
+        !next_wake(&mut w).await,
+        "a lost session tells the waiter to poll"
+    );
+    active_watches_reach(&store, 0).await;
+    // The next watch opens a new session.
+    let mut again = watch(&store, &k).await;
+    store.notify(&k).await.unwrap();
+    assert!(next_wake(&mut again).await);
+    drop_tables(&uri, &[&table]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qualified_and_long_table_names_have_working_channels() {
+    let Some(uri) = server_uri("qualified_channels") else {
+        return;
+    };
+    let raw = raw_client(&uri).await;
+    raw.batch_execute("CREATE SCHEMA IF NOT EXISTS bk_test_schema")
+        .await
+        .unwrap();
+    let qualified = format!("bk_test_schema.Mixed_{}", unique_table("w"));
+    // 63 bytes, the longest table name: with `bakery_` in front, too long
+    // for a channel name.
+    let base = unique_table("bk_long");
+    let long = format!("{base}_{}", "x".repeat(62 - base.len()));
+    assert_eq!(long.len(), 63);
+    let k = key("lock/a");
+    for table in [&qualified, &long] {
+        let store = open(&uri, table).await;
+        assert!(store.channel().len() <= 63, "{}", store.channel());
+        let mut w = watch(&store, &k).await;
+        store.notify(&k).await.unwrap();
+        assert!(next_wake(&mut w).await, "{table}");
+    }
+    let (schema, name) = qualified.split_once('.').unwrap();
+    drop_tables(&uri, &[&format!("{schema}.\"{name}\""), &long]).await;
 }

@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod notify;
 mod pool;
 mod scripts;
 mod store;

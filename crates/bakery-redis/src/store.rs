@@ -2,18 +2,19 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bakery_core::{
     async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result,
-    Row, Version, VersionedStore,
+    Row, Version, VersionedStore, Watch,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use tracing::Instrument;
 
 use crate::error::{map_err, unexpected, Failure, Phase, BACKEND};
+use crate::notify::{Listener, Subscriber};
 use crate::pool::{Lease, Pool};
 use crate::scripts::{
     decode, exhausted, expected_arg, next_version, parse_version, script_reply, ScriptReply,
@@ -32,7 +33,9 @@ const MAX_WATCH_ROUNDS: usize = 16;
 /// Reads (`HMGET`) and the script strategy share one multiplexed connection
 /// that reconnects by itself after a failure; the watch strategy checks a
 /// dedicated connection out of a pool for every transaction. Every call is
-/// bounded by the configured timeout.
+/// bounded by the configured timeout. `notify` publishes on the key's
+/// channel; `watch` subscribes to it on one pub/sub connection per store,
+/// opened by the first watch (crate docs, "Notifications").
 ///
 /// ```no_run
 /// use bakery_core::{Key, PutOutcome, VersionedStore};
@@ -64,6 +67,13 @@ struct Inner {
     scripts: Scripts,
     /// The watch strategy's dedicated connections (`None` for `script`).
     pool: Option<Pool>,
+    /// Opens the pub/sub connection.
+    client: Client,
+    /// The pub/sub connection, opened by the first `watch` (again after it
+    /// died).
+    pubsub: tokio::sync::Mutex<Option<Listener>>,
+    /// Watches still registered, over all pub/sub connections.
+    watches: Arc<AtomicUsize>,
 }
 
 impl RedisStore {
@@ -98,6 +108,7 @@ impl RedisStore {
         let timeout = config.timeout();
         let open = async {
             let client = client(&config).await?;
+            let pubsub_client = client.clone();
             let manager_config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(timeout))
                 // Our own timeout bounds every call; the driver's default
@@ -136,9 +147,9 @@ impl RedisStore {
                     Some(pool)
                 }
             };
-            Ok::<_, Error>((shared, scripts, pool))
+            Ok::<_, Error>((shared, scripts, pool, pubsub_client))
         };
-        let (shared, scripts, pool) = tokio::time::timeout(timeout, open)
+        let (shared, scripts, pool, client) = tokio::time::timeout(timeout, open)
             .instrument(span.clone())
             .await
             .map_err(|_| map_err(Failure::Timeout(timeout), Phase::Connect, "connect", None))??;
@@ -149,6 +160,9 @@ impl RedisStore {
                 shared,
                 scripts,
                 pool,
+                client,
+                pubsub: tokio::sync::Mutex::new(None),
+                watches: Arc::new(AtomicUsize::new(0)),
             }),
         })
     }
@@ -174,6 +188,34 @@ impl RedisStore {
     /// ```
     pub fn redis_key(&self, key: &Key) -> String {
         format!("{}{}", self.inner.config.prefix(), key)
+    }
+
+    /// How many [`Watch`]es this store (and its clones) currently feeds. A
+    /// dropped [`Watch`] leaves the count once its registration is removed
+    /// (at once, by a background task, which also unsubscribes a channel
+    /// nobody watches any more).
+    pub fn active_watches(&self) -> usize {
+        self.inner.watches.load(Ordering::SeqCst)
+    }
+
+    /// The open pub/sub connection's subscriber; the first call (or the
+    /// first after the connection died) opens it.
+    async fn subscriber(&self) -> Result<Arc<Subscriber>> {
+        let mut slot = self.inner.pubsub.lock().await;
+        if let Some(subscriber) = slot.as_ref().and_then(Listener::live) {
+            return Ok(subscriber);
+        }
+        *slot = None;
+        let pubsub = self
+            .inner
+            .client
+            .get_async_pubsub()
+            .await
+            .map_err(|e| map_err(e.into(), Phase::Connect, "watch", None))?;
+        let listener = Listener::start(pubsub, self.inner.config.timeout());
+        let subscriber = listener.live();
+        *slot = Some(listener);
+        subscriber.ok_or_else(pubsub_closed)
     }
 
     /// Run `op` under the configured timeout. `sent` is raised by `op` once
@@ -465,6 +507,14 @@ fn corrupt_reply(key: &Key, full: &str, v: Option<Vec<u8>>, ver: Option<Vec<u8>>
     }
 }
 
+fn pubsub_closed() -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        BACKEND,
+        "watch: the pub/sub connection closed as it opened; poll instead",
+    )
+}
+
 fn gave_up(key: &Key, op: &str) -> Error {
     Error::new(
         ErrorKind::Unavailable,
@@ -556,11 +606,11 @@ impl VersionedStore for RedisStore {
         BACKEND
     }
 
-    /// `SHARED | LINEARIZABLE_READS`. Not `PERSISTENT`: that depends on the
-    /// server's `appendonly`/`appendfsync`, which this crate does not check
-    /// (see the crate docs).
+    /// `SHARED | LINEARIZABLE_READS | WATCH`. Not `PERSISTENT`: that
+    /// depends on the server's `appendonly`/`appendfsync`, which this crate
+    /// does not check (see the crate docs).
     fn capabilities(&self) -> Capabilities {
-        Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+        Capabilities::SHARED | Capabilities::LINEARIZABLE_READS | Capabilities::WATCH
     }
 
     #[tracing::instrument(
@@ -643,5 +693,69 @@ impl VersionedStore for RedisStore {
                 self.bounded("delete_if_version", key, &sent, op).await
             }
         }
+    }
+
+    /// Subscribes to the key's channel on the store's pub/sub connection
+    /// (opened on first use, and again after it died); returns once the
+    /// server confirmed the subscription. Woken by [`notify`](Self::notify)
+    /// only: writes themselves publish nothing.
+    #[tracing::instrument(
+        level = "debug",
+        name = "redis.watch",
+        skip_all,
+        fields(backend = BACKEND, op = "watch", key = %key)
+    )]
+    async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
+        let channel = self.redis_key(key);
+        let sent = AtomicBool::new(false);
+        self.bounded("watch", key, &sent, async {
+            // A connection can die between the lookup and the
+            // registration: then the second round opens a new one.
+            for _ in 0..2 {
+                let subscriber = self.subscriber().await?;
+                let registered = subscriber
+                    .register(key, &channel, &self.inner.watches)
+                    .await?;
+                if let Some(watch) = registered {
+                    return Ok(Some(watch));
+                }
+            }
+            Err(pubsub_closed())
+        })
+        .await
+    }
+
+    /// One `PUBLISH` on the key's channel, on the shared connection: one
+    /// round trip.
+    #[tracing::instrument(
+        level = "debug",
+        name = "redis.notify",
+        skip_all,
+        fields(backend = BACKEND, op = "notify", key = %key)
+    )]
+    async fn notify(&self, key: &Key) -> Result<()> {
+        let channel = self.redis_key(key);
+        let sent = AtomicBool::new(false);
+        self.bounded("notify", key, &sent, async {
+            let mut publish = redis::cmd("PUBLISH");
+            publish.arg(&channel).arg("");
+            let publish = &publish;
+            let send =
+                || self.on_shared(|mut conn| async move { publish.query_async(&mut conn).await });
+            let receivers: i64 = match send().await {
+                // A second PUBLISH is harmless (one more wake-up), a lost
+                // one costs a waiter its poll interval: retry once on the
+                // reconnected shared connection.
+                Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                    tracing::debug!(error = %e, "shared connection lost; publishing again");
+                    send().await
+                }
+                other => other,
+            }
+            .map_err(|e| map_err(e.into(), Phase::Read, "notify", Some(key)))?;
+            tracing::debug!(receivers, "published");
+            Ok(())
+        })
+        .await
     }
 }

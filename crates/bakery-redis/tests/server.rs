@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bakery_core::{
-    Capabilities, DeleteOutcome, ErrorKind, Key, MemoryStore, PutOutcome, VersionedStore,
+    Capabilities, DeleteOutcome, ErrorKind, Key, MemoryStore, PutOutcome, VersionedStore, Watch,
 };
 use bakery_redis::{CasStrategy, RedisConfig, RedisStore};
 use common::{cleanup, increment_n, raw, server_uri, store, store_with, STRATEGIES};
@@ -102,7 +102,7 @@ async fn life_cycle_matches_the_reference() {
         assert_eq!(store.backend(), "redis");
         assert_eq!(
             store.capabilities(),
-            Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+            Capabilities::SHARED | Capabilities::LINEARIZABLE_READS | Capabilities::WATCH
         );
         life_cycle(&store).await;
         cleanup(&uri, &store).await;
@@ -561,4 +561,249 @@ async fn tls_end_to_end() {
         assert_eq!(err.kind(), ErrorKind::Config, "{err}");
         assert!(err.message().contains("ca_file"), "{err}");
     }
+}
+
+/// The bound on every wait for a wake-up: a broken watch fails, never hangs.
+const WAKE_LIMIT: Duration = Duration::from_secs(10);
+
+/// How long a watch must stay quiet where no wake-up is due. A wake-up
+/// inside it is a bug whatever the timing (the check cannot fail spuriously).
+const QUIET: Duration = Duration::from_millis(300);
+
+/// The next wake-up: `true` (woken) or `false` (the feed dropped).
+async fn next_wake(watch: &mut Watch) -> bool {
+    tokio::time::timeout(WAKE_LIMIT, watch.changed())
+        .await
+        .expect("no wake-up within 10 s")
+}
+
+async fn stays_quiet(watch: &mut Watch) -> bool {
+    tokio::time::timeout(QUIET, watch.changed()).await.is_err()
+}
+
+async fn watch(store: &RedisStore, k: &Key) -> Watch {
+    store.watch(k).await.unwrap().expect("redis can watch")
+}
+
+/// Another store on the same prefix: another process, as far as the
+/// server can tell.
+async fn same_prefix(uri: &str, store: &RedisStore) -> RedisStore {
+    let prefix = store.config().prefix().to_string();
+    let strategy = store.strategy();
+    store_with(uri, "peer", |c| c.with_prefix(prefix).with_cas(strategy)).await
+}
+
+/// Wait (bounded) until `store` feeds `n` watches.
+async fn active_watches_reach(store: &RedisStore, n: usize) {
+    tokio::time::timeout(WAKE_LIMIT, async {
+        while store.active_watches() != n {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "active watches stayed at {}, expected {n}",
+            store.active_watches()
+        )
+    });
+}
+
+/// Subscribers of `channel` on the server (`PUBSUB NUMSUB`).
+async fn subscribers(uri: &str, channel: &str) -> i64 {
+    let (_, n): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut raw(uri).await)
+        .await
+        .expect("PUBSUB NUMSUB");
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_wakes_a_watch_subscribed_before_it() {
+    let Some(uri) = server_uri("notify_wakes_a_watch_subscribed_before_it") else {
+        return;
+    };
+    for strategy in STRATEGIES {
+        let store = store(&uri, "notify", strategy).await;
+        let other_process = same_prefix(&uri, &store).await;
+        let k = key("lock/a");
+        let mut w = watch(&store, &k).await;
+        other_process.notify(&k).await.unwrap();
+        assert!(next_wake(&mut w).await, "{strategy}: notify woke the watch");
+        // And again, from its own store.
+        store.notify(&k).await.unwrap();
+        assert!(next_wake(&mut w).await, "{strategy}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_is_not_woken_by_notify_of_another_key() {
+    let Some(uri) = server_uri("a_watch_is_not_woken_by_notify_of_another_key") else {
+        return;
+    };
+    for strategy in STRATEGIES {
+        let store = store(&uri, "other_key", strategy).await;
+        let notifier = same_prefix(&uri, &store).await;
+        let (a, b) = (key("lock/a"), key("lock/ab"));
+        let mut watch_a = watch(&store, &a).await;
+        let mut watch_b = watch(&store, &b).await;
+        notifier.notify(&b).await.unwrap();
+        // Both watches share one connection, which delivers in order: once
+        // B's wake-up is here, a wrong wake-up of A would already be queued.
+        assert!(next_wake(&mut watch_b).await, "{strategy}");
+        assert!(
+            stays_quiet(&mut watch_a).await,
+            "{strategy}: notify(B) woke A"
+        );
+        notifier.notify(&a).await.unwrap();
+        assert!(next_wake(&mut watch_a).await, "{strategy}");
+        assert!(
+            stays_quiet(&mut watch_a).await,
+            "{strategy}: one notify woke A twice"
+        );
+        assert!(
+            stays_quiet(&mut watch_b).await,
+            "{strategy}: notify(A) woke B"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_watches_on_one_key_both_wake() {
+    let Some(uri) = server_uri("two_watches_on_one_key_both_wake") else {
+        return;
+    };
+    for strategy in STRATEGIES {
+        let store = store(&uri, "two_watches", strategy).await;
+        let other_process = same_prefix(&uri, &store).await;
+        let k = key("lock/a");
+        // Two on one connection, one on another.
+        let mut first = watch(&store, &k).await;
+        let mut second = watch(&store, &k).await;
+        let mut elsewhere = watch(&other_process, &k).await;
+        store.notify(&k).await.unwrap();
+        assert!(next_wake(&mut first).await, "{strategy}");
+        assert!(next_wake(&mut second).await, "{strategy}");
+        assert!(next_wake(&mut elsewhere).await, "{strategy}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_last_watch_of_a_key_unsubscribes() {
+    let Some(uri) = server_uri("dropping_the_last_watch_of_a_key_unsubscribes") else {
+        return;
+    };
+    let store = store(&uri, "drop_watch", CasStrategy::Script).await;
+    let k = key("lock/a");
+    let channel = store.redis_key(&k);
+    let mut kept = watch(&store, &k).await;
+    let dropped = watch(&store, &k).await;
+    let other = watch(&store, &key("lock/other")).await;
+    assert_eq!(store.active_watches(), 3);
+    assert_eq!(
+        subscribers(&uri, &channel).await,
+        1,
+        "one connection per store"
+    );
+    drop(dropped);
+    drop(other);
+    active_watches_reach(&store, 1).await;
+    assert_eq!(
+        subscribers(&uri, &store.redis_key(&key("lock/other"))).await,
+        0,
+        "a key nobody watches is unsubscribed"
+    );
+    assert_eq!(subscribers(&uri, &channel).await, 1, "still watched");
+    store.notify(&k).await.unwrap();
+    assert!(
+        next_wake(&mut kept).await,
+        "the remaining watch still works"
+    );
+    drop(kept);
+    // The count drops after the UNSUBSCRIBE was confirmed.
+    active_watches_reach(&store, 0).await;
+    assert_eq!(subscribers(&uri, &channel).await, 0);
+    // Watching again subscribes again.
+    let mut again = watch(&store, &k).await;
+    store.notify(&k).await.unwrap();
+    assert!(next_wake(&mut again).await);
+}
+
+/// A loopback TCP proxy to the test server whose connections can be cut.
+struct Proxy {
+    addr: std::net::SocketAddr,
+    cut: tokio::sync::watch::Sender<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(target: String) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (cut, cuts) = tokio::sync::watch::channel(0u64);
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let Ok(mut server) = tokio::net::TcpStream::connect(&target).await else {
+                    continue;
+                };
+                let mut cuts = cuts.clone();
+                cuts.mark_unchanged();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cuts.changed() => {}
+                    }
+                });
+            }
+        });
+        Proxy { addr, cut, task }
+    }
+
+    /// Close every connection made so far (new ones are still accepted).
+    fn cut(&self) {
+        self.cut.send_modify(|n| *n += 1);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_pubsub_connection_ends_its_watches_and_the_next_watch_reconnects() {
+    let Some(uri) = server_uri("a_lost_pubsub_connection_ends_its_watches") else {
+        return;
+    };
+    let config = RedisConfig::from_uri(&uri).unwrap();
+    if config.tls() || config.has_password() {
+        // The proxy speaks plain TCP, and the password cannot be copied.
+        eprintln!("a_lost_pubsub_connection_ends_its_watches: skipped (TLS or password)");
+        return;
+    }
+    let proxy = Proxy::start(format!("{}:{}", config.host(), config.port())).await;
+    let store = RedisStore::open(
+        RedisConfig::new(proxy.addr.ip().to_string())
+            .with_port(proxy.addr.port())
+            .with_db(config.db())
+            .with_prefix(common::unique_prefix("lost_pubsub")),
+    )
+    .await
+    .expect("connect through the proxy");
+    let k = key("lock/a");
+    let mut w = watch(&store, &k).await;
+    proxy.cut();
+    assert!(
+        !next_wake(&mut w).await,
+        "a lost connection tells the waiter to poll"
+    );
+    active_watches_reach(&store, 0).await;
+    // The next watch opens a new connection (through the proxy, which
+    // still accepts), and notify works again too.
+    let mut again = watch(&store, &k).await;
+    store.notify(&k).await.unwrap();
+    assert!(next_wake(&mut again).await);
 }
