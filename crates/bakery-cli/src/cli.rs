@@ -44,6 +44,21 @@ pub enum Command {
     #[command(subcommand)]
     Seq(SeqCommand),
 
+    /// Fair distributed locks: run a command while holding a lock, granted
+    /// in the order requested, with a lease and a fencing token.
+    #[command(subcommand)]
+    Lock(crate::lock::LockCommand),
+
+    /// Fenced values: writes carrying a lock's fencing token, refused when
+    /// a newer holder has written.
+    #[command(subcommand)]
+    Fence(crate::lock::FenceCommand),
+
+    /// Lamport clocks and Lamport's distributed mutual exclusion, simulated
+    /// (no store involved).
+    #[command(subcommand)]
+    Lamport(crate::lamport::LamportCommand),
+
     /// List the URI schemes compiled into this build.
     Backends,
 }

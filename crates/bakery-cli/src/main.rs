@@ -3,6 +3,8 @@
 //! Exit status: 0 success, 1 runtime error (one line on stderr), 2 usage error.
 
 mod cli;
+mod lamport;
+mod lock;
 mod output;
 mod seq;
 
@@ -13,6 +15,7 @@ use std::sync::Arc;
 use bakery::VersionedStore;
 
 use crate::cli::{Cli, Command, SeqCommand};
+use crate::lock::{FenceCommand, LockCommand};
 use crate::output::CliError;
 
 fn main() -> ExitCode {
@@ -34,6 +37,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // The reader of stdout went away (`| head`): stop quietly.
         Err(err) if err.is_broken_pipe() => ExitCode::SUCCESS,
+        Err(CliError::Exit(code)) => ExitCode::from(code),
         Err(err) => {
             output::report(&err);
             ExitCode::FAILURE
@@ -44,6 +48,40 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), CliError> {
     match &cli.command {
         Command::Backends => backends(cli.json),
+        // Simulated processes only: no store is opened.
+        Command::Lamport(lamport::LamportCommand::Simulate(args)) => {
+            lamport::simulate(args, cli.json)
+        }
+        Command::Lock(command) => {
+            let name = match command {
+                LockCommand::Run(args) => &args.name,
+                LockCommand::Try(args) => &args.name,
+                LockCommand::Show(args) => &args.name,
+            };
+            bakery::validate_name(name)?;
+            let (store, _) = open(cli.uri.as_deref()).await?;
+            let status = match command {
+                LockCommand::Run(args) => lock::run(store, args).await?,
+                LockCommand::Try(args) => lock::try_run(store, args).await?,
+                LockCommand::Show(args) => return lock::show(&*store, args, cli.json).await,
+            };
+            match status {
+                0 => Ok(()),
+                code => Err(CliError::Exit(code)),
+            }
+        }
+        Command::Fence(command) => {
+            let name = match command {
+                FenceCommand::Read(args) => &args.name,
+                FenceCommand::Write(args) => &args.name,
+            };
+            bakery::validate_name(name)?;
+            let (store, _) = open(cli.uri.as_deref()).await?;
+            match command {
+                FenceCommand::Read(args) => lock::fence_read(store, args, cli.json).await,
+                FenceCommand::Write(args) => lock::fence_write(store, args).await,
+            }
+        }
         Command::Seq(SeqCommand::Next(args)) => {
             // Check the name before touching (or creating) any store.
             bakery::validate_name(&args.name)?;

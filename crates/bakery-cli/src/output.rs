@@ -20,6 +20,9 @@ pub enum CliError {
     /// A plain message (a missing sequence, a data directory that cannot be
     /// created, …).
     Message(String),
+    /// Finish with this exit status; whatever needed saying was said (e.g.
+    /// `bakery lock run` passing on its command's status).
+    Exit(u8),
 }
 
 impl CliError {
@@ -60,6 +63,7 @@ impl fmt::Display for CliError {
             } => write!(f, "{err} ({context})"),
             CliError::Output(err) => write!(f, "cannot write output: {err}"),
             CliError::Message(message) => f.write_str(message),
+            CliError::Exit(code) => write!(f, "exit status {code}"),
         }
     }
 }

@@ -1,0 +1,356 @@
+//! `bakery lock run|try|show` and `bakery fence read|write`: the fair lock
+//! and fenced values from the shell.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bakery::fence::{FencedValue, FencedWrite};
+use bakery::lock::{Lock, LockGuard, LockState};
+use bakery::{ErrorKind, VersionedStore};
+use clap::{Args, Subcommand};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::json;
+use tokio::process::{Child, Command};
+
+use crate::output::{self, CliError};
+
+/// Exit status of `lock try` when the lock is busy, and of `lock run` when
+/// `--timeout` passes (EX_TEMPFAIL: try again later).
+pub const EXIT_BUSY: u8 = 75;
+
+/// How long COMMAND gets to exit after SIGTERM before SIGKILL.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// `bakery lock …`
+#[derive(Debug, Subcommand)]
+pub enum LockCommand {
+    /// Run COMMAND while holding the lock NAME; wait in FIFO order for it.
+    ///
+    /// COMMAND gets the grant's fencing token in BAKERY_FENCING_TOKEN (and
+    /// the lock's name in BAKERY_LOCK_NAME); pass it to whatever it writes
+    /// (e.g. `bakery fence write`) so a holder that outlived its lease is
+    /// refused. bakery exits with COMMAND's status (128+N if killed by signal
+    /// N). If the lock is lost while COMMAND runs (its lease ran out and
+    /// another client took over), bakery says so on stderr, stops COMMAND
+    /// (SIGTERM, then SIGKILL after 5 s) and exits 1. With --timeout, gives
+    /// up with status 75 if the lock is not granted in time.
+    Run(RunArgs),
+
+    /// Run COMMAND only if the lock NAME is free and nobody waits for it;
+    /// otherwise exit 75 at once without running it.
+    Try(TryArgs),
+
+    /// Show a lock's holder, fencing token and queue. Exits 1 if the lock was
+    /// never taken.
+    Show(ShowArgs),
+}
+
+/// Arguments of `bakery lock run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Lock name: ASCII letters, digits and `_ - . : @ + =` (no `/`).
+    pub name: String,
+
+    /// Lease: how long the lock survives this process's silence (heartbeats
+    /// every lease/3), e.g. `10s`, `500ms`.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub lease: Duration,
+
+    /// Give up (exit 75) if not granted within this long, e.g. `30s`.
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// Arguments of `bakery lock try`.
+#[derive(Debug, Args)]
+pub struct TryArgs {
+    /// Lock name.
+    pub name: String,
+
+    /// Lease, as for `lock run`.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub lease: Duration,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// Arguments of `bakery lock show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Lock name.
+    pub name: String,
+}
+
+/// `bakery fence …`
+#[derive(Debug, Subcommand)]
+pub enum FenceCommand {
+    /// Print a fenced value (with --json also the token that wrote it).
+    /// Exits 1 if it was never written.
+    Read(FenceReadArgs),
+
+    /// Store VALUE if TOKEN is at least the largest token the value has
+    /// seen; otherwise refuse (exit 1) and keep the newer value.
+    Write(FenceWriteArgs),
+}
+
+/// Arguments of `bakery fence read`.
+#[derive(Debug, Args)]
+pub struct FenceReadArgs {
+    /// Name of the fenced value.
+    pub name: String,
+}
+
+/// Arguments of `bakery fence write`.
+#[derive(Debug, Args)]
+pub struct FenceWriteArgs {
+    /// Name of the fenced value.
+    pub name: String,
+
+    /// The value to store.
+    pub value: String,
+
+    /// Fencing token of the writer; `bakery lock run` exports it.
+    #[arg(long, env = "BAKERY_FENCING_TOKEN")]
+    pub token: u64,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration.is_zero() {
+        return Err("must be greater than zero".into());
+    }
+    Ok(duration)
+}
+
+fn build(store: Arc<dyn VersionedStore>, name: &str, lease: Duration) -> Result<Lock, CliError> {
+    Ok(Lock::builder(store, name).lease(lease).build()?)
+}
+
+/// `bakery lock run`.
+pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, CliError> {
+    let mut builder = Lock::builder(store, &args.name).lease(args.lease);
+    if let Some(timeout) = args.timeout {
+        builder = builder.acquire_timeout(timeout);
+    }
+    let lock = builder.build()?;
+    let guard = match lock.acquire().await {
+        Ok(guard) => guard,
+        Err(err) if err.kind() == ErrorKind::TimedOut => {
+            output::report(&CliError::from(err));
+            return Ok(EXIT_BUSY);
+        }
+        Err(err) => return Err(err.into()),
+    };
+    hold_while_running(guard, &args.name, &args.command).await
+}
+
+/// `bakery lock try`.
+pub async fn try_run(store: Arc<dyn VersionedStore>, args: &TryArgs) -> Result<u8, CliError> {
+    let lock = build(store, &args.name, args.lease)?;
+    match lock.try_acquire().await? {
+        Some(guard) => hold_while_running(guard, &args.name, &args.command).await,
+        None => {
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "bakery: lock {} is busy; not running the command",
+                args.name
+            );
+            Ok(EXIT_BUSY)
+        }
+    }
+}
+
+async fn hold_while_running(
+    guard: LockGuard,
+    name: &str,
+    command: &[OsString],
+) -> Result<u8, CliError> {
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| CliError::Message("no COMMAND given after --".into()))?;
+    let mut child = match Command::new(program)
+        .args(args)
+        .env("BAKERY_FENCING_TOKEN", guard.token().to_string())
+        .env("BAKERY_LOCK_NAME", name)
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(err) => {
+            let _ = guard.release().await;
+            return Err(CliError::Message(format!(
+                "cannot run {}: {err}",
+                program.to_string_lossy()
+            )));
+        }
+    };
+    let lost = guard.lost();
+    let mut terminate = signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut interrupt = signal(tokio::signal::unix::SignalKind::interrupt())?;
+    tokio::pin!(lost);
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status?,
+            reason = &mut lost => {
+                output::report(&CliError::Message(format!(
+                    "lock {name} lost ({reason}); stopping the command"
+                )));
+                stop(&mut child).await?;
+                return Ok(1);
+            }
+            // Pass a stop request on to the command and keep holding the
+            // lock until it has exited.
+            _ = terminate.recv() => forward(&child, Signal::SIGTERM),
+            _ = interrupt.recv() => forward(&child, Signal::SIGINT),
+        }
+    };
+    match guard.release().await {
+        Ok(()) => Ok(exit_code(status)),
+        Err(err) if err.kind() == ErrorKind::Lost => {
+            output::report(&CliError::Message(format!(
+                "lock {name} was lost while the command ran (token no longer current): {err}"
+            )));
+            Ok(1)
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal, CliError> {
+    tokio::signal::unix::signal(kind)
+        .map_err(|e| CliError::Message(format!("cannot install a signal handler: {e}")))
+}
+
+fn forward(child: &Child, signal: Signal) {
+    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
+        let _ = kill(Pid::from_raw(pid), signal);
+    }
+}
+
+/// SIGTERM, then SIGKILL if COMMAND has not exited after the grace period.
+async fn stop(child: &mut Child) -> Result<(), CliError> {
+    forward(child, Signal::SIGTERM);
+    if tokio::time::timeout(GRACE, child.wait()).await.is_err() {
+        child.kill().await?;
+    }
+    Ok(())
+}
+
+/// COMMAND's status as ours: its code, or 128+N when killed by signal N.
+fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
+        (None, None) => 1,
+    }
+}
+
+/// `bakery lock show`.
+pub async fn show(store: &dyn VersionedStore, args: &ShowArgs, json: bool) -> Result<(), CliError> {
+    let Some(state) = Lock::inspect(store, &args.name).await? else {
+        return Err(CliError::Message(format!(
+            "lock {} does not exist (never taken)",
+            args.name
+        )));
+    };
+    let mut out = output::stdout();
+    if json {
+        serde_json::to_writer(&mut out, &json!({ "name": args.name, "state": state }))
+            .map_err(|e| CliError::Message(format!("cannot write JSON: {e}")))?;
+        writeln!(out)?;
+    } else {
+        write_state(&mut out, &args.name, &state)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn write_state(out: &mut impl Write, name: &str, state: &LockState) -> std::io::Result<()> {
+    writeln!(out, "lock:   {name}")?;
+    writeln!(out, "token:  {}", state.token)?;
+    match &state.holder {
+        Some(holder) => writeln!(
+            out,
+            "holder: {} (request {}, heartbeat {}{}, lease {})",
+            holder.owner,
+            holder.id,
+            holder.beat,
+            if holder.beat == 0 {
+                ", handed over, not yet claimed"
+            } else {
+                ""
+            },
+            humantime::format_duration(Duration::from_millis(holder.lease_ms))
+        )?,
+        None => writeln!(out, "holder: none (free)")?,
+    }
+    writeln!(out, "queue:  {} waiting", state.queue.len())?;
+    for (position, waiter) in state.queue.iter().enumerate() {
+        writeln!(
+            out,
+            "  {}. {} (request {})",
+            position + 1,
+            waiter.owner,
+            waiter.id
+        )?;
+    }
+    Ok(())
+}
+
+/// `bakery fence read`.
+pub async fn fence_read(
+    store: Arc<dyn VersionedStore>,
+    args: &FenceReadArgs,
+    json: bool,
+) -> Result<(), CliError> {
+    let value = FencedValue::new(store, &args.name)?;
+    let Some(fenced) = value.read().await? else {
+        return Err(CliError::Message(format!(
+            "fenced value {} does not exist",
+            args.name
+        )));
+    };
+    let mut out = output::stdout();
+    if json {
+        let data = String::from_utf8_lossy(&fenced.data);
+        serde_json::to_writer(
+            &mut out,
+            &json!({ "name": args.name, "token": fenced.token, "value": data }),
+        )
+        .map_err(|e| CliError::Message(format!("cannot write JSON: {e}")))?;
+        writeln!(out)?;
+    } else {
+        out.write_all(&fenced.data)?;
+        writeln!(out)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// `bakery fence write`.
+pub async fn fence_write(
+    store: Arc<dyn VersionedStore>,
+    args: &FenceWriteArgs,
+) -> Result<(), CliError> {
+    let value = FencedValue::new(store, &args.name)?;
+    match value
+        .write(args.token, args.value.clone().into_bytes().into())
+        .await?
+    {
+        FencedWrite::Accepted(_) => Ok(()),
+        FencedWrite::Rejected { highest } => Err(CliError::Message(format!(
+            "fenced write to {} rejected: token {} is older than {highest} (another holder wrote since)",
+            args.name, args.token
+        ))),
+    }
+}
