@@ -8,6 +8,7 @@ pub use bakery_core::{
     MemoryStore, OpCounts, PutOutcome, Result, Row, Version, VersionedStore, Watch, WatchSender,
 };
 pub use bakery_recipes::fence::{self, Fenced, FencedValue, FencedWrite};
+pub use bakery_recipes::lamport;
 pub use bakery_recipes::lock::{self, Lock, LockBuilder, LockGuard, LockState, LostReason};
 pub use bakery_recipes::old_lock::{self, OldLock};
 pub use bakery_recipes::sequence::{self, IdBatch, Sequence, SequenceBuilder, SequenceState};
