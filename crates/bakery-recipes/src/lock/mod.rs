@@ -8,8 +8,9 @@
 //!   appends itself to the queue with one write. The queue is in the order
 //!   those writes applied, so grants are FIFO with no clock involved.
 //! - **Direct hand-off.** `release` gives the lock to the head of the queue in
-//!   the same write (with a new fencing token); the new holder claims it by
-//!   advancing its heartbeat.
+//!   the same write (with a new fencing token). The new holder learns it on
+//!   its next read; its lease runs from its previous read (which the hand-off
+//!   followed), so taking over costs no write.
 //! - **Leases without synchronized clocks.** The holder advances a heartbeat
 //!   counter every lease/3. A waiter that sees the same (holder, heartbeat)
 //!   for a whole lease *on its own monotonic clock* evicts the holder with a
@@ -19,9 +20,11 @@
 //!   guarantees mutual exclusion by itself (a paused holder outlives its
 //!   lease); checking the token where the protected data is written does —
 //!   see [`FencedValue`](crate::fence::FencedValue).
-//! - **Wake-ups.** Waiters poll with jittered exponential backoff; on a
-//!   backend with [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH)
-//!   they wait for the store's notification instead, and every change of
+//! - **Wake-ups.** Waiters poll with jittered exponential backoff, slower the
+//!   further back they are in the queue (the store sees O(log n) reads per
+//!   hand-off, not O(n)); on a backend with
+//!   [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH) the first two
+//!   waiters wait for the store's notification instead, and every change of
 //!   holder calls [`VersionedStore::notify`].
 //!
 //! # Example
@@ -254,6 +257,9 @@ impl Lock {
     /// come (the request is withdrawn in the background, or expires with the
     /// lease). Dropping the future withdraws the request too.
     pub async fn acquire(&self) -> Result<LockGuard> {
+        // On a store that never makes us wait (MemoryStore), a loop of
+        // acquire/release would otherwise never yield to other tasks.
+        tokio::task::coop::consume_budget().await;
         let mut ticket = Ticket::new(&self.inner);
         let outcome = match self.inner.acquire_timeout {
             None => self.wait_for_grant(&mut ticket).await,
@@ -287,6 +293,7 @@ impl Lock {
     /// otherwise `Ok(None)` at once. Never queues, never evicts (a crashed
     /// holder is evicted by the next blocking [`acquire`](Self::acquire)).
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
+        tokio::task::coop::consume_budget().await;
         let ticket = Ticket::new(&self.inner);
         // A cached row may say "free" (a stale one only costs a conflict),
         // but "busy" is only believed from a fresh read.
@@ -344,6 +351,11 @@ impl Lock {
         let me = ticket.waiter.id.clone();
         // Set up on the first wait only: an uncontended acquire is one write.
         let mut wakeup: Option<Wakeup> = None;
+        // Send time of the last call whose result did NOT show us as the
+        // holder. A hand-off to us committed after it, so no observer can
+        // have started timing our (unclaimed) grant before it: our lease may
+        // safely run from there, and taking a handed-off lock needs no write.
+        let mut not_holder_at = Instant::now();
         let mut current = inner.cached();
         if current.is_none() {
             current = inner.store.get(&inner.key).await?;
@@ -354,13 +366,15 @@ impl Lock {
                 Some(row) => LockState::decode(row)?,
                 None => LockState::default(),
             };
+            if state.held_by(&me) {
+                let row = current.ok_or_else(|| {
+                    Error::new(ErrorKind::Internal, "lock", "held lock without row")
+                })?;
+                inner.remember(Some(&row));
+                return Ok(Grant::new(me, &row, state, not_holder_at));
+            }
             let sent = Instant::now();
-            let outcome = if state.held_by(&me) {
-                // Handed over to us: claim it by advancing the heartbeat. Our
-                // lease runs from this write's send time.
-                state.beat();
-                self.put(current.as_ref(), &state).await?
-            } else if state.is_free() {
+            let outcome = if state.is_free() {
                 state.take(&ticket.waiter)?;
                 self.put(current.as_ref(), &state).await?
             } else if !state.queued(&me) {
@@ -385,7 +399,11 @@ impl Lock {
                         None
                     };
                     wakeup = Some(Wakeup::new(watch, inner.poll_interval, inner.lease));
+                    let sent = Instant::now();
                     current = inner.store.get(&inner.key).await?;
+                    if !held_by(current.as_ref(), &me) {
+                        not_holder_at = sent;
+                    }
                     continue;
                 };
                 let holder = state.holder.clone().ok_or_else(|| {
@@ -397,29 +415,36 @@ impl Lock {
                     state.hand_off()?;
                     let mine = state.held_by(&me);
                     if mine {
-                        state.beat(); // evict and claim in one write
+                        state.beat(); // evict and take in one write
                     }
                     let outcome = self.put(current.as_ref(), &state).await?;
                     if let PutOutcome::Applied(row) = &outcome {
                         inner.remember(Some(row));
-                        if !mine {
-                            inner.notify().await;
+                        if mine {
+                            return Ok(Grant::new(me, row, state, sent));
                         }
-                    }
-                    if let (PutOutcome::Applied(row), true) = (&outcome, mine) {
-                        return Ok(Grant::new(me, row, state, sent));
+                        inner.notify().await;
                     }
                     current = match outcome {
                         PutOutcome::Applied(row) => Some(row),
                         PutOutcome::Conflict(now) => now,
                     };
+                    if !held_by(current.as_ref(), &me) {
+                        not_holder_at = sent;
+                    }
                     continue;
                 }
                 let deadline = seen.deadline();
                 observed = Some(seen);
-                wakeup.wait(Some(deadline)).await;
+                let position = state.queue.iter().position(|w| w.id == me).unwrap_or(0);
+                wakeup.wait(position, deadline).await;
                 let before = current.as_ref().map(|row| row.version);
+                let sent = Instant::now();
                 current = inner.store.get(&inner.key).await?;
+                wakeup.observe_read(sent.elapsed());
+                if !held_by(current.as_ref(), &me) {
+                    not_holder_at = sent;
+                }
                 if current.as_ref().map(|row| row.version) != before {
                     wakeup.progress();
                 }
@@ -431,12 +456,25 @@ impl Lock {
                     if state.held_by(&me) {
                         return Ok(Grant::new(me, &row, state, sent));
                     }
+                    not_holder_at = sent;
                     current = Some(row);
                 }
-                PutOutcome::Conflict(now) => current = now,
+                PutOutcome::Conflict(now) => {
+                    if !held_by(now.as_ref(), &me) {
+                        not_holder_at = sent;
+                    }
+                    current = now;
+                }
             }
         }
     }
+}
+
+/// Does `row` show `id` as the holder? (An unreadable row does not; the
+/// loop reports it when it decodes the row.)
+fn held_by(row: Option<&Row>, id: &str) -> bool {
+    row.and_then(|row| LockState::decode(row).ok())
+        .is_some_and(|state| state.held_by(id))
 }
 
 pub(crate) async fn put_state(

@@ -16,7 +16,13 @@ pub(crate) struct Wakeup {
     /// Safety net while watching: notifications can be lost (a dropped
     /// feed, a notify that failed), so re-read at least this often.
     watch_fallback: Duration,
+    /// Longest poll delay of a waiter far back in the queue: it still
+    /// checks the holder's lease a few times per lease.
+    slowest: Duration,
     next_poll: Duration,
+    /// Smoothed latency of this waiter's reads: it never polls faster than
+    /// the store answers, so a loaded store is not loaded further.
+    read_latency: Duration,
 }
 
 impl Wakeup {
@@ -25,8 +31,16 @@ impl Wakeup {
             watch,
             poll_interval,
             watch_fallback: (lease / 4).max(poll_interval),
+            slowest: (lease / 4).max(poll_interval),
             next_poll: FIRST_POLL.min(poll_interval),
+            read_latency: Duration::ZERO,
         }
+    }
+
+    /// One read took `latency`.
+    pub(crate) fn observe_read(&mut self, latency: Duration) {
+        // Exponentially weighted, 1/4 to the new sample.
+        self.read_latency = (self.read_latency * 3 + latency) / 4;
     }
 
     /// The row changed: poll quickly again (the next hand-off may be near).
@@ -36,21 +50,25 @@ impl Wakeup {
 
     /// Wait until a notification, the next poll, or `deadline` (the moment an
     /// observed holder's lease runs out), whichever comes first.
-    pub(crate) async fn wait(&mut self, deadline: Option<Instant>) {
+    ///
+    /// `position` is this waiter's place in the queue (0: next). Only the
+    /// next holder needs to react fast, so the poll delay grows with the
+    /// position, and only the first two waiters listen to notifications:
+    /// a hand-off then costs O(log n) reads, not one per waiter.
+    pub(crate) async fn wait(&mut self, position: usize, deadline: Instant) {
+        let backoff = self.next_poll;
+        self.next_poll = (self.next_poll * 2).min(self.poll_interval);
+        let behind = u32::try_from(position.saturating_add(1)).unwrap_or(u32::MAX);
+        let base = backoff.max(self.read_latency);
+        let poll = jitter(base.saturating_mul(behind)).min(self.slowest);
+        let listen = position <= 1;
         let delay = match self.watch {
-            Some(_) => self.watch_fallback,
-            None => {
-                let delay = jitter(self.next_poll);
-                self.next_poll = (self.next_poll * 2).min(self.poll_interval);
-                delay
-            }
+            Some(_) if listen => self.watch_fallback,
+            _ => poll,
         };
-        let mut wake_at = Instant::now() + delay;
-        if let Some(deadline) = deadline {
-            wake_at = wake_at.min(deadline);
-        }
+        let wake_at = (Instant::now() + delay).min(deadline);
         match self.watch.as_mut() {
-            Some(watch) => {
+            Some(watch) if listen => {
                 tokio::select! {
                     alive = watch.changed() => {
                         if !alive {
@@ -61,7 +79,7 @@ impl Wakeup {
                     () = tokio::time::sleep_until(wake_at) => {}
                 }
             }
-            None => tokio::time::sleep_until(wake_at).await,
+            _ => tokio::time::sleep_until(wake_at).await,
         }
     }
 }
