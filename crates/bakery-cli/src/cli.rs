@@ -61,6 +61,11 @@ pub enum Command {
 
     /// List the URI schemes compiled into this build.
     Backends,
+
+    /// Benchmark stores side by side: throughput, latency percentiles,
+    /// round trips per operation, with native peers as reference.
+    #[command(long_about = crate::bench::LONG_ABOUT)]
+    Bench(crate::bench::BenchArgs),
 }
 
 /// `bakery seq …`

@@ -2,6 +2,7 @@
 //!
 //! Exit status: 0 success, 1 runtime error (one line on stderr), 2 usage error.
 
+mod bench;
 mod cli;
 mod lamport;
 mod lock;
@@ -21,10 +22,13 @@ use crate::output::CliError;
 fn main() -> ExitCode {
     output::install_panic_hook();
     let cli = cli::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // Benchmark clients run in parallel on every core, as separate client
+    // processes would; everything else is one thread.
+    let mut builder = match cli.command {
+        Command::Bench(_) => tokio::runtime::Builder::new_multi_thread(),
+        _ => tokio::runtime::Builder::new_current_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             output::report(&CliError::Message(format!(
@@ -52,6 +56,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Lamport(lamport::LamportCommand::Simulate(args)) => {
             lamport::simulate(args, cli.json)
         }
+        Command::Bench(args) => bench::run(args, cli.json).await,
         Command::Lock(command) => {
             let name = match command {
                 LockCommand::Run(args) => &args.name,

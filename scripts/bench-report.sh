@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Regenerate docs/BENCHMARKS.md: start the real servers (scripts/backends.sh),
+# run `bakery bench --workload all` on all five of them, on memory:// and on
+# a fresh SQLite file, write the raw results (results.json), the SVG charts
+# and the Markdown report to target/bench-report/, then copy the Markdown to
+# docs/BENCHMARKS.md. That file is generated: never edit it by hand.
+#
+#   scripts/bench-report.sh [MORE BENCH OPTIONS...]     e.g. --block-size 5000
+#
+# Environment:
+#   BAKERY_BENCH_DURATION  timed part of each cell (default 2s)
+#   BAKERY_BENCH_CLIENTS   client counts (default 1,4,16,64)
+#
+# A run in which any operation failed exits non-zero and leaves
+# docs/BENCHMARKS.md alone (the results stay in target/bench-report/).
+# The servers stay up afterwards; stop them with `scripts/backends.sh stop`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=target/bench-report
+
+# (assigned first: `set -e` would not see a failure inside `eval "$(…)"`)
+server_env=$(scripts/backends.sh start all)
+eval "$server_env"
+for var in BAKERY_POSTGRES_URI BAKERY_REDIS_URI BAKERY_ETCD_URI BAKERY_MONGODB_URI BAKERY_CASSANDRA_URI; do
+    if [[ -z ${!var:-} ]]; then
+        echo "bench-report.sh: scripts/backends.sh did not export $var" >&2
+        exit 1
+    fi
+done
+
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/bakery-bench-report.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+rm -rf "$out"
+
+cargo run --release -p bakery-cli --features all-backends -- bench --workload all \
+    --uri "$BAKERY_POSTGRES_URI" \
+    --uri "$BAKERY_REDIS_URI" \
+    --uri "$BAKERY_ETCD_URI" \
+    --uri "$BAKERY_MONGODB_URI" \
+    --uri "$BAKERY_CASSANDRA_URI" \
+    --uri memory:// \
+    --uri "sqlite://$scratch/bench.db" \
+    --duration "${BAKERY_BENCH_DURATION:-2s}" \
+    --clients "${BAKERY_BENCH_CLIENTS:-1,4,16,64}" \
+    --out "$out" \
+    "$@"
+
+mkdir -p docs
+cp "$out/report.md" docs/BENCHMARKS.md
+echo "bench-report.sh: wrote docs/BENCHMARKS.md (results.json and charts in $out/)" >&2
