@@ -144,6 +144,7 @@ fn sequence_vs_nextval(results: &[CellResult]) -> Check {
         };
     }
     let cells: Vec<CheckCell> = bakery_sequence_cells(results)
+        .filter(|cell| cell.variant == "next")
         .filter_map(|cell| {
             // The first postgres target's peer at the same client count.
             let peer = nextval.iter().find(|p| p.clients == cell.clients)?;
@@ -160,10 +161,18 @@ fn sequence_vs_nextval(results: &[CellResult]) -> Check {
 }
 
 fn sequence_tail(results: &[CellResult]) -> Check {
+    // In a closed loop a fixed block of 1,000 lasts ~50 µs, less than one
+    // round trip, so the prefetch cannot win; the adaptive block grows
+    // until it can. The target ("the store is never waited on in steady
+    // state") is checked on the adaptive cells when the run has them.
+    let adaptive = bakery_sequence_cells(results).any(|cell| cell.variant == "adaptive");
+    let variant = if adaptive { "adaptive" } else { "next" };
     let target = format!(
-        "sequence p999 ≤ {TAIL_FACTOR:.0} × cached-path p50 (the p50 of the same cell's next() calls)"
+        "sequence p999 ≤ {TAIL_FACTOR:.0} × cached-path p50 (the p50 of the same cell's next() calls; {} block)",
+        if adaptive { "adaptive" } else { "fixed" }
     );
     let cells: Vec<CheckCell> = bakery_sequence_cells(results)
+        .filter(|cell| cell.variant == variant)
         .filter(|cell| cell.latency.p50_ns > 0)
         .map(|cell| {
             let ratio = cell.latency.p999_ns as f64 / cell.latency.p50_ns as f64;

@@ -28,6 +28,17 @@ const NEXT: Variant = Variant {
     label: "Sequence::next()",
 };
 
+/// Adaptive block size: starts at `--block-size` and doubles (up to 10,000
+/// times that) while a block lasts less than half of
+/// [`ADAPTIVE_TARGET`], so the prefetch can outrun a closed-loop consumer.
+const ADAPTIVE: Variant = Variant {
+    id: "adaptive",
+    label: "Sequence::next(), adaptive block",
+};
+
+/// How long an adaptive block should last.
+const ADAPTIVE_TARGET: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The extra counters of a sequence cell.
 const WAITS: &str = "waits";
 const RESERVATIONS: &str = "reservations";
@@ -50,7 +61,7 @@ impl Workload for SequenceWorkload {
     }
 
     fn variants(&self) -> &'static [Variant] {
-        &[NEXT]
+        &[NEXT, ADAPTIVE]
     }
 
     fn extra_columns(&self) -> &'static [&'static str] {
@@ -71,11 +82,15 @@ impl Workload for SequenceWorkload {
         let counted: Arc<dyn VersionedStore> = store.counted.clone();
         let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
         for _ in 0..cell.clients {
-            let sequence = Sequence::builder(counted.clone(), &name)
-                .block_size(cell.block_size)
-                .prefetch(true)
-                .build()
-                .map_err(prepare_error)?;
+            let builder = Sequence::builder(counted.clone(), &name).prefetch(true);
+            let builder = if cell.variant == ADAPTIVE.id {
+                builder
+                    .adaptive(cell.block_size, cell.block_size.saturating_mul(10_000))
+                    .target_block_duration(ADAPTIVE_TARGET)
+            } else {
+                builder.block_size(cell.block_size)
+            };
+            let sequence = builder.build().map_err(prepare_error)?;
             clients.push(Box::new(SequenceClient { sequence, last: 0 }));
         }
         let key = Key::with_prefix(bakery::sequence::KEY_PREFIX, &name).map_err(prepare_error)?;
