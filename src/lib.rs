@@ -7,7 +7,7 @@ pub use bakery_core::{
     validate_name, Bytes, Capabilities, CountingStore, DeleteOutcome, Error, ErrorKind, Key,
     MemoryStore, OpCounts, PutOutcome, Result, Row, Version, VersionedStore, Watch, WatchSender,
 };
-pub use bakery_recipes::fence::{self, Fenced, FencedValue, FencedWrite};
+pub use bakery_recipes::fence::{self, Fenced, FencedRead, FencedValue, FencedWrite};
 pub use bakery_recipes::lamport;
 pub use bakery_recipes::lock::{self, Lock, LockBuilder, LockGuard, LockState, LostReason};
 pub use bakery_recipes::old_lock::{self, OldLock};

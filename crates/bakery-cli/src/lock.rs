@@ -7,7 +7,7 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bakery::fence::{FencedValue, FencedWrite};
+use bakery::fence::{Fenced, FencedRead, FencedValue, FencedWrite};
 use bakery::lock::{Lock, LockGuard, LockState};
 use bakery::{ErrorKind, VersionedStore};
 use clap::{Args, Subcommand};
@@ -95,7 +95,10 @@ pub struct ShowArgs {
 #[derive(Debug, Subcommand)]
 pub enum FenceCommand {
     /// Print a fenced value (with --json also the token that wrote it).
-    /// Exits 1 if it was never written.
+    /// Inside `bakery lock run` (or with --token) the read raises the fence
+    /// to the holder's token first, so a read-modify-write cannot lose an
+    /// update to an older holder. Exits 1 if it was never written, or if a
+    /// newer token was seen.
     Read(FenceReadArgs),
 
     /// Store VALUE if TOKEN is at least the largest token the value has
@@ -108,6 +111,12 @@ pub enum FenceCommand {
 pub struct FenceReadArgs {
     /// Name of the fenced value.
     pub name: String,
+
+    /// Read as the holder of this fencing token (`bakery lock run` exports
+    /// it): the fence is raised to it first, so holders with older tokens
+    /// can no longer write; refused (exit 1) if a newer token was seen.
+    #[arg(long, env = "BAKERY_FENCING_TOKEN")]
+    pub token: Option<u64>,
 }
 
 /// Arguments of `bakery fence write`.
@@ -314,7 +323,19 @@ pub async fn fence_read(
     json: bool,
 ) -> Result<(), CliError> {
     let value = FencedValue::new(store, &args.name)?;
-    let Some(fenced) = value.read().await? else {
+    let fenced = match args.token {
+        None => value.read().await?,
+        Some(token) => match value.read_fenced(token).await? {
+            FencedRead::Current(data) => data.map(|data| Fenced { token, data }),
+            FencedRead::Rejected { highest } => {
+                return Err(CliError::Message(format!(
+                    "fenced read of {} refused: token {token} is older than {highest} (the lock has moved on)",
+                    args.name
+                )))
+            }
+        },
+    };
+    let Some(fenced) = fenced else {
         return Err(CliError::Message(format!(
             "fenced value {} does not exist",
             args.name

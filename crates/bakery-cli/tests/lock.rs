@@ -264,8 +264,15 @@ fn paused_holder(target: &Target, fenced: bool) -> (String, Output, String) {
     } else {
         "echo stale > \"$D/plain\"".to_owned()
     };
+    // The holder reads under its token first (raising the fence), as a
+    // read-modify-write would.
+    let first_read = if fenced {
+        format!("\"$BAKERY\" fence read {value} > /dev/null 2>&1; ")
+    } else {
+        String::new()
+    };
     let holder_script = format!(
-        "touch \"$D/ready-pause\"; while [ ! -e \"$D/go\" ]; do sleep 0.02; done; \
+        "{first_read}touch \"$D/ready-pause\"; while [ ! -e \"$D/go\" ]; do sleep 0.02; done; \
          {stale_write} 2> \"$D/stale-err\"; echo $? > \"$D/stale-write.tmp\"; \
          mv \"$D/stale-write.tmp\" \"$D/stale-write\""
     );
@@ -444,9 +451,20 @@ fn bad_input_is_a_clear_error() {
     assert_status(&out, 0, "fence write");
     let out = target.run(&["fence", "write", "v", "old", "--token", "4"]);
     assert_status(&out, 1, "older token");
+    let out = target.run(&["fence", "read", "v", "--token", "3"]);
+    assert_status(&out, 1, "fenced read with an older token");
+    assert!(
+        text(&out.stderr).contains("refused"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = target.run(&["fence", "read", "v", "--token", "6"]);
+    assert_status(&out, 0, "fenced read raises the fence");
+    let out = target.run(&["fence", "write", "v", "late", "--token", "5"]);
+    assert_status(&out, 1, "write below the raised fence");
     let out = target.run(&["--json", "fence", "read", "v"]);
     assert_status(&out, 0, "fence read");
     let read: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(read["value"], "new");
-    assert_eq!(read["token"], 5);
+    assert_eq!(read["token"], 6, "the fenced read raised it");
 }

@@ -3,6 +3,12 @@
 //! [`Lock`](crate::lock::Lock) this gives mutual exclusion of the *data*,
 //! not just of the lease: a paused holder that wakes up after its lease was
 //! taken over writes with an old token and is refused.
+//!
+//! For a read-modify-write, read with [`FencedValue::read_fenced`]: it
+//! raises the fence to your token before returning the data, so a holder
+//! with an older token can no longer write between your read and your
+//! write (a plain `read` + `write` only refuses older tokens after your
+//! write has landed).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -12,8 +18,10 @@ use bakery_core::{Bytes, Error, Key, PutOutcome, Result, Row, VersionedStore};
 /// Key prefix of fenced values: `fenced/<name>`.
 pub const KEY_PREFIX: &str = "fenced";
 
-/// Row layout: a magic tag, the highest token as 8 big-endian bytes, the data.
+/// Row layout: a magic tag, the highest token as 8 big-endian bytes, the
+/// data. `bkf0` marks a fence raised by `read_fenced` before any write.
 const MAGIC: &[u8; 4] = b"bkf1";
+const MAGIC_NO_DATA: &[u8; 4] = b"bkf0";
 const HEADER: usize = MAGIC.len() + 8;
 
 /// The outcome of a [`FencedValue::write`].
@@ -34,6 +42,21 @@ impl FencedWrite {
     pub fn is_accepted(&self) -> bool {
         matches!(self, FencedWrite::Accepted(_))
     }
+}
+
+/// The outcome of a [`FencedValue::read_fenced`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum FencedRead {
+    /// The fence now stands at the reader's token (or was there already);
+    /// the current data (`None`: never written).
+    Current(Option<Bytes>),
+    /// Refused: a newer token has been seen; the reader no longer holds
+    /// the lock.
+    Rejected {
+        /// The largest token the value has seen.
+        highest: u64,
+    },
 }
 
 /// The content of a fenced value.
@@ -91,7 +114,51 @@ impl FencedValue {
     pub async fn read(&self) -> Result<Option<Fenced>> {
         let row = self.store.get(&self.key).await?;
         self.remember(row.as_ref());
-        row.as_ref().map(decode).transpose()
+        Ok(match row.as_ref().map(decode).transpose()? {
+            Some(Stored {
+                token,
+                data: Some(data),
+            }) => Some(Fenced { token, data }),
+            _ => None,
+        })
+    }
+
+    /// Read as the holder of `token`: first raise the fence to `token` (one
+    /// write, only if it is below), so from now on writes with older tokens
+    /// are refused; then return the data. `Rejected` if a newer token was
+    /// seen already.
+    pub async fn read_fenced(&self, token: u64) -> Result<FencedRead> {
+        let mut current = self.store.get(&self.key).await?;
+        loop {
+            let stored = current.as_ref().map(decode).transpose()?;
+            let (highest, data) = match stored {
+                Some(stored) => (Some(stored.token), stored.data),
+                None => (None, None),
+            };
+            match highest {
+                Some(highest) if highest > token => {
+                    self.remember(current.as_ref());
+                    return Ok(FencedRead::Rejected { highest });
+                }
+                Some(highest) if highest == token => {
+                    self.remember(current.as_ref());
+                    return Ok(FencedRead::Current(data));
+                }
+                _ => {}
+            }
+            let expected = current.as_ref().map(|row| row.version);
+            match self
+                .store
+                .put_if_version(&self.key, expected, encode(token, data.as_deref()))
+                .await?
+            {
+                PutOutcome::Applied(row) => {
+                    self.remember(Some(&row));
+                    return Ok(FencedRead::Current(data));
+                }
+                PutOutcome::Conflict(now) => current = now,
+            }
+        }
     }
 
     /// Store `data` if `token` is at least the largest token seen so far.
@@ -113,7 +180,7 @@ impl FencedValue {
             let expected = current.as_ref().map(|row| row.version);
             match self
                 .store
-                .put_if_version(&self.key, expected, encode(token, &data))
+                .put_if_version(&self.key, expected, encode(token, Some(&data)))
                 .await?
             {
                 PutOutcome::Applied(row) => {
@@ -132,19 +199,28 @@ impl FencedValue {
     }
 }
 
-fn encode(token: u64, data: &[u8]) -> Bytes {
-    let mut value = Vec::with_capacity(HEADER + data.len());
-    value.extend_from_slice(MAGIC);
+/// What a row holds: the fence (largest token seen) and the data, if any.
+struct Stored {
+    token: u64,
+    data: Option<Bytes>,
+}
+
+fn encode(token: u64, data: Option<&[u8]>) -> Bytes {
+    let mut value = Vec::with_capacity(HEADER + data.map_or(0, <[u8]>::len));
+    value.extend_from_slice(if data.is_some() { MAGIC } else { MAGIC_NO_DATA });
     value.extend_from_slice(&token.to_be_bytes());
-    value.extend_from_slice(data);
+    if let Some(data) = data {
+        value.extend_from_slice(data);
+    }
     value.into()
 }
 
-fn decode(row: &Row) -> Result<Fenced> {
+fn decode(row: &Row) -> Result<Stored> {
     let value = &row.value;
+    let has_data = value.starts_with(MAGIC);
     let token = value
         .get(MAGIC.len()..HEADER)
-        .filter(|_| value.starts_with(MAGIC))
+        .filter(|_| has_data || (value.starts_with(MAGIC_NO_DATA) && value.len() == HEADER))
         .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
         .map(u64::from_be_bytes)
         .ok_or_else(|| {
@@ -153,9 +229,9 @@ fn decode(row: &Row) -> Result<Fenced> {
                 format!("row {} is not a bakery fenced value", row.key.as_str()),
             )
         })?;
-    Ok(Fenced {
+    Ok(Stored {
         token,
-        data: value.slice(HEADER..),
+        data: has_data.then(|| value.slice(HEADER..)),
     })
 }
 
@@ -190,6 +266,44 @@ mod tests {
         assert_eq!(
             a.write(3, "late".into()).await.unwrap(),
             FencedWrite::Rejected { highest: 5 }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_fenced_read_shuts_out_an_older_writer_before_the_new_one_writes() {
+        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
+        let old = FencedValue::new(store.clone(), "z").unwrap();
+        let new = FencedValue::new(store, "z").unwrap();
+        assert!(old.write(4, "10".into()).await.unwrap().is_accepted());
+        // The new holder (token 5) reads first; the old one then tries to
+        // write its stale result: refused, so no update can be lost.
+        assert_eq!(
+            new.read_fenced(5).await.unwrap(),
+            FencedRead::Current(Some("10".into()))
+        );
+        assert_eq!(
+            old.write(4, "11".into()).await.unwrap(),
+            FencedWrite::Rejected { highest: 5 }
+        );
+        assert_eq!(
+            old.read_fenced(4).await.unwrap(),
+            FencedRead::Rejected { highest: 5 }
+        );
+        assert!(new.write(5, "11".into()).await.unwrap().is_accepted());
+    }
+
+    #[tokio::test]
+    async fn a_fence_raised_before_any_write_reads_as_never_written() {
+        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
+        let value = FencedValue::new(store, "w").unwrap();
+        assert_eq!(
+            value.read_fenced(3).await.unwrap(),
+            FencedRead::Current(None)
+        );
+        assert_eq!(value.read().await.unwrap(), None);
+        assert_eq!(
+            value.write(2, "x".into()).await.unwrap(),
+            FencedWrite::Rejected { highest: 3 }
         );
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bakery_core::{Bytes, ErrorKind, Key, PutOutcome, VersionedStore};
-use bakery_recipes::fence::FencedValue;
+use bakery_recipes::fence::{FencedRead, FencedValue};
 use bakery_recipes::lock::{Lock, LockState, LostReason};
 use bakery_recipes::old_lock::OldLock;
 use bakery_recipes::time::TimeService;
@@ -68,6 +68,17 @@ async fn read_counter(value: &FencedValue) -> u64 {
     }
 }
 
+/// Read the counter as the holder of `token` (raising the fence first).
+async fn read_counter_fenced(value: &FencedValue, token: u64) -> u64 {
+    match value.read_fenced(token).await.expect("fenced read") {
+        FencedRead::Current(Some(data)) => number(&data),
+        FencedRead::Current(None) => 0,
+        FencedRead::Rejected { highest } => {
+            panic!("the current holder (token {token}) was fenced off by {highest}")
+        }
+    }
+}
+
 /// Wait (bounded) until the lock's stored state satisfies `done`.
 async fn wait_for_state(
     store: &Arc<dyn VersionedStore>,
@@ -89,9 +100,9 @@ async fn wait_for_state(
     }
 }
 
-/// 8 clients × 50 acquisitions; each reads a fenced counter and writes it
-/// back + 1 with its token (a blind write, so only mutual exclusion keeps
-/// the count right). Final value 400, no write rejected, no two critical
+/// 8 clients × 50 acquisitions; each reads a fenced counter (raising the
+/// fence to its token) and writes it back + 1 with its token (a blind
+/// write, so only mutual exclusion keeps the count right). Final value 400, no write rejected, no two critical
 /// sections overlapping, every grant a new token.
 async fn fenced_counter_eight_clients_fifty_each(store: Arc<dyn VersionedStore>) {
     const CLIENTS: usize = 8;
@@ -112,7 +123,7 @@ async fn fenced_counter_eight_clients_fifty_each(store: Arc<dyn VersionedStore>)
                         !inside.swap(true, Ordering::SeqCst),
                         "two clients inside the critical section"
                     );
-                    let n = read_counter(&counter).await;
+                    let n = read_counter_fenced(&counter, guard.token()).await;
                     let write = counter
                         .write(guard.token(), (n + 1).to_string().into())
                         .await
@@ -336,7 +347,7 @@ async fn paused_holder_scenario(store: Arc<dyn VersionedStore>, fenced: bool) ->
     // A takes the lock and reads the counter (0)...
     let a = a_lock.acquire().await.expect("A acquires");
     let a_read = if fenced {
-        read_counter(&a_value).await
+        read_counter_fenced(&a_value, a.token()).await
     } else {
         plain_read(&*paused_dyn, &plain_key).await
     };
@@ -351,7 +362,7 @@ async fn paused_holder_scenario(store: Arc<dyn VersionedStore>, fenced: bool) ->
         assert!(guard.token() > a.token());
         if fenced {
             let b_value = FencedValue::new(store.clone(), &name).expect("name");
-            let n = read_counter(&b_value).await;
+            let n = read_counter_fenced(&b_value, guard.token()).await;
             let write = b_value
                 .write(guard.token(), (n + 1).to_string().into())
                 .await
