@@ -9,7 +9,11 @@
 //! - no sequence id is handed out twice across the restart, each client's
 //!   ids increase, and a client created after the restart continues above;
 //! - the CAS counter holds every acknowledged increment (plus possibly some
-//!   whose outcome was unknown, never fewer).
+//!   whose outcome was unknown, never fewer);
+//! - two lock clients incrementing a fenced counter under the fair lock
+//!   see only typed errors, never get a stale fenced write accepted, and
+//!   the counter holds every accepted increment (plus possibly unknown
+//!   ones) — mutual exclusion of the data survives the outage.
 //!
 //! Servers are stopped and started with `scripts/backends.sh`, so this runs
 //! only where that script started them: `BAKERY_FAULT_TESTS=1` (set by
@@ -23,7 +27,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bakery::{Bytes, ErrorKind, Key, PutOutcome, Sequence, VersionedStore};
+use bakery::{
+    Bytes, ErrorKind, FencedRead, FencedValue, FencedWrite, Key, Lock, PutOutcome, Sequence,
+    VersionedStore,
+};
 
 /// A call that takes longer than this is a hang (a bound, not a speed test).
 const CALL_BOUND: Duration = Duration::from_secs(30);
@@ -129,6 +136,98 @@ async fn client(
     tally
 }
 
+#[derive(Default, Debug)]
+struct LockTally {
+    /// Fenced increments the value accepted.
+    accepted: u64,
+    /// Fenced writes refused (a newer holder had written): stale writes
+    /// stopped by the fence.
+    rejected: u64,
+    /// Lock or fence calls that failed with a typed error.
+    errors: u64,
+    /// Fenced writes whose outcome was unknown.
+    unknown_writes: u64,
+}
+
+/// One lock client: acquire, read the fenced counter, write it + 1 with the
+/// grant's token, release — until `stop`, through the outage.
+async fn lock_client(
+    store: Arc<dyn VersionedStore>,
+    name: String,
+    stop: Arc<AtomicBool>,
+) -> LockTally {
+    let mut tally = LockTally::default();
+    let lock = Lock::builder(store.clone(), &name)
+        .lease(Duration::from_secs(2))
+        .acquire_timeout(CALL_BOUND)
+        .build()
+        .expect("lock");
+    let counter = FencedValue::new(store, &name).expect("fenced value");
+    while !stop.load(Ordering::Relaxed) {
+        let guard = match lock.acquire().await {
+            Ok(guard) => guard,
+            Err(e) => {
+                lock_error(&mut tally, &e);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // Raise the fence to our token before reading, so an older holder
+        // cannot write between our read and our write.
+        let read = tokio::time::timeout(CALL_BOUND, counter.read_fenced(guard.token())).await;
+        let n = match read {
+            Ok(Ok(FencedRead::Current(data))) => data.map_or(0, |data| {
+                std::str::from_utf8(&data)
+                    .expect("utf8")
+                    .parse::<u64>()
+                    .expect("number")
+            }),
+            Ok(Ok(FencedRead::Rejected { .. })) => {
+                tally.rejected += 1;
+                let _ = guard.release().await;
+                continue;
+            }
+            Ok(Err(e)) => {
+                lock_error(&mut tally, &e);
+                let _ = guard.release().await;
+                continue;
+            }
+            Err(_) => panic!("fenced read hung for {CALL_BOUND:?}"),
+        };
+        let write = tokio::time::timeout(
+            CALL_BOUND,
+            counter.write(guard.token(), Bytes::from((n + 1).to_string())),
+        )
+        .await;
+        match write {
+            Ok(Ok(FencedWrite::Accepted(_))) => tally.accepted += 1,
+            Ok(Ok(FencedWrite::Rejected { .. })) => tally.rejected += 1,
+            Ok(Err(e)) => {
+                if e.kind() == ErrorKind::Unknown {
+                    tally.unknown_writes += 1;
+                }
+                lock_error(&mut tally, &e);
+            }
+            Err(_) => panic!("fenced write hung for {CALL_BOUND:?}"),
+        }
+        if let Err(e) = guard.release().await {
+            lock_error(&mut tally, &e);
+        }
+    }
+    tally
+}
+
+fn lock_error(tally: &mut LockTally, e: &bakery::Error) {
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::Unavailable | ErrorKind::Unknown | ErrorKind::TimedOut | ErrorKind::Lost
+        ),
+        "lock client: untyped failure during the outage: {e}"
+    );
+    tally.errors += 1;
+}
+
 fn note(tally: &mut Tally, kind: ErrorKind, e: &bakery::Error) {
     match kind {
         ErrorKind::Unknown => tally.unknown += 1,
@@ -159,6 +258,10 @@ fn restart_mid_run(backend: &str, var: &str) {
             let seq = Sequence::builder(store.clone(), &name).block_size(5).build().expect("seq");
             clients.push(tokio::spawn(client(store.clone(), key.clone(), seq, stop.clone())));
         }
+        let lock_name = format!("faults-lock-{suffix}");
+        let lock_clients: Vec<_> = (0..2)
+            .map(|_| tokio::spawn(lock_client(store.clone(), lock_name.clone(), stop.clone())))
+            .collect();
         // Let work start, stop the server, keep going, start it again.
         let probe = Sequence::builder(store.clone(), &name).block_size(1).build().expect("probe");
         // Healthy first: an earlier fault test may have restarted a server
@@ -214,6 +317,27 @@ fn restart_mid_run(backend: &str, var: &str) {
             unknown += tally.unknown;
             unavailable += tally.unavailable;
         }
+        let mut locked = LockTally::default();
+        for client in lock_clients {
+            let tally = client.await.expect("lock client panicked");
+            locked.accepted += tally.accepted;
+            locked.rejected += tally.rejected;
+            locked.errors += tally.errors;
+            locked.unknown_writes += tally.unknown_writes;
+        }
+        let fenced = FencedValue::new(store.clone(), &lock_name)
+            .expect("fenced value")
+            .read()
+            .await
+            .expect("read fenced counter")
+            .map_or(0, |v| std::str::from_utf8(&v.data).expect("utf8").parse::<u64>().expect("number"));
+        assert!(locked.accepted > 0, "no fenced increment at all: {locked:?}");
+        assert!(
+            fenced >= locked.accepted && fenced <= locked.accepted + locked.unknown_writes,
+            "fenced counter {fenced} outside [accepted {}, accepted + unknown {}]: {locked:?}",
+            locked.accepted,
+            locked.accepted + locked.unknown_writes
+        );
         // A client created after the restart continues above everything.
         let late = Sequence::builder(store.clone(), &name).block_size(1).build().expect("late");
         let late_id = late.next().await.expect("late client");
@@ -231,8 +355,12 @@ fn restart_mid_run(backend: &str, var: &str) {
             acked + unknown
         );
         eprintln!(
-            "faults[{backend}]: {} ids unique, {acked} CAS acked, {unknown} unknown, {unavailable} unavailable, counter {counter}",
-            all.len()
+            "faults[{backend}]: {} ids unique, {acked} CAS acked, {unknown} unknown, {unavailable} unavailable, counter {counter}; \
+             lock: {} fenced increments accepted, {} stale writes rejected, {} typed errors, fenced counter {fenced}",
+            all.len(),
+            locked.accepted,
+            locked.rejected,
+            locked.errors
         );
     });
 }
