@@ -157,6 +157,7 @@ fn default_run_prints_tables_and_writes_every_output() {
             for variant in ["shared-key", "own-key"] {
                 assert_clean_cell(cell(&report, "cas", target, variant, clients));
             }
+            assert_clean_cell(cell(&report, "sequence", target, "adaptive", clients));
             let seq = cell(&report, "sequence", target, "next", clients);
             assert_clean_cell(seq);
             assert!(
@@ -171,7 +172,8 @@ fn default_run_prints_tables_and_writes_every_output() {
         .iter()
         .filter(|r| r["workload"] == "cas" || r["workload"] == "sequence")
         .count();
-    assert_eq!(ours, 2 * 2 * 3);
+    // 2 stores × 2 client counts × (2 cas variants + 2 sequence variants).
+    assert_eq!(ours, 2 * 2 * 4);
     let checks = report["checks"].as_array().expect("checks");
     let check = |id: &str| {
         checks
