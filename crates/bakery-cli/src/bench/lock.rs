@@ -140,7 +140,7 @@ struct Runs {
 
 impl GrantLog {
     /// Client `client` got the lock: an error if another client is inside.
-    pub(crate) fn enter(&self, client: usize) -> Result<(), OpError> {
+    fn enter(&self, client: usize) -> Result<(), OpError> {
         if self.inside.swap(true, Ordering::SeqCst) {
             if let Ok(mut overlaps) = self.overlaps.lock() {
                 *overlaps += 1;
@@ -162,7 +162,7 @@ impl GrantLog {
     }
 
     /// The client inside left.
-    pub(crate) fn leave(&self) {
+    fn leave(&self) {
         self.inside.store(false, Ordering::SeqCst);
     }
 
@@ -177,8 +177,26 @@ impl GrantLog {
     }
 
     /// Most consecutive grants to one client so far.
-    pub(crate) fn longest_run(&self) -> u64 {
+    fn longest_run(&self) -> u64 {
         self.runs.lock().map(|runs| runs.longest).unwrap_or(0)
+    }
+
+    /// The extras of client `index`: the longest run is a cell-wide
+    /// figure, so only client 0 reports it (the runner sums extras).
+    pub(crate) fn extras(&self, index: usize) -> Vec<(&'static str, u64)> {
+        if index == 0 {
+            vec![(LONGEST_RUN, self.longest_run())]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Client `index`'s (empty) critical section: records the grant and
+    /// detects overlap.
+    pub(crate) fn critical_section(&self, index: usize) -> Result<(), OpError> {
+        self.enter(index)?;
+        self.leave();
+        Ok(())
     }
 }
 
@@ -206,19 +224,13 @@ impl BenchClient for LockClient {
         match &self.kind {
             LockKind::Fair(lock) => {
                 let guard = lock.acquire().await?;
-                let entered = self.grants.enter(self.index);
-                if entered.is_ok() {
-                    self.grants.leave();
-                }
+                let entered = self.grants.critical_section(self.index);
                 guard.release().await?;
                 entered
             }
             LockKind::Old(lock) => {
                 let guard = lock.acquire().await?;
-                let entered = self.grants.enter(self.index);
-                if entered.is_ok() {
-                    self.grants.leave();
-                }
+                let entered = self.grants.critical_section(self.index);
                 lock.release(guard).await?;
                 entered
             }
@@ -226,13 +238,7 @@ impl BenchClient for LockClient {
     }
 
     fn extras(&self) -> Vec<(&'static str, u64)> {
-        // A cell-wide figure: reported by one client only, since the
-        // runner sums extras over clients.
-        if self.index == 0 {
-            vec![(LONGEST_RUN, self.grants.longest_run())]
-        } else {
-            Vec::new()
-        }
+        self.grants.extras(self.index)
     }
 }
 

@@ -8,7 +8,7 @@ use bakery::backends::postgres::tokio_postgres::{Client, Statement};
 
 use super::postgres::connect;
 use crate::bench::error::BenchError;
-use crate::bench::lock::{GrantLog, LONGEST_RUN};
+use crate::bench::lock::GrantLog;
 use crate::bench::workload::{BenchClient, CellSpec, Finish, OpError, Peer, PreparedCell};
 use crate::output::one_line;
 
@@ -116,10 +116,7 @@ impl BenchClient for AdvisoryClient {
             .execute(&self.lock, &[&self.key])
             .await
             .map_err(|e| failed("pg_advisory_lock", e))?;
-        let entered = self.grants.enter(self.index);
-        if entered.is_ok() {
-            self.grants.leave();
-        }
+        let entered = self.grants.critical_section(self.index);
         self.client
             .execute(&self.unlock, &[&self.key])
             .await
@@ -128,11 +125,7 @@ impl BenchClient for AdvisoryClient {
     }
 
     fn extras(&self) -> Vec<(&'static str, u64)> {
-        if self.index == 0 {
-            vec![(LONGEST_RUN, self.grants.longest_run())]
-        } else {
-            Vec::new()
-        }
+        self.grants.extras(self.index)
     }
 }
 

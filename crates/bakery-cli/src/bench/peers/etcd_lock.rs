@@ -10,7 +10,7 @@ use bakery::backends::etcd::EtcdConfig;
 
 use super::advisory::CheckGrants;
 use crate::bench::error::BenchError;
-use crate::bench::lock::{GrantLog, LONGEST_RUN};
+use crate::bench::lock::GrantLog;
 use crate::bench::workload::{BenchClient, CellSpec, OpError, Peer, PreparedCell};
 use crate::output::one_line;
 
@@ -119,10 +119,7 @@ impl BenchClient for EtcdLockClient {
             )
             .await
             .map_err(|e| failed("etcd lock", e))?;
-        let entered = self.grants.enter(self.index);
-        if entered.is_ok() {
-            self.grants.leave();
-        }
+        let entered = self.grants.critical_section(self.index);
         self.client
             .unlock(held.key())
             .await
@@ -131,11 +128,7 @@ impl BenchClient for EtcdLockClient {
     }
 
     fn extras(&self) -> Vec<(&'static str, u64)> {
-        if self.index == 0 {
-            vec![(LONGEST_RUN, self.grants.longest_run())]
-        } else {
-            Vec::new()
-        }
+        self.grants.extras(self.index)
     }
 }
 
