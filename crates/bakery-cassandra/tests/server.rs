@@ -20,20 +20,7 @@ use bakery_core::{DeleteOutcome, ErrorKind, Key, PutOutcome, Row, VersionedStore
 /// The server URI, or `None` (with the reason printed) on a developer
 /// machine without one; panics under CI.
 fn server_uri(test: &str) -> Option<String> {
-    match std::env::var("BAKERY_CASSANDRA_URI") {
-        Ok(uri) if !uri.is_empty() => Some(uri),
-        _ => {
-            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-            assert!(
-                !ci,
-                "{test}: BAKERY_CASSANDRA_URI is not set but CI=true requires Cassandra; start it with `scripts/backends.sh start cassandra`"
-            );
-            eprintln!(
-                "{test}: skipped: BAKERY_CASSANDRA_URI is not set (start Cassandra with `scripts/backends.sh start cassandra`)"
-            );
-            None
-        }
-    }
+    bakery_testkit::server_uri("BAKERY_CASSANDRA_URI", test)
 }
 
 /// A table name no other test or run uses (at most 48 characters).

@@ -16,20 +16,7 @@ use bakery_etcd::{EtcdConfig, EtcdStore};
 /// The server URI, or `None` (with the reason printed) on a developer
 /// machine without one; panics under CI.
 fn server_uri(test: &str) -> Option<String> {
-    match std::env::var("BAKERY_ETCD_URI") {
-        Ok(uri) if !uri.is_empty() => Some(uri),
-        _ => {
-            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-            assert!(
-                !ci,
-                "{test}: BAKERY_ETCD_URI is not set but CI=true requires etcd; start it with `scripts/backends.sh start etcd`"
-            );
-            eprintln!(
-                "{test}: skipped: BAKERY_ETCD_URI is not set (start etcd with `scripts/backends.sh start etcd`)"
-            );
-            None
-        }
-    }
+    bakery_testkit::server_uri("BAKERY_ETCD_URI", test)
 }
 
 /// A prefix no other test or run uses.

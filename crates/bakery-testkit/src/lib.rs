@@ -64,3 +64,40 @@ pub fn unique_key(case: &str) -> Key {
 pub fn unique_name(case: &str) -> String {
     format!("t-{case}-{}", uuid::Uuid::now_v7().simple())
 }
+
+/// True in a CI run (`CI=true` or `CI=1`), where no server test may be
+/// skipped.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// The URI of the real server that test `who` needs, from the environment
+/// variable `var` (which `scripts/backends.sh` exports, e.g.
+/// `BAKERY_POSTGRES_URI`). Unset or empty: in CI ([`in_ci`]) the test FAILS
+/// — a CI run must exercise every server; on a developer machine it prints
+/// why and returns `None`, and the test returns early.
+///
+/// ```
+/// // Outside CI, a missing server is reported and skipped.
+/// if !bakery_testkit::in_ci() {
+///     assert_eq!(bakery_testkit::server_uri("BAKERY_NO_SUCH_URI", "doc"), None);
+/// }
+/// ```
+pub fn server_uri(var: &str, who: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(uri) if !uri.is_empty() => Some(uri),
+        _ => {
+            let server = var
+                .strip_prefix("BAKERY_")
+                .and_then(|rest| rest.strip_suffix("_URI"))
+                .map_or_else(|| var.to_owned(), str::to_lowercase);
+            let start = format!("start it with `scripts/backends.sh start {server}`");
+            assert!(
+                !in_ci(),
+                "{who}: {var} is not set but CI requires the {server} tests; {start}"
+            );
+            eprintln!("{who}: skipped: {var} is not set ({start}; CI fails instead)");
+            None
+        }
+    }
+}

@@ -17,22 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 /// the test FAILS (a CI run must exercise the server); on a developer
 /// machine it prints why and the test returns early.
 pub fn server_uri(test: &str) -> Option<String> {
-    match std::env::var("BAKERY_MONGODB_URI") {
-        Ok(uri) if !uri.is_empty() => Some(uri),
-        _ => {
-            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-            assert!(
-                !ci,
-                "{test}: BAKERY_MONGODB_URI is not set but CI=true requires a MongoDB-protocol server \
-                 (start FerretDB with `scripts/backends.sh start mongodb`)"
-            );
-            eprintln!(
-                "{test}: skipped: BAKERY_MONGODB_URI is not set \
-                 (e.g. `eval \"$(scripts/backends.sh start mongodb)\"`; CI fails instead)"
-            );
-            None
-        }
-    }
+    bakery_testkit::server_uri("BAKERY_MONGODB_URI", test)
 }
 
 /// `uri` with the bakery options in `set` (`name=value`) replacing any the

@@ -7,22 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// The server under test, from `BAKERY_POSTGRES_URI`. When it is unset a
 /// developer run prints why and skips (`None`); under `CI=true` it fails.
 pub fn server_uri(test: &str) -> Option<String> {
-    match std::env::var("BAKERY_POSTGRES_URI") {
-        Ok(uri) if !uri.is_empty() => Some(uri),
-        _ => {
-            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-            assert!(
-                !ci,
-                "{test}: BAKERY_POSTGRES_URI is not set but CI=true requires the PostgreSQL tests; \
-                 start a server with `scripts/backends.sh start postgres`"
-            );
-            eprintln!(
-                "{test}: skipped: BAKERY_POSTGRES_URI is not set \
-                 (start a server with `scripts/backends.sh start postgres`)"
-            );
-            None
-        }
-    }
+    bakery_testkit::server_uri("BAKERY_POSTGRES_URI", test)
 }
 
 /// `uri` with `extra` options appended.

@@ -14,23 +14,7 @@ pub const STRATEGIES: [CasStrategy; 2] = [CasStrategy::Script, CasStrategy::Watc
 /// the test FAILS (a CI run must exercise the server); on a developer
 /// machine it prints why and the test returns early.
 pub fn server_uri(test: &str) -> Option<String> {
-    match std::env::var("BAKERY_REDIS_URI") {
-        Ok(uri) if !uri.is_empty() => Some(uri),
-        _ => {
-            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-            if ci {
-                panic!(
-                    "{test}: BAKERY_REDIS_URI is not set but CI=true requires a Redis server \
-                     (start one with `scripts/backends.sh start redis`)"
-                );
-            }
-            eprintln!(
-                "{test}: skipped, BAKERY_REDIS_URI is not set \
-                 (e.g. `eval \"$(scripts/backends.sh start redis)\"`; CI fails instead)"
-            );
-            None
-        }
-    }
+    bakery_testkit::server_uri("BAKERY_REDIS_URI", test)
 }
 
 /// A key prefix no other test or run uses, so tests can share a server.
