@@ -351,11 +351,14 @@ impl Lock {
         let me = ticket.waiter.id.clone();
         // Set up on the first wait only: an uncontended acquire is one write.
         let mut wakeup: Option<Wakeup> = None;
-        // Send time of the last call whose result did NOT show us as the
-        // holder. A hand-off to us committed after it, so no observer can
-        // have started timing our (unclaimed) grant before it: our lease may
-        // safely run from there, and taking a handed-off lock needs no write.
-        let mut not_holder_at = Instant::now();
+        // Send time of the call that returned `current`, and of the last
+        // call whose result did NOT show us as the holder. A hand-off to us
+        // committed after the latter, so no observer can have started
+        // timing our (unclaimed) grant before it: our lease may safely run
+        // from there, and taking a handed-off lock needs no write. (A cached
+        // row predates this request, so "now" is safe for it.)
+        let mut current_sent = Instant::now();
+        let mut not_holder_at = current_sent;
         let mut current = inner.cached();
         if current.is_none() {
             current = inner.store.get(&inner.key).await?;
@@ -373,6 +376,7 @@ impl Lock {
                 inner.remember(Some(&row));
                 return Ok(Grant::new(me, &row, state, not_holder_at));
             }
+            not_holder_at = current_sent;
             let sent = Instant::now();
             let outcome = if state.is_free() {
                 state.take(&ticket.waiter)?;
@@ -399,11 +403,8 @@ impl Lock {
                         None
                     };
                     wakeup = Some(Wakeup::new(watch, inner.poll_interval, inner.lease));
-                    let sent = Instant::now();
+                    current_sent = Instant::now();
                     current = inner.store.get(&inner.key).await?;
-                    if !held_by(current.as_ref(), &me) {
-                        not_holder_at = sent;
-                    }
                     continue;
                 };
                 let holder = state.holder.clone().ok_or_else(|| {
@@ -429,9 +430,7 @@ impl Lock {
                         PutOutcome::Applied(row) => Some(row),
                         PutOutcome::Conflict(now) => now,
                     };
-                    if !held_by(current.as_ref(), &me) {
-                        not_holder_at = sent;
-                    }
+                    current_sent = sent;
                     continue;
                 }
                 let deadline = seen.deadline();
@@ -439,12 +438,9 @@ impl Lock {
                 let position = state.queue.iter().position(|w| w.id == me).unwrap_or(0);
                 wakeup.wait(position, deadline).await;
                 let before = current.as_ref().map(|row| row.version);
-                let sent = Instant::now();
+                current_sent = Instant::now();
                 current = inner.store.get(&inner.key).await?;
-                wakeup.observe_read(sent.elapsed());
-                if !held_by(current.as_ref(), &me) {
-                    not_holder_at = sent;
-                }
+                wakeup.observe_read(current_sent.elapsed());
                 if current.as_ref().map(|row| row.version) != before {
                     wakeup.progress();
                 }
@@ -456,25 +452,13 @@ impl Lock {
                     if state.held_by(&me) {
                         return Ok(Grant::new(me, &row, state, sent));
                     }
-                    not_holder_at = sent;
                     current = Some(row);
                 }
-                PutOutcome::Conflict(now) => {
-                    if !held_by(now.as_ref(), &me) {
-                        not_holder_at = sent;
-                    }
-                    current = now;
-                }
+                PutOutcome::Conflict(now) => current = now,
             }
+            current_sent = sent;
         }
     }
-}
-
-/// Does `row` show `id` as the holder? (An unreadable row does not; the
-/// loop reports it when it decodes the row.)
-fn held_by(row: Option<&Row>, id: &str) -> bool {
-    row.and_then(|row| LockState::decode(row).ok())
-        .is_some_and(|state| state.held_by(id))
 }
 
 pub(crate) async fn put_state(

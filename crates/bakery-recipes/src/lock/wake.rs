@@ -13,11 +13,10 @@ const FIRST_POLL: Duration = Duration::from_millis(1);
 pub(crate) struct Wakeup {
     watch: Option<Watch>,
     poll_interval: Duration,
-    /// Safety net while watching: notifications can be lost (a dropped
-    /// feed, a notify that failed), so re-read at least this often.
-    watch_fallback: Duration,
-    /// Longest poll delay of a waiter far back in the queue: it still
-    /// checks the holder's lease a few times per lease.
+    /// Longest delay between two reads: a waiter far back in the queue
+    /// still checks the holder's lease a few times per lease, and a
+    /// listener re-reads this often in case a notification was lost (a
+    /// dropped feed, a notify that failed).
     slowest: Duration,
     next_poll: Duration,
     /// Smoothed latency of this waiter's reads: it never polls faster than
@@ -30,7 +29,6 @@ impl Wakeup {
         Wakeup {
             watch,
             poll_interval,
-            watch_fallback: (lease / 4).max(poll_interval),
             slowest: (lease / 4).max(poll_interval),
             next_poll: FIRST_POLL.min(poll_interval),
             read_latency: Duration::ZERO,
@@ -63,7 +61,7 @@ impl Wakeup {
         let poll = jitter(base.saturating_mul(behind)).min(self.slowest);
         let listen = position <= 1;
         let delay = match self.watch {
-            Some(_) if listen => self.watch_fallback,
+            Some(_) if listen => self.slowest,
             _ => poll,
         };
         let wake_at = (Instant::now() + delay).min(deadline);
