@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod counting;
+pub mod durability;
 mod error;
 mod key;
 mod memory;
