@@ -16,8 +16,7 @@
 
 use std::sync::Arc;
 
-use bakery::backends::mongodb::mongodb::bson::doc;
-use bakery::backends::mongodb::mongodb::Client;
+use bakery::backends::mongodb::{MongoStore, ServerKind};
 use bakery::VersionedStore;
 
 /// Races before concluding that the server does not lose updates.
@@ -38,43 +37,28 @@ fn uri() -> Option<String> {
     }
 }
 
-/// The same URI with the `update` strategy selected.
+/// The same URI with the `update` strategy selected through the explicit
+/// override: without `allow_unproven_update=true`, bakery refuses
+/// `cas=update` on FerretDB (and on any server but MongoDB).
 fn with_update_strategy(uri: &str) -> String {
     let (base, query) = uri.split_once('?').unwrap_or((uri, ""));
     let mut options: Vec<&str> = query
         .split('&')
-        .filter(|o| !o.is_empty() && !o.starts_with("cas="))
+        .filter(|o| {
+            !o.is_empty() && !o.starts_with("cas=") && !o.starts_with("allow_unproven_update=")
+        })
         .collect();
     options.push("cas=update");
+    options.push("allow_unproven_update=true");
     format!("{base}?{}", options.join("&"))
 }
 
-/// Whether the server is FerretDB (its buildInfo carries `ferretdbVersion`).
+/// Whether the server is FerretDB, as bakery identifies it at open.
 async fn is_ferretdb(uri: &str) -> bool {
-    let (base, query) = uri.split_once('?').unwrap_or((uri, ""));
-    let driver_query: Vec<&str> = query
-        .split('&')
-        .filter(|o| {
-            !o.is_empty()
-                && !o.starts_with("cas=")
-                && !o.starts_with("collection=")
-                && !o.starts_with("timeout_ms=")
-        })
-        .collect();
-    let driver_uri = if driver_query.is_empty() {
-        base.to_string()
-    } else {
-        format!("{base}?{}", driver_query.join("&"))
-    };
-    let client = Client::with_uri_str(&driver_uri)
+    let store = MongoStore::connect(uri)
         .await
-        .expect("driver connect");
-    let info = client
-        .database("admin")
-        .run_command(doc! { "buildInfo": 1 })
-        .await
-        .expect("buildInfo");
-    info.contains_key("ferretdbVersion")
+        .expect("open the MongoDB test server");
+    matches!(store.server().kind(), ServerKind::FerretDb { .. })
 }
 
 fn race_fails_once(runtime: &tokio::runtime::Runtime, uri: &str) -> bool {

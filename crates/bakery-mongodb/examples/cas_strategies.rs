@@ -9,7 +9,9 @@
 //!
 //! On real MongoDB both strategies end at exactly `tasks × increments`. On
 //! FerretDB v1 `update` loses updates (its update is not atomic, FerretDB
-//! issue 3040) and `insert` does not. Options (environment): `INCREMENTS`
+//! issue 3040) and `insert` does not — which is why bakery gives FerretDB
+//! `insert` by default and refuses `update` there unless the URI says
+//! `allow_unproven_update=true`. Options (environment): `INCREMENTS`
 //! per task (default 100). Prints, never asserts. Each strategy uses a
 //! scratch collection that is dropped at the end.
 
@@ -61,10 +63,14 @@ async fn main() -> bakery_core::Result<()> {
         .unwrap_or(100);
     for cas in [CasStrategy::Update, CasStrategy::Insert] {
         let collection = format!("bakery_example_{}_{}", cas, std::process::id());
+        // `update` is refused on any server but MongoDB unless explicitly
+        // allowed: this example exists to show what it does there.
         let config = MongoConfig::from_uri(&uri)?
             .with_cas(cas)
+            .with_allow_unproven_update(true)
             .with_collection(collection);
         let store = Arc::new(MongoStore::open(config).await?);
+        println!("{cas}: on {}", store.server());
 
         let key = Key::new("example/sequential")?;
         let started = Instant::now();

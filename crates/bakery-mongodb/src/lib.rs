@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod server;
 mod store;
 mod versions;
 
@@ -9,11 +10,13 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use bakery_core::durability::{self, Hazard, ACCEPT_DATA_LOSS};
 use bakery_core::{Error, Result};
 use mongodb::options::{
     Acknowledgment, ClientOptions, ConnectionString, ReadConcern, ReadPreference, WriteConcern,
 };
 
+pub use server::{ServerInfo, ServerKind};
 pub use store::MongoStore;
 
 /// The driver this backend is built on, re-exported so benchmarks, tests and
@@ -55,13 +58,26 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The longest accepted collection name, in bytes.
 pub const MAX_COLLECTION_LEN: usize = 120;
 
+/// The URI option that lets an explicit `cas=update` open on a server
+/// where its atomicity is not proven (anything but MongoDB itself):
+/// `allow_unproven_update=true`. Never the default; see [`ServerInfo`].
+pub const ALLOW_UNPROVEN_UPDATE: &str = "allow_unproven_update";
+
 /// The options bakery takes out of the URI, for "unknown option" messages.
-const BAKERY_OPTIONS: &[&str] = &["cas", "collection", "timeout_ms"];
+const BAKERY_OPTIONS: &[&str] = &[
+    "cas",
+    "collection",
+    "timeout_ms",
+    ALLOW_UNPROVEN_UPDATE,
+    ACCEPT_DATA_LOSS,
+];
 
 /// How a compare-and-set is made atomic on the server. See the crate docs
 /// for the full argument, the round trips and the servers each is correct
-/// on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// on. Unless the URI chooses one, the store picks it at open from what the
+/// server is ([`ServerInfo::default_strategy`]): `Update` on MongoDB,
+/// `Insert` on everything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum CasStrategy {
     /// One document per key, `{_id: key, v, ver, dead}`; a write is one
@@ -70,7 +86,8 @@ pub enum CasStrategy {
     /// re-checks its filter under the document's write lock), NOT on
     /// FerretDB v1, whose update reads, then writes without re-checking the
     /// filter (FerretDB issue 3040): concurrent writers can both succeed.
-    #[default]
+    /// Refused on any server but MongoDB unless the URI adds
+    /// [`ALLOW_UNPROVEN_UPDATE`]`=true`.
     Update,
     /// One immutable document per version, `_id: "<key>#<20-digit
     /// version>"`; a write inserts version `n + 1`, and the unique `_id`
@@ -107,7 +124,7 @@ impl FromStr for CasStrategy {
             "insert" => Ok(CasStrategy::Insert),
             _ => Err(Error::config(
                 BACKEND,
-                format!("mongodb option `cas`: {s:?} is not `update` or `insert`"),
+                format!("mongodb option `cas`: {s:?} is not `auto`, `update` or `insert`"),
             )),
         }
     }
@@ -129,12 +146,14 @@ impl FromStr for CasStrategy {
 ///
 /// | bakery option | default | meaning |
 /// |---------------|---------|---------|
-/// | `cas=update\|insert` | `update` | see [`CasStrategy`] |
+/// | `cas=auto\|update\|insert` | `auto` | see [`CasStrategy`]; `auto` = by the server, see [`ServerInfo`] |
+/// | `allow_unproven_update=true\|false` | `false` | let `cas=update` open on a server other than MongoDB |
+/// | `accept_data_loss=true\|false` | `false` | open even if `journal=false` or `w=1` on a replica set (see [`bakery_core::durability`]) |
 /// | `collection=NAME` | `bakery_rows` | the collection; 1 to 120 bytes of `A-Z a-z 0-9 _ - .`, not `system.…` |
 /// | `timeout_ms=N` | `10000` | client-side limit on each call, 1 ms to 1 h |
 ///
 /// Driver defaults bakery changes unless the URI sets them: `w=majority`,
-/// `readConcernLevel=majority`, `retryWrites=false`, `appName=bakery`,
+/// `journal=true`, `readConcernLevel=majority`, `retryWrites=false`, `appName=bakery`,
 /// `serverSelectionTimeoutMS` and `connectTimeoutMS` = half of `timeout_ms`
 /// (at most 30 s and 10 s).
 ///
@@ -147,7 +166,7 @@ impl FromStr for CasStrategy {
 /// let config = MongoConfig::from_uri(
 ///     "mongodb://app:s3cret@db1:27017,db2:27017/orders?replicaSet=rs0&cas=insert&collection=seqs&timeout_ms=2500",
 /// )?;
-/// assert_eq!(config.cas(), CasStrategy::Insert);
+/// assert_eq!(config.cas(), Some(CasStrategy::Insert));
 /// assert_eq!(config.database(), "orders");
 /// assert_eq!(config.collection(), "seqs");
 /// assert_eq!(config.timeout(), Duration::from_millis(2500));
@@ -171,7 +190,10 @@ pub struct MongoConfig {
     shown_options: Vec<String>,
     database: String,
     collection: String,
-    cas: CasStrategy,
+    /// `None`: chosen at open by what the server is.
+    cas: Option<CasStrategy>,
+    allow_unproven_update: bool,
+    accept_data_loss: bool,
     timeout: Duration,
 }
 
@@ -236,6 +258,8 @@ impl MongoConfig {
         let mut cas = None;
         let mut collection = None;
         let mut timeout = None;
+        let mut allow_unproven_update = None;
+        let mut accept_data_loss = None;
         let mut driver_pairs: Vec<&str> = Vec::new();
         let mut shown_options = Vec::new();
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
@@ -274,7 +298,30 @@ impl MongoConfig {
             };
             match name {
                 "cas" => {
-                    if cas.replace(value.parse::<CasStrategy>()?).is_some() {
+                    let chosen = if value.eq_ignore_ascii_case("auto") {
+                        None
+                    } else {
+                        Some(value.parse::<CasStrategy>()?)
+                    };
+                    if cas.replace(chosen).is_some() {
+                        return Err(twice());
+                    }
+                }
+                ALLOW_UNPROVEN_UPDATE => {
+                    let allow = match value.to_ascii_lowercase().as_str() {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(bad("`true` or `false`")),
+                    };
+                    if allow_unproven_update.replace(allow).is_some() {
+                        return Err(twice());
+                    }
+                }
+                ACCEPT_DATA_LOSS => {
+                    if accept_data_loss
+                        .replace(durability::parse_accept(BACKEND, &value)?)
+                        .is_some()
+                    {
                         return Err(twice());
                     }
                 }
@@ -341,17 +388,37 @@ impl MongoConfig {
             shown_options,
             database,
             collection: collection.unwrap_or_else(|| DEFAULT_COLLECTION.to_string()),
-            cas: cas.unwrap_or_default(),
+            cas: cas.flatten(),
+            allow_unproven_update: allow_unproven_update.unwrap_or(false),
+            accept_data_loss: accept_data_loss.unwrap_or(false),
             timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
         };
         config.validate()?;
         Ok(config)
     }
 
-    /// Choose how a compare-and-set is made atomic (default
-    /// [`CasStrategy::Update`]).
-    pub fn with_cas(mut self, cas: CasStrategy) -> Self {
-        self.cas = cas;
+    /// Choose how a compare-and-set is made atomic; `None` lets the store
+    /// choose by the server at open (the default; see [`ServerInfo`]).
+    pub fn with_cas(mut self, cas: impl Into<Option<CasStrategy>>) -> Self {
+        self.cas = cas.into();
+        self
+    }
+
+    /// Let an explicit [`CasStrategy::Update`] open on a server other than
+    /// MongoDB ([`ALLOW_UNPROVEN_UPDATE`]; default `false`). Only for a
+    /// server you have verified applies a filtered `findOneAndUpdate`
+    /// atomically.
+    pub fn with_allow_unproven_update(mut self, allow: bool) -> Self {
+        self.allow_unproven_update = allow;
+        self
+    }
+
+    /// Open even when the write concern can lose acknowledged writes
+    /// (`journal=false`, or `w=1` on a replica set):
+    /// [`ACCEPT_DATA_LOSS`](bakery_core::durability::ACCEPT_DATA_LOSS),
+    /// default `false`.
+    pub fn with_accept_data_loss(mut self, accept: bool) -> Self {
+        self.accept_data_loss = accept;
         self
     }
 
@@ -375,9 +442,23 @@ impl MongoConfig {
         self
     }
 
-    /// The compare-and-set strategy.
-    pub fn cas(&self) -> CasStrategy {
+    /// The compare-and-set strategy the URI chose, or `None` when the
+    /// store chooses it at open by the server ([`MongoStore::strategy`] is
+    /// the one in use).
+    pub fn cas(&self) -> Option<CasStrategy> {
         self.cas
+    }
+
+    /// Whether an explicit `cas=update` may open on a server other than
+    /// MongoDB.
+    pub fn allow_unproven_update(&self) -> bool {
+        self.allow_unproven_update
+    }
+
+    /// Whether the store may open with a write concern that can lose
+    /// acknowledged writes.
+    pub fn accept_data_loss(&self) -> bool {
+        self.accept_data_loss
     }
 
     /// The collection holding the rows.
@@ -415,13 +496,51 @@ impl MongoConfig {
     }
 
     /// The write concern every write uses: the URI's (`w`, `wtimeoutMS`,
-    /// `journal`), with `w` defaulting to `majority`.
+    /// `journal`), with `w` defaulting to `majority` and `journal` to
+    /// `true` (a standalone server acknowledges an unjournaled write from
+    /// memory, and a crash in the next 100 ms forgets it).
     pub fn write_concern(&self) -> WriteConcern {
         let mut concern = self.conn.write_concern.clone().unwrap_or_default();
         if concern.w.is_none() {
             concern.w = Some(Acknowledgment::Majority);
         }
+        if concern.journal.is_none() {
+            concern.journal = Some(true);
+        }
         concern
+    }
+
+    /// The write-concern settings under which an acknowledged write can be
+    /// lost on `server`: `journal=false`; `w` below `majority` on a replica
+    /// set (a failover rolls back writes the old primary acknowledged).
+    pub fn durability_hazards(&self, server: &ServerInfo) -> Vec<Hazard> {
+        let concern = self.write_concern();
+        let mut hazards = Vec::new();
+        if concern.journal == Some(false) {
+            hazards.push(Hazard::new(
+                "journal",
+                "false",
+                "a write is acknowledged before it is in the journal; a crash in the next 100 ms forgets it",
+                "journal=true (bakery's default)",
+            ));
+        }
+        if server.replica_set().is_some() {
+            let majority = server.members() / 2 + 1;
+            let weak = match &concern.w {
+                Some(Acknowledgment::Nodes(n)) if (*n as usize) < majority => Some(n.to_string()),
+                Some(Acknowledgment::Custom(tag)) => Some(tag.clone()),
+                _ => None,
+            };
+            if let Some(w) = weak {
+                hazards.push(Hazard::new(
+                    "w",
+                    w,
+                    "a write acknowledged by fewer than a majority is rolled back when the primary fails over",
+                    "w=majority (bakery's default)",
+                ));
+            }
+        }
+        hazards
     }
 
     /// The read concern every read uses: the URI's `readConcernLevel`, else
@@ -499,10 +618,16 @@ impl MongoConfig {
             self.scheme,
             self.authority,
             self.database,
-            self.cas,
+            self.cas.map_or("auto", CasStrategy::as_str),
             self.collection,
             self.timeout.as_millis()
         )?;
+        if self.allow_unproven_update {
+            write!(f, "&{ALLOW_UNPROVEN_UPDATE}=true")?;
+        }
+        if self.accept_data_loss {
+            write!(f, "&{ACCEPT_DATA_LOSS}=true")?;
+        }
         for option in &self.shown_options {
             write!(f, "&{option}")?;
         }

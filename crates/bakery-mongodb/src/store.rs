@@ -18,7 +18,7 @@ use mongodb::options::{CollectionOptions, ReadPreference, ReturnDocument};
 use mongodb::{Client, Collection, IndexModel};
 
 use crate::error::{self, is_duplicate_key, map_err, Op, Stage, BACKEND};
-use crate::{CasStrategy, MongoConfig};
+use crate::{CasStrategy, MongoConfig, ServerInfo};
 
 /// How many times one call re-runs when what it read disagrees with what
 /// its write saw (a concurrent writer between the two); then it gives up
@@ -41,6 +41,9 @@ pub struct MongoStore {
 
 pub(crate) struct Inner {
     pub(crate) config: MongoConfig,
+    /// The strategy in use: the URI's, or the server's default.
+    strategy: CasStrategy,
+    server: ServerInfo,
     pub(crate) coll: Collection<Document>,
     /// Background prunes under way (`insert` strategy).
     pub(crate) pruning: AtomicUsize,
@@ -95,11 +98,17 @@ impl MongoStore {
         Self::open(MongoConfig::from_uri(uri)?).await
     }
 
-    /// Open a store: build the driver client, then check the server within
-    /// the call timeout (`buildInfo` for `update`; creating the
-    /// `{k: 1, ver: -1}` index for `insert`). A server that cannot be
-    /// reached is [`ErrorKind::Unavailable`]; bad credentials or options
-    /// are [`ErrorKind::Config`].
+    /// Open a store: build the driver client, then, within the call
+    /// timeout, identify the server (`buildInfo`, `hello`; see
+    /// [`ServerInfo`]), choose the strategy (the URI's, or the server's
+    /// default: `update` on MongoDB, `insert` elsewhere), check the write
+    /// concern's durability, and for `insert` create the `{k: 1, ver: -1}`
+    /// index. A server that cannot be reached is
+    /// [`ErrorKind::Unavailable`]; bad credentials or options, an explicit
+    /// `cas=update` on a server other than MongoDB (without
+    /// `allow_unproven_update=true`) and a write concern that can lose
+    /// acknowledged writes (without `accept_data_loss=true`) are
+    /// [`ErrorKind::Config`].
     pub async fn open(config: MongoConfig) -> Result<Self> {
         config.validate()?;
         let timeout = config.timeout();
@@ -107,8 +116,26 @@ impl MongoStore {
             Ok(options) => options?,
             Err(_) => return Err(error::timed_out(Op::Open, false, timeout)),
         };
+        let hosts: Vec<String> = options.hosts.iter().map(|host| host.to_string()).collect();
         let client =
             Client::with_options(options).map_err(|e| map_err(e, Op::Open, Stage::Connect))?;
+        let server = match tokio::time::timeout(timeout, identify(&client, &config, &hosts)).await {
+            Ok(server) => server?,
+            Err(_) => return Err(error::timed_out(Op::Open, false, timeout)),
+        };
+        let strategy = server.strategy(config.cas(), config.allow_unproven_update())?;
+        bakery_core::durability::check(
+            BACKEND,
+            &config.durability_hazards(&server),
+            config.accept_data_loss(),
+        )?;
+        if strategy == CasStrategy::Update && !server.update_is_proven() {
+            tracing::warn!(
+                %server,
+                "mongodb: cas=update with allow_unproven_update=true: concurrent writers may both succeed unless this server applies a filtered findOneAndUpdate atomically"
+            );
+        }
+        tracing::debug!(%server, cas = %strategy, "mongodb: opened");
         let coll = client
             .database(config.database())
             .collection_with_options::<Document>(
@@ -122,50 +149,35 @@ impl MongoStore {
         let store = MongoStore {
             inner: Arc::new(Inner {
                 config,
+                strategy,
+                server,
                 coll,
                 pruning: AtomicUsize::new(0),
             }),
         };
-        match tokio::time::timeout(timeout, store.check_server(&client)).await {
-            Ok(result) => result?,
-            Err(_) => return Err(error::timed_out(Op::Open, false, timeout)),
+        if strategy == CasStrategy::Insert {
+            match tokio::time::timeout(timeout, store.create_versions_index()).await {
+                Ok(result) => result?,
+                Err(_) => return Err(error::timed_out(Op::Open, false, timeout)),
+            }
         }
         Ok(store)
     }
 
-    async fn check_server(&self, client: &Client) -> Result<()> {
-        let config = &self.inner.config;
-        match config.cas() {
-            CasStrategy::Update => {
-                let info = client
-                    .database(config.database())
-                    .run_command(doc! {"buildInfo": 1})
-                    .await
-                    .map_err(|e| map_err(e, Op::Open, Stage::Connect))?;
-                if info.contains_key("ferretdbVersion") || info.contains_key("ferretdb") {
-                    tracing::warn!(
-                        "mongodb: the server is FerretDB, whose update is not atomic \
-                         (FerretDB issue 3040): with cas=update concurrent writers can \
-                         both succeed; use cas=insert"
-                    );
-                }
-            }
-            CasStrategy::Insert => {
-                let index = IndexModel::builder()
-                    .keys(doc! {"k": 1, "ver": -1})
-                    .options(
-                        mongodb::options::IndexOptions::builder()
-                            .name(VERSIONS_INDEX.to_string())
-                            .build(),
-                    )
-                    .build();
-                self.inner
-                    .coll
-                    .create_index(index)
-                    .await
-                    .map_err(|e| map_err(e, Op::Open, Stage::Connect))?;
-            }
-        }
+    async fn create_versions_index(&self) -> Result<()> {
+        let index = IndexModel::builder()
+            .keys(doc! {"k": 1, "ver": -1})
+            .options(
+                mongodb::options::IndexOptions::builder()
+                    .name(VERSIONS_INDEX.to_string())
+                    .build(),
+            )
+            .build();
+        self.inner
+            .coll
+            .create_index(index)
+            .await
+            .map_err(|e| map_err(e, Op::Open, Stage::Connect))?;
         Ok(())
     }
 
@@ -174,9 +186,15 @@ impl MongoStore {
         &self.inner.config
     }
 
-    /// The compare-and-set strategy in use.
+    /// The compare-and-set strategy in use: the URI's, or the one chosen at
+    /// open for this server.
     pub fn strategy(&self) -> CasStrategy {
-        self.inner.config.cas()
+        self.inner.strategy
+    }
+
+    /// The server this store opened on, as identified at open.
+    pub fn server(&self) -> &ServerInfo {
+        &self.inner.server
     }
 
     /// The driver's handle on the collection, for inspection and
@@ -599,4 +617,36 @@ pub(crate) fn lost_races(op: Op, key: &Key) -> Error {
 /// A short pause before re-running a call whose read lagged its write.
 pub(crate) async fn backoff(attempt: u32) {
     tokio::time::sleep(Duration::from_millis(u64::from(attempt))).await;
+}
+
+/// Ask the server what it is. `buildInfo` and `hello` are open to every
+/// client; a server that refuses one (a reply that is an error, not a lost
+/// connection) is identified from what it did answer.
+async fn identify(client: &Client, config: &MongoConfig, hosts: &[String]) -> Result<ServerInfo> {
+    let db = client.database(config.database());
+    let build_info = answer(db.run_command(doc! {"buildInfo": 1}).await)?;
+    let hello = match answer(db.run_command(doc! {"hello": 1}).await)? {
+        // Servers before MongoDB 4.4.2 know only the legacy name.
+        reply if reply.is_empty() => answer(db.run_command(doc! {"isMaster": 1}).await)?,
+        reply => reply,
+    };
+    let hosts: Vec<&str> = hosts
+        .iter()
+        .map(|host| {
+            host.rsplit_once(':')
+                .map_or(host.as_str(), |(name, _)| name)
+        })
+        .collect();
+    Ok(ServerInfo::identify(&build_info, &hello, &hosts))
+}
+
+/// A command's reply, or an empty document when the server answered with a
+/// command error (unknown command, not authorized): it spoke, it just would
+/// not say. Anything else (unreachable, bad credentials) is the mapped error.
+fn answer(reply: mongodb::error::Result<Document>) -> Result<Document> {
+    match reply {
+        Ok(reply) => Ok(reply),
+        Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) => Ok(Document::new()),
+        Err(e) => Err(map_err(e, Op::Open, Stage::Connect)),
+    }
 }

@@ -371,6 +371,7 @@ async fn lost_replies_are_unknown_outcomes() {
                 "timeout_ms=1500",
                 "serverMonitoringMode=poll",
                 "directConnection=true",
+                "allow_unproven_update=true",
             ],
         ))
         .await
@@ -433,4 +434,86 @@ async fn unreachable_server_is_unavailable_promptly() {
         assert_eq!(err.backend(), "mongodb");
         assert!(took < Duration::from_secs(3), "took {took:?}: {err}");
     }
+}
+
+/// The project's server is FerretDB: identified at open, given `insert` by
+/// default, and an explicit `cas=update` is refused with a message naming
+/// the server, the reason and the way out.
+#[tokio::test]
+async fn ferretdb_is_identified_and_gets_the_insert_strategy() {
+    let Some(uri) = server_uri("ferretdb_is_identified_and_gets_the_insert_strategy") else {
+        return;
+    };
+    let collection = common::unique_collection("bk_ident");
+    let plain = with_options(&uri, &[&format!("collection={collection}")]);
+    // The default URI (whatever `cas` the environment's URI carried is
+    // replaced by `auto`, the default).
+    let default = with_options(&plain, &["cas=auto"]);
+    let store = MongoStore::connect(&default).await.unwrap();
+    let server = store.server().clone();
+    if !matches!(server.kind(), bakery_mongodb::ServerKind::FerretDb { .. }) {
+        eprintln!("not FerretDB ({server}): the FerretDB identification checks do not apply");
+        return;
+    }
+    assert_eq!(store.strategy(), CasStrategy::Insert, "{server}");
+    assert!(server.to_string().starts_with("FerretDB"), "{server}");
+    assert!(
+        server.version().is_some(),
+        "FerretDB answers with a MongoDB version"
+    );
+    // It works as a store, with writes journaled (FerretDB accepts `j`).
+    let k = key("ident/one");
+    applied(&store, &k, None, "a").await;
+
+    let refused = MongoStore::connect(&with_options(&plain, &["cas=update"]))
+        .await
+        .expect_err("cas=update must be refused on FerretDB");
+    assert_eq!(refused.kind(), ErrorKind::Config, "{refused}");
+    let message = refused.to_string();
+    for text in [
+        "on FerretDB",
+        "cas=update is refused",
+        "does not re-check the filter",
+        "cas=insert",
+        "allow_unproven_update=true",
+    ] {
+        assert!(message.contains(text), "{text:?} missing from: {message}");
+    }
+
+    // The explicit override opens it (the negative control depends on it).
+    let overridden = MongoStore::connect(&with_options(
+        &plain,
+        &["cas=update", "allow_unproven_update=true"],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(overridden.strategy(), CasStrategy::Update);
+    drop_collection(&uri, &store).await;
+}
+
+/// `journal=false` can lose acknowledged writes: refused unless the URI
+/// accepts data loss.
+#[tokio::test]
+async fn an_unjournaled_write_concern_is_refused_unless_accepted() {
+    let Some(uri) = server_uri("an_unjournaled_write_concern_is_refused_unless_accepted") else {
+        return;
+    };
+    let collection = common::unique_collection("bk_journal");
+    let unjournaled = with_options(
+        &uri,
+        &[&format!("collection={collection}"), "journal=false"],
+    );
+    let refused = MongoStore::connect(&unjournaled)
+        .await
+        .expect_err("journal=false must be refused");
+    assert_eq!(refused.kind(), ErrorKind::Config, "{refused}");
+    let message = refused.to_string();
+    assert!(message.contains("journal = false"), "{message}");
+    assert!(message.contains("accept_data_loss=true"), "{message}");
+
+    let store = MongoStore::connect(&with_options(&unjournaled, &["accept_data_loss=true"]))
+        .await
+        .unwrap();
+    applied(&store, &key("journal/one"), None, "a").await;
+    drop_collection(&uri, &store).await;
 }

@@ -19,7 +19,9 @@ fn schemes() {
 #[test]
 fn defaults() {
     let config = MongoConfig::from_uri("mongodb://127.0.0.1:17017/bakery").unwrap();
-    assert_eq!(config.cas(), CasStrategy::Update);
+    assert_eq!(config.cas(), None, "chosen at open by the server");
+    assert!(!config.allow_unproven_update());
+    assert!(!config.accept_data_loss());
     assert_eq!(config.database(), "bakery");
     assert_eq!(config.collection(), DEFAULT_COLLECTION);
     assert_eq!(config.timeout(), Duration::from_secs(10));
@@ -28,12 +30,17 @@ fn defaults() {
         "retryWrites is off unless asked for"
     );
     assert_eq!(config.write_concern().w, Some(Acknowledgment::Majority));
+    assert_eq!(
+        config.write_concern().journal,
+        Some(true),
+        "writes wait for the journal unless the URI says otherwise"
+    );
     assert_eq!(config.read_concern(), ReadConcern::majority());
     assert_eq!(config.username(), None);
     assert!(!config.has_password());
     assert_eq!(
         config.to_string(),
-        "mongodb://127.0.0.1:17017/bakery?cas=update&collection=bakery_rows&timeout_ms=10000"
+        "mongodb://127.0.0.1:17017/bakery?cas=auto&collection=bakery_rows&timeout_ms=10000"
     );
 
     // No database in the URI: bakery's own.
@@ -50,7 +57,7 @@ fn bakery_options_and_driver_options() {
          &w=2&wtimeoutMS=500&readConcernLevel=linearizable&retryWrites=true&authSource=admin&directConnection=false",
     )
     .unwrap();
-    assert_eq!(config.cas(), CasStrategy::Insert);
+    assert_eq!(config.cas(), Some(CasStrategy::Insert));
     assert_eq!(config.collection(), "seq.rows");
     assert_eq!(config.database(), "orders");
     assert_eq!(config.timeout(), Duration::from_millis(250));
@@ -95,11 +102,100 @@ fn strategies_parse_and_print() {
         "Insert".parse::<CasStrategy>().unwrap(),
         CasStrategy::Insert
     );
-    assert_eq!(CasStrategy::default(), CasStrategy::Update);
     assert_eq!(CasStrategy::Insert.to_string(), "insert");
     let err = "lua".parse::<CasStrategy>().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Config);
     assert!(err.message().contains("`update` or `insert`"), "{err}");
+
+    for (uri, cas) in [
+        ("mongodb://h/db?cas=auto", None),
+        ("mongodb://h/db?cas=AUTO", None),
+        ("mongodb://h/db?cas=update", Some(CasStrategy::Update)),
+    ] {
+        assert_eq!(MongoConfig::from_uri(uri).unwrap().cas(), cas, "{uri}");
+    }
+}
+
+#[test]
+fn opt_ins_parse_print_and_refuse_bad_values() {
+    let config = MongoConfig::from_uri(
+        "mongodb://h/db?cas=update&allow_unproven_update=true&accept_data_loss=TRUE",
+    )
+    .unwrap();
+    assert!(config.allow_unproven_update());
+    assert!(config.accept_data_loss());
+    assert_eq!(
+        config.to_string(),
+        "mongodb://h/db?cas=update&collection=bakery_rows&timeout_ms=10000\
+         &allow_unproven_update=true&accept_data_loss=true"
+    );
+    let config = MongoConfig::from_uri("mongodb://h/db?allow_unproven_update=false").unwrap();
+    assert!(!config.allow_unproven_update());
+    let config = MongoConfig::from_uri("mongodb://h/db")
+        .unwrap()
+        .with_allow_unproven_update(true)
+        .with_accept_data_loss(true)
+        .with_cas(None);
+    assert!(config.allow_unproven_update() && config.accept_data_loss());
+    assert_eq!(config.cas(), None);
+
+    for (uri, needle) in [
+        (
+            "mongodb://h/db?allow_unproven_update=yes",
+            "`allow_unproven_update`",
+        ),
+        ("mongodb://h/db?accept_data_loss=1", "`accept_data_loss`"),
+        (
+            "mongodb://h/db?accept_data_loss=true&accept_data_loss=true",
+            "given twice",
+        ),
+        (
+            "mongodb://h/db?allow_unproven_update=true&allow_unproven_update=false",
+            "given twice",
+        ),
+    ] {
+        let err = MongoConfig::from_uri(uri).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Config, "{uri}");
+        assert!(err.message().contains(needle), "{uri}: {err}");
+    }
+}
+
+#[test]
+fn write_concerns_that_lose_acknowledged_writes_are_hazards() {
+    use bakery_mongodb::mongodb::bson::doc;
+    use bakery_mongodb::ServerInfo;
+
+    let standalone = ServerInfo::identify(&doc! {}, &doc! {}, &["h"]);
+    let three = ServerInfo::identify(
+        &doc! {},
+        &doc! {"setName": "rs0", "hosts": ["a:1", "b:1", "c:1"]},
+        &["a"],
+    );
+    let hazards = |uri: &str, server: &ServerInfo| {
+        MongoConfig::from_uri(uri)
+            .unwrap()
+            .durability_hazards(server)
+            .into_iter()
+            .map(|h| h.setting)
+            .collect::<Vec<_>>()
+    };
+    assert!(hazards("mongodb://h/db", &standalone).is_empty());
+    assert!(hazards("mongodb://h/db", &three).is_empty());
+    assert_eq!(
+        hazards("mongodb://h/db?journal=false", &standalone),
+        ["journal"]
+    );
+    // w=1 is w=majority on a standalone server, not on a replica set.
+    assert!(hazards("mongodb://h/db?w=1", &standalone).is_empty());
+    assert_eq!(hazards("mongodb://h/db?w=1", &three), ["w"]);
+    assert!(
+        hazards("mongodb://h/db?w=2", &three).is_empty(),
+        "2 of 3 is a majority"
+    );
+    assert_eq!(
+        hazards("mongodb://h/db?w=1&journal=false", &three),
+        ["journal", "w"]
+    );
 }
 
 #[test]

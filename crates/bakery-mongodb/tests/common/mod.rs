@@ -44,7 +44,13 @@ pub fn driver_uri(uri: &str) -> String {
         .filter(|p| {
             !matches!(
                 p.split('=').next(),
-                Some("cas" | "collection" | "timeout_ms")
+                Some(
+                    "cas"
+                        | "collection"
+                        | "timeout_ms"
+                        | "allow_unproven_update"
+                        | "accept_data_loss"
+                )
             )
         })
         .collect();
@@ -70,13 +76,18 @@ pub fn unique_collection(prefix: &str) -> String {
     )
 }
 
-/// A store on the test server with `cas` and a fresh collection.
+/// A store on the test server with `cas` and a fresh collection. `update`
+/// is opened with `allow_unproven_update=true`: FerretDB refuses it
+/// otherwise, and what these tests check of it (layout, single-writer
+/// behaviour, errors) does not depend on the atomicity FerretDB lacks.
 pub async fn store(uri: &str, cas: &str, prefix: &str) -> MongoStore {
     let collection = unique_collection(prefix);
-    let uri = with_options(
-        uri,
-        &[&format!("cas={cas}"), &format!("collection={collection}")],
-    );
+    let mut options = vec![format!("cas={cas}"), format!("collection={collection}")];
+    if cas == "update" {
+        options.push("allow_unproven_update=true".to_string());
+    }
+    let options: Vec<&str> = options.iter().map(String::as_str).collect();
+    let uri = with_options(uri, &options);
     MongoStore::connect(&uri)
         .await
         .unwrap_or_else(|e| panic!("cannot open {collection} on the test server: {e}"))
