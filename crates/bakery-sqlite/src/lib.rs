@@ -34,7 +34,7 @@ pub const MAX_POOL_SIZE: usize = 64;
 const MAX_BUSY_TIMEOUT_MS: u64 = i32::MAX as u64;
 
 /// The URI options, for "unknown option" messages.
-const OPTIONS: &str = "table, busy_timeout_ms, create, synchronous, pool_size";
+const OPTIONS: &str = "table, busy_timeout_ms, create, synchronous, pool_size, accept_data_loss";
 
 /// Where the database lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,15 +59,19 @@ impl fmt::Display for Location {
 /// SQLite's `PRAGMA synchronous` level, i.e. how hard a commit pushes to disk.
 ///
 /// With WAL (always on for files), [`Synchronous::Normal`] survives a crash of
-/// any process but may lose the last commits on power loss or an OS crash;
-/// [`Synchronous::Full`] also survives those, at the cost of an fsync per commit.
+/// any process but may lose the last commits on power loss or an OS crash —
+/// and a sequence whose last reservation is lost hands its ids out again. So
+/// [`Synchronous::Full`] (an fsync per commit) is the default, and a file
+/// opened with `Normal` is refused unless the configuration also accepts data
+/// loss (`accept_data_loss=true`, see [`bakery_core::durability`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Synchronous {
-    /// `synchronous=NORMAL` (the default): fsync at WAL checkpoints only.
-    #[default]
+    /// `synchronous=NORMAL`: fsync at WAL checkpoints only. Needs
+    /// `accept_data_loss=true` for a database file.
     Normal,
-    /// `synchronous=FULL`: fsync the WAL on every commit.
+    /// `synchronous=FULL` (the default): fsync the WAL on every commit.
+    #[default]
     Full,
     /// `synchronous=EXTRA`: like `FULL`, and also syncs the directory.
     Extra,
@@ -105,7 +109,8 @@ impl Synchronous {
 /// | `table=NAME` | `bakery_rows` | table holding the rows; `[A-Za-z_][A-Za-z0-9_]{0,62}`, not `sqlite_…` |
 /// | `busy_timeout_ms=N` | `5000` | wait this long for another writer's lock |
 /// | `create=true\|false` | `true` | create the file (and its directory) if missing |
-/// | `synchronous=normal\|full\|extra` | `normal` | see [`Synchronous`] |
+/// | `synchronous=normal\|full\|extra` | `full` | see [`Synchronous`]; `normal` needs `accept_data_loss=true` |
+/// | `accept_data_loss=true\|false` | `false` | allow `synchronous=normal` on a file (see [`bakery_core::durability`]) |
 /// | `pool_size=N` | `4` (`1` in memory) | connections kept, 1 to 64 |
 ///
 /// ```
@@ -134,6 +139,7 @@ pub struct SqliteConfig {
     create: bool,
     synchronous: Synchronous,
     pool_size: usize,
+    accept_data_loss: bool,
 }
 
 impl SqliteConfig {
@@ -163,6 +169,7 @@ impl SqliteConfig {
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             create: true,
             synchronous: Synchronous::default(),
+            accept_data_loss: false,
             pool_size: DEFAULT_POOL_SIZE,
         }
     }
@@ -253,6 +260,10 @@ impl SqliteConfig {
                         _ => return Err(bad("`normal`, `full` or `extra`")),
                     }
                 }
+                bakery_core::durability::ACCEPT_DATA_LOSS => {
+                    config.accept_data_loss =
+                        bakery_core::durability::parse_accept(BACKEND, &value)?;
+                }
                 "pool_size" => {
                     config.pool_size = value
                         .parse::<usize>()
@@ -293,10 +304,25 @@ impl SqliteConfig {
         self
     }
 
-    /// Set the durability level (default [`Synchronous::Normal`]).
+    /// Set the durability level (default [`Synchronous::Full`];
+    /// [`Synchronous::Normal`] on a file needs
+    /// [`with_accept_data_loss(true)`](Self::with_accept_data_loss)).
     pub fn with_synchronous(mut self, synchronous: Synchronous) -> Self {
         self.synchronous = synchronous;
         self
+    }
+
+    /// Allow a level that can lose acknowledged commits on power loss
+    /// ([`Synchronous::Normal`]); default `false`. The URI option is
+    /// `accept_data_loss=true`.
+    pub fn with_accept_data_loss(mut self, accept: bool) -> Self {
+        self.accept_data_loss = accept;
+        self
+    }
+
+    /// Whether a level that can lose acknowledged commits is allowed.
+    pub fn accept_data_loss(&self) -> bool {
+        self.accept_data_loss
     }
 
     /// Keep at most `size` connections (1 to [`MAX_POOL_SIZE`]; an in-memory
@@ -364,6 +390,18 @@ impl SqliteConfig {
                     self.pool_size
                 ),
             ));
+        }
+        if self.synchronous == Synchronous::Normal && !self.is_memory() {
+            bakery_core::durability::check(
+                BACKEND,
+                &[bakery_core::durability::Hazard::new(
+                    "synchronous",
+                    "normal",
+                    "in WAL mode a power loss or OS crash can undo the last commits",
+                    "synchronous=full, bakery's default",
+                )],
+                self.accept_data_loss,
+            )?;
         }
         if self.is_memory() && self.pool_size != 1 {
             return Err(Error::config(
@@ -444,12 +482,51 @@ mod tests {
         assert_eq!(config.table(), DEFAULT_TABLE);
         assert_eq!(config.busy_timeout(), DEFAULT_BUSY_TIMEOUT);
         assert!(config.create_if_missing());
-        assert_eq!(config.synchronous(), Synchronous::Normal);
+        assert_eq!(config.synchronous(), Synchronous::Full);
+        assert!(!config.accept_data_loss());
         assert_eq!(config.pool_size(), DEFAULT_POOL_SIZE);
         let memory = SqliteConfig::from_uri("sqlite::memory:").unwrap();
         assert_eq!(memory, SqliteConfig::memory());
         assert_eq!(memory, SqliteConfig::new(":memory:"));
         assert_eq!(memory.pool_size(), 1);
+    }
+
+    #[test]
+    fn synchronous_normal_on_a_file_needs_the_data_loss_opt_in() {
+        let refused = SqliteConfig::from_uri("sqlite://a.db?synchronous=normal").unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::Config);
+        for text in [
+            "synchronous = normal",
+            "power loss",
+            "synchronous=full",
+            "accept_data_loss=true",
+        ] {
+            assert!(
+                refused.message().contains(text),
+                "{text:?} missing from {refused}"
+            );
+        }
+        let builder = SqliteConfig::new("a.db").with_synchronous(Synchronous::Normal);
+        assert_eq!(builder.validate().unwrap_err().kind(), ErrorKind::Config);
+        assert!(builder.with_accept_data_loss(true).validate().is_ok());
+
+        let accepted =
+            SqliteConfig::from_uri("sqlite://a.db?synchronous=normal&accept_data_loss=true")
+                .unwrap();
+        assert_eq!(accepted.synchronous(), Synchronous::Normal);
+        assert!(accepted.accept_data_loss());
+        // In memory nothing survives anyway: no opt-in needed.
+        assert!(SqliteConfig::from_uri("sqlite::memory:?synchronous=normal").is_ok());
+        for (uri, needle) in [
+            ("sqlite://a.db?accept_data_loss=maybe", "`accept_data_loss`"),
+            (
+                "sqlite://a.db?accept_data_loss=true&accept_data_loss=true",
+                "given twice",
+            ),
+        ] {
+            let e = SqliteConfig::from_uri(uri).unwrap_err();
+            assert!(e.message().contains(needle), "{uri}: {e}");
+        }
     }
 
     #[test]
