@@ -15,16 +15,21 @@
 #   scripts/backends.sh env                export lines of the running backends
 #   scripts/backends.sh deps               install build dependencies only (protoc)
 #
-# NAME is postgres, redis, etcd, mongodb, cassandra, or all (in that order; stop
-# goes in reverse).  mongodb is FerretDB over the postgres server, which
-# `start mongodb` starts too.  Only export lines go to stdout, so
+# NAME is postgres, redis, redis_volatile, etcd, mongodb, cassandra, or all (in
+# that order; stop goes in reverse).  mongodb is FerretDB over the postgres
+# server, which `start mongodb` starts too.  redis_volatile is a second Redis
+# with --appendonly no (Redis's default) and no RDB snapshots (--save ''): a
+# restart forgets everything, so bakery refuses it unless the URI says
+# accept_data_loss=true; tests/redis_durability.rs uses it to show both
+# the refusal and the duplicate ids it prevents.  Only export lines go to
+# stdout, so
 #   eval "$(scripts/backends.sh start all)"
 # works; progress goes to stderr.  Every start/stop/restart/kill also rewrites
 # target/backends.env with the lines of ALL running servers
 # (`source target/backends.env`).
 #
 # Environment:
-#   BAKERY_PG_PORT (15432)  BAKERY_REDIS_PORT (16379)
+#   BAKERY_PG_PORT (15432)  BAKERY_REDIS_PORT (16379)  BAKERY_REDIS_VOLATILE_PORT (16380)
 #   BAKERY_ETCD_PORT (12379)  BAKERY_ETCD_PEER_PORT (12380)  BAKERY_MONGODB_PORT (17017)
 #   BAKERY_CASSANDRA_PORT (19042, CQL)  BAKERY_CASSANDRA_STORAGE_PORT (17000)
 #   BAKERY_CASSANDRA_JMX_PORT (17199)
@@ -38,14 +43,17 @@
 #   BAKERY_PG_BIN            PostgreSQL bin directory (newest /usr/lib/postgresql/*/bin)
 #   BAKERY_REDIS_PERSIST     always (default): append-only file, fsync per write, so a
 #                            stop/restart/kill keeps the data like postgres and etcd do;
-#                            everysec: fsync once a second; off: no persistence at all
+#                            everysec: fsync once a second; off: no persistence at all.
+#                            Either of those makes bakery refuse the redis server
+#                            (it can lose acknowledged writes) unless its URI adds
+#                            accept_data_loss=true.  (redis_volatile ignores it.)
 set -euo pipefail
 
 usage() {
     sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$ROOT/scripts/backends.sh" >&2
 }
 
-BACKENDS=(postgres redis etcd mongodb cassandra)
+BACKENDS=(postgres redis redis_volatile etcd mongodb cassandra)
 
 SCRATCH=${BAKERY_SCRATCH:-${TMPDIR:-/tmp}/bakery-backends}
 [[ $SCRATCH == /* ]] || SCRATCH=$PWD/$SCRATCH
@@ -68,6 +76,7 @@ recorded_port() {
 }
 PG_PORT=${BAKERY_PG_PORT:-$(recorded_port postgres 0)}
 REDIS_PORT=${BAKERY_REDIS_PORT:-$(recorded_port redis 0)}
+REDIS_VOLATILE_PORT=${BAKERY_REDIS_VOLATILE_PORT:-$(recorded_port redis_volatile 0)}
 ETCD_PORT=${BAKERY_ETCD_PORT:-$(recorded_port etcd 0)}
 ETCD_PEER_PORT=${BAKERY_ETCD_PEER_PORT:-$(recorded_port etcd 1)}
 MONGODB_PORT=${BAKERY_MONGODB_PORT:-$(recorded_port mongodb 0)}
@@ -76,6 +85,7 @@ CASSANDRA_STORAGE_PORT=${BAKERY_CASSANDRA_STORAGE_PORT:-$(recorded_port cassandr
 CASSANDRA_JMX_PORT=${BAKERY_CASSANDRA_JMX_PORT:-$(recorded_port cassandra 2)}
 PG_PORT=${PG_PORT:-15432}
 REDIS_PORT=${REDIS_PORT:-16379}
+REDIS_VOLATILE_PORT=${REDIS_VOLATILE_PORT:-16380}
 ETCD_PORT=${ETCD_PORT:-12379}
 ETCD_PEER_PORT=${ETCD_PEER_PORT:-12380}
 MONGODB_PORT=${MONGODB_PORT:-17017}
@@ -92,7 +102,7 @@ die() {
 }
 have() { command -v "$1" >/dev/null 2>&1; }
 
-for var in PG_PORT REDIS_PORT ETCD_PORT ETCD_PEER_PORT MONGODB_PORT CASSANDRA_PORT \
+for var in PG_PORT REDIS_PORT REDIS_VOLATILE_PORT ETCD_PORT ETCD_PEER_PORT MONGODB_PORT CASSANDRA_PORT \
     CASSANDRA_STORAGE_PORT CASSANDRA_JMX_PORT; do
     [[ ${!var} =~ ^[1-9][0-9]{0,4}$ && ${!var} -le 65535 ]] ||
         die "BAKERY_$var=${!var} is not a port number"
@@ -208,6 +218,7 @@ port_of() {
     case $name:$field in
     postgres:1) echo "$PG_PORT" ;;
     redis:1) echo "$REDIS_PORT" ;;
+    redis_volatile:1) echo "$REDIS_VOLATILE_PORT" ;;
     etcd:1) echo "$ETCD_PORT" ;;
     etcd:2) echo "$ETCD_PEER_PORT" ;;
     mongodb:1) echo "$MONGODB_PORT" ;;
@@ -387,37 +398,79 @@ missing_redis() {
 install_redis() { install_missing redis; }
 
 start_redis() {
-    local dir persist=(--appendonly no)
-    dir=$(dir_of redis)
-    mkdir -p "$dir/data"
+    local persist=(--appendonly no)
     # No RDB snapshots; durability (if any) from the append-only file.
     if [[ $REDIS_PERSIST != off ]]; then persist=(--appendonly yes --appendfsync "$REDIS_PERSIST"); fi
+    redis_launch redis "${persist[@]}"
+}
+
+# redis_launch NAME ARGS...: a daemonized redis-server on NAME's port, without
+# RDB snapshots, data and log in NAME's scratch directory; ARGS choose its
+# persistence.  (describe_NAME has set PIDFILE and LOG.)
+redis_launch() {
+    local name=$1 dir
+    shift
+    dir=$(dir_of "$name")
+    mkdir -p "$dir/data"
     # Errors before redis opens its log (bad arguments) land in the same file.
     # shellcheck disable=SC2094
     (
         close_fds
-        exec redis-server --port "$(port_of redis)" --bind 127.0.0.1 --save '' "${persist[@]}" \
+        exec redis-server --port "$(port_of "$name")" --bind 127.0.0.1 --save '' "$@" \
             --daemonize yes --pidfile "$PIDFILE" --logfile "$LOG" --dir "$dir/data"
     ) </dev/null >>"$LOG" 2>&1
 }
 
-ready_redis() {
+# redis_ping NAME: the server on NAME's port answers PING.
+redis_ping() {
     local answer
-    answer=$(timeout 2 redis-cli -h 127.0.0.1 -p "$(port_of redis)" ping </dev/null 2>/dev/null) || return 1
+    answer=$(timeout 2 redis-cli -h 127.0.0.1 -p "$(port_of "$1")" ping </dev/null 2>/dev/null) || return 1
     [[ $answer == PONG ]]
 }
+
+# redis_stop NAME PID: SIGTERM (no snapshot is configured, so nothing is
+# saved), SIGKILL after the timeout.
+redis_stop() {
+    kill -TERM "$2"
+    wait_gone "$2" || {
+        say "$1: still running after ${TIMEOUT}s; SIGKILL"
+        kill -KILL "$2"
+    }
+}
+
+ready_redis() { redis_ping redis; }
 
 after_start_redis() { :; }
 
 uri_redis() { echo "redis://127.0.0.1:$(port_of redis)/0"; }
 
-stop_redis() {
-    kill -TERM "$1"
-    wait_gone "$1" || {
-        say "redis: still running after ${TIMEOUT}s; SIGKILL"
-        kill -KILL "$1"
-    }
+stop_redis() { redis_stop redis "$1"; }
+
+# ---------------------------------------------------------------- redis_volatile
+# A second Redis with appendonly no (Redis's default) and no RDB snapshots
+# either.  Every restart forgets every write, so bakery refuses it at open
+# unless the URI adds accept_data_loss=true (tests/redis_durability.rs).
+
+describe_redis_volatile() {
+    PIDFILE=$(dir_of redis_volatile)/redis.pid
+    COMM=redis-server
+    LOG=$(dir_of redis_volatile)/redis.log
+    PORTS=("$REDIS_VOLATILE_PORT:BAKERY_REDIS_VOLATILE_PORT")
 }
+
+missing_redis_volatile() { missing_redis; }
+
+install_redis_volatile() { install_missing redis_volatile; }
+
+start_redis_volatile() { redis_launch redis_volatile --appendonly no --save ''; }
+
+ready_redis_volatile() { redis_ping redis_volatile; }
+
+after_start_redis_volatile() { :; }
+
+uri_redis_volatile() { echo "redis://127.0.0.1:$(port_of redis_volatile)/0"; }
+
+stop_redis_volatile() { redis_stop redis_volatile "$1"; }
 
 # ---------------------------------------------------------------- etcd
 
@@ -574,13 +627,10 @@ ready_mongodb() {
 
 after_start_mongodb() { :; }
 
-# cas=insert is a bakery option (the mongodb crate strips it before the driver
-# sees the URI): FerretDB v1 does not apply update/findAndModify atomically (it
-# reads, modifies in Go, and writes back by _id without re-checking the filter;
-# FerretDB issue 3040), so the default findOneAndUpdate CAS is not
-# linearizable here.  Only inserts are atomic (unique _id), and the insert-only
-# strategy (one immutable document per version) relies on nothing else.
-uri_mongodb() { echo "mongodb://127.0.0.1:$(port_of mongodb)/bakery?cas=insert"; }
+# The plain URI, as a user would write it: the mongodb crate identifies
+# FerretDB at connect and picks the insert strategy itself (FerretDB v1 does
+# not apply findAndModify atomically; FerretDB issue 3040).
+uri_mongodb() { echo "mongodb://127.0.0.1:$(port_of mongodb)/bakery"; }
 
 stop_mongodb() {
     kill -TERM "$1"
@@ -716,10 +766,11 @@ commitlog_directory: '$dir/commitlog'
 saved_caches_directory: '$dir/saved_caches'
 hints_directory: '$dir/hints'
 cdc_raw_directory: '$dir/cdc_raw'
-# Acknowledged writes sit in the memory-mapped commit log, which survives a
-# SIGKILL of the server (not a power cut) before the next 10 s sync.
-commitlog_sync: periodic
-commitlog_sync_period: 10000ms
+# One node holds every replica, so a write is acknowledged only once the
+# commit log is fsynced: with the default periodic sync a power cut would
+# forget up to 10 s of acknowledged LWTs (bakery refuses that setting on a
+# keyspace with fewer than three replicas).
+commitlog_sync: batch
 auto_snapshot: false
 # Paxos v2 (Cassandra 4.1+): fewer round trips per LWT and far less
 # contention backoff when several clients CAS the same row (a lock's row).
@@ -1020,7 +1071,7 @@ status_one() {
             fi
         done
     fi
-    printf '%-9s %-14s %s\n' "$name" "$state" "$detail"
+    printf '%-14s %-14s %s\n' "$name" "$state" "$detail"
 }
 
 lock() {
@@ -1036,7 +1087,8 @@ expand_names() {
     for name in "$@"; do
         case $name in
         all) out+=("${BACKENDS[@]}") ;;
-        postgres | redis | etcd | mongodb | cassandra) out+=("$name") ;;
+        postgres | redis | redis_volatile | etcd | mongodb | cassandra) out+=("$name") ;;
+        redis-volatile) out+=(redis_volatile) ;;
         postgresql | pg) out+=(postgres) ;;
         mongo | ferretdb) out+=(mongodb) ;;
         *) die "unknown backend '$name' (known: ${BACKENDS[*]}, all)" ;;

@@ -7,6 +7,10 @@
 //!     cargo run --release -p bakery-redis --example cas_strategies
 //! ```
 //!
+//! A server without an fsynced append-only file (e.g. to measure without
+//! persistence) is refused at open unless the URI adds
+//! `?accept_data_loss=true` (crate docs, "Durability").
+//!
 //! Options (environment): `BENCH_SECS` (per measurement, default 3) and
 //! `BENCH_ROUNDS` (each scenario is measured this many times, strategies
 //! interleaved, and the median is reported; default 3). Prints, never

@@ -185,6 +185,26 @@ fn server_code(e: &RedisError) -> Option<String> {
     Some(code.to_ascii_uppercase())
 }
 
+/// True if `e` is the server refusing a command that only inspects it
+/// (`CONFIG GET`, `INFO`): renamed or disabled (`ERR unknown command`),
+/// forbidden by an ACL (`NOPERM`), or any other error reply a
+/// Redis-compatible server gives for a command it does not support. Not
+/// the replies that mean "unavailable, retry" (`LOADING`, `BUSY`, …),
+/// missing credentials (`NOAUTH`, `WRONGPASS`) or a cluster redirection:
+/// those fail the open as any other call would. Not a lost connection or
+/// a timeout either (no error reply at all).
+pub(crate) fn is_refused_command(e: &RedisError) -> bool {
+    match server_code(e) {
+        Some(code) => {
+            let code = code.as_str();
+            !UNAVAILABLE_CODES.contains(&code)
+                && !CLUSTER_CODES.contains(&code)
+                && !matches!(code, "NOAUTH" | "WRONGPASS")
+        }
+        None => false,
+    }
+}
+
 fn is_config_detail(detail: Option<&str>) -> bool {
     let detail = detail.unwrap_or("").to_ascii_lowercase();
     ["password", "db index", "auth", "unknown command", "no such"]
@@ -340,5 +360,33 @@ mod tests {
             None,
         );
         assert_eq!(err.kind(), ErrorKind::Config);
+    }
+
+    #[test]
+    fn refused_inspection_commands() {
+        for (code, detail) in [
+            (
+                "ERR",
+                "unknown command 'CONFIG', with args beginning with: 'GET'",
+            ),
+            (
+                "NOPERM",
+                "this user has no permissions to run the 'config|get' command",
+            ),
+            ("ERR", "unknown subcommand 'GET'"),
+            ("UNSUPPORTED", "command not supported by this proxy"),
+        ] {
+            assert!(is_refused_command(&server(code, detail)), "{code} {detail}");
+        }
+        for (code, detail) in [
+            ("LOADING", "Redis is loading the dataset in memory"),
+            ("BUSY", "Redis is busy running a script"),
+            ("NOAUTH", "Authentication required."),
+            ("WRONGPASS", "invalid username-password pair"),
+            ("MOVED", "3999 127.0.0.1:6381"),
+        ] {
+            assert!(!is_refused_command(&server(code, detail)), "{code}");
+        }
+        assert!(!is_refused_command(&io(io::ErrorKind::ConnectionReset)));
     }
 }

@@ -1,6 +1,7 @@
 #![doc = include_str!("../docs.md")]
 #![deny(missing_docs)]
 
+mod durability;
 mod error;
 mod notify;
 mod pool;
@@ -12,6 +13,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use bakery_core::durability::ACCEPT_DATA_LOSS;
 use bakery_core::{Error, Result};
 
 pub use store::RedisStore;
@@ -59,7 +61,7 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 pub const MAX_POOL_SIZE: usize = 256;
 
 /// The URI options, for "unknown option" messages.
-const OPTIONS: &str = "prefix, cas, timeout_ms, pool_size, ca_file";
+const OPTIONS: &str = "prefix, cas, timeout_ms, pool_size, ca_file, accept_data_loss";
 
 /// How a compare-and-set is made atomic on the server. Both give the same
 /// results (the conformance suite runs against each); they differ in round
@@ -128,6 +130,7 @@ impl FromStr for CasStrategy {
 /// | `timeout_ms=N` | `5000` | limit on each call, 1 ms to 1 h |
 /// | `pool_size=N` | `16` | dedicated connections of the `watch` strategy, 1 to 256 |
 /// | `ca_file=PATH` | system roots | PEM file of the CA to trust (`rediss` only) |
+/// | `accept_data_loss=true\|false` | `false` | open even on a server that can lose acknowledged writes (crate docs, "Durability") |
 ///
 /// The password never appears in `Debug` or `Display` output, nor in error
 /// messages.
@@ -176,6 +179,7 @@ pub struct RedisConfig {
     timeout: Duration,
     pool_size: usize,
     ca_file: Option<PathBuf>,
+    accept_data_loss: bool,
 }
 
 impl RedisConfig {
@@ -194,6 +198,7 @@ impl RedisConfig {
             timeout: DEFAULT_TIMEOUT,
             pool_size: DEFAULT_POOL_SIZE,
             ca_file: None,
+            accept_data_loss: false,
         }
     }
 
@@ -335,6 +340,10 @@ impl RedisConfig {
                     }
                     config.ca_file = Some(PathBuf::from(&value));
                 }
+                ACCEPT_DATA_LOSS => {
+                    config.accept_data_loss =
+                        bakery_core::durability::parse_accept(BACKEND, &value)?;
+                }
                 _ => {
                     return Err(Error::config(
                         BACKEND,
@@ -412,6 +421,17 @@ impl RedisConfig {
         self
     }
 
+    /// Open even on a server whose settings can lose acknowledged writes
+    /// (default `false`: such a server is refused at open with an
+    /// [`ErrorKind::Config`](bakery_core::ErrorKind::Config) error naming
+    /// each setting; crate docs, "Durability"). With `true` the store opens
+    /// and logs the settings as a warning: after a crash or restart of the
+    /// server a sequence may hand out the same ids again.
+    pub fn with_accept_data_loss(mut self, accept: bool) -> Self {
+        self.accept_data_loss = accept;
+        self
+    }
+
     /// True for `rediss://` (TLS).
     pub fn tls(&self) -> bool {
         self.tls
@@ -470,6 +490,12 @@ impl RedisConfig {
     /// The CA file trusted for TLS, if any.
     pub fn ca_file(&self) -> Option<&std::path::Path> {
         self.ca_file.as_deref()
+    }
+
+    /// True if the store may open on a server that can lose acknowledged
+    /// writes (`accept_data_loss=true`).
+    pub fn accept_data_loss(&self) -> bool {
+        self.accept_data_loss
     }
 
     /// Check the whole configuration; an [`ErrorKind::Config`](bakery_core::ErrorKind::Config)
@@ -541,6 +567,7 @@ impl fmt::Debug for RedisConfig {
             .field("timeout", &self.timeout)
             .field("pool_size", &self.pool_size)
             .field("ca_file", &self.ca_file)
+            .field("accept_data_loss", &self.accept_data_loss)
             .finish()
     }
 }
@@ -573,6 +600,9 @@ impl fmt::Display for RedisConfig {
         )?;
         if let Some(ca) = &self.ca_file {
             write!(f, "&ca_file={}", ca.display())?;
+        }
+        if self.accept_data_loss {
+            write!(f, "&{ACCEPT_DATA_LOSS}=true")?;
         }
         Ok(())
     }

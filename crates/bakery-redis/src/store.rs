@@ -13,6 +13,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use tracing::Instrument;
 
+use crate::durability;
 use crate::error::{map_err, unexpected, Failure, Phase, BACKEND};
 use crate::notify::{Listener, Subscriber};
 use crate::pool::{Lease, Pool};
@@ -94,9 +95,14 @@ impl RedisStore {
     }
 
     /// Connect as `config` says: open the shared connection (authenticating
-    /// and selecting the database), load the scripts (`script`) or open the
-    /// first pooled connection (`watch`). A server that cannot be reached is
-    /// [`ErrorKind::Unavailable`]; bad credentials are [`ErrorKind::Config`].
+    /// and selecting the database), check the server's durability settings,
+    /// load the scripts (`script`) or open the first pooled connection
+    /// (`watch`). A server that cannot be reached is
+    /// [`ErrorKind::Unavailable`]; bad credentials are [`ErrorKind::Config`],
+    /// and so is a server that can lose acknowledged writes (`appendonly
+    /// no`, `appendfsync everysec`, an evicting `maxmemory-policy`, a
+    /// replica, …) unless `accept_data_loss` is set (crate docs,
+    /// "Durability").
     pub async fn open(config: RedisConfig) -> Result<RedisStore> {
         config.validate()?;
         let span = tracing::debug_span!(
@@ -121,6 +127,14 @@ impl RedisStore {
                 .get_connection_manager_with_config(manager_config)
                 .await
                 .map_err(|e| map_err(e.into(), Phase::Connect, "connect", None))?;
+            // Refuse a server that can forget what it acknowledged, before
+            // anything is written (crate docs, "Durability").
+            let settings = durability::inspect(&mut shared.clone()).await?;
+            bakery_core::durability::check(
+                BACKEND,
+                &durability::hazards(&settings),
+                config.accept_data_loss(),
+            )?;
             let scripts = Scripts::new();
             let pool = match config.cas() {
                 CasStrategy::Script => {
@@ -606,9 +620,10 @@ impl VersionedStore for RedisStore {
         BACKEND
     }
 
-    /// `SHARED | LINEARIZABLE_READS | WATCH`. Not `PERSISTENT`: that
-    /// depends on the server's `appendonly`/`appendfsync`, which this crate
-    /// does not check (see the crate docs).
+    /// `SHARED | LINEARIZABLE_READS | WATCH`. Not `PERSISTENT`: the
+    /// settings checked at open can change at run time (`CONFIG SET`), a
+    /// failover loses acknowledged writes, and `accept_data_loss=true`
+    /// opens on servers that forget (see the crate docs).
     fn capabilities(&self) -> Capabilities {
         Capabilities::SHARED | Capabilities::LINEARIZABLE_READS | Capabilities::WATCH
     }

@@ -30,6 +30,7 @@ fn defaults() {
     assert_eq!(config.timeout(), DEFAULT_TIMEOUT);
     assert_eq!(config.pool_size(), DEFAULT_POOL_SIZE);
     assert_eq!(config.ca_file(), None);
+    assert!(!config.accept_data_loss());
 }
 
 #[test]
@@ -130,6 +131,51 @@ fn options() {
     assert_eq!(CasStrategy::Script.as_str(), "script");
 }
 
+/// `accept_data_loss`: parsed like every option, kept in the config, and
+/// shown by `Display` only when set (the default URI stays unchanged).
+#[test]
+fn accept_data_loss_option() {
+    for (value, expected) in [
+        ("true", true),
+        ("TRUE", true),
+        ("True", true),
+        ("false", false),
+        ("FALSE", false),
+    ] {
+        let uri = format!("redis://h/0?accept_data_loss={value}");
+        let config = RedisConfig::from_uri(&uri).unwrap_or_else(|e| panic!("{uri}: {e}"));
+        assert_eq!(config.accept_data_loss(), expected, "{uri}");
+        assert_eq!(
+            config,
+            RedisConfig::new("h").with_accept_data_loss(expected),
+            "{uri}"
+        );
+        assert_eq!(
+            config.to_string().contains("accept_data_loss"),
+            expected,
+            "{config}"
+        );
+    }
+    let config = RedisConfig::from_uri("redis://h?cas=watch&accept_data_loss=true").unwrap();
+    assert_eq!(config.cas(), CasStrategy::Watch);
+    let shown = config.to_string();
+    assert_eq!(
+        shown,
+        "redis://h:6379/0?prefix=bakery:&cas=watch&timeout_ms=5000&pool_size=16&accept_data_loss=true"
+    );
+    // Display is a URI that parses back to the same configuration.
+    assert_eq!(RedisConfig::from_uri(&shown).unwrap(), config);
+    assert!(format!("{config:?}").contains("accept_data_loss: true"));
+    assert!(RedisConfig::new("h")
+        .with_accept_data_loss(true)
+        .validate()
+        .is_ok());
+    assert!(!RedisConfig::new("h")
+        .with_accept_data_loss(true)
+        .with_accept_data_loss(false)
+        .accept_data_loss());
+}
+
 #[test]
 fn bad_uris_are_config_errors_naming_the_problem() {
     let cases: &[(&str, &str)] = &[
@@ -160,6 +206,15 @@ fn bad_uris_are_config_errors_naming_the_problem() {
         ("redis://h?pool_size=0", "`pool_size`"),
         ("redis://h?pool_size=257", "`pool_size`"),
         ("redis://h?cas=watch&cas=script", "given twice"),
+        ("redis://h?accept_data_loss=yes", "`accept_data_loss`"),
+        ("redis://h?accept_data_loss=1", "`accept_data_loss`"),
+        ("redis://h?accept_data_loss=", "`accept_data_loss`"),
+        ("redis://h?accept_data_loss", "`accept_data_loss`"),
+        (
+            "redis://h?accept_data_loss=true&accept_data_loss=false",
+            "given twice",
+        ),
+        ("redis://h?accept_data_los=true", "accept_data_loss"),
         ("redis://h?prefix=a%zz", "percent-encoding"),
         ("redis://h?ca_file=/x.pem", "`ca_file`"),
         ("redis://user@h", "without a password"),
