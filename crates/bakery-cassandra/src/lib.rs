@@ -1,12 +1,14 @@
 #![doc = include_str!("../docs.md")]
 #![deny(missing_docs)]
 
+mod durability;
 mod error;
 mod store;
 
 use std::fmt;
 use std::time::Duration;
 
+use bakery_core::durability::ACCEPT_DATA_LOSS;
 use bakery_core::{Error, Result};
 
 pub use store::CassandraStore;
@@ -47,7 +49,8 @@ pub const MAX_NAME_LEN: usize = 48;
 const MAX_RF: u32 = 100;
 
 /// The URI options, for "unknown option" messages.
-const OPTIONS: &str = "table, replication, serial, consistency, timeout_ms, user, password";
+const OPTIONS: &str =
+    "table, replication, serial, consistency, timeout_ms, user, password, accept_data_loss";
 
 /// A password that never shows up in `Debug` or `Display` output.
 #[derive(Clone, PartialEq, Eq)]
@@ -209,8 +212,11 @@ pub enum Serial {
     #[default]
     Serial,
     /// `LOCAL_SERIAL`: a quorum of the replicas in the coordinator's data
-    /// center. Linearizable only if every client of a key uses the same
-    /// data center.
+    /// center. Linearizable only when all the keyspace's replicas are in
+    /// one data center (there it is the same quorum as `SERIAL`): bakery
+    /// does not pin a key's coordinator to a data center, so opening
+    /// refuses it ([`ErrorKind::Config`](bakery_core::ErrorKind::Config))
+    /// on a keyspace replicated to several.
     LocalSerial,
 }
 
@@ -237,7 +243,10 @@ impl Serial {
 
 /// The (commit) consistency level of the conditional writes: how many
 /// replicas must have applied the Paxos commit before a write is
-/// acknowledged. Reads are always at the [`Serial`] level.
+/// acknowledged. Reads are always at the [`Serial`] level, which finishes
+/// any accepted but uncommitted round, so every level keeps bakery
+/// linearizable: a conditional write is acknowledged only once a Paxos
+/// quorum has accepted it, whatever this level (crate docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Consistency {
@@ -325,6 +334,7 @@ impl Consistency {
 /// | `timeout_ms=N` | `10000` | client-side bound of each call and of opening, 1 to 3 600 000 |
 /// | `user=NAME` | none | user (PasswordAuthenticator); also `user:password@` before the host |
 /// | `password=SECRET` | none | its password; never printed |
+/// | `accept_data_loss=true\|false` | `false` | open even where an acknowledged write can be lost (crate docs, "Durability") |
 ///
 /// Keyspace and table names are 1 to 48 ASCII letters, digits and `_`,
 /// starting with a letter; they are always double-quoted in CQL, so their
@@ -364,6 +374,7 @@ pub struct CassandraConfig {
     timeout: Duration,
     user: Option<String>,
     password: Option<Password>,
+    accept_data_loss: bool,
 }
 
 impl CassandraConfig {
@@ -393,6 +404,7 @@ impl CassandraConfig {
             timeout: DEFAULT_TIMEOUT,
             user: None,
             password: None,
+            accept_data_loss: false,
         }
     }
 
@@ -477,6 +489,10 @@ impl CassandraConfig {
                 "serial" => config.serial = Serial::parse(&value)?,
                 "consistency" => config.consistency = Consistency::parse(&value)?,
                 "timeout_ms" => config.timeout = parse_ms(&name, &value)?,
+                ACCEPT_DATA_LOSS => {
+                    config.accept_data_loss =
+                        bakery_core::durability::parse_accept(BACKEND, &value)?;
+                }
                 "user" => {
                     if user.is_some() {
                         return Err(Error::config(
@@ -554,6 +570,17 @@ impl CassandraConfig {
         self
     }
 
+    /// Open even where an acknowledged write can be lost to one machine's
+    /// crash or power loss (default `false`: such a deployment is refused
+    /// at open with an [`ErrorKind::Config`](bakery_core::ErrorKind::Config)
+    /// error naming each setting; crate docs, "Durability"). With `true`
+    /// the store opens and logs the settings as a warning: after a crash a
+    /// sequence may hand out the same ids again.
+    pub fn with_accept_data_loss(mut self, accept: bool) -> Self {
+        self.accept_data_loss = accept;
+        self
+    }
+
     /// The scheme the configuration was parsed from (`cassandra` or
     /// `scylla`; `cassandra` when built in code). Informational only: the
     /// server kind is detected on open.
@@ -599,6 +626,12 @@ impl CassandraConfig {
     /// The user, if any.
     pub fn user(&self) -> Option<&str> {
         self.user.as_deref()
+    }
+
+    /// True if the store may open where an acknowledged write can be lost
+    /// (`accept_data_loss=true`).
+    pub fn accept_data_loss(&self) -> bool {
+        self.accept_data_loss
     }
 
     /// True when a password is set (it is never handed out).
@@ -677,6 +710,7 @@ impl fmt::Debug for CassandraConfig {
             .field("timeout", &self.timeout)
             .field("user", &self.user)
             .field("password", &self.password)
+            .field("accept_data_loss", &self.accept_data_loss)
             .finish()
     }
 }
@@ -698,7 +732,11 @@ impl fmt::Display for CassandraConfig {
             self.serial.as_str(),
             self.consistency.as_str(),
             self.timeout.as_millis()
-        )
+        )?;
+        if self.accept_data_loss {
+            write!(f, "&{ACCEPT_DATA_LOSS}=true")?;
+        }
+        Ok(())
     }
 }
 

@@ -1,6 +1,7 @@
 //! [`CassandraStore`]: the versioned conditional put as a lightweight
 //! transaction (Paxos) per call.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,7 @@ use scylla::value::{CqlValue, Row as CqlRow};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::durability::{check_serial, hazards, placement};
 use crate::error::{corrupt, deadline_passed, map_err, reply, timed_out, Op, BACKEND};
 use crate::{CassandraConfig, Consistency, Serial, DEFAULT_TIMEOUT};
 
@@ -195,7 +197,10 @@ impl CassandraStore {
     ///
     /// Fails with [`ErrorKind::Unavailable`] when no contact point answers
     /// and with [`ErrorKind::Config`] for refused credentials, a table of
-    /// another shape, or a keyspace that cannot be created.
+    /// another shape, a keyspace that cannot be created, `serial=local_serial`
+    /// on a keyspace replicated to several data centers, or a commit log
+    /// that can forget acknowledged writes on a keyspace with fewer than 3
+    /// replicas (unless `accept_data_loss=true`; crate docs, "Durability").
     pub async fn open(config: CassandraConfig) -> Result<CassandraStore> {
         config.validate()?;
         let span = tracing::debug_span!(
@@ -232,6 +237,7 @@ impl CassandraStore {
 
         let (scylla, tablets) = server_kind(&session, &config).await?;
         ensure_keyspace(&session, &config, tablets).await?;
+        check_cluster(&session, &config, scylla).await?;
         settle(|| ensure_table(&session, &config)).await?;
 
         let statements = settle(|| prepare_all(&session, &config)).await?;
@@ -719,6 +725,114 @@ async fn ensure_keyspace(session: &Session, config: &CassandraConfig, tablets: b
     }
     tracing::debug!(%ddl, "creating the keyspace");
     run_ddl(session, catalog(ddl, config)).await
+}
+
+/// Refuse, before anything is created in the keyspace, a deployment
+/// where bakery's guarantees do not hold: `serial=local_serial` on
+/// replicas in several data centers (not linearizable; no opt-in), and a
+/// commit log that can forget acknowledged writes on a keyspace with fewer
+/// than 3 replicas (unless `accept_data_loss=true`). Crate docs,
+/// "Durability".
+async fn check_cluster(session: &Session, config: &CassandraConfig, scylla: bool) -> Result<()> {
+    let replication = settle(|| keyspace_replication(session, config)).await?;
+    let placement = placement(&replication);
+    let mut cluster_dcs: Vec<String> = session
+        .get_cluster_state()
+        .get_nodes_info()
+        .iter()
+        .filter_map(|node| node.datacenter.clone())
+        .collect();
+    cluster_dcs.sort();
+    cluster_dcs.dedup();
+    check_serial(config.serial(), config.keyspace(), &placement, &cluster_dcs)?;
+
+    let sync = commitlog_sync(session, config, scylla).await;
+    let mut found = hazards(sync.as_ref().ok().map(String::as_str), placement.replicas);
+    if let Err(why) = &sync {
+        for hazard in &mut found {
+            hazard.loses.push_str(&format!(" ({why})"));
+        }
+    }
+    tracing::debug!(
+        commitlog_sync = ?sync,
+        replication = %placement.class,
+        replicas = placement.replicas,
+        hazards = found.len(),
+        "durability"
+    );
+    bakery_core::durability::check(BACKEND, &found, config.accept_data_loss())
+}
+
+/// The keyspace's `replication` map from `system_schema.keyspaces`. A
+/// keyspace just created but not yet listed on this coordinator is "does
+/// not exist", which [`settle`] retries.
+async fn keyspace_replication(
+    session: &Session,
+    config: &CassandraConfig,
+) -> Result<BTreeMap<String, String>> {
+    let rows = session
+        .query_unpaged(
+            catalog(
+                "SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = ?",
+                config,
+            ),
+            (config.keyspace(),),
+        )
+        .await
+        .map_err(|e| map_err(e, Op::Open))?
+        .into_rows_result()
+        .map_err(|e| map_err(e, Op::Open))?;
+    match first_row::<(Option<BTreeMap<String, String>>,)>(&rows)? {
+        Some((replication,)) => Ok(replication.unwrap_or_default()),
+        None => Err(Error::config(
+            BACKEND,
+            format!("keyspace `{}` does not exist", config.keyspace()),
+        )),
+    }
+}
+
+/// The `commitlog_sync` of the node that answers: from
+/// `system_views.settings` (Cassandra 4.0+), else `system.config`
+/// (ScyllaDB; asked first there). `Err` says why neither told.
+async fn commitlog_sync(
+    session: &Session,
+    config: &CassandraConfig,
+    scylla: bool,
+) -> std::result::Result<String, String> {
+    let cassandra = "system_views.settings";
+    let scylladb = "system.config";
+    let tables = if scylla {
+        [scylladb, cassandra]
+    } else {
+        [cassandra, scylladb]
+    };
+    let mut why = Vec::new();
+    for table in tables {
+        let cql = format!("SELECT value FROM {table} WHERE name = 'commitlog_sync'");
+        let rows = match session.query_unpaged(catalog(cql, config), ()).await {
+            Ok(result) => result.into_rows_result().map_err(|e| map_err(e, Op::Open)),
+            Err(e) => Err(map_err(e, Op::Open)),
+        };
+        let value = rows.and_then(|rows| first_row::<(Option<String>,)>(&rows));
+        match value {
+            Ok(Some((Some(value),))) => return Ok(value),
+            Ok(_) => why.push(format!("{table} has no commitlog_sync")),
+            Err(e) => {
+                tracing::debug!(table, error = %e, "cannot read commitlog_sync");
+                why.push(format!("{table}: {}", e.message()));
+            }
+        }
+    }
+    Err(why.join("; "))
+}
+
+/// The first row of a catalog reply, if any.
+fn first_row<T>(rows: &QueryRowsResult) -> Result<Option<T>>
+where
+    T: for<'frame, 'metadata> scylla::deserialize::row::DeserializeRow<'frame, 'metadata>,
+{
+    let mut iter = rows.rows::<T>().map_err(|e| map_err(e, Op::Open))?;
+    iter.next().transpose().map_err(|e| map_err(e, Op::Open))
 }
 
 /// Run a `CREATE … IF NOT EXISTS`; the driver then waits for schema

@@ -598,3 +598,107 @@ async fn capabilities_and_debug() {
     eprintln!("capabilities: server release {version}");
     let _ = CqlValue::Empty;
 }
+
+/// The settings read path at open: the project's server (started by
+/// `scripts/backends.sh` with `commitlog_sync: batch`) reports `batch`
+/// where bakery reads it, and a store opens with the default URI (no
+/// `accept_data_loss`).
+#[tokio::test]
+async fn the_server_reports_a_batch_commit_log_and_a_default_store_opens() {
+    let Some(uri) = server_uri("durability_settings") else {
+        return;
+    };
+    assert!(!config(&uri).accept_data_loss(), "{uri}");
+    let store = CassandraStore::connect(&uri)
+        .await
+        .unwrap_or_else(|e| panic!("a durable server must open: {e}"));
+    let table = if store.is_scylla() {
+        "system.config"
+    } else {
+        "system_views.settings"
+    };
+    let rows = store
+        .session()
+        .query_unpaged(
+            format!("SELECT value FROM {table} WHERE name = 'commitlog_sync'"),
+            (),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{table}: {e}"))
+        .into_rows_result()
+        .unwrap();
+    let (value,) = rows.first_row::<(String,)>().unwrap();
+    assert_eq!(value.trim_matches('"'), "batch", "{table}");
+    eprintln!("durability: commitlog_sync = {value} ({table})");
+}
+
+/// One replica is durable when the commit log is fsynced before each
+/// acknowledgement: a keyspace created outside bakery with
+/// `replication_factor` 1 opens, and so does `serial=local_serial` on it
+/// and on a one-data-center `NetworkTopologyStrategy` keyspace (both single
+/// data center: LOCAL_SERIAL is a quorum of every replica).
+#[tokio::test]
+async fn a_keyspace_with_one_replica_opens_on_a_batch_commit_log() {
+    let Some(uri) = server_uri("durability_rf1") else {
+        return;
+    };
+    let admin = open(&uri, &unique_table("bk_admin")).await;
+    let simple = unique_table("bk_rf1");
+    raw(
+        admin.session(),
+        &format!(
+            "CREATE KEYSPACE \"{simple}\" WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
+        ),
+    )
+    .await;
+    let store = CassandraStore::open(config(&uri).with_keyspace(&simple))
+        .await
+        .unwrap_or_else(|e| panic!("rf=1 on a batch commit log must open: {e}"));
+    assert_eq!(applied(&store, &key("rf1/k"), None, "v").await.version, 1);
+    let local = CassandraStore::open(
+        config(&uri)
+            .with_keyspace(&simple)
+            .with_serial(bakery_cassandra::Serial::LocalSerial),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("local_serial on one data center must open: {e}"));
+    assert_eq!(
+        local.get(&key("rf1/k")).await.unwrap().map(|r| r.version),
+        Some(1)
+    );
+
+    let (dc,) = admin
+        .session()
+        .query_unpaged("SELECT data_center FROM system.local", ())
+        .await
+        .unwrap()
+        .into_rows_result()
+        .unwrap()
+        .first_row::<(String,)>()
+        .unwrap();
+    let nts = unique_table("bk_nts1");
+    raw(
+        admin.session(),
+        &format!(
+            "CREATE KEYSPACE \"{nts}\" WITH replication = {{'class': 'NetworkTopologyStrategy', '{dc}': 1}}"
+        ),
+    )
+    .await;
+    let store = CassandraStore::open(
+        config(&uri)
+            .with_keyspace(&nts)
+            .with_serial(bakery_cassandra::Serial::LocalSerial),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("NetworkTopologyStrategy {dc}:1 must open: {e}"));
+    assert_eq!(applied(&store, &key("nts/k"), None, "v").await.version, 1);
+
+    raw(admin.session(), &format!("DROP KEYSPACE \"{simple}\"")).await;
+    raw(admin.session(), &format!("DROP KEYSPACE \"{nts}\"")).await;
+    drop_table(
+        admin.session(),
+        admin.config().keyspace(),
+        admin.config().table(),
+    )
+    .await;
+}
