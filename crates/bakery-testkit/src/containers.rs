@@ -598,9 +598,14 @@ mod imp {
                 // Healthy once CQL answers; the check also creates the
                 // keyspace the URI names (RF 1), as docker/compose.yaml does.
                 // The JVM options skip the gossip wait of a one-node ring.
+                // The commit log is synced per write (`batch`): with the
+                // image's periodic sync, bakery refuses a keyspace of one
+                // replica (a power cut could forget acknowledged writes).
                 let c = GenericImage::new("cassandra", "5.0")
                     .with_exposed_port(9042.tcp())
                     .with_wait_for(WaitFor::healthcheck())
+                    .with_entrypoint("bash")
+                    .with_cmd(["-c", super::CASSANDRA_BATCH_COMMITLOG])
                     .with_env_var("MAX_HEAP_SIZE", "512M")
                     .with_env_var("HEAP_NEWSIZE", "128M")
                     .with_env_var(
@@ -636,6 +641,12 @@ mod imp {
         }
     }
 }
+
+/// The image's entry point, after switching its commit log to `batch`.
+#[cfg_attr(not(feature = "containers"), allow(dead_code))]
+const CASSANDRA_BATCH_COMMITLOG: &str = "sed -i -e 's/^commitlog_sync: periodic$/commitlog_sync: batch/' \
+     -e '/^commitlog_sync_period:/d' /etc/cassandra/cassandra.yaml \
+     && exec docker-entrypoint.sh cassandra -f";
 
 #[cfg(test)]
 mod tests {
