@@ -644,7 +644,8 @@ mod imp {
 
 /// The image's entry point, after switching its commit log to `batch`.
 #[cfg_attr(not(feature = "containers"), allow(dead_code))]
-const CASSANDRA_BATCH_COMMITLOG: &str = "sed -i -e 's/^commitlog_sync: periodic$/commitlog_sync: batch/' \
+const CASSANDRA_BATCH_COMMITLOG: &str =
+    "sed -i -e 's/^commitlog_sync: periodic$/commitlog_sync: batch/' \
      -e '/^commitlog_sync_period:/d' /etc/cassandra/cassandra.yaml \
      && exec docker-entrypoint.sh cassandra -f";
 
