@@ -1,6 +1,7 @@
 #![doc = include_str!("../docs.md")]
 #![deny(missing_docs)]
 
+mod durability;
 mod error;
 mod notify;
 mod store;
@@ -10,6 +11,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use bakery_core::durability::ACCEPT_DATA_LOSS;
 use bakery_core::{Error, Result};
 
 pub use store::PostgresStore;
@@ -54,8 +56,16 @@ const MAX_TIMEOUT_MS: u64 = i32::MAX as u64;
 /// The longest identifier PostgreSQL keeps (NAMEDATALEN - 1).
 const MAX_IDENTIFIER_LEN: usize = 63;
 
-/// Options bakery takes out of the URI before the rest goes to the driver.
-const BAKERY_OPTIONS: &[&str] = &["table", "pool_size", "timeout_ms", "sslmode", "sslrootcert"];
+/// Options bakery takes out of the URI before the rest goes to the driver
+/// (and lists when the driver calls an option unknown).
+const BAKERY_OPTIONS: &[&str] = &[
+    "table",
+    "pool_size",
+    "timeout_ms",
+    "sslmode",
+    "sslrootcert",
+    ACCEPT_DATA_LOSS,
+];
 
 /// How hard the connection insists on TLS and checks the server's
 /// certificate. The names and meanings are libpq's `sslmode`.
@@ -237,6 +247,7 @@ impl fmt::Display for TableName {
 /// | `timeout_ms=N` | `10000` | server-side `statement_timeout`; the client gives up 250 ms later; `0` = none |
 /// | `sslmode=…` | `prefer` | see [`SslMode`] |
 /// | `sslrootcert=FILE\|system` | none | see [`RootCert`] |
+/// | `accept_data_loss=true\|false` | `false` | open even on a server that can lose acknowledged writes (crate docs, "Durability") |
 ///
 /// `connect_timeout` defaults to 5 seconds here (libpq: none).
 ///
@@ -268,6 +279,7 @@ pub struct PostgresConfig {
     timeout: Option<Duration>,
     ssl_mode: SslMode,
     root_cert: Option<RootCert>,
+    accept_data_loss: bool,
 }
 
 impl PostgresConfig {
@@ -309,6 +321,7 @@ impl PostgresConfig {
         let mut timeout = None;
         let mut ssl_mode = None;
         let mut root_cert = None;
+        let mut accept_data_loss = None;
         let mut driver_pairs: Vec<&str> = Vec::new();
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (raw_name, raw_value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -388,6 +401,12 @@ impl PostgresConfig {
                         return Err(twice());
                     }
                 }
+                ACCEPT_DATA_LOSS => {
+                    let accept = bakery_core::durability::parse_accept(BACKEND, &value)?;
+                    if accept_data_loss.replace(accept).is_some() {
+                        return Err(twice());
+                    }
+                }
                 _ => unreachable_option(&name)?,
             }
         }
@@ -401,7 +420,14 @@ impl PostgresConfig {
         }
         let mut pg: tokio_postgres::Config = driver_uri.parse().map_err(|e| {
             // The driver's messages name the option, never its value.
-            Error::config(BACKEND, format!("postgres URI: {}", error::chain(&e)))
+            let mut message = format!("postgres URI: {}", error::chain(&e));
+            if message.contains("unknown option") {
+                message.push_str(&format!(
+                    " (bakery's own options: {})",
+                    BAKERY_OPTIONS.join(", ")
+                ));
+            }
+            Error::config(BACKEND, message)
         })?;
         if pg.get_connect_timeout().is_none() {
             pg.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
@@ -413,6 +439,7 @@ impl PostgresConfig {
             timeout: timeout.unwrap_or(Some(DEFAULT_TIMEOUT)),
             ssl_mode: ssl_mode.unwrap_or_default(),
             root_cert,
+            accept_data_loss: accept_data_loss.unwrap_or(false),
         };
         config.validate()?;
         Ok(config)
@@ -461,6 +488,18 @@ impl PostgresConfig {
         self
     }
 
+    /// Open even on a server whose settings can lose acknowledged writes
+    /// (default `false`: a server with `fsync = off` or `full_page_writes =
+    /// off` is refused at open with an
+    /// [`ErrorKind::Config`](bakery_core::ErrorKind::Config) error naming
+    /// each setting; crate docs, "Durability"). With `true` the store opens
+    /// and logs the settings as a warning: after a crash of the server or
+    /// its machine a sequence may hand out the same ids again.
+    pub fn with_accept_data_loss(mut self, accept: bool) -> Self {
+        self.accept_data_loss = accept;
+        self
+    }
+
     /// The table.
     pub fn table(&self) -> &TableName {
         &self.table
@@ -492,6 +531,12 @@ impl PostgresConfig {
     /// The trust anchors for the server's certificate, if any.
     pub fn root_cert(&self) -> Option<&RootCert> {
         self.root_cert.as_ref()
+    }
+
+    /// True if the store may open on a server that can lose acknowledged
+    /// writes (`accept_data_loss=true`).
+    pub fn accept_data_loss(&self) -> bool {
+        self.accept_data_loss
     }
 
     /// The user name.
@@ -575,10 +620,13 @@ impl PostgresConfig {
         });
         // Session settings the guarantees rest on (see docs.md), sent in the
         // startup packet: no extra round trip. The user's own `options`
-        // come last, so they win.
+        // come last, so they win. `synchronous_commit` is not among them:
+        // forcing `on` here would also lower a stronger database or role
+        // default (`remote_apply`); each connection raises it from `off`
+        // once it is open instead (durability::RAISE_SYNCHRONOUS_COMMIT).
         let timeout_ms = self.timeout.map_or(0, |t| t.as_millis());
         let mut options = format!(
-            "-c statement_timeout={timeout_ms} -c default_transaction_isolation=read\\ committed -c synchronous_commit=on"
+            "-c statement_timeout={timeout_ms} -c default_transaction_isolation=read\\ committed"
         );
         if let Some(user) = self.pg.get_options().filter(|o| !o.trim().is_empty()) {
             options.push(' ');
@@ -635,6 +683,9 @@ impl PostgresConfig {
         )?;
         if let Some(root) = &self.root_cert {
             write!(f, "&sslrootcert={root}")?;
+        }
+        if self.accept_data_loss {
+            write!(f, "&{ACCEPT_DATA_LOSS}=true")?;
         }
         for path in unix {
             write!(f, "&host={path}")?;

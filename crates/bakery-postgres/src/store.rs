@@ -15,6 +15,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tracing::Instrument;
 
+use crate::durability::{self, Connector};
 use crate::error::{map_err, map_pool_err, timed_out, Op, Phase, BACKEND};
 use crate::notify::{channel_name, Listener};
 use crate::{tls, PostgresConfig, TableName, CLIENT_GRACE};
@@ -186,10 +187,17 @@ impl PostgresStore {
         Self::open(PostgresConfig::from_uri(uri)?).await
     }
 
-    /// Open the store `config` describes: connect, create the table if it
-    /// is missing (under an advisory lock, so that many processes may start
-    /// at once), and check that an existing table has the expected columns
+    /// Open the store `config` describes: connect, check that the server
+    /// keeps what it acknowledges, create the table if it is missing (under
+    /// an advisory lock, so that many processes may start at once), and
+    /// check that an existing table has the expected columns
     /// ([`ErrorKind::Config`] if not).
+    ///
+    /// A server with `fsync = off` or `full_page_writes = off` is refused
+    /// with [`ErrorKind::Config`] naming each setting, unless the config
+    /// says [`accept_data_loss`](PostgresConfig::accept_data_loss). Every
+    /// connection the store opens raises `synchronous_commit` from `off` to
+    /// `on` for its session (crate docs, "Durability").
     pub async fn open(config: PostgresConfig) -> Result<PostgresStore> {
         config.validate()?;
         let span = tracing::debug_span!(
@@ -199,9 +207,11 @@ impl PostgresStore {
             config = %config,
         );
         let tls = tls::connector(&config)?;
-        let manager = Manager::from_config(
+        // Each new connection raises `synchronous_commit` from `off` before
+        // the pool hands it out (durability::Connector).
+        let manager = Manager::from_connect(
             config.driver_config(),
-            tls.clone(),
+            Connector { tls: tls.clone() },
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -370,6 +380,22 @@ impl PostgresStore {
         let table = self.inner.config.table();
         let name = table.quoted();
         let mut client = self.checkout(op, Some(deadline)).await?;
+        // Refuse a server that can forget what it acknowledged, before
+        // anything is written (crate docs, "Durability").
+        let settings = durability::inspect(&client)
+            .await
+            .map_err(|e| map_err(e, Phase::Execute, op))?;
+        tracing::debug!(
+            fsync = %settings.fsync,
+            full_page_writes = %settings.full_page_writes,
+            synchronous_commit = %settings.synchronous_commit,
+            "durability settings"
+        );
+        bakery_core::durability::check(
+            BACKEND,
+            &durability::hazards(&settings),
+            self.inner.config.accept_data_loss(),
+        )?;
         let exists: bool = client
             .query_one("SELECT to_regclass($1)::oid IS NOT NULL", &[&name])
             .await
@@ -431,6 +457,11 @@ impl PostgresStore {
                 .await
                 .map_err(|e| map_err(e, Phase::Connect, Op::Watch))?;
             let listener = Listener::start(client, connection);
+            // Like every session bakery opens (it never writes a row, but
+            // nothing it runs should commit asynchronously).
+            durability::commit_synchronously(listener.client())
+                .await
+                .map_err(|e| map_err(e, Phase::Connect, Op::Watch))?;
             listener
                 .client()
                 .batch_execute(&self.inner.sql.listen)
@@ -826,4 +857,139 @@ async fn check_schema(client: &Object, table: &TableName) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A plain session (not bakery's) on `uri`, in `dbname` if given.
+    async fn raw(uri: &str, dbname: Option<&str>) -> tokio_postgres::Client {
+        let base = uri.split('?').next().unwrap_or(uri);
+        let target = match dbname {
+            Some(db) => format!("{base}?dbname={db}"),
+            None => base.to_string(),
+        };
+        let (client, connection) = tokio_postgres::connect(&target, tokio_postgres::NoTls)
+            .await
+            .expect("raw connection to BAKERY_POSTGRES_URI");
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        client
+    }
+
+    async fn show(client: &tokio_postgres::Client, setting: &str) -> String {
+        client
+            .query_one(&format!("SHOW {setting}"), &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// A scratch database whose default `synchronous_commit` is `off` (then
+    /// `local`, `remote_write`, `remote_apply`): every connection the store
+    /// opens — the pooled ones and the LISTEN session — runs with `on` for
+    /// `off` and keeps the stronger values. Checked on the store's own
+    /// connections (the pool's checkout, the listener's client).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_bakery_session_commits_synchronously_on_a_database_that_defaults_to_off() {
+        let Some(uri) = bakery_testkit::server_uri("BAKERY_POSTGRES_URI", "synchronous_commit")
+        else {
+            return;
+        };
+        let admin = raw(&uri, None).await;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() % 1_000_000_000_000);
+        let db = format!("bk_sync_{}_{nanos}", std::process::id());
+        admin
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .await
+            .unwrap();
+        for (default, expected) in [
+            ("off", "on"),
+            ("local", "local"),
+            ("remote_write", "remote_write"),
+            ("remote_apply", "remote_apply"),
+        ] {
+            admin
+                .batch_execute(&format!(
+                    "ALTER DATABASE {db} SET synchronous_commit = {default}"
+                ))
+                .await
+                .unwrap();
+            // The database default reaches a plain session…
+            assert_eq!(
+                show(&raw(&uri, Some(&db)).await, "synchronous_commit").await,
+                default
+            );
+            // …and bakery's sessions run with `expected`.
+            let store_uri = format!(
+                "{uri}{}dbname={db}&pool_size=3",
+                if uri.contains('?') { '&' } else { '?' }
+            );
+            let store = PostgresStore::connect(&store_uri)
+                .await
+                .unwrap_or_else(|e| panic!("open on synchronous_commit = {default}: {e}"));
+            // Three at once: the one open used, and two new ones.
+            let mut held = Vec::new();
+            let mut pids = Vec::new();
+            for _ in 0..3 {
+                let client = store
+                    .checkout(Op::Get, None)
+                    .await
+                    .expect("pooled connection");
+                assert_eq!(
+                    show(&client, "synchronous_commit").await,
+                    expected,
+                    "pooled session on a database defaulting to {default}"
+                );
+                let pid: i32 = client
+                    .query_one("SELECT pg_backend_pid()", &[])
+                    .await
+                    .unwrap()
+                    .get(0);
+                pids.push(pid);
+                held.push(client);
+            }
+            pids.sort_unstable();
+            pids.dedup();
+            assert_eq!(pids.len(), 3, "three distinct sessions");
+            drop(held);
+            // The LISTEN session.
+            let k = bakery_core::Key::new("sync/watch").unwrap();
+            let _watch = bakery_core::VersionedStore::watch(&store, &k)
+                .await
+                .unwrap()
+                .expect("postgres watches");
+            {
+                let slot = store.inner.listener.lock().await;
+                let listener = slot.as_ref().expect("the LISTEN session is open");
+                assert_eq!(
+                    show(listener.client(), "synchronous_commit").await,
+                    expected,
+                    "LISTEN session on a database defaulting to {default}"
+                );
+            }
+            // A write on that database still works.
+            let k = bakery_core::Key::new(format!("sync/{default}")).unwrap();
+            assert!(
+                bakery_core::VersionedStore::put_if_version(&store, &k, None, "x".into())
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+            drop(store);
+        }
+        // The store's connections close as it drops; FORCE ends any that
+        // are still on their way out.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        admin
+            .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
+            .await
+            .unwrap();
+    }
 }

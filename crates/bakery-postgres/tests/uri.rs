@@ -29,6 +29,8 @@ fn defaults() {
     assert_eq!(config.user(), Some("postgres"));
     assert_eq!(config.dbname(), Some("bakery"));
     assert!(!config.has_password());
+    assert!(!config.accept_data_loss());
+    assert!(!config.to_string().contains("accept_data_loss"));
 }
 
 #[test]
@@ -112,6 +114,61 @@ fn builder() {
     assert_eq!(config.with_timeout(Some(Duration::ZERO)).timeout(), None);
 }
 
+/// `accept_data_loss`: parsed with the shared `parse_accept` (ASCII case
+/// ignored), kept in the config, equal to the builder's, and shown by
+/// `Display` only when set (the default URI stays unchanged).
+#[test]
+fn accept_data_loss_option() {
+    for (value, expected) in [
+        ("true", true),
+        ("TRUE", true),
+        ("True", true),
+        ("false", false),
+        ("FALSE", false),
+    ] {
+        let uri = format!("postgres://u@h/db?accept_data_loss={value}");
+        let config = PostgresConfig::from_uri(&uri).unwrap_or_else(|e| panic!("{uri}: {e}"));
+        assert_eq!(config.accept_data_loss(), expected, "{uri}");
+        assert_eq!(
+            config,
+            PostgresConfig::from_uri("postgres://u@h/db")
+                .unwrap()
+                .with_accept_data_loss(expected),
+            "{uri}"
+        );
+        assert_eq!(
+            config.to_string().contains("accept_data_loss"),
+            expected,
+            "{config}"
+        );
+    }
+    let config = PostgresConfig::from_uri(
+        "postgres://app@db/x?table=t&accept_data_loss=true&application_name=svc",
+    )
+    .unwrap();
+    assert!(config.accept_data_loss());
+    assert_eq!(config.table().name(), "t");
+    let shown = config.to_string();
+    assert_eq!(
+        shown,
+        "postgres://app@db:5432/x?table=t&pool_size=16&timeout_ms=10000&connect_timeout=5&sslmode=prefer&accept_data_loss=true&application_name=svc"
+    );
+    // Display is a URI that parses back to the same configuration.
+    assert_eq!(PostgresConfig::from_uri(&shown).unwrap(), config);
+    assert!(format!("{config:?}").contains("accept_data_loss=true"));
+    assert!(config.validate().is_ok());
+    assert!(!config.with_accept_data_loss(false).accept_data_loss());
+}
+
+#[test]
+fn an_unknown_option_lists_bakery_options() {
+    let err = PostgresConfig::from_uri("postgres://u@h/db?colour=blue").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config);
+    for text in ["colour", "table", "sslrootcert", "accept_data_loss"] {
+        assert!(err.message().contains(text), "{text:?} missing from {err}");
+    }
+}
+
 #[test]
 fn bad_uris_are_config_errors_naming_the_problem() {
     let cases: &[(&str, &str)] = &[
@@ -147,6 +204,21 @@ fn bad_uris_are_config_errors_naming_the_problem() {
         ("postgres://u@h/db?keepalives", "`keepalives` has no value"),
         ("postgres://u@h/db?table=%zz", "percent-encoding"),
         ("postgres://u@h/db?sslcert=/x.pem", "sslcert"),
+        (
+            "postgres://u@h/db?accept_data_loss=yes",
+            "`accept_data_loss`",
+        ),
+        ("postgres://u@h/db?accept_data_loss=1", "`accept_data_loss`"),
+        ("postgres://u@h/db?accept_data_loss=", "`accept_data_loss`"),
+        ("postgres://u@h/db?accept_data_loss", "`accept_data_loss`"),
+        (
+            "postgres://u@h/db?accept_data_loss=true&accept_data_loss=true",
+            "`accept_data_loss` is given twice",
+        ),
+        (
+            "postgres://u@h/db?accept_data_loss=false&accept_data_loss=true",
+            "`accept_data_loss` is given twice",
+        ),
     ];
     for (uri, needle) in cases {
         let err = PostgresConfig::from_uri(uri).expect_err(uri);

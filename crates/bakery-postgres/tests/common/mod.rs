@@ -33,9 +33,18 @@ pub fn unique_table(prefix: &str) -> String {
 
 /// A plain driver connection, to set up and inspect tables behind the store.
 pub async fn raw_client(uri: &str) -> tokio_postgres::Client {
+    raw_client_in(uri, None).await
+}
+
+/// [`raw_client`] in database `dbname` (`None`: the URI's).
+pub async fn raw_client_in(uri: &str, dbname: Option<&str>) -> tokio_postgres::Client {
     // The driver does not know bakery's options.
     let base = uri.split('?').next().unwrap_or(uri);
-    let (client, connection) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+    let target = match dbname {
+        Some(db) => format!("{base}?dbname={db}"),
+        None => base.to_string(),
+    };
+    let (client, connection) = tokio_postgres::connect(&target, tokio_postgres::NoTls)
         .await
         .expect("raw connection to BAKERY_POSTGRES_URI");
     tokio::spawn(async move {
@@ -57,5 +66,44 @@ pub async fn drop_tables(uri: &str, names: &[&str]) {
                 }
             }
         }
+    }
+}
+
+/// A database no other test or run uses, created on the server of `uri`
+/// with `settings` as its defaults (`ALTER DATABASE … SET name = value`,
+/// values written as SQL). Returns its name and `uri` pointed at it. Drop
+/// it with [`drop_database`]; a failing test keeps it for a look.
+pub async fn scratch_database(
+    uri: &str,
+    prefix: &str,
+    settings: &[(&str, &str)],
+) -> (String, String) {
+    let name = unique_table(prefix);
+    let admin = raw_client(uri).await;
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("CREATE DATABASE");
+    for (setting, value) in settings {
+        set_database_default(uri, &name, setting, value).await;
+    }
+    let scratch_uri = with_options(uri, &format!("dbname={name}"));
+    (name, scratch_uri)
+}
+
+/// `ALTER DATABASE name SET setting = value`: new sessions get it.
+pub async fn set_database_default(uri: &str, name: &str, setting: &str, value: &str) {
+    raw_client(uri)
+        .await
+        .batch_execute(&format!("ALTER DATABASE {name} SET {setting} = {value}"))
+        .await
+        .expect("ALTER DATABASE … SET");
+}
+
+/// Drop a database made by [`scratch_database`], ending its sessions.
+pub async fn drop_database(uri: &str, name: &str) {
+    let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+    if let Err(e) = raw_client(uri).await.batch_execute(&sql).await {
+        eprintln!("cleanup: {sql}: {e}");
     }
 }

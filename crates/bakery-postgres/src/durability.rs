@@ -1,0 +1,223 @@
+//! Whether the server keeps what it acknowledged (crate docs,
+//! "Durability"): the settings read at open, the hazards they make, and the
+//! per-connection fix of `synchronous_commit`.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use bakery_core::durability::Hazard;
+use tokio::task::JoinHandle;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// The settings read at open, in one round trip. `synchronous_commit` is
+/// read on a connection bakery opened, so after [`RAISE_SYNCHRONOUS_COMMIT`].
+pub(crate) const SETTINGS_QUERY: &str = "SELECT current_setting('fsync'), \
+     current_setting('full_page_writes'), current_setting('synchronous_commit')";
+
+/// Run once on every connection bakery opens, before its first call: raise
+/// `synchronous_commit` to `on` for the session when its effective value
+/// (server, database, role or `options=` default) is `off`, and leave any
+/// other value alone (`local`, `remote_write`, `on`, `remote_apply` all wait
+/// for the local WAL flush; `remote_*` also for synchronous standbys). With
+/// `off` a commit is acknowledged before its WAL is flushed, and a crash of
+/// the server (not only of the OS) can lose the last commits, up to 3 ×
+/// `wal_writer_delay`: a sequence would hand out their ids again.
+pub(crate) const RAISE_SYNCHRONOUS_COMMIT: &str =
+    "SELECT set_config('synchronous_commit', 'on', false) \
+     WHERE current_setting('synchronous_commit') = 'off'";
+
+/// The server's durability settings, as `current_setting` shows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Settings {
+    /// `fsync`: `on` or `off`.
+    pub(crate) fsync: String,
+    /// `full_page_writes`: `on` or `off`.
+    pub(crate) full_page_writes: String,
+    /// `synchronous_commit` of the session that read it (a bakery session:
+    /// already raised from `off`).
+    pub(crate) synchronous_commit: String,
+}
+
+/// Read the [`Settings`] on `client`, one query.
+pub(crate) async fn inspect(
+    client: &tokio_postgres::Client,
+) -> Result<Settings, tokio_postgres::Error> {
+    let row = client.query_one(SETTINGS_QUERY, &[]).await?;
+    Ok(Settings {
+        fsync: row.try_get(0)?,
+        full_page_writes: row.try_get(1)?,
+        synchronous_commit: row.try_get(2)?,
+    })
+}
+
+fn is_off(value: &str) -> bool {
+    value.trim().eq_ignore_ascii_case("off")
+}
+
+/// Every setting under which the server can lose a write it acknowledged.
+pub(crate) fn hazards(settings: &Settings) -> Vec<Hazard> {
+    let mut found = Vec::new();
+    if is_off(&settings.fsync) {
+        found.push(Hazard::new(
+            "fsync",
+            settings.fsync.as_str(),
+            "the server never forces its writes to disk: an OS crash or power loss can lose or corrupt committed transactions",
+            "fsync = on",
+        ));
+    }
+    if is_off(&settings.full_page_writes) {
+        found.push(Hazard::new(
+            "full_page_writes",
+            settings.full_page_writes.as_str(),
+            "a power loss can leave torn pages that WAL replay cannot repair: committed rows can be lost or corrupted",
+            "full_page_writes = on",
+        ));
+    }
+    if is_off(&settings.synchronous_commit) {
+        // bakery raised it on this session; still `off` means the raise
+        // did not stick (e.g. a pooler in transaction mode ran the next
+        // transaction on another server session).
+        found.push(Hazard::new(
+            "synchronous_commit",
+            settings.synchronous_commit.as_str(),
+            "bakery's session still commits asynchronously after raising it to on (a connection pooler in transaction mode?): a server crash can lose the commits of the last 3 × wal_writer_delay",
+            "synchronous_commit = on, or a direct or session-pooled connection",
+        ));
+    }
+    found
+}
+
+/// Raise `synchronous_commit` on a freshly opened session (see
+/// [`RAISE_SYNCHRONOUS_COMMIT`]). One round trip.
+pub(crate) async fn commit_synchronously(
+    client: &tokio_postgres::Client,
+) -> Result<(), tokio_postgres::Error> {
+    client.batch_execute(RAISE_SYNCHRONOUS_COMMIT).await
+}
+
+/// How the pool opens a connection: connect (TCP, TLS, authentication,
+/// bakery's startup options), start the task that drives it, then
+/// [`commit_synchronously`] — once per connection, inside the pool's create
+/// timeout; a failure there is a failed connect.
+pub(crate) struct Connector {
+    pub(crate) tls: MakeRustlsConnect,
+}
+
+type Connected = Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error>;
+
+impl deadpool_postgres::Connect for Connector {
+    fn connect(
+        &self,
+        pg_config: &tokio_postgres::Config,
+    ) -> Pin<Box<dyn Future<Output = Connected> + Send + '_>> {
+        let tls = self.tls.clone();
+        let pg_config = pg_config.clone();
+        Box::pin(async move {
+            let (client, connection) = pg_config.connect(tls).await?;
+            let task = tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %crate::error::chain(&e), "pooled connection ended");
+                }
+            });
+            if let Err(e) = commit_synchronously(&client).await {
+                task.abort();
+                return Err(e);
+            }
+            Ok((client, task))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bakery_core::durability::check;
+    use bakery_core::ErrorKind;
+
+    use super::*;
+    use crate::error::BACKEND;
+
+    fn settings(fsync: &str, full_page_writes: &str, synchronous_commit: &str) -> Settings {
+        Settings {
+            fsync: fsync.into(),
+            full_page_writes: full_page_writes.into(),
+            synchronous_commit: synchronous_commit.into(),
+        }
+    }
+
+    #[test]
+    fn a_durable_server_has_no_hazard() {
+        for sc in ["on", "local", "remote_write", "remote_apply"] {
+            let found = hazards(&settings("on", "on", sc));
+            assert!(found.is_empty(), "{sc}: {found:?}");
+            assert!(check(BACKEND, &found, false).is_ok());
+        }
+    }
+
+    #[test]
+    fn fsync_off_is_refused_naming_the_setting_and_the_opt_in() {
+        let found = hazards(&settings("off", "on", "on"));
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].setting, "fsync");
+        assert_eq!(found[0].value, "off");
+        assert_eq!(found[0].fix, "fsync = on");
+        assert!(found[0].loses.contains("OS crash or power loss"));
+        let e = check(BACKEND, &found, false).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        assert_eq!(e.backend(), "postgres");
+        for text in ["fsync = off", "fsync = on", "accept_data_loss=true"] {
+            assert!(e.message().contains(text), "{text:?} missing from {e}");
+        }
+        assert!(!e.message().contains("full_page_writes"), "{e}");
+        assert!(check(BACKEND, &found, true).is_ok());
+    }
+
+    #[test]
+    fn full_page_writes_off_is_refused_naming_the_setting_and_the_opt_in() {
+        let found = hazards(&settings("on", "off", "on"));
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].setting, "full_page_writes");
+        assert!(found[0].loses.contains("torn pages"));
+        let e = check(BACKEND, &found, false).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        for text in [
+            "full_page_writes = off",
+            "full_page_writes = on",
+            "accept_data_loss=true",
+        ] {
+            assert!(e.message().contains(text), "{text:?} missing from {e}");
+        }
+        assert!(!e.message().contains("fsync"), "{e}");
+        assert!(check(BACKEND, &found, true).is_ok());
+    }
+
+    #[test]
+    fn both_off_are_named_in_one_refusal() {
+        let found = hazards(&settings("off", "off", "on"));
+        let names: Vec<_> = found.iter().map(|h| h.setting.as_str()).collect();
+        assert_eq!(names, ["fsync", "full_page_writes"]);
+        let e = check(BACKEND, &found, false).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        for text in [
+            "fsync = off",
+            "full_page_writes = off",
+            "fsync = on; full_page_writes = on",
+            "accept_data_loss=true",
+        ] {
+            assert!(e.message().contains(text), "{text:?} missing from {e}");
+        }
+        assert!(check(BACKEND, &found, true).is_ok());
+    }
+
+    /// bakery raises `synchronous_commit` on every session it opens; a
+    /// session that still reads `off` is one the raise did not reach.
+    #[test]
+    fn synchronous_commit_still_off_after_the_raise_is_a_hazard() {
+        let found = hazards(&settings("on", "on", "off"));
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].setting, "synchronous_commit");
+        let e = check(BACKEND, &found, false).unwrap_err();
+        assert!(e.message().contains("synchronous_commit = off"), "{e}");
+        assert!(e.message().contains("accept_data_loss=true"), "{e}");
+        assert_eq!(hazards(&settings("OFF", "Off", "on")).len(), 2);
+    }
+}
