@@ -291,72 +291,24 @@ fn bad_uris_are_config_errors_naming_the_problem() {
     assert!(CassandraConfig::from_uri(&too_long).is_err());
 }
 
-/// `accept_data_loss=true|false` (default false): kept, shown by `Display`
-/// only when true, the same as the builder; a bad value or a second one is
-/// a Config error naming the option.
+/// `accept_data_loss`: the shared checks every backend passes, and the
+/// option is listed among the known ones.
 #[test]
 fn accept_data_loss_option() {
-    let default = CassandraConfig::from_uri("cassandra://h/ks").unwrap();
-    assert!(!default.accept_data_loss());
-    assert!(
-        !default.to_string().contains("accept_data_loss"),
-        "{default}"
-    );
-
-    for value in ["true", "TRUE", "True"] {
-        let uri = format!("cassandra://h/ks?accept_data_loss={value}");
-        let config = CassandraConfig::from_uri(&uri).unwrap_or_else(|e| panic!("{uri}: {e}"));
-        assert!(config.accept_data_loss(), "{uri}");
+    bakery_testkit::options::accept_data_loss("cassandra://h/ks", |uri| {
+        let config = CassandraConfig::from_uri(uri)?;
         assert_eq!(
             config,
             CassandraConfig::new(["h"])
                 .with_keyspace("ks")
-                .with_accept_data_loss(true)
+                .with_accept_data_loss(config.accept_data_loss()),
+            "the URI option and the builder agree"
         );
-        let shown = config.to_string();
-        assert!(shown.ends_with("&accept_data_loss=true"), "{shown}");
-        assert_eq!(CassandraConfig::from_uri(&shown).unwrap(), config);
-        assert!(format!("{config:?}").contains("accept_data_loss: true"));
-    }
-    for value in ["false", "FALSE"] {
-        let uri = format!("cassandra://h/ks?table=t&accept_data_loss={value}");
-        let config = CassandraConfig::from_uri(&uri).unwrap_or_else(|e| panic!("{uri}: {e}"));
-        assert!(!config.accept_data_loss(), "{uri}");
-        assert_eq!(
-            config,
-            CassandraConfig::new(["h"])
-                .with_keyspace("ks")
-                .with_table("t")
-        );
-        assert!(!config.to_string().contains("accept_data_loss"), "{config}");
-    }
-    // Builder: true, then back to false.
-    let config = CassandraConfig::new(["h"])
-        .with_accept_data_loss(true)
-        .with_accept_data_loss(false);
-    assert_eq!(config, CassandraConfig::new(["h"]));
-
-    for (uri, needle) in [
-        (
-            "cassandra://h/ks?accept_data_loss=yes",
-            "\"yes\" is not `true` or `false`",
-        ),
-        ("cassandra://h/ks?accept_data_loss=1", "`accept_data_loss`"),
-        (
-            "cassandra://h/ks?accept_data_loss=false&accept_data_loss=true",
-            "`accept_data_loss` is given twice",
-        ),
-        (
-            "cassandra://h/ks?accept_data_loss=true&accept_data_loss=true",
-            "`accept_data_loss` is given twice",
-        ),
-    ] {
-        let err = CassandraConfig::from_uri(uri).expect_err(uri);
-        assert_eq!(err.kind(), ErrorKind::Config, "{uri}");
-        assert_eq!(err.backend(), "cassandra", "{uri}");
-        assert!(err.message().contains(needle), "{uri}: {err}");
-    }
-    // Listed among the known options.
+        Ok(bakery_testkit::options::Parsed {
+            accept_data_loss: config.accept_data_loss(),
+            shown: Some(config.to_string()),
+        })
+    });
     let err = CassandraConfig::from_uri("cassandra://h/ks?accept_data=true").unwrap_err();
     assert!(err.message().contains("accept_data_loss"), "{err}");
 }

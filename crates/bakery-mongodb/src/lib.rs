@@ -415,7 +415,7 @@ impl MongoConfig {
 
     /// Open even when the write concern can lose acknowledged writes
     /// (`journal=false`, or `w=1` on a replica set):
-    /// [`ACCEPT_DATA_LOSS`](bakery_core::durability::ACCEPT_DATA_LOSS),
+    /// [`ACCEPT_DATA_LOSS`],
     /// default `false`.
     pub fn with_accept_data_loss(mut self, accept: bool) -> Self {
         self.accept_data_loss = accept;

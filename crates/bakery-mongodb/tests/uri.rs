@@ -144,11 +144,6 @@ fn opt_ins_parse_print_and_refuse_bad_values() {
             "mongodb://h/db?allow_unproven_update=yes",
             "`allow_unproven_update`",
         ),
-        ("mongodb://h/db?accept_data_loss=1", "`accept_data_loss`"),
-        (
-            "mongodb://h/db?accept_data_loss=true&accept_data_loss=true",
-            "given twice",
-        ),
         (
             "mongodb://h/db?allow_unproven_update=true&allow_unproven_update=false",
             "given twice",
@@ -311,4 +306,16 @@ fn srv_parses_without_the_network() {
         config.to_string(),
         "mongodb+srv://u:***@cluster.example/db?cas=insert&collection=bakery_rows&timeout_ms=10000"
     );
+}
+
+/// `accept_data_loss`: the shared checks every backend passes.
+#[test]
+fn accept_data_loss_option() {
+    bakery_testkit::options::accept_data_loss("mongodb://h/db?w=majority", |uri| {
+        let config = MongoConfig::from_uri(uri)?;
+        Ok(bakery_testkit::options::Parsed {
+            accept_data_loss: config.accept_data_loss(),
+            shown: Some(config.to_string()),
+        })
+    });
 }

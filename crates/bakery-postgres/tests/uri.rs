@@ -114,50 +114,22 @@ fn builder() {
     assert_eq!(config.with_timeout(Some(Duration::ZERO)).timeout(), None);
 }
 
-/// `accept_data_loss`: parsed with the shared `parse_accept` (ASCII case
-/// ignored), kept in the config, equal to the builder's, and shown by
-/// `Display` only when set (the default URI stays unchanged).
+/// `accept_data_loss`: the shared checks every backend passes.
 #[test]
 fn accept_data_loss_option() {
-    for (value, expected) in [
-        ("true", true),
-        ("TRUE", true),
-        ("True", true),
-        ("false", false),
-        ("FALSE", false),
-    ] {
-        let uri = format!("postgres://u@h/db?accept_data_loss={value}");
-        let config = PostgresConfig::from_uri(&uri).unwrap_or_else(|e| panic!("{uri}: {e}"));
-        assert_eq!(config.accept_data_loss(), expected, "{uri}");
+    bakery_testkit::options::accept_data_loss("postgres://u@h/db", |uri| {
+        let config = PostgresConfig::from_uri(uri)?;
         assert_eq!(
             config,
-            PostgresConfig::from_uri("postgres://u@h/db")
-                .unwrap()
-                .with_accept_data_loss(expected),
-            "{uri}"
+            PostgresConfig::from_uri("postgres://u@h/db")?
+                .with_accept_data_loss(config.accept_data_loss()),
+            "the URI option and the builder agree"
         );
-        assert_eq!(
-            config.to_string().contains("accept_data_loss"),
-            expected,
-            "{config}"
-        );
-    }
-    let config = PostgresConfig::from_uri(
-        "postgres://app@db/x?table=t&accept_data_loss=true&application_name=svc",
-    )
-    .unwrap();
-    assert!(config.accept_data_loss());
-    assert_eq!(config.table().name(), "t");
-    let shown = config.to_string();
-    assert_eq!(
-        shown,
-        "postgres://app@db:5432/x?table=t&pool_size=16&timeout_ms=10000&connect_timeout=5&sslmode=prefer&accept_data_loss=true&application_name=svc"
-    );
-    // Display is a URI that parses back to the same configuration.
-    assert_eq!(PostgresConfig::from_uri(&shown).unwrap(), config);
-    assert!(format!("{config:?}").contains("accept_data_loss=true"));
-    assert!(config.validate().is_ok());
-    assert!(!config.with_accept_data_loss(false).accept_data_loss());
+        Ok(bakery_testkit::options::Parsed {
+            accept_data_loss: config.accept_data_loss(),
+            shown: Some(config.to_string()),
+        })
+    });
 }
 
 #[test]

@@ -131,49 +131,21 @@ fn options() {
     assert_eq!(CasStrategy::Script.as_str(), "script");
 }
 
-/// `accept_data_loss`: parsed like every option, kept in the config, and
-/// shown by `Display` only when set (the default URI stays unchanged).
+/// `accept_data_loss`: the shared checks every backend passes.
 #[test]
 fn accept_data_loss_option() {
-    for (value, expected) in [
-        ("true", true),
-        ("TRUE", true),
-        ("True", true),
-        ("false", false),
-        ("FALSE", false),
-    ] {
-        let uri = format!("redis://h/0?accept_data_loss={value}");
-        let config = RedisConfig::from_uri(&uri).unwrap_or_else(|e| panic!("{uri}: {e}"));
-        assert_eq!(config.accept_data_loss(), expected, "{uri}");
+    bakery_testkit::options::accept_data_loss("redis://h/0", |uri| {
+        let config = RedisConfig::from_uri(uri)?;
         assert_eq!(
             config,
-            RedisConfig::new("h").with_accept_data_loss(expected),
-            "{uri}"
+            RedisConfig::new("h").with_accept_data_loss(config.accept_data_loss()),
+            "the URI option and the builder agree"
         );
-        assert_eq!(
-            config.to_string().contains("accept_data_loss"),
-            expected,
-            "{config}"
-        );
-    }
-    let config = RedisConfig::from_uri("redis://h?cas=watch&accept_data_loss=true").unwrap();
-    assert_eq!(config.cas(), CasStrategy::Watch);
-    let shown = config.to_string();
-    assert_eq!(
-        shown,
-        "redis://h:6379/0?prefix=bakery:&cas=watch&timeout_ms=5000&pool_size=16&accept_data_loss=true"
-    );
-    // Display is a URI that parses back to the same configuration.
-    assert_eq!(RedisConfig::from_uri(&shown).unwrap(), config);
-    assert!(format!("{config:?}").contains("accept_data_loss: true"));
-    assert!(RedisConfig::new("h")
-        .with_accept_data_loss(true)
-        .validate()
-        .is_ok());
-    assert!(!RedisConfig::new("h")
-        .with_accept_data_loss(true)
-        .with_accept_data_loss(false)
-        .accept_data_loss());
+        Ok(bakery_testkit::options::Parsed {
+            accept_data_loss: config.accept_data_loss(),
+            shown: Some(config.to_string()),
+        })
+    });
 }
 
 #[test]

@@ -677,3 +677,16 @@ async fn bad_uris_fail_before_touching_the_disk() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Config);
 }
+
+/// `accept_data_loss`: the shared checks every backend passes (with
+/// `synchronous=normal`, the setting it unlocks).
+#[test]
+fn accept_data_loss_option() {
+    bakery_testkit::options::accept_data_loss("sqlite://a.db", |uri| {
+        let config = bakery_sqlite::SqliteConfig::from_uri(uri)?;
+        Ok(bakery_testkit::options::Parsed {
+            accept_data_loss: config.accept_data_loss(),
+            shown: None,
+        })
+    });
+}

@@ -5,6 +5,7 @@ mod cas;
 pub mod containers;
 pub mod faults;
 mod lock;
+pub mod options;
 mod sequence;
 
 use std::future::Future;
