@@ -7,7 +7,8 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 /// The most ids one `bakery seq next` may hand out.
 pub const MAX_COUNT: u64 = 10_000_000;
 
-/// Unique monotonic sequences on the database you already run, from the shell.
+/// Unique monotonic sequences and fair distributed locks on the database you
+/// already run, from the shell.
 ///
 /// Every command works on one store, named by a URI (`--uri` or `BAKERY_URI`).
 /// Without one, bakery uses an embedded SQLite file (see below), which is

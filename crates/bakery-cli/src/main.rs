@@ -1,4 +1,5 @@
-//! `bakery`: sequences from the shell, on any backend bakery supports.
+//! `bakery`: sequences, fair locks, fencing, Lamport simulations and
+//! benchmarks from the shell, on any backend bakery supports.
 //!
 //! Exit status: 0 success, 1 runtime error (one line on stderr), 2 usage error.
 

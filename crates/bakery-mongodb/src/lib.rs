@@ -1,5 +1,6 @@
 #![doc = include_str!("../docs.md")]
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
 mod server;

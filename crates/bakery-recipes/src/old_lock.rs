@@ -1,4 +1,6 @@
-//! The OLD lock of seed 003, kept only as the baseline the benchmarks beat:
+//! The old try-and-back-off lock that queue-based fair locks replaced (as
+//! in Cassandra lock services built on a shadow row), kept only as the
+//! baseline the benchmarks beat:
 //! try to take the lock; if someone else holds it sleep a random 0..1000 ms,
 //! if another client raced us sleep a random 0..50·attempt ms; no queue, no
 //! lease. Its authors measured what this costs: throughput falls as clients

@@ -1,4 +1,4 @@
-//! The time service of seed 003: a global time that never goes backwards,
+//! A time service: a global time that never goes backwards,
 //! kept as a raise-only register. Each replica publishes
 //! `max(its clock, stored)`; readers get the stored value. Skewed clocks can
 //! only push it forward, never back.

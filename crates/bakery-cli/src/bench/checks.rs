@@ -1,4 +1,4 @@
-//! The performance targets of issues 5 (locks) and 6 (sequences), checked
+//! The performance targets for locks and sequences, checked
 //! against a run's results.
 //! Measured and reported (met / not met), never asserted: speed depends on
 //! the machine.

@@ -2,7 +2,7 @@
 //! and again, so the lock is always contended (with more than one client).
 //!
 //! Variants: the fair lock with store notifications (on backends that have
-//! them), the fair lock polling only, and seed 003's old try-and-back-off
+//! them), the fair lock polling only, and the old try-and-back-off
 //! lock with the seed's delays. One operation is one acquire + release; the
 //! latency is the wait plus both writes. Besides throughput the table shows
 //! fairness: Jain's index over the clients' grants (from the runner) and the
@@ -35,7 +35,7 @@ const FAIR_POLLING: Variant = Variant {
 };
 const OLD: Variant = Variant {
     id: "old",
-    label: "old lock (seed 003)",
+    label: "old lock (try and back off)",
 };
 
 /// Extra column: most consecutive grants to the same client.

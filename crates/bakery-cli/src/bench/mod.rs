@@ -53,13 +53,13 @@ operation, errors, and the fairness of the clients' shares. Workloads: `cas` \
 key per client) and `sequence` (next() from a Sequence handle per client, \
 --block-size ids per reservation, background prefetch on) and `lock` (acquire + \
 release of one lock by every client: the fair FIFO lock with and without store \
-notifications, and seed 003's old try-and-back-off lock; fairness is Jain's \
+notifications, and the old try-and-back-off lock; fairness is Jain's \
 index over the clients' grants, plus the longest run of grants to one \
 client). When a postgres, redis or etcd URI is given (and that backend is \
 compiled in), the native peers run in the same tables, one connection per \
 client: PostgreSQL nextval() (plain, and with CACHE --block-size) and Redis \
 INCRBY for sequences; PostgreSQL advisory locks and etcd's own lock for \
-locks. At the end the targets of issues 5 and 6 are checked (met / not met; \
+locks. At the end the performance targets are checked (met / not met; \
 never an error).
 
 Without --uri, bench measures `memory://` and the embedded SQLite backend on a \
@@ -141,7 +141,7 @@ pub enum WorkloadChoice {
     /// Sequence::next().
     Sequence,
     /// Lock acquire + release: the fair lock (with and without store
-    /// notifications) and seed 003's old lock.
+    /// notifications) and the old try-and-back-off lock.
     Lock,
     /// Every available workload.
     All,

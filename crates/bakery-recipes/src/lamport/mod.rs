@@ -1,4 +1,4 @@
-//! Lamport clocks and Lamport's distributed mutual exclusion (seed 002;
+//! Lamport clocks and Lamport's distributed mutual exclusion (Leslie
 //! Lamport, "Time, Clocks, and the Ordering of Events in a Distributed
 //! System", 1978).
 //!

@@ -1,5 +1,6 @@
-//! A persistent, unique, monotonic sequence (seeds 000 and 004; Leaf's
-//! segment mode).
+//! A persistent, unique, monotonic sequence: a counter row moved by
+//! conditional writes, one block of ids per write (the segment mode of
+//! Meituan's Leaf; the `putIfVersion` sequence of Oracle NoSQL).
 //!
 //! The row `seq/NAME` holds the first id nobody has reserved yet and the node
 //! that last moved it. A client reserves a block of ids with one
@@ -121,7 +122,8 @@ impl SequenceBuilder {
     }
 
     /// Start the prefetch when this fraction of a block is used
-    /// (default 0.2; clamped to 0..=1).
+    /// (default 0.2). [`build`](Self::build) refuses a value outside
+    /// `0.0..=1.0` (or NaN) with [`ErrorKind::InvalidInput`](bakery_core::ErrorKind::InvalidInput).
     pub fn prefetch_at(mut self, fraction: f64) -> Self {
         self.prefetch_at = fraction;
         self

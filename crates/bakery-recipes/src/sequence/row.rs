@@ -3,8 +3,8 @@
 use bakery_core::{Bytes, Error, Row};
 use serde::{Deserialize, Serialize};
 
-/// The row's value. `(next, node)` is the Lamport timestamp of seed 000:
-/// the value of the counter and the node that last moved it.
+/// The row's value. `(next, node)` is a Lamport timestamp: the value of
+/// the counter and the node that last moved it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SequenceRow {

@@ -298,7 +298,7 @@ fn choosing(md: &mut String, report: &Report) {
         md,
         "- The fair lock trades raw speed for order, leases and fencing: a native lock \
          held by a session (PostgreSQL advisory) is faster but has no fencing token and no \
-         lease independent of the connection; seed 003's old lock is fast for one client \
+         lease independent of the connection; the old try-and-back-off lock is fast for one client \
          and unfair as soon as several contend (see its fairness and longest-run \
          columns). MongoDB here is FerretDB on PostgreSQL, a stand-in much slower than a \
          real MongoDB replica set.\n"

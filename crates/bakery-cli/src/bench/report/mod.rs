@@ -45,7 +45,7 @@ pub struct Report {
     pub workloads: Vec<WorkloadInfo>,
     /// One entry per cell.
     pub results: Vec<CellResult>,
-    /// The targets of issue 6, met or not.
+    /// The performance targets, met or not.
     pub checks: Vec<Check>,
 }
 

@@ -143,7 +143,7 @@ pub fn targets_table(report: &Report) -> Table {
     table
 }
 
-/// The targets of issue 6: status and the worst case.
+/// The performance targets: status and the worst case.
 pub fn checks_table(report: &Report) -> Table {
     let mut table = Table::new(&[("status", false), ("target", false), ("result", false)]);
     for check in &report.checks {
