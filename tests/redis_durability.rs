@@ -103,6 +103,12 @@ fn a_server_without_aof_is_refused_by_both_strategies() {
                 .unwrap_or_else(|e| panic!("cas={cas} with accept_data_loss=true: {e}"));
             let key = bakery::Key::new(unique_name("opt-in")).expect("key");
             assert_eq!(store.get(&key).await.expect("get"), None);
+            assert!(
+                !store
+                    .capabilities()
+                    .contains(bakery::Capabilities::PERSISTENT),
+                "cas={cas}: a store on a server that forgets must not claim PERSISTENT"
+            );
         }
     });
 }
@@ -120,6 +126,12 @@ fn the_durable_server_opens() {
                     "cas={cas}: the project's Redis (appendonly yes, appendfsync always) was refused: {e}"
                 )
             });
+            assert!(
+                store
+                    .capabilities()
+                    .contains(bakery::Capabilities::PERSISTENT),
+                "cas={cas}: a durable server's store claims PERSISTENT"
+            );
             let seq = Sequence::builder(store, &unique_name("durable"))
                 .block_size(10)
                 .build()

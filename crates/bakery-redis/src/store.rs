@@ -75,6 +75,10 @@ struct Inner {
     pubsub: tokio::sync::Mutex<Option<Listener>>,
     /// Watches still registered, over all pub/sub connections.
     watches: Arc<AtomicUsize>,
+    /// The server passed the durability check without the opt-in: it fsyncs
+    /// every acknowledged write, so rows survive its restart
+    /// ([`Capabilities::PERSISTENT`]).
+    durable: bool,
 }
 
 impl RedisStore {
@@ -130,11 +134,9 @@ impl RedisStore {
             // Refuse a server that can forget what it acknowledged, before
             // anything is written (crate docs, "Durability").
             let settings = durability::inspect(&mut shared.clone()).await?;
-            bakery_core::durability::check(
-                BACKEND,
-                &durability::hazards(&settings),
-                config.accept_data_loss(),
-            )?;
+            let hazards = durability::hazards(&settings);
+            bakery_core::durability::check(BACKEND, &hazards, config.accept_data_loss())?;
+            let durable = hazards.is_empty();
             let scripts = Scripts::new();
             let pool = match config.cas() {
                 CasStrategy::Script => {
@@ -161,9 +163,9 @@ impl RedisStore {
                     Some(pool)
                 }
             };
-            Ok::<_, Error>((shared, scripts, pool, pubsub_client))
+            Ok::<_, Error>((shared, scripts, pool, pubsub_client, durable))
         };
-        let (shared, scripts, pool, client) = tokio::time::timeout(timeout, open)
+        let (shared, scripts, pool, client, durable) = tokio::time::timeout(timeout, open)
             .instrument(span.clone())
             .await
             .map_err(|_| map_err(Failure::Timeout(timeout), Phase::Connect, "connect", None))??;
@@ -177,6 +179,7 @@ impl RedisStore {
                 client,
                 pubsub: tokio::sync::Mutex::new(None),
                 watches: Arc::new(AtomicUsize::new(0)),
+                durable,
             }),
         })
     }
@@ -624,8 +627,15 @@ impl VersionedStore for RedisStore {
     /// settings checked at open can change at run time (`CONFIG SET`), a
     /// failover loses acknowledged writes, and `accept_data_loss=true`
     /// opens on servers that forget (see the crate docs).
+    /// `SHARED | LINEARIZABLE_READS | WATCH`, and `PERSISTENT` when the
+    /// server passed the durability check without `accept_data_loss=true`.
     fn capabilities(&self) -> Capabilities {
-        Capabilities::SHARED | Capabilities::LINEARIZABLE_READS | Capabilities::WATCH
+        let mut caps =
+            Capabilities::SHARED | Capabilities::LINEARIZABLE_READS | Capabilities::WATCH;
+        if self.inner.durable {
+            caps |= Capabilities::PERSISTENT;
+        }
+        caps
     }
 
     #[tracing::instrument(

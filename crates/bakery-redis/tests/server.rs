@@ -102,7 +102,11 @@ async fn life_cycle_matches_the_reference() {
         assert_eq!(store.backend(), "redis");
         assert_eq!(
             store.capabilities(),
-            Capabilities::SHARED | Capabilities::LINEARIZABLE_READS | Capabilities::WATCH
+            Capabilities::PERSISTENT
+                | Capabilities::SHARED
+                | Capabilities::LINEARIZABLE_READS
+                | Capabilities::WATCH,
+            "the project's Redis fsyncs every write (appendfsync always)"
         );
         life_cycle(&store).await;
         cleanup(&uri, &store).await;
