@@ -55,18 +55,18 @@ pub fn schemes() -> Vec<&'static str> {
     all
 }
 
-/// Every scheme bakery knows, with the cargo feature that enables it.
-const KNOWN: &[(&str, &str)] = &[
-    ("memory", "(always)"),
-    ("sqlite", "sqlite"),
-    ("postgres", "postgres"),
-    ("postgresql", "postgres"),
-    ("redis", "redis"),
-    ("rediss", "redis"),
-    ("etcd", "etcd"),
-    ("mongodb", "mongodb"),
-    ("cassandra", "cassandra"),
-    ("scylla", "cassandra"),
+/// Every backend bakery has, by its cargo feature, with the URI schemes it
+/// answers to — including backends this build leaves out, so their URIs get
+/// "not compiled in (enable …)" rather than "unknown scheme". For each
+/// compiled-in backend a test checks the crate's own `SCHEMES` against this
+/// row, so the two cannot drift.
+const BACKENDS: &[(&str, &[&str])] = &[
+    ("sqlite", &["sqlite"]),
+    ("postgres", &["postgres", "postgresql"]),
+    ("redis", &["redis", "rediss"]),
+    ("etcd", &["etcd"]),
+    ("mongodb", &["mongodb", "mongodb+srv"]),
+    ("cassandra", &["cassandra", "scylla"]),
 ];
 
 /// Open the store a URI names, picking the backend by scheme.
@@ -129,8 +129,10 @@ pub async fn connect(uri: &str) -> Result<Arc<dyn VersionedStore>> {
         s if bakery_etcd::SCHEMES.contains(&s) => {
             Ok(Arc::new(bakery_etcd::EtcdStore::connect(uri).await?))
         }
+        // `mongodb+srv` goes to the crate even without its `srv` feature:
+        // its error says which feature that is.
         #[cfg(feature = "mongodb")]
-        s if bakery_mongodb::SCHEMES.contains(&s) => {
+        s if bakery_mongodb::SCHEMES.contains(&s) || s == "mongodb+srv" => {
             Ok(Arc::new(bakery_mongodb::MongoStore::connect(uri).await?))
         }
         #[cfg(feature = "cassandra")]
@@ -139,8 +141,11 @@ pub async fn connect(uri: &str) -> Result<Arc<dyn VersionedStore>> {
         )),
         other => {
             let compiled = schemes().join(", ");
-            Err(match KNOWN.iter().find(|(s, _)| *s == other) {
-                Some((_, feature)) => Error::config(
+            let known = BACKENDS
+                .iter()
+                .find(|(_, schemes)| schemes.contains(&other));
+            Err(match known {
+                Some((feature, _)) => Error::config(
                     "connect",
                     format!(
                         "backend `{other}` not compiled in (enable the cargo feature `{feature}`); enabled: {compiled}"
@@ -156,3 +161,82 @@ pub async fn connect(uri: &str) -> Result<Arc<dyn VersionedStore>> {
 }
 
 pub use bakery_core::uri::redact;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The facade's table names every scheme each compiled-in crate answers
+    /// to (a crate may answer to fewer: `mongodb+srv` needs a crate feature).
+    #[test]
+    // One push per compiled-in backend: it cannot be a `vec![]`.
+    #[allow(clippy::vec_init_then_push)]
+    fn the_backend_table_matches_each_compiled_crate() {
+        #[allow(unused_mut)]
+        let mut compiled: Vec<(&str, &[&str])> = Vec::new();
+        #[cfg(feature = "sqlite")]
+        compiled.push(("sqlite", bakery_sqlite::SCHEMES));
+        #[cfg(feature = "postgres")]
+        compiled.push(("postgres", bakery_postgres::SCHEMES));
+        #[cfg(feature = "redis")]
+        compiled.push(("redis", bakery_redis::SCHEMES));
+        #[cfg(feature = "etcd")]
+        compiled.push(("etcd", bakery_etcd::SCHEMES));
+        #[cfg(feature = "mongodb")]
+        compiled.push(("mongodb", bakery_mongodb::SCHEMES));
+        #[cfg(feature = "cassandra")]
+        compiled.push(("cassandra", bakery_cassandra::SCHEMES));
+        for (feature, crate_schemes) in compiled {
+            let (_, table) = BACKENDS
+                .iter()
+                .find(|(f, _)| *f == feature)
+                .unwrap_or_else(|| panic!("feature {feature} missing from BACKENDS"));
+            for scheme in crate_schemes {
+                assert!(
+                    table.contains(scheme),
+                    "{feature}: {scheme} missing from BACKENDS"
+                );
+            }
+            assert!(
+                crate_schemes.contains(&table[0]),
+                "{feature}: {} is not answered",
+                table[0]
+            );
+        }
+        let all: Vec<&str> = BACKENDS
+            .iter()
+            .flat_map(|(_, s)| s.iter().copied())
+            .collect();
+        for scheme in schemes() {
+            assert!(scheme == "memory" || all.contains(&scheme), "{scheme}");
+        }
+    }
+
+    /// A scheme of a backend left out of the build names the feature to
+    /// enable; `mongodb+srv` is known too.
+    #[tokio::test]
+    async fn a_known_scheme_that_is_not_compiled_in_names_its_feature() {
+        for (feature, schemes) in BACKENDS {
+            for scheme in *schemes {
+                if crate::schemes().contains(scheme) {
+                    continue;
+                }
+                let e = match connect(&format!("{scheme}://h/x")).await {
+                    Ok(_) => panic!("{scheme}:// opened without its backend"),
+                    Err(e) => e,
+                };
+                let text = e.to_string();
+                // `mongodb+srv` with the mongodb feature but without the
+                // crate's `srv` feature: the crate's own message names it.
+                if *feature == "mongodb" && crate::schemes().contains(&"mongodb") {
+                    assert!(text.contains("`srv` feature"), "{scheme}: {text}");
+                    continue;
+                }
+                assert!(
+                    text.contains(&format!("enable the cargo feature `{feature}`")),
+                    "{scheme}: {text}"
+                );
+            }
+        }
+    }
+}
