@@ -67,30 +67,46 @@ impl fmt::Display for Phase {
     }
 }
 
-/// What the driver error is, as far as tokio-postgres lets us see (its kind
-/// is private; its `Display` is one fixed phrase per kind).
+/// What a driver-side error is, read from what tokio-postgres exposes. Its
+/// own kind is private; the typed signals are `is_closed()`, the type of
+/// `source()` (an [`std::io::Error`] and its [`std::io::ErrorKind`], a
+/// rustls error) and whether there is a source at all. Server errors
+/// (`as_db_error()`) never get here: [`classify_db`] reads their SQLSTATE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Driver {
-    /// The connection task has ended (before or after our request went out).
+    /// The connection task has ended, before or after our request went out
+    /// (`is_closed()`). A socket that fails under a running statement ends
+    /// up here too: the driver reports the I/O error to its connection task
+    /// and `Closed` to the request.
     Closed,
-    /// Reading or writing the socket failed.
+    /// The socket failed: an I/O error of any kind but the ones below
+    /// (reset, broken pipe, end of stream, timed out, a name that does not
+    /// resolve, a TLS handshake cut off by the network, …).
     Io,
-    /// TCP connect failed.
+    /// The server was never reached: connection refused, or no local
+    /// address to connect from. Nothing can have been sent.
     Connect,
-    /// `connect_timeout` passed.
+    /// The driver's own timeout (`timeout waiting for server`; its async
+    /// API reports `connect_timeout` as an I/O error of kind `TimedOut`).
     Timeout,
-    /// The TLS handshake failed for a reason that will not go away
-    /// (certificate, no TLS on the server).
+    /// The TLS handshake was refused for a reason that will not go away: a
+    /// rustls error (certificate, alert, protocol), a host name TLS cannot
+    /// use, or a server that offers no TLS when it is required.
     Tls,
-    /// The TLS handshake was cut off by the network.
-    TlsIo,
-    /// Authentication failed on the client side (no password given, …).
+    /// The client refused to authenticate the way the server asked
+    /// (unsupported method, channel binding required, …).
     Auth,
-    /// A configuration the driver rejects.
+    /// A configuration the driver rejects (no password for a server that
+    /// asks for one, an unparsable connection string, …).
     Config,
-    /// The server's reply made no sense (after the request was sent).
+    /// Bytes that break the protocol (an `io::Error` of kind `InvalidData`
+    /// or `InvalidInput`: a reply that does not parse, a message that cannot
+    /// be encoded, a SCRAM exchange that does not verify), or a reply that
+    /// is not what the request expects (an error without a source: an
+    /// unexpected message, a row or column count).
     Protocol,
-    /// Anything else: a bug.
+    /// Anything else (a source of another type: a value that does not
+    /// convert to or from SQL): a bug.
     Other,
 }
 
@@ -98,35 +114,76 @@ fn driver_kind(e: &tokio_postgres::Error) -> Driver {
     if e.is_closed() {
         return Driver::Closed;
     }
-    match e.to_string().as_str() {
-        "error communicating with the server" => Driver::Io,
-        "error connecting to server" => Driver::Connect,
-        "timeout waiting for server" => Driver::Timeout,
-        "error performing TLS handshake" => {
-            let transient = sources(e).any(|s| {
-                s.downcast_ref::<std::io::Error>().is_some_and(|io| {
-                    use std::io::ErrorKind as K;
-                    matches!(
-                        io.kind(),
-                        K::ConnectionReset
-                            | K::ConnectionAborted
-                            | K::BrokenPipe
-                            | K::UnexpectedEof
-                            | K::TimedOut
-                    )
-                })
-            });
-            if transient {
-                Driver::TlsIo
-            } else {
-                Driver::Tls
-            }
-        }
-        "authentication error" => Driver::Auth,
-        "invalid configuration" | "invalid connection string" => Driver::Config,
-        "unexpected message from server" | "error parsing response from server" => Driver::Protocol,
-        _ => Driver::Other,
+    if any_cause(e, is_tls_refusal) {
+        return Driver::Tls;
     }
+    match e.source() {
+        Some(source) => match source.downcast_ref::<std::io::Error>() {
+            Some(io) => {
+                use std::io::ErrorKind as K;
+                match io.kind() {
+                    K::InvalidData | K::InvalidInput => Driver::Protocol,
+                    // Only a connect(2) fails this way: no connection ever
+                    // existed, so nothing was sent.
+                    K::ConnectionRefused | K::AddrNotAvailable => Driver::Connect,
+                    _ => Driver::Io,
+                }
+            }
+            None => by_phrase(e).unwrap_or(Driver::Other),
+        },
+        // No source and not closed: a reply that broke the request's
+        // expectations (or the driver's timeout, told by its phrase). For a
+        // sent write that is `Unknown`, so a reworded phrase errs safe.
+        None => by_phrase(e).unwrap_or(Driver::Protocol),
+    }
+}
+
+/// The fallback, and the only place message text decides a kind: the
+/// driver's fixed `Display` phrase of its error kind, read only for driver
+/// errors that carry no typed mark — no `source()` at all (the timeout), or
+/// a source that is just a boxed string (TLS required but not offered,
+/// authentication refused by the client, a configuration it rejects).
+/// Every other driver error is decided by type in `driver_kind`. A phrase
+/// that no longer matches leaves such an error `Protocol` (no source: a
+/// sent write stays `Unknown`) or `Other` (`Internal`), and the test
+/// `driver_tests::driver_phrases_are_what_the_fallback_reads`, which has
+/// the driver produce each of them, fails.
+const DRIVER_PHRASES: [(&str, Driver); 5] = [
+    ("timeout waiting for server", Driver::Timeout),
+    ("error performing TLS handshake", Driver::Tls),
+    ("authentication error", Driver::Auth),
+    ("invalid configuration", Driver::Config),
+    ("invalid connection string", Driver::Config),
+];
+
+/// The fallback: [`DRIVER_PHRASES`] looked up by `e`'s own `Display`.
+fn by_phrase(e: &tokio_postgres::Error) -> Option<Driver> {
+    let text = e.to_string();
+    DRIVER_PHRASES
+        .iter()
+        .find(|(phrase, _)| *phrase == text)
+        .map(|&(_, driver)| driver)
+}
+
+/// A rustls error (as the `io::Error` tokio-rustls wraps it in, or bare),
+/// or a host name rustls cannot use: TLS said no, and will again.
+fn is_tls_refusal(e: &(dyn StdError + 'static)) -> bool {
+    e.is::<rustls::Error>() || e.is::<rustls::pki_types::InvalidDnsNameError>()
+}
+
+/// Whether `found` holds for any cause of `e`, looking inside each
+/// `io::Error` too (its own `source()` skips the error it wraps).
+fn any_cause(e: &(dyn StdError + 'static), found: fn(&(dyn StdError + 'static)) -> bool) -> bool {
+    sources(e).any(|cause| {
+        found(cause)
+            || cause
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .is_some_and(|inner| {
+                    let inner: &(dyn StdError + 'static) = inner;
+                    found(inner) || any_cause(inner, found)
+                })
+    })
 }
 
 /// The kind of a server-reported error, by SQLSTATE and severity.
@@ -162,11 +219,18 @@ pub(crate) fn classify_driver(driver: Driver, phase: Phase, op: Op) -> ErrorKind
         Driver::Closed | Driver::Io | Driver::Protocol if sent && op.is_write() => {
             ErrorKind::Unknown
         }
-        Driver::Closed | Driver::Io | Driver::Connect | Driver::Timeout | Driver::TlsIo => {
-            ErrorKind::Unavailable
-        }
+        Driver::Closed | Driver::Io | Driver::Connect | Driver::Timeout => ErrorKind::Unavailable,
         Driver::Tls | Driver::Auth | Driver::Config => ErrorKind::Config,
         Driver::Protocol | Driver::Other => ErrorKind::Internal,
+    }
+}
+
+/// The kind of `e`, an error of a call that got as far as `phase`: by
+/// SQLSTATE for a server error, by the driver's typed signals otherwise.
+pub(crate) fn classify(e: &tokio_postgres::Error, phase: Phase, op: Op) -> ErrorKind {
+    match e.as_db_error() {
+        Some(db) => classify_db(db.code().code(), db.severity(), phase, op),
+        None => classify_driver(driver_kind(e), phase, op),
     }
 }
 
@@ -174,17 +238,15 @@ pub(crate) fn classify_driver(driver: Driver, phase: Phase, op: Op) -> ErrorKind
 /// driver error is kept as `source()` only; the message never holds the URI
 /// or a password.
 pub(crate) fn map_err(e: tokio_postgres::Error, phase: Phase, op: Op) -> Error {
-    let (kind, detail) = match e.as_db_error() {
-        Some(db) => (
-            classify_db(db.code().code(), db.severity(), phase, op),
-            format!(
-                "{} {}: {}",
-                db.severity(),
-                db.code().code(),
-                one_line(db.message())
-            ),
+    let kind = classify(&e, phase, op);
+    let detail = match e.as_db_error() {
+        Some(db) => format!(
+            "{} {}: {}",
+            db.severity(),
+            db.code().code(),
+            one_line(db.message())
         ),
-        None => (classify_driver(driver_kind(&e), phase, op), chain(&e)),
+        None => chain(&e),
     };
     Error::new(kind, BACKEND, describe(kind, phase, op, &detail)).with_source(e)
 }
@@ -372,7 +434,7 @@ mod tests {
                 );
             }
         }
-        for driver in [Driver::Connect, Driver::Timeout, Driver::TlsIo] {
+        for driver in [Driver::Connect, Driver::Timeout] {
             assert_eq!(
                 classify_driver(driver, Phase::Connect, Op::Put),
                 ErrorKind::Unavailable
@@ -435,5 +497,823 @@ mod tests {
         assert_eq!(err.backend(), "postgres");
         assert!(err.message().contains("port"), "{err}");
         assert!(StdError::source(&err).is_some());
+    }
+}
+
+/// Real driver errors, made by the driver itself against loopback peers
+/// that play a server's part: what the typed signals and the phrase
+/// fallback see, and what each becomes.
+#[cfg(test)]
+mod driver_tests {
+    use super::*;
+    use std::future::Future;
+    use std::net::SocketAddr;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    const OPS: [Op; 6] = [
+        Op::Open,
+        Op::Get,
+        Op::Put,
+        Op::Delete,
+        Op::Watch,
+        Op::Notify,
+    ];
+    const PHASES: [Phase; 3] = [Phase::Connect, Phase::Prepare, Phase::Execute];
+    /// `AuthenticationOk` then `ReadyForQuery (idle)`: a finished startup.
+    const STARTUP_DONE: &[u8] = b"R\0\0\0\x08\0\0\0\0Z\0\0\0\x05I";
+    /// No test here waits longer for the driver.
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    /// A peer on loopback that runs `script` on the first connection.
+    async fn peer<F, Fut>(script: F) -> SocketAddr
+    where
+        F: FnOnce(TcpStream) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            if let Ok((socket, _)) = listener.accept().await {
+                script(socket).await;
+            }
+        });
+        addr
+    }
+
+    /// Read one untagged message (the startup packet or an SSLRequest).
+    async fn read_untagged(socket: &mut TcpStream) -> Vec<u8> {
+        let mut len = [0u8; 4];
+        socket.read_exact(&mut len).await.unwrap();
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize - 4];
+        socket.read_exact(&mut body).await.unwrap();
+        body
+    }
+
+    /// Answer the startup packet with `reply`, then hold the socket open
+    /// until the client goes.
+    async fn startup_reply(mut socket: TcpStream, reply: &'static [u8]) {
+        read_untagged(&mut socket).await;
+        socket.write_all(reply).await.unwrap();
+        let _ = socket.read(&mut [0u8; 64]).await;
+    }
+
+    fn config(addr: SocketAddr) -> tokio_postgres::Config {
+        let mut config = tokio_postgres::Config::new();
+        config
+            .host("127.0.0.1")
+            .port(addr.port())
+            .user("bk")
+            .dbname("bk")
+            .connect_timeout(Duration::from_secs(5));
+        config
+    }
+
+    async fn connect_err(config: &tokio_postgres::Config) -> tokio_postgres::Error {
+        let connect = config.connect(tokio_postgres::NoTls);
+        match tokio::time::timeout(LIMIT, connect).await.expect("hung") {
+            Ok(_) => panic!("the connect must fail"),
+            Err(e) => e,
+        }
+    }
+
+    /// Connect with bakery's own TLS connector (`sslmode=require`).
+    async fn connect_tls_err(addr: SocketAddr) -> tokio_postgres::Error {
+        let uri = format!(
+            "postgres://bk@127.0.0.1:{}/bk?sslmode=require&connect_timeout=5",
+            addr.port()
+        );
+        let config = crate::PostgresConfig::from_uri(&uri).unwrap();
+        let tls = crate::tls::connector(&config).unwrap();
+        let driver_config = config.driver_config();
+        let connect = driver_config.connect(tls);
+        match tokio::time::timeout(LIMIT, connect).await.expect("hung") {
+            Ok(_) => panic!("the connect must fail"),
+            Err(e) => e,
+        }
+    }
+
+    /// A client whose startup went through; its connection task runs.
+    async fn connected(addr: SocketAddr) -> tokio_postgres::Client {
+        let (client, connection) = config(addr).connect(tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+    }
+
+    /// A 127.0.0.1 port nobody listens on (just released by the kernel).
+    fn unused_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    fn io_kind(e: &tokio_postgres::Error) -> Option<std::io::ErrorKind> {
+        e.source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .map(std::io::Error::kind)
+    }
+
+    /// `e` as every call would see it: `sent_write` for a write whose
+    /// statement was sent, `otherwise` for all other calls and phases.
+    fn assert_everywhere(
+        e: &tokio_postgres::Error,
+        sent_write: ErrorKind,
+        otherwise: ErrorKind,
+        what: &str,
+    ) {
+        for op in OPS {
+            for phase in PHASES {
+                let expected = if phase == Phase::Execute && op.is_write() {
+                    sent_write
+                } else {
+                    otherwise
+                };
+                assert_eq!(
+                    classify(e, phase, op),
+                    expected,
+                    "{what}: {op} {phase}: {e:?}"
+                );
+            }
+        }
+    }
+
+    /// The fallback reads the driver's `Display` for errors that carry no
+    /// typed mark. Each phrase of [`DRIVER_PHRASES`] is produced here by
+    /// the driver: a reworded one fails this test, not a caller.
+    #[tokio::test]
+    async fn driver_phrases_are_what_the_fallback_reads() {
+        let mut seen: Vec<(String, Driver)> = Vec::new();
+        let mut check =
+            |e: tokio_postgres::Error, phrase: &str, driver: Driver, kind: ErrorKind| {
+                assert_eq!(e.to_string(), phrase, "{e:?}");
+                assert!(!e.is_closed() && e.as_db_error().is_none(), "{e:?}");
+                assert!(
+                    e.source().is_none_or(|s| !s.is::<std::io::Error>()),
+                    "typed, not a fallback case: {e:?}"
+                );
+                assert_eq!(driver_kind(&e), driver, "{e:?}");
+                assert_eq!(classify(&e, Phase::Connect, Op::Open), kind, "{e:?}");
+                seen.push((phrase.to_string(), driver));
+                e
+            };
+
+        // The driver's timeout (its constructor is public for its own
+        // blocking wrapper; no source at all).
+        check(
+            tokio_postgres::Error::__private_api_timeout(),
+            "timeout waiting for server",
+            Driver::Timeout,
+            ErrorKind::Unavailable,
+        );
+
+        // `sslmode=require`, and the server answers the SSLRequest "N".
+        let addr = peer(|mut socket| async move {
+            read_untagged(&mut socket).await;
+            socket.write_all(b"N").await.unwrap();
+            let _ = socket.read(&mut [0u8; 64]).await;
+        })
+        .await;
+        let e = check(
+            connect_tls_err(addr).await,
+            "error performing TLS handshake",
+            Driver::Tls,
+            ErrorKind::Config,
+        );
+        assert_eq!(
+            chain(&e),
+            "error performing TLS handshake: server does not support TLS"
+        );
+
+        // The server asks for Kerberos V5, which the driver cannot do.
+        let addr = peer(|socket| startup_reply(socket, b"R\0\0\0\x08\0\0\0\x02")).await;
+        check(
+            connect_err(&config(addr)).await,
+            "authentication error",
+            Driver::Auth,
+            ErrorKind::Config,
+        );
+
+        // The server asks for a password and none is configured.
+        let addr = peer(|socket| startup_reply(socket, b"R\0\0\0\x08\0\0\0\x03")).await;
+        let e = check(
+            connect_err(&config(addr)).await,
+            "invalid configuration",
+            Driver::Config,
+            ErrorKind::Config,
+        );
+        assert_eq!(chain(&e), "invalid configuration: password missing");
+        // No host at all.
+        check(
+            connect_err(&tokio_postgres::Config::new()).await,
+            "invalid configuration",
+            Driver::Config,
+            ErrorKind::Config,
+        );
+
+        check(
+            "postgres://u@h/db?port=x"
+                .parse::<tokio_postgres::Config>()
+                .unwrap_err(),
+            "invalid connection string",
+            Driver::Config,
+            ErrorKind::Config,
+        );
+
+        let mut listed: Vec<(String, Driver)> = DRIVER_PHRASES
+            .iter()
+            .map(|&(phrase, driver)| (phrase.to_string(), driver))
+            .collect();
+        seen.sort_by(|a, b| a.0.cmp(&b.0));
+        seen.dedup();
+        listed.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            seen, listed,
+            "every phrase the fallback reads is produced here"
+        );
+    }
+
+    /// Connection refused on an unused port: typed (`ConnectionRefused`),
+    /// nothing was sent, `Unavailable` whatever the call.
+    #[tokio::test]
+    async fn connection_refused_is_unavailable() {
+        let mut config = tokio_postgres::Config::new();
+        config.host("127.0.0.1").port(unused_port());
+        let e = connect_err(&config).await;
+        assert_eq!(
+            io_kind(&e),
+            Some(std::io::ErrorKind::ConnectionRefused),
+            "{e:?}"
+        );
+        assert_eq!(driver_kind(&e), Driver::Connect);
+        assert_everywhere(
+            &e,
+            ErrorKind::Unavailable,
+            ErrorKind::Unavailable,
+            "refused",
+        );
+        let err = map_err(e, Phase::Connect, Op::Put);
+        assert!(err.message().contains("nothing was applied"), "{err}");
+        assert!(!err.outcome_unknown());
+    }
+
+    /// The peer goes away during startup: its end of stream is `Closed`, a
+    /// reset is an I/O error. Both `Unavailable` before anything was sent.
+    #[tokio::test]
+    async fn a_peer_lost_during_startup_is_unavailable() {
+        let addr = peer(|mut socket| async move {
+            read_untagged(&mut socket).await;
+        })
+        .await;
+        let e = connect_err(&config(addr)).await;
+        assert!(e.is_closed(), "{e:?}");
+        assert_eq!(
+            classify(&e, Phase::Connect, Op::Open),
+            ErrorKind::Unavailable
+        );
+
+        let addr = peer(|mut socket| async move {
+            read_untagged(&mut socket).await;
+            socket.set_zero_linger().unwrap();
+        })
+        .await;
+        let e = connect_err(&config(addr)).await;
+        assert_eq!(
+            io_kind(&e),
+            Some(std::io::ErrorKind::ConnectionReset),
+            "{e:?}"
+        );
+        assert_eq!(driver_kind(&e), Driver::Io);
+        for op in OPS {
+            assert_eq!(classify(&e, Phase::Connect, op), ErrorKind::Unavailable);
+        }
+    }
+
+    /// TLS: the network cutting the handshake off is `Unavailable`; rustls
+    /// refusing it (here: the server's fatal alert) is `Config`, found by
+    /// the rustls error's type inside the `io::Error`.
+    #[tokio::test]
+    async fn tls_cut_off_is_unavailable_and_tls_refused_is_config() {
+        let addr = peer(|mut socket| async move {
+            read_untagged(&mut socket).await;
+            socket.write_all(b"S").await.unwrap();
+            let _ = socket.read(&mut [0u8; 1024]).await; // the ClientHello
+        })
+        .await;
+        let e = connect_tls_err(addr).await;
+        assert_eq!(
+            io_kind(&e),
+            Some(std::io::ErrorKind::UnexpectedEof),
+            "{e:?}"
+        );
+        assert_eq!(driver_kind(&e), Driver::Io);
+        assert_eq!(
+            classify(&e, Phase::Connect, Op::Open),
+            ErrorKind::Unavailable
+        );
+
+        let addr = peer(|mut socket| async move {
+            read_untagged(&mut socket).await;
+            socket.write_all(b"S").await.unwrap();
+            let _ = socket.read(&mut [0u8; 1024]).await; // the ClientHello
+                                                         // Alert record: fatal (2), handshake_failure (40).
+            socket
+                .write_all(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x28])
+                .await
+                .unwrap();
+            let _ = socket.read(&mut [0u8; 64]).await;
+        })
+        .await;
+        let e = connect_tls_err(addr).await;
+        let rustls_error = e
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .and_then(std::io::Error::get_ref)
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+        assert!(
+            matches!(rustls_error, Some(rustls::Error::AlertReceived(_))),
+            "{e:?}"
+        );
+        assert_eq!(driver_kind(&e), Driver::Tls);
+        assert_eq!(classify(&e, Phase::Connect, Op::Open), ErrorKind::Config);
+    }
+
+    /// A peer that does not speak the protocol at startup: a reply that
+    /// does not parse (typed: `InvalidData`) or that is not what startup
+    /// expects (no source). `Internal`: retrying will not help.
+    #[tokio::test]
+    async fn a_peer_breaking_the_protocol_at_startup_is_internal() {
+        // A message length below the header's own 4 bytes.
+        let addr = peer(|socket| startup_reply(socket, b"R\0\0\0\x02")).await;
+        let e = connect_err(&config(addr)).await;
+        assert_eq!(io_kind(&e), Some(std::io::ErrorKind::InvalidData), "{e:?}");
+        assert_eq!(driver_kind(&e), Driver::Protocol);
+        assert_eq!(classify(&e, Phase::Connect, Op::Open), ErrorKind::Internal);
+
+        // ReadyForQuery where authentication belongs.
+        let addr = peer(|socket| startup_reply(socket, b"Z\0\0\0\x05I")).await;
+        let e = connect_err(&config(addr)).await;
+        assert!(e.source().is_none() && !e.is_closed(), "{e:?}");
+        assert_eq!(driver_kind(&e), Driver::Protocol);
+        assert_eq!(classify(&e, Phase::Connect, Op::Open), ErrorKind::Internal);
+    }
+
+    /// The issue's case. A statement was sent and the connection ended
+    /// before its reply (end of stream, or a reset): the driver says
+    /// `Closed` (typed) — `Unknown` for a write, `Unavailable` otherwise.
+    #[tokio::test]
+    async fn connection_lost_after_a_write_was_sent_is_unknown() {
+        for reset in [false, true] {
+            let addr = peer(move |mut socket| async move {
+                read_untagged(&mut socket).await;
+                socket.write_all(STARTUP_DONE).await.unwrap();
+                let _ = socket.read(&mut [0u8; 512]).await; // the statement
+                if reset {
+                    socket.set_zero_linger().unwrap();
+                }
+            })
+            .await;
+            let client = connected(addr).await;
+            let e = client
+                .simple_query("UPDATE t SET v = v + 1")
+                .await
+                .unwrap_err();
+            assert!(e.is_closed(), "reset {reset}: {e:?}");
+            assert_everywhere(&e, ErrorKind::Unknown, ErrorKind::Unavailable, "lost");
+            let err = map_err(e, Phase::Execute, Op::Put);
+            assert!(err.message().contains("may or may not"), "{err}");
+        }
+    }
+
+    /// A reply to a sent statement that breaks the protocol: one that does
+    /// not parse (an ErrorResponse without its fields; typed:
+    /// `InvalidInput`) or one the request does not expect (no source).
+    /// `Unknown` for a write (it may have run), `Internal` otherwise.
+    #[tokio::test]
+    async fn a_broken_reply_to_a_sent_write_is_unknown() {
+        for reply in [&b"E\0\0\0\x05\0"[..], &b"n\0\0\0\x04"[..]] {
+            let addr = peer(move |mut socket| async move {
+                read_untagged(&mut socket).await;
+                socket.write_all(STARTUP_DONE).await.unwrap();
+                let _ = socket.read(&mut [0u8; 512]).await; // the statement
+                socket.write_all(reply).await.unwrap();
+                let _ = socket.read(&mut [0u8; 64]).await;
+            })
+            .await;
+            let client = connected(addr).await;
+            let e = client
+                .simple_query("UPDATE t SET v = v + 1")
+                .await
+                .unwrap_err();
+            assert!(!e.is_closed() && e.as_db_error().is_none(), "{e:?}");
+            assert_eq!(driver_kind(&e), Driver::Protocol, "{e:?}");
+            assert_everywhere(&e, ErrorKind::Unknown, ErrorKind::Internal, "broken reply");
+        }
+    }
+}
+
+/// Server errors of every SQLSTATE class the mapper tells apart, produced
+/// on the real server (`BAKERY_POSTGRES_URI`) by the conditions that cause
+/// them, and what each becomes.
+#[cfg(test)]
+mod server_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio_postgres::{Client, NoTls};
+
+    const OPS: [Op; 6] = [
+        Op::Open,
+        Op::Get,
+        Op::Put,
+        Op::Delete,
+        Op::Watch,
+        Op::Notify,
+    ];
+    const PHASES: [Phase; 3] = [Phase::Connect, Phase::Prepare, Phase::Execute];
+
+    fn server(test: &str) -> Option<String> {
+        let uri = bakery_testkit::server_uri("BAKERY_POSTGRES_URI", test)?;
+        // The driver does not know bakery's options.
+        Some(uri.split('?').next().unwrap_or(&uri).to_string())
+    }
+
+    async fn client(uri: &str) -> Client {
+        let (client, connection) = tokio_postgres::connect(uri, NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+    }
+
+    fn unique(prefix: &str) -> String {
+        static N: AtomicU64 = AtomicU64::new(0);
+        format!(
+            "{prefix}_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    async fn fails(client: &Client, sql: &str) -> tokio_postgres::Error {
+        match client.batch_execute(sql).await {
+            Ok(()) => panic!("{sql}: did not fail"),
+            Err(e) => e,
+        }
+    }
+
+    /// A table `t` of rows 1 and 2, on its own, dropped by `drop_table`.
+    async fn table(uri: &str) -> String {
+        let t = unique("bk_err");
+        client(uri)
+            .await
+            .batch_execute(&format!(
+                "CREATE TABLE {t} (id INT PRIMARY KEY, v INT); INSERT INTO {t} VALUES (1, 0), (2, 0)"
+            ))
+            .await
+            .unwrap();
+        t
+    }
+
+    async fn drop_table(uri: &str, t: &str) {
+        let _ = client(uri)
+            .await
+            .batch_execute(&format!("DROP TABLE IF EXISTS {t}"))
+            .await;
+    }
+
+    /// The error a condition produces on the server.
+    async fn produce(uri: &str, code: &str) -> tokio_postgres::Error {
+        let c = client(uri).await;
+        match code {
+            "42P01" => fails(&c, "SELECT * FROM bk_no_such_table").await,
+            "42703" => fails(&c, "SELECT bk_no_such_column FROM (VALUES (1)) v(x)").await,
+            "0A000" => {
+                fails(
+                    &c,
+                    "CREATE TEMP TABLE t (v INT); SELECT count(*) FROM t FOR UPDATE",
+                )
+                .await
+            }
+            "3F000" => fails(&c, "CREATE TABLE bk_no_such_schema.t (v INT)").await,
+            "22003" => fails(&c, "SELECT 9223372036854775807::bigint + 1").await,
+            "22001" => {
+                fails(
+                    &c,
+                    "CREATE TEMP TABLE t (v VARCHAR(2)); INSERT INTO t VALUES ('abc')",
+                )
+                .await
+            }
+            // A text parameter with a NUL in it, as a key would send it.
+            "22021" => c
+                .query("SELECT $1::text", &[&"a\0b"])
+                .await
+                .expect_err("NUL in text"),
+            "22P05" => fails(&c, r#"SELECT '"\u0000"'::jsonb"#).await,
+            "22P02" => fails(&c, "SELECT 'x'::int").await,
+            "22012" => fails(&c, "SELECT 1 / 0").await,
+            "23502" => {
+                fails(
+                    &c,
+                    "CREATE TEMP TABLE t (v INT NOT NULL); INSERT INTO t VALUES (NULL)",
+                )
+                .await
+            }
+            "23514" => {
+                fails(
+                    &c,
+                    "CREATE TEMP TABLE t (v INT CHECK (v > 0)); INSERT INTO t VALUES (0)",
+                )
+                .await
+            }
+            "23505" => {
+                fails(
+                    &c,
+                    "CREATE TEMP TABLE t (v INT PRIMARY KEY); INSERT INTO t VALUES (1), (1)",
+                )
+                .await
+            }
+            // A write in a read-only session (as on a standby).
+            "25006" => {
+                c.batch_execute("SET default_transaction_read_only = on")
+                    .await
+                    .unwrap();
+                fails(&c, "CREATE TABLE bk_never_made (v INT)").await
+            }
+            // A row lock another session holds, asked for with NOWAIT.
+            "55P03" => {
+                let t = table(uri).await;
+                let mut holder = client(uri).await;
+                let tx = holder.transaction().await.unwrap();
+                tx.batch_execute(&format!("SELECT * FROM {t} WHERE id = 1 FOR UPDATE"))
+                    .await
+                    .unwrap();
+                let e = fails(
+                    &c,
+                    &format!("SELECT * FROM {t} WHERE id = 1 FOR UPDATE NOWAIT"),
+                )
+                .await;
+                tx.rollback().await.unwrap();
+                drop_table(uri, &t).await;
+                e
+            }
+            // Dropping a table an open cursor of the session still reads.
+            "55006" => {
+                fails(
+                    &c,
+                    "CREATE TEMP TABLE t (v INT); BEGIN; DECLARE c CURSOR FOR SELECT * FROM t; \
+                     FETCH 1 FROM c; DROP TABLE t",
+                )
+                .await
+            }
+            // A REPEATABLE READ transaction updating a row another session
+            // changed after its snapshot.
+            "40001" => {
+                let t = table(uri).await;
+                let other = client(uri).await;
+                c.batch_execute(&format!(
+                    "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT * FROM {t}"
+                ))
+                .await
+                .unwrap();
+                other
+                    .batch_execute(&format!("UPDATE {t} SET v = v + 1 WHERE id = 1"))
+                    .await
+                    .unwrap();
+                let e = fails(&c, &format!("UPDATE {t} SET v = v + 1 WHERE id = 1")).await;
+                drop(c);
+                drop_table(uri, &t).await;
+                e
+            }
+            // Two transactions each waiting for the other's row.
+            "40P01" => {
+                let t = table(uri).await;
+                let other = client(uri).await;
+                for (session, id) in [(&c, 1), (&other, 2)] {
+                    // Session-level only; speeds the detector up.
+                    let _ = session
+                        .batch_execute("SET deadlock_timeout = '100ms'")
+                        .await;
+                    session
+                        .batch_execute(&format!("BEGIN; UPDATE {t} SET v = 1 WHERE id = {id}"))
+                        .await
+                        .unwrap();
+                }
+                let (cross_a, cross_b) = (
+                    format!("UPDATE {t} SET v = 2 WHERE id = 2"),
+                    format!("UPDATE {t} SET v = 2 WHERE id = 1"),
+                );
+                let (a, b) = tokio::join!(c.batch_execute(&cross_a), other.batch_execute(&cross_b));
+                drop((c, other));
+                drop_table(uri, &t).await;
+                match (a, b) {
+                    (Err(e), _) | (_, Err(e)) => e,
+                    _ => panic!("no deadlock was detected"),
+                }
+            }
+            "57014" => fails(&c, "SET statement_timeout = 50; SELECT pg_sleep(5)").await,
+            "58P01" => fails(&c, "SELECT pg_read_file('bk_no_such_file')").await,
+            // No safe way to cause these on a server other tests share:
+            // the server raises them as a PL/pgSQL exception instead.
+            "08006" | "53300" | "57P03" | "XX001" | "XX002" | "XX000" => {
+                fails(
+                    &c,
+                    &format!(
+                        "DO $$ BEGIN RAISE EXCEPTION 'bakery test' USING ERRCODE = '{code}'; END $$"
+                    ),
+                )
+                .await
+            }
+            other => unreachable!("{other}"),
+        }
+    }
+
+    /// Every ERROR-severity SQLSTATE the mapper tells apart: the same kind
+    /// whatever the call and however far it got (the statement's implicit
+    /// transaction rolled back).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn server_errors_are_classified_by_sqlstate() {
+        let Some(uri) = server("sqlstates") else {
+            return;
+        };
+        let cases = [
+            ("42P01", ErrorKind::Config),
+            ("42703", ErrorKind::Config),
+            ("0A000", ErrorKind::Config),
+            ("3F000", ErrorKind::Config),
+            ("22003", ErrorKind::Exhausted),
+            ("22001", ErrorKind::InvalidInput),
+            ("22021", ErrorKind::InvalidInput),
+            ("22P05", ErrorKind::InvalidInput),
+            ("22P02", ErrorKind::Corrupt),
+            ("22012", ErrorKind::Corrupt),
+            ("23502", ErrorKind::Corrupt),
+            ("23514", ErrorKind::Corrupt),
+            ("XX001", ErrorKind::Corrupt),
+            ("XX002", ErrorKind::Corrupt),
+            ("40001", ErrorKind::Unavailable),
+            ("40P01", ErrorKind::Unavailable),
+            ("25006", ErrorKind::Unavailable),
+            ("55P03", ErrorKind::Unavailable),
+            ("55006", ErrorKind::Unavailable),
+            ("57014", ErrorKind::Unavailable),
+            ("58P01", ErrorKind::Unavailable),
+            ("08006", ErrorKind::Unavailable),
+            ("53300", ErrorKind::Unavailable),
+            ("57P03", ErrorKind::Unavailable),
+            ("23505", ErrorKind::Internal),
+            ("XX000", ErrorKind::Internal),
+        ];
+        for (code, kind) in cases {
+            let e = produce(&uri, code).await;
+            let db = e.as_db_error().unwrap_or_else(|| panic!("{code}: {e:?}"));
+            assert_eq!(db.code().code(), code, "{e:?}");
+            assert_eq!(db.severity(), "ERROR", "{e:?}");
+            for op in OPS {
+                for phase in PHASES {
+                    assert_eq!(classify(&e, phase, op), kind, "{code} {op} {phase}");
+                }
+            }
+            let err = map_err(e, Phase::Execute, Op::Put);
+            assert_eq!(err.kind(), kind);
+            assert!(err.message().contains(&format!("ERROR {code}")), "{err}");
+            assert!(StdError::source(&err).is_some());
+        }
+    }
+
+    /// A session the server ends (`pg_terminate_backend`, as a shutdown or
+    /// a failover does): FATAL 57P01 under a running statement, `Closed`
+    /// for a statement sent afterwards. `Unknown` for a write that was
+    /// sent, `Unavailable` for everything else.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_terminated_session_is_unknown_only_for_a_sent_write() {
+        let Some(uri) = server("terminated") else {
+            return;
+        };
+        let admin = client(&uri).await;
+        let terminate = |pid: i32| {
+            let admin = &admin;
+            async move {
+                let row = admin
+                    .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+                    .await
+                    .unwrap();
+                assert!(row.get::<_, bool>(0));
+            }
+        };
+
+        // Under a running statement.
+        let victim = client(&uri).await;
+        let pid: i32 = victim
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let running =
+            tokio::spawn(async move { victim.batch_execute("SELECT pg_sleep(30)").await });
+        wait_until(&admin, pid, "active").await;
+        terminate(pid).await;
+        let e = running.await.unwrap().expect_err("terminated");
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{e:?}"));
+        assert_eq!(
+            (db.severity(), db.code().code()),
+            ("FATAL", "57P01"),
+            "{e:?}"
+        );
+        assert_everywhere(&e, ErrorKind::Unknown, ErrorKind::Unavailable);
+        let err = map_err(e, Phase::Execute, Op::Delete);
+        assert!(err.message().contains("may or may not"), "{err}");
+
+        // Idle when terminated: the next statement meets a closed connection.
+        let victim = client(&uri).await;
+        let pid: i32 = victim
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        terminate(pid).await;
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !victim.is_closed() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the driver saw the session end");
+        let e = victim.batch_execute("SELECT 1").await.unwrap_err();
+        assert!(e.is_closed(), "{e:?}");
+        assert_everywhere(&e, ErrorKind::Unknown, ErrorKind::Unavailable);
+    }
+
+    async fn wait_until(admin: &Client, pid: i32, state: &str) {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let row = admin
+                    .query_opt(
+                        "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = $2",
+                        &[&pid, &state],
+                    )
+                    .await
+                    .unwrap();
+                if row.is_some() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("backend {pid} never became {state}"));
+    }
+
+    fn assert_everywhere(e: &tokio_postgres::Error, sent_write: ErrorKind, otherwise: ErrorKind) {
+        for op in OPS {
+            for phase in PHASES {
+                let expected = if phase == Phase::Execute && op.is_write() {
+                    sent_write
+                } else {
+                    otherwise
+                };
+                assert_eq!(classify(e, phase, op), expected, "{op} {phase}: {e:?}");
+            }
+        }
+    }
+
+    /// Refusals at connect, as FATAL errors of the startup: no such
+    /// database (3D000), no such role (28000), a wrong password (28P01,
+    /// only where the server asks for one). `Config`.
+    #[tokio::test]
+    async fn refused_logins_are_config() {
+        let Some(uri) = server("logins") else {
+            return;
+        };
+        let base: tokio_postgres::Config = uri.parse().unwrap();
+        let connect = |mut config: tokio_postgres::Config| async move {
+            config.connect_timeout(Duration::from_secs(5));
+            config.connect(NoTls).await.map(|_| ())
+        };
+        let mut no_db = base.clone();
+        no_db.dbname("bk_no_such_database");
+        let mut no_role = base.clone();
+        no_role.user("bk_no_such_role");
+        for (config, code) in [(no_db, "3D000"), (no_role, "28000")] {
+            let e = connect(config).await.expect_err(code);
+            let db = e.as_db_error().unwrap_or_else(|| panic!("{e:?}"));
+            assert_eq!((db.severity(), db.code().code()), ("FATAL", code), "{e:?}");
+            for op in OPS {
+                assert_eq!(
+                    classify(&e, Phase::Connect, op),
+                    ErrorKind::Config,
+                    "{code}"
+                );
+            }
+        }
+        let mut wrong_password = base.clone();
+        wrong_password.password("bk-wrong-password");
+        match connect(wrong_password).await {
+            Ok(()) => {
+                eprintln!("logins: 28P01 skipped: the server does not check passwords (trust)")
+            }
+            Err(e) => {
+                assert_eq!(e.code().map(|c| c.code()), Some("28P01"), "{e:?}");
+                assert_eq!(classify(&e, Phase::Connect, Op::Open), ErrorKind::Config);
+            }
+        }
     }
 }

@@ -1,0 +1,369 @@
+//! How PostgresStore reports failures it cannot see the end of, against
+//! the real server (`BAKERY_POSTGRES_URI`): a connection refused, a session
+//! the server ends under a running statement, a connection lost after the
+//! statement was sent. The mapper's SQLSTATE table and the driver's error
+//! kinds are pinned one by one in `src/error.rs` (`driver_tests`,
+//! `server_tests`); these tests go through the store's public API.
+
+mod common;
+
+use std::error::Error as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bakery_core::{ErrorKind, Key, PutOutcome, Row, VersionedStore};
+use bakery_postgres::PostgresStore;
+use common::{drop_tables, raw_client, server_uri, unique_table, with_options};
+
+fn key(k: &str) -> Key {
+    Key::new(k).unwrap()
+}
+
+async fn applied(store: &PostgresStore, k: &Key, expected: Option<u64>, value: &str) -> Row {
+    match store
+        .put_if_version(k, expected, value.to_string().into())
+        .await
+        .unwrap()
+    {
+        PutOutcome::Applied(row) => row,
+        other => panic!("expected Applied, got {other:?}"),
+    }
+}
+
+/// The driver error behind a store error.
+fn driver_error(err: &bakery_core::Error) -> &tokio_postgres::Error {
+    err.source()
+        .and_then(|s| s.downcast_ref::<tokio_postgres::Error>())
+        .unwrap_or_else(|| panic!("no driver error behind {err}"))
+}
+
+/// `(value, version)` of a row, read behind the store's back.
+async fn raw_row(client: &tokio_postgres::Client, table: &str, k: &str) -> (Vec<u8>, i64) {
+    let row = client
+        .query_one(
+            &format!("SELECT value, version FROM {table} WHERE key = $1"),
+            &[&k],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[tokio::test]
+async fn connection_refused_on_an_unused_port_is_unavailable() {
+    // A port the kernel just handed out and nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = PostgresStore::connect(&format!(
+        "postgres://postgres@127.0.0.1:{port}/x?connect_timeout=2"
+    ))
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(!err.outcome_unknown());
+    let e = driver_error(&err);
+    let io = e
+        .source()
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .unwrap_or_else(|| panic!("{e:?}"));
+    assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused, "{e:?}");
+}
+
+/// The pid of the one backend waiting for a lock in a statement `LIKE`
+/// `pattern`.
+async fn waiting_backend(admin: &tokio_postgres::Client, pattern: &str) -> i32 {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let rows = admin
+                .query(
+                    "SELECT pid FROM pg_stat_activity \
+                     WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                    &[&pattern],
+                )
+                .await
+                .unwrap();
+            match rows.len() {
+                0 => tokio::time::sleep(Duration::from_millis(10)).await,
+                1 => return rows[0].get(0),
+                n => panic!("{n} backends wait on {pattern}"),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no backend came to wait on {pattern}"))
+}
+
+/// `get`, retried while it is `Unavailable` (a few times at most).
+async fn get_again(store: &PostgresStore, k: &Key) -> Option<Row> {
+    for _ in 0..5 {
+        match store.get(k).await {
+            Ok(row) => return row,
+            Err(e) if e.kind() == ErrorKind::Unavailable => {
+                eprintln!("get after a kill: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    panic!("get stayed unavailable")
+}
+
+async fn terminate(admin: &tokio_postgres::Client, pid: i32) {
+    let row = admin
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0), "backend {pid} was not terminated");
+}
+
+/// The server ends the session under a running statement (a shutdown, a
+/// failover): FATAL 57P01. A write it ran is `Unknown` — it may have
+/// applied, whatever happened here — and a read is `Unavailable`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_terminated_under_a_statement_is_unknown_for_writes_unavailable_for_reads() {
+    let Some(uri) = server_uri("terminated") else {
+        return;
+    };
+    let table = unique_table("bk_kill");
+    // One pooled connection: its statements are prepared while opening,
+    // so each call below is waiting in its execute phase when killed.
+    let store = Arc::new(
+        PostgresStore::connect(&with_options(
+            &uri,
+            &format!("table={table}&pool_size=1&timeout_ms=20000"),
+        ))
+        .await
+        .unwrap(),
+    );
+    let admin = raw_client(&uri).await;
+    let k = key("kill/k");
+    let row = applied(&store, &k, None, "v").await;
+    // The store's statements, as pg_stat_activity shows them.
+    let update = format!("WITH w AS (UPDATE %{table}% SET value = $3,%");
+    let delete = format!("WITH w AS (UPDATE %{table}% SET value = NULL %");
+
+    // Writes: the row is locked by another transaction, the write waits.
+    let mut holder = raw_client(&uri).await;
+    let tx = holder.transaction().await.unwrap();
+    tx.execute(
+        &format!("SELECT 1 FROM {table} WHERE key = $1 FOR UPDATE"),
+        &[&k.as_str()],
+    )
+    .await
+    .unwrap();
+    let writes: [(&str, &String); 2] = [("put", &update), ("delete", &delete)];
+    for (what, sql) in writes {
+        let (caller, k2) = (store.clone(), k.clone());
+        let version = row.version;
+        let call = tokio::spawn(async move {
+            if what == "put" {
+                caller
+                    .put_if_version(&k2, Some(version), "lost?".into())
+                    .await
+                    .map(|_| ())
+            } else {
+                caller.delete_if_version(&k2, version).await.map(|_| ())
+            }
+        });
+        let pid = waiting_backend(&admin, sql).await;
+        terminate(&admin, pid).await;
+        let err = call.await.unwrap().expect_err(what);
+        assert_eq!(err.kind(), ErrorKind::Unknown, "{what}: {err}");
+        assert!(err.outcome_unknown());
+        assert!(err.message().contains("57P01"), "{what}: {err}");
+        assert!(err.message().contains("may or may not"), "{what}: {err}");
+        assert_eq!(
+            driver_error(&err).code().map(|c| c.code()),
+            Some("57P01"),
+            "{what}"
+        );
+        // A read (the row lock does not block it) until the pool has a
+        // fresh connection: the killed one can still be handed out once,
+        // before the driver has seen it end (`Unavailable`, retryable).
+        assert_eq!(get_again(&store, &k).await, Some(row.clone()));
+    }
+    tx.rollback().await.unwrap();
+    // It had not applied: Unknown is what the client can know, not a guess
+    // that it did.
+    assert_eq!(
+        raw_row(&admin, &table, k.as_str()).await,
+        (b"v".to_vec(), row.version as i64)
+    );
+
+    // A read: the table is locked exclusively, the read waits.
+    let tx = holder.transaction().await.unwrap();
+    tx.batch_execute(&format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
+        .await
+        .unwrap();
+    let reader = {
+        let (store, k) = (store.clone(), k.clone());
+        tokio::spawn(async move { store.get(&k).await })
+    };
+    let get = format!("SELECT value, version FROM %{table}% WHERE key = $1");
+    let pid = waiting_backend(&admin, &get).await;
+    terminate(&admin, pid).await;
+    let err = reader.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.message().contains("57P01"), "{err}");
+    tx.rollback().await.unwrap();
+    assert_eq!(get_again(&store, &k).await, Some(row));
+    drop_tables(&uri, &[&table]).await;
+}
+
+/// A TCP relay on loopback that can hold what the client sends (a stalled
+/// network) and cut every connection (the network gone).
+struct Relay {
+    addr: SocketAddr,
+    hold: Arc<AtomicBool>,
+    links: Arc<std::sync::Mutex<tokio::task::JoinSet<()>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(target: SocketAddr) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hold = Arc::new(AtomicBool::new(false));
+        let links = Arc::new(std::sync::Mutex::new(tokio::task::JoinSet::new()));
+        let task = {
+            let (hold, links) = (hold.clone(), links.clone());
+            tokio::spawn(async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let Ok(server) = tokio::net::TcpStream::connect(target).await else {
+                        continue;
+                    };
+                    let hold = hold.clone();
+                    links.lock().unwrap().spawn(async move {
+                        let (cr, cw) = client.into_split();
+                        let (sr, sw) = server.into_split();
+                        tokio::join!(pump(cr, sw, Some(hold)), pump(sr, cw, None));
+                    });
+                }
+            })
+        };
+        Relay {
+            addr,
+            hold,
+            links,
+            task,
+        }
+    }
+
+    /// Drop every relayed connection: each client sees its stream end.
+    fn cut(&self) {
+        self.links.lock().unwrap().abort_all();
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.cut();
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    hold: Option<Arc<AtomicBool>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let Ok(n) = from.read(&mut buf).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        while hold.as_ref().is_some_and(|h| h.load(Ordering::Relaxed)) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The statement went out and the connection was lost before any reply
+/// (the driver reports `Closed`): a write is `Unknown` — here it never
+/// reached the server, but the client cannot know that — and a read is
+/// `Unavailable`. Both well before the client's own deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_lost_after_the_statement_was_sent_is_unknown_for_writes() {
+    let Some(uri) = server_uri("lost_after_send") else {
+        return;
+    };
+    let base: tokio_postgres::Config = uri.split('?').next().unwrap().parse().unwrap();
+    let target = match (&base.get_hosts()[0], base.get_ports().first()) {
+        (tokio_postgres::config::Host::Tcp(host), port) => {
+            tokio::net::lookup_host((host.as_str(), port.copied().unwrap_or(5432)))
+                .await
+                .unwrap()
+                .next()
+                .unwrap()
+        }
+        #[allow(unreachable_patterns)]
+        _ => {
+            eprintln!("lost_after_send: skipped: the server is not on TCP");
+            return;
+        }
+    };
+    let relay = Relay::start(target).await;
+    let table = unique_table("bk_lost");
+    let relayed = format!(
+        "postgres://{}@{}/{}?table={table}&timeout_ms=20000&pool_size=1&sslmode=disable",
+        base.get_user().unwrap(),
+        relay.addr,
+        base.get_dbname().unwrap_or("postgres"),
+    );
+    let writer = Arc::new(PostgresStore::connect(&relayed).await.unwrap());
+    let reader = Arc::new(PostgresStore::connect(&relayed).await.unwrap());
+    let k = key("lost/k");
+    let row = applied(&writer, &k, None, "v").await;
+    assert_eq!(reader.get(&k).await.unwrap(), Some(row.clone()));
+
+    relay.hold.store(true, Ordering::Relaxed);
+    let started = std::time::Instant::now();
+    let put = {
+        let (writer, k) = (writer.clone(), k.clone());
+        tokio::spawn(async move {
+            writer
+                .put_if_version(&k, Some(row.version), "lost?".into())
+                .await
+        })
+    };
+    let get = {
+        let (reader, k) = (reader.clone(), k.clone());
+        tokio::spawn(async move { reader.get(&k).await })
+    };
+    // Both statements are written to the socket (and held by the relay).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    relay.cut();
+    let err = put.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unknown, "{err}");
+    assert!(err.message().contains("may or may not"), "{err}");
+    assert!(driver_error(&err).is_closed(), "{err}");
+    let err = get.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(driver_error(&err).is_closed(), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "not the client's deadline: {:?}",
+        started.elapsed()
+    );
+
+    relay.hold.store(false, Ordering::Relaxed);
+    let admin = raw_client(&uri).await;
+    assert_eq!(
+        raw_row(&admin, &table, k.as_str()).await,
+        (b"v".to_vec(), row.version as i64),
+        "the held write never reached the server"
+    );
+    drop_tables(&uri, &[&table]).await;
+}
