@@ -22,6 +22,9 @@ use bakery::VersionedStore;
 /// Races before concluding that the server does not lose updates.
 const ATTEMPTS: usize = 10;
 
+/// Where the `update` strategy's races write; dropped at the end.
+const UPDATE_COLLECTION: &str = "collection=bakery_negative_control";
+
 fn uri() -> Option<String> {
     match std::env::var("BAKERY_MONGODB_URI") {
         Ok(uri) if !uri.is_empty() => Some(uri),
@@ -50,6 +53,10 @@ fn with_update_strategy(uri: &str) -> String {
         .collect();
     options.push("cas=update");
     options.push("allow_unproven_update=true");
+    // A collection of its own: `update` rows in the shared default
+    // collection would make every `insert` store refuse it (the layouts do
+    // not see each other).
+    options.push(UPDATE_COLLECTION);
     format!("{base}?{}", options.join("&"))
 }
 
@@ -82,6 +89,21 @@ fn update_strategy_loses_updates_on_ferretdb_and_the_suite_sees_it() {
         .expect("runtime");
     let update_uri = with_update_strategy(&uri);
     let ferretdb = runtime.block_on(is_ferretdb(&uri));
+    // Drop the race collection whatever the outcome.
+    struct DropAfter<'a>(&'a tokio::runtime::Runtime, &'a str);
+    impl Drop for DropAfter<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.block_on(async {
+                let store = MongoStore::connect(self.1).await?;
+                store
+                    .collection()
+                    .drop()
+                    .await
+                    .map_err(|e| bakery::Error::config("test", e.to_string()))
+            });
+        }
+    }
+    let _drop = DropAfter(&runtime, &update_uri);
     if ferretdb {
         let detected_at = (1..=ATTEMPTS).find(|_| race_fails_once(&runtime, &update_uri));
         match detected_at {

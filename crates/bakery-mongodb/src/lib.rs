@@ -125,7 +125,7 @@ impl FromStr for CasStrategy {
             "insert" => Ok(CasStrategy::Insert),
             _ => Err(Error::config(
                 BACKEND,
-                format!("mongodb option `cas`: {s:?} is not `auto`, `update` or `insert`"),
+                format!("mongodb option `cas`: {s:?} is not `update` or `insert` (in a URI, `cas=auto` lets the server decide)"),
             )),
         }
     }
@@ -525,8 +525,14 @@ impl MongoConfig {
                 "journal=true (bakery's default)",
             ));
         }
-        if server.replica_set().is_some() {
-            let majority = server.members() / 2 + 1;
+        if server.replica_set().is_some() || server.is_router() {
+            // A router does not report its shards' sizes: only `majority`
+            // is known to be enough there.
+            let majority = if server.is_router() {
+                usize::MAX
+            } else {
+                server.members() / 2 + 1
+            };
             let weak = match &concern.w {
                 Some(Acknowledgment::Nodes(n)) if (*n as usize) < majority => Some(n.to_string()),
                 Some(Acknowledgment::Custom(tag)) => Some(tag.clone()),

@@ -50,6 +50,7 @@ pub struct ServerInfo {
     version: Option<String>,
     replica_set: Option<String>,
     members: usize,
+    router: bool,
 }
 
 impl ServerInfo {
@@ -91,18 +92,18 @@ impl ServerInfo {
                 Some(Bson::String(v)) => v.clone(),
                 _ => "unknown".to_string(),
             });
-        let documentdb = hello
-            .get_document("internal")
-            .is_ok_and(|internal| internal.contains_key("documentdb_versions"));
+        let internal = hello.get_document("internal").ok();
+        let documentdb = internal.is_some_and(|i| i.contains_key("documentdb_versions"));
+        let cosmos = internal.is_some_and(|i| i.contains_key("cosmos_versions"));
         let kind = if let Some(version) = ferretdb_version {
             ServerKind::FerretDb { version }
         } else if documentdb {
             ServerKind::DocumentDbExtension
         } else if host_ends(&[".docdb.amazonaws.com", ".docdb-elastic.amazonaws.com"]) {
             ServerKind::AmazonDocumentDb
-        } else if host_ends(&[".cosmos.azure.com"]) {
+        } else if cosmos || host_ends(&[".cosmos.azure.com"]) {
             ServerKind::AzureCosmosDb
-        } else if is_mongod_build(build_info) {
+        } else if is_mongodb_build(build_info, hello) {
             ServerKind::MongoDb
         } else {
             ServerKind::Unidentified
@@ -112,6 +113,7 @@ impl ServerInfo {
             version,
             replica_set,
             members,
+            router: hello.get_str("msg") == Ok("isdbgrid"),
         }
     }
 
@@ -136,6 +138,12 @@ impl ServerInfo {
     /// server.
     pub fn replica_set(&self) -> Option<&str> {
         self.replica_set.as_deref()
+    }
+
+    /// True for a `mongos` router (`hello.msg: "isdbgrid"`): every shard
+    /// behind it is a replica set whose size the router does not report.
+    pub fn is_router(&self) -> bool {
+        self.router
     }
 
     /// True only for MongoDB itself, whose single-document
@@ -236,18 +244,27 @@ impl fmt::Display for ServerInfo {
 }
 
 /// The marks of MongoDB's own `buildInfo` that compatible servers have not
-/// copied: a non-empty list of storage engines, an allocator and a
-/// JavaScript engine.
-fn is_mongod_build(build_info: &Document) -> bool {
-    let engines = build_info
-        .get_array("storageEngines")
-        .is_ok_and(|engines| !engines.is_empty());
-    let named = |field| {
-        build_info
-            .get_str(field)
-            .is_ok_and(|value| !value.is_empty())
-    };
-    engines && named("allocator") && named("javascriptEngine")
+/// copied together: a 40-hex-digit `gitVersion`, an allocator, a real
+/// JavaScript engine, and MongoDB's storage engine (`wiredTiger` or
+/// `inMemory`) — or, for a `mongos` router, which has none, the router's
+/// `hello.msg: "isdbgrid"`.
+fn is_mongodb_build(build_info: &Document, hello: &Document) -> bool {
+    let git = build_info
+        .get_str("gitVersion")
+        .is_ok_and(|v| v.len() == 40 && v.bytes().all(|b| b.is_ascii_hexdigit()));
+    let allocator = build_info
+        .get_str("allocator")
+        .is_ok_and(|value| !value.is_empty());
+    let javascript = build_info
+        .get_str("javascriptEngine")
+        .is_ok_and(|engine| !engine.is_empty() && engine != "none");
+    let mongodb_engine = build_info.get_array("storageEngines").is_ok_and(|engines| {
+        engines
+            .iter()
+            .any(|e| matches!(e.as_str(), Some("wiredTiger" | "inMemory")))
+    });
+    let router = hello.get_str("msg") == Ok("isdbgrid");
+    git && allocator && javascript && (mongodb_engine || router)
 }
 
 #[cfg(test)]
@@ -345,8 +362,33 @@ mod tests {
 
     #[test]
     fn anything_short_of_mongod_is_not_proven() {
+        // A mongos router: no storage engine, but `hello.msg: isdbgrid`.
+        let mut router_info = mongod_build_info();
+        router_info.insert("storageEngines", Bson::Array(vec![]));
+        let router = ServerInfo::identify(&router_info, &doc! {"msg": "isdbgrid"}, &["r"]);
+        assert_eq!(router.kind(), &ServerKind::MongoDb);
+        assert!(router.is_router());
+        // An emulator copying the field names, not MongoDB's values.
+        let emulator = ServerInfo::identify(
+            &doc! {"version": "4.2.0", "gitVersion": "unknown", "allocator": "system",
+            "javascriptEngine": "none", "storageEngines": ["orbit"]},
+            &doc! {},
+            &["h"],
+        );
+        assert_eq!(emulator.kind(), &ServerKind::Unidentified);
+        let cosmos = ServerInfo::identify(
+            &mongod_build_info(),
+            &doc! {"internal": {"cosmos_versions": ["1"]}},
+            &["10.0.0.5"],
+        );
+        assert_eq!(cosmos.kind(), &ServerKind::AzureCosmosDb);
         // A mongod-like reply missing one mark.
-        for missing in ["storageEngines", "allocator", "javascriptEngine"] {
+        for missing in [
+            "storageEngines",
+            "allocator",
+            "javascriptEngine",
+            "gitVersion",
+        ] {
             let mut info = mongod_build_info();
             info.remove(missing);
             let server = ServerInfo::identify(&info, &doc! {}, &["h"]);

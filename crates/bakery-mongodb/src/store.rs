@@ -155,13 +155,57 @@ impl MongoStore {
                 pruning: AtomicUsize::new(0),
             }),
         };
-        if strategy == CasStrategy::Insert {
-            match tokio::time::timeout(timeout, store.create_versions_index()).await {
-                Ok(result) => result?,
-                Err(_) => return Err(error::timed_out(Op::Open, false, timeout)),
+        let prepare = async {
+            store.refuse_the_other_layout().await?;
+            if strategy == CasStrategy::Insert {
+                store.create_versions_index().await?;
             }
+            Ok::<(), Error>(())
+        };
+        match tokio::time::timeout(timeout, prepare).await {
+            Ok(result) => result?,
+            Err(_) => return Err(error::timed_out(Op::Open, false, timeout)),
         }
         Ok(store)
+    }
+
+    /// The two strategies keep different documents (crate docs): a store
+    /// opened with one on a collection the other wrote would start every key
+    /// afresh, and a sequence would hand out its ids again. Since the
+    /// strategy can follow the server (`cas=auto`), look for one document of
+    /// the other layout and refuse.
+    async fn refuse_the_other_layout(&self) -> Result<()> {
+        let (other, filter) = match self.strategy() {
+            // `insert` documents carry `k`; `update` documents never do.
+            CasStrategy::Update => (CasStrategy::Insert, doc! {"k": {"$exists": true}}),
+            CasStrategy::Insert => (CasStrategy::Update, doc! {"k": {"$exists": false}}),
+        };
+        let found = self
+            .inner
+            .coll
+            .find_one(filter)
+            .projection(doc! {"_id": 1})
+            .await
+            .map_err(|e| map_err(e, Op::Open, Stage::Read))?;
+        match found {
+            None => Ok(()),
+            Some(_) => Err(Error::config(
+                BACKEND,
+                format!(
+                    "collection {:?} holds rows written with cas={other}, but this store would use cas={} on {}: \
+                     every key would start afresh and a sequence would hand out its ids again. \
+                     Open it with cas={other}{}, or use another collection (`collection=`)",
+                    self.collection_name(),
+                    self.strategy(),
+                    self.server(),
+                    if other == CasStrategy::Update && !self.server().update_is_proven() {
+                        " and allow_unproven_update=true (only if concurrent writers are impossible or the server is verified atomic)"
+                    } else {
+                        ""
+                    }
+                ),
+            )),
+        }
     }
 
     async fn create_versions_index(&self) -> Result<()> {
@@ -640,13 +684,19 @@ async fn identify(client: &Client, config: &MongoConfig, hosts: &[String]) -> Re
     Ok(ServerInfo::identify(&build_info, &hello, &hosts))
 }
 
-/// A command's reply, or an empty document when the server answered with a
-/// command error (unknown command, not authorized): it spoke, it just would
-/// not say. Anything else (unreachable, bad credentials) is the mapped error.
+/// A command's reply, or an empty document when the server refused the
+/// command (unknown command, not authorized): it spoke, it just would not
+/// say. Anything else (unreachable, bad credentials, shutting down) is the
+/// mapped error.
 fn answer(reply: mongodb::error::Result<Document>) -> Result<Document> {
     match reply {
         Ok(reply) => Ok(reply),
-        Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) => Ok(Document::new()),
+        // CommandNotFound (59), Unauthorized (13): the server will not say.
+        // Anything else (shutting down, interrupted) is a transient failure,
+        // never a reason to identify the server differently.
+        Err(e) if matches!(&*e.kind, mongodb::error::ErrorKind::Command(c) if matches!(c.code, 13 | 59)) => {
+            Ok(Document::new())
+        }
         Err(e) => Err(map_err(e, Op::Open, Stage::Connect)),
     }
 }

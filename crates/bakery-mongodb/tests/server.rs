@@ -451,10 +451,23 @@ async fn ferretdb_is_identified_and_gets_the_insert_strategy() {
     let default = with_options(&plain, &["cas=auto"]);
     let store = MongoStore::connect(&default).await.unwrap();
     let server = store.server().clone();
-    if !matches!(server.kind(), bakery_mongodb::ServerKind::FerretDb { .. }) {
+    // Ask the server directly (raw driver), so a FerretDB that bakery took
+    // for something else fails here instead of skipping.
+    let build_info = raw(&uri, &store)
+        .await
+        .client()
+        .database("admin")
+        .run_command(doc! {"buildInfo": 1})
+        .await
+        .unwrap();
+    if !build_info.contains_key("ferretdbVersion") {
         eprintln!("not FerretDB ({server}): the FerretDB identification checks do not apply");
         return;
     }
+    assert!(
+        matches!(server.kind(), bakery_mongodb::ServerKind::FerretDb { .. }),
+        "FerretDB identified as {server}"
+    );
     assert_eq!(store.strategy(), CasStrategy::Insert, "{server}");
     assert!(server.to_string().starts_with("FerretDB"), "{server}");
     assert!(
@@ -480,15 +493,21 @@ async fn ferretdb_is_identified_and_gets_the_insert_strategy() {
         assert!(message.contains(text), "{text:?} missing from: {message}");
     }
 
-    // The explicit override opens it (the negative control depends on it).
+    // The explicit override opens it (the negative control depends on it),
+    // on a collection of its own: this one now holds `insert` rows.
+    let other = format!(
+        "collection={}",
+        common::unique_collection("bk_ident_update")
+    );
     let overridden = MongoStore::connect(&with_options(
-        &plain,
-        &["cas=update", "allow_unproven_update=true"],
+        &uri,
+        &[&other, "cas=update", "allow_unproven_update=true"],
     ))
     .await
     .unwrap();
     assert_eq!(overridden.strategy(), CasStrategy::Update);
     drop_collection(&uri, &store).await;
+    drop_collection(&uri, &overridden).await;
 }
 
 /// `journal=false` can lose acknowledged writes: refused unless the URI
@@ -516,4 +535,51 @@ async fn an_unjournaled_write_concern_is_refused_unless_accepted() {
         .unwrap();
     applied(&store, &key("journal/one"), None, "a").await;
     drop_collection(&uri, &store).await;
+}
+
+/// A collection written with one strategy is refused by a store that would
+/// use the other (the layouts do not see each other: every key would start
+/// afresh and a sequence would repeat its ids) — in both directions.
+#[tokio::test]
+async fn a_collection_of_the_other_layout_is_refused() {
+    let Some(uri) = server_uri("a_collection_of_the_other_layout_is_refused") else {
+        return;
+    };
+    for (written, reopened) in [
+        ("update", &["cas=auto"][..]),
+        ("insert", &["cas=update", "allow_unproven_update=true"][..]),
+    ] {
+        let first = store(&uri, written, "bk_layout").await;
+        applied(&first, &key("layout/one"), None, "a").await;
+        let collection = format!("collection={}", first.config().collection());
+        let mut options = vec![collection.as_str()];
+        options.extend_from_slice(reopened);
+        let reopen = with_options(&uri, &options);
+        if reopen.contains("cas=auto") && first.server().update_is_proven() {
+            // On MongoDB itself `auto` is `update`: no switch to refuse.
+            drop_collection(&uri, &first).await;
+            continue;
+        }
+        let err = MongoStore::connect(&reopen)
+            .await
+            .expect_err("a store of the other layout must be refused");
+        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("holds rows written with cas={written}")),
+            "{message}"
+        );
+        assert!(message.contains("hand out its ids again"), "{message}");
+        // The same strategy still opens it.
+        let again = with_options(
+            &uri,
+            &[
+                collection.as_str(),
+                &format!("cas={written}"),
+                "allow_unproven_update=true",
+            ],
+        );
+        MongoStore::connect(&again).await.unwrap();
+        drop_collection(&uri, &first).await;
+    }
 }
