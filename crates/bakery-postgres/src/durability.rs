@@ -22,9 +22,13 @@ pub(crate) const SETTINGS_QUERY: &str = "SELECT current_setting('fsync'), \
 /// `off` a commit is acknowledged before its WAL is flushed, and a crash of
 /// the server (not only of the OS) can lose the last commits, up to 3 ×
 /// `wal_writer_delay`: a sequence would hand out their ids again.
-pub(crate) const RAISE_SYNCHRONOUS_COMMIT: &str =
-    "SELECT set_config('synchronous_commit', 'on', false) \
-     WHERE current_setting('synchronous_commit') = 'off'";
+///
+/// The value is set on the session even when it is kept, so a later
+/// `ALTER SYSTEM SET synchronous_commit = off` and reload cannot reach a
+/// long-lived pooled connection.
+pub(crate) const RAISE_SYNCHRONOUS_COMMIT: &str = "SELECT set_config('synchronous_commit', \
+     CASE WHEN current_setting('synchronous_commit') = 'off' THEN 'on' \
+     ELSE current_setting('synchronous_commit') END, false)";
 
 /// The server's durability settings, as `current_setting` shows them.
 #[derive(Debug, Clone, PartialEq, Eq)]

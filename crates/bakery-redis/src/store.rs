@@ -623,10 +623,6 @@ impl VersionedStore for RedisStore {
         BACKEND
     }
 
-    /// `SHARED | LINEARIZABLE_READS | WATCH`. Not `PERSISTENT`: the
-    /// settings checked at open can change at run time (`CONFIG SET`), a
-    /// failover loses acknowledged writes, and `accept_data_loss=true`
-    /// opens on servers that forget (see the crate docs).
     /// `SHARED | LINEARIZABLE_READS | WATCH`, and `PERSISTENT` when the
     /// server passed the durability check without `accept_data_loss=true`.
     fn capabilities(&self) -> Capabilities {
