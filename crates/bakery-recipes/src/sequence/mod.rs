@@ -123,7 +123,7 @@ impl SequenceBuilder {
 
     /// Start the prefetch when this fraction of a block is used
     /// (default 0.2). [`build`](Self::build) refuses a value outside
-    /// `0.0..=1.0` (or NaN) with [`ErrorKind::InvalidInput`](bakery_core::ErrorKind::InvalidInput).
+    /// `0.0..=1.0` (or NaN) with [`ErrorKind::InvalidInput`].
     pub fn prefetch_at(mut self, fraction: f64) -> Self {
         self.prefetch_at = fraction;
         self
