@@ -17,12 +17,19 @@
 //!   (testcontainers) for the run. Not run on our machines: they have no
 //!   Docker engine.
 //!
+//! - Besides `bakery_testkit::cases()`, each backend runs
+//!   `bakery_testkit::capability_cases()` on a `Target` whose reopen is a
+//!   fresh `bakery::connect` of the same URI: every capability the backend
+//!   claims (PERSISTENT, SHARED, LINEARIZABLE_READS) is verified; WATCH by
+//!   `lock::watch_capability_matches_behaviour`.
+//!
 //! `cargo test --test conformance -- sqlite::sequence` filters as usual.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bakery::VersionedStore;
+use bakery_testkit::{CaseFuture, Target as StoreTarget};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 /// Server backends: (name, env var).
@@ -121,8 +128,14 @@ fn main() {
     let mut started = Vec::new();
     let mut trials = Vec::new();
     for (backend, target) in targets(&mut started) {
-        for case in bakery_testkit::cases() {
-            let name = format!("{backend}::{}", case.name);
+        let store_cases = bakery_testkit::cases()
+            .into_iter()
+            .map(|case| (case.name, Run::Store(case.run)));
+        let target_cases = bakery_testkit::capability_cases()
+            .into_iter()
+            .map(|case| (case.name, Run::Target(case.run)));
+        for (case, run) in store_cases.chain(target_cases) {
+            let name = format!("{backend}::{case}");
             let trial = match &target {
                 Target::Missing(why) => {
                     let why = why.clone();
@@ -130,7 +143,7 @@ fn main() {
                 }
                 Target::Uri(uri) => {
                     let uri = uri.clone();
-                    Trial::test(name, move || run_case(&uri, case))
+                    Trial::test(name, move || run_case(&uri, run))
                 }
             };
             trials.push(trial.with_kind(backend.clone()));
@@ -142,17 +155,34 @@ fn main() {
     conclusion.exit();
 }
 
-fn run_case(uri: &str, case: bakery_testkit::Case) -> Result<(), Failed> {
+/// A case of either kind: on one store, or on a target it can reopen.
+#[derive(Clone, Copy)]
+enum Run {
+    Store(fn(Arc<dyn VersionedStore>) -> CaseFuture),
+    Target(fn(StoreTarget) -> CaseFuture),
+}
+
+fn run_case(uri: &str, run: Run) -> Result<(), Failed> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
     runtime.block_on(async {
-        let store: Arc<dyn VersionedStore> = bakery::connect(uri)
-            .await
-            .map_err(|e| format!("cannot connect to {}: {e}", bakery::redact(uri)))?;
-        let run = tokio::spawn((case.run)(store));
+        let open_uri = uri.to_string();
+        // Every open is a new `bakery::connect`: a new connection to the
+        // same server or file, and for `memory://` a new, empty store.
+        let target = StoreTarget::connect(move || {
+            let uri = open_uri.clone();
+            async move { bakery::connect(&uri).await }
+        })
+        .await
+        .map_err(|e| format!("cannot connect to {}: {e}", bakery::redact(uri)))?;
+        let case = match run {
+            Run::Store(run) => run(target.store()),
+            Run::Target(run) => run(target),
+        };
+        let run = tokio::spawn(case);
         match tokio::time::timeout(CASE_TIMEOUT, run).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(join)) => Err(Failed::from(panic_message(join))),

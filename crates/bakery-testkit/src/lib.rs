@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod capabilities;
 mod cas;
 pub mod containers;
 pub mod faults;
@@ -13,7 +14,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use bakery_core::{Key, VersionedStore};
+use bakery_core::{Capabilities, Key, VersionedStore};
 
 /// A boxed case future.
 pub type CaseFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
@@ -43,6 +44,118 @@ pub fn cases() -> Vec<Case> {
     all
 }
 
+/// A boxed future that opens a new store on a [`Target`].
+pub type OpenFuture =
+    Pin<Box<dyn Future<Output = bakery_core::Result<Arc<dyn VersionedStore>>> + Send + 'static>>;
+
+/// What a capability case runs against: an open store and a way to open
+/// ANOTHER store on the same target (the same URI, file or server), as a
+/// second process or a restarted one would.
+///
+/// [`Target::reopen`] must return a genuinely new store: a new connection
+/// (pool) to the same server or file, and for an in-process backend such
+/// as `MemoryStore` a new, empty instance — never a clone of the first
+/// store, or a backend would pass the PERSISTENT and SHARED checks by
+/// sharing one object.
+///
+/// ```
+/// use std::sync::Arc;
+/// use bakery_core::{MemoryStore, VersionedStore};
+/// use bakery_testkit::Target;
+///
+/// # #[tokio::main]
+/// # async fn main() {
+/// let target = Target::new(Arc::new(MemoryStore::new()), || async {
+///     Ok(Arc::new(MemoryStore::new()) as Arc<dyn VersionedStore>)
+/// });
+/// for case in bakery_testkit::capability_cases() {
+///     (case.run)(target.clone()).await; // panics if a claim is false
+/// }
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Target {
+    store: Arc<dyn VersionedStore>,
+    open: Arc<dyn Fn() -> OpenFuture + Send + Sync>,
+}
+
+impl Target {
+    /// A target whose first store is `store`; `open` opens each further
+    /// store on the same target.
+    pub fn new<F, Fut>(store: Arc<dyn VersionedStore>, open: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = bakery_core::Result<Arc<dyn VersionedStore>>> + Send + 'static,
+    {
+        Target {
+            store,
+            open: Arc::new(move || Box::pin(open())),
+        }
+    }
+
+    /// A target whose first store is opened with `open` too. Fails (does
+    /// not skip) when the target cannot be reached.
+    pub async fn connect<F, Fut>(open: F) -> bakery_core::Result<Self>
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = bakery_core::Result<Arc<dyn VersionedStore>>> + Send + 'static,
+    {
+        let store = open().await?;
+        Ok(Target::new(store, open))
+    }
+
+    /// The store the target was opened with (shared by every caller).
+    pub fn store(&self) -> Arc<dyn VersionedStore> {
+        self.store.clone()
+    }
+
+    /// A NEW store on the same target. Panics (failing the case) if it
+    /// cannot be opened: a target that answered once must answer again.
+    pub async fn reopen(&self) -> Arc<dyn VersionedStore> {
+        match (self.open)().await {
+            Ok(store) => store,
+            Err(e) => panic!("reopening the {} target failed: {e}", self.store.backend()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One capability case: checks that a backend's [`Capabilities`] claim
+/// holds, using a [`Target`] (it needs a second store on the same target).
+/// A case whose capability is not claimed checks the converse where every
+/// non-claiming backend must satisfy it, and otherwise passes vacuously.
+#[derive(Clone, Copy)]
+pub struct TargetCase {
+    /// Stable name, e.g. `capabilities::persistent_rows_survive_a_reopen`.
+    pub name: &'static str,
+    /// The capability this case verifies.
+    pub capability: Capabilities,
+    /// Runs the case against a target.
+    pub run: fn(Target) -> CaseFuture,
+}
+
+impl std::fmt::Debug for TargetCase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// The capability cases: every claim of [`Capabilities`] verified on the
+/// backend that makes it — PERSISTENT (rows survive a reopen), SHARED (two
+/// stores open at once see one state) and LINEARIZABLE_READS (a read on
+/// another store sees every acknowledged write). WATCH is verified by
+/// `lock::watch_capability_matches_behaviour` in [`cases`].
+pub fn capability_cases() -> Vec<TargetCase> {
+    capabilities::cases()
+}
+
 macro_rules! case {
     ($module:literal, $f:ident) => {
         $crate::Case {
@@ -52,6 +165,17 @@ macro_rules! case {
     };
 }
 pub(crate) use case;
+
+macro_rules! target_case {
+    ($module:literal, $capability:ident, $f:ident) => {
+        $crate::TargetCase {
+            name: concat!($module, "::", stringify!($f)),
+            capability: bakery_core::Capabilities::$capability,
+            run: |target| Box::pin($f(target)),
+        }
+    };
+}
+pub(crate) use target_case;
 
 /// A key no other case or run uses, so cases can share a persistent server.
 pub fn unique_key(case: &str) -> Key {

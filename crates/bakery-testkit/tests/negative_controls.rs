@@ -127,3 +127,142 @@ fn sequence_case_detects_duplicates_from_a_read_then_write_cas() {
         "8 clients never collided on a non-atomic CAS in 20 runs"
     );
 }
+
+// ---- Capability claims: a false claim (or a missing one) must fail. ----
+
+/// How a store misrepresents its capabilities.
+#[derive(Debug, Clone, Copy)]
+enum Claim {
+    /// Claims PERSISTENT, SHARED and LINEARIZABLE_READS, but every open is
+    /// a private MemoryStore.
+    FalselyShared,
+    /// One shared state, but each store's `get` returns what its previous
+    /// `get` read (a lagging replica); claims SHARED and LINEARIZABLE_READS.
+    StaleReads,
+    /// One shared state across opens, but claims nothing.
+    MissingClaims,
+}
+
+#[derive(Debug)]
+struct ClaimingStore {
+    inner: Arc<MemoryStore>,
+    claim: Claim,
+    last_read: std::sync::Mutex<Option<Option<Row>>>,
+}
+
+#[async_trait]
+impl VersionedStore for ClaimingStore {
+    fn backend(&self) -> &'static str {
+        "claiming"
+    }
+    fn capabilities(&self) -> Capabilities {
+        match self.claim {
+            Claim::FalselyShared => {
+                Capabilities::PERSISTENT | Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+            }
+            Claim::StaleReads => Capabilities::SHARED | Capabilities::LINEARIZABLE_READS,
+            Claim::MissingClaims => Capabilities::empty(),
+        }
+    }
+    async fn get(&self, key: &Key) -> Result<Option<Row>> {
+        let now = self.inner.get(key).await?;
+        match self.claim {
+            Claim::StaleReads => {
+                let previous = self.last_read.lock().unwrap().replace(now.clone());
+                Ok(previous.unwrap_or(now))
+            }
+            _ => Ok(now),
+        }
+    }
+    async fn put_if_version(
+        &self,
+        key: &Key,
+        expected: Option<Version>,
+        value: Bytes,
+    ) -> Result<PutOutcome> {
+        self.inner.put_if_version(key, expected, value).await
+    }
+    async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
+        self.inner.delete_if_version(key, expected).await
+    }
+}
+
+fn claiming_target(claim: Claim) -> bakery_testkit::Target {
+    let shared = Arc::new(MemoryStore::new());
+    let open = move || {
+        let inner = match claim {
+            Claim::FalselyShared => Arc::new(MemoryStore::new()),
+            Claim::StaleReads | Claim::MissingClaims => shared.clone(),
+        };
+        async move {
+            Ok(Arc::new(ClaimingStore {
+                inner,
+                claim,
+                last_read: std::sync::Mutex::new(None),
+            }) as Arc<dyn VersionedStore>)
+        }
+    };
+    let first = block_on(open()).expect("open");
+    bakery_testkit::Target::new(first, open)
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime")
+        .block_on(future)
+}
+
+/// Run capability case `name` on a target; returns true if it failed.
+fn target_fails(name: &str, target: bakery_testkit::Target) -> bool {
+    let case = bakery_testkit::capability_cases()
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no capability case {name}"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async move { tokio::spawn((case.run)(target)).await.is_err() })
+}
+
+const PERSISTENT: &str = "capabilities::persistent_rows_survive_a_reopen";
+const SHARED: &str = "capabilities::shared_stores_see_one_state";
+const LINEARIZABLE: &str = "capabilities::linearizable_reads_see_every_acknowledged_write";
+
+#[test]
+fn capability_cases_pass_on_memory_stores() {
+    for case in [PERSISTENT, SHARED, LINEARIZABLE] {
+        let target = bakery_testkit::Target::new(Arc::new(MemoryStore::new()), || async {
+            Ok(Arc::new(MemoryStore::new()) as Arc<dyn VersionedStore>)
+        });
+        assert!(!target_fails(case, target), "{case} failed on MemoryStore");
+    }
+}
+
+#[test]
+fn capability_cases_detect_false_persistent_and_shared_claims() {
+    assert!(target_fails(
+        PERSISTENT,
+        claiming_target(Claim::FalselyShared)
+    ));
+    assert!(target_fails(SHARED, claiming_target(Claim::FalselyShared)));
+}
+
+#[test]
+fn linearizable_case_detects_stale_reads() {
+    assert!(target_fails(
+        LINEARIZABLE,
+        claiming_target(Claim::StaleReads)
+    ));
+}
+
+#[test]
+fn capability_cases_detect_missing_claims() {
+    assert!(target_fails(
+        PERSISTENT,
+        claiming_target(Claim::MissingClaims)
+    ));
+    assert!(target_fails(SHARED, claiming_target(Claim::MissingClaims)));
+}
