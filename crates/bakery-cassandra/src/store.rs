@@ -236,8 +236,8 @@ impl CassandraStore {
         tracing::debug!("connected");
 
         let (scylla, tablets) = server_kind(&session, &config).await?;
-        ensure_keyspace(&session, &config, tablets).await?;
-        check_cluster(&session, &config, scylla).await?;
+        let replication = ensure_keyspace(&session, &config, tablets).await?;
+        check_cluster(&session, &config, scylla, &replication).await?;
         settle(|| ensure_table(&session, &config)).await?;
 
         let statements = settle(|| prepare_all(&session, &config)).await?;
@@ -696,23 +696,16 @@ async fn server_kind(session: &Session, config: &CassandraConfig) -> Result<(boo
     Ok((scylla, tablets))
 }
 
-/// Create the keyspace unless it exists. An existing keyspace is never
+/// Create the keyspace unless it exists, and return its `replication` map
+/// (read once: the durability check needs it). An existing keyspace is never
 /// altered.
-async fn ensure_keyspace(session: &Session, config: &CassandraConfig, tablets: bool) -> Result<()> {
-    let rows = session
-        .query_unpaged(
-            catalog(
-                "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = ?",
-                config,
-            ),
-            (config.keyspace(),),
-        )
-        .await
-        .map_err(|e| map_err(e, Op::Open))?
-        .into_rows_result()
-        .map_err(|e| map_err(e, Op::Open))?;
-    if rows.rows_num() > 0 {
-        return Ok(());
+async fn ensure_keyspace(
+    session: &Session,
+    config: &CassandraConfig,
+    tablets: bool,
+) -> Result<BTreeMap<String, String>> {
+    if let Some(replication) = keyspace_replication(session, config).await? {
+        return Ok(replication);
     }
     let mut ddl = format!(
         "CREATE KEYSPACE IF NOT EXISTS \"{}\" WITH replication = {}",
@@ -724,7 +717,17 @@ async fn ensure_keyspace(session: &Session, config: &CassandraConfig, tablets: b
         ddl.push_str(" AND tablets = {'enabled': false}");
     }
     tracing::debug!(%ddl, "creating the keyspace");
-    run_ddl(session, catalog(ddl, config)).await
+    run_ddl(session, catalog(ddl, config)).await?;
+    // Just created: not yet listed on every coordinator; `settle` retries.
+    settle(|| async {
+        keyspace_replication(session, config).await?.ok_or_else(|| {
+            Error::config(
+                BACKEND,
+                format!("keyspace `{}` does not exist", config.keyspace()),
+            )
+        })
+    })
+    .await
 }
 
 /// Refuse, before anything is created in the keyspace, a deployment
@@ -733,9 +736,13 @@ async fn ensure_keyspace(session: &Session, config: &CassandraConfig, tablets: b
 /// commit log that can forget acknowledged writes on a keyspace with fewer
 /// than 3 replicas (unless `accept_data_loss=true`). Crate docs,
 /// "Durability".
-async fn check_cluster(session: &Session, config: &CassandraConfig, scylla: bool) -> Result<()> {
-    let replication = settle(|| keyspace_replication(session, config)).await?;
-    let placement = placement(&replication);
+async fn check_cluster(
+    session: &Session,
+    config: &CassandraConfig,
+    scylla: bool,
+    replication: &BTreeMap<String, String>,
+) -> Result<()> {
+    let placement = placement(replication);
     let mut cluster_dcs: Vec<String> = session
         .get_cluster_state()
         .get_nodes_info()
@@ -763,13 +770,13 @@ async fn check_cluster(session: &Session, config: &CassandraConfig, scylla: bool
     bakery_core::durability::check(BACKEND, &found, config.accept_data_loss())
 }
 
-/// The keyspace's `replication` map from `system_schema.keyspaces`. A
-/// keyspace just created but not yet listed on this coordinator is "does
-/// not exist", which [`settle`] retries.
+/// The keyspace's `replication` map from `system_schema.keyspaces`, or
+/// `None` when the keyspace is not listed (absent, or just created and not
+/// yet visible on this coordinator).
 async fn keyspace_replication(
     session: &Session,
     config: &CassandraConfig,
-) -> Result<BTreeMap<String, String>> {
+) -> Result<Option<BTreeMap<String, String>>> {
     let rows = session
         .query_unpaged(
             catalog(
@@ -783,11 +790,8 @@ async fn keyspace_replication(
         .into_rows_result()
         .map_err(|e| map_err(e, Op::Open))?;
     match first_row::<(Option<BTreeMap<String, String>>,)>(&rows)? {
-        Some((replication,)) => Ok(replication.unwrap_or_default()),
-        None => Err(Error::config(
-            BACKEND,
-            format!("keyspace `{}` does not exist", config.keyspace()),
-        )),
+        Some((replication,)) => Ok(Some(replication.unwrap_or_default())),
+        None => Ok(None),
     }
 }
 
