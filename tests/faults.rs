@@ -20,9 +20,10 @@
 //! `scripts/test.sh`, hence in CI). Without it, it prints why and does
 //! nothing; with it, a backend whose URI is missing fails.
 
+mod common;
+
+use common::backends;
 use std::collections::HashSet;
-use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,19 +52,6 @@ fn enabled(backend: &str, var: &str) -> Option<String> {
             None
         }
     }
-}
-
-fn backends(action: &str, name: &str) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/backends.sh");
-    let out = Command::new(&script)
-        .args([action, name])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-    assert!(
-        out.status.success(),
-        "backends.sh {action} {name} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[derive(Default, Debug)]

@@ -19,9 +19,10 @@
 
 #![cfg(feature = "redis")]
 
+mod common;
+
+use common::backends;
 use std::collections::HashSet;
-use std::path::Path;
-use std::process::Command;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -46,19 +47,6 @@ fn runtime() -> tokio::runtime::Runtime {
 fn with_options(uri: &str, options: &[&str]) -> String {
     let separator = if uri.contains('?') { '&' } else { '?' };
     format!("{uri}{separator}{}", options.join("&"))
-}
-
-fn backends(action: &str, name: &str) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/backends.sh");
-    let out = Command::new(&script)
-        .args([action, name])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-    assert!(
-        out.status.success(),
-        "backends.sh {action} {name} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn unique_name(case: &str) -> String {
