@@ -83,8 +83,67 @@ pub struct Error {
     kind: ErrorKind,
     backend: &'static str,
     message: String,
+    operation: Option<Operation>,
+    sent: Option<Sent>,
     #[source]
     source: Option<BoxError>,
+}
+
+/// The store call that failed. It decides what a lost reply means: only a
+/// [`Operation::writes`] call can have applied anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Opening a store: connecting, authenticating, checking the schema and
+    /// the server's settings.
+    Open,
+    /// [`VersionedStore::get`](crate::VersionedStore::get).
+    Get,
+    /// [`VersionedStore::put_if_version`](crate::VersionedStore::put_if_version).
+    Put,
+    /// [`VersionedStore::delete_if_version`](crate::VersionedStore::delete_if_version).
+    Delete,
+    /// [`VersionedStore::watch`](crate::VersionedStore::watch): never writes.
+    Watch,
+    /// [`VersionedStore::notify`](crate::VersionedStore::notify): never writes a row.
+    Notify,
+}
+
+impl Operation {
+    /// The name used in messages: the method name, or `open`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Open => "open",
+            Operation::Get => "get",
+            Operation::Put => "put_if_version",
+            Operation::Delete => "delete_if_version",
+            Operation::Watch => "watch",
+            Operation::Notify => "notify",
+        }
+    }
+
+    /// True for the calls that change a row (put and delete): a lost reply
+    /// to one of them leaves the outcome unknown.
+    pub fn writes(self) -> bool {
+        matches!(self, Operation::Put | Operation::Delete)
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How far a failed request got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Sent {
+    /// It never reached the server, or the server refused it before it could
+    /// apply (connection refused, busy, a rejected argument).
+    No,
+    /// It was (or may have been) sent and no usable reply came back.
+    Maybe,
 }
 
 impl Error {
@@ -94,8 +153,77 @@ impl Error {
             kind,
             backend,
             message: message.into(),
+            operation: None,
+            sent: None,
             source: None,
         }
+    }
+
+    /// A store call `op` that failed before its request could apply: `kind`
+    /// is usually [`ErrorKind::Unavailable`] (or `Config`, `InvalidInput`
+    /// for a refusal that a retry will not cure). For a write the message
+    /// says that nothing was applied.
+    ///
+    /// ```
+    /// use bakery_core::{Error, ErrorKind, Operation, Sent};
+    ///
+    /// let err = Error::not_sent(ErrorKind::Unavailable, "redis", Operation::Put, "connection refused");
+    /// assert_eq!(err.sent(), Some(Sent::No));
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "redis: unavailable: put_if_version failed, nothing was applied: connection refused"
+    /// );
+    /// ```
+    pub fn not_sent(
+        kind: ErrorKind,
+        backend: &'static str,
+        op: Operation,
+        detail: impl fmt::Display,
+    ) -> Self {
+        let message = if op.writes() && kind != ErrorKind::Config {
+            format!("{op} failed, nothing was applied: {detail}")
+        } else {
+            format!("{op} failed: {detail}")
+        };
+        let mut err = Error::new(kind, backend, message);
+        err.operation = Some(op);
+        err.sent = Some(Sent::No);
+        err
+    }
+
+    /// A store call `op` whose request was (or may have been) sent and got
+    /// no usable reply: a write is [`ErrorKind::Unknown`] (it may or may
+    /// not have applied, and the message says so), anything else
+    /// [`ErrorKind::Unavailable`].
+    ///
+    /// ```
+    /// use bakery_core::{Error, ErrorKind, Operation};
+    ///
+    /// let write = Error::in_doubt("etcd", Operation::Put, "connection reset");
+    /// assert_eq!(write.kind(), ErrorKind::Unknown);
+    /// assert!(write.message().contains("may or may not have applied"));
+    /// let read = Error::in_doubt("etcd", Operation::Get, "connection reset");
+    /// assert_eq!(read.kind(), ErrorKind::Unavailable);
+    /// ```
+    pub fn in_doubt(backend: &'static str, op: Operation, detail: impl fmt::Display) -> Self {
+        let (kind, message) = if op.writes() {
+            (
+                ErrorKind::Unknown,
+                format!("{op} failed, it may or may not have applied: {detail}"),
+            )
+        } else {
+            (ErrorKind::Unavailable, format!("{op} failed: {detail}"))
+        };
+        let mut err = Error::new(kind, backend, message);
+        err.operation = Some(op);
+        err.sent = Some(Sent::Maybe);
+        err
+    }
+
+    /// Record which store call failed (for errors built with [`Error::new`]).
+    pub fn during(mut self, op: Operation) -> Self {
+        self.operation = Some(op);
+        self
     }
 
     /// Attach the underlying cause (a driver error, an I/O error).
@@ -134,6 +262,16 @@ impl Error {
         &self.message
     }
 
+    /// The store call that failed, when the backend recorded it.
+    pub fn operation(&self) -> Option<Operation> {
+        self.operation
+    }
+
+    /// Whether the request reached the server, when the backend knows.
+    pub fn sent(&self) -> Option<Sent> {
+        self.sent
+    }
+
     /// True when retrying later may succeed: [`ErrorKind::Unavailable`] and
     /// [`ErrorKind::Unknown`]. A retry after `Unknown` must re-read first.
     pub fn is_temporary(&self) -> bool {
@@ -149,3 +287,79 @@ impl Error {
 
 /// `Result` with bakery's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `e` and its chain of sources on one line, `outer: inner: innermost`,
+/// each message's whitespace folded to single spaces, and a source left out
+/// when the text so far already contains its message (drivers often repeat
+/// their cause in their own message).
+///
+/// ```
+/// use bakery_core::error::cause_chain;
+///
+/// let io = std::io::Error::new(std::io::ErrorKind::Other, "connection\n  reset");
+/// assert_eq!(cause_chain(&io), "connection reset");
+/// ```
+pub fn cause_chain(e: &(dyn StdError + 'static)) -> String {
+    let mut out = one_line(&e.to_string());
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let text = one_line(&cause.to_string());
+        if !text.is_empty() && !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
+}
+
+/// `text` with every run of whitespace (newlines included) folded to one
+/// space, for messages that must stay on one line.
+///
+/// ```
+/// assert_eq!(bakery_core::error::one_line(" a\n  b "), "a b");
+/// ```
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct Wrap(String, #[source] std::io::Error);
+
+    #[test]
+    fn chain_skips_causes_already_said() {
+        let inner = std::io::Error::other("refused");
+        let outer = Wrap("connect: refused".into(), inner);
+        assert_eq!(cause_chain(&outer), "connect: refused");
+        let outer = Wrap("connect".into(), std::io::Error::other("refused"));
+        assert_eq!(cause_chain(&outer), "connect: refused");
+    }
+
+    #[test]
+    fn writes_in_doubt_are_unknown_reads_unavailable() {
+        for op in [Operation::Put, Operation::Delete] {
+            let err = Error::in_doubt("x", op, "reset");
+            assert_eq!(err.kind(), ErrorKind::Unknown);
+            assert_eq!(err.operation(), Some(op));
+            assert_eq!(err.sent(), Some(Sent::Maybe));
+        }
+        for op in [
+            Operation::Open,
+            Operation::Get,
+            Operation::Watch,
+            Operation::Notify,
+        ] {
+            let err = Error::in_doubt("x", op, "reset");
+            assert_eq!(err.kind(), ErrorKind::Unavailable, "{op}");
+            assert!(!err.message().contains("may or may not"), "{err}");
+        }
+        let err = Error::not_sent(ErrorKind::Config, "x", Operation::Put, "denied");
+        assert_eq!(err.message(), "put_if_version failed: denied");
+        assert_eq!(Error::new(ErrorKind::Internal, "x", "m").operation(), None);
+    }
+}

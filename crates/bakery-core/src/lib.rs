@@ -3,15 +3,16 @@
 
 mod counting;
 pub mod durability;
-mod error;
+pub mod error;
 mod key;
 mod memory;
+pub mod options;
 mod store;
 pub mod uri;
 
 pub use bytes::Bytes;
 pub use counting::{CountingStore, OpCounts};
-pub use error::{BoxError, Error, ErrorKind, Result};
+pub use error::{BoxError, Error, ErrorKind, Operation, Result, Sent};
 pub use key::{validate_name, Key, MAX_KEY_LEN};
 pub use memory::MemoryStore;
 pub use store::{

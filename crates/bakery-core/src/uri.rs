@@ -68,7 +68,7 @@ pub fn redact(uri: &str) -> String {
     out
 }
 
-fn is_secret_option(name: &str) -> bool {
+pub(crate) fn is_secret_option(name: &str) -> bool {
     matches!(
         name.to_ascii_lowercase().as_str(),
         "password" | "pass" | "pwd" | "secret" | "token" | "auth"

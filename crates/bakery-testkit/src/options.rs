@@ -113,3 +113,60 @@ pub fn accept_data_loss(base: &str, parse: impl Fn(&str) -> Result<Parsed>) {
         }
     }
 }
+
+/// Check the rules every backend's URI options share (they come from
+/// [`bakery_core::options`], and this proves the backend's parser goes
+/// through it): an unknown option is refused naming the known ones, an
+/// option given twice or without a value is refused, a malformed escape is
+/// refused, and every duration option in `durations` takes whole
+/// milliseconds from 1 to one hour (`0`, `+5`, ` 5`, `1.5` and one hour
+/// plus 1 ms refused). `base` is a valid URI of the backend (with or without
+/// a query); `parse` runs the backend's URI parser.
+///
+/// ```
+/// use bakery_testkit::options::shared_rules;
+///
+/// #[derive(serde::Deserialize)]
+/// struct Toy {
+///     #[serde(default, deserialize_with = "bakery_core::options::millis")]
+///     timeout_ms: Option<std::time::Duration>,
+/// }
+/// shared_rules("toy://h", &["timeout_ms"], |uri| {
+///     let query = uri.split_once('?').map(|(_, q)| q);
+///     bakery_core::options::from_query::<Toy>("toy", query).map(|_| ())
+/// });
+/// ```
+pub fn shared_rules(base: &str, durations: &[&str], parse: impl Fn(&str) -> Result<()>) {
+    let with = |option: &str| {
+        let separator = if base.contains('?') { '&' } else { '?' };
+        format!("{base}{separator}{option}")
+    };
+    parse(base).unwrap_or_else(|e| panic!("{base}: {e}"));
+    let refused = |option: &str, needle: &str| {
+        let uri = with(option);
+        match parse(&uri) {
+            Ok(()) => panic!("{uri} must be refused"),
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Config, "{uri}: {e}");
+                assert!(
+                    e.to_string().contains(needle),
+                    "{uri}: {needle:?} missing from {e}"
+                );
+            }
+        }
+    };
+    refused("no_such_option=1", "unknown");
+    refused("no_such_option=1", "(known: ");
+    refused("%zz=1", "percent-encoding");
+    for name in durations {
+        let uri = with(&format!("{name}=1"));
+        parse(&uri).unwrap_or_else(|e| panic!("{uri}: {e}"));
+        let uri = with(&format!("{name}=3600000"));
+        parse(&uri).unwrap_or_else(|e| panic!("{uri}: {e}"));
+        for value in ["0", "+5", "%205", "1.5", "-1", "3600001", "", "5s"] {
+            refused(&format!("{name}={value}"), &format!("option `{name}`"));
+        }
+        refused(&format!("{name}=5&{name}=5"), "given twice");
+        refused(name, "has no value");
+    }
+}
