@@ -17,11 +17,13 @@
 //!   (testcontainers) for the run. Not run on our machines: they have no
 //!   Docker engine.
 //!
+//! - Each server backend also runs
+//!   `faults::unreachable_server_is_unavailable` on its URI pointed at a
+//!   port where nothing listens.
 //! - Besides `bakery_testkit::cases()`, each backend runs
 //!   `bakery_testkit::capability_cases()` on a `Target` whose reopen is a
 //!   fresh `bakery::connect` of the same URI: every capability the backend
-//!   claims (PERSISTENT, SHARED, LINEARIZABLE_READS) is verified; WATCH by
-//!   `lock::watch_capability_matches_behaviour`.
+//!   claims (PERSISTENT, SHARED, LINEARIZABLE_READS, WATCH) is verified.
 //!
 //! `cargo test --test conformance -- sqlite::sequence` filters as usual.
 
@@ -148,6 +150,17 @@ fn main() {
             };
             trials.push(trial.with_kind(backend.clone()));
         }
+        // Every server backend: a refused connection is Unavailable.
+        if let Target::Uri(uri) = &target {
+            if !(uri.starts_with("memory:") || uri.starts_with("sqlite:")) {
+                let unreachable = bakery_testkit::faults::unreachable_uri(uri);
+                let name = format!("{backend}::faults::unreachable_server_is_unavailable");
+                trials.push(
+                    Trial::test(name, move || unreachable_case(&unreachable))
+                        .with_kind(backend.clone()),
+                );
+            }
+        }
     }
     let conclusion = libtest_mimic::run(&args, trials);
     // `exit()` skips destructors: remove the containers first.
@@ -188,6 +201,30 @@ fn run_case(uri: &str, run: Run) -> Result<(), Failed> {
             Ok(Err(join)) => Err(Failed::from(panic_message(join))),
             Err(_) => Err(Failed::from(format!("hung for {CASE_TIMEOUT:?}"))),
         }
+    })
+}
+
+/// The hang guard of each call to an unreachable server.
+const UNREACHABLE_LIMIT: Duration = Duration::from_secs(60);
+
+fn unreachable_case(uri: &str) -> Result<(), Failed> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let uri = uri.to_string();
+    runtime.block_on(async move {
+        tokio::spawn(async move {
+            bakery_testkit::faults::unreachable_server_is_unavailable(
+                &uri,
+                UNREACHABLE_LIMIT,
+                |uri| async move { bakery::connect(&uri).await },
+            )
+            .await
+        })
+        .await
+        .map_err(|join| Failed::from(panic_message(join)))
     })
 }
 

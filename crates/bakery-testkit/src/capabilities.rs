@@ -8,7 +8,7 @@
 //! | SHARED | two stores open at once see one state: each one's writes are the other's conflicts, with the other's row | B does not see A's rows, and its writes do not reach A |
 //! | LINEARIZABLE_READS | 50 acknowledged writes from two writers, each read back through another store right after its ack; concurrent readers never see a version older than one acknowledged before the read began, nor older than their own last read | nothing asserted |
 //!
-//! WATCH is checked by `lock::watch_capability_matches_behaviour`.
+//! WATCH is checked in `watch.rs`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

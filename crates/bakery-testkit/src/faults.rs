@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bakery_core::{
     async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result,
@@ -157,5 +158,77 @@ impl VersionedStore for FaultStore {
     async fn notify(&self, key: &Key) -> Result<()> {
         self.gate().await;
         self.inner.notify(key).await
+    }
+}
+
+/// The password [`unreachable_uri`] puts in the URI; no error may show it.
+pub const UNREACHABLE_PASSWORD: &str = "hunter2secret";
+
+/// `uri` with its hosts replaced by `127.0.0.1:1`, where nothing listens
+/// (every connection is refused), and a user and [`UNREACHABLE_PASSWORD`]
+/// as credentials; path and options are kept.
+///
+/// ```
+/// use bakery_testkit::faults::unreachable_uri;
+/// assert_eq!(
+///     unreachable_uri("postgres://u@db1:5432,db2/app?sslmode=disable"),
+///     "postgres://bakery:hunter2secret@127.0.0.1:1/app?sslmode=disable"
+/// );
+/// assert_eq!(unreachable_uri("etcd://h:2379"), "etcd://bakery:hunter2secret@127.0.0.1:1");
+/// ```
+pub fn unreachable_uri(uri: &str) -> String {
+    let (scheme, rest) = uri.split_once("://").unwrap_or(("", uri));
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    format!(
+        "{scheme}://bakery:{UNREACHABLE_PASSWORD}@127.0.0.1:1{}",
+        &rest[end..]
+    )
+}
+
+/// A server nobody answers for: opening a store on `uri` (from
+/// [`unreachable_uri`]) with `open` must fail [`ErrorKind::Unavailable`] —
+/// the connection was refused, so nothing can have applied and a retry is
+/// safe — and never show the password. A backend that opens lazily may
+/// succeed at open; then a `get` and a `put_if_version` must each fail
+/// `Unavailable` (a put never `Unknown`: nothing was sent). Each call is
+/// bounded by `limit` (a hang guard, not a speed check).
+pub async fn unreachable_server_is_unavailable<F, Fut>(uri: &str, limit: Duration, open: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = Result<Arc<dyn VersionedStore>>>,
+{
+    let refused = |what: &str, err: Error| {
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{what}: {err}");
+        let shown = format!("{err} {err:?}");
+        assert!(
+            !shown.contains(UNREACHABLE_PASSWORD),
+            "{what}: the error shows the password: {shown}"
+        );
+    };
+    let store = match within(limit, "open", open(uri.to_string())).await {
+        Err(err) => return refused("open", err),
+        Ok(store) => store,
+    };
+    let key = crate::unique_key("unreachable");
+    match within(limit, "get", store.get(&key)).await {
+        Ok(row) => panic!("get on an unreachable server answered {row:?}"),
+        Err(err) => refused("get", err),
+    }
+    match within(
+        limit,
+        "put_if_version",
+        store.put_if_version(&key, None, "v".into()),
+    )
+    .await
+    {
+        Ok(outcome) => panic!("put on an unreachable server answered {outcome:?}"),
+        Err(err) => refused("put_if_version", err),
+    }
+}
+
+async fn within<T>(limit: Duration, what: &str, call: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, call).await {
+        Ok(done) => done,
+        Err(_) => panic!("{what} on an unreachable server hung for {limit:?}"),
     }
 }

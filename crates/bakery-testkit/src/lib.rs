@@ -9,6 +9,7 @@ pub mod faults;
 mod lock;
 pub mod options;
 mod sequence;
+mod watch;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -149,11 +150,15 @@ impl std::fmt::Debug for TargetCase {
 
 /// The capability cases: every claim of [`Capabilities`] verified on the
 /// backend that makes it — PERSISTENT (rows survive a reopen), SHARED (two
-/// stores open at once see one state) and LINEARIZABLE_READS (a read on
-/// another store sees every acknowledged write). WATCH is verified by
-/// `lock::watch_capability_matches_behaviour` in [`cases`].
+/// stores open at once see one state), LINEARIZABLE_READS (a read on
+/// another store sees every acknowledged write) and WATCH (a change by
+/// another client wakes every watch of the key and no watch of another
+/// key; `lock::watch_capability_matches_behaviour` in [`cases`] checks that
+/// a backend without the claim gives no watch).
 pub fn capability_cases() -> Vec<TargetCase> {
-    capabilities::cases()
+    let mut all = capabilities::cases();
+    all.extend(watch::cases());
+    all
 }
 
 macro_rules! case {

@@ -266,3 +266,83 @@ fn capability_cases_detect_missing_claims() {
     ));
     assert!(target_fails(SHARED, claiming_target(Claim::MissingClaims)));
 }
+
+/// Claims WATCH over a MemoryStore but gets wake-ups wrong.
+#[derive(Debug)]
+struct WatchingStore {
+    inner: MemoryStore,
+    /// Every watch ever handed out, with its key.
+    watchers: std::sync::Mutex<Vec<(Key, bakery_core::WatchSender)>>,
+    deaf: bool,
+}
+
+#[async_trait]
+impl VersionedStore for WatchingStore {
+    fn backend(&self) -> &'static str {
+        "watching"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::WATCH
+    }
+    async fn get(&self, key: &Key) -> Result<Option<Row>> {
+        self.inner.get(key).await
+    }
+    async fn put_if_version(
+        &self,
+        key: &Key,
+        expected: Option<Version>,
+        value: Bytes,
+    ) -> Result<PutOutcome> {
+        self.inner.put_if_version(key, expected, value).await
+    }
+    async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
+        self.inner.delete_if_version(key, expected).await
+    }
+    async fn watch(&self, key: &Key) -> Result<Option<bakery_core::Watch>> {
+        let (sender, watch) = bakery_core::Watch::channel();
+        self.watchers.lock().unwrap().push((key.clone(), sender));
+        Ok(Some(watch))
+    }
+    async fn notify(&self, _key: &Key) -> Result<()> {
+        // Deaf: wakes nobody. Noisy: wakes the watches of EVERY key.
+        if !self.deaf {
+            for (_, sender) in self.watchers.lock().unwrap().iter() {
+                sender.wake();
+            }
+        }
+        Ok(())
+    }
+}
+
+fn watching_target(deaf: bool) -> bakery_testkit::Target {
+    let open = move || async move {
+        Ok(Arc::new(WatchingStore {
+            inner: MemoryStore::new(),
+            watchers: std::sync::Mutex::new(Vec::new()),
+            deaf,
+        }) as Arc<dyn VersionedStore>)
+    };
+    let first = block_on(open()).expect("open");
+    bakery_testkit::Target::new(first, open)
+}
+
+const WATCH_WAKES: &str = "watch::a_change_by_another_client_wakes_every_watch";
+const WATCH_KEYS: &str = "watch::a_change_of_another_key_wakes_no_watch";
+
+#[test]
+fn watch_cases_pass_on_memory_stores_and_detect_wrong_wake_ups() {
+    for case in [WATCH_WAKES, WATCH_KEYS] {
+        let target = bakery_testkit::Target::new(Arc::new(MemoryStore::new()), || async {
+            Ok(Arc::new(MemoryStore::new()) as Arc<dyn VersionedStore>)
+        });
+        assert!(!target_fails(case, target), "{case} failed on MemoryStore");
+    }
+    assert!(
+        target_fails(WATCH_WAKES, watching_target(true)),
+        "deaf watch"
+    );
+    assert!(
+        target_fails(WATCH_KEYS, watching_target(false)),
+        "noisy watch"
+    );
+}

@@ -1,0 +1,132 @@
+//! WATCH, verified: a backend that claims it delivers a wake-up to every
+//! watch of a key when another client writes that key and notifies (what
+//! the lock does on a change of holder), and to no watch of another key.
+//!
+//! On a SHARED backend the writer is a second store (another process, as
+//! far as the server can tell); otherwise the store itself. A backend that
+//! does not claim WATCH must return no watch at all (checked by
+//! `lock::watch_capability_matches_behaviour`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bakery_core::{Capabilities, Key, VersionedStore, Watch};
+
+use crate::{target_case, unique_name, Target, TargetCase};
+
+/// The bound on every wait for a wake-up: a broken watch fails, never hangs.
+const WAKE_LIMIT: Duration = Duration::from_secs(10);
+
+/// How long a watch must stay quiet where no wake-up is due. A wake-up
+/// inside it is a bug whatever the timing, so the check cannot fail
+/// spuriously; a late wrong wake-up could slip past it, never a right one.
+const QUIET: Duration = Duration::from_millis(300);
+
+pub(crate) fn cases() -> Vec<TargetCase> {
+    vec![
+        target_case!("watch", WATCH, a_change_by_another_client_wakes_every_watch),
+        target_case!("watch", WATCH, a_change_of_another_key_wakes_no_watch),
+    ]
+}
+
+/// Watches are claimed: returns the store to watch on and the one that
+/// writes (another store when the backend is SHARED). `None` when WATCH is
+/// not claimed (nothing to check here).
+async fn watcher_and_writer(
+    target: &Target,
+) -> Option<(Arc<dyn VersionedStore>, Arc<dyn VersionedStore>)> {
+    let store = target.store();
+    let caps = store.capabilities();
+    if !caps.contains(Capabilities::WATCH) {
+        return None;
+    }
+    let writer = if caps.contains(Capabilities::SHARED) {
+        target.reopen().await
+    } else {
+        store.clone()
+    };
+    Some((store, writer))
+}
+
+async fn watch(store: &dyn VersionedStore, key: &Key) -> Watch {
+    store
+        .watch(key)
+        .await
+        .unwrap_or_else(|e| panic!("watch {key}: {e}"))
+        .unwrap_or_else(|| panic!("claims WATCH but watch({key}) gave none"))
+}
+
+/// Write `key` and notify, as a lock hand-off does.
+async fn change(store: &dyn VersionedStore, key: &Key, value: &'static str) {
+    let current = store
+        .get(key)
+        .await
+        .unwrap_or_else(|e| panic!("get {key}: {e}"));
+    let outcome = store
+        .put_if_version(key, current.map(|row| row.version), value.into())
+        .await
+        .unwrap_or_else(|e| panic!("put {key}: {e}"));
+    assert!(outcome.is_applied(), "put {key}: {outcome:?}");
+    store
+        .notify(key)
+        .await
+        .unwrap_or_else(|e| panic!("notify {key}: {e}"));
+}
+
+async fn wakes(watch: &mut Watch, what: &str) {
+    match tokio::time::timeout(WAKE_LIMIT, watch.changed()).await {
+        Ok(true) => {}
+        Ok(false) => panic!("{what}: the watch ended instead of waking"),
+        Err(_) => panic!("{what}: no wake-up within {WAKE_LIMIT:?}"),
+    }
+}
+
+async fn stays_quiet(watch: &mut Watch, what: &str) {
+    if let Ok(woke) = tokio::time::timeout(QUIET, watch.changed()).await {
+        panic!("{what}: a watch woke (changed() = {woke}) where no change was due");
+    }
+}
+
+/// Two watches on the watcher's store and one on the writer's all wake when
+/// the writer changes the key; and again on a second change (a watch keeps
+/// delivering after its first wake-up).
+async fn a_change_by_another_client_wakes_every_watch(target: Target) {
+    let Some((store, writer)) = watcher_and_writer(&target).await else {
+        return;
+    };
+    let key = Key::with_prefix("lock", &unique_name("watch-wakes")).expect("key");
+    let mut first = watch(&*store, &key).await;
+    let mut second = watch(&*store, &key).await;
+    let mut at_writer = watch(&*writer, &key).await;
+    change(&*writer, &key, "one").await;
+    wakes(&mut first, "first watch, first change").await;
+    wakes(&mut second, "second watch on the same store").await;
+    wakes(&mut at_writer, "the writer's own watch").await;
+    change(&*writer, &key, "two").await;
+    wakes(&mut first, "first watch, second change").await;
+}
+
+/// A change of key `…ab` must not wake a watch of key `…a` (a prefix of
+/// it), nor a change of `…a` the watch of `…ab`. (A change may wake a watch
+/// of its own key twice — a write and its notify — which is allowed.)
+async fn a_change_of_another_key_wakes_no_watch(target: Target) {
+    let Some((store, writer)) = watcher_and_writer(&target).await else {
+        return;
+    };
+    let name = unique_name("watch-keys");
+    let a = Key::with_prefix("lock", &name).expect("key a");
+    let ab = Key::with_prefix("lock", &format!("{name}b")).expect("key ab");
+    let mut watch_a = watch(&*store, &a).await;
+    let mut watch_ab = watch(&*store, &ab).await;
+    change(&*writer, &ab, "b").await;
+    // Once B's wake-up is here, a wrong wake-up of A is due too.
+    wakes(&mut watch_ab, "watch of the changed key").await;
+    stays_quiet(
+        &mut watch_a,
+        "watch of a key that is a prefix of the changed one",
+    )
+    .await;
+    change(&*writer, &a, "a").await;
+    wakes(&mut watch_a, "watch of the changed key").await;
+    stays_quiet(&mut watch_ab, "a change of A woke B").await;
+}
