@@ -12,8 +12,7 @@ use std::collections::BTreeMap;
 use bakery_core::durability::Hazard;
 use bakery_core::{Error, Result};
 
-use crate::error::BACKEND;
-use crate::Serial;
+use crate::{Serial, BACKEND};
 
 /// With this many replicas or more, an acknowledged write survives one
 /// machine's power loss whatever the commit log sync mode: a quorum of

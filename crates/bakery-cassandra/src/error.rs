@@ -4,7 +4,8 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
-use bakery_core::{Error, ErrorKind, Key};
+use bakery_core::error::cause_chain;
+use bakery_core::{Error, ErrorKind, Key, Operation};
 use scylla::deserialize::DeserializationError;
 use scylla::errors::{
     BadQuery, ConnectionError, ConnectionPoolError, ConnectionSetupRequestErrorKind, DbError,
@@ -12,30 +13,75 @@ use scylla::errors::{
     PrepareError, RequestAttemptError, RowsError, SchemaAgreementError,
 };
 
-/// The backend name carried by every error of this crate.
-pub(crate) const BACKEND: &str = "cassandra";
+use crate::BACKEND;
 
-/// What the failed statement was; it decides whether a failure may have
-/// applied.
+/// The statement that failed, and the store call that ran it: only a
+/// conditional write can apply anything, so only its lost reply leaves a
+/// call in doubt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// Connecting, creating and checking the schema, preparing statements.
-    Open,
-    /// A read at SERIAL consistency: never changes our row.
-    Read,
-    /// A conditional write (a Paxos round that may commit).
-    Write,
+pub(crate) enum Request {
+    /// Any other statement: the catalog reads, DDL and prepares of `open`,
+    /// and a read at SERIAL (`get`'s, or the one a put or delete makes when
+    /// a reply does not show the current row). It changes no row.
+    Read(Operation),
+    /// A conditional write (a Paxos round that may commit) of a put or a
+    /// delete.
+    Write(Operation),
 }
 
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Op::Open => "open",
-            Op::Read => "serial read",
-            Op::Write => "conditional write",
-        })
+/// Every statement of `open`.
+pub(crate) const OPEN: Request = Request::Read(Operation::Open);
+
+impl Request {
+    fn op(self) -> Operation {
+        match self {
+            Request::Read(op) | Request::Write(op) => op,
+        }
+    }
+
+    /// A reply that makes no sense: a write may have applied, anything
+    /// else is a bug.
+    fn garbled(self) -> Verdict {
+        match self {
+            Request::Write(_) => Verdict::InDoubt,
+            Request::Read(_) => Verdict::Failed(ErrorKind::Internal),
+        }
+    }
+
+    /// The error of a statement that may have reached the replicas and got
+    /// no usable reply.
+    fn in_doubt(self, detail: impl fmt::Display) -> Error {
+        match self {
+            // The read of a write call: nothing of the call was applied.
+            Request::Read(op) if op.writes() => {
+                Error::not_sent(ErrorKind::Unavailable, BACKEND, op, detail)
+            }
+            Request::Read(op) | Request::Write(op) => Error::in_doubt(BACKEND, op, detail),
+        }
+    }
+
+    /// The error of a statement that did not take effect.
+    fn failed(self, kind: ErrorKind, detail: impl fmt::Display) -> Error {
+        let op = self.op();
+        match kind {
+            ErrorKind::Unavailable | ErrorKind::Config | ErrorKind::InvalidInput => {
+                Error::not_sent(kind, BACKEND, op, detail)
+            }
+            _ => Error::new(kind, BACKEND, format!("{op} failed: {detail}")).during(op),
+        }
     }
 }
+
+/// What a failure says about the statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// It did not take effect: an error of this kind.
+    Failed(ErrorKind),
+    /// It may have reached the replicas, and no usable reply came back.
+    InDoubt,
+}
+
+use Verdict::{Failed, InDoubt};
 
 /// Every driver error this crate meets, so that one mapper sees them all.
 #[derive(Debug)]
@@ -102,26 +148,8 @@ impl DriverError {
     }
 }
 
-/// A failure that does not say whether the request reached the replicas:
-/// for a write it may have applied.
-fn in_doubt(op: Op) -> ErrorKind {
-    match op {
-        Op::Write => ErrorKind::Unknown,
-        Op::Open | Op::Read => ErrorKind::Unavailable,
-    }
-}
-
-/// A reply that makes no sense: a write may have applied, anything else is
-/// a bug.
-fn garbled(op: Op) -> ErrorKind {
-    match op {
-        Op::Write => ErrorKind::Unknown,
-        Op::Open | Op::Read => ErrorKind::Internal,
-    }
-}
-
-/// The kind of an error the server reported for a statement of type `op`.
-pub(crate) fn db_kind(db: &DbError, op: Op) -> ErrorKind {
+/// What an error the server reported says about `request`.
+fn db_verdict(db: &DbError, request: Request) -> Verdict {
     match db {
         // Refused while parsing, validating or authorising the statement:
         // nothing ran. "Keyspace … does not exist", "unconfigured table",
@@ -131,17 +159,17 @@ pub(crate) fn db_kind(db: &DbError, op: Op) -> ErrorKind {
         | DbError::ConfigError
         | DbError::Unauthorized
         | DbError::AuthenticationError
-        | DbError::AlreadyExists { .. } => ErrorKind::Config,
+        | DbError::AlreadyExists { .. } => Failed(ErrorKind::Config),
         // Not enough live replicas to start (each Paxos round checks this
         // first), an overloaded or bootstrapping coordinator, a rate limit
         // applied by the coordinator: refused before anything was proposed.
         DbError::Unavailable { .. } | DbError::Overloaded | DbError::IsBootstrapping => {
-            ErrorKind::Unavailable
+            Failed(ErrorKind::Unavailable)
         }
         DbError::RateLimitReached {
             rejected_by_coordinator: true,
             ..
-        } => ErrorKind::Unavailable,
+        } => Failed(ErrorKind::Unavailable),
         // Timeouts and failures of the replicas. A WriteTimeout of type CAS
         // (Paxos did not finish, or contention) or SIMPLE (the commit did
         // not reach the commit consistency) may still apply: UNKNOWN for a
@@ -150,184 +178,177 @@ pub(crate) fn db_kind(db: &DbError, op: Op) -> ErrorKind {
         | DbError::WriteTimeout { .. }
         | DbError::ReadFailure { .. }
         | DbError::WriteFailure { .. }
-        | DbError::RateLimitReached { .. } => in_doubt(op),
+        | DbError::RateLimitReached { .. } => InDoubt,
         DbError::FunctionFailure { .. }
         | DbError::TruncateError
         | DbError::ProtocolError
-        | DbError::Unprepared { .. } => ErrorKind::Internal,
-        DbError::ServerError | DbError::Other(_) => garbled(op),
-        _ => garbled(op),
+        | DbError::Unprepared { .. } => Failed(ErrorKind::Internal),
+        DbError::ServerError | DbError::Other(_) => request.garbled(),
+        _ => request.garbled(),
     }
 }
 
-/// The kind of one failed attempt of a statement of type `op`.
-fn attempt_kind(e: &RequestAttemptError, op: Op) -> ErrorKind {
+/// What one failed attempt says about `request`.
+fn attempt_verdict(e: &RequestAttemptError, request: Request) -> Verdict {
     match e {
-        RequestAttemptError::DbError(db, _) => db_kind(db, op),
+        RequestAttemptError::DbError(db, _) => db_verdict(db, request),
         // The connection broke with the request possibly written.
-        RequestAttemptError::BrokenConnectionError(_) => in_doubt(op),
+        RequestAttemptError::BrokenConnectionError(_) => InDoubt,
         // No stream id: the request was never written.
-        RequestAttemptError::UnableToAllocStreamId => ErrorKind::Unavailable,
+        RequestAttemptError::UnableToAllocStreamId => Failed(ErrorKind::Unavailable),
         // Serialising our own request failed: nothing was sent, a bug.
         RequestAttemptError::SerializationError(_)
         | RequestAttemptError::CqlRequestSerialization(_)
         | RequestAttemptError::RepreparedIdChanged { .. }
-        | RequestAttemptError::RepreparedIdMissingInBatch => ErrorKind::Internal,
+        | RequestAttemptError::RepreparedIdMissingInBatch => Failed(ErrorKind::Internal),
         // A reply we cannot read: a write may have applied.
         RequestAttemptError::BodyExtensionsParseError(_)
         | RequestAttemptError::CqlResultParseError(_)
         | RequestAttemptError::CqlErrorParseError(_)
         | RequestAttemptError::UnexpectedResponse(_)
-        | RequestAttemptError::NonfinishedPagingState => garbled(op),
-        _ => garbled(op),
+        | RequestAttemptError::NonfinishedPagingState => request.garbled(),
+        _ => request.garbled(),
     }
 }
 
 /// A connection that could not be opened (nothing was sent on it).
-fn connection_kind(e: &ConnectionError) -> ErrorKind {
+fn connection_verdict(e: &ConnectionError) -> Verdict {
     match e {
         ConnectionError::ConnectionSetupRequestError(setup) => match setup.get_error() {
-            ConnectionSetupRequestErrorKind::DbError(db, _) => db_kind(db, Op::Open),
+            ConnectionSetupRequestErrorKind::DbError(db, _) => db_verdict(db, OPEN),
             ConnectionSetupRequestErrorKind::MissingAuthentication
             | ConnectionSetupRequestErrorKind::StartAuthSessionError(_)
             | ConnectionSetupRequestErrorKind::AuthChallengeEvaluationError(_)
-            | ConnectionSetupRequestErrorKind::AuthFinishError(_) => ErrorKind::Config,
-            _ => ErrorKind::Unavailable,
+            | ConnectionSetupRequestErrorKind::AuthFinishError(_) => Failed(ErrorKind::Config),
+            _ => Failed(ErrorKind::Unavailable),
         },
         ConnectionError::TranslationError(_) | ConnectionError::UseKeyspaceError(_) => {
-            ErrorKind::Config
+            Failed(ErrorKind::Config)
         }
         // Refused, reset, timed out, no source port: transient.
-        _ => ErrorKind::Unavailable,
+        _ => Failed(ErrorKind::Unavailable),
     }
 }
 
 /// No usable connection to the chosen node: the request was not sent.
-fn pool_kind(e: &ConnectionPoolError) -> ErrorKind {
+fn pool_verdict(e: &ConnectionPoolError) -> Verdict {
     match e {
         ConnectionPoolError::Broken {
             last_connection_error,
-        } => connection_kind(last_connection_error),
-        _ => ErrorKind::Unavailable,
+        } => connection_verdict(last_connection_error),
+        _ => Failed(ErrorKind::Unavailable),
     }
 }
 
 /// Preparing never changes data.
-fn prepare_kind(e: &PrepareError) -> ErrorKind {
+fn prepare_verdict(e: &PrepareError) -> Verdict {
     match e {
-        PrepareError::ConnectionPoolError(pool) => pool_kind(pool),
-        PrepareError::AllAttemptsFailed { first_attempt } => attempt_kind(first_attempt, Op::Open),
-        _ => ErrorKind::Internal,
+        PrepareError::ConnectionPoolError(pool) => pool_verdict(pool),
+        PrepareError::AllAttemptsFailed { first_attempt } => attempt_verdict(first_attempt, OPEN),
+        _ => Failed(ErrorKind::Internal),
     }
 }
 
-fn metadata_kind(e: &MetadataError) -> ErrorKind {
+fn metadata_verdict(e: &MetadataError) -> Verdict {
     match e {
-        MetadataError::ConnectionPoolError(pool) => pool_kind(pool),
+        MetadataError::ConnectionPoolError(pool) => pool_verdict(pool),
         MetadataError::FetchError(fetch) => match &fetch.error {
-            MetadataFetchErrorKind::PrepareError(attempt) => attempt_kind(attempt, Op::Open),
-            MetadataFetchErrorKind::NextRowError(_) => ErrorKind::Unavailable,
-            _ => ErrorKind::Internal,
+            MetadataFetchErrorKind::PrepareError(attempt) => attempt_verdict(attempt, OPEN),
+            MetadataFetchErrorKind::NextRowError(_) => Failed(ErrorKind::Unavailable),
+            _ => Failed(ErrorKind::Internal),
         },
-        _ => ErrorKind::Internal,
+        _ => Failed(ErrorKind::Internal),
     }
 }
 
-fn schema_agreement_kind(e: &SchemaAgreementError) -> ErrorKind {
+fn schema_agreement_verdict(e: &SchemaAgreementError) -> Verdict {
     match e {
-        SchemaAgreementError::ConnectionPoolError(pool) => pool_kind(pool),
-        SchemaAgreementError::PrepareError(prepare) => prepare_kind(prepare),
-        SchemaAgreementError::RequestError(attempt) => attempt_kind(attempt, Op::Open),
+        SchemaAgreementError::ConnectionPoolError(pool) => pool_verdict(pool),
+        SchemaAgreementError::PrepareError(prepare) => prepare_verdict(prepare),
+        SchemaAgreementError::RequestError(attempt) => attempt_verdict(attempt, OPEN),
         // Timeout, a node missing from the pool: the cluster is not ready.
-        _ => ErrorKind::Unavailable,
+        _ => Failed(ErrorKind::Unavailable),
     }
 }
 
-/// The kind of a driver error for a statement of type `op`.
-pub(crate) fn kind(e: &DriverError, op: Op) -> ErrorKind {
+/// What a driver error says about `request`.
+fn verdict(e: &DriverError, request: Request) -> Verdict {
     match e {
         DriverError::Execution(e) => match e {
-            ExecutionError::BadQuery(BadQuery::ValuesTooLongForKey(..)) => ErrorKind::InvalidInput,
-            ExecutionError::BadQuery(_) => ErrorKind::Internal,
+            ExecutionError::BadQuery(BadQuery::ValuesTooLongForKey(..)) => {
+                Failed(ErrorKind::InvalidInput)
+            }
+            ExecutionError::BadQuery(_) => Failed(ErrorKind::Internal),
             // The load balancing plan was empty (no live node known): nothing sent.
-            ExecutionError::EmptyPlan => ErrorKind::Unavailable,
-            ExecutionError::PrepareError(prepare) => prepare_kind(prepare),
-            ExecutionError::ConnectionPoolError(pool) => pool_kind(pool),
-            ExecutionError::LastAttemptError(attempt) => attempt_kind(attempt, op),
+            ExecutionError::EmptyPlan => Failed(ErrorKind::Unavailable),
+            ExecutionError::PrepareError(prepare) => prepare_verdict(prepare),
+            ExecutionError::ConnectionPoolError(pool) => pool_verdict(pool),
+            ExecutionError::LastAttemptError(attempt) => attempt_verdict(attempt, request),
             // The driver's own request timeout: the request may be on its way.
-            ExecutionError::RequestTimeout(_) => in_doubt(op),
-            ExecutionError::UseKeyspaceError(_) => ErrorKind::Config,
-            ExecutionError::SchemaAgreementError(agreement) => schema_agreement_kind(agreement),
-            ExecutionError::MetadataError(metadata) => metadata_kind(metadata),
-            _ => garbled(op),
+            ExecutionError::RequestTimeout(_) => InDoubt,
+            ExecutionError::UseKeyspaceError(_) => Failed(ErrorKind::Config),
+            ExecutionError::SchemaAgreementError(agreement) => schema_agreement_verdict(agreement),
+            ExecutionError::MetadataError(metadata) => metadata_verdict(metadata),
+            _ => request.garbled(),
         },
         DriverError::NewSession(e) => match e {
             // DNS could not resolve any contact point (down or misspelt).
-            NewSessionError::FailedToResolveAnyHostname(_) => ErrorKind::Unavailable,
+            NewSessionError::FailedToResolveAnyHostname(_) => Failed(ErrorKind::Unavailable),
             NewSessionError::EmptyKnownNodesList | NewSessionError::IllegalConfig(_) => {
-                ErrorKind::Config
+                Failed(ErrorKind::Config)
             }
-            NewSessionError::UseKeyspaceError(_) => ErrorKind::Config,
-            NewSessionError::MetadataError(metadata) => metadata_kind(metadata),
-            _ => ErrorKind::Unavailable,
+            NewSessionError::UseKeyspaceError(_) => Failed(ErrorKind::Config),
+            NewSessionError::MetadataError(metadata) => metadata_verdict(metadata),
+            _ => Failed(ErrorKind::Unavailable),
         },
-        DriverError::Prepare(e) => prepare_kind(e),
-        DriverError::SchemaAgreement(e) => schema_agreement_kind(e),
+        DriverError::Prepare(e) => prepare_verdict(e),
+        DriverError::SchemaAgreement(e) => schema_agreement_verdict(e),
         DriverError::IntoRows(_) | DriverError::Rows(_) | DriverError::Deserialize(_) => {
-            garbled(op)
+            request.garbled()
         }
     }
 }
 
-/// Map a driver error from a statement of type `op` to a bakery error: the
-/// one mapper of this crate. The driver error is kept as the `source()`;
-/// the message never holds the URI or a password.
-pub(crate) fn map_err(e: impl Into<DriverError>, op: Op) -> Error {
+/// Map a driver error from `request` to a bakery error carrying the store
+/// call: the one mapper of this crate. The driver error is kept as the
+/// `source()`; the message never holds the URI or a password.
+pub(crate) fn map_err(e: impl Into<DriverError>, request: Request) -> Error {
     let e = e.into();
-    let kind = kind(&e, op);
-    let detail = chain(e.as_std());
-    let message = match kind {
-        ErrorKind::Unknown => format!("{op} failed, it may or may not have applied: {detail}"),
-        ErrorKind::Unavailable if op == Op::Write => {
-            format!("{op} failed, nothing was applied: {detail}")
-        }
-        ErrorKind::Config if detail.contains("tablets") => format!(
-            "{op} rejected: {detail} (ScyllaDB: lightweight transactions need a keyspace created with `tablets = {{'enabled': false}}`)"
-        ),
-        ErrorKind::Config => format!(
-            "{op} rejected (check the user, the password, the keyspace and the table): {detail}"
-        ),
-        _ => format!("{op} failed: {detail}"),
+    let detail = cause_chain(e.as_std());
+    let err = match verdict(&e, request) {
+        InDoubt => request.in_doubt(detail),
+        Failed(kind @ ErrorKind::Config) if detail.contains("tablets") => request.failed(kind, format!(
+            "rejected: {detail} (ScyllaDB: lightweight transactions need a keyspace created with `tablets = {{'enabled': false}}`)"
+        )),
+        Failed(kind @ ErrorKind::Config) => request.failed(kind, format!(
+            "rejected (check the user, the password, the keyspace and the table): {detail}"
+        )),
+        Failed(kind) => request.failed(kind, detail),
     };
-    Error::new(kind, BACKEND, message).with_source(e.into_boxed())
+    err.with_source(e.into_boxed())
 }
 
-/// Our own deadline (`timeout_ms`) passed while a statement of type `op`
-/// was in flight: a write may have been sent, so it is
-/// [`ErrorKind::Unknown`].
-pub(crate) fn timed_out(op: Op, after: Duration) -> Error {
-    let kind = in_doubt(op);
+/// Our own deadline (`timeout_ms`) passed while `request` was in flight: a
+/// write may have been sent, so it is [`ErrorKind::Unknown`].
+pub(crate) fn timed_out(request: Request, after: Duration) -> Error {
     let ms = after.as_millis();
-    let message = match op {
-        Op::Write => {
-            format!("{op} got no reply within {ms} ms (timeout_ms), it may or may not have applied")
-        }
-        Op::Read => format!("{op} got no reply within {ms} ms (timeout_ms)"),
-        Op::Open => format!(
+    request.in_doubt(match request {
+        OPEN => format!(
             "opening did not finish within {ms} ms (connecting, creating or checking the table)"
         ),
-    };
-    Error::new(kind, BACKEND, message)
+        _ => format!("no reply within {ms} ms (timeout_ms)"),
+    })
 }
 
-/// The call's deadline passed between two statements: the next one (a
-/// write) was not sent.
-pub(crate) fn deadline_passed(after: Duration) -> Error {
-    Error::new(
+/// The call's deadline passed between two statements of the write call
+/// `op`: the next conditional write was not sent.
+pub(crate) fn deadline_passed(op: Operation, after: Duration) -> Error {
+    Error::not_sent(
         ErrorKind::Unavailable,
         BACKEND,
+        op,
         format!(
-            "the call's {} ms (timeout_ms) ran out before its next conditional write was sent; nothing was applied",
+            "the call's {} ms (timeout_ms) ran out before its next conditional write was sent",
             after.as_millis()
         ),
     )
@@ -335,45 +356,21 @@ pub(crate) fn deadline_passed(after: Duration) -> Error {
 
 /// A reply of the wrong shape (no `[applied]` column, no row): a write
 /// may have applied, anything else is a bug.
-pub(crate) fn reply(op: Op, what: impl fmt::Display) -> Error {
-    let kind = garbled(op);
-    let suffix = if kind == ErrorKind::Unknown {
-        "; it may or may not have applied"
-    } else {
-        ""
-    };
-    Error::new(
-        kind,
-        BACKEND,
-        format!("{op}: unexpected reply from the server: {what}{suffix}"),
-    )
+pub(crate) fn reply(request: Request, what: impl fmt::Display) -> Error {
+    let detail = format!("unexpected reply from the server: {what}");
+    match request.garbled() {
+        InDoubt => request.in_doubt(detail),
+        Failed(kind) => request.failed(kind, detail),
+    }
 }
 
 /// A stored row bakery cannot use, named by its key; nothing was changed.
-pub(crate) fn corrupt(key: &Key, what: impl fmt::Display) -> Error {
+pub(crate) fn corrupt(op: Operation, key: &Key, what: impl fmt::Display) -> Error {
     Error::corrupt(
         BACKEND,
         format!("row `{key}` is corrupt: {what}; it was left unchanged"),
     )
-}
-
-/// An error and its causes on one line, `a: b: c`.
-fn chain(e: &(dyn StdError + 'static)) -> String {
-    let mut out = one_line(&e.to_string());
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = one_line(&s.to_string());
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
-}
-
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    .during(op)
 }
 
 #[cfg(test)]
@@ -385,13 +382,15 @@ mod tests {
 
     use super::*;
 
-    const OPS: [Op; 3] = [Op::Open, Op::Read, Op::Write];
+    const READ: Request = Request::Read(Operation::Get);
+    const WRITE: Request = Request::Write(Operation::Put);
+    const OPS: [Request; 3] = [OPEN, READ, WRITE];
 
     fn db(db: DbError) -> ExecutionError {
         ExecutionError::LastAttemptError(RequestAttemptError::DbError(db, "msg".into()))
     }
 
-    fn kind_of(e: ExecutionError, op: Op) -> ErrorKind {
+    fn kind_of(e: ExecutionError, op: Request) -> ErrorKind {
         let err = map_err(e, op);
         assert_eq!(err.backend(), "cassandra");
         assert!(StdError::source(&err).is_some());
@@ -410,11 +409,11 @@ mod tests {
     #[test]
     fn cas_write_timeouts_are_unknown_for_writes_only() {
         for write_type in [WriteType::Cas, WriteType::Simple] {
-            let err = map_err(db(write_timeout(write_type.clone())), Op::Write);
+            let err = map_err(db(write_timeout(write_type.clone())), WRITE);
             assert_eq!(err.kind(), ErrorKind::Unknown);
             assert!(err.message().contains("may or may not"), "{err}");
             assert_eq!(
-                kind_of(db(write_timeout(write_type)), Op::Read),
+                kind_of(db(write_timeout(write_type)), READ),
                 ErrorKind::Unavailable
             );
         }
@@ -426,8 +425,8 @@ mod tests {
                 data_present: false,
             })
         };
-        assert_eq!(kind_of(read_timeout(), Op::Read), ErrorKind::Unavailable);
-        assert_eq!(kind_of(read_timeout(), Op::Write), ErrorKind::Unknown);
+        assert_eq!(kind_of(read_timeout(), READ), ErrorKind::Unavailable);
+        assert_eq!(kind_of(read_timeout(), WRITE), ErrorKind::Unknown);
     }
 
     #[test]
@@ -442,7 +441,7 @@ mod tests {
                 DbError::Overloaded,
                 DbError::IsBootstrapping,
             ] {
-                assert_eq!(kind_of(db(e), op), ErrorKind::Unavailable, "{op}");
+                assert_eq!(kind_of(db(e), op), ErrorKind::Unavailable, "{op:?}");
             }
             assert_eq!(
                 kind_of(ExecutionError::EmptyPlan, op),
@@ -454,8 +453,8 @@ mod tests {
                 ))),
             };
             let err = map_err(ExecutionError::ConnectionPoolError(refused), op);
-            assert_eq!(err.kind(), ErrorKind::Unavailable, "{op}");
-            if op == Op::Write {
+            assert_eq!(err.kind(), ErrorKind::Unavailable, "{op:?}");
+            if op == WRITE {
                 assert!(err.message().contains("nothing was applied"), "{err}");
             }
         }
@@ -470,28 +469,28 @@ mod tests {
                 ),
             ))
         };
-        assert_eq!(kind_of(broken(), Op::Write), ErrorKind::Unknown);
-        assert_eq!(kind_of(broken(), Op::Read), ErrorKind::Unavailable);
+        assert_eq!(kind_of(broken(), WRITE), ErrorKind::Unknown);
+        assert_eq!(kind_of(broken(), READ), ErrorKind::Unavailable);
         let timeout = || ExecutionError::RequestTimeout(Duration::from_secs(1));
-        assert_eq!(kind_of(timeout(), Op::Write), ErrorKind::Unknown);
-        assert_eq!(kind_of(timeout(), Op::Read), ErrorKind::Unavailable);
+        assert_eq!(kind_of(timeout(), WRITE), ErrorKind::Unknown);
+        assert_eq!(kind_of(timeout(), READ), ErrorKind::Unavailable);
         assert_eq!(
-            timed_out(Op::Write, Duration::from_millis(250)).kind(),
+            timed_out(WRITE, Duration::from_millis(250)).kind(),
             ErrorKind::Unknown
         );
         assert_eq!(
-            timed_out(Op::Read, Duration::from_millis(250)).kind(),
+            timed_out(READ, Duration::from_millis(250)).kind(),
             ErrorKind::Unavailable
         );
         assert_eq!(
-            timed_out(Op::Open, Duration::from_millis(250)).kind(),
+            timed_out(OPEN, Duration::from_millis(250)).kind(),
             ErrorKind::Unavailable
         );
-        assert!(timed_out(Op::Write, Duration::from_millis(250))
+        assert!(timed_out(WRITE, Duration::from_millis(250))
             .message()
             .contains("250 ms"));
         assert_eq!(
-            deadline_passed(Duration::from_secs(1)).kind(),
+            deadline_passed(Operation::Put, Duration::from_secs(1)).kind(),
             ErrorKind::Unavailable
         );
     }
@@ -514,7 +513,7 @@ mod tests {
             "Cannot use LightWeight Transactions for table ks.t: LWT is not yet supported with tablets"
                 .into(),
         ));
-        let err = map_err(tablets, Op::Write);
+        let err = map_err(tablets, WRITE);
         assert_eq!(err.kind(), ErrorKind::Config);
         assert!(
             err.message().contains("tablets = {'enabled': false}"),
@@ -523,7 +522,7 @@ mod tests {
         assert_eq!(
             kind_of(
                 ExecutionError::BadQuery(BadQuery::ValuesTooLongForKey(70_000, 65_535)),
-                Op::Write
+                WRITE
             ),
             ErrorKind::InvalidInput
         );
@@ -531,16 +530,10 @@ mod tests {
 
     #[test]
     fn server_errors_and_garbled_replies() {
+        assert_eq!(kind_of(db(DbError::ServerError), WRITE), ErrorKind::Unknown);
+        assert_eq!(kind_of(db(DbError::ServerError), READ), ErrorKind::Internal);
         assert_eq!(
-            kind_of(db(DbError::ServerError), Op::Write),
-            ErrorKind::Unknown
-        );
-        assert_eq!(
-            kind_of(db(DbError::ServerError), Op::Read),
-            ErrorKind::Internal
-        );
-        assert_eq!(
-            kind_of(db(DbError::ProtocolError), Op::Write),
+            kind_of(db(DbError::ProtocolError), WRITE),
             ErrorKind::Internal
         );
         let unexpected = || {
@@ -548,10 +541,10 @@ mod tests {
                 scylla::frame::response::CqlResponseKind::Ready,
             ))
         };
-        assert_eq!(kind_of(unexpected(), Op::Write), ErrorKind::Unknown);
-        assert_eq!(kind_of(unexpected(), Op::Read), ErrorKind::Internal);
-        assert_eq!(reply(Op::Write, "no [applied]").kind(), ErrorKind::Unknown);
-        assert_eq!(reply(Op::Read, "two rows").kind(), ErrorKind::Internal);
+        assert_eq!(kind_of(unexpected(), WRITE), ErrorKind::Unknown);
+        assert_eq!(kind_of(unexpected(), READ), ErrorKind::Internal);
+        assert_eq!(reply(WRITE, "no [applied]").kind(), ErrorKind::Unknown);
+        assert_eq!(reply(READ, "two rows").kind(), ErrorKind::Internal);
     }
 
     #[test]
@@ -563,15 +556,15 @@ mod tests {
                 ))),
             },
         ));
-        assert_eq!(map_err(refused, Op::Open).kind(), ErrorKind::Unavailable);
+        assert_eq!(map_err(refused, OPEN).kind(), ErrorKind::Unavailable);
         assert_eq!(
-            map_err(NewSessionError::EmptyKnownNodesList, Op::Open).kind(),
+            map_err(NewSessionError::EmptyKnownNodesList, OPEN).kind(),
             ErrorKind::Config
         );
         assert_eq!(
             map_err(
                 NewSessionError::FailedToResolveAnyHostname(vec!["nowhere.invalid:9042".into()]),
-                Op::Open
+                OPEN
             )
             .kind(),
             ErrorKind::Unavailable
@@ -579,9 +572,46 @@ mod tests {
     }
 
     #[test]
+    fn every_error_names_its_store_call() {
+        use bakery_core::Sent;
+        let timeout = || ExecutionError::RequestTimeout(Duration::from_secs(1));
+        let err = map_err(timeout(), Request::Write(Operation::Delete));
+        assert_eq!(err.kind(), ErrorKind::Unknown);
+        assert_eq!(err.operation(), Some(Operation::Delete));
+        assert_eq!(err.sent(), Some(Sent::Maybe));
+        // The SERIAL read a put makes after an unclear conflict applies
+        // nothing: a lost reply is Unavailable, not Unknown.
+        let read_by_put = Request::Read(Operation::Put);
+        let after = Duration::from_millis(5);
+        for err in [
+            map_err(timeout(), read_by_put),
+            timed_out(read_by_put, after),
+            reply(read_by_put, "two rows"),
+        ] {
+            assert_ne!(err.kind(), ErrorKind::Unknown, "{err}");
+            assert_eq!(err.operation(), Some(Operation::Put), "{err}");
+        }
+        assert!(timed_out(read_by_put, after)
+            .message()
+            .contains("nothing was applied"));
+        assert_eq!(
+            map_err(NewSessionError::EmptyKnownNodesList, OPEN).operation(),
+            Some(Operation::Open)
+        );
+        let passed = deadline_passed(Operation::Delete, after);
+        assert_eq!(passed.operation(), Some(Operation::Delete));
+        assert!(passed.message().contains("nothing was applied"), "{passed}");
+        let key = Key::new("k").unwrap();
+        assert_eq!(
+            corrupt(Operation::Put, &key, "x").operation(),
+            Some(Operation::Put)
+        );
+    }
+
+    #[test]
     fn corrupt_rows_name_the_key() {
         let key = Key::new("seq/x").unwrap();
-        let err = corrupt(&key, "version is 0");
+        let err = corrupt(Operation::Get, &key, "version is 0");
         assert_eq!(err.kind(), ErrorKind::Corrupt);
         assert!(err.message().contains("seq/x"));
     }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bakery_core::{
-    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result,
-    Row, Version, VersionedStore,
+    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, Operation, PutOutcome,
+    Result, Row, Version, VersionedStore,
 };
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
@@ -24,8 +24,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::durability::{check_serial, hazards, placement};
-use crate::error::{corrupt, deadline_passed, map_err, reply, timed_out, Op, BACKEND};
-use crate::{CassandraConfig, Consistency, Serial, DEFAULT_TIMEOUT};
+use crate::error::{corrupt, deadline_passed, map_err, reply, timed_out, Request, OPEN};
+use crate::{CassandraConfig, Consistency, Serial, BACKEND, DEFAULT_TIMEOUT};
 
 /// How many conditional writes one call may make before it gives up
 /// ([`ErrorKind::Unavailable`], nothing applied). More than one is needed
@@ -202,7 +202,7 @@ impl CassandraStore {
     /// that can forget acknowledged writes on a keyspace with fewer than 3
     /// replicas (unless `accept_data_loss=true`; crate docs, "Durability").
     pub async fn open(config: CassandraConfig) -> Result<CassandraStore> {
-        config.validate()?;
+        config.validate().map_err(|e| e.during(Operation::Open))?;
         let span = tracing::debug_span!(
             "cassandra.open",
             backend = BACKEND,
@@ -213,8 +213,8 @@ impl CassandraStore {
         );
         let limit = open_limit(&config);
         match tokio::time::timeout(limit, Self::open_validated(config).instrument(span)).await {
-            Ok(result) => result,
-            Err(_) => Err(timed_out(Op::Open, limit)),
+            Ok(result) => result.map_err(|e| e.during(Operation::Open)),
+            Err(_) => Err(timed_out(OPEN, limit)),
         }
     }
 
@@ -232,7 +232,7 @@ impl CassandraStore {
         if let Some((user, password)) = config.credentials() {
             builder = builder.user(user, password);
         }
-        let session = builder.build().await.map_err(|e| map_err(e, Op::Open))?;
+        let session = builder.build().await.map_err(|e| map_err(e, OPEN))?;
         tracing::debug!("connected");
 
         let (scylla, tablets) = server_kind(&session, &config).await?;
@@ -279,76 +279,82 @@ impl CassandraStore {
         &self,
         statement: &PreparedStatement,
         values: impl SerializeRow,
-        op: Op,
+        request: Request,
         deadline: Instant,
     ) -> Result<QueryRowsResult> {
         let limit = self.inner.config.timeout();
         if Instant::now() >= deadline {
-            return Err(match op {
-                Op::Write => deadline_passed(limit),
-                Op::Read | Op::Open => timed_out(op, limit),
+            return Err(match request {
+                Request::Write(op) => deadline_passed(op, limit),
+                Request::Read(_) => timed_out(request, limit),
             });
         }
         let call = self.inner.session.execute_unpaged(statement, values);
         let result = match tokio::time::timeout_at(deadline, call).await {
             Ok(Ok(result)) => result,
             Ok(Err(e)) => {
-                let err = map_err(e, op);
+                let err = map_err(e, request);
                 tracing::debug!(error = %err, "failed");
                 return Err(err);
             }
             Err(_) => {
-                let err = timed_out(op, limit);
+                let err = timed_out(request, limit);
                 tracing::debug!(error = %err, "timed out");
                 return Err(err);
             }
         };
-        result.into_rows_result().map_err(|e| map_err(e, op))
+        result.into_rows_result().map_err(|e| map_err(e, request))
     }
 
-    /// The stored row (tombstones included), read at SERIAL consistency.
-    async fn read_slot(&self, key: &Key, deadline: Instant) -> Result<Option<Slot>> {
+    /// The stored row (tombstones included), read at SERIAL consistency
+    /// for the store call `op`.
+    async fn read_slot(&self, op: Operation, key: &Key, deadline: Instant) -> Result<Option<Slot>> {
+        let request = Request::Read(op);
         let rows = self
             .execute(
                 &self.inner.statements.get,
                 (key.as_str(),),
-                Op::Read,
+                request,
                 deadline,
             )
             .await?;
-        let mut iter = rows.rows::<CqlRow>().map_err(|e| map_err(e, Op::Read))?;
+        let mut iter = rows.rows::<CqlRow>().map_err(|e| map_err(e, request))?;
         let Some(row) = iter.next() else {
             return Ok(None);
         };
-        let row = row.map_err(|e| map_err(e, Op::Read))?;
+        let row = row.map_err(|e| map_err(e, request))?;
         if iter.next().is_some() {
-            return Err(reply(Op::Read, format!("two rows for the key `{key}`")));
+            return Err(reply(request, format!("two rows for the key `{key}`")));
         }
         let mut columns = row.columns.into_iter();
         let (Some(value), Some(version)) = (columns.next(), columns.next()) else {
-            return Err(reply(Op::Read, "fewer columns than selected"));
+            return Err(reply(request, "fewer columns than selected"));
         };
-        slot(key, version, value).map(Some)
+        slot(op, key, version, value).map(Some)
     }
 
-    /// Run one conditional write; on failure, the current row (from the
-    /// reply, or from a SERIAL read when the reply does not carry it).
+    /// Run one conditional write of the store call `op`; on failure, the
+    /// current row (from the reply, or from a SERIAL read when the reply
+    /// does not carry it).
     async fn cas(
         &self,
+        op: Operation,
         statement: &PreparedStatement,
         values: impl SerializeRow,
         key: &Key,
         deadline: Instant,
     ) -> Result<Lwt> {
-        let rows = self.execute(statement, values, Op::Write, deadline).await?;
-        match lwt_reply(key, &rows)? {
+        let rows = self
+            .execute(statement, values, Request::Write(op), deadline)
+            .await?;
+        match lwt_reply(op, key, &rows)? {
             None => Ok(Lwt::Applied),
             Some(Seen::Known(now)) => Ok(Lwt::NotApplied(now)),
             Some(Seen::Unclear) => {
                 // Not applied, and nothing of ours can apply later: a read
                 // failure here is a read failure (Unavailable), not Unknown.
                 tracing::debug!("conditional write not applied; reading the row at SERIAL");
-                Ok(Lwt::NotApplied(self.read_slot(key, deadline).await?))
+                Ok(Lwt::NotApplied(self.read_slot(op, key, deadline).await?))
             }
         }
     }
@@ -367,7 +373,7 @@ impl CassandraStore {
                 }
             }
             if rounds == MAX_ROUNDS {
-                return Err(gave_up(key, rounds));
+                return Err(gave_up(Operation::Put, key, rounds));
             }
             rounds += 1;
             match seen.take() {
@@ -381,7 +387,13 @@ impl CassandraStore {
                         .ok_or_else(|| exhausted(key))?;
                     let values = (&value, next as i64, key.as_str(), tombstone.version as i64);
                     match self
-                        .cas(&inner.statements.recreate, values, key, deadline)
+                        .cas(
+                            Operation::Put,
+                            &inner.statements.recreate,
+                            values,
+                            key,
+                            deadline,
+                        )
                         .await?
                     {
                         Lwt::Applied => return Ok(applied(key, value, next)),
@@ -392,7 +404,13 @@ impl CassandraStore {
                 _ => {
                     let values = (key.as_str(), &value);
                     match self
-                        .cas(&inner.statements.insert, values, key, deadline)
+                        .cas(
+                            Operation::Put,
+                            &inner.statements.insert,
+                            values,
+                            key,
+                            deadline,
+                        )
                         .await?
                     {
                         Lwt::Applied => return Ok(applied(key, value, 1)),
@@ -420,7 +438,7 @@ impl CassandraStore {
         if expected == 0 || expected >= MAX_VERSION {
             // No row can be at 0 or above i64::MAX; a row at i64::MAX cannot
             // be updated (its next version does not fit).
-            let current = live(key, self.read_slot(key, deadline).await?);
+            let current = live(key, self.read_slot(Operation::Put, key, deadline).await?);
             if expected == MAX_VERSION && current.as_ref().map(|r| r.version) == Some(expected) {
                 return Err(exhausted(key));
             }
@@ -430,7 +448,13 @@ impl CassandraStore {
         for _ in 0..MAX_ROUNDS {
             let values = (&value, next as i64, key.as_str(), expected as i64);
             match self
-                .cas(&self.inner.statements.update, values, key, deadline)
+                .cas(
+                    Operation::Put,
+                    &self.inner.statements.update,
+                    values,
+                    key,
+                    deadline,
+                )
                 .await?
             {
                 Lwt::Applied => return Ok(applied(key, value, next)),
@@ -449,7 +473,7 @@ impl CassandraStore {
                 }
             }
         }
-        Err(gave_up(key, MAX_ROUNDS))
+        Err(gave_up(Operation::Put, key, MAX_ROUNDS))
     }
 }
 
@@ -462,45 +486,56 @@ fn applied(key: &Key, value: Bytes, version: Version) -> PutOutcome {
     })
 }
 
+/// Only a put can run out of versions.
 fn exhausted(key: &Key) -> Error {
     Error::new(
         ErrorKind::Exhausted,
         BACKEND,
         format!("row `{key}` is at version {MAX_VERSION}, the largest a bigint holds"),
     )
+    .during(Operation::Put)
 }
 
-fn gave_up(key: &Key, rounds: usize) -> Error {
-    Error::new(
+fn gave_up(op: Operation, key: &Key, rounds: usize) -> Error {
+    Error::not_sent(
         ErrorKind::Unavailable,
         BACKEND,
+        op,
         format!(
-            "gave up on `{key}` after {rounds} conditional writes raced with concurrent deletes and re-creates; nothing was applied"
+            "gave up on `{key}` after {rounds} conditional writes raced with concurrent deletes and re-creates"
         ),
     )
 }
 
-/// A stored row from its `version` and `value` cells.
-fn slot(key: &Key, version: Option<CqlValue>, value: Option<CqlValue>) -> Result<Slot> {
+/// A stored row from its `version` and `value` cells, read by the store
+/// call `op`.
+fn slot(
+    op: Operation,
+    key: &Key,
+    version: Option<CqlValue>,
+    value: Option<CqlValue>,
+) -> Result<Slot> {
     let version = match version {
         Some(CqlValue::BigInt(v)) if v > 0 => v as Version,
-        Some(CqlValue::BigInt(v)) => return Err(corrupt(key, format!("its version is {v}"))),
-        None | Some(CqlValue::Empty) => return Err(corrupt(key, "its version is null")),
-        Some(other) => return Err(changed(format!("version is {other:?}"))),
+        Some(CqlValue::BigInt(v)) => return Err(corrupt(op, key, format!("its version is {v}"))),
+        None | Some(CqlValue::Empty) => return Err(corrupt(op, key, "its version is null")),
+        Some(other) => return Err(changed(op, format!("version is {other:?}"))),
     };
     let value = match value {
         None => None,
         Some(CqlValue::Blob(bytes)) => Some(Bytes::from(bytes)),
         Some(CqlValue::Empty) => Some(Bytes::new()),
-        Some(_) => return Err(changed("value is not a blob")),
+        Some(_) => return Err(changed(op, "value is not a blob")),
     };
     Ok(Slot { value, version })
 }
 
 /// The table's columns changed type under a running store.
-fn changed(what: impl fmt::Display) -> Error {
-    Error::config(
+fn changed(op: Operation, what: impl fmt::Display) -> Error {
+    Error::not_sent(
+        ErrorKind::Config,
         BACKEND,
+        op,
         format!("the table changed under the store ({what}); reopen it"),
     )
 }
@@ -515,7 +550,8 @@ fn changed(what: impl fmt::Display) -> Error {
 /// (checked on Cassandra 5.0). ScyllaDB returns the whole old row, all null
 /// (`key` too) when there is none. The columns are found by name, every
 /// time.
-fn lwt_reply(key: &Key, rows: &QueryRowsResult) -> Result<Option<Seen>> {
+fn lwt_reply(op: Operation, key: &Key, rows: &QueryRowsResult) -> Result<Option<Seen>> {
+    let request = Request::Write(op);
     let specs = rows.column_specs();
     let index = |name: &str| specs.get_by_name(name).map(|(i, _)| i);
     let (applied_at, key_at, version_at, value_at) = (
@@ -525,17 +561,17 @@ fn lwt_reply(key: &Key, rows: &QueryRowsResult) -> Result<Option<Seen>> {
         index("value"),
     );
     let Some(applied_at) = applied_at else {
-        return Err(reply(Op::Write, "no `[applied]` column"));
+        return Err(reply(request, "no `[applied]` column"));
     };
-    let mut iter = rows.rows::<CqlRow>().map_err(|e| map_err(e, Op::Write))?;
+    let mut iter = rows.rows::<CqlRow>().map_err(|e| map_err(e, request))?;
     let Some(row) = iter.next() else {
-        return Err(reply(Op::Write, "no row"));
+        return Err(reply(request, "no row"));
     };
-    let mut row = row.map_err(|e| map_err(e, Op::Write))?;
+    let mut row = row.map_err(|e| map_err(e, request))?;
     match row.columns.get(applied_at) {
         Some(Some(CqlValue::Boolean(true))) => return Ok(None),
         Some(Some(CqlValue::Boolean(false))) => {}
-        _ => return Err(reply(Op::Write, "`[applied]` is not a boolean")),
+        _ => return Err(reply(request, "`[applied]` is not a boolean")),
     }
     let mut take = |at: Option<usize>| at.and_then(|i| row.columns.get_mut(i).map(Option::take));
     let (key_cell, version_cell, value_cell) = (take(key_at), take(version_at), take(value_at));
@@ -548,7 +584,7 @@ fn lwt_reply(key: &Key, rows: &QueryRowsResult) -> Result<Option<Seen>> {
         // columns of a row that exists (its version is set).
         (Some(Some(_)), Some(version), Some(value))
         | (None, Some(version @ Some(_)), Some(value)) => {
-            Seen::Known(Some(slot(key, version, value)?))
+            Seen::Known(Some(slot(op, key, version, value)?))
         }
         // A null version without the key (Cassandra: a corrupt row;
         // elsewhere: who knows), or a reply we do not know: ask.
@@ -601,10 +637,7 @@ fn not_yet_visible(e: &Error) -> bool {
 async fn prepare_all(session: &Session, config: &CassandraConfig) -> Result<Statements> {
     let table = config.qualified_table();
     let prepare = |text: String, write: bool| async move {
-        let mut statement = session
-            .prepare(text)
-            .await
-            .map_err(|e| map_err(e, Op::Open))?;
+        let mut statement = session.prepare(text).await.map_err(|e| map_err(e, OPEN))?;
         if write {
             statement.set_consistency(cl(config.consistency()));
             statement.set_serial_consistency(Some(serial(config.serial())));
@@ -666,7 +699,7 @@ async fn prepare_all(session: &Session, config: &CassandraConfig) -> Result<Stat
             (),
         )
         .await
-        .map_err(|e| map_err(e, Op::Open))?;
+        .map_err(|e| map_err(e, OPEN))?;
     Ok(statements)
 }
 
@@ -683,13 +716,13 @@ async fn server_kind(session: &Session, config: &CassandraConfig) -> Result<(boo
             (),
         )
         .await
-        .map_err(|e| map_err(e, Op::Open))?
+        .map_err(|e| map_err(e, OPEN))?
         .into_rows_result()
-        .map_err(|e| map_err(e, Op::Open))?;
+        .map_err(|e| map_err(e, OPEN))?;
     let mut scylla = false;
     let mut tablets = false;
-    for row in rows.rows::<(String,)>().map_err(|e| map_err(e, Op::Open))? {
-        let (column,) = row.map_err(|e| map_err(e, Op::Open))?;
+    for row in rows.rows::<(String,)>().map_err(|e| map_err(e, OPEN))? {
+        let (column,) = row.map_err(|e| map_err(e, OPEN))?;
         scylla = true;
         tablets |= column == "initial_tablets";
     }
@@ -786,9 +819,9 @@ async fn keyspace_replication(
             (config.keyspace(),),
         )
         .await
-        .map_err(|e| map_err(e, Op::Open))?
+        .map_err(|e| map_err(e, OPEN))?
         .into_rows_result()
-        .map_err(|e| map_err(e, Op::Open))?;
+        .map_err(|e| map_err(e, OPEN))?;
     match first_row::<(Option<BTreeMap<String, String>>,)>(&rows)? {
         Some((replication,)) => Ok(Some(replication.unwrap_or_default())),
         None => Ok(None),
@@ -814,8 +847,8 @@ async fn commitlog_sync(
     for table in tables {
         let cql = format!("SELECT value FROM {table} WHERE name = 'commitlog_sync'");
         let rows = match session.query_unpaged(catalog(cql, config), ()).await {
-            Ok(result) => result.into_rows_result().map_err(|e| map_err(e, Op::Open)),
-            Err(e) => Err(map_err(e, Op::Open)),
+            Ok(result) => result.into_rows_result().map_err(|e| map_err(e, OPEN)),
+            Err(e) => Err(map_err(e, OPEN)),
         };
         let value = rows.and_then(|rows| first_row::<(Option<String>,)>(&rows));
         match value {
@@ -835,8 +868,8 @@ fn first_row<T>(rows: &QueryRowsResult) -> Result<Option<T>>
 where
     T: for<'frame, 'metadata> scylla::deserialize::row::DeserializeRow<'frame, 'metadata>,
 {
-    let mut iter = rows.rows::<T>().map_err(|e| map_err(e, Op::Open))?;
-    iter.next().transpose().map_err(|e| map_err(e, Op::Open))
+    let mut iter = rows.rows::<T>().map_err(|e| map_err(e, OPEN))?;
+    iter.next().transpose().map_err(|e| map_err(e, OPEN))
 }
 
 /// Run a `CREATE … IF NOT EXISTS`; the driver then waits for schema
@@ -848,7 +881,7 @@ async fn run_ddl(session: &Session, ddl: Statement) -> Result<()> {
             DbError::AlreadyExists { .. },
             _,
         ))) => Ok(()),
-        Err(e) => Err(map_err(e, Op::Open)),
+        Err(e) => Err(map_err(e, OPEN)),
     }
 }
 
@@ -866,15 +899,15 @@ async fn columns(
             (config.keyspace(), config.table()),
         )
         .await
-        .map_err(|e| map_err(e, Op::Open))?
+        .map_err(|e| map_err(e, OPEN))?
         .into_rows_result()
-        .map_err(|e| map_err(e, Op::Open))?;
+        .map_err(|e| map_err(e, OPEN))?;
     let mut out = Vec::new();
     for row in rows
         .rows::<(String, String, String)>()
-        .map_err(|e| map_err(e, Op::Open))?
+        .map_err(|e| map_err(e, OPEN))?
     {
-        out.push(row.map_err(|e| map_err(e, Op::Open))?);
+        out.push(row.map_err(|e| map_err(e, OPEN))?);
     }
     out.sort();
     Ok(out)
@@ -898,7 +931,7 @@ async fn ensure_table(session: &Session, config: &CassandraConfig) -> Result<()>
     session
         .await_schema_agreement()
         .await
-        .map_err(|e| map_err(e, Op::Open))?;
+        .map_err(|e| map_err(e, OPEN))?;
     let expected = [
         ("key", "partition_key", "text"),
         ("value", "regular", "blob"),
@@ -959,7 +992,7 @@ impl VersionedStore for CassandraStore {
         fields(backend = BACKEND, op = "get", key = %key)
     )]
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
-        let slot = self.read_slot(key, self.deadline()).await?;
+        let slot = self.read_slot(Operation::Get, key, self.deadline()).await?;
         Ok(live(key, slot))
     }
 
@@ -992,13 +1025,19 @@ impl VersionedStore for CassandraStore {
         let deadline = self.deadline();
         if expected == 0 || expected > MAX_VERSION {
             // No row has such a version.
-            let current = live(key, self.read_slot(key, deadline).await?);
+            let current = live(key, self.read_slot(Operation::Delete, key, deadline).await?);
             return Ok(DeleteOutcome::Conflict(current));
         }
         for _ in 0..MAX_ROUNDS {
             let values = (key.as_str(), expected as i64);
             match self
-                .cas(&self.inner.statements.delete, values, key, deadline)
+                .cas(
+                    Operation::Delete,
+                    &self.inner.statements.delete,
+                    values,
+                    key,
+                    deadline,
+                )
                 .await?
             {
                 Lwt::Applied => {
@@ -1017,6 +1056,6 @@ impl VersionedStore for CassandraStore {
                 }
             }
         }
-        Err(gave_up(key, MAX_ROUNDS))
+        Err(gave_up(Operation::Delete, key, MAX_ROUNDS))
     }
 }

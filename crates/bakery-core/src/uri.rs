@@ -92,6 +92,128 @@ fn redact_authority(uri: &str) -> String {
     }
 }
 
+/// `text` percent-encoded for a URI: everything but ASCII letters, digits,
+/// `-._~` and `/` becomes `%XX` (for a config's `Display`).
+///
+/// ```
+/// assert_eq!(bakery_core::uri::percent_encode("a b/c@d"), "a%20b/c%40d");
+/// ```
+pub fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A password that never shows in `Debug` output.
+///
+/// ```
+/// let p = bakery_core::uri::Password::new("s3cret");
+/// assert_eq!(format!("{p:?}"), "\"***\"");
+/// assert_eq!(p.expose(), "s3cret");
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    /// Wrap a password.
+    pub fn new(password: impl Into<String>) -> Self {
+        Password(password.into())
+    }
+
+    /// The password itself, for the driver.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+/// A user and password, from a URI's `user:password@` part and/or its
+/// `user=` / `password=` options (each given at most once).
+///
+/// ```
+/// use bakery_core::uri::Credentials;
+///
+/// let c = Credentials::from_userinfo("etcd", Some("al%40ice:p%3Ass"))
+///     .unwrap()
+///     .with_options("etcd", None, None)
+///     .unwrap();
+/// assert_eq!(c.user.as_deref(), Some("al@ice"));
+/// assert_eq!(c.password.as_ref().map(|p| p.expose()), Some("p:ss"));
+/// let twice = Credentials::from_userinfo("etcd", Some("a"))
+///     .unwrap()
+///     .with_options("etcd", Some("b".into()), None);
+/// assert!(twice.is_err());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Credentials {
+    /// The user name, decoded.
+    pub user: Option<String>,
+    /// The password, decoded.
+    pub password: Option<Password>,
+}
+
+impl Credentials {
+    /// Decode `user[:password]` (the text before the host's `@`). Messages
+    /// name the part, never its text.
+    pub fn from_userinfo(backend: &'static str, userinfo: Option<&str>) -> Result<Self> {
+        let Some(userinfo) = userinfo else {
+            return Ok(Credentials::default());
+        };
+        let (name, secret) = match userinfo.split_once(':') {
+            Some((name, secret)) => (name, Some(secret)),
+            None => (userinfo, None),
+        };
+        Ok(Credentials {
+            user: Some(percent_decode(backend, "user name", name)?),
+            password: secret
+                .map(|secret| percent_decode(backend, "password", secret).map(Password))
+                .transpose()?,
+        })
+    }
+
+    /// Add the `user=` / `password=` options; each may be given in the
+    /// userinfo or as an option, not both.
+    pub fn with_options(
+        mut self,
+        backend: &'static str,
+        user: Option<String>,
+        password: Option<String>,
+    ) -> Result<Self> {
+        if user.is_some() {
+            if self.user.is_some() {
+                return Err(Error::config(
+                    backend,
+                    format!("{backend} URI gives the user twice (before the host and as ?user=)"),
+                ));
+            }
+            self.user = user;
+        }
+        if let Some(password) = password {
+            if self.password.is_some() {
+                return Err(Error::config(
+                    backend,
+                    format!(
+                        "{backend} URI gives the password twice (before the host and as ?password=)"
+                    ),
+                ));
+            }
+            self.password = Some(Password(password));
+        }
+        Ok(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

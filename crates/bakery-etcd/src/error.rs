@@ -4,43 +4,58 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
-use bakery_core::{Error, ErrorKind};
+use bakery_core::{Error, ErrorKind, Operation};
 use tonic::Code;
 
-/// The backend name carried by every error of this crate.
-pub(crate) const BACKEND: &str = "etcd";
+use crate::BACKEND;
 
-/// What the failed call was; it decides whether a failure may have applied.
+/// The request that failed, and the store call that made it. A lost reply
+/// to a transaction leaves a put or delete in doubt; a lost reply to a read
+/// never does, whichever call made it (`put_if_version` answers a version
+/// no key can have with a read alone).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// Connecting, authenticating, and the first read of `open`.
-    Connect,
-    /// A linearizable read: never changes anything.
-    Read,
-    /// A transaction that may write (put or delete).
-    Write,
-    /// Opening or reading a watch: never changes anything.
-    Watch,
+pub(crate) enum Request {
+    /// Connecting, a linearizable read, or a watch: changes nothing.
+    Read(Operation),
+    /// A transaction that writes when its compare holds (put or delete).
+    Txn(Operation),
 }
 
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Op::Connect => "connect",
-            Op::Read => "read",
-            Op::Write => "write",
-            Op::Watch => "watch",
-        })
+impl Request {
+    fn op(self) -> Operation {
+        match self {
+            Request::Read(op) | Request::Txn(op) => op,
+        }
+    }
+
+    /// A failure that does not say whether the request reached the server.
+    fn in_doubt(self, detail: impl fmt::Display) -> Error {
+        match self {
+            // Nothing of a write call was applied by its read.
+            Request::Read(op) if op.writes() => {
+                Error::not_sent(ErrorKind::Unavailable, BACKEND, op, detail)
+            }
+            Request::Read(op) | Request::Txn(op) => Error::in_doubt(BACKEND, op, detail),
+        }
+    }
+
+    /// An answer that makes no sense: a transaction may have applied, for
+    /// anything else it is a bug.
+    fn garbled(self) -> Verdict {
+        match self {
+            Request::Txn(_) => Verdict::InDoubt,
+            Request::Read(_) => Verdict::Failed(ErrorKind::Internal),
+        }
     }
 }
 
-/// The kind of a failure that does not say whether the request reached the
-/// server: for a write it may have applied.
-fn in_doubt(op: Op) -> ErrorKind {
-    match op {
-        Op::Write => ErrorKind::Unknown,
-        Op::Connect | Op::Read | Op::Watch => ErrorKind::Unavailable,
-    }
+/// What a failure says about the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// It did not take effect: an error of this kind.
+    Failed(ErrorKind),
+    /// It may have reached the server, and no usable answer came back.
+    InDoubt,
 }
 
 /// True when tonic failed to open a connection, i.e. the request was never
@@ -56,10 +71,10 @@ fn connect_failed(status: &tonic::Status) -> bool {
     false
 }
 
-/// The kind of a gRPC status for a call of type `op`.
-fn status_kind(status: &tonic::Status, op: Op) -> ErrorKind {
+/// What a gRPC status says about `request`.
+fn status_verdict(status: &tonic::Status, request: Request) -> Verdict {
     let message = status.message();
-    match status.code() {
+    let kind = match status.code() {
         // Authentication and authorisation: the server refused before
         // applying anything, and retrying will not help.
         Code::Unauthenticated | Code::PermissionDenied => ErrorKind::Config,
@@ -68,7 +83,7 @@ fn status_kind(status: &tonic::Status, op: Op) -> ErrorKind {
         Code::FailedPrecondition => ErrorKind::Config,
         // etcd 3.4 reports a wrong user or password as InvalidArgument.
         Code::InvalidArgument if message.contains("authentication failed") => ErrorKind::Config,
-        Code::InvalidArgument if op == Op::Connect => ErrorKind::Config,
+        Code::InvalidArgument if request.op() == Operation::Open => ErrorKind::Config,
         // "request is too large", "key is not provided", …: checked on
         // receipt, before the request is proposed to raft.
         Code::InvalidArgument => ErrorKind::InvalidInput,
@@ -90,17 +105,14 @@ fn status_kind(status: &tonic::Status, op: Op) -> ErrorKind {
         | Code::Unknown
         | Code::Aborted
         | Code::Internal
-        | Code::DataLoss => in_doubt(op),
+        | Code::DataLoss => return Verdict::InDoubt,
         Code::Ok
         | Code::NotFound
         | Code::AlreadyExists
         | Code::OutOfRange
-        | Code::Unimplemented => match op {
-            // A write that got an unexpected answer may have applied.
-            Op::Write => ErrorKind::Unknown,
-            Op::Connect | Op::Read | Op::Watch => ErrorKind::Internal,
-        },
-    }
+        | Code::Unimplemented => return request.garbled(),
+    };
+    Verdict::Failed(kind)
 }
 
 /// The message of the innermost error behind `e`, if it has a source.
@@ -112,7 +124,8 @@ fn root_cause(e: &(dyn StdError + 'static)) -> Option<String> {
     Some(cause.to_string())
 }
 
-/// Map an etcd client error from a call of type `op` to a bakery error.
+/// Map an etcd client error from `request` to a bakery error carrying the
+/// store call.
 ///
 /// Reads and connects fail `Unavailable` on any transport trouble. A write
 /// fails `Unavailable` only when it provably did not apply (no connection
@@ -120,17 +133,16 @@ fn root_cause(e: &(dyn StdError + 'static)) -> Option<String> {
 /// `Unknown` whenever the request may have reached the server (timeouts,
 /// cancellations, a connection lost mid-call, etcd's own "request timed
 /// out"). The driver error is kept as the source only.
-pub(crate) fn map_err(e: etcd_client::Error, op: Op) -> Error {
+pub(crate) fn map_err(e: etcd_client::Error, request: Request) -> Error {
     use etcd_client::Error as E;
-    let kind = match &e {
-        E::GRpcStatus(status) => status_kind(status, op),
+    let verdict = match &e {
+        E::GRpcStatus(status) => status_verdict(status, request),
         // Building an endpoint or a request from our configuration.
-        E::InvalidArgs(_) | E::InvalidUri(_) | E::EndpointError(_) => ErrorKind::Config,
-        E::TransportError(_) | E::IoError(_) => in_doubt(op),
-        _ => match op {
-            Op::Write => ErrorKind::Unknown,
-            Op::Connect | Op::Read | Op::Watch => ErrorKind::Internal,
-        },
+        E::InvalidArgs(_) | E::InvalidUri(_) | E::EndpointError(_) => {
+            Verdict::Failed(ErrorKind::Config)
+        }
+        E::TransportError(_) | E::IoError(_) => Verdict::InDoubt,
+        _ => request.garbled(),
     };
     let mut detail = match &e {
         E::GRpcStatus(status) => format!("{:?}: {}", status.code(), status.message()),
@@ -150,44 +162,38 @@ pub(crate) fn map_err(e: etcd_client::Error, op: Op) -> Error {
     {
         detail = format!("{detail}: {cause}");
     }
-    let message = match kind {
-        ErrorKind::Unknown => {
-            format!("{op} failed, it may or may not have applied: {detail}")
+    let op = request.op();
+    let err = match verdict {
+        Verdict::InDoubt => request.in_doubt(detail),
+        Verdict::Failed(kind @ ErrorKind::InvalidInput)
+            if detail.contains("too large") || detail.contains("larger than max") =>
+        {
+            Error::not_sent(kind, BACKEND, op, format!(
+                "the request is larger than the etcd server accepts (its --max-request-bytes, 1.5 MiB by default): {detail}"
+            ))
         }
-        ErrorKind::Unavailable if op == Op::Write => {
-            format!("{op} failed, nothing was applied: {detail}")
+        Verdict::Failed(kind @ ErrorKind::Config) => Error::not_sent(kind, BACKEND, op, format!(
+            "rejected by etcd (check the user, the password, and the user's permissions on the key prefix): {detail}"
+        )),
+        Verdict::Failed(kind @ (ErrorKind::Unavailable | ErrorKind::InvalidInput)) => {
+            Error::not_sent(kind, BACKEND, op, detail)
         }
-        ErrorKind::InvalidInput if detail.contains("too large") || detail.contains("larger than max") => format!(
-            "{op} rejected: the request is larger than the etcd server accepts (its --max-request-bytes, 1.5 MiB by default; nothing was applied): {detail}"
-        ),
-        ErrorKind::Config => format!(
-            "{op} rejected by etcd (check the user, the password, and the user's permissions on the key prefix): {detail}"
-        ),
-        _ => format!("{op} failed: {detail}"),
+        Verdict::Failed(kind) => {
+            Error::new(kind, BACKEND, format!("{op} failed: {detail}")).during(op)
+        }
     };
-    Error::new(kind, BACKEND, message).with_source(e)
+    err.with_source(e)
 }
 
 /// Our own deadline (`timeout_ms`, `connect_timeout_ms`) passed: the request
 /// may have been sent, so a write is [`ErrorKind::Unknown`].
-pub(crate) fn timed_out(op: Op, after: Duration) -> Error {
-    let kind = in_doubt(op);
-    let message = match op {
-        Op::Write => format!(
-            "write timed out after {} ms, it may or may not have applied",
-            after.as_millis()
-        ),
-        Op::Read => format!("read timed out after {} ms", after.as_millis()),
-        Op::Watch => format!(
-            "etcd did not confirm the watch within {} ms",
-            after.as_millis()
-        ),
-        Op::Connect => format!(
-            "no etcd endpoint answered within {} ms (connect_timeout_ms)",
-            after.as_millis()
-        ),
-    };
-    Error::new(kind, BACKEND, message)
+pub(crate) fn timed_out(request: Request, after: Duration) -> Error {
+    let ms = after.as_millis();
+    request.in_doubt(match request.op() {
+        Operation::Open => format!("no etcd endpoint answered within {ms} ms (connect_timeout_ms)"),
+        Operation::Watch => format!("etcd did not confirm the watch within {ms} ms"),
+        _ => format!("no reply within {ms} ms (timeout_ms)"),
+    })
 }
 
 /// etcd cancelled a watch as it created it (`cancel_reason`): a missing
@@ -199,33 +205,39 @@ pub(crate) fn watch_refused(reason: &str) -> Error {
     } else {
         ErrorKind::Unavailable
     };
-    Error::new(
+    Error::not_sent(
         kind,
         BACKEND,
-        format!("watch refused by etcd: {}", reason.trim()),
+        Operation::Watch,
+        format!("refused by etcd: {}", reason.trim()),
     )
 }
 
 /// A reply that breaks etcd's own contract (a missing response, a
 /// non-positive revision): a bug somewhere, never a retry.
-pub(crate) fn protocol(op: Op, what: impl Into<String>) -> Error {
-    let what = what.into();
+pub(crate) fn protocol(op: Operation, what: impl fmt::Display) -> Error {
     Error::new(
         ErrorKind::Internal,
         BACKEND,
-        format!("{op}: unexpected reply from etcd: {what}"),
+        format!("{op} failed: unexpected reply from etcd: {what}"),
     )
+    .during(op)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const OPEN: Request = Request::Read(Operation::Open);
+    const READ: Request = Request::Read(Operation::Get);
+    const WRITE: Request = Request::Txn(Operation::Put);
+    const WATCH: Request = Request::Read(Operation::Watch);
+
     fn status(code: Code, message: &str) -> etcd_client::Error {
         etcd_client::Error::GRpcStatus(tonic::Status::new(code, message))
     }
 
-    fn kind(e: etcd_client::Error, op: Op) -> ErrorKind {
+    fn kind(e: etcd_client::Error, op: Request) -> ErrorKind {
         let err = map_err(e, op);
         assert_eq!(err.backend(), "etcd");
         assert!(StdError::source(&err).is_some());
@@ -234,15 +246,15 @@ mod tests {
 
     #[test]
     fn refused_connections_are_unavailable_even_for_writes() {
-        for op in [Op::Connect, Op::Read, Op::Write] {
+        for op in [OPEN, READ, WRITE] {
             let mut status =
                 tonic::Status::unavailable("tcp connect error: Connection refused (os error 111)");
             status.set_source(std::sync::Arc::new(tonic::ConnectError(Box::new(
                 std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
             ))));
             let err = map_err(etcd_client::Error::GRpcStatus(status), op);
-            assert_eq!(err.kind(), ErrorKind::Unavailable, "{op}");
-            if op == Op::Write {
+            assert_eq!(err.kind(), ErrorKind::Unavailable, "{op:?}");
+            if op == WRITE {
                 assert!(err.message().contains("nothing was applied"), "{err}");
             }
         }
@@ -259,19 +271,16 @@ mod tests {
             (Code::Unknown, "h2 protocol error"),
             (Code::Internal, "h2 protocol error"),
         ] {
-            let err = map_err(status(code, message), Op::Write);
+            let err = map_err(status(code, message), WRITE);
             assert_eq!(err.kind(), ErrorKind::Unknown, "{code:?} {message}");
             assert!(err.outcome_unknown());
             assert!(err.message().contains("may or may not"), "{err}");
             assert_eq!(
-                kind(status(code, message), Op::Read),
+                kind(status(code, message), READ),
                 ErrorKind::Unavailable,
                 "{code:?} {message}"
             );
-            assert_eq!(
-                kind(status(code, message), Op::Connect),
-                ErrorKind::Unavailable
-            );
+            assert_eq!(kind(status(code, message), OPEN), ErrorKind::Unavailable);
         }
     }
 
@@ -325,21 +334,21 @@ mod tests {
             ),
         ];
         for (code, message, expected) in cases {
-            for op in [Op::Read, Op::Write] {
+            for op in [READ, WRITE] {
                 assert_eq!(
                     kind(status(code, message), op),
                     expected,
-                    "{code:?} {message} {op}"
+                    "{code:?} {message} {op:?}"
                 );
             }
         }
         let err = map_err(
             status(Code::InvalidArgument, "etcdserver: request is too large"),
-            Op::Write,
+            WRITE,
         );
         assert!(err.message().contains("1.5 MiB"), "{err}");
         assert_eq!(
-            kind(status(Code::InvalidArgument, "bad"), Op::Connect),
+            kind(status(Code::InvalidArgument, "bad"), OPEN),
             ErrorKind::Config
         );
     }
@@ -349,42 +358,72 @@ mod tests {
         assert_eq!(
             kind(
                 etcd_client::Error::InvalidArgs("empty endpoints".into()),
-                Op::Connect
+                OPEN
             ),
             ErrorKind::Config
         );
         assert_eq!(
-            kind(etcd_client::Error::Internal("x".into()), Op::Read),
+            kind(etcd_client::Error::Internal("x".into()), READ),
             ErrorKind::Internal
         );
         assert_eq!(
-            kind(etcd_client::Error::Internal("x".into()), Op::Write),
+            kind(etcd_client::Error::Internal("x".into()), WRITE),
             ErrorKind::Unknown
         );
         assert_eq!(
-            kind(status(Code::Unimplemented, "x"), Op::Read),
+            kind(status(Code::Unimplemented, "x"), READ),
             ErrorKind::Internal
         );
         let io = || etcd_client::Error::IoError(std::io::Error::other("broken"));
-        assert_eq!(kind(io(), Op::Write), ErrorKind::Unknown);
-        assert_eq!(kind(io(), Op::Read), ErrorKind::Unavailable);
+        assert_eq!(kind(io(), WRITE), ErrorKind::Unknown);
+        assert_eq!(kind(io(), READ), ErrorKind::Unavailable);
     }
 
     #[test]
     fn our_timeouts() {
         let after = Duration::from_millis(5000);
-        let write = timed_out(Op::Write, after);
+        let write = timed_out(WRITE, after);
         assert_eq!(write.kind(), ErrorKind::Unknown);
         assert!(write.message().contains("5000 ms"), "{write}");
-        assert_eq!(timed_out(Op::Read, after).kind(), ErrorKind::Unavailable);
-        assert_eq!(timed_out(Op::Connect, after).kind(), ErrorKind::Unavailable);
-        assert_eq!(timed_out(Op::Read, after).backend(), "etcd");
-        assert_eq!(timed_out(Op::Watch, after).kind(), ErrorKind::Unavailable);
+        assert_eq!(timed_out(READ, after).kind(), ErrorKind::Unavailable);
+        assert_eq!(timed_out(OPEN, after).kind(), ErrorKind::Unavailable);
+        assert_eq!(timed_out(READ, after).backend(), "etcd");
+        assert_eq!(timed_out(WATCH, after).kind(), ErrorKind::Unavailable);
+    }
+
+    #[test]
+    fn every_error_names_its_store_call() {
+        use bakery_core::Sent;
+        let lost = || status(Code::Unavailable, "connection reset");
+        let err = map_err(lost(), Request::Txn(Operation::Delete));
+        assert_eq!(err.operation(), Some(Operation::Delete));
+        assert_eq!(err.sent(), Some(Sent::Maybe));
+        assert!(
+            err.message().starts_with("delete_if_version failed"),
+            "{err}"
+        );
+        // A read made by a put (a version no key can have) applies nothing.
+        let read_by_put = Request::Read(Operation::Put);
+        let after = Duration::from_millis(5);
+        for err in [map_err(lost(), read_by_put), timed_out(read_by_put, after)] {
+            assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+            assert_eq!(err.operation(), Some(Operation::Put));
+            assert!(err.message().contains("nothing was applied"), "{err}");
+        }
+        assert_eq!(
+            map_err(status(Code::PermissionDenied, "denied"), OPEN).operation(),
+            Some(Operation::Open)
+        );
+        assert_eq!(
+            protocol(Operation::Get, "x").operation(),
+            Some(Operation::Get)
+        );
+        assert_eq!(watch_refused("x").operation(), Some(Operation::Watch));
     }
 
     #[test]
     fn watches_fail_like_reads() {
-        let err = map_err(status(Code::Unavailable, "connection reset"), Op::Watch);
+        let err = map_err(status(Code::Unavailable, "connection reset"), WATCH);
         assert_eq!(err.kind(), ErrorKind::Unavailable);
         assert!(err.message().starts_with("watch failed"), "{err}");
         assert_eq!(

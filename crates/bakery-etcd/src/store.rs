@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bakery_core::{
-    async_trait, Bytes, Capabilities, DeleteOutcome, Key, PutOutcome, Result, Row, Version,
-    VersionedStore, Watch, WatchSender,
+    async_trait, Bytes, Capabilities, DeleteOutcome, Key, Operation, PutOutcome, Result, Row,
+    Version, VersionedStore, Watch, WatchSender,
 };
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, KvClient, Txn, TxnOp,
@@ -15,8 +15,8 @@ use etcd_client::{
 };
 use tracing::Instrument;
 
-use crate::error::{map_err, protocol, timed_out, watch_refused, Op, BACKEND};
-use crate::EtcdConfig;
+use crate::error::{map_err, protocol, timed_out, watch_refused, Request};
+use crate::{EtcdConfig, BACKEND};
 
 /// The largest reply the client decodes. etcd's own request limit
 /// (`--max-request-bytes`, 1.5 MiB by default) keeps values far below it;
@@ -95,7 +95,7 @@ impl EtcdStore {
     /// [`ErrorKind::Unavailable`]: bakery_core::ErrorKind::Unavailable
     /// [`ErrorKind::Config`]: bakery_core::ErrorKind::Config
     pub async fn open(config: EtcdConfig) -> Result<EtcdStore> {
-        config.validate()?;
+        config.validate().map_err(|e| e.during(Operation::Open))?;
         let span = tracing::debug_span!(
             "etcd.open",
             backend = BACKEND,
@@ -129,7 +129,7 @@ impl EtcdStore {
         let deadline = config.connect_timeout();
         // Connecting is lazy; with a user it also authenticates.
         let client = bounded(
-            Op::Connect,
+            Request::Read(Operation::Open),
             deadline,
             Client::connect(endpoints, Some(options)),
         )
@@ -143,7 +143,7 @@ impl EtcdStore {
         // First contact: a count-only, linearizable read of the prefix key.
         let mut probe = kv.clone();
         bounded(
-            Op::Connect,
+            Request::Read(Operation::Open),
             deadline,
             probe.get(
                 config.prefix().as_bytes(),
@@ -182,50 +182,56 @@ impl EtcdStore {
         out
     }
 
-    /// Run one transaction under the call deadline.
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+    /// Run one transaction of `op` (put or delete) under the call deadline.
+    async fn txn(&self, op: Operation, txn: Txn) -> Result<TxnResponse> {
         let mut kv = self.kv.clone();
-        bounded(Op::Write, self.config.timeout(), kv.txn(txn)).await
+        bounded(Request::Txn(op), self.config.timeout(), kv.txn(txn)).await
     }
 
-    /// A linearizable read of one key.
-    async fn read(&self, key: &Key, etcd_key: Vec<u8>) -> Result<Option<Row>> {
+    /// A linearizable read of one key, made by the store call `op`.
+    async fn read(&self, op: Operation, key: &Key, etcd_key: Vec<u8>) -> Result<Option<Row>> {
         let mut kv = self.kv.clone();
         let mut reply = bounded(
-            Op::Read,
+            Request::Read(op),
             self.config.timeout(),
             kv.get(etcd_key.clone(), None),
         )
         .await?;
-        one_row(Op::Read, key, &etcd_key, reply.take_kvs())
+        one_row(op, key, &etcd_key, reply.take_kvs())
     }
 
     /// Open an etcd watch on one key and wait until etcd confirms it, so
     /// that every write committed after this returns is reported.
     async fn open_watch(&self, etcd_key: Vec<u8>) -> Result<(WatchStream, i64)> {
         let deadline = self.config.timeout();
+        let request = Request::Read(Operation::Watch);
         let mut client = self.watch.clone();
-        let mut stream = bounded(Op::Watch, deadline, client.watch(etcd_key, None)).await?;
-        match bounded(Op::Watch, deadline, stream.message()).await? {
+        let mut stream = bounded(request, deadline, client.watch(etcd_key, None)).await?;
+        match bounded(request, deadline, stream.message()).await? {
             Some(reply) if reply.created() && !reply.canceled() => Ok((stream, reply.watch_id())),
             Some(reply) if reply.canceled() => Err(watch_refused(reply.cancel_reason())),
             Some(_) => Err(protocol(
-                Op::Watch,
+                Operation::Watch,
                 "the first reply to a watch request did not confirm the watch",
             )),
             None => Err(protocol(
-                Op::Watch,
+                Operation::Watch,
                 "the watch stream ended before etcd confirmed the watch",
             )),
         }
     }
 
-    /// The row in the `else` branch's get of a failed transaction.
-    fn current_row(&self, key: &Key, etcd_key: &[u8], reply: &TxnResponse) -> Result<Option<Row>> {
+    /// The row in the `else` branch's get of a failed transaction of `op`.
+    fn current_row(
+        op: Operation,
+        key: &Key,
+        etcd_key: &[u8],
+        reply: &TxnResponse,
+    ) -> Result<Option<Row>> {
         match reply.op_responses().into_iter().next() {
-            Some(TxnOpResponse::Get(mut get)) => one_row(Op::Write, key, etcd_key, get.take_kvs()),
+            Some(TxnOpResponse::Get(mut get)) => one_row(op, key, etcd_key, get.take_kvs()),
             other => Err(protocol(
-                Op::Write,
+                op,
                 format!(
                     "a failed transaction on `{key}` answered {}, expected the get of its else branch",
                     describe(other.as_ref())
@@ -237,19 +243,19 @@ impl EtcdStore {
 
 /// Run `call`, failing after `deadline` with our own timeout error.
 async fn bounded<T>(
-    op: Op,
+    request: Request,
     deadline: std::time::Duration,
     call: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
 ) -> Result<T> {
     match tokio::time::timeout(deadline, call).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => {
-            let err = map_err(e, op);
+            let err = map_err(e, request);
             tracing::debug!(error = %err, "failed");
             Err(err)
         }
         Err(_) => {
-            let err = timed_out(op, deadline);
+            let err = timed_out(request, deadline);
             tracing::debug!(error = %err, "timed out");
             Err(err)
         }
@@ -291,7 +297,7 @@ async fn forward(
                     break;
                 }
                 Err(e) => {
-                    tracing::debug!(error = %map_err(e, Op::Watch), "watch stream failed");
+                    tracing::debug!(error = %map_err(e, Request::Read(Operation::Watch)), "watch stream failed");
                     break;
                 }
             },
@@ -313,7 +319,7 @@ fn describe(response: Option<&TxnOpResponse>) -> String {
 }
 
 /// A `mod_revision` as a bakery version: etcd revisions start at 1.
-fn version_of(op: Op, key: &Key, revision: i64) -> Result<Version> {
+fn version_of(op: Operation, key: &Key, revision: i64) -> Result<Version> {
     u64::try_from(revision)
         .ok()
         .filter(|v| *v > 0)
@@ -321,7 +327,7 @@ fn version_of(op: Op, key: &Key, revision: i64) -> Result<Version> {
 }
 
 /// The row of a single-key range reply (at most one key-value).
-fn one_row(op: Op, key: &Key, etcd_key: &[u8], kvs: Vec<KeyValue>) -> Result<Option<Row>> {
+fn one_row(op: Operation, key: &Key, etcd_key: &[u8], kvs: Vec<KeyValue>) -> Result<Option<Row>> {
     let mut kvs = kvs.into_iter();
     let Some(kv) = kvs.next() else {
         return Ok(None);
@@ -347,8 +353,8 @@ fn written_revision(key: &Key, reply: &TxnResponse) -> Result<Version> {
     let revision = reply
         .header()
         .map(|header| header.revision())
-        .ok_or_else(|| protocol(Op::Write, "a transaction reply without a header"))?;
-    version_of(Op::Write, key, revision)
+        .ok_or_else(|| protocol(Operation::Put, "a transaction reply without a header"))?;
+    version_of(Operation::Put, key, revision)
 }
 
 impl fmt::Debug for EtcdStore {
@@ -380,7 +386,7 @@ impl VersionedStore for EtcdStore {
         fields(backend = BACKEND, op = "get", key = %key)
     )]
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
-        self.read(key, self.etcd_key(key)).await
+        self.read(Operation::Get, key, self.etcd_key(key)).await
     }
 
     #[tracing::instrument(
@@ -409,7 +415,7 @@ impl VersionedStore for EtcdStore {
                 // … and no key ever has revision 0 or above i64::MAX: a plain
                 // linearizable read is the whole answer.
                 _ => {
-                    let current = self.read(key, etcd_key).await?;
+                    let current = self.read(Operation::Put, key, etcd_key).await?;
                     tracing::debug!(current = ?current.as_ref().map(|row| row.version), "conflict");
                     return Ok(PutOutcome::Conflict(current));
                 }
@@ -419,9 +425,9 @@ impl VersionedStore for EtcdStore {
             .when([guard])
             .and_then([TxnOp::put(etcd_key.clone(), value.to_vec(), None)])
             .or_else([TxnOp::get(etcd_key.clone(), None)]);
-        let reply = self.txn(txn).await?;
+        let reply = self.txn(Operation::Put, txn).await?;
         if !reply.succeeded() {
-            let current = self.current_row(key, &etcd_key, &reply)?;
+            let current = Self::current_row(Operation::Put, key, &etcd_key, &reply)?;
             tracing::debug!(current = ?current.as_ref().map(|row| row.version), "conflict");
             return Ok(PutOutcome::Conflict(current));
         }
@@ -447,7 +453,7 @@ impl VersionedStore for EtcdStore {
             // No key has such a revision (and an absent key's mod_revision
             // is 0, which must not "match" a delete of nothing).
             _ => {
-                let current = self.read(key, etcd_key).await?;
+                let current = self.read(Operation::Delete, key, etcd_key).await?;
                 tracing::debug!(current = ?current.as_ref().map(|row| row.version), "conflict");
                 return Ok(DeleteOutcome::Conflict(current));
             }
@@ -460,9 +466,9 @@ impl VersionedStore for EtcdStore {
             )])
             .and_then([TxnOp::delete(etcd_key.clone(), None)])
             .or_else([TxnOp::get(etcd_key.clone(), None)]);
-        let reply = self.txn(txn).await?;
+        let reply = self.txn(Operation::Delete, txn).await?;
         if !reply.succeeded() {
-            let current = self.current_row(key, &etcd_key, &reply)?;
+            let current = Self::current_row(Operation::Delete, key, &etcd_key, &reply)?;
             tracing::debug!(current = ?current.as_ref().map(|row| row.version), "conflict");
             return Ok(DeleteOutcome::Conflict(current));
         }
@@ -472,7 +478,7 @@ impl VersionedStore for EtcdStore {
                 Ok(DeleteOutcome::Deleted)
             }
             other => Err(protocol(
-                Op::Write,
+                Operation::Delete,
                 format!(
                     "the delete of `{key}` at revision {revision} answered {}",
                     describe(other.as_ref())
