@@ -120,7 +120,7 @@ impl deadpool_postgres::Connect for Connector {
             let (client, connection) = pg_config.connect(tls).await?;
             let task = tokio::spawn(async move {
                 if let Err(e) = connection.await {
-                    tracing::debug!(error = %crate::error::chain(&e), "pooled connection ended");
+                    tracing::debug!(error = %bakery_core::error::cause_chain(&e), "pooled connection ended");
                 }
             });
             if let Err(e) = commit_synchronously(&client).await {
@@ -138,7 +138,7 @@ mod tests {
     use bakery_core::ErrorKind;
 
     use super::*;
-    use crate::error::BACKEND;
+    use crate::BACKEND;
 
     fn settings(fsync: &str, full_page_writes: &str, synchronous_commit: &str) -> Settings {
         Settings {

@@ -62,7 +62,7 @@ impl Listener {
                         // Notices (and future message kinds) wake nobody.
                         Some(Ok(_)) => {}
                         Some(Err(e)) => {
-                            tracing::debug!(error = %crate::error::chain(&e), "listener connection failed");
+                            tracing::debug!(error = %bakery_core::error::cause_chain(&e), "listener connection failed");
                             break;
                         }
                         None => break,

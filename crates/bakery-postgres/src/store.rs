@@ -1,13 +1,16 @@
 //! [`PostgresStore`]: the versioned conditional put as one SQL statement.
 
+pub(crate) mod tls;
+
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use bakery_core::error::cause_chain;
 use bakery_core::{
-    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result,
-    Row, Version, VersionedStore, Watch,
+    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, Operation, PutOutcome,
+    Result, Row, Version, VersionedStore, Watch,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime, Timeouts};
 use tokio::time::Instant;
@@ -16,9 +19,9 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use tracing::Instrument;
 
 use crate::durability::{self, Connector};
-use crate::error::{map_err, map_pool_err, timed_out, Op, Phase, BACKEND};
+use crate::error::{map_err, map_pool_err, timed_out, Phase};
 use crate::notify::{channel_name, Listener};
-use crate::{tls, PostgresConfig, TableName, CLIENT_GRACE};
+use crate::{PostgresConfig, TableName, BACKEND, CLIENT_GRACE, DEFAULT_TIMEOUT};
 
 /// How often one call re-runs its statement when the statement's snapshot
 /// and the row it waited for disagree (see [`Statements`]). One re-run is
@@ -184,7 +187,8 @@ impl PostgresStore {
     /// # Ok(()) }
     /// ```
     pub async fn connect(uri: &str) -> Result<PostgresStore> {
-        Self::open(PostgresConfig::from_uri(uri)?).await
+        let config = PostgresConfig::from_uri(uri).map_err(|e| e.during(Operation::Open))?;
+        Self::open(config).await
     }
 
     /// Open the store `config` describes: connect, check that the server
@@ -199,6 +203,12 @@ impl PostgresStore {
     /// connection the store opens raises `synchronous_commit` from `off` to
     /// `on` for its session (crate docs, "Durability").
     pub async fn open(config: PostgresConfig) -> Result<PostgresStore> {
+        Self::open_store(config)
+            .await
+            .map_err(|e| e.during(Operation::Open))
+    }
+
+    async fn open_store(config: PostgresConfig) -> Result<PostgresStore> {
         config.validate()?;
         let span = tracing::debug_span!(
             "postgres.open",
@@ -278,7 +288,7 @@ impl PostgresStore {
     }
 
     /// A pooled connection, within the deadline and the connect timeout.
-    async fn checkout(&self, op: Op, deadline: Option<Instant>) -> Result<Object> {
+    async fn checkout(&self, op: Operation, deadline: Option<Instant>) -> Result<Object> {
         let left = match deadline {
             Some(deadline) => {
                 let left = deadline.saturating_duration_since(Instant::now());
@@ -307,7 +317,7 @@ impl PostgresStore {
     /// abandons the connection and asks the server to cancel.
     async fn query(
         &self,
-        op: Op,
+        op: Operation,
         deadline: Option<Instant>,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
@@ -352,13 +362,18 @@ impl PostgresStore {
     }
 
     /// Read the stored row (tombstone included).
-    async fn read(&self, op: Op, key: &Key, deadline: Option<Instant>) -> Result<Option<Stored>> {
+    async fn read(
+        &self,
+        op: Operation,
+        key: &Key,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Stored>> {
         let rows = self
             .query(op, deadline, &self.inner.sql.get, &[&key.as_str()])
             .await?;
         match rows.first() {
             None => Ok(None),
-            Some(row) => decode(key, row, 0, 1).map(Some),
+            Some(row) => decode(op, key, row, 0, 1).map(Some),
         }
     }
 
@@ -366,17 +381,17 @@ impl PostgresStore {
     async fn prepare_table(&self) -> Result<()> {
         let config = &self.inner.config;
         let budget = config.connect_timeout()
-            + config.timeout().map_or(crate::DEFAULT_TIMEOUT, |t| t)
+            + config.timeout().map_or(DEFAULT_TIMEOUT, |t| t)
             + CLIENT_GRACE;
         let deadline = Instant::now() + budget;
         match tokio::time::timeout_at(deadline, self.prepare_table_inner(deadline)).await {
             Ok(result) => result,
-            Err(_) => Err(timed_out(Phase::Connect, Op::Open, budget)),
+            Err(_) => Err(timed_out(Phase::Connect, Operation::Open, budget)),
         }
     }
 
     async fn prepare_table_inner(&self, deadline: Instant) -> Result<()> {
-        let op = Op::Open;
+        let op = Operation::Open;
         let table = self.inner.config.table();
         let name = table.quoted();
         let mut client = self.checkout(op, Some(deadline)).await?;
@@ -448,30 +463,30 @@ impl PostgresStore {
         *slot = None;
         let config = &self.inner.config;
         let budget = config.connect_timeout()
-            + config.timeout().map_or(crate::DEFAULT_TIMEOUT, |t| t)
+            + config.timeout().map_or(DEFAULT_TIMEOUT, |t| t)
             + CLIENT_GRACE;
         let listen = async {
             let (client, connection) = config
                 .driver_config()
                 .connect(self.inner.tls.clone())
                 .await
-                .map_err(|e| map_err(e, Phase::Connect, Op::Watch))?;
+                .map_err(|e| map_err(e, Phase::Connect, Operation::Watch))?;
             let listener = Listener::start(client, connection);
             // Like every session bakery opens (it never writes a row, but
             // nothing it runs should commit asynchronously).
             durability::commit_synchronously(listener.client())
                 .await
-                .map_err(|e| map_err(e, Phase::Connect, Op::Watch))?;
+                .map_err(|e| map_err(e, Phase::Connect, Operation::Watch))?;
             listener
                 .client()
                 .batch_execute(&self.inner.sql.listen)
                 .await
-                .map_err(|e| map_err(e, Phase::Execute, Op::Watch))?;
+                .map_err(|e| map_err(e, Phase::Execute, Operation::Watch))?;
             Ok::<_, Error>(listener)
         };
         let listener = tokio::time::timeout(budget, listen)
             .await
-            .map_err(|_| timed_out(Phase::Connect, Op::Watch, budget))??;
+            .map_err(|_| timed_out(Phase::Connect, Operation::Watch, budget))??;
         tracing::debug!(channel = %self.inner.sql.channel, "listening");
         let watchers = listener.live_watchers();
         *slot = Some(listener);
@@ -486,7 +501,7 @@ impl PostgresStore {
             // A version no row can have (0, or above i64::MAX): a conflict
             // with whatever is there, read on its own.
             Some(None) => {
-                let current = self.read(Op::Put, key, deadline).await?;
+                let current = self.read(Operation::Put, key, deadline).await?;
                 return Ok(PutOutcome::Conflict(current.and_then(|s| s.live(key))));
             }
         };
@@ -496,7 +511,7 @@ impl PostgresStore {
             let rows = match &expected_raw {
                 None => {
                     self.query(
-                        Op::Put,
+                        Operation::Put,
                         deadline,
                         &self.inner.sql.create,
                         &[&key_param, &value_param],
@@ -505,7 +520,7 @@ impl PostgresStore {
                 }
                 Some(raw) => {
                     self.query(
-                        Op::Put,
+                        Operation::Put,
                         deadline,
                         &self.inner.sql.update,
                         &[&key_param, raw, &value_param],
@@ -514,8 +529,8 @@ impl PostgresStore {
                 }
             };
             let current = match rows.first() {
-                Some(row) if applied(key, row)? => {
-                    let version = decode(key, row, 1, 2)?.version;
+                Some(row) if applied(Operation::Put, key, row)? => {
+                    let version = decode(Operation::Put, key, row, 1, 2)?.version;
                     tracing::debug!(version, attempt, "applied");
                     return Ok(PutOutcome::Applied(Row {
                         key: key.clone(),
@@ -523,7 +538,7 @@ impl PostgresStore {
                         version,
                     }));
                 }
-                Some(row) => decode(key, row, 1, 2)?.live(key),
+                Some(row) => decode(Operation::Put, key, row, 1, 2)?.live(key),
                 None => None,
             };
             let current_version = current.as_ref().map(|row| row.version);
@@ -536,31 +551,31 @@ impl PostgresStore {
             tracing::debug!(current = ?current_version, "conflict");
             return Ok(PutOutcome::Conflict(current));
         }
-        Err(lost_races(Op::Put, key))
+        Err(lost_races(Operation::Put, key))
     }
 
     async fn delete(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         let deadline = self.deadline();
         let Some(raw) = stored_version(expected) else {
-            let current = self.read(Op::Delete, key, deadline).await?;
+            let current = self.read(Operation::Delete, key, deadline).await?;
             return Ok(DeleteOutcome::Conflict(current.and_then(|s| s.live(key))));
         };
         let key_param = key.as_str();
         for attempt in 1..=MAX_ATTEMPTS {
             let rows = self
                 .query(
-                    Op::Delete,
+                    Operation::Delete,
                     deadline,
                     &self.inner.sql.delete,
                     &[&key_param, &raw],
                 )
                 .await?;
             let current = match rows.first() {
-                Some(row) if applied(key, row)? => {
+                Some(row) if applied(Operation::Delete, key, row)? => {
                     tracing::debug!(attempt, "deleted");
                     return Ok(DeleteOutcome::Deleted);
                 }
-                Some(row) => decode(key, row, 1, 2)?.live(key),
+                Some(row) => decode(Operation::Delete, key, row, 1, 2)?.live(key),
                 None => None,
             };
             if current.as_ref().map(|row| row.version) == Some(expected) {
@@ -570,7 +585,7 @@ impl PostgresStore {
             tracing::debug!(current = ?current.as_ref().map(|row| row.version), "conflict");
             return Ok(DeleteOutcome::Conflict(current));
         }
-        Err(lost_races(Op::Delete, key))
+        Err(lost_races(Operation::Delete, key))
     }
 }
 
@@ -588,20 +603,20 @@ fn stored_version(version: Version) -> Option<i64> {
 }
 
 fn listener_closed() -> Error {
-    Error::new(
+    Error::not_sent(
         ErrorKind::Unavailable,
         BACKEND,
-        "watch: the LISTEN session closed as it opened; poll instead",
+        Operation::Watch,
+        "the LISTEN session closed as it opened; poll instead",
     )
 }
 
-fn lost_races(op: Op, key: &Key) -> Error {
-    Error::new(
+fn lost_races(op: Operation, key: &Key) -> Error {
+    Error::not_sent(
         ErrorKind::Unavailable,
         BACKEND,
-        format!(
-            "{op} on row `{key}` met a concurrent writer {MAX_ATTEMPTS} times in a row; nothing was applied, retry"
-        ),
+        op,
+        format_args!("row `{key}` met a concurrent writer {MAX_ATTEMPTS} times in a row; retry"),
     )
 }
 
@@ -633,7 +648,7 @@ impl VersionedStore for PostgresStore {
         fields(backend = BACKEND, op = "get", key = %key)
     )]
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
-        let stored = self.read(Op::Get, key, self.deadline()).await?;
+        let stored = self.read(Operation::Get, key, self.deadline()).await?;
         Ok(stored.and_then(|stored| stored.live(key)))
     }
 
@@ -693,7 +708,7 @@ impl VersionedStore for PostgresStore {
     )]
     async fn notify(&self, key: &Key) -> Result<()> {
         self.query(
-            Op::Notify,
+            Operation::Notify,
             self.deadline(),
             &self.inner.sql.notify,
             &[&key.as_str()],
@@ -720,47 +735,54 @@ impl Stored {
     }
 }
 
-fn bad_column(key: &Key, column: &str, e: tokio_postgres::Error) -> Error {
-    Error::corrupt(
-        BACKEND,
-        format!(
-            "row `{key}`: column {column} cannot be read: {}",
-            crate::error::chain(&e)
-        ),
-    )
-    .with_source(e)
+/// A row of `key` that `op` cannot use: [`ErrorKind::Corrupt`].
+fn corrupt(op: Operation, key: &Key, what: impl fmt::Display) -> Error {
+    Error::corrupt(BACKEND, format!("row `{key}` {what}")).during(op)
+}
+
+fn bad_column(op: Operation, key: &Key, column: &str, e: tokio_postgres::Error) -> Error {
+    let what = format_args!("column {column} cannot be read: {}", cause_chain(&e));
+    corrupt(op, key, what).with_source(e)
 }
 
 /// The `applied` flag of a write's result row.
-fn applied(key: &Key, row: &tokio_postgres::Row) -> Result<bool> {
+fn applied(op: Operation, key: &Key, row: &tokio_postgres::Row) -> Result<bool> {
     row.try_get::<_, bool>(0)
-        .map_err(|e| bad_column(key, "applied", e))
+        .map_err(|e| bad_column(op, key, "applied", e))
 }
 
 /// Check a row's `value` and `version` columns; anything unexpected is
 /// [`ErrorKind::Corrupt`] naming the key, never a panic.
-fn decode(key: &Key, row: &tokio_postgres::Row, value: usize, version: usize) -> Result<Stored> {
+fn decode(
+    op: Operation,
+    key: &Key,
+    row: &tokio_postgres::Row,
+    value: usize,
+    version: usize,
+) -> Result<Stored> {
     let raw_version: Option<i64> = row
         .try_get(version)
-        .map_err(|e| bad_column(key, "version", e))?;
+        .map_err(|e| bad_column(op, key, "version", e))?;
     let version = match raw_version {
         Some(v) if v > 0 => v.unsigned_abs(),
         Some(v) => {
-            return Err(Error::corrupt(
-                BACKEND,
-                format!("row `{key}` has version {v}; expected a positive BIGINT"),
+            return Err(corrupt(
+                op,
+                key,
+                format_args!("has version {v}; expected a positive BIGINT"),
             ))
         }
         None => {
-            return Err(Error::corrupt(
-                BACKEND,
-                format!("row `{key}` has a NULL version; expected a positive BIGINT"),
+            return Err(corrupt(
+                op,
+                key,
+                "has a NULL version; expected a positive BIGINT",
             ))
         }
     };
     let value: Option<Vec<u8>> = row
         .try_get(value)
-        .map_err(|e| bad_column(key, "value", e))?;
+        .map_err(|e| bad_column(op, key, "value", e))?;
     Ok(Stored {
         value: value.map(Bytes::from),
         version,
@@ -770,7 +792,7 @@ fn decode(key: &Key, row: &tokio_postgres::Row, value: usize, version: usize) ->
 /// An existing table must be a table with exactly our three columns, `key`
 /// carrying a unique index `ON CONFLICT (key)` can use, `value` nullable.
 async fn check_schema(client: &Object, table: &TableName) -> Result<()> {
-    let op = Op::Open;
+    let op = Operation::Open;
     let name = table.quoted();
     let rows = client
         .query(
@@ -939,7 +961,7 @@ mod tests {
             let mut pids = Vec::new();
             for _ in 0..3 {
                 let client = store
-                    .checkout(Op::Get, None)
+                    .checkout(Operation::Get, None)
                     .await
                     .expect("pooled connection");
                 assert_eq!(

@@ -9,16 +9,12 @@ mod common;
 
 use std::sync::Arc;
 
-use bakery_core::{DeleteOutcome, ErrorKind, Key, PutOutcome, VersionedStore};
+use bakery_core::{DeleteOutcome, ErrorKind, PutOutcome, VersionedStore};
 use bakery_postgres::PostgresStore;
 use common::{
-    drop_database, drop_tables, raw_client, raw_client_in, scratch_database, server_uri,
+    drop_database, drop_tables, key, race, raw_client, raw_client_in, scratch_database, server_uri,
     set_database_default, unique_table, with_options,
 };
-
-fn key(k: &str) -> Key {
-    Key::new(k).unwrap()
-}
 
 /// `SHOW setting` on a plain session (not bakery's) in database `db`.
 async fn plain_session_shows(uri: &str, db: &str, setting: &str) -> String {
@@ -28,19 +24,6 @@ async fn plain_session_shows(uri: &str, db: &str, setting: &str) -> String {
         .await
         .unwrap()
         .get(0)
-}
-
-/// `get`, retried while it is `Unavailable` (under SERIALIZABLE even a
-/// read can be chosen as a serialization failure's victim).
-async fn get_retrying(store: &PostgresStore, k: &Key) -> Option<bakery_core::Row> {
-    for _ in 0..100 {
-        match store.get(k).await {
-            Ok(row) => return row,
-            Err(e) if e.kind() == ErrorKind::Unavailable => continue,
-            Err(e) => panic!("get: {:?}: {e}", e.kind()),
-        }
-    }
-    panic!("get: Unavailable 100 times in a row")
 }
 
 /// The project's server is durable (`fsync`, `full_page_writes` on): the
@@ -82,84 +65,6 @@ async fn the_project_server_is_durable_and_opens_with_the_default_uri() {
     .unwrap();
     assert!(opted_in.config().accept_data_loss());
     drop_tables(&uri, &[&table]).await;
-}
-
-/// What 8 tasks racing increments on one key met.
-#[derive(Debug, Default)]
-struct Race {
-    applied: u64,
-    conflicts: u64,
-    /// `Unavailable` errors (retried after a fresh read), and how many of
-    /// them were serialization failures (SQLSTATE 40001).
-    unavailable: u64,
-    serialization_failures: u64,
-}
-
-/// 8 tasks, each until it has applied `per_task` increments of one
-/// counter. Every applied row is `n + 1` at version `n + 1`, every conflict
-/// carries a newer row, the only error allowed is `Unavailable` (retried
-/// after a fresh read), and the counter ends at exactly `8 × per_task`
-/// (no lost update, no double apply).
-async fn race(store: Arc<PostgresStore>, k: Key, per_task: u64) -> Race {
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
-            let (store, k) = (store.clone(), k.clone());
-            tokio::spawn(async move {
-                let mut race = Race::default();
-                let mut current = get_retrying(&store, &k).await;
-                let mut done = 0;
-                let mut attempts = 0;
-                while done < per_task {
-                    attempts += 1;
-                    assert!(attempts < 100_000, "no progress: {race:?}");
-                    let n: u64 = current.as_ref().map_or(0, |row| {
-                        std::str::from_utf8(&row.value).unwrap().parse().unwrap()
-                    });
-                    let expected = current.as_ref().map(|row| row.version);
-                    match store
-                        .put_if_version(&k, expected, (n + 1).to_string().into())
-                        .await
-                    {
-                        Ok(PutOutcome::Applied(row)) => {
-                            assert_eq!(row.version, n + 1);
-                            race.applied += 1;
-                            done += 1;
-                            current = Some(row);
-                        }
-                        Ok(PutOutcome::Conflict(now)) => {
-                            let now = now.expect("the counter is never deleted");
-                            assert!(Some(now.version) > expected, "stale conflict");
-                            race.conflicts += 1;
-                            current = Some(now);
-                        }
-                        Err(e) if e.kind() == ErrorKind::Unavailable => {
-                            race.unavailable += 1;
-                            if e.message().contains("40001") {
-                                race.serialization_failures += 1;
-                            }
-                            current = get_retrying(&store, &k).await;
-                        }
-                        Err(e) => panic!("put_if_version under contention: {:?}: {e}", e.kind()),
-                    }
-                }
-                race
-            })
-        })
-        .collect();
-    let mut total = Race::default();
-    for task in tasks {
-        let race = task.await.unwrap();
-        total.applied += race.applied;
-        total.conflicts += race.conflicts;
-        total.unavailable += race.unavailable;
-        total.serialization_failures += race.serialization_failures;
-    }
-    let row = get_retrying(&store, &k).await.expect("the counter");
-    let expected = 8 * per_task;
-    assert_eq!(total.applied, expected);
-    assert_eq!(&row.value[..], expected.to_string().as_bytes(), "{total:?}");
-    assert_eq!(row.version, expected, "{total:?}");
-    total
 }
 
 /// `ALTER DATABASE … SET default_transaction_isolation` to `repeatable

@@ -8,47 +8,22 @@
 mod common;
 
 use std::error::Error as _;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bakery_core::{ErrorKind, Key, PutOutcome, Row, VersionedStore};
+use bakery_core::{ErrorKind, Operation, Sent, VersionedStore};
 use bakery_postgres::PostgresStore;
-use common::{drop_tables, raw_client, server_uri, unique_table, with_options};
-
-fn key(k: &str) -> Key {
-    Key::new(k).unwrap()
-}
-
-async fn applied(store: &PostgresStore, k: &Key, expected: Option<u64>, value: &str) -> Row {
-    match store
-        .put_if_version(k, expected, value.to_string().into())
-        .await
-        .unwrap()
-    {
-        PutOutcome::Applied(row) => row,
-        other => panic!("expected Applied, got {other:?}"),
-    }
-}
+use common::{
+    applied, drop_tables, get_retrying, key, raw_client, raw_row, server_uri, tcp_target,
+    unique_table, with_options, Relay,
+};
 
 /// The driver error behind a store error.
 fn driver_error(err: &bakery_core::Error) -> &tokio_postgres::Error {
     err.source()
         .and_then(|s| s.downcast_ref::<tokio_postgres::Error>())
         .unwrap_or_else(|| panic!("no driver error behind {err}"))
-}
-
-/// `(value, version)` of a row, read behind the store's back.
-async fn raw_row(client: &tokio_postgres::Client, table: &str, k: &str) -> (Vec<u8>, i64) {
-    let row = client
-        .query_one(
-            &format!("SELECT value, version FROM {table} WHERE key = $1"),
-            &[&k],
-        )
-        .await
-        .unwrap();
-    (row.get(0), row.get(1))
 }
 
 #[tokio::test]
@@ -66,6 +41,8 @@ async fn connection_refused_on_an_unused_port_is_unavailable() {
     .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(!err.outcome_unknown());
+    assert_eq!(err.operation(), Some(Operation::Open), "{err}");
+    assert_eq!(err.sent(), Some(Sent::No), "{err}");
     let e = driver_error(&err);
     let io = e
         .source()
@@ -96,21 +73,6 @@ async fn waiting_backend(admin: &tokio_postgres::Client, pattern: &str) -> i32 {
     })
     .await
     .unwrap_or_else(|_| panic!("no backend came to wait on {pattern}"))
-}
-
-/// `get`, retried while it is `Unavailable` (a few times at most).
-async fn get_again(store: &PostgresStore, k: &Key) -> Option<Row> {
-    for _ in 0..5 {
-        match store.get(k).await {
-            Ok(row) => return row,
-            Err(e) if e.kind() == ErrorKind::Unavailable => {
-                eprintln!("get after a kill: {e}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    panic!("get stayed unavailable")
 }
 
 async fn terminate(admin: &tokio_postgres::Client, pid: i32) {
@@ -177,6 +139,12 @@ async fn a_session_terminated_under_a_statement_is_unknown_for_writes_unavailabl
         assert!(err.outcome_unknown());
         assert!(err.message().contains("57P01"), "{what}: {err}");
         assert!(err.message().contains("may or may not"), "{what}: {err}");
+        let op = if what == "put" {
+            Operation::Put
+        } else {
+            Operation::Delete
+        };
+        assert_eq!(err.operation(), Some(op), "{err}");
         assert_eq!(
             driver_error(&err).code().map(|c| c.code()),
             Some("57P01"),
@@ -185,14 +153,14 @@ async fn a_session_terminated_under_a_statement_is_unknown_for_writes_unavailabl
         // A read (the row lock does not block it) until the pool has a
         // fresh connection: the killed one can still be handed out once,
         // before the driver has seen it end (`Unavailable`, retryable).
-        assert_eq!(get_again(&store, &k).await, Some(row.clone()));
+        assert_eq!(get_retrying(&store, &k).await, Some(row.clone()));
     }
     tx.rollback().await.unwrap();
     // It had not applied: Unknown is what the client can know, not a guess
     // that it did.
     assert_eq!(
         raw_row(&admin, &table, k.as_str()).await,
-        (b"v".to_vec(), row.version as i64)
+        Some((Some(b"v".to_vec()), Some(row.version as i64)))
     );
 
     // A read: the table is locked exclusively, the read waits.
@@ -211,83 +179,8 @@ async fn a_session_terminated_under_a_statement_is_unknown_for_writes_unavailabl
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(err.message().contains("57P01"), "{err}");
     tx.rollback().await.unwrap();
-    assert_eq!(get_again(&store, &k).await, Some(row));
+    assert_eq!(get_retrying(&store, &k).await, Some(row));
     drop_tables(&uri, &[&table]).await;
-}
-
-/// A TCP relay on loopback that can hold what the client sends (a stalled
-/// network) and cut every connection (the network gone).
-struct Relay {
-    addr: SocketAddr,
-    hold: Arc<AtomicBool>,
-    links: Arc<std::sync::Mutex<tokio::task::JoinSet<()>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Relay {
-    async fn start(target: SocketAddr) -> Relay {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let hold = Arc::new(AtomicBool::new(false));
-        let links = Arc::new(std::sync::Mutex::new(tokio::task::JoinSet::new()));
-        let task = {
-            let (hold, links) = (hold.clone(), links.clone());
-            tokio::spawn(async move {
-                while let Ok((client, _)) = listener.accept().await {
-                    let Ok(server) = tokio::net::TcpStream::connect(target).await else {
-                        continue;
-                    };
-                    let hold = hold.clone();
-                    links.lock().unwrap().spawn(async move {
-                        let (cr, cw) = client.into_split();
-                        let (sr, sw) = server.into_split();
-                        tokio::join!(pump(cr, sw, Some(hold)), pump(sr, cw, None));
-                    });
-                }
-            })
-        };
-        Relay {
-            addr,
-            hold,
-            links,
-            task,
-        }
-    }
-
-    /// Drop every relayed connection: each client sees its stream end.
-    fn cut(&self) {
-        self.links.lock().unwrap().abort_all();
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        self.task.abort();
-        self.cut();
-    }
-}
-
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    hold: Option<Arc<AtomicBool>>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let Ok(n) = from.read(&mut buf).await else {
-            return;
-        };
-        if n == 0 {
-            return;
-        }
-        while hold.as_ref().is_some_and(|h| h.load(Ordering::Relaxed)) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
 }
 
 /// The statement went out and the connection was lost before any reply
@@ -299,20 +192,8 @@ async fn a_connection_lost_after_the_statement_was_sent_is_unknown_for_writes() 
     let Some(uri) = server_uri("lost_after_send") else {
         return;
     };
-    let base: tokio_postgres::Config = uri.split('?').next().unwrap().parse().unwrap();
-    let target = match (&base.get_hosts()[0], base.get_ports().first()) {
-        (tokio_postgres::config::Host::Tcp(host), port) => {
-            tokio::net::lookup_host((host.as_str(), port.copied().unwrap_or(5432)))
-                .await
-                .unwrap()
-                .next()
-                .unwrap()
-        }
-        #[allow(unreachable_patterns)]
-        _ => {
-            eprintln!("lost_after_send: skipped: the server is not on TCP");
-            return;
-        }
+    let Some((target, base)) = tcp_target(&uri, "lost_after_send").await else {
+        return;
     };
     let relay = Relay::start(target).await;
     let table = unique_table("bk_lost");
@@ -349,9 +230,11 @@ async fn a_connection_lost_after_the_statement_was_sent_is_unknown_for_writes() 
     assert_eq!(err.kind(), ErrorKind::Unknown, "{err}");
     assert!(err.message().contains("may or may not"), "{err}");
     assert!(driver_error(&err).is_closed(), "{err}");
+    assert_eq!(err.sent(), Some(Sent::Maybe), "{err}");
     let err = get.await.unwrap().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(driver_error(&err).is_closed(), "{err}");
+    assert_eq!(err.operation(), Some(Operation::Get), "{err}");
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "not the client's deadline: {:?}",
@@ -362,7 +245,7 @@ async fn a_connection_lost_after_the_statement_was_sent_is_unknown_for_writes() 
     let admin = raw_client(&uri).await;
     assert_eq!(
         raw_row(&admin, &table, k.as_str()).await,
-        (b"v".to_vec(), row.version as i64),
+        Some((Some(b"v".to_vec()), Some(row.version as i64))),
         "the held write never reached the server"
     );
     drop_tables(&uri, &[&table]).await;

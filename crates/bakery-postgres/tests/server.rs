@@ -5,20 +5,16 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bakery_core::{
-    Capabilities, DeleteOutcome, ErrorKind, Key, PutOutcome, Row, VersionedStore, Watch,
-};
+use bakery_core::{DeleteOutcome, ErrorKind, Key, PutOutcome, VersionedStore, Watch};
 use bakery_postgres::PostgresStore;
-use common::{drop_tables, raw_client, server_uri, unique_table, with_options};
-
-fn key(k: &str) -> Key {
-    Key::new(k).unwrap()
-}
+use common::{
+    applied, drop_tables, key, raw_client, raw_row, server_uri, tcp_target, unique_table,
+    with_options, Relay,
+};
 
 async fn open(uri: &str, table: &str) -> PostgresStore {
     PostgresStore::connect(&with_options(uri, &format!("table={table}")))
@@ -30,33 +26,6 @@ async fn open_err(uri: &str, table: &str) -> bakery_core::Error {
     PostgresStore::connect(&with_options(uri, &format!("table={table}")))
         .await
         .expect_err("opening must fail")
-}
-
-async fn applied(store: &PostgresStore, k: &Key, expected: Option<u64>, value: &str) -> Row {
-    match store
-        .put_if_version(k, expected, value.to_string().into())
-        .await
-        .unwrap()
-    {
-        PutOutcome::Applied(row) => row,
-        other => panic!("expected Applied, got {other:?}"),
-    }
-}
-
-/// The stored row behind the API: `(value, version)`, tombstones included.
-async fn raw_row(
-    client: &tokio_postgres::Client,
-    table: &str,
-    k: &str,
-) -> Option<(Option<Vec<u8>>, Option<i64>)> {
-    client
-        .query_opt(
-            &format!("SELECT value, version FROM {table} WHERE key = $1"),
-            &[&k],
-        )
-        .await
-        .unwrap()
-        .map(|row| (row.get(0), row.get(1)))
 }
 
 #[tokio::test]
@@ -109,8 +78,9 @@ async fn life_cycle_keeps_a_tombstone_at_the_deleted_version() {
 
 /// Under contention every conflict must carry a row that really conflicts:
 /// strictly newer than the version presented (the counter is never
-/// deleted). A conflict built from a snapshot older than the row the write
-/// waited for would hand back the presented version itself.
+/// deleted; `common::race` checks each one). A conflict built from a
+/// snapshot older than the row the write waited for would hand back the
+/// presented version itself: this is the re-run of `Statements` at work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn conflicts_under_contention_carry_a_newer_row() {
     let Some(uri) = server_uri("contention") else {
@@ -118,52 +88,12 @@ async fn conflicts_under_contention_carry_a_newer_row() {
     };
     let table = unique_table("bk_contend");
     let store = Arc::new(open(&uri, &table).await);
-    let k = key("contend/counter");
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
-            let (store, k) = (store.clone(), k.clone());
-            tokio::spawn(async move {
-                let mut current = store.get(&k).await.unwrap();
-                let (mut done, mut conflicts) = (0, 0);
-                while done < 100 {
-                    let n: u64 = current.as_ref().map_or(0, |row| {
-                        std::str::from_utf8(&row.value).unwrap().parse().unwrap()
-                    });
-                    let expected = current.as_ref().map(|row| row.version);
-                    match store
-                        .put_if_version(&k, expected, (n + 1).to_string().into())
-                        .await
-                        .unwrap()
-                    {
-                        PutOutcome::Applied(row) => {
-                            assert_eq!(row.version, n + 1);
-                            done += 1;
-                            current = Some(row);
-                        }
-                        PutOutcome::Conflict(now) => {
-                            let now = now.expect("the counter is never deleted");
-                            assert!(
-                                Some(now.version) > expected,
-                                "conflict at {expected:?} returned version {}",
-                                now.version
-                            );
-                            conflicts += 1;
-                            current = Some(now);
-                        }
-                    }
-                }
-                conflicts
-            })
-        })
-        .collect();
-    let mut conflicts = 0;
-    for task in tasks {
-        conflicts += task.await.unwrap();
-    }
-    let row = store.get(&k).await.unwrap().unwrap();
-    assert_eq!(&row.value[..], b"800");
-    assert_eq!(row.version, 800);
-    assert!(conflicts > 0, "8 writers on one key must have conflicted");
+    let race = common::race(store, key("contend/counter"), 100).await;
+    assert_eq!(race.unavailable, 0, "no call may fail: {race:?}");
+    assert!(
+        race.conflicts > 0,
+        "8 writers on one key must have conflicted"
+    );
     drop_tables(&uri, &[&table]).await;
 }
 
@@ -479,90 +409,20 @@ async fn server_statement_timeout_is_unavailable_and_reads_do_not_wait() {
     drop_tables(&uri, &[&table]).await;
 }
 
-/// A TCP proxy on loopback that can stop forwarding: a network stall.
-struct Proxy {
-    addr: SocketAddr,
-    frozen: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn proxy(target: SocketAddr) -> Proxy {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let frozen = Arc::new(AtomicBool::new(false));
-    let flag = frozen.clone();
-    let task = tokio::spawn(async move {
-        let mut pumps = tokio::task::JoinSet::new();
-        while let Ok((client, _)) = listener.accept().await {
-            let Ok(server) = tokio::net::TcpStream::connect(target).await else {
-                continue;
-            };
-            let (cr, cw) = client.into_split();
-            let (sr, sw) = server.into_split();
-            pumps.spawn(pump(cr, sw, flag.clone()));
-            pumps.spawn(pump(sr, cw, flag.clone()));
-        }
-    });
-    Proxy { addr, frozen, task }
-}
-
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    frozen: Arc<AtomicBool>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let Ok(n) = from.read(&mut buf).await else {
-            return;
-        };
-        if n == 0 {
-            return;
-        }
-        // A stalled network: hold the bytes (bounded by the test's life).
-        while frozen.load(Ordering::Relaxed) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
-}
-
 #[tokio::test]
 async fn client_timeout_after_send_is_unknown_for_writes_unavailable_for_reads() {
     let Some(uri) = server_uri("client_timeout") else {
         return;
     };
-    let base: tokio_postgres::Config = uri.split('?').next().unwrap().parse().unwrap();
-    let target = match (&base.get_hosts()[0], base.get_ports().first()) {
-        (tokio_postgres::config::Host::Tcp(host), port) => {
-            let port = port.copied().unwrap_or(5432);
-            tokio::net::lookup_host((host.as_str(), port))
-                .await
-                .unwrap()
-                .next()
-                .unwrap()
-        }
-        #[allow(unreachable_patterns)]
-        _ => {
-            eprintln!("client_timeout: skipped: the server is not on TCP");
-            return;
-        }
+    let Some((target, base)) = tcp_target(&uri, "client_timeout").await else {
+        return;
     };
-    let proxy = proxy(target).await;
+    let relay = Relay::start(target).await;
     let table = unique_table("bk_stall");
     let proxied = format!(
         "postgres://{}@{}/{}?table={table}&timeout_ms=300&pool_size=1&connect_timeout=2&sslmode=disable",
         base.get_user().unwrap(),
-        proxy.addr,
+        relay.addr,
         base.get_dbname().unwrap_or("postgres"),
     );
     // Both stores connect and prepare before the network stalls.
@@ -572,7 +432,7 @@ async fn client_timeout_after_send_is_unknown_for_writes_unavailable_for_reads()
     let row = applied(&writer, &k, None, "v").await;
     assert_eq!(reader.get(&k).await.unwrap(), Some(row.clone()));
 
-    proxy.frozen.store(true, Ordering::Relaxed);
+    relay.hold.store(true, Ordering::Relaxed);
     let started = Instant::now();
     let err = reader.get(&k).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
@@ -595,47 +455,11 @@ async fn client_timeout_after_send_is_unknown_for_writes_unavailable_for_reads()
     // Once the network flows again the bytes held in the "network" reach
     // the server: the write may apply now, after it was reported Unknown.
     // That is exactly why Unknown is not Unavailable.
-    proxy.frozen.store(false, Ordering::Relaxed);
+    relay.hold.store(false, Ordering::Relaxed);
     let now = reader.get(&k).await.expect("the store recovers").unwrap();
     let late = now.version == row.version + 1 && &now.value[..] == b"lost?";
     assert!(now == row || late, "{now:?}");
     drop_tables(&uri, &[&table]).await;
-}
-
-#[tokio::test]
-async fn unreachable_servers_are_unavailable_within_connect_timeout() {
-    // Port 1 on loopback: connection refused at once.
-    let started = Instant::now();
-    let err = PostgresStore::connect("postgres://postgres@127.0.0.1:1/x?connect_timeout=2")
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    assert_eq!(err.backend(), "postgres");
-    assert!(started.elapsed() < Duration::from_secs(3));
-
-    // A listener that accepts and never answers: bounded by connect_timeout.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let hold = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
-    let started = Instant::now();
-    let err = PostgresStore::connect(&format!(
-        "postgres://postgres:hunter2-SECRET@{addr}/x?connect_timeout=1"
-    ))
-    .await
-    .unwrap_err();
-    hold.abort();
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    let elapsed = started.elapsed();
-    assert!(
-        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(3),
-        "{elapsed:?}"
-    );
-    assert!(!format!("{err} {err:?}").contains("hunter2-SECRET"));
 }
 
 #[tokio::test]
@@ -684,19 +508,11 @@ async fn bad_credentials_and_databases_are_config_errors_without_the_password() 
 /// The bound on every wait for a wake-up: a broken watch fails, never hangs.
 const WAKE_LIMIT: Duration = Duration::from_secs(10);
 
-/// How long a watch must stay quiet where no wake-up is due. A wake-up
-/// inside it is a bug whatever the timing (the check cannot fail spuriously).
-const QUIET: Duration = Duration::from_millis(300);
-
 /// The next wake-up: `true` (woken) or `false` (the feed dropped).
 async fn next_wake(watch: &mut Watch) -> bool {
     tokio::time::timeout(WAKE_LIMIT, watch.changed())
         .await
         .expect("no wake-up within 10 s")
-}
-
-async fn stays_quiet(watch: &mut Watch) -> bool {
-    tokio::time::timeout(QUIET, watch.changed()).await.is_err()
 }
 
 async fn watch(store: &PostgresStore, k: &Key) -> Watch {
@@ -717,70 +533,6 @@ async fn active_watches_reach(store: &PostgresStore, n: usize) {
             store.active_watches()
         )
     });
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn notify_wakes_a_watch_subscribed_before_it() {
-    let Some(uri) = server_uri("notify_wakes") else {
-        return;
-    };
-    let table = unique_table("bk_watch");
-    let store = open(&uri, &table).await;
-    assert!(store.capabilities().contains(Capabilities::WATCH));
-    assert_eq!(store.channel(), format!("bakery_{table}"));
-    // The notifier is another store (another pool), as another process is.
-    let other_process = open(&uri, &table).await;
-    let k = key("lock/a");
-    let mut w = watch(&store, &k).await;
-    other_process.notify(&k).await.unwrap();
-    assert!(next_wake(&mut w).await, "notify woke the watch");
-    // And again: a watch serves many wake-ups, also from its own store.
-    store.notify(&k).await.unwrap();
-    assert!(next_wake(&mut w).await);
-    drop_tables(&uri, &[&table]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watch_is_not_woken_by_notify_of_another_key() {
-    let Some(uri) = server_uri("other_key") else {
-        return;
-    };
-    let table = unique_table("bk_watch");
-    let store = open(&uri, &table).await;
-    let notifier = open(&uri, &table).await;
-    let (a, b) = (key("lock/a"), key("lock/ab"));
-    let mut watch_a = watch(&store, &a).await;
-    let mut watch_b = watch(&store, &b).await;
-    notifier.notify(&b).await.unwrap();
-    // Both watches share one session, which delivers in order: once B's
-    // wake-up is here, a wrong wake-up of A would already be queued.
-    assert!(next_wake(&mut watch_b).await);
-    assert!(stays_quiet(&mut watch_a).await, "notify(B) woke A");
-    notifier.notify(&a).await.unwrap();
-    assert!(next_wake(&mut watch_a).await);
-    assert!(stays_quiet(&mut watch_a).await, "one notify woke A twice");
-    assert!(stays_quiet(&mut watch_b).await, "notify(A) woke B");
-    drop_tables(&uri, &[&table]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_watches_on_one_key_both_wake() {
-    let Some(uri) = server_uri("two_watches") else {
-        return;
-    };
-    let table = unique_table("bk_watch");
-    let store = open(&uri, &table).await;
-    let other_process = open(&uri, &table).await;
-    let k = key("lock/a");
-    // Two on one session, one on another session.
-    let mut first = watch(&store, &k).await;
-    let mut second = watch(&store, &k).await;
-    let mut elsewhere = watch(&other_process, &k).await;
-    store.notify(&k).await.unwrap();
-    assert!(next_wake(&mut first).await);
-    assert!(next_wake(&mut second).await);
-    assert!(next_wake(&mut elsewhere).await);
-    drop_tables(&uri, &[&table]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,8 +6,11 @@
 //! the test prints why and returns, on CI too: the project's scripts start
 //! no TLS server.
 
+mod common;
+
 use bakery_core::{ErrorKind, Key, VersionedStore};
 use bakery_postgres::PostgresStore;
+use common::with_options as with;
 
 fn tls_server() -> Option<(String, String)> {
     match (
@@ -22,11 +25,6 @@ fn tls_server() -> Option<(String, String)> {
             None
         }
     }
-}
-
-fn with(uri: &str, options: &str) -> String {
-    let sep = if uri.contains('?') { '&' } else { '?' };
-    format!("{uri}{sep}{options}")
 }
 
 #[tokio::test]

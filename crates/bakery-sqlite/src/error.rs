@@ -2,11 +2,10 @@
 
 use std::fmt;
 
-use bakery_core::{Error, ErrorKind};
+use bakery_core::{Error, ErrorKind, Operation};
 use rusqlite::ffi::ErrorCode;
 
-/// The backend name carried by every error of this crate.
-pub(crate) const BACKEND: &str = "sqlite";
+use crate::BACKEND;
 
 /// Where in a call an error happened; it decides whether the call may have
 /// applied.
@@ -36,11 +35,12 @@ impl fmt::Display for Phase {
     }
 }
 
-/// Map a driver error to a bakery error. Before `COMMIT` nothing has applied
-/// (SQLite rolls the transaction back), so lock contention and I/O trouble
-/// are [`ErrorKind::Unavailable`]; a failed `COMMIT` is conservatively
-/// [`ErrorKind::Unknown`]. The driver error is kept as the source only.
-pub(crate) fn map_err(e: rusqlite::Error, phase: Phase) -> Error {
+/// Map a driver error of the call `op`, met in `phase`, to a bakery error.
+/// Before `COMMIT` nothing has applied (SQLite rolls the transaction back),
+/// so lock contention and I/O trouble are [`ErrorKind::Unavailable`]; a
+/// failed `COMMIT` is conservatively [`ErrorKind::Unknown`]. The driver
+/// error is kept as the source only.
+pub(crate) fn map_err(e: rusqlite::Error, op: Operation, phase: Phase) -> Error {
     let code = match &e {
         rusqlite::Error::SqliteFailure(error, _) => Some(error.code),
         rusqlite::Error::SqlInputError { error, .. } => Some(error.code),
@@ -84,14 +84,17 @@ pub(crate) fn map_err(e: rusqlite::Error, phase: Phase) -> Error {
         }
         _ => ErrorKind::Internal,
     };
-    let message = match kind {
-        ErrorKind::Unknown => format!("{phase} failed, the write may or may not have applied: {e}"),
-        ErrorKind::Unavailable if phase != Phase::Open => {
-            format!("{phase} failed, nothing was applied: {e}")
+    let detail = format!("{phase}: {e}");
+    let err = match kind {
+        ErrorKind::Unknown => Error::in_doubt(BACKEND, op, detail),
+        // A corrupt file met at COMMIT: what became of the write is not
+        // known either, so the message claims nothing.
+        _ if phase == Phase::Commit => {
+            Error::new(kind, BACKEND, format!("{op} failed: {detail}")).during(op)
         }
-        _ => format!("{phase}: {e}"),
+        _ => Error::not_sent(kind, BACKEND, op, detail),
     };
-    Error::new(kind, BACKEND, message).with_source(e)
+    err.with_source(e)
 }
 
 /// A blocking task that panicked or was cancelled: a bug, never a retry.
@@ -122,16 +125,21 @@ mod tests {
             ffi::SQLITE_FULL,
         ] {
             for phase in [Phase::Open, Phase::Read, Phase::Begin, Phase::Write] {
-                let err = map_err(failure(code), phase);
+                let err = map_err(failure(code), Operation::Put, phase);
                 assert_eq!(err.kind(), ErrorKind::Unavailable, "{code} {phase}");
                 assert!(!err.outcome_unknown());
             }
-            let err = map_err(failure(code), Phase::Commit);
+            let err = map_err(failure(code), Operation::Put, Phase::Commit);
             assert_eq!(err.kind(), ErrorKind::Unknown, "{code}");
             assert!(err.message().contains("may or may not"), "{err}");
+            assert_eq!(err.operation(), Some(Operation::Put));
         }
         // Extended codes map by their primary code.
-        let err = map_err(failure(ffi::SQLITE_BUSY_SNAPSHOT), Phase::Begin);
+        let err = map_err(
+            failure(ffi::SQLITE_BUSY_SNAPSHOT),
+            Operation::Delete,
+            Phase::Begin,
+        );
         assert_eq!(err.kind(), ErrorKind::Unavailable);
     }
 
@@ -152,12 +160,16 @@ mod tests {
             (ffi::SQLITE_ERROR, Phase::Commit, ErrorKind::Unknown),
         ];
         for (code, phase, kind) in cases {
-            let err = map_err(failure(code), phase);
+            let err = map_err(failure(code), Operation::Put, phase);
             assert_eq!(err.kind(), kind, "{code} {phase}");
             assert_eq!(err.backend(), "sqlite");
             assert!(std::error::Error::source(&err).is_some());
         }
-        let err = map_err(rusqlite::Error::QueryReturnedNoRows, Phase::Read);
+        let err = map_err(
+            rusqlite::Error::QueryReturnedNoRows,
+            Operation::Get,
+            Phase::Read,
+        );
         assert_eq!(err.kind(), ErrorKind::Internal);
         assert_eq!(err.backend(), "sqlite");
     }

@@ -4,16 +4,16 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bakery_core::{
-    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result,
-    Row, Version, VersionedStore,
+    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, Operation, PutOutcome,
+    Result, Row, Version, VersionedStore,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Params, TransactionBehavior};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
-use crate::error::{join_error, map_err, Phase, BACKEND};
-use crate::{Location, SqliteConfig};
+use crate::error::{join_error, map_err, Phase};
+use crate::{Location, SqliteConfig, BACKEND};
 
 /// A [`VersionedStore`] on one table of a SQLite database.
 ///
@@ -96,8 +96,9 @@ impl Inner {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// An idle connection, or a new one. Blocking: call on the blocking pool.
-    fn checkout(&self) -> Result<Connection> {
+    /// An idle connection, or a new one, for the call `op`. Blocking: call
+    /// on the blocking pool.
+    fn checkout(&self, op: Operation) -> Result<Connection> {
         if let Some(conn) = self.idle().pop() {
             return Ok(conn);
         }
@@ -109,7 +110,7 @@ impl Inner {
                 "the in-memory database's only connection was lost (a panic in an earlier call); its rows are gone",
             ));
         }
-        open_connection(&self.config)
+        open_connection(&self.config, op)
     }
 
     /// Return a connection to the pool, unless it is stuck in a transaction.
@@ -160,7 +161,8 @@ impl SqliteStore {
     /// # Ok(()) }
     /// ```
     pub async fn connect(uri: &str) -> Result<SqliteStore> {
-        Self::open(SqliteConfig::from_uri(uri)?).await
+        let config = SqliteConfig::from_uri(uri).map_err(|e| e.during(Operation::Open))?;
+        Self::open(config).await
     }
 
     /// Open the database `config` names: create the file, its parent
@@ -168,6 +170,12 @@ impl SqliteStore {
     /// that an existing table has the expected columns
     /// ([`ErrorKind::Config`] if not).
     pub async fn open(config: SqliteConfig) -> Result<SqliteStore> {
+        Self::open_store(config)
+            .await
+            .map_err(|e| e.during(Operation::Open))
+    }
+
+    async fn open_store(config: SqliteConfig) -> Result<SqliteStore> {
         config.validate()?;
         let span = tracing::debug_span!(
             "sqlite.open",
@@ -204,30 +212,34 @@ impl SqliteStore {
         &self.inner.config
     }
 
-    /// Run `op` with a pooled connection on the blocking pool, inside the
-    /// caller's span.
-    async fn run<T, F>(&self, op: F) -> Result<T>
+    /// Run `f`, the body of the call `op`, with a pooled connection on the
+    /// blocking pool, inside the caller's span. Every error it returns
+    /// names `op`.
+    async fn run<T, F>(&self, op: Operation, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection, &Statements) -> Result<T> + Send + 'static,
     {
-        let permit = Arc::clone(&self.inner.permits)
-            .acquire_owned()
-            .await
-            .map_err(|_| Error::new(ErrorKind::Internal, BACKEND, "connection pool closed"))?;
+        let Ok(permit) = Arc::clone(&self.inner.permits).acquire_owned().await else {
+            return Err(
+                Error::new(ErrorKind::Internal, BACKEND, "connection pool closed").during(op),
+            );
+        };
         let inner = Arc::clone(&self.inner);
         let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
-            let mut conn = inner.checkout()?;
-            let result = op(&mut conn, &inner.sql);
+            let mut conn = inner.checkout(op)?;
+            let result = f(&mut conn, &inner.sql);
             inner.checkin(conn);
             // The permit goes back only once the connection is idle again.
             drop(permit);
             result
         })
         .await
-        .map_err(join_error)?
+        .map_err(join_error)
+        .and_then(|result| result)
+        .map_err(|e| e.during(op))
     }
 }
 
@@ -264,8 +276,8 @@ impl VersionedStore for SqliteStore {
     )]
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
         let key = key.clone();
-        self.run(move |conn, sql| {
-            let stored = read(conn, &sql.select, &key)?;
+        self.run(Operation::Get, move |conn, sql| {
+            let stored = read(conn, &sql.select, &key, Operation::Get)?;
             Ok(stored.and_then(|stored| stored.live(&key)))
         })
         .await
@@ -284,8 +296,10 @@ impl VersionedStore for SqliteStore {
         value: Bytes,
     ) -> Result<PutOutcome> {
         let key = key.clone();
-        self.run(move |conn, sql| put(conn, sql, key, expected, value))
-            .await
+        self.run(Operation::Put, move |conn, sql| {
+            put(conn, sql, key, expected, value)
+        })
+        .await
     }
 
     #[tracing::instrument(
@@ -296,8 +310,10 @@ impl VersionedStore for SqliteStore {
     )]
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         let key = key.clone();
-        self.run(move |conn, sql| delete(conn, sql, &key, expected))
-            .await
+        self.run(Operation::Delete, move |conn, sql| {
+            delete(conn, sql, &key, expected)
+        })
+        .await
     }
 }
 
@@ -365,28 +381,31 @@ fn decode(key: &Key, value: ValueRef<'_>, version: ValueRef<'_>) -> Result<Store
     })
 }
 
-/// Read the stored row of `key`, tombstone included.
-fn read(conn: &Connection, select: &str, key: &Key) -> Result<Option<Stored>> {
-    let mut stmt = conn
-        .prepare_cached(select)
-        .map_err(|e| map_err(e, Phase::Read))?;
-    let mut rows = stmt
-        .query([key.as_str()])
-        .map_err(|e| map_err(e, Phase::Read))?;
-    let Some(row) = rows.next().map_err(|e| map_err(e, Phase::Read))? else {
+/// Read the stored row of `key`, tombstone included, for the call `op`.
+fn read(conn: &Connection, select: &str, key: &Key, op: Operation) -> Result<Option<Stored>> {
+    let failed = |e| map_err(e, op, Phase::Read);
+    let mut stmt = conn.prepare_cached(select).map_err(failed)?;
+    let mut rows = stmt.query([key.as_str()]).map_err(failed)?;
+    let Some(row) = rows.next().map_err(failed)? else {
         return Ok(None);
     };
-    let value = row.get_ref(0).map_err(|e| map_err(e, Phase::Read))?;
-    let version = row.get_ref(1).map_err(|e| map_err(e, Phase::Read))?;
+    let value = row.get_ref(0).map_err(failed)?;
+    let version = row.get_ref(1).map_err(failed)?;
     decode(key, value, version).map(Some)
 }
 
-/// Run one write statement that must change exactly one row.
-fn write_one(conn: &Connection, sql: &str, key: &Key, params: impl Params) -> Result<()> {
+/// Run one write statement of the call `op` that must change exactly one row.
+fn write_one(
+    conn: &Connection,
+    op: Operation,
+    sql: &str,
+    key: &Key,
+    params: impl Params,
+) -> Result<()> {
     let changed = conn
         .prepare_cached(sql)
         .and_then(|mut stmt| stmt.execute(params))
-        .map_err(|e| map_err(e, Phase::Write))?;
+        .map_err(|e| map_err(e, op, Phase::Write))?;
     if changed != 1 {
         return Err(Error::new(
             ErrorKind::Internal,
@@ -399,9 +418,13 @@ fn write_one(conn: &Connection, sql: &str, key: &Key, params: impl Params) -> Re
     Ok(())
 }
 
-fn begin(conn: &mut Connection) -> Result<rusqlite::Transaction<'_>> {
+fn begin(conn: &mut Connection, op: Operation) -> Result<rusqlite::Transaction<'_>> {
     conn.transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(|e| map_err(e, Phase::Begin))
+        .map_err(|e| map_err(e, op, Phase::Begin))
+}
+
+fn commit(tx: rusqlite::Transaction<'_>, op: Operation) -> Result<()> {
+    tx.commit().map_err(|e| map_err(e, op, Phase::Commit))
 }
 
 /// End a transaction that wrote nothing.
@@ -420,8 +443,9 @@ fn put(
     expected: Option<Version>,
     value: Bytes,
 ) -> Result<PutOutcome> {
-    let tx = begin(conn)?;
-    let stored = read(&tx, &sql.select, &key)?;
+    let op = Operation::Put;
+    let tx = begin(conn, op)?;
+    let stored = read(&tx, &sql.select, &key, op)?;
     let current = stored.as_ref().and_then(|stored| stored.live(&key));
     if current.as_ref().map(|row| row.version) != expected {
         end_read_only(tx);
@@ -430,7 +454,13 @@ fn put(
     }
     let version = match &stored {
         None => {
-            write_one(&tx, &sql.insert, &key, (key.as_str(), &value[..], 1_i64))?;
+            write_one(
+                &tx,
+                op,
+                &sql.insert,
+                &key,
+                (key.as_str(), &value[..], 1_i64),
+            )?;
             1
         }
         Some(stored) => {
@@ -447,6 +477,7 @@ fn put(
             })?;
             write_one(
                 &tx,
+                op,
                 &sql.update,
                 &key,
                 (key.as_str(), &value[..], next, stored.raw_version),
@@ -454,7 +485,7 @@ fn put(
             next.unsigned_abs()
         }
     };
-    tx.commit().map_err(|e| map_err(e, Phase::Commit))?;
+    commit(tx, op)?;
     tracing::debug!(version, "applied");
     Ok(PutOutcome::Applied(Row {
         key,
@@ -469,8 +500,9 @@ fn delete(
     key: &Key,
     expected: Version,
 ) -> Result<DeleteOutcome> {
-    let tx = begin(conn)?;
-    let stored = read(&tx, &sql.select, key)?;
+    let op = Operation::Delete;
+    let tx = begin(conn, op)?;
+    let stored = read(&tx, &sql.select, key, op)?;
     let current = stored.as_ref().and_then(|stored| stored.live(key));
     let raw_version = match (&stored, &current) {
         (Some(stored), Some(row)) if row.version == expected => stored.raw_version,
@@ -481,14 +513,15 @@ fn delete(
         }
     };
     // Keep the row as a tombstone: a re-create continues above its version.
-    write_one(&tx, &sql.tombstone, key, (key.as_str(), raw_version))?;
-    tx.commit().map_err(|e| map_err(e, Phase::Commit))?;
+    write_one(&tx, op, &sql.tombstone, key, (key.as_str(), raw_version))?;
+    commit(tx, op)?;
     tracing::debug!("deleted");
     Ok(DeleteOutcome::Deleted)
 }
 
-/// Open one connection with the per-connection settings.
-fn open_connection(config: &SqliteConfig) -> Result<Connection> {
+/// Open one connection with the per-connection settings, for the call `op`.
+fn open_connection(config: &SqliteConfig, op: Operation) -> Result<Connection> {
+    let failed = |e| map_err(e, op, Phase::Open);
     let conn = match config.location() {
         Location::Memory => Connection::open_in_memory(),
         Location::File(path) => {
@@ -500,12 +533,16 @@ fn open_connection(config: &SqliteConfig) -> Result<Connection> {
             Connection::open_with_flags(path, flags)
         }
     }
-    .map_err(|e| map_err(e, Phase::Open))?;
-    conn.busy_timeout(config.busy_timeout())
-        .map_err(|e| map_err(e, Phase::Open))?;
+    .map_err(failed)?;
+    conn.busy_timeout(config.busy_timeout()).map_err(failed)?;
     conn.pragma_update(None, "synchronous", config.synchronous().as_str())
-        .map_err(|e| map_err(e, Phase::Open))?;
+        .map_err(failed)?;
     Ok(conn)
+}
+
+/// A driver error while opening the store.
+fn opening(e: rusqlite::Error) -> Error {
+    map_err(e, Operation::Open, Phase::Open)
 }
 
 /// The first connection also prepares the database: directory, WAL, table.
@@ -531,14 +568,14 @@ fn open_first(config: &SqliteConfig, create_table: &str) -> Result<Connection> {
             ));
         }
     }
-    let conn = open_connection(config)?;
+    let conn = open_connection(config, Operation::Open)?;
     if let Location::File(path) = config.location() {
         // WAL is a property of the file: readers never block the writer, and
         // every process sees each commit as soon as it is done.
         let mode: String = retry_busy(config, || {
             conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
         })
-        .map_err(|e| map_err(e, Phase::Open))?;
+        .map_err(opening)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(Error::config(
                 BACKEND,
@@ -549,7 +586,7 @@ fn open_first(config: &SqliteConfig, create_table: &str) -> Result<Connection> {
             ));
         }
     }
-    retry_busy(config, || conn.execute_batch(create_table)).map_err(|e| map_err(e, Phase::Open))?;
+    retry_busy(config, || conn.execute_batch(create_table)).map_err(opening)?;
     check_schema(&conn, config.table())?;
     Ok(conn)
 }
@@ -591,7 +628,7 @@ fn check_schema(conn: &Connection, table: &str) -> Result<()> {
             |row| row.get(0),
         )
         .optional()
-        .map_err(|e| map_err(e, Phase::Open))?;
+        .map_err(opening)?;
     if let Some(kind) = kind.filter(|kind| kind != "table") {
         return Err(Error::config(
             BACKEND,
@@ -600,7 +637,7 @@ fn check_schema(conn: &Connection, table: &str) -> Result<()> {
     }
     let mut stmt = conn
         .prepare("SELECT name, type, pk FROM pragma_table_info(?1)")
-        .map_err(|e| map_err(e, Phase::Open))?;
+        .map_err(opening)?;
     let columns = stmt
         .query_map([table], |row| {
             Ok((
@@ -610,7 +647,7 @@ fn check_schema(conn: &Connection, table: &str) -> Result<()> {
             ))
         })
         .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-        .map_err(|e| map_err(e, Phase::Open))?;
+        .map_err(opening)?;
     let expected = [
         ("key", "TEXT", true),
         ("value", "BLOB", false),

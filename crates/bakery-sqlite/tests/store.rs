@@ -1,15 +1,17 @@
-//! SqliteStore against the contract MemoryStore defines, plus what only a
-//! SQLite file has: sharing, schema checks, corrupt rows, lock contention.
+//! What only SQLite has: the in-memory database, a differential run against
+//! MemoryStore, the pool, schema checks, corrupt rows, lock contention,
+//! files and directories. The contract itself is the conformance suite's
+//! (`cargo test -p bakery --test conformance -- sqlite::`), on a file.
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bakery_core::{
-    Bytes, Capabilities, DeleteOutcome, ErrorKind, Key, MemoryStore, PutOutcome, VersionedStore,
+    Bytes, Capabilities, DeleteOutcome, ErrorKind, Key, MemoryStore, Operation, PutOutcome, Sent,
+    VersionedStore,
 };
 use bakery_sqlite::{SqliteConfig, SqliteStore};
 
@@ -22,114 +24,23 @@ fn file_uri(path: &Path) -> String {
 }
 
 async fn file_store(dir: &tempfile::TempDir) -> SqliteStore {
-    SqliteStore::open(SqliteConfig::new(dir.path().join("bakery.db")))
-        .await
-        .unwrap()
+    file_store_at(&dir.path().join("bakery.db")).await
 }
 
-/// The whole row life cycle, as MemoryStore defines it.
-async fn life_cycle(store: &dyn VersionedStore) {
-    let k = key("seq/orders");
-    assert_eq!(store.get(&k).await.unwrap(), None);
-
-    // Create only if absent.
-    let v1 = store
-        .put_if_version(&k, None, "a".into())
-        .await
-        .unwrap()
-        .applied()
-        .expect("create applies");
-    assert_eq!(
-        (v1.key.as_str(), &v1.value[..], v1.version),
-        ("seq/orders", &b"a"[..], 1)
-    );
-    assert_eq!(store.get(&k).await.unwrap(), Some(v1.clone()));
-
-    // Create again: conflict carrying the current row.
-    assert_eq!(
-        store.put_if_version(&k, None, "x".into()).await.unwrap(),
-        PutOutcome::Conflict(Some(v1.clone()))
-    );
-
-    // Update at the right version.
-    let v2 = store
-        .put_if_version(&k, Some(1), "b".into())
-        .await
-        .unwrap()
-        .applied()
-        .expect("update applies");
-    assert_eq!((&v2.value[..], v2.version), (&b"b"[..], 2));
-
-    // Stale and future versions conflict with the current row; nothing changes.
-    for stale in [1, 3, u64::MAX] {
-        assert_eq!(
-            store
-                .put_if_version(&k, Some(stale), "x".into())
-                .await
-                .unwrap(),
-            PutOutcome::Conflict(Some(v2.clone())),
-            "expected {stale}"
-        );
+/// The conformance suite runs on a file; its compare-and-set cases run here
+/// on the in-memory database (one connection, a database of its own), a
+/// fresh one per case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_suite_cas_cases_pass_in_memory() {
+    let cases: Vec<_> = bakery_testkit::cases()
+        .into_iter()
+        .filter(|case| case.name.starts_with("cas::"))
+        .collect();
+    assert!(cases.len() > 5, "{cases:?}");
+    for case in cases {
+        let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
+        (case.run)(Arc::new(store)).await;
     }
-    assert_eq!(store.get(&k).await.unwrap(), Some(v2.clone()));
-
-    // Delete at a wrong version conflicts, at the right one deletes.
-    assert_eq!(
-        store.delete_if_version(&k, 1).await.unwrap(),
-        DeleteOutcome::Conflict(Some(v2.clone()))
-    );
-    assert_eq!(
-        store.delete_if_version(&k, 2).await.unwrap(),
-        DeleteOutcome::Deleted
-    );
-    assert_eq!(store.get(&k).await.unwrap(), None);
-
-    // A tombstone looks absent: deleting again or updating it conflicts with None.
-    assert_eq!(
-        store.delete_if_version(&k, 2).await.unwrap(),
-        DeleteOutcome::Conflict(None)
-    );
-    assert_eq!(
-        store.put_if_version(&k, Some(2), "x".into()).await.unwrap(),
-        PutOutcome::Conflict(None)
-    );
-
-    // Re-create continues above the tombstone: versions never repeat.
-    let v3 = store
-        .put_if_version(&k, None, "c".into())
-        .await
-        .unwrap()
-        .applied()
-        .expect("re-create applies");
-    assert_eq!((&v3.value[..], v3.version), (&b"c"[..], 3));
-
-    // Deleting an absent key conflicts with None; other keys are untouched.
-    let other = key("other");
-    assert_eq!(
-        store.delete_if_version(&other, 1).await.unwrap(),
-        DeleteOutcome::Conflict(None)
-    );
-    assert_eq!(store.get(&other).await.unwrap(), None);
-    assert_eq!(store.get(&k).await.unwrap(), Some(v3));
-}
-
-#[tokio::test]
-async fn life_cycle_on_a_file() {
-    let dir = tempfile::tempdir().unwrap();
-    life_cycle(&file_store(&dir).await).await;
-}
-
-#[tokio::test]
-async fn life_cycle_in_memory() {
-    for uri in ["sqlite::memory:", "sqlite://:memory:"] {
-        life_cycle(&SqliteStore::connect(uri).await.unwrap()).await;
-    }
-}
-
-#[tokio::test]
-async fn life_cycle_on_the_reference() {
-    // The same script passes on MemoryStore, so it states the contract.
-    life_cycle(&MemoryStore::new()).await;
 }
 
 /// A tiny deterministic generator, so the differential test needs no crate.
@@ -202,69 +113,6 @@ async fn matches_memory_store_on_random_operations() {
     );
     for k in &keys {
         assert_eq!(sqlite.get(k).await.unwrap(), memory.get(k).await.unwrap());
-    }
-}
-
-#[tokio::test]
-async fn empty_binary_and_large_values_round_trip() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = file_store(&dir).await;
-    let cases: Vec<(&str, Bytes)> = vec![
-        ("empty", Bytes::new()),
-        ("binary", Bytes::from((0..=255).collect::<Vec<u8>>())),
-        ("nul", Bytes::from_static(b"\0\0\0")),
-        ("large", Bytes::from(vec![0xAB; 1 << 20])),
-    ];
-    for (name, value) in cases {
-        let k = key(name);
-        let row = store
-            .put_if_version(&k, None, value.clone())
-            .await
-            .unwrap()
-            .applied()
-            .unwrap();
-        assert_eq!(row.value, value);
-        // An empty value is a live row, not a tombstone.
-        assert_eq!(
-            store.get(&k).await.unwrap().map(|r| r.value),
-            Some(value),
-            "{name}"
-        );
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_stores_on_one_file_race_to_exactly_800() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("race.db");
-    // Two stores: two separate connection pools, as two processes would have.
-    let stores: Vec<Arc<dyn VersionedStore>> = vec![
-        Arc::new(SqliteStore::open(SqliteConfig::new(&path)).await.unwrap()),
-        Arc::new(SqliteStore::connect(&file_uri(&path)).await.unwrap()),
-    ];
-    let k = key("counter");
-    let mut tasks = Vec::new();
-    for task in 0..8 {
-        let store = Arc::clone(&stores[task % 2]);
-        let k = k.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut written = Vec::new();
-            for _ in 0..100 {
-                written.push(common::increment(store.as_ref(), &k).await);
-            }
-            written
-        }));
-    }
-    let mut all = BTreeSet::new();
-    for task in tasks {
-        for n in task.await.unwrap() {
-            assert!(all.insert(n), "{n} was written twice");
-        }
-    }
-    assert_eq!(all, (1..=800).collect::<BTreeSet<u64>>());
-    for store in &stores {
-        let row = store.get(&k).await.unwrap().unwrap();
-        assert_eq!((common::number(&row.value), row.version), (800, 800));
     }
 }
 
@@ -349,8 +197,15 @@ async fn corrupt_rows_are_typed_errors_naming_the_key() {
                 .unwrap_err(),
             store.delete_if_version(&k, 1).await.unwrap_err(),
         ];
-        for err in errors {
+        let ops = [
+            Operation::Get,
+            Operation::Put,
+            Operation::Put,
+            Operation::Delete,
+        ];
+        for (err, op) in errors.into_iter().zip(ops) {
             assert_eq!(err.kind(), ErrorKind::Corrupt, "{k}: {err}");
+            assert_eq!(err.operation(), Some(op), "{k}: {err}");
             assert_eq!(err.backend(), "sqlite");
             assert!(err.message().contains(&format!("`{k}`")), "{err}");
         }
@@ -581,8 +436,12 @@ async fn a_held_write_lock_makes_writes_unavailable_not_reads() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(err.is_temporary() && !err.outcome_unknown());
+    assert_eq!(err.operation(), Some(Operation::Put), "{err}");
+    assert_eq!(err.sent(), Some(Sent::No), "{err}");
+    assert!(err.message().contains("nothing was applied"), "{err}");
     let err = store.delete_if_version(&k, 1).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(err.operation(), Some(Operation::Delete), "{err}");
     // WAL: readers are not blocked by the writer.
     assert_eq!(store.get(&k).await.unwrap(), Some(row));
     other.execute_batch("ROLLBACK").unwrap();
@@ -607,6 +466,7 @@ async fn a_file_that_is_not_a_database_is_corrupt() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
     assert_eq!(err.backend(), "sqlite");
+    assert_eq!(err.operation(), Some(Operation::Open), "{err}");
 }
 
 #[tokio::test]
@@ -664,11 +524,7 @@ async fn in_memory_databases_are_private_to_their_store() {
 
 #[tokio::test]
 async fn bad_uris_fail_before_touching_the_disk() {
-    for uri in [
-        "sqlite://",
-        "sqlite://x.db?nope=1",
-        "sqlite::memory:?pool_size=3",
-    ] {
+    for uri in ["sqlite://", "sqlite::memory:?pool_size=3"] {
         let err = SqliteStore::connect(uri).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Config, "{uri}");
     }
@@ -676,17 +532,4 @@ async fn bad_uris_fail_before_touching_the_disk() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Config);
-}
-
-/// `accept_data_loss`: the shared checks every backend passes (with
-/// `synchronous=normal`, the setting it unlocks).
-#[test]
-fn accept_data_loss_option() {
-    bakery_testkit::options::accept_data_loss("sqlite://a.db", |uri| {
-        let config = bakery_sqlite::SqliteConfig::from_uri(uri)?;
-        Ok(bakery_testkit::options::Parsed {
-            accept_data_loss: config.accept_data_loss(),
-            shown: None,
-        })
-    });
 }

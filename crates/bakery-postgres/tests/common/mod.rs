@@ -1,8 +1,13 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bakery_core::{ErrorKind, Key, PutOutcome, Row, VersionedStore};
+use bakery_postgres::PostgresStore;
 
 /// The server under test, from `BAKERY_POSTGRES_URI`. When it is unset a
 /// developer run prints why and skips (`None`); under `CI=true` it fails.
@@ -105,5 +110,236 @@ pub async fn drop_database(uri: &str, name: &str) {
     let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
     if let Err(e) = raw_client(uri).await.batch_execute(&sql).await {
         eprintln!("cleanup: {sql}: {e}");
+    }
+}
+
+pub fn key(k: &str) -> Key {
+    Key::new(k).unwrap()
+}
+
+/// Write `value` at `expected`, which must apply.
+pub async fn applied(store: &PostgresStore, k: &Key, expected: Option<u64>, value: &str) -> Row {
+    match store
+        .put_if_version(k, expected, value.to_string().into())
+        .await
+        .unwrap()
+    {
+        PutOutcome::Applied(row) => row,
+        other => panic!("expected Applied, got {other:?}"),
+    }
+}
+
+/// The stored row behind the API: `(value, version)`, tombstones included.
+pub async fn raw_row(
+    client: &tokio_postgres::Client,
+    table: &str,
+    k: &str,
+) -> Option<(Option<Vec<u8>>, Option<i64>)> {
+    client
+        .query_opt(
+            &format!("SELECT value, version FROM {table} WHERE key = $1"),
+            &[&k],
+        )
+        .await
+        .unwrap()
+        .map(|row| (row.get(0), row.get(1)))
+}
+
+/// `get`, retried while it is `Unavailable` (a pooled connection the
+/// server ended can be handed out once more; under SERIALIZABLE even a
+/// read can be a serialization failure's victim).
+pub async fn get_retrying(store: &PostgresStore, k: &Key) -> Option<Row> {
+    for _ in 0..100 {
+        match store.get(k).await {
+            Ok(row) => return row,
+            Err(e) if e.kind() == ErrorKind::Unavailable => {
+                eprintln!("get: {e}");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => panic!("get: {:?}: {e}", e.kind()),
+        }
+    }
+    panic!("get: Unavailable 100 times in a row")
+}
+
+/// What 8 tasks racing increments on one key met.
+#[derive(Debug, Default)]
+pub struct Race {
+    pub applied: u64,
+    pub conflicts: u64,
+    /// `Unavailable` errors (retried after a fresh read), and how many of
+    /// them were serialization failures (SQLSTATE 40001).
+    pub unavailable: u64,
+    pub serialization_failures: u64,
+}
+
+/// 8 tasks, each until it has applied `per_task` increments of one
+/// counter. Every applied row is `n + 1` at version `n + 1`, every conflict
+/// carries a strictly newer row (a conflict built from a snapshot older
+/// than the row the write waited for would hand back the presented version
+/// itself), the only error allowed is `Unavailable` (retried after a fresh
+/// read), and the counter ends at exactly `8 × per_task` (no lost update,
+/// no double apply).
+pub async fn race(store: Arc<PostgresStore>, k: Key, per_task: u64) -> Race {
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, k) = (store.clone(), k.clone());
+            tokio::spawn(async move {
+                let mut race = Race::default();
+                let mut current = get_retrying(&store, &k).await;
+                let mut done = 0;
+                let mut attempts = 0;
+                while done < per_task {
+                    attempts += 1;
+                    assert!(attempts < 100_000, "no progress: {race:?}");
+                    let n: u64 = current.as_ref().map_or(0, |row| {
+                        std::str::from_utf8(&row.value).unwrap().parse().unwrap()
+                    });
+                    let expected = current.as_ref().map(|row| row.version);
+                    match store
+                        .put_if_version(&k, expected, (n + 1).to_string().into())
+                        .await
+                    {
+                        Ok(PutOutcome::Applied(row)) => {
+                            assert_eq!(row.version, n + 1);
+                            race.applied += 1;
+                            done += 1;
+                            current = Some(row);
+                        }
+                        Ok(PutOutcome::Conflict(now)) => {
+                            let now = now.expect("the counter is never deleted");
+                            assert!(
+                                Some(now.version) > expected,
+                                "conflict at {expected:?} returned version {}",
+                                now.version
+                            );
+                            race.conflicts += 1;
+                            current = Some(now);
+                        }
+                        Err(e) if e.kind() == ErrorKind::Unavailable => {
+                            race.unavailable += 1;
+                            if e.message().contains("40001") {
+                                race.serialization_failures += 1;
+                            }
+                            current = get_retrying(&store, &k).await;
+                        }
+                        Err(e) => panic!("put_if_version under contention: {:?}: {e}", e.kind()),
+                    }
+                }
+                race
+            })
+        })
+        .collect();
+    let mut total = Race::default();
+    for task in tasks {
+        let race = task.await.unwrap();
+        total.applied += race.applied;
+        total.conflicts += race.conflicts;
+        total.unavailable += race.unavailable;
+        total.serialization_failures += race.serialization_failures;
+    }
+    let row = get_retrying(&store, &k).await.expect("the counter");
+    let expected = 8 * per_task;
+    assert_eq!(total.applied, expected);
+    assert_eq!(&row.value[..], expected.to_string().as_bytes(), "{total:?}");
+    assert_eq!(row.version, expected, "{total:?}");
+    total
+}
+
+/// The TCP address of the server of `uri` and the URI's driver config, or
+/// `None` (printed, naming `test`) when it is not on TCP.
+pub async fn tcp_target(uri: &str, test: &str) -> Option<(SocketAddr, tokio_postgres::Config)> {
+    let base: tokio_postgres::Config = uri.split('?').next().unwrap().parse().unwrap();
+    let target = match (&base.get_hosts()[0], base.get_ports().first()) {
+        (tokio_postgres::config::Host::Tcp(host), port) => {
+            tokio::net::lookup_host((host.as_str(), port.copied().unwrap_or(5432)))
+                .await
+                .unwrap()
+                .next()
+                .unwrap()
+        }
+        #[allow(unreachable_patterns)]
+        _ => {
+            eprintln!("{test}: skipped: the server is not on TCP");
+            return None;
+        }
+    };
+    Some((target, base))
+}
+
+/// A TCP relay on loopback that can hold what the client sends (a stalled
+/// network: nothing reaches the server, so no reply comes back) and cut
+/// every connection (the network gone).
+pub struct Relay {
+    pub addr: SocketAddr,
+    pub hold: Arc<AtomicBool>,
+    links: Arc<std::sync::Mutex<tokio::task::JoinSet<()>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    pub async fn start(target: SocketAddr) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hold = Arc::new(AtomicBool::new(false));
+        let links = Arc::new(std::sync::Mutex::new(tokio::task::JoinSet::new()));
+        let task = {
+            let (hold, links) = (hold.clone(), links.clone());
+            tokio::spawn(async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let Ok(server) = tokio::net::TcpStream::connect(target).await else {
+                        continue;
+                    };
+                    let hold = hold.clone();
+                    links.lock().unwrap().spawn(async move {
+                        let (cr, cw) = client.into_split();
+                        let (sr, sw) = server.into_split();
+                        tokio::join!(pump(cr, sw, Some(hold)), pump(sr, cw, None));
+                    });
+                }
+            })
+        };
+        Relay {
+            addr,
+            hold,
+            links,
+            task,
+        }
+    }
+
+    /// Drop every relayed connection: each client sees its stream end.
+    pub fn cut(&self) {
+        self.links.lock().unwrap().abort_all();
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.cut();
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    hold: Option<Arc<AtomicBool>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let Ok(n) = from.read(&mut buf).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        // A stalled network: hold the bytes (bounded by the test's life).
+        while hold.as_ref().is_some_and(|h| h.load(Ordering::Relaxed)) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
     }
 }

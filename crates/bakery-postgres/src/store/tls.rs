@@ -14,23 +14,21 @@ use rustls::{
 };
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::error::BACKEND;
+use crate::BACKEND;
 use crate::{PostgresConfig, RootCert, SslMode};
 
 /// The TLS connector for `config`. Reads the `sslrootcert` file, if any.
 pub(crate) fn connector(config: &PostgresConfig) -> Result<MakeRustlsConnect> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier: Arc<dyn ServerCertVerifier> = match (config.ssl_mode(), config.root_cert()) {
+        (SslMode::VerifyFull, Some(root)) => webpki(root, &provider)?,
         // libpq's `prefer` and `require` without a root: encryption only,
         // the certificate is not checked (`validate` refuses verify-* here).
-        (_, None) => Arc::new(NoCheck {
-            provider: provider.clone(),
-        }),
-        (SslMode::VerifyFull, Some(root)) => webpki(root, &provider)?,
         // `verify-ca`, and `require`/`prefer` with a root (as in libpq):
         // the chain must lead to the root; the host name is not checked.
-        (_, Some(root)) => Arc::new(ChainOnly {
-            inner: webpki(root, &provider)?,
+        (_, root) => Arc::new(Lenient {
+            chain: root.map(|root| webpki(root, &provider)).transpose()?,
+            provider: provider.clone(),
         }),
     };
     let tls = ClientConfig::builder_with_provider(provider)
@@ -68,24 +66,36 @@ fn webpki(root: &RootCert, provider: &Arc<CryptoProvider>) -> Result<Arc<WebPkiS
         .map_err(|e| Error::config(BACKEND, format!("TLS setup: {e}")))
 }
 
-/// Any certificate is accepted (libpq's `require` without a root), but the
-/// handshake signatures are still checked, so the session is at least bound
-/// to the certificate the server presented.
+/// libpq's checks short of `verify-full`. Without `chain` any certificate
+/// is accepted (`require` without a root); with it the chain is checked
+/// against the roots and a name mismatch is forgiven (`verify-ca`: webpki
+/// checks the chain before the name, so a name error means the chain was
+/// good). Either way the handshake signatures are checked, so the session
+/// is at least bound to the certificate the server presented.
 #[derive(Debug)]
-struct NoCheck {
+struct Lenient {
     provider: Arc<CryptoProvider>,
+    chain: Option<Arc<WebPkiServerVerifier>>,
 }
 
-impl ServerCertVerifier for NoCheck {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
     }
 
     fn verify_tls12_signature(
@@ -120,59 +130,5 @@ impl ServerCertVerifier for NoCheck {
         self.provider
             .signature_verification_algorithms
             .supported_schemes()
-    }
-}
-
-/// The chain is checked against the roots; a name mismatch is forgiven
-/// (libpq's `verify-ca`). webpki checks the chain before the name, so a
-/// name error means the chain was good.
-#[derive(Debug)]
-struct ChainOnly {
-    inner: Arc<WebPkiServerVerifier>,
-}
-
-impl ServerCertVerifier for ChainOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self.inner.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        ) {
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
     }
 }
