@@ -368,18 +368,7 @@ impl SqliteConfig {
                 ),
             ));
         }
-        if self.synchronous == Synchronous::Normal && !self.is_memory() {
-            bakery_core::durability::check(
-                BACKEND,
-                &[bakery_core::durability::Hazard::new(
-                    "synchronous",
-                    "normal",
-                    "in WAL mode a power loss or OS crash can undo the last commits",
-                    "synchronous=full, bakery's default",
-                )],
-                self.accept_data_loss,
-            )?;
-        }
+        crate::durability::check(self)?;
         if self.is_memory() && self.pool_size != 1 {
             return Err(Error::config(
                 BACKEND,

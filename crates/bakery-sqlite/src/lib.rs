@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod config;
+mod durability;
 mod error;
 mod store;
 
