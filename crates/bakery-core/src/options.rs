@@ -8,7 +8,8 @@
 //! - every option needs a value (`name=value`) and may appear once;
 //! - an unknown option is refused with the list of known ones;
 //! - numbers are plain decimal digits (no sign, no spaces);
-//! - booleans are `true` or `false` (any case);
+//! - booleans are `true` or `false`, and named values (enums) are read in
+//!   any case (the enum spells them in lowercase);
 //! - durations are whole milliseconds from 1 to [`MAX_MILLIS`] (one hour):
 //!   bakery never waits without a bound, so `0` is refused, not "none".
 //!
@@ -376,7 +377,8 @@ impl<'de> de::Deserializer<'de> for Value<'_> {
         _: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, OptionError> {
-        visitor.visit_enum(self.0.into_deserializer())
+        // Like booleans, named values are read in any case.
+        visitor.visit_enum(self.0.to_ascii_lowercase().into_deserializer())
     }
 
     serde::forward_to_deserialize_any! {
@@ -418,7 +420,7 @@ mod tests {
     fn reads_each_type() {
         let d: Demo = from_query(
             "demo",
-            Some("name=a%20b&count=7&flag=TRUE&mode=safe&timeout_ms=3600000"),
+            Some("name=a%20b&count=7&flag=TRUE&mode=Safe&timeout_ms=3600000"),
         )
         .unwrap();
         assert_eq!(d.name.as_deref(), Some("a b"));

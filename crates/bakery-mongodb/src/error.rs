@@ -3,58 +3,33 @@
 use std::fmt;
 use std::time::Duration;
 
-use bakery_core::{Error, ErrorKind};
+use bakery_core::error::one_line;
+use bakery_core::{Error, ErrorKind, Operation};
 use mongodb::error::{
     Error as DriverError, ErrorKind as DriverKind, WriteFailure, RETRYABLE_WRITE_ERROR,
     SYSTEM_OVERLOADED_ERROR,
 };
 
-/// The backend name carried by every error of this crate.
-pub(crate) const BACKEND: &str = "mongodb";
+use crate::BACKEND;
 
 /// MongoDB's duplicate key error: an insert met an existing `_id`.
 pub(crate) const DUPLICATE_KEY: i32 = 11000;
 
-/// Which call failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// Opening the store: parsing, connecting, checking the server.
-    Open,
-    /// `get`.
-    Get,
-    /// `put_if_version`.
-    Put,
-    /// `delete_if_version`.
-    Delete,
-}
-
-impl Op {
-    pub(crate) fn is_write(self) -> bool {
-        matches!(self, Op::Put | Op::Delete)
-    }
-}
-
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Op::Open => "open",
-            Op::Get => "get",
-            Op::Put => "put_if_version",
-            Op::Delete => "delete_if_version",
-        })
-    }
-}
-
-/// What the failed driver command was; it decides whether a lost reply
-/// leaves a write in doubt.
+/// What the failed driver command was; with the store call's
+/// [`Operation`] it decides whether a lost reply leaves a write in doubt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stage {
     /// Opening: parsing, server selection, `ping`, `createIndexes`.
     Connect,
     /// A read (`find`): nothing it does can change a row.
     Read,
-    /// A write command (`insert`, `findAndModify`, `update`).
+    /// A write command (`insert`, `findAndModify`, `update`) of
+    /// `put_if_version` or `delete_if_version`.
     Write,
+    /// A read after a write of the same call was sent and before its
+    /// outcome is known (the confirming read of `cas=insert`): whatever
+    /// fails, the write may or may not have applied.
+    Confirm,
 }
 
 /// Codes with which a primary refuses a write before executing it.
@@ -164,39 +139,50 @@ pub(crate) fn is_duplicate_key(e: &DriverError) -> bool {
     }
 }
 
-/// Map a driver error to a bakery error: the one mapper of this crate. The
-/// driver error is kept as `source()` only; the message is one line, never
-/// the URI or a password.
-pub(crate) fn map_err(e: DriverError, op: Op, stage: Stage) -> Error {
-    let kind = classify(&e, stage);
+/// Map a driver error of store call `op` at `stage` to a bakery error: the
+/// one mapper of this crate. The driver error is kept as `source()` only;
+/// the message is one line, never the URI or a password.
+pub(crate) fn map_err(e: DriverError, op: Operation, stage: Stage) -> Error {
     let detail = driver_message(&e);
-    Error::new(kind, BACKEND, describe(kind, op, &detail)).with_source(e)
+    let err = match stage {
+        Stage::Confirm => Error::in_doubt(
+            BACKEND,
+            op,
+            format!("a write was sent, then a read failed: {detail}"),
+        ),
+        _ => match classify(&e, stage) {
+            // Only a write command (`Stage::Write`, of a writing call) is
+            // classified `Unknown`.
+            ErrorKind::Unknown => Error::in_doubt(BACKEND, op, detail),
+            // Refused, or never sent.
+            kind @ (ErrorKind::Unavailable | ErrorKind::Config | ErrorKind::InvalidInput) => {
+                Error::not_sent(kind, BACKEND, op, detail)
+            }
+            kind => Error::new(kind, BACKEND, format!("{op} failed: {detail}")).during(op),
+        },
+    };
+    err.with_source(e)
 }
 
 /// The client-side deadline passed; `in_doubt`: a write of this call was
 /// sent and its outcome is not known.
-pub(crate) fn timed_out(op: Op, in_doubt: bool, limit: Duration) -> Error {
-    let kind = if in_doubt {
-        ErrorKind::Unknown
-    } else {
-        ErrorKind::Unavailable
-    };
+pub(crate) fn timed_out(op: Operation, in_doubt: bool, limit: Duration) -> Error {
     let detail = format!("no reply within {limit:?}");
-    Error::new(kind, BACKEND, describe(kind, op, &detail))
+    if in_doubt || !op.writes() {
+        Error::in_doubt(BACKEND, op, detail)
+    } else {
+        Error::not_sent(ErrorKind::Unavailable, BACKEND, op, detail)
+    }
 }
 
 /// An error raised after a write of this call was sent and before its
 /// outcome was known: whatever went wrong, the write may have applied.
-pub(crate) fn in_doubt(op: Op, e: Error) -> Error {
+pub(crate) fn in_doubt(op: Operation, e: Error) -> Error {
     if e.kind() == ErrorKind::Unknown {
         return e;
     }
-    let message = format!(
-        "{op}: a write was sent, then: {} ({}); the write may or may not have applied",
-        e.message(),
-        e.kind()
-    );
-    Error::new(ErrorKind::Unknown, BACKEND, message).with_source(e)
+    let detail = format!("a write was sent, then: {} ({})", e.message(), e.kind());
+    Error::in_doubt(BACKEND, op, detail).with_source(e)
 }
 
 /// A stored document of row `key` bakery cannot read; nothing was changed.
@@ -210,14 +196,6 @@ pub(crate) fn corrupt(
         BACKEND,
         format!("row `{key}`: document `{id}` in collection {collection}: {what}"),
     )
-}
-
-fn describe(kind: ErrorKind, op: Op, detail: &str) -> String {
-    match kind {
-        ErrorKind::Unknown => format!("{op}: {detail}; the write may or may not have applied"),
-        ErrorKind::Unavailable if op.is_write() => format!("{op}: {detail}; nothing was applied"),
-        _ => format!("{op}: {detail}"),
-    }
 }
 
 /// A driver error on one line: its kind, code and message, and its labels.
@@ -250,10 +228,6 @@ pub(crate) fn driver_message(e: &DriverError) -> String {
         out.push_str(&format!(" [labels: {}]", labels.join(", ")));
     }
     out
-}
-
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]
@@ -295,16 +269,19 @@ mod tests {
     #[test]
     fn timeouts_and_doubt() {
         let limit = Duration::from_millis(1500);
-        assert_eq!(timed_out(Op::Put, true, limit).kind(), ErrorKind::Unknown);
         assert_eq!(
-            timed_out(Op::Put, false, limit).kind(),
+            timed_out(Operation::Put, true, limit).kind(),
+            ErrorKind::Unknown
+        );
+        assert_eq!(
+            timed_out(Operation::Put, false, limit).kind(),
             ErrorKind::Unavailable
         );
         assert_eq!(
-            timed_out(Op::Get, false, limit).kind(),
+            timed_out(Operation::Get, false, limit).kind(),
             ErrorKind::Unavailable
         );
-        let err = timed_out(Op::Delete, true, limit);
+        let err = timed_out(Operation::Delete, true, limit);
         assert_eq!(err.backend(), "mongodb");
         assert!(err.message().contains("may or may not"), "{err}");
 
@@ -312,7 +289,7 @@ mod tests {
         let corrupt = corrupt("c", &key, "k", "field `ver` is a string");
         assert_eq!(corrupt.kind(), ErrorKind::Corrupt);
         assert!(corrupt.message().contains("row `k`"), "{corrupt}");
-        let doubt = in_doubt(Op::Put, corrupt);
+        let doubt = in_doubt(Operation::Put, corrupt);
         assert_eq!(doubt.kind(), ErrorKind::Unknown);
         assert!(doubt.message().contains("field `ver`"), "{doubt}");
         assert!(std::error::Error::source(&doubt).is_some());

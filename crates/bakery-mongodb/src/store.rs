@@ -1,6 +1,6 @@
 //! MongoStore: opening, the call wrapper (timeout, unknown outcomes,
 //! tracing), and the `update` strategy. The `insert` strategy is in
-//! `versions.rs`.
+//! `store/versions.rs`, the server's identification in `store/server.rs`.
 
 use std::fmt;
 use std::future::Future;
@@ -9,16 +9,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bakery_core::{
-    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result,
-    Row, Version, VersionedStore,
+    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, Operation, PutOutcome,
+    Result, Row, Version, VersionedStore,
 };
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{doc, Binary, Bson, Document};
 use mongodb::options::{CollectionOptions, ReadPreference, ReturnDocument};
 use mongodb::{Client, Collection, IndexModel};
 
-use crate::error::{self, is_duplicate_key, map_err, Op, Stage, BACKEND};
-use crate::{CasStrategy, MongoConfig, ServerInfo};
+use crate::error::{self, is_duplicate_key, map_err, Stage};
+use crate::{CasStrategy, MongoConfig, BACKEND};
+
+mod server;
+mod versions;
+
+pub use server::{ServerInfo, ServerKind};
 
 /// How many times one call re-runs when what it read disagrees with what
 /// its write saw (a concurrent writer between the two); then it gives up
@@ -52,12 +57,12 @@ pub(crate) struct Inner {
 /// One call in flight: which operation, and whether a write it sent may
 /// have applied without the call knowing yet.
 pub(crate) struct Call {
-    pub(crate) op: Op,
+    pub(crate) op: Operation,
     doubt: AtomicBool,
 }
 
 impl Call {
-    fn new(op: Op) -> Call {
+    fn new(op: Operation) -> Call {
         Call {
             op,
             doubt: AtomicBool::new(false),
@@ -79,9 +84,14 @@ impl Call {
         self.doubt.load(Ordering::Relaxed)
     }
 
-    /// Map a failed read.
+    /// Map a failed read (a write of this call may be in doubt).
     pub(crate) fn read_err(&self, e: mongodb::error::Error) -> Error {
-        map_err(e, self.op, Stage::Read)
+        let stage = if self.in_doubt() {
+            Stage::Confirm
+        } else {
+            Stage::Read
+        };
+        map_err(e, self.op, stage)
     }
 
     /// Map a failed write command; its outcome is then decided by the
@@ -110,18 +120,24 @@ impl MongoStore {
     /// acknowledged writes (without `accept_data_loss=true`) are
     /// [`ErrorKind::Config`].
     pub async fn open(config: MongoConfig) -> Result<Self> {
+        Self::open_checked(config)
+            .await
+            .map_err(|e| e.during(Operation::Open))
+    }
+
+    async fn open_checked(config: MongoConfig) -> Result<Self> {
+        const OP: Operation = Operation::Open;
         config.validate()?;
         let timeout = config.timeout();
         let options = match tokio::time::timeout(timeout, config.client_options()).await {
             Ok(options) => options?,
-            Err(_) => return Err(error::timed_out(Op::Open, false, timeout)),
+            Err(_) => return Err(error::timed_out(OP, false, timeout)),
         };
         let hosts: Vec<String> = options.hosts.iter().map(|host| host.to_string()).collect();
-        let client =
-            Client::with_options(options).map_err(|e| map_err(e, Op::Open, Stage::Connect))?;
+        let client = Client::with_options(options).map_err(|e| map_err(e, OP, Stage::Connect))?;
         let server = match tokio::time::timeout(timeout, identify(&client, &config, &hosts)).await {
             Ok(server) => server?,
-            Err(_) => return Err(error::timed_out(Op::Open, false, timeout)),
+            Err(_) => return Err(error::timed_out(OP, false, timeout)),
         };
         let strategy = server.strategy(config.cas(), config.allow_unproven_update())?;
         bakery_core::durability::check(
@@ -164,7 +180,7 @@ impl MongoStore {
         };
         match tokio::time::timeout(timeout, prepare).await {
             Ok(result) => result?,
-            Err(_) => return Err(error::timed_out(Op::Open, false, timeout)),
+            Err(_) => return Err(error::timed_out(OP, false, timeout)),
         }
         Ok(store)
     }
@@ -186,7 +202,7 @@ impl MongoStore {
             .find_one(filter)
             .projection(doc! {"_id": 1})
             .await
-            .map_err(|e| map_err(e, Op::Open, Stage::Read))?;
+            .map_err(|e| map_err(e, Operation::Open, Stage::Read))?;
         match found {
             None => Ok(()),
             Some(_) => Err(Error::config(
@@ -221,7 +237,7 @@ impl MongoStore {
             .coll
             .create_index(index)
             .await
-            .map_err(|e| map_err(e, Op::Open, Stage::Connect))?;
+            .map_err(|e| map_err(e, Operation::Open, Stage::Connect))?;
         Ok(())
     }
 
@@ -256,14 +272,14 @@ impl MongoStore {
         self.inner.config.collection()
     }
 
-    /// Run one call within the timeout; a failure while a write is in doubt
-    /// becomes [`ErrorKind::Unknown`].
+    /// Run one call within the timeout; every error names the call, and a
+    /// failure while a write is in doubt becomes [`ErrorKind::Unknown`].
     async fn bounded<T>(&self, call: &Call, f: impl Future<Output = Result<T>>) -> Result<T> {
         let limit = self.inner.config.timeout();
         match tokio::time::timeout(limit, f).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) if call.in_doubt() => Err(error::in_doubt(call.op, e)),
-            Ok(Err(e)) => Err(e),
+            Ok(Err(e)) => Err(e.during(call.op)),
             Err(_) => Err(error::timed_out(call.op, call.in_doubt(), limit)),
         }
     }
@@ -466,7 +482,7 @@ impl VersionedStore for MongoStore {
         fields(backend = BACKEND, op = "get", key = %key, cas = %self.strategy())
     )]
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
-        let call = Call::new(Op::Get);
+        let call = Call::new(Operation::Get);
         self.bounded(&call, async {
             match self.strategy() {
                 CasStrategy::Update => Ok(self.u_read(&call, key).await?.and_then(|s| s.live(key))),
@@ -488,7 +504,7 @@ impl VersionedStore for MongoStore {
         expected: Option<Version>,
         value: Bytes,
     ) -> Result<PutOutcome> {
-        let call = Call::new(Op::Put);
+        let call = Call::new(Operation::Put);
         self.bounded(&call, async {
             match self.strategy() {
                 CasStrategy::Update => self.u_put(&call, key, expected, value).await,
@@ -505,7 +521,7 @@ impl VersionedStore for MongoStore {
         fields(backend = BACKEND, op = "delete_if_version", key = %key, expected, cas = %self.strategy())
     )]
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
-        let call = Call::new(Op::Delete);
+        let call = Call::new(Operation::Delete);
         self.bounded(&call, async {
             match self.strategy() {
                 CasStrategy::Update => self.u_delete(&call, key, expected).await,
@@ -648,13 +664,12 @@ pub(crate) fn exhausted(key: &Key) -> Error {
     )
 }
 
-pub(crate) fn lost_races(op: Op, key: &Key) -> Error {
-    Error::new(
+pub(crate) fn lost_races(op: Operation, key: &Key) -> Error {
+    Error::not_sent(
         ErrorKind::Unavailable,
         BACKEND,
-        format!(
-            "{op} on row `{key}` met a concurrent writer {MAX_ATTEMPTS} times in a row; nothing was applied, retry"
-        ),
+        op,
+        format!("row `{key}` met a concurrent writer {MAX_ATTEMPTS} times in a row; retry"),
     )
 }
 
@@ -697,6 +712,6 @@ fn answer(reply: mongodb::error::Result<Document>) -> Result<Document> {
         Err(e) if matches!(&*e.kind, mongodb::error::ErrorKind::Command(c) if matches!(c.code, 13 | 59)) => {
             Ok(Document::new())
         }
-        Err(e) => Err(map_err(e, Op::Open, Stage::Connect)),
+        Err(e) => Err(map_err(e, Operation::Open, Stage::Connect)),
     }
 }

@@ -6,7 +6,7 @@
 //! function), so every rule is unit-tested without a server.
 
 use bakery_core::durability::Hazard;
-use bakery_core::Result;
+use bakery_core::{Operation, Result};
 use redis::aio::ConnectionManager;
 use redis::{RedisError, Value};
 
@@ -212,7 +212,7 @@ pub(crate) async fn inspect(conn: &mut ConnectionManager) -> Result<Settings> {
             tracing::debug!(error = %e, "CONFIG GET refused; reading INFO instead");
             settings.config_refused = Some(e.code().unwrap_or("error").to_string());
         }
-        Err(e) => return Err(map_err(e.into(), Phase::Connect, "CONFIG GET", None)),
+        Err(e) => return Err(map_err(e.into(), Operation::Open, Phase::Connect, None)),
     }
     let info: Result<String, RedisError> = redis::cmd("INFO").query_async(conn).await;
     match info {
@@ -220,7 +220,7 @@ pub(crate) async fn inspect(conn: &mut ConnectionManager) -> Result<Settings> {
         Err(e) if is_refused_command(&e) => {
             tracing::debug!(error = %e, "INFO refused");
         }
-        Err(e) => return Err(map_err(e.into(), Phase::Connect, "INFO", None)),
+        Err(e) => return Err(map_err(e.into(), Operation::Open, Phase::Connect, None)),
     }
     tracing::debug!(?settings, "durability settings");
     Ok(settings)

@@ -3,14 +3,14 @@
 use std::fmt;
 use std::time::Duration;
 
-use bakery_core::{Error, ErrorKind, Key};
+use bakery_core::error::cause_chain;
+use bakery_core::{Error, ErrorKind, Key, Operation};
 use redis::{ErrorKind as RedisKind, RedisError, ServerErrorKind};
 
-/// The backend name carried by every error of this crate.
-pub(crate) const BACKEND: &str = "redis";
+use crate::BACKEND;
 
-/// Where in a call a failure happened; it decides whether the call may have
-/// applied.
+/// Where in a store call a failure happened; with the call's [`Operation`]
+/// it decides whether the call may have applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
     /// Connecting, authenticating, selecting the database, loading scripts.
@@ -18,8 +18,9 @@ pub(crate) enum Phase {
     /// A read that changes nothing: `get`, or the `WATCH`/`HMGET` step of a
     /// transaction (nothing of the write has been sent yet).
     Read,
-    /// A write has been (or may have been) sent: the `EVALSHA` of the script
-    /// strategy, the `MULTI … EXEC` of the watch strategy.
+    /// A write of `put_if_version` or `delete_if_version` has been (or may
+    /// have been) sent: the `EVALSHA` of the script strategy, the
+    /// `MULTI … EXEC` of the watch strategy.
     Write,
 }
 
@@ -68,7 +69,7 @@ const CONFIG_CODES: &[&str] = &["NOAUTH", "WRONGPASS", "NOPERM"];
 /// one primary, not to a cluster.
 const CLUSTER_CODES: &[&str] = &["MOVED", "ASK", "CROSSSLOT"];
 
-/// Map a failure in `phase` of `op` on `key` to a bakery error.
+/// Map a failure of store call `op`, in `phase`, on `key` to a bakery error.
 ///
 /// - Connection refused (nothing was sent) → `Unavailable` in every phase.
 /// - I/O errors, a dropped connection, a garbled reply or our timeout →
@@ -83,38 +84,21 @@ const CLUSTER_CODES: &[&str] = &["MOVED", "ASK", "CROSSSLOT"];
 ///
 /// The driver error is kept as the `source()` only; it never carries the
 /// password.
-pub(crate) fn map_err(failure: Failure, phase: Phase, op: &str, key: Option<&Key>) -> Error {
-    let what = match key {
-        Some(key) => format!("{op} of key `{key}`"),
-        None => op.to_string(),
-    };
+pub(crate) fn map_err(failure: Failure, op: Operation, phase: Phase, key: Option<&Key>) -> Error {
+    let subject = key.map(|key| format!("key `{key}`: ")).unwrap_or_default();
     let e = match failure {
         Failure::Timeout(after) => {
-            return match phase {
-                Phase::Write => Error::new(
-                    ErrorKind::Unknown,
-                    BACKEND,
-                    format!(
-                        "{what}: no reply within {after:?}; the write may or may not have applied"
-                    ),
-                ),
-                Phase::Read | Phase::Connect => Error::new(
-                    ErrorKind::Unavailable,
-                    BACKEND,
-                    format!("{what}: no reply within {after:?} ({phase}); nothing was applied"),
-                ),
-            }
+            return reply_lost(
+                op,
+                phase,
+                format!("{subject}no reply within {after:?} ({phase})"),
+            )
         }
         Failure::Redis(e) => e,
     };
     let code = server_code(&e);
     let code = code.as_deref();
-    let lost = |e: &RedisError| match phase {
-        // Nothing of a write can have been sent yet.
-        Phase::Connect | Phase::Read => ErrorKind::Unavailable,
-        Phase::Write if e.is_connection_refusal() => ErrorKind::Unavailable,
-        Phase::Write => ErrorKind::Unknown,
-    };
+    let detail = cause_chain(&e);
     // A TLS handshake that fails on the certificate will fail the same way
     // next time: a configuration problem (CA, host name), not an outage.
     let bad_certificate =
@@ -122,7 +106,10 @@ pub(crate) fn map_err(failure: Failure, phase: Phase, op: &str, key: Option<&Key
     let kind = match e.kind() {
         _ if e.is_connection_refusal() => ErrorKind::Unavailable,
         _ if bad_certificate => ErrorKind::Config,
-        RedisKind::Io | RedisKind::Parse => lost(&e),
+        RedisKind::Io | RedisKind::Parse => {
+            let detail = format!("{subject}connection lost ({phase}): {detail}");
+            return reply_lost(op, phase, detail).with_source(e);
+        }
         RedisKind::AuthenticationFailed | RedisKind::InvalidClientConfig => ErrorKind::Config,
         RedisKind::Server(ServerErrorKind::BusyLoading)
         | RedisKind::Server(ServerErrorKind::TryAgain)
@@ -146,30 +133,47 @@ pub(crate) fn map_err(failure: Failure, phase: Phase, op: &str, key: Option<&Key
             _ => ErrorKind::Internal,
         },
     };
-    let message = match kind {
-        ErrorKind::Unknown => {
-            format!("{what}: connection lost after the write was sent, it may or may not have applied: {e}")
-        }
+    let detail = match kind {
         ErrorKind::Unavailable if phase == Phase::Connect => {
-            format!("cannot reach the server: {e}")
+            format!("cannot reach the server: {detail}")
         }
-        ErrorKind::Unavailable => format!("{what}: refused or not sent, nothing was applied: {e}"),
+        ErrorKind::Unavailable => format!("{subject}refused or not sent ({phase}): {detail}"),
         ErrorKind::Corrupt => match key {
             Some(key) => format!(
-                "key `{key}` holds a Redis value that is not a bakery hash (expected a HASH with fields `v` and `ver`): {e}"
+                "key `{key}` holds a Redis value that is not a bakery hash (expected a HASH with fields `v` and `ver`): {detail}"
             ),
-            None => format!("{what}: {e}"),
+            None => detail,
         },
         ErrorKind::Config if CLUSTER_CODES.contains(&code.unwrap_or("")) => format!(
-            "{what}: the server is a Redis Cluster node; bakery-redis needs a single primary: {e}"
+            "{subject}the server is a Redis Cluster node; bakery-redis needs a single primary: {detail}"
         ),
         ErrorKind::Config if bad_certificate => format!(
-            "TLS handshake failed: the server's certificate is not trusted for this host (a private CA needs the option `ca_file`): {e}"
+            "TLS handshake failed: the server's certificate is not trusted for this host (a private CA needs the option `ca_file`): {detail}"
         ),
-        ErrorKind::Config => format!("{what}: rejected ({phase}), check the credentials, permissions and database: {e}"),
-        _ => format!("{what} ({phase}): {e}"),
+        ErrorKind::Config => format!("{subject}rejected ({phase}), check the credentials, permissions and database: {detail}"),
+        _ => format!("{subject}{phase}: {detail}"),
     };
-    Error::new(kind, BACKEND, message).with_source(e)
+    let err = match kind {
+        // An error reply to a script or a transaction does not say what of
+        // it ran before the error.
+        ErrorKind::Internal => {
+            Error::new(kind, BACKEND, format!("{op} failed: {detail}")).during(op)
+        }
+        // Any other error reply refused the command before it took effect.
+        _ => Error::not_sent(kind, BACKEND, op, detail),
+    };
+    err.with_source(e)
+}
+
+/// No usable reply came: a write that may be on the wire ([`Phase::Write`])
+/// is in doubt; a call that writes nothing failed; a write that was not
+/// sent yet (its read step, its connection) applied nothing.
+fn reply_lost(op: Operation, phase: Phase, detail: String) -> Error {
+    if phase == Phase::Write || !op.writes() {
+        Error::in_doubt(BACKEND, op, detail)
+    } else {
+        Error::not_sent(ErrorKind::Unavailable, BACKEND, op, detail)
+    }
 }
 
 /// The error code of a server reply. For a pipeline or a transaction it is
@@ -232,6 +236,7 @@ pub(crate) fn unexpected(what: &str, reply: impl fmt::Debug) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bakery_core::Sent;
     use std::io;
 
     fn server(code: &str, detail: &str) -> RedisError {
@@ -251,8 +256,8 @@ mod tests {
         for phase in [Phase::Connect, Phase::Read, Phase::Write] {
             let err = map_err(
                 io(io::ErrorKind::ConnectionRefused).into(),
+                Operation::Put,
                 phase,
-                "put",
                 Some(&key()),
             );
             assert_eq!(err.kind(), ErrorKind::Unavailable, "{phase}");
@@ -268,23 +273,29 @@ mod tests {
             io::ErrorKind::UnexpectedEof,
             io::ErrorKind::TimedOut,
         ] {
-            let write = map_err(io(kind).into(), Phase::Write, "put", Some(&key()));
+            let write = map_err(io(kind).into(), Operation::Put, Phase::Write, Some(&key()));
             assert_eq!(write.kind(), ErrorKind::Unknown, "{kind:?}");
             assert!(write.message().contains("may or may not"), "{write}");
-            let read = map_err(io(kind).into(), Phase::Read, "get", Some(&key()));
+            assert_eq!(write.operation(), Some(Operation::Put));
+            assert_eq!(write.sent(), Some(Sent::Maybe));
+            // The read step of a write: nothing of the write was sent.
+            let read_step = map_err(io(kind).into(), Operation::Put, Phase::Read, Some(&key()));
+            assert_eq!(read_step.kind(), ErrorKind::Unavailable, "{kind:?}");
+            assert!(read_step.message().contains("nothing was applied"));
+            let read = map_err(io(kind).into(), Operation::Get, Phase::Read, Some(&key()));
             assert_eq!(read.kind(), ErrorKind::Unavailable, "{kind:?}");
         }
         let t = Duration::from_millis(5);
         assert_eq!(
-            map_err(Failure::Timeout(t), Phase::Write, "put", None).kind(),
+            map_err(Failure::Timeout(t), Operation::Put, Phase::Write, None).kind(),
             ErrorKind::Unknown
         );
         assert_eq!(
-            map_err(Failure::Timeout(t), Phase::Read, "get", None).kind(),
+            map_err(Failure::Timeout(t), Operation::Get, Phase::Read, None).kind(),
             ErrorKind::Unavailable
         );
         assert_eq!(
-            map_err(Failure::Timeout(t), Phase::Connect, "connect", None).kind(),
+            map_err(Failure::Timeout(t), Operation::Open, Phase::Connect, None).kind(),
             ErrorKind::Unavailable
         );
     }
@@ -340,7 +351,12 @@ mod tests {
         ];
         for (code, detail, kind) in cases {
             for phase in [Phase::Read, Phase::Write] {
-                let err = map_err(server(code, detail).into(), phase, "put", Some(&key()));
+                let err = map_err(
+                    server(code, detail).into(),
+                    Operation::Put,
+                    phase,
+                    Some(&key()),
+                );
                 assert_eq!(err.kind(), kind, "{code} {phase}");
                 assert_eq!(err.backend(), "redis");
                 assert!(std::error::Error::source(&err).is_some());
@@ -348,15 +364,15 @@ mod tests {
         }
         let err = map_err(
             server("WRONGTYPE", "x").into(),
+            Operation::Get,
             Phase::Read,
-            "get",
             Some(&key()),
         );
         assert!(err.message().contains("`k`"), "{err}");
         let err = map_err(
             server("ERR", "DB index is out of range").into(),
+            Operation::Open,
             Phase::Connect,
-            "connect",
             None,
         );
         assert_eq!(err.kind(), ErrorKind::Config);

@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bakery_core::{Key, Result, Watch, WatchSender};
+use bakery_core::{Key, Operation, Result, Watch, WatchSender};
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use crate::error::{map_err, Failure, Phase};
+use crate::error::{map_err, Phase};
 
 /// The pub/sub connection of one store. Dropping it (with the store) ends
 /// its task and closes the connection.
@@ -112,7 +112,7 @@ impl Subscriber {
         if !channels.contains_key(channel) {
             sink.subscribe(channel)
                 .await
-                .map_err(|e| map_err(Failure::Redis(e), Phase::Read, "watch", Some(key)))?;
+                .map_err(|e| map_err(e.into(), Operation::Watch, Phase::Read, Some(key)))?;
         }
         let (sender, watch) = Watch::channel();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);

@@ -6,22 +6,25 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bakery_core::{
-    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result,
-    Row, Version, VersionedStore, Watch,
+    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, Operation, PutOutcome,
+    Result, Row, Version, VersionedStore, Watch,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use tracing::Instrument;
 
 use crate::durability;
-use crate::error::{map_err, unexpected, Failure, Phase, BACKEND};
+use crate::error::{map_err, unexpected, Failure, Phase};
 use crate::notify::{Listener, Subscriber};
-use crate::pool::{Lease, Pool};
-use crate::scripts::{
+use crate::{CasStrategy, RedisConfig, BACKEND};
+use pool::{Lease, Pool};
+use scripts::{
     decode, exhausted, expected_arg, next_version, parse_version, script_reply, ScriptReply,
     Scripts, Stored, FIELD_VALUE, FIELD_VERSION,
 };
-use crate::{CasStrategy, RedisConfig};
+
+mod pool;
+mod scripts;
 
 /// How often the watch strategy retries a transaction whose `EXEC` aborted
 /// although the re-read row still matched (a foreign write that did not
@@ -108,7 +111,8 @@ impl RedisStore {
     /// replica, …) unless `accept_data_loss` is set (crate docs,
     /// "Durability").
     pub async fn open(config: RedisConfig) -> Result<RedisStore> {
-        config.validate()?;
+        const OP: Operation = Operation::Open;
+        config.validate().map_err(|e| e.during(OP))?;
         let span = tracing::debug_span!(
             "redis.open",
             backend = BACKEND,
@@ -130,7 +134,7 @@ impl RedisStore {
             let shared = client
                 .get_connection_manager_with_config(manager_config)
                 .await
-                .map_err(|e| map_err(e.into(), Phase::Connect, "connect", None))?;
+                .map_err(|e| map_err(e.into(), OP, Phase::Connect, None))?;
             // Refuse a server that can forget what it acknowledged, before
             // anything is written (crate docs, "Durability").
             let settings = durability::inspect(&mut shared.clone()).await?;
@@ -146,7 +150,7 @@ impl RedisStore {
                             .prepare_invoke()
                             .load_async(&mut conn)
                             .await
-                            .map_err(|e| map_err(e.into(), Phase::Connect, "SCRIPT LOAD", None))?;
+                            .map_err(|e| map_err(e.into(), OP, Phase::Connect, None))?;
                     }
                     None
                 }
@@ -158,7 +162,7 @@ impl RedisStore {
                     let first = pool
                         .connect()
                         .await
-                        .map_err(|e| map_err(e.into(), Phase::Connect, "connect", None))?;
+                        .map_err(|e| map_err(e.into(), OP, Phase::Connect, None))?;
                     pool.put_idle(first);
                     Some(pool)
                 }
@@ -168,7 +172,8 @@ impl RedisStore {
         let (shared, scripts, pool, client, durable) = tokio::time::timeout(timeout, open)
             .instrument(span.clone())
             .await
-            .map_err(|_| map_err(Failure::Timeout(timeout), Phase::Connect, "connect", None))??;
+            .map_err(|_| map_err(Failure::Timeout(timeout), OP, Phase::Connect, None))?
+            .map_err(|e| e.during(OP))?;
         tracing::debug!(parent: &span, "connected");
         Ok(RedisStore {
             inner: Arc::new(Inner {
@@ -228,33 +233,34 @@ impl RedisStore {
             .client
             .get_async_pubsub()
             .await
-            .map_err(|e| map_err(e.into(), Phase::Connect, "watch", None))?;
+            .map_err(|e| map_err(e.into(), Operation::Watch, Phase::Connect, None))?;
         let listener = Listener::start(pubsub, self.inner.config.timeout());
         let subscriber = listener.live();
         *slot = Some(listener);
         subscriber.ok_or_else(pubsub_closed)
     }
 
-    /// Run `op` under the configured timeout. `sent` is raised by `op` once
-    /// a write may be on the wire: a timeout after that is `Unknown`,
-    /// before it `Unavailable`.
+    /// Run `call`, the store call `op`, under the configured timeout; every
+    /// error it returns names `op`. `sent` is raised by `call` once a write
+    /// may be on the wire: a timeout after that is `Unknown`, before it
+    /// `Unavailable`.
     async fn bounded<T>(
         &self,
-        name: &str,
+        op: Operation,
         key: &Key,
         sent: &AtomicBool,
-        op: impl Future<Output = Result<T>>,
+        call: impl Future<Output = Result<T>>,
     ) -> Result<T> {
         let timeout = self.inner.config.timeout();
-        match tokio::time::timeout(timeout, op).await {
-            Ok(result) => result,
+        match tokio::time::timeout(timeout, call).await {
+            Ok(result) => result.map_err(|e| e.during(op)),
             Err(_) => {
                 let phase = if sent.load(Ordering::SeqCst) {
                     Phase::Write
                 } else {
                     Phase::Read
                 };
-                Err(map_err(Failure::Timeout(timeout), phase, name, Some(key)))
+                Err(map_err(Failure::Timeout(timeout), op, phase, Some(key)))
             }
         }
     }
@@ -305,7 +311,7 @@ impl RedisStore {
         let reply: redis::Value = self
             .on_shared(|mut conn| async move { invocation.invoke_async(&mut conn).await })
             .await
-            .map_err(|e| map_err(e.into(), Phase::Write, "put_if_version", Some(key)))?;
+            .map_err(|e| map_err(e.into(), Operation::Put, Phase::Write, Some(key)))?;
         match script_reply(reply)? {
             ScriptReply::Applied(old) => {
                 let old = old.map(|raw| parse_version(key, full, &raw)).transpose()?;
@@ -341,7 +347,7 @@ impl RedisStore {
         let reply: redis::Value = self
             .on_shared(|mut conn| async move { invocation.invoke_async(&mut conn).await })
             .await
-            .map_err(|e| map_err(e.into(), Phase::Write, "delete_if_version", Some(key)))?;
+            .map_err(|e| map_err(e.into(), Operation::Delete, Phase::Write, Some(key)))?;
         match script_reply(reply)? {
             ScriptReply::Applied(_) => {
                 tracing::debug!("deleted");
@@ -367,7 +373,7 @@ impl RedisStore {
         lease: &mut Lease<'_>,
         key: &Key,
         full: &str,
-        op: &str,
+        op: Operation,
     ) -> Result<Option<Stored>> {
         let mut pipe = redis::pipe();
         pipe.cmd("UNWATCH")
@@ -390,12 +396,12 @@ impl RedisStore {
                 lease
                     .reconnect()
                     .await
-                    .map_err(|e| map_err(e.into(), Phase::Read, op, Some(key)))?;
+                    .map_err(|e| map_err(e.into(), op, Phase::Read, Some(key)))?;
                 pipe.query_async(lease.conn().map_err(|e| internal(op, e))?)
                     .await
-                    .map_err(|e| map_err(e.into(), Phase::Read, op, Some(key)))?
+                    .map_err(|e| map_err(e.into(), op, Phase::Read, Some(key)))?
             }
-            Err(e) => return Err(map_err(e.into(), Phase::Read, op, Some(key))),
+            Err(e) => return Err(map_err(e.into(), op, Phase::Read, Some(key))),
         };
         decode(key, full, v, ver)
     }
@@ -408,12 +414,12 @@ impl RedisStore {
         value: Bytes,
         sent: &AtomicBool,
     ) -> Result<PutOutcome> {
-        const OP: &str = "put_if_version";
+        const OP: Operation = Operation::Put;
         let mut lease = self
             .pool()?
             .checkout()
             .await
-            .map_err(|e| map_err(e.into(), Phase::Read, OP, Some(key)))?;
+            .map_err(|e| map_err(e.into(), OP, Phase::Read, Some(key)))?;
         for round in 1..=MAX_WATCH_ROUNDS {
             let stored = self.watch_read(&mut lease, key, full, OP).await?;
             let current = stored.as_ref().and_then(|s| s.live(key));
@@ -438,7 +444,7 @@ impl RedisStore {
             let exec: Option<(i64, i64)> = tx
                 .query_async(lease.conn().map_err(|e| internal(OP, e))?)
                 .await
-                .map_err(|e| map_err(e.into(), Phase::Write, OP, Some(key)))?;
+                .map_err(|e| map_err(e.into(), OP, Phase::Write, Some(key)))?;
             match exec {
                 Some((_, new)) => {
                     if u64::try_from(new).ok() != Some(version) {
@@ -478,12 +484,12 @@ impl RedisStore {
         expected: Version,
         sent: &AtomicBool,
     ) -> Result<DeleteOutcome> {
-        const OP: &str = "delete_if_version";
+        const OP: Operation = Operation::Delete;
         let mut lease = self
             .pool()?
             .checkout()
             .await
-            .map_err(|e| map_err(e.into(), Phase::Read, OP, Some(key)))?;
+            .map_err(|e| map_err(e.into(), OP, Phase::Read, Some(key)))?;
         for round in 1..=MAX_WATCH_ROUNDS {
             let stored = self.watch_read(&mut lease, key, full, OP).await?;
             let current = stored.as_ref().and_then(|s| s.live(key));
@@ -498,7 +504,7 @@ impl RedisStore {
             let exec: Option<(i64,)> = tx
                 .query_async(lease.conn().map_err(|e| internal(OP, e))?)
                 .await
-                .map_err(|e| map_err(e.into(), Phase::Write, OP, Some(key)))?;
+                .map_err(|e| map_err(e.into(), OP, Phase::Write, Some(key)))?;
             if exec.is_some() {
                 lease.release_clean();
                 tracing::debug!(round, "deleted");
@@ -525,25 +531,29 @@ fn corrupt_reply(key: &Key, full: &str, v: Option<Vec<u8>>, ver: Option<Vec<u8>>
 }
 
 fn pubsub_closed() -> Error {
-    Error::new(
+    Error::not_sent(
         ErrorKind::Unavailable,
         BACKEND,
-        "watch: the pub/sub connection closed as it opened; poll instead",
+        Operation::Watch,
+        "the pub/sub connection closed as it opened; poll instead",
     )
 }
 
-fn gave_up(key: &Key, op: &str) -> Error {
-    Error::new(
+fn gave_up(key: &Key, op: Operation) -> Error {
+    Error::not_sent(
         ErrorKind::Unavailable,
         BACKEND,
+        op,
         format!(
-            "{op} of key `{key}`: EXEC aborted {MAX_WATCH_ROUNDS} times although the row did not change (foreign writes to the hash?); nothing was applied"
+            "key `{key}`: EXEC aborted {MAX_WATCH_ROUNDS} times although the row did not change (foreign writes to the hash?)"
         ),
     )
 }
 
-fn internal(op: &str, e: redis::RedisError) -> Error {
-    Error::new(ErrorKind::Internal, BACKEND, format!("{op}: {e}")).with_source(e)
+fn internal(op: Operation, e: redis::RedisError) -> Error {
+    Error::new(ErrorKind::Internal, BACKEND, format!("{op} failed: {e}"))
+        .during(op)
+        .with_source(e)
 }
 
 /// The driver client for `config`: plain TCP or TLS (with an optional CA).
@@ -643,14 +653,14 @@ impl VersionedStore for RedisStore {
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
         let full = self.redis_key(key);
         let sent = AtomicBool::new(false);
-        self.bounded("get", key, &sent, async {
+        self.bounded(Operation::Get, key, &sent, async {
             let mut hmget = redis::cmd("HMGET");
             hmget.arg(&full).arg(FIELD_VALUE).arg(FIELD_VERSION);
             let hmget = &hmget;
             let (v, ver): (Option<Vec<u8>>, Option<Vec<u8>>) = self
                 .on_shared(|mut conn| async move { hmget.query_async(&mut conn).await })
                 .await
-                .map_err(|e| map_err(e.into(), Phase::Read, "get", Some(key)))?;
+                .map_err(|e| map_err(e.into(), Operation::Get, Phase::Read, Some(key)))?;
             Ok(decode(key, &full, v, ver)?.and_then(|s| s.live(key)))
         })
         .await
@@ -680,11 +690,11 @@ impl VersionedStore for RedisStore {
         match self.strategy() {
             CasStrategy::Script => {
                 let op = self.script_put(key, &full, expected, value, &sent);
-                self.bounded("put_if_version", key, &sent, op).await
+                self.bounded(Operation::Put, key, &sent, op).await
             }
             CasStrategy::Watch => {
                 let op = self.watch_put(key, &full, expected, value, &sent);
-                self.bounded("put_if_version", key, &sent, op).await
+                self.bounded(Operation::Put, key, &sent, op).await
             }
         }
     }
@@ -707,11 +717,11 @@ impl VersionedStore for RedisStore {
         match self.strategy() {
             CasStrategy::Script => {
                 let op = self.script_delete(key, &full, expected, &sent);
-                self.bounded("delete_if_version", key, &sent, op).await
+                self.bounded(Operation::Delete, key, &sent, op).await
             }
             CasStrategy::Watch => {
                 let op = self.watch_delete(key, &full, expected, &sent);
-                self.bounded("delete_if_version", key, &sent, op).await
+                self.bounded(Operation::Delete, key, &sent, op).await
             }
         }
     }
@@ -729,7 +739,7 @@ impl VersionedStore for RedisStore {
     async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
         let channel = self.redis_key(key);
         let sent = AtomicBool::new(false);
-        self.bounded("watch", key, &sent, async {
+        self.bounded(Operation::Watch, key, &sent, async {
             // A connection can die between the lookup and the
             // registration: then the second round opens a new one.
             for _ in 0..2 {
@@ -757,7 +767,7 @@ impl VersionedStore for RedisStore {
     async fn notify(&self, key: &Key) -> Result<()> {
         let channel = self.redis_key(key);
         let sent = AtomicBool::new(false);
-        self.bounded("notify", key, &sent, async {
+        self.bounded(Operation::Notify, key, &sent, async {
             let mut publish = redis::cmd("PUBLISH");
             publish.arg(&channel).arg("");
             let publish = &publish;
@@ -773,7 +783,7 @@ impl VersionedStore for RedisStore {
                 }
                 other => other,
             }
-            .map_err(|e| map_err(e.into(), Phase::Read, "notify", Some(key)))?;
+            .map_err(|e| map_err(e.into(), Operation::Notify, Phase::Read, Some(key)))?;
             tracing::debug!(receivers, "published");
             Ok(())
         })

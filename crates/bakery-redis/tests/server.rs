@@ -1,163 +1,61 @@
 //! RedisStore against a real server (`BAKERY_REDIS_URI`), with both CAS
-//! strategies: the contract MemoryStore defines, races, the key layout,
-//! foreign data, credentials and lost replies.
+//! strategies: what only Redis has — the key layout, the strategies side by
+//! side, the watch strategy's pool, foreign data, credentials, lost
+//! replies, TLS and pub/sub. The contract itself is the conformance
+//! suite's (`cargo test -p bakery --features redis --test conformance`).
 
 mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bakery_core::{
-    Capabilities, DeleteOutcome, ErrorKind, Key, MemoryStore, PutOutcome, VersionedStore, Watch,
-};
+use bakery_core::{DeleteOutcome, ErrorKind, Key, VersionedStore, Watch};
 use bakery_redis::{CasStrategy, RedisConfig, RedisStore};
-use common::{cleanup, increment_n, raw, server_uri, store, store_with, STRATEGIES};
+use common::{cas_cases, cleanup, increment_n, raw, server_uri, store, store_with, STRATEGIES};
 
 fn key(k: &str) -> Key {
     Key::new(k).unwrap()
 }
 
-/// The whole row life cycle, as MemoryStore defines it.
-async fn life_cycle(store: &dyn VersionedStore) {
-    let k = key("seq/orders");
-    assert_eq!(store.get(&k).await.unwrap(), None);
-    let v1 = store
-        .put_if_version(&k, None, "a".into())
-        .await
-        .unwrap()
-        .applied()
-        .expect("create applies");
-    assert_eq!((&v1.value[..], v1.version), (&b"a"[..], 1));
-    assert_eq!(store.get(&k).await.unwrap(), Some(v1.clone()));
-    assert_eq!(
-        store.put_if_version(&k, None, "x".into()).await.unwrap(),
-        PutOutcome::Conflict(Some(v1.clone()))
-    );
-    let v2 = store
-        .put_if_version(&k, Some(1), "b".into())
-        .await
-        .unwrap()
-        .applied()
-        .expect("update applies");
-    assert_eq!((&v2.value[..], v2.version), (&b"b"[..], 2));
-    for stale in [0, 1, 3, u64::MAX] {
-        assert_eq!(
-            store
-                .put_if_version(&k, Some(stale), "x".into())
-                .await
-                .unwrap(),
-            PutOutcome::Conflict(Some(v2.clone())),
-            "expected {stale}"
-        );
-    }
-    assert_eq!(
-        store.delete_if_version(&k, 1).await.unwrap(),
-        DeleteOutcome::Conflict(Some(v2.clone()))
-    );
-    assert_eq!(
-        store.delete_if_version(&k, 2).await.unwrap(),
-        DeleteOutcome::Deleted
-    );
-    assert_eq!(store.get(&k).await.unwrap(), None);
-    assert_eq!(
-        store.delete_if_version(&k, 2).await.unwrap(),
-        DeleteOutcome::Conflict(None)
-    );
-    assert_eq!(
-        store.put_if_version(&k, Some(2), "x".into()).await.unwrap(),
-        PutOutcome::Conflict(None)
-    );
-    let v3 = store
-        .put_if_version(&k, None, "c".into())
-        .await
-        .unwrap()
-        .applied()
-        .expect("re-create applies");
-    assert_eq!((&v3.value[..], v3.version), (&b"c"[..], 3));
-    let other = key("other");
-    assert_eq!(
-        store.delete_if_version(&other, 1).await.unwrap(),
-        DeleteOutcome::Conflict(None)
-    );
-    assert_eq!(
-        store
-            .put_if_version(&other, Some(1), "x".into())
-            .await
-            .unwrap(),
-        PutOutcome::Conflict(None)
-    );
-    assert_eq!(store.get(&other).await.unwrap(), None);
-    assert_eq!(store.get(&k).await.unwrap(), Some(v3));
-}
-
-#[tokio::test]
-async fn life_cycle_matches_the_reference() {
-    life_cycle(&MemoryStore::new()).await;
-    let Some(uri) = server_uri("life_cycle_matches_the_reference") else {
-        return;
-    };
-    for strategy in STRATEGIES {
-        let store = store(&uri, "life", strategy).await;
-        assert_eq!(store.strategy(), strategy);
-        assert_eq!(store.backend(), "redis");
-        assert_eq!(
-            store.capabilities(),
-            Capabilities::PERSISTENT
-                | Capabilities::SHARED
-                | Capabilities::LINEARIZABLE_READS
-                | Capabilities::WATCH,
-            "the project's Redis fsyncs every write (appendfsync always)"
-        );
-        life_cycle(&store).await;
-        cleanup(&uri, &store).await;
-    }
-}
-
-/// 8 tasks × 200 CAS increments of one hot key: exactly 1600, with each
-/// strategy. The watch strategy also runs with a pool smaller than the
-/// number of tasks, so transactions queue for dedicated connections.
+/// 8 tasks × 200 CAS increments of one hot key with the watch strategy
+/// and a pool smaller than the number of tasks, so transactions queue for
+/// dedicated connections: exactly 1600. (The same race with each strategy
+/// and a full pool is the conformance suite's.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn hot_key_race_loses_no_update() {
+async fn watch_pool_smaller_than_the_tasks_loses_no_update() {
     const TASKS: u64 = 8;
     const INCREMENTS: u64 = 200;
-    let Some(uri) = server_uri("hot_key_race_loses_no_update") else {
+    let Some(uri) = server_uri("watch_pool_smaller_than_the_tasks_loses_no_update") else {
         return;
     };
-    type Configure = fn(RedisConfig) -> RedisConfig;
-    let configs: [(&str, Configure); 3] = [
-        ("script", |c| c.with_cas(CasStrategy::Script)),
-        ("watch", |c| {
-            c.with_cas(CasStrategy::Watch).with_pool_size(8)
-        }),
-        ("watch, 3 connections", |c| {
+    let store = Arc::new(
+        store_with(&uri, "race", |c| {
             c.with_cas(CasStrategy::Watch).with_pool_size(3)
-        }),
-    ];
-    for (name, configure) in configs {
-        let store = Arc::new(store_with(&uri, "race", configure).await);
-        let k = key("counter/hot");
-        let started = Instant::now();
-        let tasks: Vec<_> = (0..TASKS)
-            .map(|_| {
-                let (store, k) = (store.clone(), k.clone());
-                tokio::spawn(async move { increment_n(&*store, &k, INCREMENTS).await })
-            })
-            .collect();
-        let mut applied = 0;
-        for task in tasks {
-            applied += task.await.expect("task panicked");
-        }
-        let row = store.get(&k).await.unwrap().expect("counter exists");
-        eprintln!(
-            "{name}: {} increments in {:?}",
-            TASKS * INCREMENTS,
-            started.elapsed()
-        );
-        assert_eq!(applied, TASKS * INCREMENTS, "{name}");
-        assert_eq!(common::number(&row.value), TASKS * INCREMENTS, "{name}");
-        assert_eq!(row.version, TASKS * INCREMENTS, "{name}");
-        cleanup(&uri, &store).await;
+        })
+        .await,
+    );
+    let k = key("counter/hot");
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (store, k) = (store.clone(), k.clone());
+            tokio::spawn(async move { increment_n(&*store, &k, INCREMENTS).await })
+        })
+        .collect();
+    let mut applied = 0;
+    for task in tasks {
+        applied += task.await.expect("task panicked");
     }
+    let row = store.get(&k).await.unwrap().expect("counter exists");
+    eprintln!(
+        "watch, 3 connections: {} increments in {:?}",
+        TASKS * INCREMENTS,
+        started.elapsed()
+    );
+    assert_eq!(applied, TASKS * INCREMENTS);
+    assert_eq!(common::number(&row.value), TASKS * INCREMENTS);
+    assert_eq!(row.version, TASKS * INCREMENTS);
+    cleanup(&uri, &store).await;
 }
 
 /// Both strategies on one key, at the same time: they interoperate (the
@@ -403,7 +301,8 @@ async fn wrong_type_is_corrupt() {
         assert_eq!(still, "not a hash");
         // The store keeps working for other keys (a pooled connection that
         // saw the error was not reused in a bad state).
-        life_cycle(&store).await;
+        let store = Arc::new(store);
+        cas_cases(store.clone()).await;
         cleanup(&uri, &store).await;
     }
 }
@@ -541,13 +440,7 @@ async fn tls_end_to_end() {
         )
         .await
         .unwrap_or_else(|e| panic!("{strategy}: {e}"));
-        life_cycle(&store).await;
-        let k = key("seq/orders");
-        let row = store.get(&k).await.unwrap().unwrap();
-        assert_eq!(
-            store.delete_if_version(&k, row.version).await.unwrap(),
-            DeleteOutcome::Deleted
-        );
+        cas_cases(Arc::new(store)).await;
     }
     // The server's certificate is signed by a private CA: without `ca_file`
     // the system roots do not trust it, and connecting fails (not a panic).
@@ -570,10 +463,6 @@ async fn tls_end_to_end() {
 /// The bound on every wait for a wake-up: a broken watch fails, never hangs.
 const WAKE_LIMIT: Duration = Duration::from_secs(10);
 
-/// How long a watch must stay quiet where no wake-up is due. A wake-up
-/// inside it is a bug whatever the timing (the check cannot fail spuriously).
-const QUIET: Duration = Duration::from_millis(300);
-
 /// The next wake-up: `true` (woken) or `false` (the feed dropped).
 async fn next_wake(watch: &mut Watch) -> bool {
     tokio::time::timeout(WAKE_LIMIT, watch.changed())
@@ -581,20 +470,8 @@ async fn next_wake(watch: &mut Watch) -> bool {
         .expect("no wake-up within 10 s")
 }
 
-async fn stays_quiet(watch: &mut Watch) -> bool {
-    tokio::time::timeout(QUIET, watch.changed()).await.is_err()
-}
-
 async fn watch(store: &RedisStore, k: &Key) -> Watch {
     store.watch(k).await.unwrap().expect("redis can watch")
-}
-
-/// Another store on the same prefix: another process, as far as the
-/// server can tell.
-async fn same_prefix(uri: &str, store: &RedisStore) -> RedisStore {
-    let prefix = store.config().prefix().to_string();
-    let strategy = store.strategy();
-    store_with(uri, "peer", |c| c.with_prefix(prefix).with_cas(strategy)).await
 }
 
 /// Wait (bounded) until `store` feeds `n` watches.
@@ -622,76 +499,6 @@ async fn subscribers(uri: &str, channel: &str) -> i64 {
         .await
         .expect("PUBSUB NUMSUB");
     n
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn notify_wakes_a_watch_subscribed_before_it() {
-    let Some(uri) = server_uri("notify_wakes_a_watch_subscribed_before_it") else {
-        return;
-    };
-    for strategy in STRATEGIES {
-        let store = store(&uri, "notify", strategy).await;
-        let other_process = same_prefix(&uri, &store).await;
-        let k = key("lock/a");
-        let mut w = watch(&store, &k).await;
-        other_process.notify(&k).await.unwrap();
-        assert!(next_wake(&mut w).await, "{strategy}: notify woke the watch");
-        // And again, from its own store.
-        store.notify(&k).await.unwrap();
-        assert!(next_wake(&mut w).await, "{strategy}");
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watch_is_not_woken_by_notify_of_another_key() {
-    let Some(uri) = server_uri("a_watch_is_not_woken_by_notify_of_another_key") else {
-        return;
-    };
-    for strategy in STRATEGIES {
-        let store = store(&uri, "other_key", strategy).await;
-        let notifier = same_prefix(&uri, &store).await;
-        let (a, b) = (key("lock/a"), key("lock/ab"));
-        let mut watch_a = watch(&store, &a).await;
-        let mut watch_b = watch(&store, &b).await;
-        notifier.notify(&b).await.unwrap();
-        // Both watches share one connection, which delivers in order: once
-        // B's wake-up is here, a wrong wake-up of A would already be queued.
-        assert!(next_wake(&mut watch_b).await, "{strategy}");
-        assert!(
-            stays_quiet(&mut watch_a).await,
-            "{strategy}: notify(B) woke A"
-        );
-        notifier.notify(&a).await.unwrap();
-        assert!(next_wake(&mut watch_a).await, "{strategy}");
-        assert!(
-            stays_quiet(&mut watch_a).await,
-            "{strategy}: one notify woke A twice"
-        );
-        assert!(
-            stays_quiet(&mut watch_b).await,
-            "{strategy}: notify(A) woke B"
-        );
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_watches_on_one_key_both_wake() {
-    let Some(uri) = server_uri("two_watches_on_one_key_both_wake") else {
-        return;
-    };
-    for strategy in STRATEGIES {
-        let store = store(&uri, "two_watches", strategy).await;
-        let other_process = same_prefix(&uri, &store).await;
-        let k = key("lock/a");
-        // Two on one connection, one on another.
-        let mut first = watch(&store, &k).await;
-        let mut second = watch(&store, &k).await;
-        let mut elsewhere = watch(&other_process, &k).await;
-        store.notify(&k).await.unwrap();
-        assert!(next_wake(&mut first).await, "{strategy}");
-        assert!(next_wake(&mut second).await, "{strategy}");
-        assert!(next_wake(&mut elsewhere).await, "{strategy}");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

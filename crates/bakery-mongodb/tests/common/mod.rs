@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bakery_core::{Bytes, Key, PutOutcome, VersionedStore};
 use bakery_mongodb::mongodb::bson::Document;
 use bakery_mongodb::mongodb::{Client, Collection};
 use bakery_mongodb::MongoStore;
@@ -106,42 +105,6 @@ pub async fn raw(uri: &str, store: &MongoStore) -> Collection<Document> {
 /// Drop `store`'s collection (tests clean up after themselves).
 pub async fn drop_collection(uri: &str, store: &MongoStore) {
     raw(uri, store).await.drop().await.expect("drop collection");
-}
-
-/// Increment a decimal counter stored at `key` `n` times by CAS, retrying
-/// with the row a conflict hands back (no second read). Returns how many
-/// increments applied.
-pub async fn increment_n(store: &dyn VersionedStore, key: &Key, n: u64) -> u64 {
-    let mut current = store.get(key).await.expect("get");
-    let mut done = 0;
-    while done < n {
-        let value = current.as_ref().map(|row| number(&row.value)).unwrap_or(0);
-        let expected = current.as_ref().map(|row| row.version);
-        match store
-            .put_if_version(key, expected, Bytes::from((value + 1).to_string()))
-            .await
-            .expect("put_if_version")
-        {
-            PutOutcome::Applied(row) => {
-                done += 1;
-                current = Some(row);
-            }
-            PutOutcome::Conflict(now) => {
-                let now = now.expect("the counter is never deleted");
-                assert!(
-                    Some(now.version) > expected,
-                    "a conflict returns a newer row"
-                );
-                current = Some(now);
-            }
-        }
-    }
-    done
-}
-
-/// The decimal number stored in a row's value.
-pub fn number(value: &[u8]) -> u64 {
-    std::str::from_utf8(value).unwrap().parse().unwrap()
 }
 
 /// What a [`Proxy`] does with the reply to the next write command

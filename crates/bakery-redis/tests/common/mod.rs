@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bakery_core::{Bytes, Key, PutOutcome, VersionedStore};
@@ -77,6 +78,16 @@ pub async fn cleanup(uri: &str, store: &RedisStore) {
             .query_async(&mut conn)
             .await
             .expect("DEL");
+    }
+}
+
+/// Run the conformance suite's `cas::` cases (the contract of `get`,
+/// `put_if_version` and `delete_if_version`) on `store`.
+pub async fn cas_cases(store: Arc<dyn VersionedStore>) {
+    for case in bakery_testkit::cases() {
+        if case.name.starts_with("cas::") {
+            (case.run)(store.clone()).await;
+        }
     }
 }
 

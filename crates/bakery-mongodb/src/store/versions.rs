@@ -5,17 +5,18 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bakery_core::{Bytes, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result, Row, Version};
+use bakery_core::{Bytes, DeleteOutcome, Error, Key, PutOutcome, Result, Row, Version};
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{doc, Binary, Bson, Document};
 use tracing::Instrument;
 
-use crate::error::{self, is_duplicate_key, BACKEND};
-use crate::store::{
+use super::{
     backoff, binary, exhausted, field_value, field_version, lost_races, Call, Inner, MongoStore,
     MAX_ATTEMPTS,
 };
+use crate::error::{self, is_duplicate_key};
+use crate::BACKEND;
 
 /// How many ancestors' tokens a version document carries. A writer
 /// confirms its insert by finding its token in the newest document's
@@ -73,9 +74,6 @@ enum Lineage {
 }
 
 fn lineage(newest: &VersionDoc, version: i64, token: ObjectId) -> Lineage {
-    if std::env::var("BAKERY_PROBE").is_ok() {
-        eprintln!("PROBE distance {}", newest.version - version);
-    }
     let Some(distance) = newest.version.checked_sub(version) else {
         return Lineage::Unknown("version arithmetic overflowed".into());
     };
@@ -227,12 +225,11 @@ impl MongoStore {
             // 3. Confirm: the insert applied only if the newest version
             //    descends from it (a pruned slot can take a late insert).
             let Some(newest) = self.v_newest(call, key).await? else {
-                return Err(Error::new(
-                    ErrorKind::Unknown,
+                return Err(Error::in_doubt(
                     BACKEND,
+                    call.op,
                     format!(
-                        "{}: version {version} of row `{key}` was inserted but no version can be read back",
-                        call.op
+                        "version {version} of row `{key}` was inserted but no version can be read back"
                     ),
                 ));
             };
@@ -262,12 +259,11 @@ impl MongoStore {
                     return Ok(Written::Conflict(current));
                 }
                 Lineage::Unknown(why) => {
-                    return Err(Error::new(
-                        ErrorKind::Unknown,
+                    return Err(Error::in_doubt(
                         BACKEND,
+                        call.op,
                         format!(
-                            "{}: version {version} of row `{key}` was inserted but cannot be confirmed: {why}; the write may or may not have applied",
-                            call.op
+                            "version {version} of row `{key}` was inserted but cannot be confirmed: {why}"
                         ),
                     ));
                 }

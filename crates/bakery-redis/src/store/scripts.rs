@@ -12,7 +12,8 @@
 
 use bakery_core::{Bytes, Error, ErrorKind, Key, Result, Row, Version};
 
-use crate::error::{corrupt, BACKEND};
+use crate::error::corrupt;
+use crate::BACKEND;
 
 /// The hash field holding the value.
 pub(crate) const FIELD_VALUE: &str = "v";

@@ -13,8 +13,7 @@ use std::fmt;
 use bakery_core::{Error, Result};
 use mongodb::bson::{Bson, Document};
 
-use crate::error::BACKEND;
-use crate::{CasStrategy, ALLOW_UNPROVEN_UPDATE};
+use crate::{CasStrategy, ALLOW_UNPROVEN_UPDATE, BACKEND};
 
 /// What a server says it is, read at open from `buildInfo`, `hello` and the
 /// host names of the URI.
