@@ -41,6 +41,19 @@ async fn create(store: &dyn VersionedStore, key: &Key, value: &'static str) -> R
     applied(outcome, "create of an absent key")
 }
 
+/// Update `key` from version `from` to `value`; must apply.
+async fn update(store: &dyn VersionedStore, key: &Key, from: &Row, value: &'static str) -> Row {
+    let outcome = store
+        .put_if_version(
+            key,
+            Some(from.version),
+            Bytes::from_static(value.as_bytes()),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("update {key}: {e}"));
+    applied(outcome, "update at the current version")
+}
+
 async fn get_of_missing_key_is_none(store: Arc<dyn VersionedStore>) {
     let key = unique_key("missing");
     let got = store.get(&key).await.expect("get");
@@ -83,13 +96,7 @@ async fn second_create_conflicts_with_current_row(store: Arc<dyn VersionedStore>
 async fn update_at_current_version_applies(store: Arc<dyn VersionedStore>) {
     let key = unique_key("update");
     let v1 = create(&*store, &key, "a").await;
-    let v2 = applied(
-        store
-            .put_if_version(&key, Some(v1.version), Bytes::from_static(b"b"))
-            .await
-            .expect("update"),
-        "update at the current version",
-    );
+    let v2 = update(&*store, &key, &v1, "b").await;
     assert!(
         v2.version > v1.version,
         "version must grow: {} -> {}",
@@ -103,13 +110,7 @@ async fn update_at_current_version_applies(store: Arc<dyn VersionedStore>) {
 async fn stale_version_conflicts_with_current_row(store: Arc<dyn VersionedStore>) {
     let key = unique_key("stale");
     let v1 = create(&*store, &key, "a").await;
-    let v2 = applied(
-        store
-            .put_if_version(&key, Some(v1.version), Bytes::from_static(b"b"))
-            .await
-            .expect("update"),
-        "update",
-    );
+    let v2 = update(&*store, &key, &v1, "b").await;
     // Count round trips: the conflict must carry the current row, so the
     // caller needs no second read.
     let counting = CountingStore::new(store.clone());
@@ -145,13 +146,7 @@ async fn update_of_missing_key_conflicts_with_none(store: Arc<dyn VersionedStore
 async fn delete_if_version(store: Arc<dyn VersionedStore>) {
     let key = unique_key("delete");
     let v1 = create(&*store, &key, "a").await;
-    let v2 = applied(
-        store
-            .put_if_version(&key, Some(v1.version), Bytes::from_static(b"b"))
-            .await
-            .expect("update"),
-        "update",
-    );
+    let v2 = update(&*store, &key, &v1, "b").await;
     let stale = store
         .delete_if_version(&key, v1.version)
         .await
