@@ -9,7 +9,6 @@
 //!
 //! The unreachable-server test needs no server and always runs.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bakery_cassandra::scylla::client::session::Session;
@@ -166,60 +165,6 @@ async fn a_tombstone_keeps_its_version_and_a_recreate_continues_above_it() {
         DeleteOutcome::Deleted
     );
     assert_eq!(applied(&store, &e, None, "").await.version, 2);
-    drop_table(store.session(), store.config().keyspace(), &table).await;
-}
-
-/// Creates and deletes racing on one key: every applied create gets a
-/// version above all earlier ones, and conflicts are consistent.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn create_and_delete_churn_never_repeats_a_version() {
-    let Some(uri) = server_uri("churn") else {
-        return;
-    };
-    let table = unique_table("bk_churn");
-    let store = Arc::new(open(&uri, &table).await);
-    let k = key("churn/k");
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
-            let (store, k) = (store.clone(), k.clone());
-            tokio::spawn(async move {
-                let mut versions = Vec::new();
-                for _ in 0..25 {
-                    let row = match store.put_if_version(&k, None, "x".into()).await {
-                        Ok(PutOutcome::Applied(row)) => {
-                            versions.push(row.version);
-                            row
-                        }
-                        Ok(PutOutcome::Conflict(current)) => {
-                            current.expect("a create conflicts only with a live row")
-                        }
-                        Err(e) if e.kind() == ErrorKind::Unavailable => continue,
-                        Err(e) => panic!("create: {e}"),
-                    };
-                    match store.delete_if_version(&k, row.version).await.unwrap() {
-                        DeleteOutcome::Deleted => {}
-                        DeleteOutcome::Conflict(current) => assert_ne!(
-                            current.map(|c| c.version),
-                            Some(row.version),
-                            "a delete conflicted with the version it presented"
-                        ),
-                    }
-                }
-                versions
-            })
-        })
-        .collect();
-    let mut all = Vec::new();
-    for task in tasks {
-        let versions = task.await.unwrap();
-        assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
-        all.extend(versions);
-    }
-    let count = all.len();
-    assert!(count > 0);
-    all.sort_unstable();
-    all.dedup();
-    assert_eq!(all.len(), count, "a version was handed out twice");
     drop_table(store.session(), store.config().keyspace(), &table).await;
 }
 

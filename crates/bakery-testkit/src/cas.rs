@@ -21,6 +21,7 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("cas", values_round_trip_byte_for_byte),
         case!("cas", race_of_8_tasks_loses_no_update),
         case!("cas", invalid_keys_are_rejected_before_the_store),
+        case!("cas", create_and_delete_churn_never_repeats_a_version),
     ]
 }
 
@@ -288,4 +289,65 @@ async fn invalid_keys_are_rejected_before_the_store(_store: Arc<dyn VersionedSto
         let err = Key::new(bad).expect_err("invalid key accepted");
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{bad:?}: {err}");
     }
+}
+
+/// 8 tasks × 25 rounds of create-then-delete on one key: a create that
+/// conflicts sees a live row, a delete that conflicts sees another version
+/// than the one it presented, and no version is ever applied twice — each
+/// task's versions increase, and all of them are distinct. A refusal
+/// (`Unavailable`) is retried; a lost reply (`Unknown`) is not counted.
+async fn create_and_delete_churn_never_repeats_a_version(store: Arc<dyn VersionedStore>) {
+    const TASKS: usize = 8;
+    const ROUNDS: usize = 25;
+    let key = unique_key("churn");
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (store, key) = (store.clone(), key.clone());
+            tokio::spawn(async move {
+                let mut versions = Vec::new();
+                for _ in 0..ROUNDS {
+                    let row = match store.put_if_version(&key, None, "x".into()).await {
+                        Ok(PutOutcome::Applied(row)) => {
+                            versions.push(row.version);
+                            row
+                        }
+                        Ok(PutOutcome::Conflict(current)) => {
+                            current.expect("a create conflicts only with a live row")
+                        }
+                        Err(e) if e.is_temporary() => continue,
+                        Err(e) => panic!("create: {e}"),
+                    };
+                    match store.delete_if_version(&key, row.version).await {
+                        Ok(DeleteOutcome::Deleted) => {}
+                        Ok(DeleteOutcome::Conflict(current)) => assert_ne!(
+                            current.map(|c| c.version),
+                            Some(row.version),
+                            "a delete conflicted with the version it presented"
+                        ),
+                        Err(e) if e.is_temporary() => {}
+                        Err(e) => panic!("delete: {e}"),
+                    }
+                }
+                versions
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        let versions = task.await.expect("task panicked");
+        assert!(
+            versions.windows(2).all(|w| w[0] < w[1]),
+            "one task's versions must increase: {versions:?}"
+        );
+        all.extend(versions);
+    }
+    let count = all.len();
+    assert!(
+        count > 0,
+        "no create applied in {} attempts",
+        TASKS * ROUNDS
+    );
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), count, "a version was handed out twice");
 }
