@@ -7,10 +7,9 @@
 
 use std::time::Duration;
 
-use bakery_core::{
-    Bytes, DeleteOutcome, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore, Watch,
-};
+use bakery_core::{Bytes, DeleteOutcome, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
 use bakery_etcd::{EtcdConfig, EtcdStore};
+use bakery_testkit::watch::{count_reaches, is_quiet, next_wake};
 
 /// The server URI, or `None` (with the reason printed) on a developer
 /// machine without one; panics under CI.
@@ -204,39 +203,6 @@ async fn connect_uri_from_env_and_capabilities() -> Result<()> {
     Ok(())
 }
 
-/// The bound on every wait for a wake-up: a broken watch fails, never hangs.
-const WAKE_LIMIT: Duration = Duration::from_secs(10);
-
-/// How long a watch must stay quiet where no wake-up is due. Any wake-up
-/// inside it is a bug (the check cannot fail spuriously).
-const QUIET: Duration = Duration::from_millis(300);
-
-async fn wakes(watch: &mut Watch) -> bool {
-    tokio::time::timeout(WAKE_LIMIT, watch.changed())
-        .await
-        .expect("no wake-up within 10 s")
-}
-
-async fn stays_quiet(watch: &mut Watch) -> bool {
-    tokio::time::timeout(QUIET, watch.changed()).await.is_err()
-}
-
-/// Wait (bounded) until `store` feeds `n` watches.
-async fn active_watches_reach(store: &EtcdStore, n: usize) {
-    tokio::time::timeout(WAKE_LIMIT, async {
-        while store.active_watches() != n {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "active watches stayed at {}, expected {n}",
-            store.active_watches()
-        )
-    });
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn writes_and_deletes_wake_a_watch_subscribed_before_them() -> Result<()> {
     let Some(uri) = server_uri("writes_and_deletes_wake_a_watch_subscribed_before_them") else {
@@ -246,18 +212,18 @@ async fn writes_and_deletes_wake_a_watch_subscribed_before_them() -> Result<()> 
     let key = Key::new("lock/a")?;
     let mut watch = store.watch(&key).await?.expect("etcd can watch");
     let row = applied(store.put_if_version(&key, None, "held".into()).await?);
-    assert!(wakes(&mut watch).await, "a create wakes the watch");
+    assert!(next_wake(&mut watch).await, "a create wakes the watch");
     assert_eq!(
         store.delete_if_version(&key, row.version).await?,
         DeleteOutcome::Deleted
     );
-    assert!(wakes(&mut watch).await, "a delete wakes the watch");
+    assert!(next_wake(&mut watch).await, "a delete wakes the watch");
     // A failed CAS writes nothing, so it wakes nobody.
     let stale = store
         .put_if_version(&key, Some(row.version), "x".into())
         .await?;
     assert_eq!(stale, PutOutcome::Conflict(None));
-    assert!(stays_quiet(&mut watch).await, "a conflict woke the watch");
+    assert!(is_quiet(&mut watch).await, "a conflict woke the watch");
     // `notify` is a no-op on etcd (the watch sees every write).
     store.notify(&key).await?;
     Ok(())
@@ -274,14 +240,14 @@ async fn dropping_a_watch_ends_its_task() -> Result<()> {
     let dropped = store.watch(&key).await?.expect("etcd can watch");
     assert_eq!(store.active_watches(), 2);
     drop(dropped);
-    active_watches_reach(&store, 1).await;
+    count_reaches("active watches", || store.active_watches(), 1).await;
     // Clones share the count; the remaining watch still works.
     let clone = store.clone();
     let mut kept = kept;
     applied(clone.put_if_version(&key, None, "x".into()).await?);
-    assert!(wakes(&mut kept).await);
+    assert!(next_wake(&mut kept).await);
     drop(kept);
-    active_watches_reach(&clone, 0).await;
+    count_reaches("active watches", || clone.active_watches(), 0).await;
     Ok(())
 }
 
@@ -305,6 +271,6 @@ async fn a_watch_outlives_the_call_timeout() -> Result<()> {
         "the watch ended or woke by itself: {quiet:?}"
     );
     applied(store.put_if_version(&key, None, "x".into()).await?);
-    assert!(wakes(&mut watch).await);
+    assert!(next_wake(&mut watch).await);
     Ok(())
 }

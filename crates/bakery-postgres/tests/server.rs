@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use bakery_core::{DeleteOutcome, ErrorKind, Key, PutOutcome, VersionedStore, Watch};
 use bakery_postgres::PostgresStore;
+use bakery_testkit::watch::{count_reaches, next_wake};
 use common::{
     applied, drop_tables, key, raw_client, raw_row, server_uri, tcp_target, unique_table,
     with_options, Relay,
@@ -505,34 +506,8 @@ async fn bad_credentials_and_databases_are_config_errors_without_the_password() 
     }
 }
 
-/// The bound on every wait for a wake-up: a broken watch fails, never hangs.
-const WAKE_LIMIT: Duration = Duration::from_secs(10);
-
-/// The next wake-up: `true` (woken) or `false` (the feed dropped).
-async fn next_wake(watch: &mut Watch) -> bool {
-    tokio::time::timeout(WAKE_LIMIT, watch.changed())
-        .await
-        .expect("no wake-up within 10 s")
-}
-
 async fn watch(store: &PostgresStore, k: &Key) -> Watch {
     store.watch(k).await.unwrap().expect("postgres can watch")
-}
-
-/// Wait (bounded) until `store` feeds `n` watches.
-async fn active_watches_reach(store: &PostgresStore, n: usize) {
-    tokio::time::timeout(WAKE_LIMIT, async {
-        while store.active_watches() != n {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "active watches stayed at {}, expected {n}",
-            store.active_watches()
-        )
-    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -549,14 +524,14 @@ async fn dropping_a_watch_removes_its_registration() {
     assert_eq!(store.active_watches(), 3);
     drop(dropped);
     drop(dropped_too);
-    active_watches_reach(&store, 1).await;
+    count_reaches("active watches", || store.active_watches(), 1).await;
     store.notify(&k).await.unwrap();
     assert!(
         next_wake(&mut kept).await,
         "the remaining watch still works"
     );
     drop(kept);
-    active_watches_reach(&store, 0).await;
+    count_reaches("active watches", || store.active_watches(), 0).await;
     drop_tables(&uri, &[&table]).await;
 }
 
@@ -584,7 +559,7 @@ async fn a_lost_listen_session_ends_its_watches_and_the_next_watch_reconnects() 
         !next_wake(&mut w).await,
         "a lost session tells the waiter to poll"
     );
-    active_watches_reach(&store, 0).await;
+    count_reaches("active watches", || store.active_watches(), 0).await;
     // The next watch opens a new session.
     let mut again = watch(&store, &k).await;
     store.notify(&k).await.unwrap();

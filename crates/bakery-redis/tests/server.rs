@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use bakery_core::{DeleteOutcome, ErrorKind, Key, VersionedStore, Watch};
 use bakery_redis::{CasStrategy, RedisConfig, RedisStore};
+use bakery_testkit::watch::{count_reaches, next_wake};
 use common::{cas_cases, cleanup, increment_n, raw, server_uri, store, store_with, STRATEGIES};
 
 fn key(k: &str) -> Key {
@@ -460,34 +461,8 @@ async fn tls_end_to_end() {
     }
 }
 
-/// The bound on every wait for a wake-up: a broken watch fails, never hangs.
-const WAKE_LIMIT: Duration = Duration::from_secs(10);
-
-/// The next wake-up: `true` (woken) or `false` (the feed dropped).
-async fn next_wake(watch: &mut Watch) -> bool {
-    tokio::time::timeout(WAKE_LIMIT, watch.changed())
-        .await
-        .expect("no wake-up within 10 s")
-}
-
 async fn watch(store: &RedisStore, k: &Key) -> Watch {
     store.watch(k).await.unwrap().expect("redis can watch")
-}
-
-/// Wait (bounded) until `store` feeds `n` watches.
-async fn active_watches_reach(store: &RedisStore, n: usize) {
-    tokio::time::timeout(WAKE_LIMIT, async {
-        while store.active_watches() != n {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "active watches stayed at {}, expected {n}",
-            store.active_watches()
-        )
-    });
 }
 
 /// Subscribers of `channel` on the server (`PUBSUB NUMSUB`).
@@ -520,7 +495,7 @@ async fn dropping_the_last_watch_of_a_key_unsubscribes() {
     );
     drop(dropped);
     drop(other);
-    active_watches_reach(&store, 1).await;
+    count_reaches("active watches", || store.active_watches(), 1).await;
     assert_eq!(
         subscribers(&uri, &store.redis_key(&key("lock/other"))).await,
         0,
@@ -534,7 +509,7 @@ async fn dropping_the_last_watch_of_a_key_unsubscribes() {
     );
     drop(kept);
     // The count drops after the UNSUBSCRIBE was confirmed.
-    active_watches_reach(&store, 0).await;
+    count_reaches("active watches", || store.active_watches(), 0).await;
     assert_eq!(subscribers(&uri, &channel).await, 0);
     // Watching again subscribes again.
     let mut again = watch(&store, &k).await;
@@ -611,7 +586,7 @@ async fn a_lost_pubsub_connection_ends_its_watches_and_the_next_watch_reconnects
         !next_wake(&mut w).await,
         "a lost connection tells the waiter to poll"
     );
-    active_watches_reach(&store, 0).await;
+    count_reaches("active watches", || store.active_watches(), 0).await;
     // The next watch opens a new connection (through the proxy, which
     // still accepts), and notify works again too.
     let mut again = watch(&store, &k).await;

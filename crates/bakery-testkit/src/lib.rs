@@ -9,7 +9,7 @@ pub mod faults;
 mod lock;
 pub mod options;
 mod sequence;
-mod watch;
+pub mod watch;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -6,6 +6,8 @@
 //! far as the server can tell); otherwise the store itself. A backend that
 //! does not claim WATCH must return no watch at all (checked by
 //! `lock::watch_capability_matches_behaviour`).
+//!
+//! The waiting helpers are public for backends' own watch tests.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +17,41 @@ use bakery_core::{Capabilities, Key, VersionedStore, Watch};
 use crate::{target_case, unique_name, Target, TargetCase};
 
 /// The bound on every wait for a wake-up: a broken watch fails, never hangs.
-const WAKE_LIMIT: Duration = Duration::from_secs(10);
+pub const WAKE_LIMIT: Duration = Duration::from_secs(10);
 
 /// How long a watch must stay quiet where no wake-up is due. A wake-up
 /// inside it is a bug whatever the timing, so the check cannot fail
 /// spuriously; a late wrong wake-up could slip past it, never a right one.
-const QUIET: Duration = Duration::from_millis(300);
+pub const QUIET: Duration = Duration::from_millis(300);
+
+/// The next wake-up of `watch` within [`WAKE_LIMIT`]: `true` (woken) or
+/// `false` (the backend ended the watch). Panics if none comes.
+pub async fn next_wake(watch: &mut Watch) -> bool {
+    match tokio::time::timeout(WAKE_LIMIT, watch.changed()).await {
+        Ok(woke) => woke,
+        Err(_) => panic!("no wake-up within {WAKE_LIMIT:?}"),
+    }
+}
+
+/// True when `watch` neither wakes nor ends for [`QUIET`].
+pub async fn is_quiet(watch: &mut Watch) -> bool {
+    tokio::time::timeout(QUIET, watch.changed()).await.is_err()
+}
+
+/// Wait (bounded by [`WAKE_LIMIT`]) until `count()` is `n`, e.g. a
+/// backend's count of the watches it feeds; panics naming `what` if it
+/// stays elsewhere.
+pub async fn count_reaches(what: &str, count: impl Fn() -> usize, n: usize) {
+    let reached = tokio::time::timeout(WAKE_LIMIT, async {
+        while count() != n {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    if reached.is_err() {
+        panic!("{what} stayed at {}, expected {n}", count());
+    }
+}
 
 pub(crate) fn cases() -> Vec<TargetCase> {
     vec![
@@ -74,17 +105,11 @@ async fn change(store: &dyn VersionedStore, key: &Key, value: &'static str) {
 }
 
 async fn wakes(watch: &mut Watch, what: &str) {
-    match tokio::time::timeout(WAKE_LIMIT, watch.changed()).await {
-        Ok(true) => {}
-        Ok(false) => panic!("{what}: the watch ended instead of waking"),
-        Err(_) => panic!("{what}: no wake-up within {WAKE_LIMIT:?}"),
-    }
+    assert!(next_wake(watch).await, "{what}: the watch ended instead of waking");
 }
 
 async fn stays_quiet(watch: &mut Watch, what: &str) {
-    if let Ok(woke) = tokio::time::timeout(QUIET, watch.changed()).await {
-        panic!("{what}: a watch woke (changed() = {woke}) where no change was due");
-    }
+    assert!(is_quiet(watch).await, "{what}: a watch woke where no change was due");
 }
 
 /// Two watches on the watcher's store and one on the writer's all wake when
