@@ -170,3 +170,52 @@ pub fn shared_rules(base: &str, durations: &[&str], parse: impl Fn(&str) -> Resu
         refused(name, "has no value");
     }
 }
+
+/// Check that `parse` refuses each URI of `cases` with a one-line
+/// [`ErrorKind::Config`] error of `backend` whose message contains the
+/// case's needle.
+///
+/// ```
+/// use bakery_testkit::options::refused;
+///
+/// refused("demo", &[("demo://h?x", "`x` has no value")], |uri| {
+///     let query = uri.split_once('?').map(|(_, q)| q);
+///     bakery_core::options::UriOptions::parse("demo", query)
+/// });
+/// ```
+pub fn refused<T: std::fmt::Debug>(
+    backend: &str,
+    cases: &[(&str, &str)],
+    parse: impl Fn(&str) -> Result<T>,
+) {
+    for (uri, needle) in cases {
+        let err = match parse(uri) {
+            Ok(parsed) => panic!("{uri} must be refused, parsed as {parsed:?}"),
+            Err(err) => err,
+        };
+        assert_eq!(err.kind(), ErrorKind::Config, "{uri}: {err}");
+        assert_eq!(err.backend(), backend, "{uri}");
+        assert!(
+            err.message().contains(needle),
+            "{uri}: {needle:?} missing from {err}"
+        );
+        assert!(!err.message().contains('\n'), "{uri}: {err}");
+    }
+}
+
+/// Check that `parse` refuses each of `uris` and that neither the error's
+/// `Display` nor its `Debug` shows `secret` (a password in the URI).
+pub fn secret_never_shown<T: std::fmt::Debug>(
+    secret: &str,
+    uris: &[String],
+    parse: impl Fn(&str) -> Result<T>,
+) {
+    for uri in uris {
+        let err = match parse(uri) {
+            Ok(parsed) => panic!("{uri} must be refused, parsed as {parsed:?}"),
+            Err(err) => err,
+        };
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains(secret), "{uri}: {shown}");
+    }
+}
