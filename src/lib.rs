@@ -11,7 +11,6 @@ pub use bakery_core::{
 pub use bakery_recipes::fence::{self, Fenced, FencedRead, FencedValue, FencedWrite};
 pub use bakery_recipes::lamport;
 pub use bakery_recipes::lock::{self, Lock, LockBuilder, LockGuard, LockState, LostReason};
-pub use bakery_recipes::old_lock::{self, OldLock};
 pub use bakery_recipes::sequence::{self, IdBatch, Sequence, SequenceBuilder, SequenceState};
 pub use bakery_recipes::time::{self, TimeService};
 

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// The most ids one `bakery seq next` may hand out.
 pub const MAX_COUNT: u64 = 10_000_000;
@@ -178,12 +178,25 @@ pub fn command() -> clap::Command {
 
 /// Parse the process arguments; on a usage error (or `--help`/`--version`)
 /// clap prints and exits with its own status (2, or 0 for help).
+///
+/// For `bench`, this is also where the `--uri` values' source is recorded
+/// (typed, or from BAKERY_URI): clap knows it only here.
 pub fn parse() -> Cli {
-    let matches = command().get_matches();
-    match Cli::from_arg_matches(&matches) {
+    match from_matches(&command().get_matches()) {
         Ok(cli) => cli,
         Err(err) => err.format(&mut command()).exit(),
     }
+}
+
+/// The [`Cli`] of parsed arguments, with what the derived parser cannot
+/// carry: where `bench`'s `--uri` values came from.
+fn from_matches(matches: &ArgMatches) -> Result<Cli, clap::Error> {
+    let mut cli = Cli::from_arg_matches(matches)?;
+    if let (Command::Bench(args), Some(("bench", bench))) = (&mut cli.command, matches.subcommand())
+    {
+        args.uri_source = bench.value_source("uri");
+    }
+    Ok(cli)
 }
 
 #[cfg(test)]
@@ -234,5 +247,34 @@ mod tests {
             }
             other => panic!("unexpected parse: {other:?}"),
         }
+    }
+
+    #[test]
+    fn bench_knows_where_its_uris_came_from() {
+        use clap::parser::ValueSource;
+        let source = |args: &[&str]| {
+            let matches = command()
+                .try_get_matches_from(args)
+                .map_err(|e| e.to_string());
+            match from_matches(&matches.expect("parses")).map_err(|e| e.to_string()) {
+                Ok(Cli {
+                    command: Command::Bench(args),
+                    ..
+                }) => (args.uri_source, args.uris),
+                other => panic!("unexpected parse: {other:?}"),
+            }
+        };
+        let typed = Some(ValueSource::CommandLine);
+        let memory = vec!["memory://".to_string()];
+        assert_eq!(source(&["bakery", "bench"]), (None, Vec::new()));
+        assert_eq!(
+            source(&["bakery", "bench", "--uri", "memory://"]),
+            (typed, memory.clone())
+        );
+        // The global option before the subcommand is typed too.
+        assert_eq!(
+            source(&["bakery", "--uri", "memory://", "bench"]),
+            (typed, memory)
+        );
     }
 }

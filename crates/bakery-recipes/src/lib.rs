@@ -4,6 +4,5 @@
 pub mod fence;
 pub mod lamport;
 pub mod lock;
-pub mod old_lock;
 pub mod sequence;
 pub mod time;

@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bakery_bench::baseline::OldLock;
 use bakery_core::{Bytes, ErrorKind, Key, PutOutcome, VersionedStore};
 use bakery_recipes::fence::{FencedRead, FencedValue};
 use bakery_recipes::lock::{Lock, LockState, LostReason};
-use bakery_recipes::old_lock::OldLock;
 use bakery_recipes::time::TimeService;
 use tokio::time::Instant;
 

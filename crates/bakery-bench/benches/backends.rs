@@ -1,0 +1,362 @@
+//! Criterion, per server backend, side by side in one run:
+//!
+//! - `cas/<backend>/bakery` vs `cas/<backend>/raw`: one `put_if_version`
+//!   update against the same conditional operation issued raw through the
+//!   same driver (the overhead ratio; target ≤ 1.15).
+//! - `sequence/<backend>/block_{1,100,10000}` vs the native peer a user
+//!   would reach for instead: `nextval()` on PostgreSQL, `INCRBY` on Redis.
+//!   Throughput is in ids per second.
+//!
+//! The raw side is `bakery_bench::peers`: the same native clients
+//! `bakery bench` measures beside bakery.
+//!
+//! Backends come from `BAKERY_<NAME>_URI` (start them with
+//! `scripts/backends.sh start all` and `source target/backends.env`); a
+//! backend without a URI is left out with a note.
+//!
+//! `cargo bench -p bakery-bench --all-features --bench backends`
+
+// With no server backend compiled in, the shared helpers below are unused.
+#![cfg_attr(
+    not(any(
+        feature = "postgres",
+        feature = "redis",
+        feature = "etcd",
+        feature = "cassandra",
+        feature = "mongodb"
+    )),
+    allow(dead_code, unused_imports)
+)]
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bakery::{Bytes, Key, PutOutcome, Sequence, VersionedStore};
+#[cfg(any(
+    feature = "postgres",
+    feature = "redis",
+    feature = "etcd",
+    feature = "cassandra",
+    feature = "mongodb"
+))]
+use bakery_bench::peers::{self, RAW_VALUE};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
+use tokio::runtime::Runtime;
+
+fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+fn uri(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(uri) if !uri.is_empty() => Some(uri),
+        _ => {
+            eprintln!("backends bench: {var} not set; left out");
+            None
+        }
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{prefix}-{nanos:x}")
+}
+
+/// Time `iters` calls of an async operation, run back to back.
+fn bench_async<F, Fut>(group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, name: &str, op: F)
+where
+    F: Fn() -> Fut + Clone,
+    Fut: std::future::Future<Output = ()>,
+{
+    group.bench_function(name, |b| {
+        b.to_async(rt).iter_custom(|iters| {
+            let op = op.clone();
+            async move {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    op().await;
+                }
+                start.elapsed()
+            }
+        })
+    });
+}
+
+/// `put_if_version` through bakery on one key, chained by version.
+fn bench_bakery_cas(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    rt: &Runtime,
+    store: Arc<dyn VersionedStore>,
+) {
+    let key = Key::new(unique("bench/cas")).expect("key");
+    let version = Arc::new(std::sync::Mutex::new(None));
+    bench_async(group, rt, "bakery", || {
+        let (store, key, version) = (store.clone(), key.clone(), version.clone());
+        async move {
+            let expected = *version.lock().expect("lock");
+            match store
+                .put_if_version(&key, expected, Bytes::from_static(b"0123456789abcdef"))
+                .await
+                .expect("cas")
+            {
+                PutOutcome::Applied(row) => *version.lock().expect("lock") = Some(row.version),
+                PutOutcome::Conflict(_) => panic!("no one else writes this key"),
+            }
+        }
+    });
+}
+
+/// Sequence throughput at block sizes 1, 100 and 10,000 (ids per second).
+fn bench_sequences(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    rt: &Runtime,
+    store: Arc<dyn VersionedStore>,
+) {
+    for block in [1u64, 100, 10_000] {
+        let seq = Sequence::builder(store.clone(), &unique(&format!("bench-{block}")))
+            .block_size(block)
+            .build()
+            .expect("sequence");
+        bench_async(group, rt, &format!("block_{block}"), || {
+            let seq = seq.clone();
+            async move {
+                black_box(seq.next().await.expect("next"));
+            }
+        });
+    }
+}
+
+fn group<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
+    let mut group = c.benchmark_group(name);
+    group.throughput(Throughput::Elements(1));
+    group.measurement_time(Duration::from_secs(5));
+    group.sample_size(30);
+    group
+}
+
+#[cfg(feature = "postgres")]
+fn postgres(c: &mut Criterion) {
+    use peers::postgres;
+    let Some(uri) = uri("BAKERY_POSTGRES_URI") else {
+        return;
+    };
+    let rt = runtime();
+    let store = rt.block_on(bakery::connect(&uri)).expect("connect");
+    let client = Arc::new(rt.block_on(postgres::connect(&uri)).expect("raw connect"));
+    let table = unique("bench_raw").replace('-', "_");
+    let sequence = format!("{table}_seq");
+    let (cas, nextval) = rt.block_on(async {
+        let cas = postgres::RawCas::create(&client, &table)
+            .await
+            .expect("raw schema");
+        postgres::create_sequence(&client, &sequence, 1)
+            .await
+            .expect("raw sequence");
+        let nextval = postgres::prepare_nextval(&client, &sequence)
+            .await
+            .expect("prepare");
+        (Arc::new(cas), nextval)
+    });
+
+    let mut g = group(c, "cas/postgres");
+    bench_bakery_cas(&mut g, &rt, store.clone());
+    bench_async(&mut g, &rt, "raw", || {
+        let (client, cas) = (client.clone(), cas.clone());
+        async move {
+            let applied = cas.update(&client, RAW_VALUE).await.expect("raw cas");
+            assert!(applied, "no one else writes this row");
+        }
+    });
+    g.finish();
+
+    let mut g = group(c, "sequence/postgres");
+    bench_sequences(&mut g, &rt, store);
+    bench_async(&mut g, &rt, "nextval", || {
+        let (client, nextval) = (client.clone(), nextval.clone());
+        async move {
+            black_box(postgres::nextval(&client, &nextval).await.expect("nextval"));
+        }
+    });
+    g.finish();
+    rt.block_on(async {
+        cas.drop_table(&client).await?;
+        postgres::drop_sequence(&client, &sequence).await
+    })
+    .expect("cleanup");
+}
+
+#[cfg(not(feature = "postgres"))]
+fn postgres(_: &mut Criterion) {
+    eprintln!("backends bench: built without the postgres feature");
+}
+
+#[cfg(feature = "redis")]
+fn redis(c: &mut Criterion) {
+    use peers::redis;
+    let Some(uri) = uri("BAKERY_REDIS_URI") else {
+        return;
+    };
+    let rt = runtime();
+    let store = rt.block_on(bakery::connect(&uri)).expect("connect");
+    let conn = rt.block_on(redis::connect(&uri)).expect("raw connect");
+    let counter_key = unique("bench-raw:incr");
+    let cas = Arc::new(
+        rt.block_on(redis::RawCas::create(
+            &mut conn.clone(),
+            &unique("bench-raw:cas"),
+        ))
+        .expect("raw setup"),
+    );
+
+    let mut g = group(c, "cas/redis");
+    bench_bakery_cas(&mut g, &rt, store.clone());
+    bench_async(&mut g, &rt, "raw", || {
+        let (mut conn, cas) = (conn.clone(), cas.clone());
+        async move {
+            let applied = cas.update(&mut conn, RAW_VALUE).await.expect("raw cas");
+            assert!(applied, "no one else writes this key");
+        }
+    });
+    g.finish();
+
+    let mut g = group(c, "sequence/redis");
+    bench_sequences(&mut g, &rt, store);
+    bench_async(&mut g, &rt, "incrby", || {
+        let (mut conn, key) = (conn.clone(), counter_key.clone());
+        async move {
+            black_box(redis::incrby(&mut conn, &key).await.expect("incrby"));
+        }
+    });
+    g.finish();
+    let _ = rt.block_on(cas.delete(&mut conn.clone()));
+}
+
+#[cfg(not(feature = "redis"))]
+fn redis(_: &mut Criterion) {
+    eprintln!("backends bench: built without the redis feature");
+}
+
+#[cfg(feature = "etcd")]
+fn etcd(c: &mut Criterion) {
+    use peers::etcd;
+    let Some(uri) = uri("BAKERY_ETCD_URI") else {
+        return;
+    };
+    let rt = runtime();
+    let store = rt.block_on(bakery::connect(&uri)).expect("connect");
+    let client = Arc::new(rt.block_on(etcd::connect(&uri)).expect("raw connect"));
+    let cas = Arc::new(
+        rt.block_on(etcd::RawCas::create(&client, &unique("bench-raw/cas")))
+            .expect("raw put"),
+    );
+
+    let mut g = group(c, "cas/etcd");
+    bench_bakery_cas(&mut g, &rt, store.clone());
+    bench_async(&mut g, &rt, "raw", || {
+        let (client, cas) = (client.clone(), cas.clone());
+        async move {
+            let applied = cas.update(&client, RAW_VALUE).await.expect("raw txn");
+            assert!(applied, "no one else writes this key");
+        }
+    });
+    g.finish();
+
+    let mut g = group(c, "sequence/etcd");
+    bench_sequences(&mut g, &rt, store);
+    g.finish();
+    let _ = rt.block_on(cas.delete(&client));
+}
+
+#[cfg(not(feature = "etcd"))]
+fn etcd(_: &mut Criterion) {
+    eprintln!("backends bench: built without the etcd feature");
+}
+
+#[cfg(feature = "cassandra")]
+fn cassandra(c: &mut Criterion) {
+    use bakery::backends::cassandra::CassandraStore;
+    use peers::cassandra;
+    let Some(uri) = uri("BAKERY_CASSANDRA_URI") else {
+        return;
+    };
+    let rt = runtime();
+    let store = Arc::new(rt.block_on(CassandraStore::connect(&uri)).expect("connect"));
+    // The same lightweight transaction bakery issues, raw through the same
+    // session: compare the version, write value and version + 1, at SERIAL.
+    let table = unique("bench_raw").replace('-', "_");
+    let cas = Arc::new(
+        rt.block_on(cassandra::RawCas::create(&store, &table))
+            .expect("raw table"),
+    );
+
+    let dyn_store: Arc<dyn VersionedStore> = store.clone();
+    let mut g = group(c, "cas/cassandra");
+    bench_bakery_cas(&mut g, &rt, dyn_store.clone());
+    bench_async(&mut g, &rt, "raw", || {
+        let (store, cas) = (store.clone(), cas.clone());
+        async move {
+            let applied = cas.update(&store, RAW_VALUE).await.expect("raw lwt");
+            assert!(applied, "no one else writes this row");
+        }
+    });
+    g.finish();
+
+    let mut g = group(c, "sequence/cassandra");
+    bench_sequences(&mut g, &rt, dyn_store);
+    g.finish();
+    let _ = rt.block_on(cas.drop_table(&store));
+}
+
+#[cfg(not(feature = "cassandra"))]
+fn cassandra(_: &mut Criterion) {
+    eprintln!("backends bench: built without the cassandra feature");
+}
+
+#[cfg(feature = "mongodb")]
+fn mongodb(c: &mut Criterion) {
+    use peers::mongodb;
+    let Some(uri) = uri("BAKERY_MONGODB_URI") else {
+        return;
+    };
+    let rt = runtime();
+    let store = rt.block_on(bakery::connect(&uri)).expect("connect");
+    // The raw peer: the native write each strategy rests on, through the
+    // same driver — one insert of an immutable document under a unique _id
+    // (what `cas=insert` does; a duplicate _id is the conflict).
+    let raw = Arc::new(
+        rt.block_on(mongodb::RawInsert::connect(&uri, &unique("bench_raw")))
+            .expect("raw connect"),
+    );
+
+    let mut g = group(c, "cas/mongodb");
+    bench_bakery_cas(&mut g, &rt, store.clone());
+    bench_async(&mut g, &rt, "raw", || {
+        let raw = raw.clone();
+        async move {
+            raw.insert(RAW_VALUE).await.expect("raw insert");
+        }
+    });
+    g.finish();
+
+    let mut g = group(c, "sequence/mongodb");
+    bench_sequences(&mut g, &rt, store);
+    g.finish();
+    let _ = rt.block_on(raw.drop_collection());
+}
+
+#[cfg(not(feature = "mongodb"))]
+fn mongodb(_: &mut Criterion) {
+    eprintln!("backends bench: built without the mongodb feature");
+}
+
+criterion_group!(benches, postgres, redis, etcd, cassandra, mongodb);
+criterion_main!(benches);

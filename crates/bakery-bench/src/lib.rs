@@ -1,0 +1,149 @@
+//! The benchmark framework behind `bakery bench`: the same workloads, clients
+//! and duration on every store, side by side, with native peers (PostgreSQL
+//! `nextval()` and advisory locks, Redis `INCRBY`, etcd's lock) as
+//! reference; throughput, HDR latency percentiles, round trips and
+//! conflicts per operation, fairness; the performance targets checked; and
+//! the report as console tables, JSON, SVG charts and Markdown.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), bakery_bench::BenchError> {
+//! use std::time::Duration;
+//!
+//! let plan = bakery_bench::Plan {
+//!     workloads: vec!["sequence".into()],
+//!     uris: Vec::new(), // memory:// and a throwaway SQLite file
+//!     clients: vec![1, 4],
+//!     duration: Duration::from_secs(1),
+//!     block_size: 1000,
+//!     command: "example".into(),
+//!     progress: false,
+//! };
+//! let report = bakery_bench::run(plan).await?;
+//! print!("{}", bakery_bench::report::text::render(&report, None));
+//! # Ok(()) }
+//! ```
+//!
+//! # Layers
+//!
+//! Every module imports only modules above it in this list (`use crate::…`
+//! and `use super::…` alike; a parent `mod.rs` declares its files, no file
+//! imports its parent), so there is no import circle. In parentheses: what
+//! each imports.
+//!
+//! 1. [`error`] — [`BenchError`], one-line messages (nothing).
+//! 2. [`model`] — the [`Workload`](model::Workload) and
+//!    [`Peer`](model::Peer) traits, cells, clients, `OpError`,
+//!    `Implementation` (`error`).
+//! 3. Shared utilities: [`baseline`] (the old lock; nothing), [`stats`]
+//!    (`error`), [`machine`] (nothing), [`format`](mod@format) (nothing).
+//! 4. [`workloads`] — one file per workload: `cas`, `sequence` (`error`,
+//!    `model`, `workloads::cleanup`), `lock` (the same and `baseline`); the
+//!    registry, the one list of them, in `workloads/mod.rs` (`model`, its
+//!    files).
+//! 5. [`peers`] — the native clients, one file per backend: `postgres`,
+//!    `redis` (`error`, `model`, `peers::driver`), `advisory` (`error`,
+//!    `model`, `peers::postgres`, `workloads::lock`), `etcd` (`error`,
+//!    `model`, `peers::driver`, `workloads::lock`), `cassandra`, `mongodb`
+//!    (nothing); their registry [`peers::for_target`] in `peers/mod.rs`
+//!    (`model`, its files).
+//! 6. [`versions`] — server versions (`error`, `peers`).
+//! 7. [`runner`] — times one cell (`error`, `model`, `stats`).
+//! 8. [`session`] — runs a [`Plan`] into a [`Run`](session::Run) (`error`,
+//!    `machine`, `model`, `peers`, `runner`, `versions`, `workloads`).
+//! 9. [`results`] — the [`Report`] and the check types, built from a `Run`
+//!    (`machine`, `model`, `session`, `stats`).
+//! 10. [`checks`] — the performance targets (`format`, `results`).
+//! 11. [`report`] — the writers: `table` (`format`, `results`), `json`
+//!     (`error`, `results`), `svg` (`error`, `format`, `results`, `stats`),
+//!     `markdown` (`checks`, `error`, `format`, `machine`, `report::table`,
+//!     `results`), `text` (`report::json`, `report::markdown`,
+//!     `report::table`, `results`); `report/mod.rs` (`error`, `results`, its
+//!     files).
+//! 12. This root: [`run`] (`checks`, `results`, `session`).
+//!
+//! Adding a workload is one file in `workloads/` implementing
+//! [`Workload`](model::Workload) plus one line in [`workloads::registry`].
+
+#![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod baseline;
+pub mod checks;
+pub mod error;
+pub mod format;
+pub mod machine;
+pub mod model;
+pub mod peers;
+pub mod report;
+pub mod results;
+pub mod runner;
+pub mod session;
+pub mod stats;
+pub mod versions;
+pub mod workloads;
+
+pub use error::BenchError;
+pub use results::Report;
+pub use session::{Plan, ALL_WORKLOADS};
+
+/// Run `plan` and gather its report, the targets checked.
+///
+/// The clients of a cell run as tasks of the current tokio runtime, in
+/// parallel on a multi-threaded one (as separate client processes would).
+pub async fn run(plan: Plan) -> Result<Report, BenchError> {
+    let run = session::execute(plan).await?;
+    let mut report = Report::from_run(run);
+    report.checks = checks::evaluate(&report.results);
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A short run of every workload on two in-process stores, then every
+    /// output: the numbers are not checked (they depend on the machine),
+    /// only that every cell ran cleanly and every output is there.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_reports_in_every_form() {
+        let plan = Plan {
+            workloads: vec![ALL_WORKLOADS.into()],
+            uris: vec!["memory://".into()],
+            clients: vec![1, 2],
+            duration: Duration::from_millis(20),
+            block_size: 10,
+            command: "bakery bench --test".into(),
+            progress: false,
+        };
+        let report = run(plan).await.expect("run");
+        assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);
+        // 1 store × 2 client counts × (2 cas + 2 sequence + 3 lock variants).
+        assert_eq!(report.results.len(), 2 * 7);
+        assert_eq!(report.checks.len(), 6);
+        assert_eq!(report.checks[4].status, results::CheckStatus::SeeCriterion);
+
+        let text = report::text::render(&report, None);
+        for expected in [
+            "bakery bench: 20ms per cell",
+            "cas: ",
+            "sequence: ",
+            "lock: ",
+            "targets",
+        ] {
+            assert!(text.contains(expected), "no {expected:?} in:\n{text}");
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let charts = report::write_files(&report, dir.path()).expect("write");
+        assert_eq!(charts.len(), 3 * 2, "{charts:?}");
+        for file in charts
+            .iter()
+            .map(String::as_str)
+            .chain([report::json::FILE, report::markdown::FILE])
+        {
+            let text = std::fs::read_to_string(dir.path().join(file)).expect(file);
+            assert!(!text.is_empty(), "{file}");
+        }
+    }
+}

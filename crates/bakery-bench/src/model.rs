@@ -1,0 +1,163 @@
+//! The model every other module builds on: what a workload is, what a
+//! native peer is, what a cell is and what one operation can fail with.
+//!
+//! A *cell* is one measurement: one workload variant (or one native peer)
+//! on one target with one number of clients, for the plan's duration.
+//! Workloads and peers only set a cell up ([`PreparedCell`]); the timing,
+//! the histograms and the round-trip counting are done once, in
+//! [`runner`](crate::runner).
+//!
+//! Adding a workload is one file implementing [`Workload`] plus one line in
+//! [`workloads::registry`](crate::workloads::registry); adding a native
+//! peer is one type implementing [`Peer`] plus one line in
+//! [`peers::for_target`](crate::peers::for_target).
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bakery::{CountingStore, VersionedStore};
+use serde::Serialize;
+
+use crate::error::{one_line, BenchError};
+
+/// Why one operation failed: a one-line message (no secrets).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpError(pub String);
+
+impl From<bakery::Error> for OpError {
+    fn from(err: bakery::Error) -> Self {
+        OpError(one_line(&err.to_string()))
+    }
+}
+
+/// One client of a cell: an operation run again and again until the cell's
+/// time is up. Each client runs on its own task.
+#[async_trait]
+pub trait BenchClient: Send {
+    /// Do one operation (one increment, one id, one lock acquire +
+    /// release). Its latency is what the histograms record.
+    async fn op(&mut self) -> Result<(), OpError>;
+
+    /// Counters this client keeps besides its operations (named like the
+    /// workload's [`Workload::extra_columns`]); summed over the clients.
+    fn extras(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+/// What a cell needs after the timed part: check the outcome (no lost
+/// update, …) and remove what the cell wrote.
+#[async_trait]
+pub trait Finish: Send {
+    /// Check and clean up. `had_errors` tells whether some operation failed
+    /// (an unknown outcome may then have applied, which loosens the checks).
+    /// Returns the problems found (each counted as an error of the cell).
+    async fn finish(self: Box<Self>, had_errors: bool) -> Vec<String>;
+}
+
+/// A cell ready to run: its clients, and what to do afterwards.
+pub struct PreparedCell {
+    /// One per client of the cell.
+    pub clients: Vec<Box<dyn BenchClient>>,
+    /// Checks and cleanup after the timed part, if any.
+    pub finish: Option<Box<dyn Finish>>,
+}
+
+/// Which cell to prepare.
+#[derive(Debug, Clone)]
+pub struct CellSpec {
+    /// Unique in this run and safe in key, sequence, table and Redis key
+    /// names (lowercase ASCII letters, digits and `-`), so cells never share
+    /// rows and repeated runs never collide.
+    pub tag: String,
+    /// How many clients.
+    pub clients: usize,
+    /// Which variant of the workload ([`Variant::id`]); empty for a peer.
+    pub variant: &'static str,
+    /// The plan's block size (sequence block, and the CACHE of the cached
+    /// `nextval()` peer).
+    pub block_size: u64,
+}
+
+/// One way a workload runs on every store (e.g. `cas` on a shared key and
+/// on a key per client).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variant {
+    /// Stable id, used in the JSON.
+    pub id: &'static str,
+    /// What the table shows in its `implementation` column.
+    pub label: &'static str,
+}
+
+/// The store of a cell, twice: counted (what clients use, so the runner can
+/// report round trips per operation) and raw (for checks and cleanup, which
+/// must not be counted).
+#[derive(Debug, Clone)]
+pub struct CellStore {
+    /// Every call the clients make goes through this.
+    pub counted: Arc<CountingStore>,
+    /// The same store, uncounted.
+    pub raw: Arc<dyn VersionedStore>,
+}
+
+/// A workload run on every bakery store.
+#[async_trait]
+pub trait Workload: Send + Sync {
+    /// The name a plan selects it by and the JSON uses (`cas`).
+    fn name(&self) -> &'static str;
+
+    /// A few words on what one operation is, for a command's help
+    /// (`Sequence::next()`).
+    fn summary(&self) -> &'static str;
+
+    /// One line heading its table, e.g. what an operation is.
+    fn title(&self, block_size: u64) -> String;
+
+    /// What one operation produces, for the throughput column (`ops`, `ids`).
+    fn unit(&self) -> &'static str;
+
+    /// The variants measured on every store, in table order.
+    fn variants(&self) -> &'static [Variant];
+
+    /// Names of the counters its clients report besides operations.
+    fn extra_columns(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Set up one cell on `store`.
+    async fn prepare(&self, store: &CellStore, cell: &CellSpec)
+        -> Result<PreparedCell, BenchError>;
+}
+
+/// A native peer: what a user would reach for instead of bakery (PostgreSQL
+/// `nextval()`, Redis `INCRBY`, PostgreSQL advisory locks, etcd's lock), run
+/// with the same clients and duration, so every bakery number has a
+/// familiar reference beside it.
+#[async_trait]
+pub trait Peer: Send + Sync {
+    /// The workload whose table it joins ([`Workload::name`]).
+    fn workload(&self) -> &'static str;
+
+    /// What the table shows in its `implementation` column, e.g.
+    /// `nextval() CACHE 1000`.
+    fn label(&self) -> String;
+
+    /// Set up one cell: one connection per client, each increments
+    /// `round_trips` once per request it sends.
+    async fn prepare(
+        &self,
+        cell: &CellSpec,
+        round_trips: Arc<AtomicU64>,
+    ) -> Result<PreparedCell, BenchError>;
+}
+
+/// Who implemented the operation of a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Implementation {
+    /// A bakery recipe or the primitive, on a bakery store.
+    Bakery,
+    /// A native peer through the raw driver.
+    Native,
+}

@@ -1,0 +1,204 @@
+//! etcd through the raw driver: its own lock (the v3 lock service), what
+//! an etcd user already has, and a transaction on a key's mod revision (the
+//! raw counterpart of bakery's `put_if_version`).
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bakery::backends::etcd::etcd_client::{
+    Client, Compare, CompareOp, Error, LockOptions, Txn, TxnOp,
+};
+use bakery::backends::etcd::EtcdConfig;
+
+use super::driver::CONNECT_TIMEOUT;
+use crate::error::{one_line, BenchError};
+use crate::model::{BenchClient, CellSpec, OpError, Peer, PreparedCell};
+use crate::workloads::lock::{CheckGrants, GrantLog};
+
+/// The lease every client's lock ownership is attached to; longer than any
+/// cell, so it never expires mid-run (etcd's lock needs a lease).
+const LEASE_TTL_SECONDS: i64 = 600;
+
+/// One client of the cluster of a bakery etcd `uri` (its endpoints; bakery's
+/// options are not the driver's).
+pub async fn connect(uri: &str) -> Result<Client, String> {
+    let config = EtcdConfig::from_uri(uri).map_err(|e| format!("bad URI: {e}"))?;
+    tokio::time::timeout(CONNECT_TIMEOUT, Client::connect(config.endpoints(), None))
+        .await
+        .map_err(|_| "timed out".to_string())?
+        .map_err(|e| e.to_string())
+}
+
+/// A conditional update through the raw driver: one key of its own,
+/// written by a transaction that compares the key's mod revision (the
+/// compare bakery's store makes, without bakery). Chained by revision:
+/// each update expects the revision the previous one produced.
+#[derive(Debug)]
+pub struct RawCas {
+    key: String,
+    revision: AtomicI64,
+}
+
+impl RawCas {
+    /// Create the key `key`.
+    pub async fn create(client: &Client, key: &str) -> Result<RawCas, Error> {
+        let first = client.kv_client().put(key, "v", None).await?;
+        Ok(RawCas {
+            key: key.to_string(),
+            revision: AtomicI64::new(first.header().map_or(0, |h| h.revision())),
+        })
+    }
+
+    /// One conditional update to `value`: `false` if the key was not at the
+    /// expected revision (someone else wrote it).
+    pub async fn update(&self, client: &Client, value: &[u8]) -> Result<bool, Error> {
+        let expected = self.revision.load(Ordering::Relaxed);
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                self.key.as_str(),
+                CompareOp::Equal,
+                expected,
+            )])
+            .and_then([TxnOp::put(self.key.as_str(), value, None)])
+            .or_else([TxnOp::get(self.key.as_str(), None)]);
+        let response = client.kv_client().txn(txn).await?;
+        if !response.succeeded() {
+            return Ok(false);
+        }
+        let revision = response.header().map_or(0, |h| h.revision());
+        self.revision.store(revision, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Delete the key.
+    pub async fn delete(&self, client: &Client) -> Result<(), Error> {
+        client
+            .kv_client()
+            .delete(self.key.as_str(), None)
+            .await
+            .map(|_| ())
+    }
+}
+
+/// `Lock(name, lease)` + `Unlock(key)`, one connection and one lease per
+/// client: etcd orders waiters by the revision of their key (FIFO) and
+/// wakes the next one with a watch. Two round trips per acquisition.
+#[derive(Debug, Clone)]
+pub struct EtcdLock {
+    uri: String,
+}
+
+impl EtcdLock {
+    /// The peer on the cluster of `uri` (a bakery etcd URI).
+    pub fn new(uri: &str) -> Self {
+        EtcdLock {
+            uri: uri.to_string(),
+        }
+    }
+
+    fn error(&self, what: &str, err: impl std::fmt::Display) -> BenchError {
+        BenchError::Peer {
+            peer: format!("etcd {}", self.label()),
+            message: one_line(&format!("{what}: {err}")),
+        }
+    }
+}
+
+#[async_trait]
+impl Peer for EtcdLock {
+    fn workload(&self) -> &'static str {
+        "lock"
+    }
+
+    fn label(&self) -> String {
+        "etcd Lock/Unlock".to_string()
+    }
+
+    async fn prepare(
+        &self,
+        cell: &CellSpec,
+        round_trips: Arc<AtomicU64>,
+    ) -> Result<PreparedCell, BenchError> {
+        let name = format!("bakery-bench-lock/{}", cell.tag);
+        let grants = Arc::new(GrantLog::default());
+        let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
+        for index in 0..cell.clients {
+            let mut client = connect(&self.uri)
+                .await
+                .map_err(|e| self.error("cannot connect", e))?;
+            let lease = client
+                .lease_grant(LEASE_TTL_SECONDS, None)
+                .await
+                .map_err(|e| self.error("cannot grant a lease", e))?
+                .id();
+            clients.push(Box::new(EtcdLockClient {
+                index,
+                client,
+                lease,
+                name: name.clone(),
+                grants: grants.clone(),
+                round_trips: round_trips.clone(),
+                warmed: false,
+            }));
+        }
+        Ok(PreparedCell {
+            clients,
+            finish: Some(Box::new(CheckGrants(grants))),
+        })
+    }
+}
+
+struct EtcdLockClient {
+    index: usize,
+    client: Client,
+    lease: i64,
+    name: String,
+    grants: Arc<GrantLog>,
+    round_trips: Arc<AtomicU64>,
+    warmed: bool,
+}
+
+#[async_trait]
+impl BenchClient for EtcdLockClient {
+    async fn op(&mut self) -> Result<(), OpError> {
+        let failed = |what: &str, e| OpError(one_line(&format!("{what}: {e}")));
+        if !self.warmed {
+            self.warmed = true;
+            return Ok(());
+        }
+        self.round_trips.fetch_add(2, Ordering::Relaxed);
+        let held = self
+            .client
+            .lock(
+                self.name.as_str(),
+                Some(LockOptions::new().with_lease(self.lease)),
+            )
+            .await
+            .map_err(|e| failed("etcd lock", e))?;
+        let entered = self.grants.critical_section(self.index);
+        self.client
+            .unlock(held.key())
+            .await
+            .map_err(|e| failed("etcd unlock", e))?;
+        entered
+    }
+
+    fn extras(&self) -> Vec<(&'static str, u64)> {
+        self.grants.extras(self.index)
+    }
+}
+
+impl Drop for EtcdLockClient {
+    fn drop(&mut self) {
+        // Revoke the lease (and with it any lock key left behind) when a
+        // runtime is there to do it; otherwise it expires on its own.
+        let mut client = self.client.clone();
+        let lease = self.lease;
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = client.lease_revoke(lease).await;
+            });
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Native peers: the operations a user would reach for instead of bakery,
+//! through the drivers the `bakery` facade re-exports (so each exists only
+//! in builds with that backend's cargo feature). Written once, and used
+//! twice: as [`Peer`]s measured beside bakery's workloads with the same
+//! clients and duration, and as raw clients by the criterion suite
+//! (`benches/backends.rs`), which times bakery's `put_if_version` against
+//! the same conditional write issued raw.
+//!
+//! | backend | workload | peers |
+//! |---|---|---|
+//! | postgres | sequence | `nextval()` (one round trip per id), `nextval()` on a sequence with `CACHE <block size>` (per-connection cache) |
+//! | redis | sequence | `INCRBY key 1` |
+//! | postgres | lock | `pg_advisory_lock` + `pg_advisory_unlock` |
+//! | etcd | lock | etcd's `Lock` + `Unlock` (a lease per client) |
+//!
+//! Raw clients (criterion only): a conditional update per backend —
+//! PostgreSQL `UPDATE … WHERE version = $n`, a Redis Lua compare-and-set,
+//! an etcd transaction on the key's mod revision, a Cassandra lightweight
+//! transaction, a MongoDB insert under a unique `_id` — plus `nextval()`
+//! and `INCRBY` themselves.
+
+#[cfg(feature = "postgres")]
+pub mod advisory;
+#[cfg(feature = "cassandra")]
+pub mod cassandra;
+mod driver;
+#[cfg(feature = "etcd")]
+pub mod etcd;
+#[cfg(feature = "mongodb")]
+pub mod mongodb;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
+
+use crate::model::Peer;
+
+/// The value every raw conditional write stores (16 bytes, as bakery's
+/// side of the comparison writes).
+pub const RAW_VALUE: &[u8] = b"0123456789abcdef";
+
+/// The native peers to run beside the bakery store `uri` (whose backend is
+/// `backend`, as `VersionedStore::backend` names it). `block_size` is the
+/// plan's block size, used as the CACHE of the cached `nextval()` peer.
+#[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+pub fn for_target(backend: &str, uri: &str, block_size: u64) -> Vec<Box<dyn Peer>> {
+    match backend {
+        #[cfg(feature = "postgres")]
+        "postgres" => vec![
+            Box::new(postgres::Nextval::new(uri, None)),
+            Box::new(postgres::Nextval::new(uri, Some(block_size))),
+            Box::new(advisory::AdvisoryLock::new(uri)),
+        ],
+        #[cfg(feature = "etcd")]
+        "etcd" => vec![Box::new(etcd::EtcdLock::new(uri))],
+        #[cfg(feature = "redis")]
+        "redis" => vec![Box::new(redis::Incrby::new(uri))],
+        _ => Vec::new(),
+    }
+}

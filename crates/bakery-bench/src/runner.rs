@@ -1,0 +1,239 @@
+//! Runs one cell: its clients in parallel for the duration, timing every
+//! operation into HDR histograms and counting store round trips.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bakery::CountingStore;
+use tokio::sync::Barrier;
+use tokio::time::Instant;
+
+use crate::error::BenchError;
+use crate::model::{BenchClient, PreparedCell};
+use crate::stats::LatencyHistogram;
+
+/// After a failed operation a client pauses this long, so a store that is
+/// down produces a countable trickle of errors instead of a busy loop.
+const ERROR_PAUSE: Duration = Duration::from_millis(10);
+
+/// A client yields to the scheduler after this many operations. Operations
+/// that never wait (a cached `next()`) would otherwise keep a worker thread
+/// to themselves and starve the other clients and the background prefetch.
+const YIELD_EVERY: u32 = 256;
+
+/// How long after the end of a cell a client may take to finish its last
+/// operation before it is abandoned (and counted as an error).
+const STRAGGLER_GRACE: Duration = Duration::from_secs(60);
+
+/// Where a cell's round trips (and conflicts) are counted.
+#[derive(Debug, Clone)]
+pub enum RoundTripCounter {
+    /// Calls through a bakery store wrapped in a [`CountingStore`].
+    Store(Arc<CountingStore>),
+    /// Requests a native peer sent (it has no conflicts).
+    Native(Arc<AtomicU64>),
+}
+
+impl RoundTripCounter {
+    /// (round trips, conflicts) so far.
+    fn snapshot(&self) -> (u64, u64) {
+        match self {
+            RoundTripCounter::Store(store) => {
+                let counts = store.counts();
+                (counts.total(), counts.conflicts)
+            }
+            RoundTripCounter::Native(sent) => (sent.load(Ordering::Relaxed), 0),
+        }
+    }
+}
+
+/// What one cell measured.
+#[derive(Debug)]
+pub struct Measurement {
+    /// From the start signal until the last client stopped.
+    pub elapsed: Duration,
+    /// Successful operations in the timed part.
+    pub ops: u64,
+    /// Successful operations per client (for the fairness index).
+    pub ops_per_client: Vec<u64>,
+    /// Failed operations, warm-up and checks included.
+    pub errors: u64,
+    /// The first error message seen.
+    pub first_error: Option<String>,
+    /// Latency of every successful timed operation.
+    pub latency: LatencyHistogram,
+    /// Store round trips during the timed part (requests, for a peer).
+    pub round_trips: u64,
+    /// Conflicts during the timed part (puts and deletes that met another
+    /// version).
+    pub conflicts: u64,
+    /// The workload's own counters, summed over the clients.
+    pub extras: BTreeMap<String, u64>,
+}
+
+impl Measurement {
+    /// A cell that could not even start: no operation, one error.
+    pub fn failed(message: String) -> Result<Measurement, BenchError> {
+        Ok(Measurement {
+            elapsed: Duration::ZERO,
+            ops: 0,
+            ops_per_client: Vec::new(),
+            errors: 1,
+            first_error: Some(message),
+            latency: LatencyHistogram::new()?,
+            round_trips: 0,
+            conflicts: 0,
+            extras: BTreeMap::new(),
+        })
+    }
+}
+
+/// What one client task hands back.
+struct ClientOutcome {
+    ops: u64,
+    errors: u64,
+    first_error: Option<String>,
+    latency: LatencyHistogram,
+    extras: Vec<(&'static str, u64)>,
+    stopped: Instant,
+}
+
+/// Run `cell` for `duration`.
+///
+/// Each client first does one untimed warm-up operation (connections, the
+/// first block of a sequence, the first read of a counter); once all are
+/// warm, the round-trip counters are read and the clients run until
+/// `duration` has passed, each timing every operation. A last operation
+/// that straddles the end is finished and counted; `elapsed` includes it.
+pub async fn measure(
+    cell: PreparedCell,
+    counter: &RoundTripCounter,
+    duration: Duration,
+) -> Result<Measurement, BenchError> {
+    let PreparedCell { clients, finish } = cell;
+    let count = clients.len();
+    let warm = Arc::new(Barrier::new(count + 1));
+    let go = Arc::new(Barrier::new(count + 1));
+    let mut tasks = Vec::with_capacity(count);
+    for client in clients {
+        let (warm, go) = (warm.clone(), go.clone());
+        tasks.push(tokio::spawn(run_client(client, warm, go, duration)));
+    }
+    warm.wait().await;
+    let (trips_before, conflicts_before) = counter.snapshot();
+    let started = Instant::now();
+    go.wait().await;
+
+    let mut latency = LatencyHistogram::new()?;
+    let mut ops_per_client = Vec::with_capacity(count);
+    let mut errors = 0;
+    let mut first_error = None;
+    let mut extras = BTreeMap::new();
+    let mut stopped = started;
+    let give_up_at = started + duration + STRAGGLER_GRACE;
+    for mut task in tasks {
+        let outcome = match tokio::time::timeout_at(give_up_at, &mut task).await {
+            Ok(Ok(outcome)) => outcome?,
+            Ok(Err(join)) => {
+                return Err(BenchError::Internal(format!("a client task died: {join}")))
+            }
+            Err(_) => {
+                task.abort();
+                errors += 1;
+                first_error.get_or_insert_with(|| {
+                    format!(
+                        "a client was still in an operation {}s after the end of the cell",
+                        STRAGGLER_GRACE.as_secs()
+                    )
+                });
+                ops_per_client.push(0);
+                continue;
+            }
+        };
+        latency.merge(&outcome.latency)?;
+        ops_per_client.push(outcome.ops);
+        errors += outcome.errors;
+        if first_error.is_none() {
+            first_error = outcome.first_error;
+        }
+        for (name, value) in outcome.extras {
+            *extras.entry(name.to_string()).or_insert(0) += value;
+        }
+        stopped = stopped.max(outcome.stopped);
+    }
+    let elapsed = stopped.saturating_duration_since(started);
+    let (trips_after, conflicts_after) = counter.snapshot();
+
+    if let Some(finish) = finish {
+        let problems = finish.finish(errors > 0).await;
+        errors += problems.len() as u64;
+        if first_error.is_none() {
+            first_error = problems.into_iter().next();
+        }
+    }
+    Ok(Measurement {
+        elapsed,
+        ops: ops_per_client.iter().sum(),
+        ops_per_client,
+        errors,
+        first_error,
+        latency,
+        round_trips: trips_after.saturating_sub(trips_before),
+        conflicts: conflicts_after.saturating_sub(conflicts_before),
+        extras,
+    })
+}
+
+/// One client's task: warm up, wait for the start, loop until the end.
+async fn run_client(
+    mut client: Box<dyn BenchClient>,
+    warm: Arc<Barrier>,
+    go: Arc<Barrier>,
+    duration: Duration,
+) -> Result<ClientOutcome, BenchError> {
+    let mut outcome = ClientOutcome {
+        ops: 0,
+        errors: 0,
+        first_error: None,
+        latency: LatencyHistogram::new()?,
+        extras: Vec::new(),
+        stopped: Instant::now(),
+    };
+    if let Err(err) = client.op().await {
+        outcome.errors += 1;
+        outcome.first_error = Some(format!("warm-up: {}", err.0));
+    }
+    warm.wait().await;
+    go.wait().await;
+    let deadline = Instant::now() + duration;
+    let mut since_yield = 0u32;
+    loop {
+        let begun = Instant::now();
+        if begun >= deadline {
+            break;
+        }
+        let result = client.op().await;
+        let took = begun.elapsed();
+        match result {
+            Ok(()) => {
+                outcome.latency.record(took);
+                outcome.ops += 1;
+            }
+            Err(err) => {
+                outcome.errors += 1;
+                outcome.first_error.get_or_insert(err.0);
+                tokio::time::sleep(ERROR_PAUSE).await;
+            }
+        }
+        since_yield += 1;
+        if since_yield >= YIELD_EVERY {
+            since_yield = 0;
+            tokio::task::yield_now().await;
+        }
+    }
+    outcome.stopped = Instant::now();
+    outcome.extras = client.extras();
+    Ok(outcome)
+}

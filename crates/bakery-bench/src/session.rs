@@ -1,0 +1,545 @@
+//! One benchmark run: resolve the [`Plan`], connect the targets, run every
+//! cell in order (with a progress bar on a terminal), and hand back the
+//! [`Run`]: what was measured, cell by cell, for
+//! [`results`](crate::results) to turn into a report.
+
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bakery::{CountingStore, VersionedStore};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::error::BenchError;
+use crate::machine::Machine;
+use crate::model::{CellSpec, CellStore, Implementation, Peer, PreparedCell, Variant, Workload};
+use crate::peers;
+use crate::runner::{self, Measurement, RoundTripCounter};
+use crate::versions::server_version;
+use crate::workloads;
+
+/// The plan value that selects every workload of the registry.
+pub const ALL_WORKLOADS: &str = "all";
+
+/// What to measure: a plain description, checked and resolved when the run
+/// starts ([`execute`]).
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Workload names ([`workloads::names`]), or [`ALL_WORKLOADS`]; they run
+    /// in registry order, each once.
+    pub workloads: Vec<String>,
+    /// Store URIs, in order. Empty: `memory://` and, when the SQLite backend
+    /// is compiled in, a fresh SQLite file in a temporary directory, deleted
+    /// afterwards (never anyone's data).
+    pub uris: Vec<String>,
+    /// Client counts, one cell each (sorted and deduplicated).
+    pub clients: Vec<usize>,
+    /// Timed part of each cell.
+    pub duration: Duration,
+    /// Sequence block size (and the CACHE of the cached `nextval()` peer).
+    pub block_size: u64,
+    /// The command line that asked for the run, passwords hidden (shown in
+    /// the report).
+    pub command: String,
+    /// Show a progress indicator on stderr (only when it is a terminal).
+    pub progress: bool,
+}
+
+/// What a run measured, before it becomes a report.
+pub struct Run {
+    /// The workloads, in order.
+    pub workloads: Vec<Box<dyn Workload>>,
+    /// Client counts, in order.
+    pub clients: Vec<usize>,
+    /// Timed part of each cell.
+    pub duration: Duration,
+    /// Sequence block size.
+    pub block_size: u64,
+    /// The command line, passwords hidden.
+    pub command: String,
+    /// When the run started (RFC 3339, UTC).
+    pub started_at: String,
+    /// When it ended.
+    pub finished_at: String,
+    /// The machine it ran on.
+    pub machine: Machine,
+    /// The stores measured, in order.
+    pub targets: Vec<TargetRun>,
+    /// Every cell, in table order.
+    pub cells: Vec<CellRun>,
+}
+
+/// A store that was measured.
+#[derive(Debug, Clone)]
+pub struct TargetRun {
+    /// The name tables use (the backend, numbered if it appears twice).
+    pub label: String,
+    /// The backend (`VersionedStore::backend`).
+    pub backend: &'static str,
+    /// Its URI, password hidden.
+    pub uri: String,
+    /// The server (or library) version.
+    pub version: String,
+}
+
+/// One cell that ran.
+#[derive(Debug)]
+pub struct CellRun {
+    /// The workload.
+    pub workload: &'static str,
+    /// The target's label.
+    pub target: String,
+    /// The target's backend.
+    pub backend: &'static str,
+    /// Bakery or native.
+    pub implementation: Implementation,
+    /// The variant id or, for a peer, its label.
+    pub variant: String,
+    /// What the `implementation` column shows.
+    pub label: String,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// What the runner measured.
+    pub measurement: Measurement,
+}
+
+/// A plan checked against this build, its defaults filled in.
+struct Resolved {
+    workloads: Vec<Box<dyn Workload>>,
+    uris: Vec<String>,
+    clients: Vec<usize>,
+    /// Keeps the default SQLite file's directory until the run is over.
+    scratch: Option<tempfile::TempDir>,
+}
+
+fn resolve(plan: &Plan) -> Result<Resolved, BenchError> {
+    let mut wanted: Vec<&str> = Vec::new();
+    let names = workloads::names();
+    for name in &plan.workloads {
+        let selected: Vec<&str> = if name == ALL_WORKLOADS {
+            names.clone()
+        } else if names.contains(&name.as_str()) {
+            vec![name.as_str()]
+        } else {
+            return Err(BenchError::UnknownWorkload {
+                name: name.clone(),
+                available: names.join(", "),
+            });
+        };
+        for name in selected {
+            if !wanted.contains(&name) {
+                wanted.push(name);
+            }
+        }
+    }
+    let workloads = workloads::registry()
+        .into_iter()
+        .filter(|w| wanted.contains(&w.name()))
+        .collect();
+
+    let mut clients = plan.clients.clone();
+    clients.sort_unstable();
+    clients.dedup();
+
+    let mut uris = plan.uris.clone();
+    let mut scratch = None;
+    if uris.is_empty() {
+        uris.push("memory://".to_string());
+        if bakery::schemes().contains(&"sqlite") {
+            let dir = tempfile::Builder::new()
+                .prefix("bakery-bench-")
+                .tempdir()
+                .map_err(|e| {
+                    BenchError::Internal(format!("cannot create a temporary directory: {e}"))
+                })?;
+            let file = dir.path().join("bench.db");
+            let uri = sqlite_uri(&file).ok_or_else(|| {
+                BenchError::Internal(format!(
+                    "the temporary path {} is not valid UTF-8; name the stores to measure",
+                    file.display()
+                ))
+            })?;
+            uris.push(uri);
+            scratch = Some(dir);
+        }
+    }
+    Ok(Resolved {
+        workloads,
+        uris,
+        clients,
+        scratch,
+    })
+}
+
+/// The `sqlite://` URI of a database file, percent-encoding the characters
+/// the sqlite URI parser gives a meaning to (`%` escapes, `?` options).
+/// `None` if the path is not valid UTF-8.
+fn sqlite_uri(path: &Path) -> Option<String> {
+    let path = path.to_str()?;
+    let mut uri = String::with_capacity(path.len() + 9);
+    uri.push_str("sqlite://");
+    for c in path.chars() {
+        match c {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3F"),
+            c => uri.push(c),
+        }
+    }
+    Some(uri)
+}
+
+/// A store being measured.
+struct Target {
+    label: String,
+    backend: &'static str,
+    shown_uri: String,
+    store: Arc<dyn VersionedStore>,
+    peers: Vec<Box<dyn Peer>>,
+}
+
+/// What a cell measures.
+enum Subject<'a> {
+    /// A workload variant through bakery.
+    Bakery {
+        workload: &'a dyn Workload,
+        variant: Variant,
+    },
+    /// A native peer.
+    Native {
+        workload: &'a dyn Workload,
+        peer: &'a dyn Peer,
+    },
+}
+
+impl Subject<'_> {
+    fn workload_name(&self) -> &'static str {
+        match self {
+            Subject::Bakery { workload, .. } | Subject::Native { workload, .. } => workload.name(),
+        }
+    }
+
+    fn implementation(&self) -> Implementation {
+        match self {
+            Subject::Bakery { .. } => Implementation::Bakery,
+            Subject::Native { .. } => Implementation::Native,
+        }
+    }
+
+    /// The variant id a workload prepares (empty for a peer).
+    fn variant_id(&self) -> &'static str {
+        match self {
+            Subject::Bakery { variant, .. } => variant.id,
+            Subject::Native { .. } => "",
+        }
+    }
+
+    /// What the `implementation` column shows.
+    fn label(&self) -> String {
+        match self {
+            Subject::Bakery { variant, .. } => variant.label.to_string(),
+            Subject::Native { peer, .. } => peer.label(),
+        }
+    }
+
+    /// Set the cell up, and say where its round trips are counted.
+    async fn prepare(
+        &self,
+        target: &Target,
+        spec: &CellSpec,
+    ) -> (Result<PreparedCell, BenchError>, RoundTripCounter) {
+        match self {
+            Subject::Bakery { workload, .. } => {
+                let counted = Arc::new(CountingStore::new(target.store.clone()));
+                let store = CellStore {
+                    counted: counted.clone(),
+                    raw: target.store.clone(),
+                };
+                (
+                    workload.prepare(&store, spec).await,
+                    RoundTripCounter::Store(counted),
+                )
+            }
+            Subject::Native { peer, .. } => {
+                let sent = Arc::new(AtomicU64::new(0));
+                (
+                    peer.prepare(spec, sent.clone()).await,
+                    RoundTripCounter::Native(sent),
+                )
+            }
+        }
+    }
+}
+
+/// Run `plan`: every cell, in table order (per workload, per target, its
+/// variants then its native peers, each at every client count).
+pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
+    let Resolved {
+        workloads,
+        uris,
+        clients,
+        scratch,
+    } = resolve(&plan)?;
+    let started_at = now_rfc3339();
+    let progress = ClearOnDrop(progress_bar(plan.progress));
+
+    let mut targets = Vec::with_capacity(uris.len());
+    for uri in &uris {
+        let shown_uri = bakery::redact(uri);
+        progress.set_message(format!("connecting to {shown_uri}"));
+        let store = bakery::connect(uri)
+            .await
+            .map_err(|source| BenchError::Store {
+                target: shown_uri.clone(),
+                source,
+            })?;
+        let backend = store.backend();
+        targets.push(Target {
+            label: backend.to_string(),
+            backend,
+            shown_uri,
+            peers: peers::for_target(backend, uri, plan.block_size),
+            store,
+        });
+    }
+    number_duplicate_labels(&mut targets);
+
+    let mut target_runs = Vec::with_capacity(targets.len());
+    for (target, uri) in targets.iter().zip(&uris) {
+        progress.set_message(format!("asking {} for its version", target.label));
+        target_runs.push(TargetRun {
+            label: target.label.clone(),
+            backend: target.backend,
+            uri: target.shown_uri.clone(),
+            version: server_version(target.backend, uri).await,
+        });
+    }
+
+    let mut cells: Vec<(&Target, Subject<'_>, usize)> = Vec::new();
+    for workload in &workloads {
+        for target in &targets {
+            for &variant in workload.variants() {
+                for &clients in &clients {
+                    let subject = Subject::Bakery {
+                        workload: workload.as_ref(),
+                        variant,
+                    };
+                    cells.push((target, subject, clients));
+                }
+            }
+            for peer in target
+                .peers
+                .iter()
+                .filter(|p| p.workload() == workload.name())
+            {
+                for &clients in &clients {
+                    let subject = Subject::Native {
+                        workload: workload.as_ref(),
+                        peer: peer.as_ref(),
+                    };
+                    cells.push((target, subject, clients));
+                }
+            }
+        }
+    }
+
+    show_cells(&progress, cells.len());
+    let run_id = run_id();
+    let mut results = Vec::with_capacity(cells.len());
+    for (index, (target, subject, clients)) in cells.iter().enumerate() {
+        let spec = CellSpec {
+            tag: format!("{run_id}-{index}"),
+            clients: *clients,
+            variant: subject.variant_id(),
+            block_size: plan.block_size,
+        };
+        let label = subject.label();
+        progress.set_message(format!(
+            "{} · {} · {label} · {clients} clients",
+            subject.workload_name(),
+            target.label
+        ));
+        let (prepared, counter) = subject.prepare(target, &spec).await;
+        // A cell that cannot be set up (a peer refused by the server, …) is
+        // reported as a failed cell; the other cells still run.
+        let measurement = match prepared {
+            Ok(prepared) => runner::measure(prepared, &counter, plan.duration).await?,
+            Err(err) => Measurement::failed(err.to_string())?,
+        };
+        results.push(CellRun {
+            workload: subject.workload_name(),
+            target: target.label.clone(),
+            backend: target.backend,
+            implementation: subject.implementation(),
+            variant: match subject {
+                Subject::Bakery { variant, .. } => variant.id.to_string(),
+                Subject::Native { .. } => label.clone(),
+            },
+            label,
+            clients: *clients,
+            measurement,
+        });
+        progress.inc(1);
+    }
+    drop(progress);
+    drop(cells);
+    drop(targets);
+    // The default SQLite file goes only now that its store is closed.
+    drop(scratch);
+
+    Ok(Run {
+        workloads,
+        clients,
+        duration: plan.duration,
+        block_size: plan.block_size,
+        command: plan.command,
+        started_at,
+        finished_at: now_rfc3339(),
+        machine: Machine::detect(),
+        targets: target_runs,
+        cells: results,
+    })
+}
+
+/// Backends that appear more than once become `redis-1`, `redis-2`, … (the
+/// targets table maps each label to its URI).
+fn number_duplicate_labels(targets: &mut [Target]) {
+    let backends: Vec<&'static str> = targets.iter().map(|t| t.backend).collect();
+    let mut seen: Vec<(&str, usize)> = Vec::new();
+    for target in targets.iter_mut() {
+        if backends.iter().filter(|b| **b == target.backend).count() < 2 {
+            continue;
+        }
+        let n = match seen.iter_mut().find(|(b, _)| *b == target.backend) {
+            Some((_, n)) => {
+                *n += 1;
+                *n
+            }
+            None => {
+                seen.push((target.backend, 1));
+                1
+            }
+        };
+        target.label = format!("{}-{n}", target.backend);
+    }
+}
+
+/// Clears the progress bar however the run ends, so an error message
+/// starts on a clean line.
+struct ClearOnDrop(ProgressBar);
+
+impl std::ops::Deref for ClearOnDrop {
+    type Target = ProgressBar;
+    fn deref(&self) -> &ProgressBar {
+        &self.0
+    }
+}
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.finish_and_clear();
+    }
+}
+
+/// The progress indicator on stderr: a spinner while connecting, a bar
+/// once the cells are known ([`show_cells`]). indicatif hides it when
+/// stderr is not a terminal (pipes, CI logs, tests); `show: false` hides it
+/// always.
+fn progress_bar(show: bool) -> ProgressBar {
+    let target = if show {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let bar = ProgressBar::with_draw_target(None, target);
+    // The templates are constants; should one ever fail to parse, the
+    // default style still works.
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed_precise} {wide_msg}") {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+/// Switch the progress indicator to a bar over `cells` cells.
+fn show_cells(bar: &ProgressBar, cells: usize) {
+    if let Ok(style) = ProgressStyle::with_template(
+        "{spinner} {elapsed_precise} [{bar:30}] {pos}/{len} cells  {wide_msg}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_length(cells as u64);
+}
+
+/// A name part unique to this run (lowercase hex of the time and the
+/// process id), so runs sharing a server never touch each other's rows.
+fn run_id() -> String {
+    let millis = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("{millis:x}-{:x}", std::process::id())
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(workloads: &[&str], uris: &[&str]) -> Plan {
+        Plan {
+            workloads: workloads.iter().map(|w| w.to_string()).collect(),
+            uris: uris.iter().map(|u| u.to_string()).collect(),
+            clients: vec![4, 1, 4],
+            duration: Duration::from_millis(10),
+            block_size: 10,
+            command: "test".into(),
+            progress: false,
+        }
+    }
+
+    #[test]
+    fn a_plan_resolves_in_registry_order_once_each() {
+        let resolved = resolve(&plan(&["lock", "cas", "all"], &["memory://"])).expect("plan");
+        let names: Vec<&str> = resolved.workloads.iter().map(|w| w.name()).collect();
+        assert_eq!(names, ["cas", "sequence", "lock"]);
+        assert_eq!(resolved.clients, [1, 4]);
+        assert_eq!(resolved.uris, ["memory://"]);
+        assert!(resolved.scratch.is_none());
+
+        let err = resolve(&plan(&["nosuch"], &[])).err().expect("unknown");
+        assert!(err.to_string().contains("cas, sequence, lock"), "{err}");
+    }
+
+    #[test]
+    fn without_uris_the_stores_are_throwaway() {
+        let resolved = resolve(&plan(&["cas"], &[])).expect("plan");
+        assert_eq!(resolved.uris[0], "memory://");
+        if bakery::schemes().contains(&"sqlite") {
+            let dir = resolved.scratch.as_ref().expect("scratch dir");
+            assert!(resolved.uris[1].starts_with("sqlite://"));
+            assert!(resolved.uris[1].contains(&*dir.path().to_string_lossy()));
+        }
+        assert_eq!(
+            sqlite_uri(Path::new("/w 1/100%?/b.db")).as_deref(),
+            Some("sqlite:///w 1/100%25%3F/b.db")
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_measures_every_cell() {
+        let run = execute(plan(&["cas"], &["memory://", "memory://"]))
+            .await
+            .expect("run");
+        let labels: Vec<&str> = run.targets.iter().map(|t| t.label.as_str()).collect();
+        assert_eq!(labels, ["memory-1", "memory-2"]);
+        // 2 targets × 2 variants × 2 client counts.
+        assert_eq!(run.cells.len(), 8);
+        for cell in &run.cells {
+            assert_eq!(cell.measurement.errors, 0, "{cell:?}");
+            assert!(cell.measurement.ops > 0, "{cell:?}");
+        }
+    }
+}

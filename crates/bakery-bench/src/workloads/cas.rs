@@ -1,0 +1,210 @@
+//! The `cas` workload: read-modify-write increments of a counter with
+//! `put_if_version`, the primitive every recipe is built on.
+//!
+//! Each client keeps the last row it saw; an increment is one
+//! `put_if_version` at that row's version, and a conflict retries with the
+//! row the store handed back (no second read). Two variants:
+//! - **shared key**: every client increments the same counter, so the
+//!   conflicts per successful increment show what contention costs;
+//! - **own key**: one counter per client, no contention: the store's
+//!   plain conditional-write rate.
+//!
+//! Afterwards the counters are read back: their sum must equal the
+//! successful increments (a lost update would show here).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bakery::{Bytes, Key, PutOutcome, Row, VersionedStore};
+
+use super::cleanup::delete_quietly;
+use crate::error::BenchError;
+use crate::model::{
+    BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell, Variant, Workload,
+};
+
+/// Conflicts one increment may meet before it gives up with an error, so
+/// a pathological store cannot spin a client forever.
+const MAX_CONFLICTS_PER_OP: u32 = 100_000;
+
+/// The `cas` workload.
+#[derive(Debug, Clone, Copy)]
+pub struct CasWorkload;
+
+const SHARED: Variant = Variant {
+    id: "shared-key",
+    label: "put_if_version, shared key",
+};
+const OWN: Variant = Variant {
+    id: "own-key",
+    label: "put_if_version, key per client",
+};
+
+#[async_trait]
+impl Workload for CasWorkload {
+    fn name(&self) -> &'static str {
+        "cas"
+    }
+
+    fn summary(&self) -> &'static str {
+        "Increments with put_if_version."
+    }
+
+    fn title(&self, _block_size: u64) -> String {
+        "cas: read-modify-write increments with put_if_version (ops/s = successful increments)"
+            .to_string()
+    }
+
+    fn unit(&self) -> &'static str {
+        "ops"
+    }
+
+    fn variants(&self) -> &'static [Variant] {
+        &[SHARED, OWN]
+    }
+
+    async fn prepare(
+        &self,
+        store: &CellStore,
+        cell: &CellSpec,
+    ) -> Result<PreparedCell, BenchError> {
+        let key_of = |name: String| {
+            Key::new(name).map_err(|source| BenchError::Prepare {
+                workload: "cas",
+                target: store.raw.backend().to_string(),
+                source,
+            })
+        };
+        let keys: Vec<Key> = if cell.variant == OWN.id {
+            (0..cell.clients)
+                .map(|i| key_of(format!("bench/{}/counter-{i}", cell.tag)))
+                .collect::<Result<_, _>>()?
+        } else {
+            vec![key_of(format!("bench/{}/counter", cell.tag))?]
+        };
+        let applied = Arc::new(AtomicU64::new(0));
+        let counted: Arc<dyn VersionedStore> = store.counted.clone();
+        let clients = (0..cell.clients)
+            .map(|i| {
+                Box::new(CasClient {
+                    store: counted.clone(),
+                    key: keys[i % keys.len()].clone(),
+                    current: None,
+                    fresh: false,
+                    applied: applied.clone(),
+                }) as Box<dyn BenchClient>
+            })
+            .collect();
+        Ok(PreparedCell {
+            clients,
+            finish: Some(Box::new(CasFinish {
+                store: store.raw.clone(),
+                keys,
+                applied,
+            })),
+        })
+    }
+}
+
+/// One client incrementing its counter.
+struct CasClient {
+    store: Arc<dyn VersionedStore>,
+    key: Key,
+    /// The last row seen (`None`: absent, when `fresh`).
+    current: Option<Row>,
+    /// False until the first read, and again after an error (whose write
+    /// may or may not have applied), so the next increment re-reads.
+    fresh: bool,
+    /// Successful increments of the whole cell.
+    applied: Arc<AtomicU64>,
+}
+
+#[async_trait]
+impl BenchClient for CasClient {
+    async fn op(&mut self) -> Result<(), OpError> {
+        let result = self.increment().await;
+        if result.is_err() {
+            self.fresh = false;
+        }
+        result
+    }
+}
+
+impl CasClient {
+    async fn increment(&mut self) -> Result<(), OpError> {
+        if !self.fresh {
+            self.current = self.store.get(&self.key).await?;
+            self.fresh = true;
+        }
+        for _ in 0..MAX_CONFLICTS_PER_OP {
+            let (count, expected) = match &self.current {
+                Some(row) => (decode(row)?, Some(row.version)),
+                None => (0, None),
+            };
+            let next = Bytes::from((count + 1).to_string());
+            match self.store.put_if_version(&self.key, expected, next).await? {
+                PutOutcome::Applied(row) => {
+                    self.current = Some(row);
+                    self.applied.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                // Counted by the CountingStore; retry with the row handed back.
+                PutOutcome::Conflict(now) => self.current = now,
+            }
+        }
+        Err(OpError(format!(
+            "gave up after {MAX_CONFLICTS_PER_OP} conflicts on {}",
+            self.key
+        )))
+    }
+}
+
+/// The counter a row holds (ASCII decimal).
+fn decode(row: &Row) -> Result<u64, OpError> {
+    std::str::from_utf8(&row.value)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| OpError(format!("row {} does not hold a counter", row.key)))
+}
+
+/// Checks that no increment was lost, then deletes the counters.
+struct CasFinish {
+    store: Arc<dyn VersionedStore>,
+    keys: Vec<Key>,
+    applied: Arc<AtomicU64>,
+}
+
+#[async_trait]
+impl Finish for CasFinish {
+    async fn finish(self: Box<Self>, had_errors: bool) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut stored = 0u64;
+        for key in &self.keys {
+            match self.store.get(key).await {
+                Ok(Some(row)) => match decode(&row) {
+                    Ok(count) => stored += count,
+                    Err(OpError(message)) => problems.push(message),
+                },
+                Ok(None) => {}
+                Err(err) => problems.push(format!("cannot read back {key}: {err}")),
+            }
+            delete_quietly(&*self.store, key).await;
+        }
+        let applied = self.applied.load(Ordering::Relaxed);
+        // A failed write may still have applied (unknown outcome), so with
+        // errors the stored count may exceed the acknowledged one — never
+        // fall short of it.
+        let lost = if had_errors {
+            stored < applied
+        } else {
+            stored != applied
+        };
+        if lost && problems.is_empty() {
+            problems.push(format!(
+                "lost update: the counters hold {stored} but {applied} increments were acknowledged"
+            ));
+        }
+        problems
+    }
+}

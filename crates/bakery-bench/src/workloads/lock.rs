@@ -1,0 +1,276 @@
+//! The `lock` workload: every client acquires and releases one lock, again
+//! and again, so the lock is always contended (with more than one client).
+//!
+//! Variants: the fair lock with store notifications (on backends that have
+//! them), the fair lock polling only, and the old try-and-back-off lock
+//! ([`OldLock`], the baseline: try, and sleep a random back-off while it is
+//! held; no queue). One operation is one acquire + release; the
+//! latency is the wait plus both writes. Besides throughput the table shows
+//! fairness: Jain's index over the clients' grants (from the runner) and the
+//! longest run of consecutive grants to one client. Every grant is checked
+//! for overlap with another (a violation is counted as an error).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bakery::{Key, Lock, VersionedStore};
+
+use super::cleanup::delete_quietly;
+use crate::baseline::{self, OldLock};
+use crate::error::BenchError;
+use crate::model::{
+    BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell, Variant, Workload,
+};
+
+/// The `lock` workload.
+#[derive(Debug, Clone, Copy)]
+pub struct LockWorkload;
+
+const FAIR: Variant = Variant {
+    id: "fair",
+    label: "Lock (FIFO)",
+};
+const FAIR_POLLING: Variant = Variant {
+    id: "fair-polling",
+    label: "Lock (FIFO, no notify)",
+};
+const OLD: Variant = Variant {
+    id: "old",
+    label: "old lock (try and back off)",
+};
+
+/// Extra column: most consecutive grants to the same client.
+pub const LONGEST_RUN: &str = "longest run";
+
+#[async_trait]
+impl Workload for LockWorkload {
+    fn name(&self) -> &'static str {
+        "lock"
+    }
+
+    fn summary(&self) -> &'static str {
+        "Lock acquire + release: the fair lock (with and without store \
+         notifications) and the old try-and-back-off lock."
+    }
+
+    fn title(&self, _block_size: u64) -> String {
+        "lock: acquire + release of one lock by every client (acquisitions/s; latency = wait \
+         + both writes; fairness = Jain's index over per-client grants; longest run = most \
+         consecutive grants to one client)"
+            .to_string()
+    }
+
+    fn unit(&self) -> &'static str {
+        "acq"
+    }
+
+    fn variants(&self) -> &'static [Variant] {
+        &[FAIR, FAIR_POLLING, OLD]
+    }
+
+    fn extra_columns(&self) -> &'static [&'static str] {
+        &[LONGEST_RUN]
+    }
+
+    async fn prepare(
+        &self,
+        store: &CellStore,
+        cell: &CellSpec,
+    ) -> Result<PreparedCell, BenchError> {
+        let name = format!("bench-{}", cell.tag);
+        let prepare_error = |source| BenchError::Prepare {
+            workload: "lock",
+            target: store.raw.backend().to_string(),
+            source,
+        };
+        let counted: Arc<dyn VersionedStore> = store.counted.clone();
+        let grants = Arc::new(GrantLog::default());
+        let prefix = if cell.variant == OLD.id {
+            baseline::KEY_PREFIX
+        } else {
+            bakery::lock::KEY_PREFIX
+        };
+        let key = Key::with_prefix(prefix, &name).map_err(prepare_error)?;
+        let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
+        for index in 0..cell.clients {
+            let kind = if cell.variant == OLD.id {
+                LockKind::Old(OldLock::new(counted.clone(), &name).map_err(prepare_error)?)
+            } else {
+                LockKind::Fair(
+                    Lock::builder(counted.clone(), &name)
+                        .notifications(cell.variant == FAIR.id)
+                        .build()
+                        .map_err(prepare_error)?,
+                )
+            };
+            clients.push(Box::new(LockClient {
+                index,
+                kind,
+                grants: grants.clone(),
+                store: counted.clone(),
+                key: key.clone(),
+                warmed: false,
+            }));
+        }
+        Ok(PreparedCell {
+            clients,
+            finish: Some(Box::new(LockFinish {
+                store: store.raw.clone(),
+                key,
+                grants,
+            })),
+        })
+    }
+}
+
+enum LockKind {
+    Fair(Lock),
+    Old(OldLock),
+}
+
+/// The order of grants as seen inside the critical section (so it is the
+/// real order), and an overlap detector. Shared by the native lock peers.
+#[derive(Default)]
+pub struct GrantLog {
+    inside: AtomicBool,
+    runs: Mutex<Runs>,
+    overlaps: Mutex<u64>,
+}
+
+#[derive(Default)]
+struct Runs {
+    last: Option<usize>,
+    current: u64,
+    longest: u64,
+}
+
+impl GrantLog {
+    /// Client `client` got the lock: an error if another client is inside.
+    fn enter(&self, client: usize) -> Result<(), OpError> {
+        if self.inside.swap(true, Ordering::SeqCst) {
+            if let Ok(mut overlaps) = self.overlaps.lock() {
+                *overlaps += 1;
+            }
+            return Err(OpError(
+                "two clients held the lock at once (mutual exclusion violated)".into(),
+            ));
+        }
+        if let Ok(mut runs) = self.runs.lock() {
+            runs.current = if runs.last == Some(client) {
+                runs.current + 1
+            } else {
+                1
+            };
+            runs.last = Some(client);
+            runs.longest = runs.longest.max(runs.current);
+        }
+        Ok(())
+    }
+
+    /// The client inside left.
+    fn leave(&self) {
+        self.inside.store(false, Ordering::SeqCst);
+    }
+
+    /// What the cell's finish reports: overlapping grants, if any.
+    pub fn problems(&self) -> Vec<String> {
+        let overlaps = self.overlaps.lock().map(|o| *o).unwrap_or(0);
+        if overlaps > 0 {
+            vec![format!("{overlaps} overlapping grants")]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Most consecutive grants to one client so far.
+    fn longest_run(&self) -> u64 {
+        self.runs.lock().map(|runs| runs.longest).unwrap_or(0)
+    }
+
+    /// The extras of client `index`: the longest run is a cell-wide
+    /// figure, so only client 0 reports it (the runner sums extras).
+    pub fn extras(&self, index: usize) -> Vec<(&'static str, u64)> {
+        if index == 0 {
+            vec![(LONGEST_RUN, self.longest_run())]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Client `index`'s (empty) critical section: records the grant and
+    /// detects overlap.
+    pub fn critical_section(&self, index: usize) -> Result<(), OpError> {
+        self.enter(index)?;
+        self.leave();
+        Ok(())
+    }
+}
+
+struct LockClient {
+    index: usize,
+    kind: LockKind,
+    grants: Arc<GrantLog>,
+    /// For the warm-up read.
+    store: Arc<dyn VersionedStore>,
+    key: Key,
+    /// The runner's untimed warm-up operation only opens connections: a
+    /// warm-up grant per client would take minutes for the old lock at 64
+    /// clients, and would not be measured anyway.
+    warmed: bool,
+}
+
+#[async_trait]
+impl BenchClient for LockClient {
+    async fn op(&mut self) -> Result<(), OpError> {
+        if !self.warmed {
+            self.warmed = true;
+            self.store.get(&self.key).await?;
+            return Ok(());
+        }
+        match &self.kind {
+            LockKind::Fair(lock) => {
+                let guard = lock.acquire().await?;
+                let entered = self.grants.critical_section(self.index);
+                guard.release().await?;
+                entered
+            }
+            LockKind::Old(lock) => {
+                let guard = lock.acquire().await?;
+                let entered = self.grants.critical_section(self.index);
+                lock.release(guard).await?;
+                entered
+            }
+        }
+    }
+
+    fn extras(&self) -> Vec<(&'static str, u64)> {
+        self.grants.extras(self.index)
+    }
+}
+
+/// Deletes the lock row once every client is done.
+struct LockFinish {
+    store: Arc<dyn VersionedStore>,
+    key: Key,
+    grants: Arc<GrantLog>,
+}
+
+#[async_trait]
+impl Finish for LockFinish {
+    async fn finish(self: Box<Self>, _had_errors: bool) -> Vec<String> {
+        delete_quietly(&*self.store, &self.key).await;
+        self.grants.problems()
+    }
+}
+
+/// A cell's finish that only reports overlapping grants (there must be
+/// none): what the native lock peers leave behind needs no cleanup.
+pub struct CheckGrants(pub Arc<GrantLog>);
+
+#[async_trait]
+impl Finish for CheckGrants {
+    async fn finish(self: Box<Self>, _had_errors: bool) -> Vec<String> {
+        self.0.problems()
+    }
+}

@@ -1,0 +1,151 @@
+//! The `sequence` workload: `Sequence::next()` from several clients on one
+//! sequence.
+//!
+//! Each client has its own handle on the same sequence name, as separate
+//! processes would (handles share nothing but the store): each reserves
+//! its own blocks of the plan's block size, with background prefetch on. One
+//! operation is one `next()` call, so ops/s is ids/s and the latency
+//! percentiles are per call. Each client also checks that its ids strictly
+//! increase.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bakery::{Key, Sequence, VersionedStore};
+
+use super::cleanup::delete_quietly;
+use crate::error::BenchError;
+use crate::model::{
+    BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell, Variant, Workload,
+};
+
+/// The `sequence` workload.
+#[derive(Debug, Clone, Copy)]
+pub struct SequenceWorkload;
+
+const NEXT: Variant = Variant {
+    id: "next",
+    label: "Sequence::next()",
+};
+
+/// Adaptive block size: starts at the plan's block size and doubles (up to
+/// 10,000 times that) while a block lasts less than half of
+/// [`ADAPTIVE_TARGET`], so the prefetch can outrun a closed-loop consumer.
+const ADAPTIVE: Variant = Variant {
+    id: "adaptive",
+    label: "Sequence::next(), adaptive block",
+};
+
+/// How long an adaptive block should last.
+const ADAPTIVE_TARGET: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The extra counters of a sequence cell.
+const WAITS: &str = "waits";
+const RESERVATIONS: &str = "reservations";
+
+#[async_trait]
+impl Workload for SequenceWorkload {
+    fn name(&self) -> &'static str {
+        "sequence"
+    }
+
+    fn summary(&self) -> &'static str {
+        "Sequence::next()."
+    }
+
+    fn title(&self, block_size: u64) -> String {
+        format!(
+            "sequence: next() on one sequence, a handle per client, block size {block_size}, \
+             prefetch on (ids/s; latency per call; waits = calls that waited for the store)"
+        )
+    }
+
+    fn unit(&self) -> &'static str {
+        "ids"
+    }
+
+    fn variants(&self) -> &'static [Variant] {
+        &[NEXT, ADAPTIVE]
+    }
+
+    fn extra_columns(&self) -> &'static [&'static str] {
+        &[WAITS, RESERVATIONS]
+    }
+
+    async fn prepare(
+        &self,
+        store: &CellStore,
+        cell: &CellSpec,
+    ) -> Result<PreparedCell, BenchError> {
+        let name = format!("bench-{}", cell.tag);
+        let prepare_error = |source| BenchError::Prepare {
+            workload: "sequence",
+            target: store.raw.backend().to_string(),
+            source,
+        };
+        let counted: Arc<dyn VersionedStore> = store.counted.clone();
+        let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
+        for _ in 0..cell.clients {
+            let builder = Sequence::builder(counted.clone(), &name).prefetch(true);
+            let builder = if cell.variant == ADAPTIVE.id {
+                builder
+                    .adaptive(cell.block_size, cell.block_size.saturating_mul(10_000))
+                    .target_block_duration(ADAPTIVE_TARGET)
+            } else {
+                builder.block_size(cell.block_size)
+            };
+            let sequence = builder.build().map_err(prepare_error)?;
+            clients.push(Box::new(SequenceClient { sequence, last: 0 }));
+        }
+        let key = Key::with_prefix(bakery::sequence::KEY_PREFIX, &name).map_err(prepare_error)?;
+        Ok(PreparedCell {
+            clients,
+            finish: Some(Box::new(SequenceFinish {
+                store: store.raw.clone(),
+                key,
+            })),
+        })
+    }
+}
+
+/// One handle calling `next()`.
+struct SequenceClient {
+    sequence: Sequence,
+    /// The last id handed out (ids start at 1).
+    last: u64,
+}
+
+#[async_trait]
+impl BenchClient for SequenceClient {
+    async fn op(&mut self) -> Result<(), OpError> {
+        let id = self.sequence.next().await?;
+        if id <= self.last {
+            return Err(OpError(format!(
+                "id {id} after {}: ids of one handle must increase",
+                self.last
+            )));
+        }
+        self.last = id;
+        Ok(())
+    }
+
+    fn extras(&self) -> Vec<(&'static str, u64)> {
+        let stats = self.sequence.stats();
+        vec![(WAITS, stats.waits), (RESERVATIONS, stats.reservations)]
+    }
+}
+
+/// Deletes the sequence row (the handles are gone by then, so nothing
+/// reserves any more).
+struct SequenceFinish {
+    store: Arc<dyn VersionedStore>,
+    key: Key,
+}
+
+#[async_trait]
+impl Finish for SequenceFinish {
+    async fn finish(self: Box<Self>, _had_errors: bool) -> Vec<String> {
+        delete_quietly(&*self.store, &self.key).await;
+        Vec::new()
+    }
+}

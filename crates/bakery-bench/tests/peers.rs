@@ -1,0 +1,164 @@
+//! The raw clients of `bakery_bench::peers` against the real servers
+//! (`BAKERY_<NAME>_URI`, exported by `scripts/backends.sh`): each
+//! conditional write applies when it expects the current version and is
+//! refused after another writer, and the native counters count.
+
+#![cfg_attr(
+    not(any(
+        feature = "postgres",
+        feature = "redis",
+        feature = "etcd",
+        feature = "cassandra",
+        feature = "mongodb"
+    )),
+    allow(unused_imports, dead_code)
+)]
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bakery_bench::peers::RAW_VALUE;
+
+/// A name no other run uses: `prefix` + the time in hex.
+fn unique(prefix: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{prefix}_{nanos:x}")
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn postgres_raw_cas_and_nextval() {
+    use bakery_bench::peers::postgres;
+    let Some(uri) = bakery_testkit::server_uri("BAKERY_POSTGRES_URI", "peers") else {
+        return;
+    };
+    let client = postgres::connect(&uri).await.expect("connect");
+    let table = unique("bench_peer");
+    let cas = postgres::RawCas::create(&client, &table)
+        .await
+        .expect("create");
+    assert!(cas.update(&client, RAW_VALUE).await.expect("update"));
+    assert!(cas.update(&client, RAW_VALUE).await.expect("update"));
+    client
+        .batch_execute(&format!("UPDATE {table} SET version = version + 1"))
+        .await
+        .expect("another writer");
+    assert!(!cas.update(&client, RAW_VALUE).await.expect("stale update"));
+    cas.drop_table(&client).await.expect("drop");
+
+    let sequence = format!("{table}_seq");
+    postgres::create_sequence(&client, &sequence, 1)
+        .await
+        .expect("sequence");
+    let nextval = postgres::prepare_nextval(&client, &sequence)
+        .await
+        .expect("prepare");
+    assert_eq!(postgres::nextval(&client, &nextval).await.expect("1"), 1);
+    assert_eq!(postgres::nextval(&client, &nextval).await.expect("2"), 2);
+    postgres::drop_sequence(&client, &sequence)
+        .await
+        .expect("drop sequence");
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn redis_raw_cas_and_incrby() {
+    use bakery::backends::redis::redis;
+    use bakery_bench::peers::redis as peer;
+    let Some(uri) = bakery_testkit::server_uri("BAKERY_REDIS_URI", "peers") else {
+        return;
+    };
+    let mut conn = peer::connect(&uri).await.expect("connect");
+    let key = unique("bench-peer:cas");
+    let cas = peer::RawCas::create(&mut conn, &key).await.expect("create");
+    assert!(cas.update(&mut conn, RAW_VALUE).await.expect("update"));
+    assert!(cas.update(&mut conn, RAW_VALUE).await.expect("update"));
+    redis::cmd("HINCRBY")
+        .arg(&key)
+        .arg("ver")
+        .arg(1)
+        .query_async::<i64>(&mut conn)
+        .await
+        .expect("another writer");
+    assert!(!cas
+        .update(&mut conn, RAW_VALUE)
+        .await
+        .expect("stale update"));
+    cas.delete(&mut conn).await.expect("delete");
+
+    let counter = unique("bench-peer:incr");
+    assert_eq!(peer::incrby(&mut conn, &counter).await.expect("1"), 1);
+    assert_eq!(peer::incrby(&mut conn, &counter).await.expect("2"), 2);
+    redis::cmd("DEL")
+        .arg(&counter)
+        .query_async::<()>(&mut conn)
+        .await
+        .expect("delete counter");
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn etcd_raw_cas() {
+    use bakery_bench::peers::etcd;
+    let Some(uri) = bakery_testkit::server_uri("BAKERY_ETCD_URI", "peers") else {
+        return;
+    };
+    let client = etcd::connect(&uri).await.expect("connect");
+    let key = unique("bench-peer/cas");
+    let cas = etcd::RawCas::create(&client, &key).await.expect("create");
+    assert!(cas.update(&client, RAW_VALUE).await.expect("update"));
+    assert!(cas.update(&client, RAW_VALUE).await.expect("update"));
+    client
+        .kv_client()
+        .put(key.as_str(), "another writer", None)
+        .await
+        .expect("another writer");
+    assert!(!cas.update(&client, RAW_VALUE).await.expect("stale update"));
+    cas.delete(&client).await.expect("delete");
+}
+
+#[cfg(feature = "cassandra")]
+#[tokio::test]
+async fn cassandra_raw_cas() {
+    use bakery::backends::cassandra::CassandraStore;
+    use bakery_bench::peers::cassandra;
+    let Some(uri) = bakery_testkit::server_uri("BAKERY_CASSANDRA_URI", "peers") else {
+        return;
+    };
+    let store = CassandraStore::connect(&uri).await.expect("connect");
+    let table = unique("bench_peer");
+    let cas = cassandra::RawCas::create(&store, &table)
+        .await
+        .expect("create");
+    assert!(cas.update(&store, RAW_VALUE).await.expect("update"));
+    assert!(cas.update(&store, RAW_VALUE).await.expect("update"));
+    let keyspace = store.config().keyspace().to_string();
+    store
+        .session()
+        .query_unpaged(
+            format!(
+                "UPDATE \"{keyspace}\".\"{table}\" SET version = 100 WHERE key = 'k' IF EXISTS"
+            ),
+            (),
+        )
+        .await
+        .expect("another writer");
+    assert!(!cas.update(&store, RAW_VALUE).await.expect("stale update"));
+    cas.drop_table(&store).await.expect("drop");
+}
+
+#[cfg(feature = "mongodb")]
+#[tokio::test]
+async fn mongodb_raw_insert() {
+    use bakery_bench::peers::mongodb;
+    let Some(uri) = bakery_testkit::server_uri("BAKERY_MONGODB_URI", "peers") else {
+        return;
+    };
+    let raw = mongodb::RawInsert::connect(&uri, &unique("bench_peer"))
+        .await
+        .expect("connect");
+    raw.insert(RAW_VALUE).await.expect("insert");
+    raw.insert(RAW_VALUE).await.expect("insert");
+    raw.drop_collection().await.expect("drop");
+}

@@ -1,0 +1,237 @@
+//! `bakery bench`: the command-line front of the benchmark framework
+//! ([`bakery_bench`]): the arguments, which stores to measure, the plan,
+//! the console output and the exit status. Everything that measures and
+//! reports lives in the framework.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bakery_bench::report::{self, text::Written};
+use bakery_bench::{BenchError, Plan, Report};
+use clap::builder::{PossibleValue, PossibleValuesParser};
+use clap::parser::ValueSource;
+use clap::Args;
+
+use crate::output::{self, CliError};
+
+/// The most clients one cell may have.
+const MAX_CLIENTS: u32 = 1024;
+/// The shortest and longest `--duration`.
+const MIN_DURATION: Duration = Duration::from_millis(10);
+const MAX_DURATION: Duration = Duration::from_secs(3600);
+
+/// The long help of `bakery bench` (`bakery bench --help`).
+pub const LONG_ABOUT: &str = "\
+Benchmark stores side by side: the same workloads, clients and duration on \
+every --uri, with native peers as reference.
+
+Each cell (store × workload × --clients count) runs for --duration after one \
+untimed warm-up operation per client, and reports throughput, latency \
+p50/p99/p999 (every operation timed into an HDR histogram), store round trips \
+per operation (the store is wrapped in a CountingStore), conflicts per \
+operation, errors, and the fairness of the clients' shares. Workloads: `cas` \
+(read-modify-write increments with put_if_version, on one shared key and on a \
+key per client) and `sequence` (next() from a Sequence handle per client, \
+--block-size ids per reservation, background prefetch on) and `lock` (acquire + \
+release of one lock by every client: the fair FIFO lock with and without store \
+notifications, and the old try-and-back-off lock; fairness is Jain's \
+index over the clients' grants, plus the longest run of grants to one \
+client). When a postgres, redis or etcd URI is given (and that backend is \
+compiled in), the native peers run in the same tables, one connection per \
+client: PostgreSQL nextval() (plain, and with CACHE --block-size) and Redis \
+INCRBY for sequences; PostgreSQL advisory locks and etcd's own lock for \
+locks. At the end the performance targets are checked (met / not met; \
+never an error).
+
+Without --uri, bench measures `memory://` and the embedded SQLite backend on a \
+fresh file in a temporary directory — never your data, and BAKERY_URI is \
+ignored. Every key (under bench/ and seq/bench-), sequence and native object \
+a cell creates has a name unique to the run and is deleted afterwards (best \
+effort); a deleted key leaves its tombstone (last version) behind, as every \
+bakery key does.
+
+--out DIR writes results.json (every number, plus machine, server versions \
+and settings), report.md (the full Markdown report; scripts/bench-report.sh \
+turns it into docs/BENCHMARKS.md), and SVG charts (throughput by clients, \
+latency distributions). A progress bar runs on stderr when it is a terminal.
+
+Exit status: 0 when every cell ran without errors, 1 when some operation \
+failed (the tables are still printed) or a store cannot be opened, 2 on a \
+usage error.
+
+Examples:
+  bakery bench
+  bakery bench --workload sequence --clients 1,8 --duration 2s
+  bakery bench --uri postgres://app@db/app --uri redis://127.0.0.1/0 --out bench-out";
+
+/// Arguments of `bakery bench` (its help text is [`LONG_ABOUT`]).
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Store to benchmark; repeat for several. Default: `memory://` and a
+    /// temporary SQLite file.
+    // The id is the global `--uri`'s, so this definition replaces it for
+    // `bench` (one value there, a list here).
+    #[arg(id = "uri", long = "uri", value_name = "URI")]
+    pub uris: Vec<String>,
+
+    /// Where the `--uri` values came from (clap's `value_source`), recorded
+    /// by `cli::parse`: only values typed on the command line are measured.
+    #[arg(skip)]
+    pub uri_source: Option<ValueSource>,
+
+    /// Workload(s) to run, comma-separated, or all.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = bakery_bench::ALL_WORKLOADS,
+        value_name = "WORKLOAD",
+        value_parser = workload_parser()
+    )]
+    pub workload: Vec<String>,
+
+    /// Concurrent clients, one cell per count: `--clients 1,4,16`.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,4,16",
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CLIENTS))
+    )]
+    pub clients: Vec<u32>,
+
+    /// Timed part of each cell: `500ms`, `2s`, `1m` (10ms to 1h).
+    #[arg(long, default_value = "1s", value_name = "D", value_parser = parse_duration)]
+    pub duration: Duration,
+
+    /// Ids a sequence reserves per store write (also the CACHE of the
+    /// cached `nextval()` peer).
+    #[arg(
+        long,
+        default_value_t = 1000,
+        value_name = "B",
+        value_parser = clap::value_parser!(u64).range(1..=1_000_000_000)
+    )]
+    pub block_size: u64,
+
+    /// Write results.json, report.md and SVG charts into this directory
+    /// (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// The values of `--workload`: the framework's registry, then `all`.
+fn workload_parser() -> PossibleValuesParser {
+    let mut values: Vec<PossibleValue> = bakery_bench::workloads::registry()
+        .iter()
+        .map(|w| PossibleValue::new(w.name()).help(w.summary()))
+        .collect();
+    values.push(PossibleValue::new(bakery_bench::ALL_WORKLOADS).help("Every available workload."));
+    PossibleValuesParser::new(values)
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (expected e.g. 500ms, 2s, 1m)"))?;
+    if duration < MIN_DURATION || duration > MAX_DURATION {
+        return Err(format!(
+            "must be from {} to {}",
+            humantime::format_duration(MIN_DURATION),
+            humantime::format_duration(MAX_DURATION)
+        ));
+    }
+    Ok(duration)
+}
+
+/// Run `bakery bench`: measure, print the tables (or the JSON with
+/// `--json`), write `--out`. Exits 1 when some cell had errors (after
+/// printing and writing everything).
+pub async fn run(args: &BenchArgs, json: bool) -> Result<(), CliError> {
+    let report = bakery_bench::run(plan(args)).await?;
+    let charts = match &args.out {
+        Some(dir) => report::write_files(&report, dir)?,
+        None => Vec::new(),
+    };
+    print(&report, json, args.out.as_deref(), &charts)?;
+    match report.cells_with_errors() {
+        0 => Ok(()),
+        cells => Err(CliError::Message(format!(
+            "{cells} of the measured cells had errors (see the `errors` column{})",
+            match &args.out {
+                Some(dir) => format!("; results written to {}", dir.display()),
+                None => String::new(),
+            }
+        ))),
+    }
+}
+
+/// The framework's plan from the arguments. The stores are the `--uri`
+/// values typed on the command line (before or after `bench`); a value
+/// from BAKERY_URI is ignored: a benchmark must not load a store by
+/// accident, so without `--uri` it measures throwaway stores.
+fn plan(args: &BenchArgs) -> Plan {
+    let uris = if args.uri_source == Some(ValueSource::CommandLine) {
+        args.uris.clone()
+    } else {
+        if !args.uris.is_empty() {
+            eprintln!("bakery: note: bench ignores BAKERY_URI; pass --uri to benchmark that store");
+        }
+        Vec::new()
+    };
+    Plan {
+        workloads: args.workload.clone(),
+        uris,
+        clients: args.clients.iter().map(|&n| n as usize).collect(),
+        duration: args.duration,
+        block_size: args.block_size,
+        command: command_line(),
+        progress: true,
+    }
+}
+
+/// The command line as typed, passwords hidden, arguments with spaces or
+/// shell characters quoted.
+fn command_line() -> String {
+    let mut words: Vec<String> = vec!["bakery".to_string()];
+    words.extend(std::env::args_os().skip(1).map(|arg| {
+        let arg = bakery::redact(&arg.to_string_lossy());
+        let plain = arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
+        if plain && !arg.is_empty() {
+            arg
+        } else {
+            format!("'{}'", arg.replace('\'', r"'\''"))
+        }
+    }));
+    words.join(" ")
+}
+
+/// The console output: the report as JSON, or the tables.
+fn print(
+    report: &Report,
+    json: bool,
+    out: Option<&Path>,
+    charts: &[String],
+) -> Result<(), CliError> {
+    let mut stdout = output::stdout();
+    if json {
+        writeln!(stdout, "{}", report::json::to_string(report)?)?;
+    } else {
+        let written = out.map(|dir| Written { dir, charts });
+        write!(stdout, "{}", report::text::render(report, written))?;
+    }
+    stdout.flush()?;
+    Ok(())
+}
+
+impl From<BenchError> for CliError {
+    fn from(err: BenchError) -> Self {
+        match err {
+            BenchError::Store { target, source } => {
+                CliError::with_context(source, format!("store {target}"))
+            }
+            other => CliError::Message(other.to_string()),
+        }
+    }
+}
