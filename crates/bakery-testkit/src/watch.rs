@@ -105,11 +105,17 @@ async fn change(store: &dyn VersionedStore, key: &Key, value: &'static str) {
 }
 
 async fn wakes(watch: &mut Watch, what: &str) {
-    assert!(next_wake(watch).await, "{what}: the watch ended instead of waking");
+    assert!(
+        next_wake(watch).await,
+        "{what}: the watch ended instead of waking"
+    );
 }
 
 async fn stays_quiet(watch: &mut Watch, what: &str) {
-    assert!(is_quiet(watch).await, "{what}: a watch woke where no change was due");
+    assert!(
+        is_quiet(watch).await,
+        "{what}: a watch woke where no change was due"
+    );
 }
 
 /// Two watches on the watcher's store and one on the writer's all wake when
