@@ -161,6 +161,36 @@ pub async fn connect(uri: &str) -> Result<Arc<dyn VersionedStore>> {
 
 pub use bakery_core::uri::redact;
 
+/// The `sqlite://` URI of a database file, percent-encoding the characters
+/// the sqlite URI parser gives a meaning to (`%` escapes, `?` options).
+/// `None` if the path is not valid UTF-8.
+///
+/// ```
+/// use std::path::Path;
+/// assert_eq!(
+///     bakery::sqlite_uri(Path::new("/w 1/100%?/b.db")).as_deref(),
+///     Some("sqlite:///w 1/100%25%3F/b.db")
+/// );
+/// assert_eq!(bakery::sqlite_uri(Path::new("b.db")).as_deref(), Some("sqlite://b.db"));
+/// assert_eq!(
+///     bakery::sqlite_uri(Path::new("/home/a/.local/share/bakery/bakery.db")).as_deref(),
+///     Some("sqlite:///home/a/.local/share/bakery/bakery.db")
+/// );
+/// ```
+pub fn sqlite_uri(path: &std::path::Path) -> Option<String> {
+    let path = path.to_str()?;
+    let mut uri = String::with_capacity(path.len() + 9);
+    uri.push_str("sqlite://");
+    for c in path.chars() {
+        match c {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3F"),
+            c => uri.push(c),
+        }
+    }
+    Some(uri)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

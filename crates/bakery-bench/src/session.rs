@@ -3,7 +3,6 @@
 //! [`Run`]: what was measured, cell by cell, for
 //! [`results`](crate::results) to turn into a report.
 
-use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -154,7 +153,7 @@ fn resolve(plan: &Plan) -> Result<Resolved, BenchError> {
                     BenchError::Internal(format!("cannot create a temporary directory: {e}"))
                 })?;
             let file = dir.path().join("bench.db");
-            let uri = sqlite_uri(&file).ok_or_else(|| {
+            let uri = bakery::sqlite_uri(&file).ok_or_else(|| {
                 BenchError::Internal(format!(
                     "the temporary path {} is not valid UTF-8; name the stores to measure",
                     file.display()
@@ -170,23 +169,6 @@ fn resolve(plan: &Plan) -> Result<Resolved, BenchError> {
         clients,
         scratch,
     })
-}
-
-/// The `sqlite://` URI of a database file, percent-encoding the characters
-/// the sqlite URI parser gives a meaning to (`%` escapes, `?` options).
-/// `None` if the path is not valid UTF-8.
-fn sqlite_uri(path: &Path) -> Option<String> {
-    let path = path.to_str()?;
-    let mut uri = String::with_capacity(path.len() + 9);
-    uri.push_str("sqlite://");
-    for c in path.chars() {
-        match c {
-            '%' => uri.push_str("%25"),
-            '?' => uri.push_str("%3F"),
-            c => uri.push(c),
-        }
-    }
-    Some(uri)
 }
 
 /// A store being measured.
@@ -523,7 +505,7 @@ mod tests {
             assert!(resolved.uris[1].contains(&*dir.path().to_string_lossy()));
         }
         assert_eq!(
-            sqlite_uri(Path::new("/w 1/100%?/b.db")).as_deref(),
+            bakery::sqlite_uri(std::path::Path::new("/w 1/100%?/b.db")).as_deref(),
             Some("sqlite:///w 1/100%25%3F/b.db")
         );
     }

@@ -1,6 +1,6 @@
 //! Command-line surface: the clap types, and where the default store lives.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -131,23 +131,6 @@ pub fn default_db_path() -> PathBuf {
     }
 }
 
-/// The `sqlite://` URI of a database file, percent-encoding the characters
-/// the sqlite URI parser gives a meaning to (`%` escapes, `?` options).
-/// `None` if the path is not valid UTF-8.
-pub fn sqlite_uri(path: &Path) -> Option<String> {
-    let path = path.to_str()?;
-    let mut uri = String::with_capacity(path.len() + 9);
-    uri.push_str("sqlite://");
-    for c in path.chars() {
-        match c {
-            '%' => uri.push_str("%25"),
-            '?' => uri.push_str("%3F"),
-            c => uri.push(c),
-        }
-    }
-    Some(uri)
-}
-
 /// Text shown after the options of `bakery --help` / `bakery -h`.
 fn after_help() -> String {
     format!(
@@ -157,7 +140,7 @@ fn after_help() -> String {
          1 runtime error (one line on stderr: `bakery: error: ...`), 2 usage error.",
         {
             let path = default_db_path();
-            sqlite_uri(&path).unwrap_or_else(|| format!("sqlite://{}", path.display()))
+            bakery::sqlite_uri(&path).unwrap_or_else(|| format!("sqlite://{}", path.display()))
         }
     )
 }
@@ -206,22 +189,6 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         command().debug_assert();
-    }
-
-    #[test]
-    fn default_paths_become_sqlite_uris() {
-        assert_eq!(
-            sqlite_uri(Path::new("/home/a/.local/share/bakery/bakery.db")).as_deref(),
-            Some("sqlite:///home/a/.local/share/bakery/bakery.db")
-        );
-        assert_eq!(
-            sqlite_uri(Path::new("bakery.db")).as_deref(),
-            Some("sqlite://bakery.db")
-        );
-        assert_eq!(
-            sqlite_uri(Path::new("/w 1/100%?/b.db")).as_deref(),
-            Some("sqlite:///w 1/100%25%3F/b.db")
-        );
     }
 
     #[test]

@@ -133,7 +133,7 @@ fn default_uri() -> Result<String, CliError> {
             ))
         })?;
     }
-    cli::sqlite_uri(&path).ok_or_else(|| {
+    bakery::sqlite_uri(&path).ok_or_else(|| {
         CliError::Message(format!(
             "the default database path {} is not valid UTF-8; pass --uri",
             path.display()
