@@ -375,8 +375,7 @@ pub struct CassandraConfig {
     serial: Serial,
     consistency: Consistency,
     timeout: Duration,
-    user: Option<String>,
-    password: Option<Password>,
+    credentials: Credentials,
     accept_data_loss: bool,
 }
 
@@ -405,8 +404,7 @@ impl CassandraConfig {
             serial: Serial::default(),
             consistency: Consistency::default(),
             timeout: DEFAULT_TIMEOUT,
-            user: None,
-            password: None,
+            credentials: Credentials::default(),
             accept_data_loss: false,
         }
     }
@@ -473,8 +471,7 @@ impl CassandraConfig {
             serial: options.serial.unwrap_or_default(),
             consistency: options.consistency.unwrap_or_default(),
             timeout: options.timeout_ms.unwrap_or(DEFAULT_TIMEOUT),
-            user: credentials.user,
-            password: credentials.password,
+            credentials,
             accept_data_loss: options.accept_data_loss.unwrap_or(false),
             ..CassandraConfig::new(hosts)
         };
@@ -521,8 +518,8 @@ impl CassandraConfig {
 
     /// Authenticate as `user` with `password` (PasswordAuthenticator).
     pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.user = Some(user.into());
-        self.password = Some(Password::new(password));
+        self.credentials.user = Some(user.into());
+        self.credentials.password = Some(Password::new(password));
         self
     }
 
@@ -581,7 +578,7 @@ impl CassandraConfig {
 
     /// The user, if any.
     pub fn user(&self) -> Option<&str> {
-        self.user.as_deref()
+        self.credentials.user.as_deref()
     }
 
     /// True if the store may open where an acknowledged write can be lost
@@ -592,15 +589,12 @@ impl CassandraConfig {
 
     /// True when a password is set (it is never handed out).
     pub fn has_password(&self) -> bool {
-        self.password.is_some()
+        self.credentials.password.is_some()
     }
 
     /// The credentials for the driver.
     pub(crate) fn credentials(&self) -> Option<(&str, &str)> {
-        match (&self.user, &self.password) {
-            (Some(user), Some(password)) => Some((user, password.expose())),
-            _ => None,
-        }
+        self.credentials.pair()
     }
 
     /// Check the whole configuration; an
@@ -631,20 +625,7 @@ impl CassandraConfig {
                 format!("cassandra option `timeout_ms` must be from 1 to {MAX_MILLIS}"),
             ));
         }
-        match (&self.user, &self.password) {
-            (Some(user), _) if user.is_empty() => {
-                Err(Error::config(BACKEND, "cassandra user name is empty"))
-            }
-            (Some(_), None) => Err(Error::config(
-                BACKEND,
-                "cassandra user given without a password (cassandra://USER:PASSWORD@HOST or ?user=…&password=…)",
-            )),
-            (None, Some(_)) => Err(Error::config(
-                BACKEND,
-                "cassandra password given without a user",
-            )),
-            _ => Ok(()),
-        }
+        self.credentials.check(BACKEND)
     }
 
     /// `"keyspace"."table"`, both quoted (validated names only).
@@ -664,8 +645,8 @@ impl fmt::Debug for CassandraConfig {
             .field("serial", &self.serial)
             .field("consistency", &self.consistency)
             .field("timeout", &self.timeout)
-            .field("user", &self.user)
-            .field("password", &self.password)
+            .field("user", &self.credentials.user)
+            .field("password", &self.credentials.password)
             .field("accept_data_loss", &self.accept_data_loss)
             .finish()
     }
@@ -675,7 +656,7 @@ impl fmt::Debug for CassandraConfig {
 impl fmt::Display for CassandraConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}://", self.scheme)?;
-        if let Some(user) = &self.user {
+        if let Some(user) = &self.credentials.user {
             write!(f, "{}:***@", percent_encode(user))?;
         }
         write!(

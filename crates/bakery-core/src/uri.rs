@@ -182,6 +182,35 @@ impl Credentials {
         })
     }
 
+    /// User and password together, for a driver; `None` unless both are set.
+    pub fn pair(&self) -> Option<(&str, &str)> {
+        match (&self.user, &self.password) {
+            (Some(user), Some(password)) => Some((user, password.expose())),
+            _ => None,
+        }
+    }
+
+    /// Refuse an empty user name, a user without a password and a password
+    /// without a user (`scheme` names the URI form in the message).
+    ///
+    /// ```
+    /// use bakery_core::uri::{Credentials, Password};
+    /// let lone = Credentials { user: Some("u".into()), password: None };
+    /// assert!(lone.check("etcd").is_err());
+    /// assert!(Credentials::default().check("etcd").is_ok());
+    /// ```
+    pub fn check(&self, backend: &'static str) -> Result<()> {
+        let message = match (&self.user, &self.password) {
+            (Some(user), _) if user.is_empty() => format!("{backend} user name is empty"),
+            (Some(_), None) => format!(
+                "{backend} user given without a password ({backend}://USER:PASSWORD@HOST or ?user=…&password=…)"
+            ),
+            (None, Some(_)) => format!("{backend} password given without a user"),
+            _ => return Ok(()),
+        };
+        Err(Error::config(backend, message))
+    }
+
     /// Add the `user=` / `password=` options; each may be given in the
     /// userinfo or as an option, not both.
     pub fn with_options(

@@ -99,8 +99,7 @@ pub struct EtcdConfig {
     prefix: String,
     timeout: Duration,
     connect_timeout: Duration,
-    user: Option<String>,
-    password: Option<Password>,
+    credentials: Credentials,
 }
 
 impl EtcdConfig {
@@ -124,8 +123,7 @@ impl EtcdConfig {
             prefix: DEFAULT_PREFIX.to_string(),
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            user: None,
-            password: None,
+            credentials: Credentials::default(),
         }
     }
 
@@ -190,8 +188,7 @@ impl EtcdConfig {
             connect_timeout: options
                 .connect_timeout_ms
                 .unwrap_or(DEFAULT_CONNECT_TIMEOUT),
-            user: credentials.user,
-            password: credentials.password,
+            credentials,
             ..EtcdConfig::new(endpoints)
         };
         config.validate()?;
@@ -218,8 +215,8 @@ impl EtcdConfig {
 
     /// Authenticate as `user` with `password` (the cluster has auth enabled).
     pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.user = Some(user.into());
-        self.password = Some(Password::new(password));
+        self.credentials.user = Some(user.into());
+        self.credentials.password = Some(Password::new(password));
         self
     }
 
@@ -245,20 +242,17 @@ impl EtcdConfig {
 
     /// The etcd user, if any.
     pub fn user(&self) -> Option<&str> {
-        self.user.as_deref()
+        self.credentials.user.as_deref()
     }
 
     /// True when a password is set (it is never handed out).
     pub fn has_password(&self) -> bool {
-        self.password.is_some()
+        self.credentials.password.is_some()
     }
 
     /// The credentials for the client.
     pub(crate) fn credentials(&self) -> Option<(&str, &str)> {
-        match (&self.user, &self.password) {
-            (Some(user), Some(password)) => Some((user, password.expose())),
-            _ => None,
-        }
+        self.credentials.pair()
     }
 
     /// Check the whole configuration; an [`ErrorKind::Config`](bakery_core::ErrorKind::Config)
@@ -282,20 +276,7 @@ impl EtcdConfig {
                 ));
             }
         }
-        match (&self.user, &self.password) {
-            (Some(user), _) if user.is_empty() => {
-                Err(Error::config(BACKEND, "etcd user name is empty"))
-            }
-            (Some(_), None) => Err(Error::config(
-                BACKEND,
-                "etcd user given without a password (etcd://USER:PASSWORD@HOST or ?user=…&password=…)",
-            )),
-            (None, Some(_)) => Err(Error::config(
-                BACKEND,
-                "etcd password given without a user",
-            )),
-            _ => Ok(()),
-        }
+        self.credentials.check(BACKEND)
     }
 }
 
@@ -306,8 +287,8 @@ impl fmt::Debug for EtcdConfig {
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
-            .field("user", &self.user)
-            .field("password", &self.password)
+            .field("user", &self.credentials.user)
+            .field("password", &self.credentials.password)
             .finish()
     }
 }
@@ -316,7 +297,7 @@ impl fmt::Debug for EtcdConfig {
 impl fmt::Display for EtcdConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("etcd://")?;
-        if let Some(user) = &self.user {
+        if let Some(user) = &self.credentials.user {
             write!(f, "{}:***@", percent_encode(user))?;
         }
         write!(
