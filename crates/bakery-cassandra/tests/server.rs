@@ -13,22 +13,13 @@ use std::time::{Duration, Instant};
 
 use bakery_cassandra::scylla::client::session::Session;
 use bakery_cassandra::{CassandraConfig, CassandraStore};
-use bakery_core::{DeleteOutcome, ErrorKind, Key, PutOutcome, Row, VersionedStore};
+use bakery_core::{DeleteOutcome, ErrorKind, Key, PutOutcome, VersionedStore};
+use bakery_testkit::{applied, unique_ident};
 
 /// The server URI, or `None` (with the reason printed) on a developer
 /// machine without one; panics under CI.
 fn server_uri(test: &str) -> Option<String> {
     bakery_testkit::server_uri("BAKERY_CASSANDRA_URI", test)
-}
-
-/// A table name no other test or run uses (at most 48 characters).
-fn unique_table(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    let name = format!("{prefix}_{}_{nanos}", std::process::id());
-    name.chars().take(48).collect()
 }
 
 fn key(k: &str) -> Key {
@@ -86,23 +77,12 @@ async fn raw_row(store: &CassandraStore, k: &str) -> Option<(Option<Vec<u8>>, Op
         .unwrap()
 }
 
-async fn applied(store: &CassandraStore, k: &Key, expected: Option<u64>, value: &str) -> Row {
-    match store
-        .put_if_version(k, expected, value.to_string().into())
-        .await
-        .unwrap()
-    {
-        PutOutcome::Applied(row) => row,
-        other => panic!("expected Applied, got {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn a_tombstone_keeps_its_version_and_a_recreate_continues_above_it() {
     let Some(uri) = server_uri("tombstone") else {
         return;
     };
-    let table = unique_table("bk_tomb");
+    let table = unique_ident("bk_tomb");
     let store = open(&uri, &table).await;
     let k = key("life/one");
     let v1 = applied(&store, &k, None, "a").await;
@@ -173,7 +153,7 @@ async fn corrupt_rows_are_typed_errors_naming_the_key_and_stay_unchanged() {
     let Some(uri) = server_uri("corrupt") else {
         return;
     };
-    let table = unique_table("bk_corrupt");
+    let table = unique_ident("bk_corrupt");
     let store = open(&uri, &table).await;
     let qualified = format!("\"{}\".\"{table}\"", store.config().keyspace());
     // Plain (non-LWT) writes behind bakery's back.
@@ -248,7 +228,7 @@ async fn a_table_of_another_shape_is_a_config_error() {
         return;
     };
     // A store on the default table, only for its session.
-    let admin = open(&uri, &unique_table("bk_admin")).await;
+    let admin = open(&uri, &unique_ident("bk_admin")).await;
     let keyspace = admin.config().keyspace().to_string();
     let cases = [
         "\"key\" text PRIMARY KEY, \"value\" text, \"version\" bigint",
@@ -259,7 +239,7 @@ async fn a_table_of_another_shape_is_a_config_error() {
         "id int PRIMARY KEY",
     ];
     for columns in cases {
-        let table = unique_table("bk_wrong");
+        let table = unique_ident("bk_wrong");
         raw(
             admin.session(),
             &format!("CREATE TABLE \"{keyspace}\".\"{table}\" ({columns})"),
@@ -284,7 +264,7 @@ async fn eight_stores_create_the_same_table_at_once() {
         return;
     };
     for round in 0..3 {
-        let table = unique_table("bk_race");
+        let table = unique_ident("bk_race");
         let tasks: Vec<_> = (0..8)
             .map(|_| {
                 let config = config(&uri).with_table(&table);
@@ -313,7 +293,7 @@ async fn a_missing_keyspace_is_created() {
     let Some(uri) = server_uri("keyspace") else {
         return;
     };
-    let keyspace = unique_table("bk_ks");
+    let keyspace = unique_ident("bk_ks");
     let store = CassandraStore::open(config(&uri).with_keyspace(&keyspace))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -337,7 +317,7 @@ async fn client_timeouts_are_unknown_for_writes_and_unavailable_for_reads() {
     let Some(uri) = server_uri("timeouts") else {
         return;
     };
-    let table = unique_table("bk_timeout");
+    let table = unique_ident("bk_timeout");
     let store = open(&uri, &table).await;
     let hurried = CassandraStore::open(
         config(&uri)
@@ -383,7 +363,7 @@ async fn uncontended_latency_per_call() {
     let Some(uri) = server_uri("latency") else {
         return;
     };
-    let table = unique_table("bk_latency");
+    let table = unique_ident("bk_latency");
     let store = open(&uri, &table).await;
     const N: u64 = 200;
     let k = key("latency/k");
@@ -505,8 +485,8 @@ async fn a_keyspace_with_one_replica_opens_on_a_batch_commit_log() {
     let Some(uri) = server_uri("durability_rf1") else {
         return;
     };
-    let admin = open(&uri, &unique_table("bk_admin")).await;
-    let simple = unique_table("bk_rf1");
+    let admin = open(&uri, &unique_ident("bk_admin")).await;
+    let simple = unique_ident("bk_rf1");
     raw(
         admin.session(),
         &format!(
@@ -539,7 +519,7 @@ async fn a_keyspace_with_one_replica_opens_on_a_batch_commit_log() {
         .unwrap()
         .first_row::<(String,)>()
         .unwrap();
-    let nts = unique_table("bk_nts1");
+    let nts = unique_ident("bk_nts1");
     raw(
         admin.session(),
         &format!(

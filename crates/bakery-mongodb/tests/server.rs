@@ -12,28 +12,16 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bakery_core::{
-    Bytes, Capabilities, DeleteOutcome, ErrorKind, Key, PutOutcome, Row, VersionedStore,
-};
+use bakery_core::{Capabilities, DeleteOutcome, ErrorKind, Key, PutOutcome, VersionedStore};
 use bakery_mongodb::mongodb::bson::{doc, Bson, Document};
 use bakery_mongodb::{CasStrategy, MongoStore};
+use bakery_testkit::applied;
 use common::{drop_collection, raw, server_uri, store, with_options, Mode, Proxy};
 
 const STRATEGIES: [&str; 2] = ["update", "insert"];
 
 fn key(k: &str) -> Key {
     Key::new(k).unwrap()
-}
-
-async fn applied(store: &MongoStore, k: &Key, expected: Option<u64>, value: &str) -> Row {
-    match store
-        .put_if_version(k, expected, Bytes::from(value.to_string()))
-        .await
-        .unwrap()
-    {
-        PutOutcome::Applied(row) => row,
-        other => panic!("expected Applied, got {other:?}"),
-    }
 }
 
 /// The documents behind a key, oldest first: `(_id, ver, dead)`.

@@ -104,7 +104,7 @@ async fn a_session_terminated_under_a_statement_is_unknown_for_writes_unavailabl
     );
     let admin = raw_client(&uri).await;
     let k = key("kill/k");
-    let row = applied(&store, &k, None, "v").await;
+    let row = applied(&*store, &k, None, "v").await;
     // The store's statements, as pg_stat_activity shows them.
     let update = format!("WITH w AS (UPDATE %{table}% SET value = $3,%");
     let delete = format!("WITH w AS (UPDATE %{table}% SET value = NULL %");
@@ -206,7 +206,7 @@ async fn a_connection_lost_after_the_statement_was_sent_is_unknown_for_writes() 
     let writer = Arc::new(PostgresStore::connect(&relayed).await.unwrap());
     let reader = Arc::new(PostgresStore::connect(&relayed).await.unwrap());
     let k = key("lost/k");
-    let row = applied(&writer, &k, None, "v").await;
+    let row = applied(&*writer, &k, None, "v").await;
     assert_eq!(reader.get(&k).await.unwrap(), Some(row.clone()));
 
     relay.hold.store(true, Ordering::Relaxed);

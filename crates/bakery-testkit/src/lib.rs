@@ -196,6 +196,38 @@ pub fn unique_name(case: &str) -> String {
     format!("t-{case}-{}", uuid::Uuid::now_v7().simple())
 }
 
+/// A table, collection or prefix name no other test or run uses:
+/// `prefix`, `_`, and 32 hex digits (a time-ordered UUID) — letters,
+/// digits and `_` only, so it is a valid identifier on every backend
+/// (at most 48 characters for a prefix of up to 15).
+///
+/// ```
+/// let a = bakery_testkit::unique_ident("bk_t");
+/// assert!(a.starts_with("bk_t_") && a.len() == 37);
+/// assert_ne!(a, bakery_testkit::unique_ident("bk_t"));
+/// ```
+pub fn unique_ident(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// Write `value` to `key` at `expected` (`None`: only if absent); the write
+/// must apply. For backends' own tests.
+pub async fn applied(
+    store: &dyn VersionedStore,
+    key: &Key,
+    expected: Option<bakery_core::Version>,
+    value: &str,
+) -> bakery_core::Row {
+    match store
+        .put_if_version(key, expected, value.to_string().into())
+        .await
+    {
+        Ok(bakery_core::PutOutcome::Applied(row)) => row,
+        Ok(other) => panic!("put {key} at {expected:?}: expected Applied, got {other:?}"),
+        Err(e) => panic!("put {key} at {expected:?}: {e}"),
+    }
+}
+
 /// True in a CI run (`CI=true` or `CI=1`), where no server test may be
 /// skipped.
 pub fn in_ci() -> bool {

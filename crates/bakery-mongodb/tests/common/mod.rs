@@ -2,9 +2,8 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bakery_mongodb::mongodb::bson::Document;
 use bakery_mongodb::mongodb::{Client, Collection};
@@ -61,19 +60,8 @@ pub fn driver_uri(uri: &str) -> String {
 }
 
 /// A collection name no other test or run uses.
-pub fn unique_collection(prefix: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "{prefix}_{}_{}_{}",
-        std::process::id(),
-        nanos % 1_000_000_000_000,
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
+#[allow(unused_imports)]
+pub use bakery_testkit::unique_ident as unique_collection;
 
 /// A store on the test server with `cas` and a fresh collection. `update`
 /// is opened with `allow_unproven_update=true`: FerretDB refuses it

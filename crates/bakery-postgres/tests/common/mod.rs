@@ -2,9 +2,9 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bakery_core::{ErrorKind, Key, PutOutcome, Row, VersionedStore};
 use bakery_postgres::PostgresStore;
@@ -22,19 +22,8 @@ pub fn with_options(uri: &str, extra: &str) -> String {
 }
 
 /// A table name no other test or run uses.
-pub fn unique_table(prefix: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "{prefix}_{}_{}_{}",
-        std::process::id(),
-        nanos % 1_000_000_000_000,
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
+#[allow(unused_imports)]
+pub use bakery_testkit::unique_ident as unique_table;
 
 /// A plain driver connection, to set up and inspect tables behind the store.
 pub async fn raw_client(uri: &str) -> tokio_postgres::Client {
@@ -117,17 +106,8 @@ pub fn key(k: &str) -> Key {
     Key::new(k).unwrap()
 }
 
-/// Write `value` at `expected`, which must apply.
-pub async fn applied(store: &PostgresStore, k: &Key, expected: Option<u64>, value: &str) -> Row {
-    match store
-        .put_if_version(k, expected, value.to_string().into())
-        .await
-        .unwrap()
-    {
-        PutOutcome::Applied(row) => row,
-        other => panic!("expected Applied, got {other:?}"),
-    }
-}
+#[allow(unused_imports)]
+pub use bakery_testkit::applied;
 
 /// The stored row behind the API: `(value, version)`, tombstones included.
 pub async fn raw_row(
