@@ -19,7 +19,8 @@
 //!
 //! - Each server backend also runs
 //!   `faults::unreachable_server_is_unavailable` on its URI pointed at a
-//!   port where nothing listens.
+//!   port where nothing listens, and every backend with a namespace option
+//!   (table, collection, prefix) `faults::eight_opens_of_a_new_namespace_at_once`.
 //! - Besides `bakery_testkit::cases()`, each backend runs
 //!   `bakery_testkit::capability_cases()` on a `Target` whose reopen is a
 //!   fresh `bakery::connect` of the same URI: every capability the backend
@@ -160,6 +161,14 @@ fn main() {
                         .with_kind(backend.clone()),
                 );
             }
+            if let Some(option) = namespace_option(uri) {
+                let name = format!("{backend}::faults::eight_opens_of_a_new_namespace_at_once");
+                let uri = uri.clone();
+                trials.push(
+                    Trial::test(name, move || new_namespace_case(&uri, option))
+                        .with_kind(backend.clone()),
+                );
+            }
         }
     }
     let conclusion = libtest_mimic::run(&args, trials);
@@ -197,6 +206,45 @@ fn run_case(uri: &str, run: Run) -> Result<(), Failed> {
         };
         let run = tokio::spawn(case);
         match tokio::time::timeout(CASE_TIMEOUT, run).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(join)) => Err(Failed::from(panic_message(join))),
+            Err(_) => Err(Failed::from(format!("hung for {CASE_TIMEOUT:?}"))),
+        }
+    })
+}
+
+/// The URI option naming a backend's namespace, and how a fresh one
+/// ends: a table (SQLite, PostgreSQL, Cassandra), a collection (MongoDB)
+/// or a key prefix (Redis `…:`, etcd `…/`).
+fn namespace_option(uri: &str) -> Option<(&'static str, &'static str)> {
+    let scheme = uri.split_once(':').map_or(uri, |(scheme, _)| scheme);
+    match scheme {
+        "sqlite" | "postgres" | "postgresql" | "cassandra" => Some(("table", "")),
+        "mongodb" | "mongodb+srv" => Some(("collection", "")),
+        "redis" | "rediss" => Some(("prefix", ":")),
+        "etcd" => Some(("prefix", "/")),
+        _ => None,
+    }
+}
+
+fn new_namespace_case(uri: &str, (option, end): (&str, &str)) -> Result<(), Failed> {
+    let separator = if uri.contains('?') { '&' } else { '?' };
+    let fresh = bakery_testkit::unique_ident("bk_ns");
+    let uri = format!("{uri}{separator}{option}={fresh}{end}");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    runtime.block_on(async move {
+        let case = async move {
+            bakery_testkit::faults::eight_opens_of_a_new_namespace_at_once(move || {
+                let uri = uri.clone();
+                async move { bakery::connect(&uri).await }
+            })
+            .await
+        };
+        match tokio::time::timeout(CASE_TIMEOUT, tokio::spawn(case)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(join)) => Err(Failed::from(panic_message(join))),
             Err(_) => Err(Failed::from(format!("hung for {CASE_TIMEOUT:?}"))),

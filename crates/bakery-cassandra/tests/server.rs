@@ -258,36 +258,6 @@ async fn a_table_of_another_shape_is_a_config_error() {
     drop_table(admin.session(), &keyspace, admin.config().table()).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn eight_stores_create_the_same_table_at_once() {
-    let Some(uri) = server_uri("concurrent_create") else {
-        return;
-    };
-    for round in 0..3 {
-        let table = unique_ident("bk_race");
-        let tasks: Vec<_> = (0..8)
-            .map(|_| {
-                let config = config(&uri).with_table(&table);
-                tokio::spawn(async move { CassandraStore::open(config).await })
-            })
-            .collect();
-        let mut stores = Vec::new();
-        for task in tasks {
-            stores.push(
-                task.await
-                    .unwrap()
-                    .unwrap_or_else(|e| panic!("round {round}: {e}")),
-            );
-        }
-        let k = key("race/k");
-        let row = applied(&stores[0], &k, None, "one").await;
-        for store in &stores {
-            assert_eq!(store.get(&k).await.unwrap(), Some(row.clone()));
-        }
-        drop_table(stores[0].session(), stores[0].config().keyspace(), &table).await;
-    }
-}
-
 #[tokio::test]
 async fn a_missing_keyspace_is_created() {
     let Some(uri) = server_uri("keyspace") else {

@@ -208,37 +208,6 @@ async fn custom_and_schema_qualified_tables() {
 }
 
 #[tokio::test]
-async fn eight_stores_create_the_same_table_at_once() {
-    let Some(uri) = server_uri("concurrent_create") else {
-        return;
-    };
-    for round in 0..3 {
-        let table = unique_table("bk_race");
-        let tasks: Vec<_> = (0..8)
-            .map(|_| {
-                let uri = with_options(&uri, &format!("table={table}&pool_size=2"));
-                tokio::spawn(async move { PostgresStore::connect(&uri).await })
-            })
-            .collect();
-        let mut stores = Vec::new();
-        for task in tasks {
-            stores.push(
-                task.await
-                    .unwrap()
-                    .unwrap_or_else(|e| panic!("round {round}: {e}")),
-            );
-        }
-        let k = key("race/k");
-        let row = applied(&stores[0], &k, None, "one").await;
-        for store in &stores {
-            assert_eq!(store.get(&k).await.unwrap(), Some(row.clone()));
-        }
-        drop(stores);
-        drop_tables(&uri, &[&table]).await;
-    }
-}
-
-#[tokio::test]
 async fn a_table_of_another_shape_is_a_config_error() {
     let Some(uri) = server_uri("wrong_schema") else {
         return;
