@@ -143,14 +143,52 @@ fn group<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
     group
 }
 
+/// The bakery store of the server in `var` (left out with a note when
+/// unset): its URI, a runtime, and the store opened on it.
+fn connect(var: &str) -> Option<(String, Runtime, Arc<dyn VersionedStore>)> {
+    let uri = uri(var)?;
+    let rt = runtime();
+    let store = rt.block_on(bakery::connect(&uri)).expect("connect");
+    Some((uri, rt, store))
+}
+
+/// `cas/<backend>`: bakery's `put_if_version` on `store`, then `raw`, the
+/// same conditional write issued raw.
+fn bench_cas<F, Fut>(
+    c: &mut Criterion,
+    rt: &Runtime,
+    backend: &str,
+    store: Arc<dyn VersionedStore>,
+    raw: F,
+) where
+    F: Fn() -> Fut + Clone,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut g = group(c, &format!("cas/{backend}"));
+    bench_bakery_cas(&mut g, rt, store);
+    bench_async(&mut g, rt, "raw", raw);
+    g.finish();
+}
+
+/// `sequence/<backend>` with bakery's sequences on `store` timed; the
+/// caller adds the native peer, if any, and finishes it.
+fn sequence_group<'a>(
+    c: &'a mut Criterion,
+    rt: &Runtime,
+    backend: &str,
+    store: Arc<dyn VersionedStore>,
+) -> BenchmarkGroup<'a, WallTime> {
+    let mut g = group(c, &format!("sequence/{backend}"));
+    bench_sequences(&mut g, rt, store);
+    g
+}
+
 #[cfg(feature = "postgres")]
 fn postgres(c: &mut Criterion) {
     use peers::postgres;
-    let Some(uri) = uri("BAKERY_POSTGRES_URI") else {
+    let Some((uri, rt, store)) = connect("BAKERY_POSTGRES_URI") else {
         return;
     };
-    let rt = runtime();
-    let store = rt.block_on(bakery::connect(&uri)).expect("connect");
     let client = Arc::new(rt.block_on(postgres::connect(&uri)).expect("raw connect"));
     let table = unique("bench_raw").replace('-', "_");
     let sequence = format!("{table}_seq");
@@ -167,19 +205,15 @@ fn postgres(c: &mut Criterion) {
         (Arc::new(cas), nextval)
     });
 
-    let mut g = group(c, "cas/postgres");
-    bench_bakery_cas(&mut g, &rt, store.clone());
-    bench_async(&mut g, &rt, "raw", || {
+    bench_cas(c, &rt, "postgres", store.clone(), || {
         let (client, cas) = (client.clone(), cas.clone());
         async move {
             let applied = cas.update(&client, RAW_VALUE).await.expect("raw cas");
             assert!(applied, "no one else writes this row");
         }
     });
-    g.finish();
 
-    let mut g = group(c, "sequence/postgres");
-    bench_sequences(&mut g, &rt, store);
+    let mut g = sequence_group(c, &rt, "postgres", store);
     bench_async(&mut g, &rt, "nextval", || {
         let (client, nextval) = (client.clone(), nextval.clone());
         async move {
@@ -194,19 +228,12 @@ fn postgres(c: &mut Criterion) {
     .expect("cleanup");
 }
 
-#[cfg(not(feature = "postgres"))]
-fn postgres(_: &mut Criterion) {
-    eprintln!("backends bench: built without the postgres feature");
-}
-
 #[cfg(feature = "redis")]
 fn redis(c: &mut Criterion) {
     use peers::redis;
-    let Some(uri) = uri("BAKERY_REDIS_URI") else {
+    let Some((uri, rt, store)) = connect("BAKERY_REDIS_URI") else {
         return;
     };
-    let rt = runtime();
-    let store = rt.block_on(bakery::connect(&uri)).expect("connect");
     let conn = rt.block_on(redis::connect(&uri)).expect("raw connect");
     let counter_key = unique("bench-raw:incr");
     let cas = Arc::new(
@@ -217,19 +244,15 @@ fn redis(c: &mut Criterion) {
         .expect("raw setup"),
     );
 
-    let mut g = group(c, "cas/redis");
-    bench_bakery_cas(&mut g, &rt, store.clone());
-    bench_async(&mut g, &rt, "raw", || {
+    bench_cas(c, &rt, "redis", store.clone(), || {
         let (mut conn, cas) = (conn.clone(), cas.clone());
         async move {
             let applied = cas.update(&mut conn, RAW_VALUE).await.expect("raw cas");
             assert!(applied, "no one else writes this key");
         }
     });
-    g.finish();
 
-    let mut g = group(c, "sequence/redis");
-    bench_sequences(&mut g, &rt, store);
+    let mut g = sequence_group(c, &rt, "redis", store);
     bench_async(&mut g, &rt, "incrby", || {
         let (mut conn, key) = (conn.clone(), counter_key.clone());
         async move {
@@ -240,45 +263,27 @@ fn redis(c: &mut Criterion) {
     let _ = rt.block_on(cas.delete(&mut conn.clone()));
 }
 
-#[cfg(not(feature = "redis"))]
-fn redis(_: &mut Criterion) {
-    eprintln!("backends bench: built without the redis feature");
-}
-
 #[cfg(feature = "etcd")]
 fn etcd(c: &mut Criterion) {
     use peers::etcd;
-    let Some(uri) = uri("BAKERY_ETCD_URI") else {
+    let Some((uri, rt, store)) = connect("BAKERY_ETCD_URI") else {
         return;
     };
-    let rt = runtime();
-    let store = rt.block_on(bakery::connect(&uri)).expect("connect");
     let client = Arc::new(rt.block_on(etcd::connect(&uri)).expect("raw connect"));
     let cas = Arc::new(
         rt.block_on(etcd::RawCas::create(&client, &unique("bench-raw/cas")))
             .expect("raw put"),
     );
 
-    let mut g = group(c, "cas/etcd");
-    bench_bakery_cas(&mut g, &rt, store.clone());
-    bench_async(&mut g, &rt, "raw", || {
+    bench_cas(c, &rt, "etcd", store.clone(), || {
         let (client, cas) = (client.clone(), cas.clone());
         async move {
             let applied = cas.update(&client, RAW_VALUE).await.expect("raw txn");
             assert!(applied, "no one else writes this key");
         }
     });
-    g.finish();
-
-    let mut g = group(c, "sequence/etcd");
-    bench_sequences(&mut g, &rt, store);
-    g.finish();
+    sequence_group(c, &rt, "etcd", store).finish();
     let _ = rt.block_on(cas.delete(&client));
-}
-
-#[cfg(not(feature = "etcd"))]
-fn etcd(_: &mut Criterion) {
-    eprintln!("backends bench: built without the etcd feature");
 }
 
 #[cfg(feature = "cassandra")]
@@ -299,36 +304,23 @@ fn cassandra(c: &mut Criterion) {
     );
 
     let dyn_store: Arc<dyn VersionedStore> = store.clone();
-    let mut g = group(c, "cas/cassandra");
-    bench_bakery_cas(&mut g, &rt, dyn_store.clone());
-    bench_async(&mut g, &rt, "raw", || {
+    bench_cas(c, &rt, "cassandra", dyn_store.clone(), || {
         let (store, cas) = (store.clone(), cas.clone());
         async move {
             let applied = cas.update(&store, RAW_VALUE).await.expect("raw lwt");
             assert!(applied, "no one else writes this row");
         }
     });
-    g.finish();
-
-    let mut g = group(c, "sequence/cassandra");
-    bench_sequences(&mut g, &rt, dyn_store);
-    g.finish();
+    sequence_group(c, &rt, "cassandra", dyn_store).finish();
     let _ = rt.block_on(cas.drop_table(&store));
-}
-
-#[cfg(not(feature = "cassandra"))]
-fn cassandra(_: &mut Criterion) {
-    eprintln!("backends bench: built without the cassandra feature");
 }
 
 #[cfg(feature = "mongodb")]
 fn mongodb(c: &mut Criterion) {
     use peers::mongodb;
-    let Some(uri) = uri("BAKERY_MONGODB_URI") else {
+    let Some((uri, rt, store)) = connect("BAKERY_MONGODB_URI") else {
         return;
     };
-    let rt = runtime();
-    let store = rt.block_on(bakery::connect(&uri)).expect("connect");
     // The raw peer: the native write each strategy rests on, through the
     // same driver — one insert of an immutable document under a unique _id
     // (what `cas=insert` does; a duplicate _id is the conflict).
@@ -337,26 +329,34 @@ fn mongodb(c: &mut Criterion) {
             .expect("raw connect"),
     );
 
-    let mut g = group(c, "cas/mongodb");
-    bench_bakery_cas(&mut g, &rt, store.clone());
-    bench_async(&mut g, &rt, "raw", || {
+    bench_cas(c, &rt, "mongodb", store.clone(), || {
         let raw = raw.clone();
         async move {
             raw.insert(RAW_VALUE).await.expect("raw insert");
         }
     });
-    g.finish();
-
-    let mut g = group(c, "sequence/mongodb");
-    bench_sequences(&mut g, &rt, store);
-    g.finish();
+    sequence_group(c, &rt, "mongodb", store).finish();
     let _ = rt.block_on(raw.drop_collection());
 }
 
-#[cfg(not(feature = "mongodb"))]
-fn mongodb(_: &mut Criterion) {
-    eprintln!("backends bench: built without the mongodb feature");
+/// The stand-ins of the backends this build has no feature for: a note
+/// instead of their benchmarks.
+macro_rules! built_without {
+    ($($backend:ident: $feature:literal),* $(,)?) => {$(
+        #[cfg(not(feature = $feature))]
+        fn $backend(_: &mut Criterion) {
+            eprintln!(concat!("backends bench: built without the ", $feature, " feature"));
+        }
+    )*};
 }
+
+built_without!(
+    postgres: "postgres",
+    redis: "redis",
+    etcd: "etcd",
+    cassandra: "cassandra",
+    mongodb: "mongodb",
+);
 
 criterion_group!(benches, postgres, redis, etcd, cassandra, mongodb);
 criterion_main!(benches);

@@ -94,12 +94,7 @@ fn sequence_vs_nextval(results: &[CellResult]) -> Check {
             // The first postgres target's peer at the same client count.
             let peer = nextval.iter().find(|p| p.clients == cell.clients)?;
             let ratio = cell.ops_per_sec / peer.ops_per_sec;
-            Some(CheckCell {
-                target: cell.target.clone(),
-                clients: cell.clients,
-                ratio,
-                met: ratio >= NEXTVAL_FACTOR,
-            })
+            Some(Worst::Lowest.cell(NEXTVAL_FACTOR, cell.target.clone(), cell.clients, ratio))
         })
         .collect();
     conclude("sequence-vs-nextval", target, cells, Worst::Lowest)
@@ -121,12 +116,7 @@ fn sequence_tail(results: &[CellResult]) -> Check {
         .filter(|cell| cell.latency.p50_ns > 0)
         .map(|cell| {
             let ratio = cell.latency.p999_ns as f64 / cell.latency.p50_ns as f64;
-            CheckCell {
-                target: cell.target.clone(),
-                clients: cell.clients,
-                ratio,
-                met: ratio <= TAIL_FACTOR,
-            }
+            Worst::Highest.cell(TAIL_FACTOR, cell.target.clone(), cell.clients, ratio)
         })
         .collect();
     conclude("sequence-tail", target, cells, Worst::Highest)
@@ -147,13 +137,8 @@ fn lock_fairness(results: &[CellResult]) -> Check {
     let cells: Vec<CheckCell> = fair_lock_cells(results)
         .filter(|cell| cell.clients == 16 || cell.clients == 64)
         .filter_map(|cell| {
-            let ratio = cell.fairness?;
-            Some(CheckCell {
-                target: format!("{} ({})", cell.target, cell.variant),
-                clients: cell.clients,
-                ratio,
-                met: ratio >= LOCK_FAIRNESS,
-            })
+            let target = format!("{} ({})", cell.target, cell.variant);
+            Some(Worst::Lowest.cell(LOCK_FAIRNESS, target, cell.clients, cell.fairness?))
         })
         .collect();
     conclude("lock-fairness", target, cells, Worst::Lowest)
@@ -173,12 +158,8 @@ fn lock_scaling(results: &[CellResult]) -> Check {
                     && c.ops_per_sec > 0.0
             })?;
             let ratio = many.ops_per_sec / few.ops_per_sec;
-            Some(CheckCell {
-                target: format!("{} ({})", many.target, many.variant),
-                clients: 64,
-                ratio,
-                met: ratio >= LOCK_SCALING,
-            })
+            let target = format!("{} ({})", many.target, many.variant);
+            Some(Worst::Lowest.cell(LOCK_SCALING, target, 64, ratio))
         })
         .collect();
     conclude("lock-scaling", target, cells, Worst::Lowest)
@@ -188,6 +169,23 @@ fn lock_scaling(results: &[CellResult]) -> Check {
 enum Worst {
     Lowest,
     Highest,
+}
+
+impl Worst {
+    /// A cell of `target` at `clients` with `ratio`, met when the ratio is
+    /// not beyond `limit` on the bad side.
+    fn cell(&self, limit: f64, target: String, clients: usize, ratio: f64) -> CheckCell {
+        let met = match self {
+            Worst::Lowest => ratio >= limit,
+            Worst::Highest => ratio <= limit,
+        };
+        CheckCell {
+            target,
+            clients,
+            ratio,
+            met,
+        }
+    }
 }
 
 fn conclude(id: &'static str, target: String, cells: Vec<CheckCell>, worst: Worst) -> Check {

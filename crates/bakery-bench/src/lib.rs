@@ -42,7 +42,7 @@
 //!    files).
 //! 5. [`peers`] — the native clients, one file per backend: `postgres`,
 //!    `redis` (`error`, `model`, `peers::driver`), `advisory` (`error`,
-//!    `model`, `peers::postgres`, `workloads::lock`), `etcd` (`error`,
+//!    `model`, `peers::driver`, `peers::postgres`, `workloads::lock`), `etcd` (`error`,
 //!    `model`, `peers::driver`, `workloads::lock`), `cassandra`, `mongodb`
 //!    (nothing); their registry [`peers::for_target`] in `peers/mod.rs`
 //!    (`model`, its files).

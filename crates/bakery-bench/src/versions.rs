@@ -9,20 +9,18 @@ use crate::error::one_line;
 use crate::peers;
 
 /// How long one version query may take.
-#[cfg_attr(
-    not(any(
-        feature = "postgres",
-        feature = "redis",
-        feature = "etcd",
-        feature = "cassandra",
-        feature = "mongodb"
-    )),
-    allow(dead_code)
-)]
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The server (or library) version behind `uri`, whose store reports the
 /// backend name `backend`.
+pub async fn server_version(backend: &str, uri: &str) -> String {
+    tokio::time::timeout(PROBE_TIMEOUT, probe(backend, uri))
+        .await
+        .unwrap_or_else(|_| Err("timed out".to_string()))
+        .unwrap_or_else(|why| format!("unknown ({})", one_line(&why)))
+}
+
+/// What [`server_version`] asks, given at most [`PROBE_TIMEOUT`] there.
 #[cfg_attr(
     not(any(
         feature = "postgres",
@@ -33,8 +31,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
     )),
     allow(unused_variables)
 )]
-pub async fn server_version(backend: &str, uri: &str) -> String {
-    let probed: Result<String, String> = match backend {
+async fn probe(backend: &str, uri: &str) -> Result<String, String> {
+    match backend {
         "memory" => Ok(format!(
             "in-process MemoryStore (bakery {})",
             env!("CARGO_PKG_VERSION")
@@ -42,36 +40,28 @@ pub async fn server_version(backend: &str, uri: &str) -> String {
         #[cfg(feature = "sqlite")]
         "sqlite" => Ok(format!("SQLite {} (embedded)", rusqlite::version())),
         #[cfg(feature = "postgres")]
-        "postgres" => bounded(postgres_version(uri)).await,
+        "postgres" => postgres_version(uri).await,
         #[cfg(feature = "redis")]
-        "redis" => bounded(redis_version(uri)).await,
+        "redis" => redis_version(uri).await,
         #[cfg(feature = "etcd")]
-        "etcd" => bounded(etcd_version(uri)).await,
+        "etcd" => etcd_version(uri).await,
         #[cfg(feature = "cassandra")]
-        "cassandra" => bounded(cassandra_version(uri)).await,
+        "cassandra" => cassandra_version(uri).await,
         #[cfg(feature = "mongodb")]
-        "mongodb" => bounded(mongodb_version(uri)).await,
+        "mongodb" => mongodb_version(uri).await,
         other => Err(format!("no version probe for {other}")),
-    };
-    probed.unwrap_or_else(|why| format!("unknown ({})", one_line(&why)))
+    }
 }
 
-#[cfg_attr(
-    not(any(
-        feature = "postgres",
-        feature = "redis",
-        feature = "etcd",
-        feature = "cassandra",
-        feature = "mongodb"
-    )),
-    allow(dead_code)
-)]
-async fn bounded(
-    probe: impl std::future::Future<Output = Result<String, String>>,
-) -> Result<String, String> {
-    tokio::time::timeout(PROBE_TIMEOUT, probe)
-        .await
-        .unwrap_or_else(|_| Err("timed out".to_string()))
+/// `product` followed by the durability settings that could be read (what
+/// a write costs depends on them), if any.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+fn with_settings(product: String, settings: &[String]) -> String {
+    if settings.is_empty() {
+        product
+    } else {
+        format!("{product}; {}", settings.join(", "))
+    }
 }
 
 #[cfg(feature = "postgres")]
@@ -91,11 +81,7 @@ async fn postgres_version(uri: &str) -> Result<String, String> {
             }
         }
     }
-    Ok(if settings.is_empty() {
-        format!("PostgreSQL {version}")
-    } else {
-        format!("PostgreSQL {version}; {}", settings.join(", "))
-    })
+    Ok(with_settings(format!("PostgreSQL {version}"), &settings))
 }
 
 #[cfg(feature = "redis")]
@@ -125,11 +111,7 @@ async fn redis_version(uri: &str) -> Result<String, String> {
             settings.push(format!("{setting}={value}"));
         }
     }
-    Ok(if settings.is_empty() {
-        format!("Redis {version}")
-    } else {
-        format!("Redis {version}; {}", settings.join(", "))
-    })
+    Ok(with_settings(format!("Redis {version}"), &settings))
 }
 
 #[cfg(feature = "etcd")]

@@ -11,12 +11,24 @@
         feature = "cassandra",
         feature = "mongodb"
     )),
-    allow(unused_imports, dead_code)
+    allow(unused_imports, unused_macros, dead_code)
 )]
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bakery_bench::peers::RAW_VALUE;
+
+/// `$update` (a raw conditional update to [`RAW_VALUE`]) applies twice in
+/// a row, each expecting the version the previous one produced; once
+/// `$other_writer` has written, it is refused.
+macro_rules! assert_chained_then_refused {
+    ($update:expr, $other_writer:expr) => {
+        assert!($update.await.expect("update"));
+        assert!($update.await.expect("update"));
+        $other_writer.await.expect("another writer");
+        assert!(!$update.await.expect("stale update"));
+    };
+}
 
 /// A name no other run uses: `prefix` + the time in hex.
 fn unique(prefix: &str) -> String {
@@ -38,13 +50,10 @@ async fn postgres_raw_cas_and_nextval() {
     let cas = postgres::RawCas::create(&client, &table)
         .await
         .expect("create");
-    assert!(cas.update(&client, RAW_VALUE).await.expect("update"));
-    assert!(cas.update(&client, RAW_VALUE).await.expect("update"));
-    client
-        .batch_execute(&format!("UPDATE {table} SET version = version + 1"))
-        .await
-        .expect("another writer");
-    assert!(!cas.update(&client, RAW_VALUE).await.expect("stale update"));
+    assert_chained_then_refused!(
+        cas.update(&client, RAW_VALUE),
+        client.batch_execute(&format!("UPDATE {table} SET version = version + 1"))
+    );
     cas.drop_table(&client).await.expect("drop");
 
     let sequence = format!("{table}_seq");
@@ -72,19 +81,14 @@ async fn redis_raw_cas_and_incrby() {
     let mut conn = peer::connect(&uri).await.expect("connect");
     let key = unique("bench-peer:cas");
     let cas = peer::RawCas::create(&mut conn, &key).await.expect("create");
-    assert!(cas.update(&mut conn, RAW_VALUE).await.expect("update"));
-    assert!(cas.update(&mut conn, RAW_VALUE).await.expect("update"));
-    redis::cmd("HINCRBY")
-        .arg(&key)
-        .arg("ver")
-        .arg(1)
-        .query_async::<i64>(&mut conn)
-        .await
-        .expect("another writer");
-    assert!(!cas
-        .update(&mut conn, RAW_VALUE)
-        .await
-        .expect("stale update"));
+    assert_chained_then_refused!(
+        cas.update(&mut conn, RAW_VALUE),
+        redis::cmd("HINCRBY")
+            .arg(&key)
+            .arg("ver")
+            .arg(1)
+            .query_async::<i64>(&mut conn)
+    );
     cas.delete(&mut conn).await.expect("delete");
 
     let counter = unique("bench-peer:incr");
@@ -107,14 +111,10 @@ async fn etcd_raw_cas() {
     let client = etcd::connect(&uri).await.expect("connect");
     let key = unique("bench-peer/cas");
     let cas = etcd::RawCas::create(&client, &key).await.expect("create");
-    assert!(cas.update(&client, RAW_VALUE).await.expect("update"));
-    assert!(cas.update(&client, RAW_VALUE).await.expect("update"));
-    client
-        .kv_client()
-        .put(key.as_str(), "another writer", None)
-        .await
-        .expect("another writer");
-    assert!(!cas.update(&client, RAW_VALUE).await.expect("stale update"));
+    assert_chained_then_refused!(
+        cas.update(&client, RAW_VALUE),
+        client.kv_client().put(key.as_str(), "another writer", None)
+    );
     cas.delete(&client).await.expect("delete");
 }
 
@@ -131,20 +131,16 @@ async fn cassandra_raw_cas() {
     let cas = cassandra::RawCas::create(&store, &table)
         .await
         .expect("create");
-    assert!(cas.update(&store, RAW_VALUE).await.expect("update"));
-    assert!(cas.update(&store, RAW_VALUE).await.expect("update"));
     let keyspace = store.config().keyspace().to_string();
-    store
-        .session()
-        .query_unpaged(
+    assert_chained_then_refused!(
+        cas.update(&store, RAW_VALUE),
+        store.session().query_unpaged(
             format!(
                 "UPDATE \"{keyspace}\".\"{table}\" SET version = 100 WHERE key = 'k' IF EXISTS"
             ),
             (),
         )
-        .await
-        .expect("another writer");
-    assert!(!cas.update(&store, RAW_VALUE).await.expect("stale update"));
+    );
     cas.drop_table(&store).await.expect("drop");
 }
 

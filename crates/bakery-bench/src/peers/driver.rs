@@ -1,7 +1,14 @@
 //! What every raw driver connection shares: how long it may take to open,
-//! and bakery URIs turned into what a driver takes.
+//! bakery URIs turned into what a driver takes, the peers' error messages
+//! and the one operation of the native counters.
 
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use crate::error::{one_line, BenchError};
+use crate::model::{OpError, Peer};
 
 /// How long opening one connection may take.
 #[cfg_attr(
@@ -39,6 +46,68 @@ pub(crate) fn without_options(uri: &str, bakery_options: &[&str]) -> String {
     } else {
         format!("{base}?{}", kept.join("&"))
     }
+}
+
+/// Why the peer `peer` of `backend` could not set up: `what` failed with
+/// `err`.
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "redis", feature = "etcd")),
+    allow(dead_code)
+)]
+pub(crate) fn peer_error(
+    backend: &str,
+    peer: &dyn Peer,
+    what: &str,
+    err: impl Display,
+) -> BenchError {
+    BenchError::Peer {
+        peer: format!("{backend} {}", peer.label()),
+        message: one_line(&format!("{what}: {err}")),
+    }
+}
+
+/// The connection `connecting` opens for the peer `peer` of `backend`; a
+/// failure is the peer's.
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "redis", feature = "etcd")),
+    allow(dead_code)
+)]
+pub(crate) async fn connected<T>(
+    backend: &str,
+    peer: &dyn Peer,
+    connecting: impl Future<Output = Result<T, String>>,
+) -> Result<T, BenchError> {
+    connecting
+        .await
+        .map_err(|e| peer_error(backend, peer, "cannot connect", e))
+}
+
+/// Why one operation of a peer failed: `what` failed with `err`.
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "redis", feature = "etcd")),
+    allow(dead_code)
+)]
+pub(crate) fn op_error(what: &str, err: impl Display) -> OpError {
+    OpError(one_line(&format!("{what}: {err}")))
+}
+
+/// One id from the native counter `name` (`nextval()`, `INCRBY`): one
+/// round trip, counted before it is sent; the id must be above the
+/// client's `last`, which it becomes.
+#[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
+pub(crate) async fn next_id<E: Display>(
+    name: &str,
+    round_trips: &AtomicU64,
+    last: &mut i64,
+    request: impl Future<Output = Result<i64, E>>,
+) -> Result<(), OpError> {
+    round_trips.fetch_add(1, Ordering::Relaxed);
+    let id = request.await.map_err(|e| op_error(name, e))?;
+    if id <= *last {
+        return Err(OpError(format!("{name} gave {id} after {last}")));
+    }
+    *last = id;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bakery::backends::etcd::etcd_client::{
-    Client, Compare, CompareOp, Error, LockOptions, Txn, TxnOp,
+    Client, Compare, CompareOp, Error, LockOptions, LockResponse, Txn, TxnOp,
 };
 use bakery::backends::etcd::EtcdConfig;
 
-use super::driver::CONNECT_TIMEOUT;
-use crate::error::{one_line, BenchError};
-use crate::model::{BenchClient, CellSpec, OpError, Peer, PreparedCell};
-use crate::workloads::lock::{CheckGrants, GrantLog};
+use super::driver::{connected, op_error, peer_error, CONNECT_TIMEOUT};
+use crate::error::BenchError;
+use crate::model::{CellSpec, OpError, Peer, PreparedCell};
+use crate::workloads::lock::{native_lock_cell, NativeLock};
 
 /// The lease every client's lock ownership is attached to; longer than any
 /// cell, so it never expires mid-run (etcd's lock needs a lease).
@@ -96,13 +96,6 @@ impl EtcdLock {
             uri: uri.to_string(),
         }
     }
-
-    fn error(&self, what: &str, err: impl std::fmt::Display) -> BenchError {
-        BenchError::Peer {
-            peer: format!("etcd {}", self.label()),
-            message: one_line(&format!("{what}: {err}")),
-        }
-    }
 }
 
 #[async_trait]
@@ -121,75 +114,54 @@ impl Peer for EtcdLock {
         round_trips: Arc<AtomicU64>,
     ) -> Result<PreparedCell, BenchError> {
         let name = format!("bakery-bench-lock/{}", cell.tag);
-        let grants = Arc::new(GrantLog::default());
-        let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
-        for index in 0..cell.clients {
-            let mut client = connect(&self.uri)
-                .await
-                .map_err(|e| self.error("cannot connect", e))?;
+        let mut locks = Vec::with_capacity(cell.clients);
+        for _ in 0..cell.clients {
+            let mut client = connected("etcd", self, connect(&self.uri)).await?;
             let lease = client
                 .lease_grant(LEASE_TTL_SECONDS, None)
                 .await
-                .map_err(|e| self.error("cannot grant a lease", e))?
+                .map_err(|e| peer_error("etcd", self, "cannot grant a lease", e))?
                 .id();
-            clients.push(Box::new(EtcdLockClient {
-                index,
+            locks.push(EtcdLockConnection {
                 client,
                 lease,
                 name: name.clone(),
-                grants: grants.clone(),
-                round_trips: round_trips.clone(),
-                warmed: false,
-            }));
+            });
         }
-        Ok(PreparedCell {
-            clients,
-            finish: Some(Box::new(CheckGrants(grants))),
-        })
+        Ok(native_lock_cell(locks, &round_trips))
     }
 }
 
-struct EtcdLockClient {
-    index: usize,
+struct EtcdLockConnection {
     client: Client,
     lease: i64,
     name: String,
-    grants: Arc<GrantLog>,
-    round_trips: Arc<AtomicU64>,
-    warmed: bool,
 }
 
 #[async_trait]
-impl BenchClient for EtcdLockClient {
-    async fn op(&mut self) -> Result<(), OpError> {
-        let failed = |what: &str, e| OpError(one_line(&format!("{what}: {e}")));
-        if !self.warmed {
-            self.warmed = true;
-            return Ok(());
-        }
-        self.round_trips.fetch_add(2, Ordering::Relaxed);
-        let held = self
-            .client
+impl NativeLock for EtcdLockConnection {
+    type Held = LockResponse;
+
+    async fn lock(&mut self) -> Result<LockResponse, OpError> {
+        self.client
             .lock(
                 self.name.as_str(),
                 Some(LockOptions::new().with_lease(self.lease)),
             )
             .await
-            .map_err(|e| failed("etcd lock", e))?;
-        let entered = self.grants.critical_section(self.index);
+            .map_err(|e| op_error("etcd lock", e))
+    }
+
+    async fn unlock(&mut self, held: LockResponse) -> Result<(), OpError> {
         self.client
             .unlock(held.key())
             .await
-            .map_err(|e| failed("etcd unlock", e))?;
-        entered
-    }
-
-    fn extras(&self) -> Vec<(&'static str, u64)> {
-        self.grants.extras(self.index)
+            .map_err(|e| op_error("etcd unlock", e))?;
+        Ok(())
     }
 }
 
-impl Drop for EtcdLockClient {
+impl Drop for EtcdLockConnection {
     fn drop(&mut self) {
         // Revoke the lease (and with it any lock key left behind) when a
         // runtime is there to do it; otherwise it expires on its own.

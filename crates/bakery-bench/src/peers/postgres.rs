@@ -8,8 +8,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bakery::backends::postgres::tokio_postgres::{self, Client, NoTls, Statement};
 
-use super::driver::{without_options, CONNECT_TIMEOUT};
-use crate::error::{one_line, BenchError};
+use super::driver::{connected, next_id, peer_error, without_options, CONNECT_TIMEOUT};
+use crate::error::BenchError;
 use crate::model::{BenchClient, CellSpec, Finish, OpError, Peer, PreparedCell};
 
 pub use tokio_postgres::Error;
@@ -141,19 +141,6 @@ impl Nextval {
             cache,
         }
     }
-
-    fn error(&self, what: &str, err: impl std::fmt::Display) -> BenchError {
-        BenchError::Peer {
-            peer: format!("postgres {}", self.label()),
-            message: one_line(&format!("{what}: {err}")),
-        }
-    }
-
-    async fn connect(&self) -> Result<Client, BenchError> {
-        connect(&self.uri)
-            .await
-            .map_err(|e| self.error("cannot connect", e))
-    }
 }
 
 #[async_trait]
@@ -174,19 +161,19 @@ impl Peer for Nextval {
         cell: &CellSpec,
         round_trips: Arc<AtomicU64>,
     ) -> Result<PreparedCell, BenchError> {
-        let admin = self.connect().await?;
+        let admin = connected("postgres", self, connect(&self.uri)).await?;
         // The name is ours (lowercase letters, digits, `_`), so it can be
         // spliced into the SQL.
         let sequence = format!("bakery_bench_{}", cell.tag.replace('-', "_"));
         create_sequence(&admin, &sequence, self.cache.unwrap_or(1))
             .await
-            .map_err(|e| self.error("cannot create the sequence", e))?;
+            .map_err(|e| peer_error("postgres", self, "cannot create the sequence", e))?;
         let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
         for _ in 0..cell.clients {
-            let client = self.connect().await?;
+            let client = connected("postgres", self, connect(&self.uri)).await?;
             let statement = prepare_nextval(&client, &sequence)
                 .await
-                .map_err(|e| self.error("cannot prepare nextval()", e))?;
+                .map_err(|e| peer_error("postgres", self, "cannot prepare nextval()", e))?;
             clients.push(Box::new(NextvalClient {
                 client,
                 statement,
@@ -211,15 +198,8 @@ struct NextvalClient {
 #[async_trait]
 impl BenchClient for NextvalClient {
     async fn op(&mut self) -> Result<(), OpError> {
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
-        let id = nextval(&self.client, &self.statement)
-            .await
-            .map_err(|e| OpError(one_line(&format!("nextval(): {e}"))))?;
-        if id <= self.last {
-            return Err(OpError(format!("nextval() gave {id} after {}", self.last)));
-        }
-        self.last = id;
-        Ok(())
+        let request = nextval(&self.client, &self.statement);
+        next_id("nextval()", &self.round_trips, &mut self.last, request).await
     }
 }
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bakery::backends::redis::redis::{self, aio::MultiplexedConnection, RedisError};
 
-use super::driver::CONNECT_TIMEOUT;
-use crate::error::{one_line, BenchError};
+use super::driver::{connected, next_id, CONNECT_TIMEOUT};
+use crate::error::BenchError;
 use crate::model::{BenchClient, CellSpec, Finish, OpError, Peer, PreparedCell};
 
 /// A bakery redis `uri` as the driver takes it: without bakery's options
@@ -125,19 +125,6 @@ impl Incrby {
             uri: uri.to_string(),
         }
     }
-
-    fn error(&self, what: &str, err: impl std::fmt::Display) -> BenchError {
-        BenchError::Peer {
-            peer: format!("redis {}", self.label()),
-            message: one_line(&format!("{what}: {err}")),
-        }
-    }
-
-    async fn connect(&self) -> Result<MultiplexedConnection, BenchError> {
-        connect(&self.uri)
-            .await
-            .map_err(|e| self.error("cannot connect", e))
-    }
 }
 
 #[async_trait]
@@ -159,7 +146,7 @@ impl Peer for Incrby {
         let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
         for _ in 0..cell.clients {
             clients.push(Box::new(IncrbyClient {
-                connection: self.connect().await?,
+                connection: connected("redis", self, connect(&self.uri)).await?,
                 key: key.clone(),
                 round_trips: round_trips.clone(),
                 last: 0,
@@ -168,7 +155,7 @@ impl Peer for Incrby {
         Ok(PreparedCell {
             clients,
             finish: Some(Box::new(DeleteKey {
-                connection: self.connect().await?,
+                connection: connected("redis", self, connect(&self.uri)).await?,
                 key,
             })),
         })
@@ -185,15 +172,8 @@ struct IncrbyClient {
 #[async_trait]
 impl BenchClient for IncrbyClient {
     async fn op(&mut self) -> Result<(), OpError> {
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
-        let id = incrby(&mut self.connection, &self.key)
-            .await
-            .map_err(|e| OpError(one_line(&format!("INCRBY: {e}"))))?;
-        if id <= self.last {
-            return Err(OpError(format!("INCRBY gave {id} after {}", self.last)));
-        }
-        self.last = id;
-        Ok(())
+        let request = incrby(&mut self.connection, &self.key);
+        next_id("INCRBY", &self.round_trips, &mut self.last, request).await
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bakery::{Bytes, Key, PutOutcome, Row, VersionedStore};
 
-use super::cleanup::delete_quietly;
+use super::cleanup::{delete_quietly, prepare_error};
 use crate::error::BenchError;
 use crate::model::{
     BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell, Variant, Workload,
@@ -69,13 +69,7 @@ impl Workload for CasWorkload {
         store: &CellStore,
         cell: &CellSpec,
     ) -> Result<PreparedCell, BenchError> {
-        let key_of = |name: String| {
-            Key::new(name).map_err(|source| BenchError::Prepare {
-                workload: "cas",
-                target: store.raw.backend().to_string(),
-                source,
-            })
-        };
+        let key_of = |name: String| Key::new(name).map_err(prepare_error("cas", store));
         let keys: Vec<Key> = if cell.variant == OWN.id {
             (0..cell.clients)
                 .map(|i| key_of(format!("bench/{}/counter-{i}", cell.tag)))

@@ -10,13 +10,13 @@
 //! longest run of consecutive grants to one client. Every grant is checked
 //! for overlap with another (a violation is counted as an error).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bakery::{Key, Lock, VersionedStore};
 
-use super::cleanup::delete_quietly;
+use super::cleanup::{delete_quietly, prepare_error};
 use crate::baseline::{self, OldLock};
 use crate::error::BenchError;
 use crate::model::{
@@ -79,11 +79,7 @@ impl Workload for LockWorkload {
         cell: &CellSpec,
     ) -> Result<PreparedCell, BenchError> {
         let name = format!("bench-{}", cell.tag);
-        let prepare_error = |source| BenchError::Prepare {
-            workload: "lock",
-            target: store.raw.backend().to_string(),
-            source,
-        };
+        let prepare_error = prepare_error("lock", store);
         let counted: Arc<dyn VersionedStore> = store.counted.clone();
         let grants = Arc::new(GrantLog::default());
         let prefix = if cell.variant == OLD.id {
@@ -272,5 +268,75 @@ pub struct CheckGrants(pub Arc<GrantLog>);
 impl Finish for CheckGrants {
     async fn finish(self: Box<Self>, _had_errors: bool) -> Vec<String> {
         self.0.problems()
+    }
+}
+
+/// One connection of a native lock peer: how it acquires and releases.
+/// The rest of a native lock client (the warm-up, two round trips per
+/// acquisition, the grant log and its extras) is [`native_lock_cell`]'s.
+#[async_trait]
+pub trait NativeLock: Send {
+    /// What an acquisition hands to its release (e.g. the lock key held).
+    type Held: Send;
+
+    /// Acquire the lock (one round trip).
+    async fn lock(&mut self) -> Result<Self::Held, OpError>;
+
+    /// Release what [`lock`](Self::lock) acquired (one round trip).
+    async fn unlock(&mut self, held: Self::Held) -> Result<(), OpError>;
+}
+
+/// A native lock peer's cell: one client per connection in `locks`, every
+/// grant logged and checked for overlap afterwards (what the native lock
+/// peers leave behind needs no cleanup).
+pub fn native_lock_cell<L: NativeLock + 'static>(
+    locks: Vec<L>,
+    round_trips: &Arc<AtomicU64>,
+) -> PreparedCell {
+    let grants = Arc::new(GrantLog::default());
+    let clients = locks
+        .into_iter()
+        .enumerate()
+        .map(|(index, lock)| {
+            Box::new(NativeLockClient {
+                index,
+                lock,
+                grants: grants.clone(),
+                round_trips: round_trips.clone(),
+                warmed: false,
+            }) as Box<dyn BenchClient>
+        })
+        .collect();
+    PreparedCell {
+        clients,
+        finish: Some(Box::new(CheckGrants(grants))),
+    }
+}
+
+struct NativeLockClient<L> {
+    index: usize,
+    lock: L,
+    grants: Arc<GrantLog>,
+    round_trips: Arc<AtomicU64>,
+    warmed: bool,
+}
+
+#[async_trait]
+impl<L: NativeLock> BenchClient for NativeLockClient<L> {
+    async fn op(&mut self) -> Result<(), OpError> {
+        if !self.warmed {
+            // Like the bakery lock clients: the warm-up opens, never grants.
+            self.warmed = true;
+            return Ok(());
+        }
+        self.round_trips.fetch_add(2, Ordering::Relaxed);
+        let held = self.lock.lock().await?;
+        let entered = self.grants.critical_section(self.index);
+        self.lock.unlock(held).await?;
+        entered
+    }
+
+    fn extras(&self) -> Vec<(&'static str, u64)> {
+        self.grants.extras(self.index)
     }
 }

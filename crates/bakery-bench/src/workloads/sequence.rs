@@ -13,7 +13,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bakery::{Key, Sequence, VersionedStore};
 
-use super::cleanup::delete_quietly;
+use super::cleanup::{delete_quietly, prepare_error};
 use crate::error::BenchError;
 use crate::model::{
     BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell, Variant, Workload,
@@ -78,11 +78,7 @@ impl Workload for SequenceWorkload {
         cell: &CellSpec,
     ) -> Result<PreparedCell, BenchError> {
         let name = format!("bench-{}", cell.tag);
-        let prepare_error = |source| BenchError::Prepare {
-            workload: "sequence",
-            target: store.raw.backend().to_string(),
-            source,
-        };
+        let prepare_error = prepare_error("sequence", store);
         let counted: Arc<dyn VersionedStore> = store.counted.clone();
         let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
         for _ in 0..cell.clients {
