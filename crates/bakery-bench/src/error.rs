@@ -66,15 +66,8 @@ pub enum BenchError {
     Internal(String),
 }
 
-/// Collapse any line breaks (a driver message may carry some) so every
-/// diagnostic stays on one line.
-pub fn one_line(text: &str) -> String {
-    text.split(['\n', '\r'])
-        .map(str::trim)
-        .filter(|part| !part.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+/// Fold line breaks and runs of spaces, so every diagnostic stays on one line.
+pub use bakery_core::error::one_line;
 
 #[cfg(test)]
 mod tests {

@@ -75,15 +75,8 @@ pub fn report(err: &CliError) {
     let _ = writeln!(io::stderr().lock(), "bakery: error: {line}");
 }
 
-/// Collapse any line breaks (a driver message may carry some) so every
-/// diagnostic stays on one line.
-pub fn one_line(text: &str) -> String {
-    text.split(['\n', '\r'])
-        .map(str::trim)
-        .filter(|part| !part.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+/// Fold line breaks and runs of spaces, so every diagnostic stays on one line.
+pub use bakery_core::error::one_line;
 
 /// A buffered, locked stdout. Callers must `flush()` it to see write errors.
 pub fn stdout() -> BufWriter<StdoutLock<'static>> {
