@@ -20,7 +20,7 @@
 //! - Each server backend also runs
 //!   `faults::unreachable_server_is_unavailable` on its URI pointed at a
 //!   port where nothing listens, and every backend with a namespace option
-//!   (table, collection, prefix) `faults::eight_opens_of_a_new_namespace_at_once`.
+//!   (table, collection, prefix) `namespace::eight_opens_of_a_new_namespace_at_once`.
 //! - Besides `bakery_testkit::cases()`, each backend runs
 //!   `bakery_testkit::capability_cases()` on a `Target` whose reopen is a
 //!   fresh `bakery::connect` of the same URI: every capability the backend
@@ -162,7 +162,7 @@ fn main() {
                 );
             }
             if let Some(option) = namespace_option(uri) {
-                let name = format!("{backend}::faults::eight_opens_of_a_new_namespace_at_once");
+                let name = format!("{backend}::namespace::eight_opens_of_a_new_namespace_at_once");
                 let uri = uri.clone();
                 trials.push(
                     Trial::test(name, move || new_namespace_case(&uri, option))
@@ -185,13 +185,9 @@ enum Run {
 }
 
 fn run_case(uri: &str, run: Run) -> Result<(), Failed> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
-    runtime.block_on(async {
-        let open_uri = uri.to_string();
+    let uri = uri.to_string();
+    on_runtime(async move {
+        let open_uri = uri.clone();
         // Every open is a new `bakery::connect`: a new connection to the
         // same server or file, and for `memory://` a new, empty store.
         let target = StoreTarget::connect(move || {
@@ -199,13 +195,24 @@ fn run_case(uri: &str, run: Run) -> Result<(), Failed> {
             async move { bakery::connect(&uri).await }
         })
         .await
-        .map_err(|e| format!("cannot connect to {}: {e}", bakery::redact(uri)))?;
-        let case = match run {
-            Run::Store(run) => run(target.store()),
-            Run::Target(run) => run(target),
-        };
-        let run = tokio::spawn(case);
-        match tokio::time::timeout(CASE_TIMEOUT, run).await {
+        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", bakery::redact(&uri)));
+        match run {
+            Run::Store(run) => run(target.store()).await,
+            Run::Target(run) => run(target).await,
+        }
+    })
+}
+
+/// Run one case on its own runtime, as a task: a panic is the case's
+/// failure, and a case that runs past [`CASE_TIMEOUT`] is stuck.
+fn on_runtime(case: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), Failed> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    runtime.block_on(async move {
+        match tokio::time::timeout(CASE_TIMEOUT, tokio::spawn(case)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(join)) => Err(Failed::from(panic_message(join))),
             Err(_) => Err(Failed::from(format!("hung for {CASE_TIMEOUT:?}"))),
@@ -231,48 +238,26 @@ fn new_namespace_case(uri: &str, (option, end): (&str, &str)) -> Result<(), Fail
     let separator = if uri.contains('?') { '&' } else { '?' };
     let fresh = bakery_testkit::unique_ident("bk_ns");
     let uri = format!("{uri}{separator}{option}={fresh}{end}");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
-    runtime.block_on(async move {
-        let case = async move {
-            bakery_testkit::faults::eight_opens_of_a_new_namespace_at_once(move || {
-                let uri = uri.clone();
-                async move { bakery::connect(&uri).await }
-            })
-            .await
-        };
-        match tokio::time::timeout(CASE_TIMEOUT, tokio::spawn(case)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(join)) => Err(Failed::from(panic_message(join))),
-            Err(_) => Err(Failed::from(format!("hung for {CASE_TIMEOUT:?}"))),
-        }
-    })
+    on_runtime(
+        bakery_testkit::namespace::eight_opens_of_a_new_namespace_at_once(move || {
+            let uri = uri.clone();
+            async move { bakery::connect(&uri).await }
+        }),
+    )
 }
 
 /// The hang guard of each call to an unreachable server.
 const UNREACHABLE_LIMIT: Duration = Duration::from_secs(60);
 
 fn unreachable_case(uri: &str) -> Result<(), Failed> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
     let uri = uri.to_string();
-    runtime.block_on(async move {
-        tokio::spawn(async move {
-            bakery_testkit::faults::unreachable_server_is_unavailable(
-                &uri,
-                UNREACHABLE_LIMIT,
-                |uri| async move { bakery::connect(&uri).await },
-            )
-            .await
-        })
+    on_runtime(async move {
+        bakery_testkit::faults::unreachable_server_is_unavailable(
+            &uri,
+            UNREACHABLE_LIMIT,
+            |uri| async move { bakery::connect(&uri).await },
+        )
         .await
-        .map_err(|join| Failed::from(panic_message(join)))
     })
 }
 

@@ -191,10 +191,10 @@ impl Credentials {
     }
 
     /// Refuse an empty user name, a user without a password and a password
-    /// without a user (`scheme` names the URI form in the message).
+    /// without a user; the message shows the URI form of `backend`.
     ///
     /// ```
-    /// use bakery_core::uri::{Credentials, Password};
+    /// use bakery_core::uri::Credentials;
     /// let lone = Credentials { user: Some("u".into()), password: None };
     /// assert!(lone.check("etcd").is_err());
     /// assert!(Credentials::default().check("etcd").is_ok());

@@ -7,6 +7,7 @@ mod cas;
 pub mod containers;
 pub mod faults;
 mod lock;
+pub mod namespace;
 pub mod options;
 mod sequence;
 pub mod watch;
