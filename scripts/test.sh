@@ -19,6 +19,12 @@ fi
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# A one-off CI build gains nothing from incremental caches (they were a third
+# of target/ here); keep the disk use of a fresh machine small.
+if [ -n "${CI:-}" ]; then
+    export CARGO_INCREMENTAL=0
+fi
+
 # Real servers, installed and started by the project's own script (no
 # Docker). They stay up afterwards so a re-run is quick; stop them with
 # `scripts/backends.sh stop`.
