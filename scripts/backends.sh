@@ -15,9 +15,9 @@
 #   scripts/backends.sh env                export lines of the running backends
 #   scripts/backends.sh deps               install build dependencies only (protoc)
 #
-# NAME is postgres, redis, redis_volatile, etcd, mongodb, cassandra, or all (in
-# that order; stop goes in reverse).  mongodb is FerretDB over the postgres
-# server, which `start mongodb` starts too.  redis_volatile is a second Redis
+# NAME is postgres, mariadb, redis, redis_volatile, etcd, mongodb, cassandra, or
+# all (in that order; stop goes in reverse).  mongodb is FerretDB over the
+# postgres server, which `start mongodb` starts too.  redis_volatile is a second Redis
 # with --appendonly no (Redis's default) and no RDB snapshots (--save ''): a
 # restart forgets everything, so bakery refuses it unless the URI says
 # accept_data_loss=true; tests/redis_durability.rs uses it to show both
@@ -29,8 +29,9 @@
 # (`source target/backends.env`).
 #
 # Environment:
-#   BAKERY_PG_PORT (15432)  BAKERY_REDIS_PORT (16379)  BAKERY_REDIS_VOLATILE_PORT (16380)
-#   BAKERY_ETCD_PORT (12379)  BAKERY_ETCD_PEER_PORT (12380)  BAKERY_MONGODB_PORT (17017)
+#   BAKERY_PG_PORT (15432)  BAKERY_MARIADB_PORT (13306)  BAKERY_REDIS_PORT (16379)
+#   BAKERY_REDIS_VOLATILE_PORT (16380)  BAKERY_ETCD_PORT (12379)  BAKERY_ETCD_PEER_PORT (12380)
+#   BAKERY_MONGODB_PORT (17017)
 #   BAKERY_CASSANDRA_PORT (19042, CQL)  BAKERY_CASSANDRA_STORAGE_PORT (17000)
 #   BAKERY_CASSANDRA_JMX_PORT (17199)
 #                            unset: the port the backend last ran on, else the default
@@ -62,7 +63,7 @@ usage() {
 }
 
 # Start order; stop goes in reverse.
-BACKENDS=(postgres redis redis_volatile etcd mongodb cassandra)
+BACKENDS=(postgres mariadb redis redis_volatile etcd mongodb cassandra)
 load_servers
 
 main() {
