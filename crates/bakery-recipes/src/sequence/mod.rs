@@ -39,6 +39,7 @@
 //! # Ok(()) }
 //! ```
 
+mod handover;
 mod row;
 mod segment;
 
@@ -53,6 +54,7 @@ use serde::Serialize;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+pub use handover::{Closed, Raised};
 use row::SequenceRow;
 use segment::{Claim, Segments, MAX_SEGMENT};
 
@@ -311,6 +313,10 @@ pub struct SequenceState {
     pub block_size: u64,
     /// The row version.
     pub version: u64,
+    /// True when the sequence was handed back to the generator it was
+    /// migrated from ([`Sequence::close`]): reservations fail until
+    /// [`Sequence::raise`] reopens it.
+    pub closed: bool,
 }
 
 /// Ids handed out by [`Sequence::next_batch`]: increasing, in one or more
@@ -474,6 +480,7 @@ impl Sequence {
             node: stored.node,
             block_size: stored.block,
             version: row.version,
+            closed: stored.closed,
         }))
     }
 }
@@ -598,7 +605,10 @@ impl Inner {
         let mut conflicts = 0u32;
         loop {
             let (first, expected) = match &current {
-                Some(row) => (SequenceRow::decode(row)?.next, Some(row.version)),
+                Some(row) => (
+                    SequenceRow::decode(row)?.open(&self.name)?.next,
+                    Some(row.version),
+                ),
                 None => (self.start, None),
             };
             let end = first.checked_add(size).ok_or_else(|| {
@@ -615,6 +625,7 @@ impl Inner {
                 next: end,
                 node: self.node.clone(),
                 block: size,
+                closed: false,
             }
             .encode()?;
             match self.store.put_if_version(&self.key, expected, value).await {

@@ -14,6 +14,10 @@ pub(crate) struct SequenceRow {
     pub node: String,
     /// The size of the last reservation.
     pub block: u64,
+    /// Set when the sequence was handed back to the generator it was
+    /// migrated from: no client may reserve from it until it is raised again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub closed: bool,
 }
 
 impl SequenceRow {
@@ -25,6 +29,22 @@ impl SequenceRow {
             )
             .with_source(e)
         })
+    }
+
+    /// The row, if reservations may be made from it.
+    pub(crate) fn open(&self, name: &str) -> Result<&Self, Error> {
+        if self.closed {
+            return Err(Error::config(
+                "sequence",
+                format!(
+                    "sequence {name} was handed back to the generator it was migrated from \
+                     (its ids come from there now, above {}); `bakery migrate --apply` \
+                     reopens it",
+                    self.next.saturating_sub(1)
+                ),
+            ));
+        }
+        Ok(self)
     }
 
     pub(crate) fn encode(&self) -> Result<Bytes, Error> {
