@@ -60,6 +60,18 @@ pub enum Command {
     #[command(subcommand)]
     Lamport(crate::lamport::LamportCommand),
 
+    /// Move PostgreSQL sequences (serial, identity) or MariaDB
+    /// AUTO_INCREMENT tables and sequences onto bakery sequences in the
+    /// store `--uri` names, with no id handed out twice.
+    ///
+    /// Shows the plan unless --apply is given. With --apply each generator
+    /// is fenced first (a forgotten writer gets an error, never a colliding
+    /// id), read under the fence, and its bakery sequence is created or
+    /// raised above it — never lowered. Running it again changes nothing.
+    /// --rollback hands the generators back. Exit status 0 only when every
+    /// selected generator is safe.
+    Migrate(crate::migrate::MigrateArgs),
+
     /// List the URI schemes compiled into this build.
     Backends,
 

@@ -7,6 +7,7 @@ mod bench;
 mod cli;
 mod lamport;
 mod lock;
+mod migrate;
 mod output;
 mod seq;
 
@@ -87,6 +88,10 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 FenceCommand::Read(args) => lock::fence_read(store, args, cli.json).await,
                 FenceCommand::Write(args) => lock::fence_write(store, args).await,
             }
+        }
+        Command::Migrate(args) => {
+            let (store, _) = open(cli.uri.as_deref()).await?;
+            migrate::run(store, args, cli.json).await
         }
         Command::Seq(SeqCommand::Next(args)) => {
             // Check the name before touching (or creating) any store.

@@ -1,0 +1,120 @@
+//! The source database, chosen by its URI's scheme.
+
+use async_trait::async_trait;
+use bakery_core::{Error, Result};
+
+use crate::generator::Generator;
+use crate::BACKEND;
+
+/// The source URI schemes compiled into this build.
+pub const SCHEMES: &[&str] = &[
+    #[cfg(feature = "postgres")]
+    "postgres",
+    #[cfg(feature = "postgres")]
+    "postgresql",
+    #[cfg(feature = "mariadb")]
+    "mysql",
+    #[cfg(feature = "mariadb")]
+    "mariadb",
+];
+
+/// What a fence did: the last value the source can still hand out, or why
+/// the generator cannot move (the fence is then not placed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fenced {
+    /// Fenced; `generator` holds the numbers read under the fence.
+    Done {
+        generator: Generator,
+        /// The last value the source can hand out from now on.
+        top: i128,
+        /// False if the fence was in place already.
+        changed: bool,
+    },
+    /// Refused: nothing was changed.
+    Refused(String),
+}
+
+/// One source database: discovery, fence, and hand-back.
+#[async_trait]
+pub(crate) trait Source: Send + Sync {
+    /// Every generator in the database (or in `schemas`, if not empty).
+    async fn discover(&self, schemas: &[String]) -> Result<Vec<Generator>>;
+
+    /// Read `generator` again, without changing anything.
+    async fn read(&self, generator: &Generator) -> Result<Generator>;
+
+    /// Fence `generator` so it can hand out nothing above the returned top,
+    /// reading its position under the fence (one transaction: a writer
+    /// either got its value before, and the read sees it, or gets an error).
+    async fn fence(&self, generator: &Generator, allow_increment: bool) -> Result<Fenced>;
+
+    /// Lift the fence (back to `original_max`) and move the generator so
+    /// its next value is at least `next`. Returns its next value.
+    async fn hand_back(
+        &self,
+        generator: &Generator,
+        next: Option<u64>,
+        original_max: Option<i128>,
+    ) -> Result<i128>;
+}
+
+/// Connect to the source database `uri` names.
+pub(crate) async fn open(uri: &str, connections: usize) -> Result<Box<dyn Source>> {
+    let scheme = uri
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase())
+        .unwrap_or_default();
+    match scheme.as_str() {
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Box::new(
+            crate::postgres::PostgresSource::connect(uri, connections).await?,
+        )),
+        #[cfg(feature = "mariadb")]
+        "mysql" | "mariadb" => Ok(Box::new(
+            crate::mariadb::MariadbSource::connect(uri, connections).await?,
+        )),
+        _ => {
+            let _ = connections;
+            Err(Error::config(
+                BACKEND,
+                format!(
+                    "cannot migrate from {:?}: the source must be a URI of {} \
+                     (the schemes compiled into this build)",
+                    redact(uri),
+                    SCHEMES.join(", ")
+                ),
+            ))
+        }
+    }
+}
+
+/// `uri` with any password replaced, for messages.
+pub(crate) fn redact(uri: &str) -> String {
+    match url::Url::parse(uri) {
+        Ok(mut url) if url.password().is_some() => {
+            let _ = url.set_password(Some("***"));
+            url.to_string()
+        }
+        Ok(url) => url.to_string(),
+        Err(_) => uri.split('@').next_back().unwrap_or(uri).to_string(),
+    }
+}
+
+/// `name` quoted as an SQL identifier with `quote` (`"` or `` ` ``).
+pub(crate) fn quote_ident(name: &str, quote: char) -> String {
+    let doubled = name.replace(quote, &format!("{quote}{quote}"));
+    format!("{quote}{doubled}{quote}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_quoted_and_passwords_hidden() {
+        assert_eq!(quote_ident("a\"b", '"'), "\"a\"\"b\"");
+        assert_eq!(quote_ident("t`x", '`'), "`t``x`");
+        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert!(!redact("not a uri:secret@h").contains("secret"));
+    }
+}
