@@ -83,9 +83,39 @@ enum Verdict {
 
 use Verdict::{Failed, InDoubt};
 
-/// Every driver error this crate meets, so that one mapper sees them all.
-#[derive(Debug)]
-pub(crate) enum DriverError {
+/// Declares `DriverError` from one list of `Variant(DriverType)`: the
+/// enum, a `From` for each type, and the two views the mapper needs.
+macro_rules! driver_errors {
+    ($($(#[doc = $doc:literal])* $variant:ident($ty:ty),)*) => {
+        /// Every driver error this crate meets, so that one mapper sees them all.
+        #[derive(Debug)]
+        pub(crate) enum DriverError {
+            $($(#[doc = $doc])* $variant($ty),)*
+        }
+
+        $(impl From<$ty> for DriverError {
+            fn from(e: $ty) -> Self {
+                DriverError::$variant(e)
+            }
+        })*
+
+        impl DriverError {
+            fn as_std(&self) -> &(dyn StdError + 'static) {
+                match self {
+                    $(DriverError::$variant(e) => e,)*
+                }
+            }
+
+            fn into_boxed(self) -> bakery_core::BoxError {
+                match self {
+                    $(DriverError::$variant(e) => Box::new(e),)*
+                }
+            }
+        }
+    };
+}
+
+driver_errors!(
     /// Executing a statement.
     Execution(ExecutionError),
     /// Creating the session (contact points, authentication, metadata).
@@ -100,53 +130,7 @@ pub(crate) enum DriverError {
     Rows(RowsError),
     /// A row that does not deserialize.
     Deserialize(DeserializationError),
-}
-
-macro_rules! from_driver {
-    ($($variant:ident($ty:ty)),* $(,)?) => {
-        $(impl From<$ty> for DriverError {
-            fn from(e: $ty) -> Self {
-                DriverError::$variant(e)
-            }
-        })*
-    };
-}
-
-from_driver!(
-    Execution(ExecutionError),
-    NewSession(NewSessionError),
-    Prepare(PrepareError),
-    SchemaAgreement(SchemaAgreementError),
-    IntoRows(IntoRowsResultError),
-    Rows(RowsError),
-    Deserialize(DeserializationError),
 );
-
-impl DriverError {
-    fn as_std(&self) -> &(dyn StdError + 'static) {
-        match self {
-            DriverError::Execution(e) => e,
-            DriverError::NewSession(e) => e,
-            DriverError::Prepare(e) => e,
-            DriverError::SchemaAgreement(e) => e,
-            DriverError::IntoRows(e) => e,
-            DriverError::Rows(e) => e,
-            DriverError::Deserialize(e) => e,
-        }
-    }
-
-    fn into_boxed(self) -> bakery_core::BoxError {
-        match self {
-            DriverError::Execution(e) => Box::new(e),
-            DriverError::NewSession(e) => Box::new(e),
-            DriverError::Prepare(e) => Box::new(e),
-            DriverError::SchemaAgreement(e) => Box::new(e),
-            DriverError::IntoRows(e) => Box::new(e),
-            DriverError::Rows(e) => Box::new(e),
-            DriverError::Deserialize(e) => Box::new(e),
-        }
-    }
-}
 
 /// What an error the server reported says about `request`.
 fn db_verdict(db: &DbError, request: Request) -> Verdict {

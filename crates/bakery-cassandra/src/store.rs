@@ -111,6 +111,13 @@ enum Lwt {
     NotApplied(Option<Slot>),
 }
 
+/// How a conditional write at an expected version ended.
+enum AtVersion {
+    Applied,
+    /// The row is at another version (`None`: no live row).
+    Conflict(Option<Row>),
+}
+
 /// What the reply of a failed conditional write says about the row.
 enum Seen {
     Known(Option<Slot>),
@@ -121,11 +128,7 @@ enum Seen {
 
 fn live(key: &Key, slot: Option<Slot>) -> Option<Row> {
     let slot = slot?;
-    slot.value.map(|value| Row {
-        key: key.clone(),
-        value,
-        version: slot.version,
-    })
+    Row::live(key, slot.value, slot.version)
 }
 
 fn cl(consistency: Consistency) -> Cl {
@@ -445,19 +448,31 @@ impl CassandraStore {
             return Ok(PutOutcome::Conflict(current));
         }
         let next = expected + 1;
+        let values = (&value, next as i64, key.as_str(), expected as i64);
+        let statement = &self.inner.statements.update;
+        let outcome = self
+            .cas_at(Operation::Put, statement, values, key, expected, deadline)
+            .await?;
+        Ok(match outcome {
+            AtVersion::Applied => applied(key, value, next),
+            AtVersion::Conflict(current) => PutOutcome::Conflict(current),
+        })
+    }
+
+    /// Run the conditional write `statement`, whose condition is a live row
+    /// at `expected`, until it applies or the row is at another version.
+    async fn cas_at(
+        &self,
+        op: Operation,
+        statement: &PreparedStatement,
+        values: impl SerializeRow + Copy,
+        key: &Key,
+        expected: Version,
+        deadline: Instant,
+    ) -> Result<AtVersion> {
         for _ in 0..MAX_ROUNDS {
-            let values = (&value, next as i64, key.as_str(), expected as i64);
-            match self
-                .cas(
-                    Operation::Put,
-                    &self.inner.statements.update,
-                    values,
-                    key,
-                    deadline,
-                )
-                .await?
-            {
-                Lwt::Applied => return Ok(applied(key, value, next)),
+            match self.cas(op, statement, values, key, deadline).await? {
+                Lwt::Applied => return Ok(AtVersion::Applied),
                 Lwt::NotApplied(now) => {
                     let current = live(key, now);
                     let at = current.as_ref().map(|r| r.version);
@@ -469,11 +484,11 @@ impl CassandraStore {
                         continue;
                     }
                     tracing::debug!(current = ?at, "conflict");
-                    return Ok(PutOutcome::Conflict(current));
+                    return Ok(AtVersion::Conflict(current));
                 }
             }
         }
-        Err(gave_up(Operation::Put, key, MAX_ROUNDS))
+        Err(gave_up(op, key, MAX_ROUNDS))
     }
 }
 
@@ -1028,34 +1043,24 @@ impl VersionedStore for CassandraStore {
             let current = live(key, self.read_slot(Operation::Delete, key, deadline).await?);
             return Ok(DeleteOutcome::Conflict(current));
         }
-        for _ in 0..MAX_ROUNDS {
-            let values = (key.as_str(), expected as i64);
-            match self
-                .cas(
-                    Operation::Delete,
-                    &self.inner.statements.delete,
-                    values,
-                    key,
-                    deadline,
-                )
-                .await?
-            {
-                Lwt::Applied => {
-                    tracing::debug!("deleted");
-                    return Ok(DeleteOutcome::Deleted);
-                }
-                Lwt::NotApplied(now) => {
-                    let current = live(key, now);
-                    let at = current.as_ref().map(|r| r.version);
-                    if at == Some(expected) {
-                        tracing::debug!("row reached the expected version meanwhile; retrying");
-                        continue;
-                    }
-                    tracing::debug!(current = ?at, "conflict");
-                    return Ok(DeleteOutcome::Conflict(current));
-                }
+        let values = (key.as_str(), expected as i64);
+        let statement = &self.inner.statements.delete;
+        let outcome = self
+            .cas_at(
+                Operation::Delete,
+                statement,
+                values,
+                key,
+                expected,
+                deadline,
+            )
+            .await?;
+        Ok(match outcome {
+            AtVersion::Applied => {
+                tracing::debug!("deleted");
+                DeleteOutcome::Deleted
             }
-        }
-        Err(gave_up(Operation::Delete, key, MAX_ROUNDS))
+            AtVersion::Conflict(current) => DeleteOutcome::Conflict(current),
+        })
     }
 }

@@ -74,11 +74,7 @@ impl MemoryStore {
 
 fn live(key: &Key, slot: Option<&Slot>) -> Option<Row> {
     let slot = slot?;
-    slot.value.as_ref().map(|value| Row {
-        key: key.clone(),
-        value: value.clone(),
-        version: slot.version,
-    })
+    Row::live(key, slot.value.clone(), slot.version)
 }
 
 #[async_trait]

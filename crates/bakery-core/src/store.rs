@@ -83,6 +83,28 @@ pub struct Row {
     pub version: Version,
 }
 
+impl Row {
+    /// The row a backend's stored slot shows through the API: `None` for a
+    /// tombstone (no value), which keeps the key's version so that a
+    /// re-create continues above it.
+    ///
+    /// ```
+    /// use bakery_core::{Bytes, Key, Row};
+    ///
+    /// let key = Key::new("k").unwrap();
+    /// assert_eq!(Row::live(&key, None, 3), None);
+    /// let row = Row::live(&key, Some(Bytes::from("v")), 3).unwrap();
+    /// assert_eq!((row.value.as_ref(), row.version), (&b"v"[..], 3));
+    /// ```
+    pub fn live(key: &Key, value: Option<Bytes>, version: Version) -> Option<Row> {
+        value.map(|value| Row {
+            key: key.clone(),
+            value,
+            version,
+        })
+    }
+}
+
 impl fmt::Debug for Row {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Row")

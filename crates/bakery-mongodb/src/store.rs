@@ -297,6 +297,31 @@ impl MongoStore {
             .transpose()
     }
 
+    /// Apply `update` to the document `filter` matches (a conditional
+    /// write): the version it now holds, or `None` if nothing matched.
+    async fn u_update(
+        &self,
+        call: &Call,
+        key: &Key,
+        filter: Document,
+        update: Document,
+    ) -> Result<Option<Version>> {
+        call.sending();
+        let updated = self
+            .coll()
+            .find_one_and_update(filter, update)
+            .return_document(ReturnDocument::After)
+            .await
+            .map_err(|e| call.write_err(e))?;
+        // Settled only once decoded: a corrupt reply leaves the write in doubt.
+        let version = match updated {
+            Some(doc) => Some(decode_row(self.collection_name(), key, &doc)?.version),
+            None => None,
+        };
+        call.settled();
+        Ok(version)
+    }
+
     async fn u_put(
         &self,
         call: &Call,
@@ -315,27 +340,22 @@ impl MongoStore {
                     if raw == i64::MAX {
                         return self.exhausted_or_conflict(call, key, expected).await;
                     }
-                    call.sending();
                     let updated = self
-                        .coll()
-                        .find_one_and_update(
+                        .u_update(
+                            call,
+                            key,
                             doc! {"_id": key.as_str(), "ver": raw, "dead": {"$ne": true}},
                             doc! {"$set": {"v": binary(&value)}, "$inc": {"ver": 1_i64}},
                         )
-                        .return_document(ReturnDocument::After)
-                        .await
-                        .map_err(|e| call.write_err(e))?;
-                    if let Some(doc) = updated {
-                        let stored = decode_row(self.collection_name(), key, &doc)?;
-                        call.settled();
-                        tracing::debug!(version = stored.version, attempt, "applied");
+                        .await?;
+                    if let Some(version) = updated {
+                        tracing::debug!(version, attempt, "applied");
                         return Ok(PutOutcome::Applied(Row {
                             key: key.clone(),
                             value,
-                            version: stored.version,
+                            version,
                         }));
                     }
-                    call.settled();
                     self.u_read(call, key).await?
                 }
                 None => {
@@ -364,30 +384,25 @@ impl MongoStore {
                             if raw == i64::MAX {
                                 return Err(exhausted(key));
                             }
-                            call.sending();
                             let updated = self
-                                .coll()
-                                .find_one_and_update(
+                                .u_update(
+                                    call,
+                                    key,
                                     doc! {"_id": key.as_str(), "ver": raw, "dead": true},
                                     doc! {
                                         "$set": {"v": binary(&value), "dead": false},
                                         "$inc": {"ver": 1_i64},
                                     },
                                 )
-                                .return_document(ReturnDocument::After)
-                                .await
-                                .map_err(|e| call.write_err(e))?;
-                            if let Some(doc) = updated {
-                                let stored = decode_row(self.collection_name(), key, &doc)?;
-                                call.settled();
-                                tracing::debug!(version = stored.version, attempt, "re-created");
+                                .await?;
+                            if let Some(version) = updated {
+                                tracing::debug!(version, attempt, "re-created");
                                 return Ok(PutOutcome::Applied(Row {
                                     key: key.clone(),
                                     value,
-                                    version: stored.version,
+                                    version,
                                 }));
                             }
-                            call.settled();
                             // Someone else re-created it first: read again.
                             self.u_read(call, key).await?
                         }
@@ -396,15 +411,9 @@ impl MongoStore {
                 }
             };
             let current = current.and_then(|s| s.live(key));
-            if current.as_ref().map(|row| row.version) == expected {
-                // What the read shows would have let the write apply: the
-                // read is older than what the write met (a concurrent
-                // writer, or a majority snapshot behind the primary).
-                tracing::debug!(attempt, "read and write disagree; re-running");
-                backoff(attempt).await;
+            if read_lags(&current, expected, attempt).await {
                 continue;
             }
-            tracing::debug!(current = ?current.as_ref().map(|r| r.version), "conflict");
             return Ok(PutOutcome::Conflict(current));
         }
         Err(lost_races(call.op, key))
@@ -431,9 +440,7 @@ impl MongoStore {
                 return Ok(DeleteOutcome::Deleted);
             }
             let current = self.u_read(call, key).await?.and_then(|s| s.live(key));
-            if current.as_ref().map(|row| row.version) == Some(expected) {
-                tracing::debug!(attempt, "read and write disagree; re-running");
-                backoff(attempt).await;
+            if read_lags(&current, Some(expected), attempt).await {
                 continue;
             }
             return Ok(DeleteOutcome::Conflict(current));
@@ -542,11 +549,7 @@ pub(crate) struct Stored {
 impl Stored {
     /// The row as the API shows it: `None` for a tombstone.
     pub(crate) fn live(&self, key: &Key) -> Option<Row> {
-        self.value.as_ref().map(|value| Row {
-            key: key.clone(),
-            value: value.clone(),
-            version: self.version,
-        })
+        Row::live(key, self.value.clone(), self.version)
     }
 }
 
@@ -673,9 +676,22 @@ pub(crate) fn lost_races(op: Operation, key: &Key) -> Error {
     )
 }
 
-/// A short pause before re-running a call whose read lagged its write.
-pub(crate) async fn backoff(attempt: u32) {
-    tokio::time::sleep(Duration::from_millis(u64::from(attempt))).await;
+/// Whether `current`, read after a write that did not apply, would have let
+/// it apply: the read is older than what the write met (a concurrent
+/// writer, or a majority snapshot behind the primary), so the caller re-runs
+/// the call, after a short pause. Otherwise `current` is the conflict.
+pub(crate) async fn read_lags(
+    current: &Option<Row>,
+    expected: Option<Version>,
+    attempt: u32,
+) -> bool {
+    if current.as_ref().map(|row| row.version) == expected {
+        tracing::debug!(attempt, "read and write disagree; re-running");
+        tokio::time::sleep(Duration::from_millis(u64::from(attempt))).await;
+        return true;
+    }
+    tracing::debug!(current = ?current.as_ref().map(|r| r.version), "conflict");
+    false
 }
 
 /// Ask the server what it is. `buildInfo` and `hello` are open to every

@@ -371,22 +371,14 @@ mod tests {
     fn fatal_while_a_write_executes_is_unknown() {
         for code in ["57P01", "57P02", "08006", "XX000"] {
             for op in [Operation::Put, Operation::Delete] {
-                assert_eq!(
-                    classify_db(code, "FATAL", Phase::Execute, op),
-                    ErrorKind::Unknown
-                );
-                assert_eq!(
-                    classify_db(code, "PANIC", Phase::Execute, op),
-                    ErrorKind::Unknown
-                );
-                assert_ne!(
-                    classify_db(code, "FATAL", Phase::Connect, op),
-                    ErrorKind::Unknown
-                );
-                assert_ne!(
-                    classify_db(code, "FATAL", Phase::Prepare, op),
-                    ErrorKind::Unknown
-                );
+                for severity in ["FATAL", "PANIC"] {
+                    let kind = classify_db(code, severity, Phase::Execute, op);
+                    assert_eq!(kind, ErrorKind::Unknown, "{code} {severity} {op}");
+                }
+                for phase in [Phase::Connect, Phase::Prepare] {
+                    let kind = classify_db(code, "FATAL", phase, op);
+                    assert_ne!(kind, ErrorKind::Unknown, "{code} {phase} {op}");
+                }
             }
             assert_ne!(
                 classify_db(code, "FATAL", Phase::Execute, Operation::Get),
@@ -407,14 +399,13 @@ mod tests {
                     assert_eq!(classify_driver(driver, phase, op), ErrorKind::Unavailable);
                 }
             }
-            assert_eq!(
-                classify_driver(driver, Phase::Execute, Operation::Put),
-                ErrorKind::Unknown
-            );
-            assert_eq!(
-                classify_driver(driver, Phase::Execute, Operation::Delete),
-                ErrorKind::Unknown
-            );
+            for op in [Operation::Put, Operation::Delete] {
+                assert_eq!(
+                    classify_driver(driver, Phase::Execute, op),
+                    ErrorKind::Unknown,
+                    "{op}"
+                );
+            }
             for op in [Operation::Get, Operation::Watch, Operation::Notify] {
                 assert_eq!(
                     classify_driver(driver, Phase::Execute, op),
@@ -435,42 +426,30 @@ mod tests {
                 ErrorKind::Config
             );
         }
-        assert_eq!(
-            classify_driver(Driver::Protocol, Phase::Execute, Operation::Put),
-            ErrorKind::Unknown
-        );
-        assert_eq!(
-            classify_driver(Driver::Protocol, Phase::Execute, Operation::Get),
-            ErrorKind::Internal
-        );
-        assert_eq!(
-            classify_driver(Driver::Other, Phase::Execute, Operation::Put),
-            ErrorKind::Internal
-        );
+        let cases = [
+            (Driver::Protocol, Operation::Put, ErrorKind::Unknown),
+            (Driver::Protocol, Operation::Get, ErrorKind::Internal),
+            (Driver::Other, Operation::Put, ErrorKind::Internal),
+        ];
+        for (driver, op, kind) in cases {
+            let found = classify_driver(driver, Phase::Execute, op);
+            assert_eq!(found, kind, "{driver:?} {op}");
+        }
     }
 
     #[test]
     fn client_timeouts() {
-        assert_eq!(
-            timed_out(Phase::Execute, Operation::Put, Duration::from_secs(1)).kind(),
-            ErrorKind::Unknown
-        );
-        assert_eq!(
-            timed_out(Phase::Execute, Operation::Delete, Duration::from_secs(1)).kind(),
-            ErrorKind::Unknown
-        );
-        assert_eq!(
-            timed_out(Phase::Execute, Operation::Get, Duration::from_secs(1)).kind(),
-            ErrorKind::Unavailable
-        );
-        assert_eq!(
-            timed_out(Phase::Connect, Operation::Put, Duration::from_secs(1)).kind(),
-            ErrorKind::Unavailable
-        );
-        assert_eq!(
-            timed_out(Phase::Prepare, Operation::Put, Duration::from_secs(1)).kind(),
-            ErrorKind::Unavailable
-        );
+        let cases = [
+            (Phase::Execute, Operation::Put, ErrorKind::Unknown),
+            (Phase::Execute, Operation::Delete, ErrorKind::Unknown),
+            (Phase::Execute, Operation::Get, ErrorKind::Unavailable),
+            (Phase::Connect, Operation::Put, ErrorKind::Unavailable),
+            (Phase::Prepare, Operation::Put, ErrorKind::Unavailable),
+        ];
+        for (phase, op, kind) in cases {
+            let err = timed_out(phase, op, Duration::from_secs(1));
+            assert_eq!(err.kind(), kind, "{op} {phase}");
+        }
         let err = timed_out(Phase::Execute, Operation::Put, Duration::from_millis(1500));
         assert_eq!(err.backend(), "postgres");
         assert!(err.message().contains("may or may not"), "{err}");
@@ -580,6 +559,33 @@ mod driver_tests {
         client
     }
 
+    /// The error of an UPDATE sent to a peer that completes the startup,
+    /// reads the statement and then runs `reply` instead of answering it.
+    async fn sent_write_err<F, Fut>(reply: F) -> tokio_postgres::Error
+    where
+        F: FnOnce(TcpStream) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let addr = peer(move |mut socket| async move {
+            read_untagged(&mut socket).await;
+            socket.write_all(STARTUP_DONE).await.unwrap();
+            let _ = socket.read(&mut [0u8; 512]).await; // the statement
+            reply(socket).await;
+        })
+        .await;
+        let client = connected(addr).await;
+        client
+            .simple_query("UPDATE t SET v = v + 1")
+            .await
+            .unwrap_err()
+    }
+
+    /// What the driver error of a failed open is, and what it becomes.
+    fn assert_connect(e: &tokio_postgres::Error, driver: Driver, kind: ErrorKind) {
+        assert_eq!(driver_kind(e), driver, "{e:?}");
+        assert_eq!(classify(e, Phase::Connect, Operation::Open), kind, "{e:?}");
+    }
+
     /// A 127.0.0.1 port nobody listens on (just released by the kernel).
     fn unused_port() -> u16 {
         std::net::TcpListener::bind("127.0.0.1:0")
@@ -609,8 +615,7 @@ mod driver_tests {
                     e.source().is_none_or(|s| !s.is::<std::io::Error>()),
                     "typed, not a fallback case: {e:?}"
                 );
-                assert_eq!(driver_kind(&e), driver, "{e:?}");
-                assert_eq!(classify(&e, Phase::Connect, Operation::Open), kind, "{e:?}");
+                assert_connect(&e, driver, kind);
                 seen.push((phrase.to_string(), driver));
                 e
             };
@@ -763,11 +768,7 @@ mod driver_tests {
             Some(std::io::ErrorKind::UnexpectedEof),
             "{e:?}"
         );
-        assert_eq!(driver_kind(&e), Driver::Io);
-        assert_eq!(
-            classify(&e, Phase::Connect, Operation::Open),
-            ErrorKind::Unavailable
-        );
+        assert_connect(&e, Driver::Io, ErrorKind::Unavailable);
 
         let addr = peer(|mut socket| async move {
             read_untagged(&mut socket).await;
@@ -791,11 +792,7 @@ mod driver_tests {
             matches!(rustls_error, Some(rustls::Error::AlertReceived(_))),
             "{e:?}"
         );
-        assert_eq!(driver_kind(&e), Driver::Tls);
-        assert_eq!(
-            classify(&e, Phase::Connect, Operation::Open),
-            ErrorKind::Config
-        );
+        assert_connect(&e, Driver::Tls, ErrorKind::Config);
     }
 
     /// A peer that does not speak the protocol at startup: a reply that
@@ -803,25 +800,21 @@ mod driver_tests {
     /// expects (no source). `Internal`: retrying will not help.
     #[tokio::test]
     async fn a_peer_breaking_the_protocol_at_startup_is_internal() {
-        // A message length below the header's own 4 bytes.
-        let addr = peer(|socket| startup_reply(socket, b"R\0\0\0\x02")).await;
-        let e = connect_err(&config(addr)).await;
-        assert_eq!(io_kind(&e), Some(std::io::ErrorKind::InvalidData), "{e:?}");
-        assert_eq!(driver_kind(&e), Driver::Protocol);
-        assert_eq!(
-            classify(&e, Phase::Connect, Operation::Open),
-            ErrorKind::Internal
-        );
-
-        // ReadyForQuery where authentication belongs.
-        let addr = peer(|socket| startup_reply(socket, b"Z\0\0\0\x05I")).await;
-        let e = connect_err(&config(addr)).await;
-        assert!(e.source().is_none() && !e.is_closed(), "{e:?}");
-        assert_eq!(driver_kind(&e), Driver::Protocol);
-        assert_eq!(
-            classify(&e, Phase::Connect, Operation::Open),
-            ErrorKind::Internal
-        );
+        let replies: [(&[u8], _); 2] = [
+            // A message length below the header's own 4 bytes.
+            (b"R\0\0\0\x02", Some(std::io::ErrorKind::InvalidData)),
+            // ReadyForQuery where authentication belongs.
+            (b"Z\0\0\0\x05I", None),
+        ];
+        for (reply, io) in replies {
+            let addr = peer(move |socket| startup_reply(socket, reply)).await;
+            let e = connect_err(&config(addr)).await;
+            match io {
+                Some(io) => assert_eq!(io_kind(&e), Some(io), "{e:?}"),
+                None => assert!(e.source().is_none() && !e.is_closed(), "{e:?}"),
+            }
+            assert_connect(&e, Driver::Protocol, ErrorKind::Internal);
+        }
     }
 
     /// The issue's case. A statement was sent and the connection ended
@@ -830,20 +823,12 @@ mod driver_tests {
     #[tokio::test]
     async fn connection_lost_after_a_write_was_sent_is_unknown() {
         for reset in [false, true] {
-            let addr = peer(move |mut socket| async move {
-                read_untagged(&mut socket).await;
-                socket.write_all(STARTUP_DONE).await.unwrap();
-                let _ = socket.read(&mut [0u8; 512]).await; // the statement
+            let e = sent_write_err(move |socket| async move {
                 if reset {
                     socket.set_zero_linger().unwrap();
                 }
             })
             .await;
-            let client = connected(addr).await;
-            let e = client
-                .simple_query("UPDATE t SET v = v + 1")
-                .await
-                .unwrap_err();
             assert!(e.is_closed(), "reset {reset}: {e:?}");
             assert_everywhere(&e, ErrorKind::Unknown, ErrorKind::Unavailable, "lost");
             let err = map_err(e, Phase::Execute, Operation::Put);
@@ -858,19 +843,11 @@ mod driver_tests {
     #[tokio::test]
     async fn a_broken_reply_to_a_sent_write_is_unknown() {
         for reply in [&b"E\0\0\0\x05\0"[..], &b"n\0\0\0\x04"[..]] {
-            let addr = peer(move |mut socket| async move {
-                read_untagged(&mut socket).await;
-                socket.write_all(STARTUP_DONE).await.unwrap();
-                let _ = socket.read(&mut [0u8; 512]).await; // the statement
+            let e = sent_write_err(move |mut socket| async move {
                 socket.write_all(reply).await.unwrap();
                 let _ = socket.read(&mut [0u8; 64]).await;
             })
             .await;
-            let client = connected(addr).await;
-            let e = client
-                .simple_query("UPDATE t SET v = v + 1")
-                .await
-                .unwrap_err();
             assert!(!e.is_closed() && e.as_db_error().is_none(), "{e:?}");
             assert_eq!(driver_kind(&e), Driver::Protocol, "{e:?}");
             assert_everywhere(&e, ErrorKind::Unknown, ErrorKind::Internal, "broken reply");
@@ -935,57 +912,58 @@ mod server_tests {
             .await;
     }
 
+    /// The conditions that one batch of SQL on a session of its own
+    /// produces, by SQLSTATE.
+    const BY_SQL: [(&str, &str); 15] = [
+        ("42P01", "SELECT * FROM bk_no_such_table"),
+        ("42703", "SELECT bk_no_such_column FROM (VALUES (1)) v(x)"),
+        (
+            "0A000",
+            "CREATE TEMP TABLE t (v INT); SELECT count(*) FROM t FOR UPDATE",
+        ),
+        ("3F000", "CREATE TABLE bk_no_such_schema.t (v INT)"),
+        ("22003", "SELECT 9223372036854775807::bigint + 1"),
+        (
+            "22001",
+            "CREATE TEMP TABLE t (v VARCHAR(2)); INSERT INTO t VALUES ('abc')",
+        ),
+        ("22P05", r#"SELECT '"\u0000"'::jsonb"#),
+        ("22P02", "SELECT 'x'::int"),
+        ("22012", "SELECT 1 / 0"),
+        (
+            "23502",
+            "CREATE TEMP TABLE t (v INT NOT NULL); INSERT INTO t VALUES (NULL)",
+        ),
+        (
+            "23514",
+            "CREATE TEMP TABLE t (v INT CHECK (v > 0)); INSERT INTO t VALUES (0)",
+        ),
+        (
+            "23505",
+            "CREATE TEMP TABLE t (v INT PRIMARY KEY); INSERT INTO t VALUES (1), (1)",
+        ),
+        // Dropping a table an open cursor of the session still reads.
+        (
+            "55006",
+            "CREATE TEMP TABLE t (v INT); BEGIN; DECLARE c CURSOR FOR SELECT * FROM t; \
+             FETCH 1 FROM c; DROP TABLE t",
+        ),
+        ("57014", "SET statement_timeout = 50; SELECT pg_sleep(5)"),
+        ("58P01", "SELECT pg_read_file('bk_no_such_file')"),
+    ];
+
     /// The error a condition produces on the server.
     async fn produce(uri: &str, code: &str) -> tokio_postgres::Error {
         let c = client(uri).await;
+        if let Some((_, sql)) = BY_SQL.iter().find(|(by, _)| *by == code) {
+            return fails(&c, sql).await;
+        }
         match code {
-            "42P01" => fails(&c, "SELECT * FROM bk_no_such_table").await,
-            "42703" => fails(&c, "SELECT bk_no_such_column FROM (VALUES (1)) v(x)").await,
-            "0A000" => {
-                fails(
-                    &c,
-                    "CREATE TEMP TABLE t (v INT); SELECT count(*) FROM t FOR UPDATE",
-                )
-                .await
-            }
-            "3F000" => fails(&c, "CREATE TABLE bk_no_such_schema.t (v INT)").await,
-            "22003" => fails(&c, "SELECT 9223372036854775807::bigint + 1").await,
-            "22001" => {
-                fails(
-                    &c,
-                    "CREATE TEMP TABLE t (v VARCHAR(2)); INSERT INTO t VALUES ('abc')",
-                )
-                .await
-            }
             // A text parameter with a NUL in it, as a key would send it.
             "22021" => c
                 .query("SELECT $1::text", &[&"a\0b"])
                 .await
                 .expect_err("NUL in text"),
-            "22P05" => fails(&c, r#"SELECT '"\u0000"'::jsonb"#).await,
-            "22P02" => fails(&c, "SELECT 'x'::int").await,
-            "22012" => fails(&c, "SELECT 1 / 0").await,
-            "23502" => {
-                fails(
-                    &c,
-                    "CREATE TEMP TABLE t (v INT NOT NULL); INSERT INTO t VALUES (NULL)",
-                )
-                .await
-            }
-            "23514" => {
-                fails(
-                    &c,
-                    "CREATE TEMP TABLE t (v INT CHECK (v > 0)); INSERT INTO t VALUES (0)",
-                )
-                .await
-            }
-            "23505" => {
-                fails(
-                    &c,
-                    "CREATE TEMP TABLE t (v INT PRIMARY KEY); INSERT INTO t VALUES (1), (1)",
-                )
-                .await
-            }
             // A write in a read-only session (as on a standby).
             "25006" => {
                 c.batch_execute("SET default_transaction_read_only = on")
@@ -1009,15 +987,6 @@ mod server_tests {
                 tx.rollback().await.unwrap();
                 drop_table(uri, &t).await;
                 e
-            }
-            // Dropping a table an open cursor of the session still reads.
-            "55006" => {
-                fails(
-                    &c,
-                    "CREATE TEMP TABLE t (v INT); BEGIN; DECLARE c CURSOR FOR SELECT * FROM t; \
-                     FETCH 1 FROM c; DROP TABLE t",
-                )
-                .await
             }
             // A REPEATABLE READ transaction updating a row another session
             // changed after its snapshot.
@@ -1064,8 +1033,6 @@ mod server_tests {
                     _ => panic!("no deadlock was detected"),
                 }
             }
-            "57014" => fails(&c, "SET statement_timeout = 50; SELECT pg_sleep(5)").await,
-            "58P01" => fails(&c, "SELECT pg_read_file('bk_no_such_file')").await,
             // No safe way to cause these on a server other tests share:
             // the server raises them as a PL/pgSQL exception instead.
             "08006" | "53300" | "57P03" | "XX001" | "XX002" | "XX000" => {

@@ -116,6 +116,18 @@ struct Statements {
     listen: String,
 }
 
+/// The conditional write `write` on table `t` (key `$1`) as one statement:
+/// `(true, NULL, version)` when it wrote, else `(false, value, version)` of
+/// the row as the snapshot shows it (no row: nothing).
+fn conditional(t: &str, write: &str) -> String {
+    format!(
+        "WITH w AS ({write} RETURNING version) \
+         SELECT true, NULL::bytea, version FROM w \
+         UNION ALL \
+         SELECT false, value, version FROM {t} WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM w)"
+    )
+}
+
 impl Statements {
     fn new(table: &TableName) -> Self {
         let t = table.quoted();
@@ -131,34 +143,28 @@ impl Statements {
             get: format!("SELECT value, version FROM {t} WHERE key = $1"),
             // A create over a tombstone continues its version (no ABA); a
             // corrupt tombstone (version <= 0) is left alone and reported.
-            create: format!(
-                "WITH w AS (\
-                   INSERT INTO {t} AS cur (key, value, version) VALUES ($1, $2, 1) \
-                   ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, version = cur.version + 1 \
-                   WHERE cur.value IS NULL AND cur.version > 0 \
-                   RETURNING version) \
-                 SELECT true, NULL::bytea, version FROM w \
-                 UNION ALL \
-                 SELECT false, value, version FROM {t} WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM w)"
+            create: conditional(
+                &t,
+                &format!(
+                    "INSERT INTO {t} AS cur (key, value, version) VALUES ($1, $2, 1) \
+                     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, version = cur.version + 1 \
+                     WHERE cur.value IS NULL AND cur.version > 0"
+                ),
             ),
-            update: format!(
-                "WITH w AS (\
-                   UPDATE {t} SET value = $3, version = version + 1 \
-                   WHERE key = $1 AND version = $2 AND value IS NOT NULL \
-                   RETURNING version) \
-                 SELECT true, NULL::bytea, version FROM w \
-                 UNION ALL \
-                 SELECT false, value, version FROM {t} WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM w)"
+            update: conditional(
+                &t,
+                &format!(
+                    "UPDATE {t} SET value = $3, version = version + 1 \
+                     WHERE key = $1 AND version = $2 AND value IS NOT NULL"
+                ),
             ),
             // A delete keeps the row as a tombstone at the same version.
-            delete: format!(
-                "WITH w AS (\
-                   UPDATE {t} SET value = NULL \
-                   WHERE key = $1 AND version = $2 AND value IS NOT NULL \
-                   RETURNING version) \
-                 SELECT true, NULL::bytea, version FROM w \
-                 UNION ALL \
-                 SELECT false, value, version FROM {t} WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM w)"
+            delete: conditional(
+                &t,
+                &format!(
+                    "UPDATE {t} SET value = NULL \
+                     WHERE key = $1 AND version = $2 AND value IS NOT NULL"
+                ),
             ),
             create_table: format!(
                 "CREATE TABLE IF NOT EXISTS {t} (\
@@ -727,11 +733,7 @@ struct Stored {
 impl Stored {
     /// The row as the API shows it: `None` for a tombstone.
     fn live(&self, key: &Key) -> Option<Row> {
-        self.value.as_ref().map(|value| Row {
-            key: key.clone(),
-            value: value.clone(),
-            version: self.version,
-        })
+        Row::live(key, self.value.clone(), self.version)
     }
 }
 

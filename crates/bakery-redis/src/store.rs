@@ -296,6 +296,23 @@ impl RedisStore {
 
     // --- script strategy -------------------------------------------------
 
+    /// Run a conditional-write script on the shared connection (`sent`
+    /// from here on: it may apply) and read its reply.
+    async fn run_script(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+        op: Operation,
+        key: &Key,
+        sent: &AtomicBool,
+    ) -> Result<ScriptReply> {
+        sent.store(true, Ordering::SeqCst);
+        let reply: redis::Value = self
+            .on_shared(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .await
+            .map_err(|e| map_err(e.into(), op, Phase::Write, Some(key)))?;
+        script_reply(reply)
+    }
+
     async fn script_put(
         &self,
         key: &Key,
@@ -306,13 +323,10 @@ impl RedisStore {
     ) -> Result<PutOutcome> {
         let mut invocation = self.inner.scripts.put.key(full);
         invocation.arg(expected_arg(expected)).arg(&value[..]);
-        let invocation = &invocation;
-        sent.store(true, Ordering::SeqCst);
-        let reply: redis::Value = self
-            .on_shared(|mut conn| async move { invocation.invoke_async(&mut conn).await })
-            .await
-            .map_err(|e| map_err(e.into(), Operation::Put, Phase::Write, Some(key)))?;
-        match script_reply(reply)? {
+        match self
+            .run_script(&invocation, Operation::Put, key, sent)
+            .await?
+        {
             ScriptReply::Applied(old) => {
                 let old = old.map(|raw| parse_version(key, full, &raw)).transpose()?;
                 let version = next_version(key, old)?;
@@ -323,11 +337,7 @@ impl RedisStore {
                     version,
                 }))
             }
-            ScriptReply::Conflict(v, ver) => {
-                let current = decode(key, full, v, ver)?.and_then(|s| s.live(key));
-                tracing::debug!(current = ?current.as_ref().map(|r| r.version), "conflict");
-                Ok(PutOutcome::Conflict(current))
-            }
+            ScriptReply::Conflict(v, ver) => Ok(PutOutcome::Conflict(conflict(key, full, v, ver)?)),
             ScriptReply::Corrupt(v, ver) => Err(corrupt_reply(key, full, v, ver)),
             ScriptReply::Exhausted => Err(exhausted(key)),
         }
@@ -342,21 +352,16 @@ impl RedisStore {
     ) -> Result<DeleteOutcome> {
         let mut invocation = self.inner.scripts.delete.key(full);
         invocation.arg(expected_arg(Some(expected)));
-        let invocation = &invocation;
-        sent.store(true, Ordering::SeqCst);
-        let reply: redis::Value = self
-            .on_shared(|mut conn| async move { invocation.invoke_async(&mut conn).await })
-            .await
-            .map_err(|e| map_err(e.into(), Operation::Delete, Phase::Write, Some(key)))?;
-        match script_reply(reply)? {
+        match self
+            .run_script(&invocation, Operation::Delete, key, sent)
+            .await?
+        {
             ScriptReply::Applied(_) => {
                 tracing::debug!("deleted");
                 Ok(DeleteOutcome::Deleted)
             }
             ScriptReply::Conflict(v, ver) => {
-                let current = decode(key, full, v, ver)?.and_then(|s| s.live(key));
-                tracing::debug!(current = ?current.as_ref().map(|r| r.version), "conflict");
-                Ok(DeleteOutcome::Conflict(current))
+                Ok(DeleteOutcome::Conflict(conflict(key, full, v, ver)?))
             }
             ScriptReply::Corrupt(v, ver) => Err(corrupt_reply(key, full, v, ver)),
             ScriptReply::Exhausted => Err(unexpected("delete script", "exhausted")),
@@ -414,22 +419,9 @@ impl RedisStore {
         value: Bytes,
         sent: &AtomicBool,
     ) -> Result<PutOutcome> {
-        const OP: Operation = Operation::Put;
-        let mut lease = self
-            .pool()?
-            .checkout()
-            .await
-            .map_err(|e| map_err(e.into(), OP, Phase::Read, Some(key)))?;
-        for round in 1..=MAX_WATCH_ROUNDS {
-            let stored = self.watch_read(&mut lease, key, full, OP).await?;
-            let current = stored.as_ref().and_then(|s| s.live(key));
-            if current.as_ref().map(|row| row.version) != expected {
-                tracing::debug!(current = ?current.as_ref().map(|r| r.version), round, "conflict");
-                // The watch left behind is cleared by the next UNWATCH.
-                lease.release_clean();
-                return Ok(PutOutcome::Conflict(current));
-            }
-            let version = next_version(key, stored.map(|s| s.version))?;
+        let mut version = 0;
+        let write = |stored: Option<Stored>| {
+            version = next_version(key, stored.map(|s| s.version))?;
             let mut tx = redis::pipe();
             tx.atomic()
                 .cmd("HSET")
@@ -440,41 +432,28 @@ impl RedisStore {
                 .arg(full)
                 .arg(FIELD_VERSION)
                 .arg(1);
-            sent.store(true, Ordering::SeqCst);
-            let exec: Option<(i64, i64)> = tx
-                .query_async(lease.conn().map_err(|e| internal(OP, e))?)
-                .await
-                .map_err(|e| map_err(e.into(), OP, Phase::Write, Some(key)))?;
-            match exec {
-                Some((_, new)) => {
-                    if u64::try_from(new).ok() != Some(version) {
-                        return Err(Error::new(
-                            ErrorKind::Internal,
-                            BACKEND,
-                            format!(
-                                "row `{key}`: HINCRBY under WATCH gave version {new}, expected {version}"
-                            ),
-                        ));
-                    }
-                    lease.release_clean();
-                    tracing::debug!(version, round, "applied");
-                    return Ok(PutOutcome::Applied(Row {
-                        key: key.clone(),
-                        value,
-                        version,
-                    }));
-                }
-                None => {
-                    // EXEC aborted: a concurrent write touched the key and
-                    // nothing of ours applied. Re-read under a new WATCH; if
-                    // the row moved, that is the conflict to report.
-                    sent.store(false, Ordering::SeqCst);
-                    tracing::debug!(round, "EXEC aborted by a concurrent write; re-reading");
-                }
-            }
+            Ok(tx)
+        };
+        let (_, new): (i64, i64) = match self
+            .watch_write(key, full, Operation::Put, expected, sent, write)
+            .await?
+        {
+            Watched::Executed(reply) => reply,
+            Watched::Conflict(current) => return Ok(PutOutcome::Conflict(current)),
+        };
+        if u64::try_from(new).ok() != Some(version) {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                BACKEND,
+                format!("row `{key}`: HINCRBY under WATCH gave version {new}, expected {version}"),
+            ));
         }
-        lease.release_clean();
-        Err(gave_up(key, OP))
+        tracing::debug!(version, "applied");
+        Ok(PutOutcome::Applied(Row {
+            key: key.clone(),
+            value,
+            version,
+        }))
     }
 
     async fn watch_delete(
@@ -484,38 +463,91 @@ impl RedisStore {
         expected: Version,
         sent: &AtomicBool,
     ) -> Result<DeleteOutcome> {
-        const OP: Operation = Operation::Delete;
+        let write = |_: Option<Stored>| {
+            let mut tx = redis::pipe();
+            tx.atomic().cmd("HDEL").arg(full).arg(FIELD_VALUE);
+            Ok(tx)
+        };
+        let op = Operation::Delete;
+        match self
+            .watch_write::<(i64,)>(key, full, op, Some(expected), sent, write)
+            .await?
+        {
+            Watched::Executed(_) => {
+                tracing::debug!("deleted");
+                Ok(DeleteOutcome::Deleted)
+            }
+            Watched::Conflict(current) => Ok(DeleteOutcome::Conflict(current)),
+        }
+    }
+
+    /// The watch strategy's optimistic loop on one pooled connection: read
+    /// the row under `WATCH`; unless its live version is `expected`, that
+    /// row is the conflict; otherwise run the `MULTI`/`EXEC` that `write`
+    /// builds from the stored row, again while `EXEC` aborts (a concurrent
+    /// write touched the key and nothing of ours applied).
+    async fn watch_write<T: redis::FromRedisValue>(
+        &self,
+        key: &Key,
+        full: &str,
+        op: Operation,
+        expected: Option<Version>,
+        sent: &AtomicBool,
+        mut write: impl FnMut(Option<Stored>) -> Result<redis::Pipeline>,
+    ) -> Result<Watched<T>> {
         let mut lease = self
             .pool()?
             .checkout()
             .await
-            .map_err(|e| map_err(e.into(), OP, Phase::Read, Some(key)))?;
+            .map_err(|e| map_err(e.into(), op, Phase::Read, Some(key)))?;
         for round in 1..=MAX_WATCH_ROUNDS {
-            let stored = self.watch_read(&mut lease, key, full, OP).await?;
+            let stored = self.watch_read(&mut lease, key, full, op).await?;
             let current = stored.as_ref().and_then(|s| s.live(key));
-            if current.as_ref().map(|row| row.version) != Some(expected) {
+            if current.as_ref().map(|row| row.version) != expected {
                 tracing::debug!(current = ?current.as_ref().map(|r| r.version), round, "conflict");
+                // The watch left behind is cleared by the next UNWATCH.
                 lease.release_clean();
-                return Ok(DeleteOutcome::Conflict(current));
+                return Ok(Watched::Conflict(current));
             }
-            let mut tx = redis::pipe();
-            tx.atomic().cmd("HDEL").arg(full).arg(FIELD_VALUE);
+            let tx = write(stored)?;
             sent.store(true, Ordering::SeqCst);
-            let exec: Option<(i64,)> = tx
-                .query_async(lease.conn().map_err(|e| internal(OP, e))?)
+            let exec: Option<T> = tx
+                .query_async(lease.conn().map_err(|e| internal(op, e))?)
                 .await
-                .map_err(|e| map_err(e.into(), OP, Phase::Write, Some(key)))?;
-            if exec.is_some() {
+                .map_err(|e| map_err(e.into(), op, Phase::Write, Some(key)))?;
+            if let Some(reply) = exec {
                 lease.release_clean();
-                tracing::debug!(round, "deleted");
-                return Ok(DeleteOutcome::Deleted);
+                tracing::debug!(round, "EXEC applied");
+                return Ok(Watched::Executed(reply));
             }
+            // Nothing applied: re-read under a new WATCH; if the row moved,
+            // that is the conflict to report.
             sent.store(false, Ordering::SeqCst);
             tracing::debug!(round, "EXEC aborted by a concurrent write; re-reading");
         }
         lease.release_clean();
-        Err(gave_up(key, OP))
+        Err(gave_up(key, op))
     }
+}
+
+/// How the watch strategy's loop ended.
+enum Watched<T> {
+    /// `EXEC` ran; its reply.
+    Executed(T),
+    /// The row is not at the expected version: the current row.
+    Conflict(Option<Row>),
+}
+
+/// The current row a script's conflict reply holds.
+fn conflict(
+    key: &Key,
+    full: &str,
+    v: Option<Vec<u8>>,
+    ver: Option<Vec<u8>>,
+) -> Result<Option<Row>> {
+    let current = decode(key, full, v, ver)?.and_then(|s| s.live(key));
+    tracing::debug!(current = ?current.as_ref().map(|r| r.version), "conflict");
+    Ok(current)
 }
 
 /// A script found fields it cannot decode: report what `decode` says.

@@ -12,7 +12,7 @@ use mongodb::bson::{doc, Binary, Bson, Document};
 use tracing::Instrument;
 
 use super::{
-    backoff, binary, exhausted, field_value, field_version, lost_races, Call, Inner, MongoStore,
+    binary, exhausted, field_value, field_version, lost_races, read_lags, Call, Inner, MongoStore,
     MAX_ATTEMPTS,
 };
 use crate::error::{self, is_duplicate_key};
@@ -50,11 +50,7 @@ struct VersionDoc {
 
 impl VersionDoc {
     fn live(&self, key: &Key) -> Option<Row> {
-        self.value.as_ref().map(|value| Row {
-            key: key.clone(),
-            value: value.clone(),
-            version: self.version.unsigned_abs(),
-        })
+        Row::live(key, self.value.clone(), self.version.unsigned_abs())
     }
 }
 
@@ -211,12 +207,9 @@ impl MongoStore {
                 Err(e) if is_duplicate_key(&e) => {
                     call.settled();
                     let current = self.v_newest(call, key).await?.and_then(|d| d.live(key));
-                    if current.as_ref().map(|r| r.version) == expected {
-                        tracing::debug!(attempt, "read lags the insert it lost to; re-running");
-                        backoff(attempt).await;
+                    if read_lags(&current, expected, attempt).await {
                         continue;
                     }
-                    tracing::debug!(current = ?current.as_ref().map(|r| r.version), "conflict");
                     return Ok(Written::Conflict(current));
                 }
                 Err(e) => return Err(call.write_err(e)),

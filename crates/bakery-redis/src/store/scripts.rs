@@ -104,11 +104,7 @@ pub(crate) struct Stored {
 impl Stored {
     /// The row as the API shows it: `None` for a tombstone.
     pub(crate) fn live(&self, key: &Key) -> Option<Row> {
-        self.value.as_ref().map(|value| Row {
-            key: key.clone(),
-            value: value.clone(),
-            version: self.version,
-        })
+        Row::live(key, self.value.clone(), self.version)
     }
 }
 
