@@ -198,6 +198,18 @@ impl PostgresSource {
             .collect())
     }
 
+    /// Inside `tx`: take the lock that blocks every `nextval` of `g` (see
+    /// the module docs) and read its parameters. Returns its quoted name.
+    async fn lock(tx: &tokio_postgres::Transaction<'_>, g: &Generator) -> Result<(String, Found)> {
+        let (schema, name) = split(&g.name)?;
+        let qualified = qualified(schema, name);
+        tx.batch_execute(&format!("ALTER SEQUENCE {qualified} NO CYCLE"))
+            .await
+            .map_err(|e| pg_error(e, &format!("locking {}", g.name)))?;
+        let found = Self::found_again(tx, g).await?;
+        Ok((qualified, found))
+    }
+
     async fn found_again(
         client: &impl tokio_postgres::GenericClient,
         g: &Generator,
@@ -275,19 +287,11 @@ impl Source for PostgresSource {
 
     async fn fence(&self, g: &Generator, allow_increment: bool) -> Result<Fenced> {
         let mut client = self.client().await?;
-        let qualified = {
-            let (schema, name) = split(&g.name)?;
-            qualified(schema, name)
-        };
         let tx = client
             .transaction()
             .await
             .map_err(|e| pg_error(e, "starting the fence"))?;
-        // The lock first (see the module docs).
-        tx.batch_execute(&format!("ALTER SEQUENCE {qualified} NO CYCLE"))
-            .await
-            .map_err(|e| pg_error(e, &format!("locking {}", g.name)))?;
-        let found = Self::found_again(&*tx, g).await?;
+        let (qualified, found) = Self::lock(&tx, g).await?;
         let now = Self::generator(&*tx, &found).await?;
         if let Some(reason) = refusal(
             &Generator {
@@ -338,18 +342,11 @@ impl Source for PostgresSource {
         original_max: Option<i128>,
     ) -> Result<i128> {
         let mut client = self.client().await?;
-        let qualified = {
-            let (schema, name) = split(&g.name)?;
-            qualified(schema, name)
-        };
         let tx = client
             .transaction()
             .await
             .map_err(|e| pg_error(e, "starting the hand-back"))?;
-        tx.batch_execute(&format!("ALTER SEQUENCE {qualified} NO CYCLE"))
-            .await
-            .map_err(|e| pg_error(e, &format!("locking {}", g.name)))?;
-        let found = Self::found_again(&*tx, g).await?;
+        let (qualified, found) = Self::lock(&tx, g).await?;
         let (last_value, is_called) = Self::position(&*tx, &qualified).await?;
         let max = match original_max {
             Some(max) => i64::try_from(max).map_err(|_| {
