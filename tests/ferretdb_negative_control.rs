@@ -44,20 +44,30 @@ fn uri() -> Option<String> {
 /// override: without `allow_unproven_update=true`, bakery refuses
 /// `cas=update` on FerretDB (and on any server but MongoDB).
 fn with_update_strategy(uri: &str) -> String {
+    // A collection of its own: `update` rows in the shared default
+    // collection would make every `insert` store refuse it (the layouts do
+    // not see each other).
+    with_strategy(
+        uri,
+        &[
+            "cas=update",
+            "allow_unproven_update=true",
+            UPDATE_COLLECTION,
+        ],
+    )
+}
+
+/// `uri` with its strategy options replaced by `options`.
+fn with_strategy(uri: &str, options: &[&str]) -> String {
     let (base, query) = uri.split_once('?').unwrap_or((uri, ""));
-    let mut options: Vec<&str> = query
+    let mut kept: Vec<&str> = query
         .split('&')
         .filter(|o| {
             !o.is_empty() && !o.starts_with("cas=") && !o.starts_with("allow_unproven_update=")
         })
         .collect();
-    options.push("cas=update");
-    options.push("allow_unproven_update=true");
-    // A collection of its own: `update` rows in the shared default
-    // collection would make every `insert` store refuse it (the layouts do
-    // not see each other).
-    options.push(UPDATE_COLLECTION);
-    format!("{base}?{}", options.join("&"))
+    kept.extend(options);
+    format!("{base}?{}", kept.join("&"))
 }
 
 /// Whether the server is FerretDB, as bakery identifies it at open.
@@ -82,11 +92,7 @@ fn race_fails_once(runtime: &tokio::runtime::Runtime, uri: &str) -> bool {
 #[test]
 fn update_strategy_loses_updates_on_ferretdb_and_the_suite_sees_it() {
     let Some(uri) = uri() else { return };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = bakery_testkit::runtime(4);
     let update_uri = with_update_strategy(&uri);
     let ferretdb = runtime.block_on(is_ferretdb(&uri));
     // Drop the race collection whatever the outcome.
@@ -127,18 +133,8 @@ fn update_strategy_loses_updates_on_ferretdb_and_the_suite_sees_it() {
 #[test]
 fn insert_strategy_passes_the_same_race() {
     let Some(uri) = uri() else { return };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let (base, query) = uri.split_once('?').unwrap_or((&uri, ""));
-    let mut options: Vec<&str> = query
-        .split('&')
-        .filter(|o| !o.is_empty() && !o.starts_with("cas="))
-        .collect();
-    options.push("cas=insert");
-    let insert_uri = format!("{base}?{}", options.join("&"));
+    let runtime = bakery_testkit::runtime(4);
+    let insert_uri = with_strategy(&uri, &["cas=insert"]);
     for _ in 0..3 {
         assert!(
             !race_fails_once(&runtime, &insert_uri),

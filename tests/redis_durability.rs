@@ -35,18 +35,32 @@ static VOLATILE: Mutex<()> = Mutex::new(());
 /// How long the restarted server and a new client may take to answer.
 const RECOVERY_BOUND: Duration = Duration::from_secs(60);
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 /// `uri` with `options` added to its query.
 fn with_options(uri: &str, options: &[&str]) -> String {
     let separator = if uri.contains('?') { '&' } else { '?' };
     format!("{uri}{separator}{}", options.join("&"))
+}
+
+/// 250 ids of a new sequence `name` (blocks of 100, no prefetch).
+async fn take_250(
+    store: std::sync::Arc<dyn bakery::VersionedStore>,
+    name: &str,
+    when: &str,
+) -> Vec<u64> {
+    let seq = Sequence::builder(store, name)
+        .block_size(100)
+        .prefetch(false)
+        .build()
+        .expect("sequence");
+    let mut ids = Vec::new();
+    for _ in 0..250 {
+        ids.push(
+            seq.next()
+                .await
+                .unwrap_or_else(|e| panic!("next {when}: {e}")),
+        );
+    }
+    ids
 }
 
 fn unique_name(case: &str) -> String {
@@ -64,7 +78,7 @@ fn a_server_without_aof_is_refused_by_both_strategies() {
         return;
     };
     let _turn = VOLATILE.lock().unwrap_or_else(PoisonError::into_inner);
-    runtime().block_on(async {
+    bakery_testkit::runtime(2).block_on(async {
         for cas in ["script", "watch"] {
             let uri = with_options(&uri, &[&format!("cas={cas}")]);
             let err = match bakery::connect(&uri).await {
@@ -106,7 +120,7 @@ fn the_durable_server_opens() {
     let Some(uri) = bakery_testkit::server_uri("BAKERY_REDIS_URI", "redis_durability") else {
         return;
     };
-    runtime().block_on(async {
+    bakery_testkit::runtime(2).block_on(async {
         for cas in ["script", "watch"] {
             let uri = with_options(&uri, &[&format!("cas={cas}")]);
             let store = bakery::connect(&uri).await.unwrap_or_else(|e| {
@@ -141,19 +155,10 @@ fn opted_in_a_restart_hands_out_the_same_ids_again() {
     let _turn = VOLATILE.lock().unwrap_or_else(PoisonError::into_inner);
     let uri = with_options(&uri, &["accept_data_loss=true"]);
     let name = unique_name("restart");
-    let rt = runtime();
+    let rt = bakery_testkit::runtime(2);
     let before: Vec<u64> = rt.block_on(async {
         let store = bakery::connect(&uri).await.expect("connect, opted in");
-        let seq = Sequence::builder(store, &name)
-            .block_size(100)
-            .prefetch(false)
-            .build()
-            .expect("sequence");
-        let mut ids = Vec::new();
-        for _ in 0..250 {
-            ids.push(seq.next().await.expect("next before the restart"));
-        }
-        ids
+        take_250(store, &name, "before the restart").await
     });
     assert_eq!(before.len(), 250);
     assert_eq!(
@@ -175,16 +180,7 @@ fn opted_in_a_restart_hands_out_the_same_ids_again() {
                 Err(e) => panic!("connect after the restart: {e}"),
             }
         };
-        let seq = Sequence::builder(store, &name)
-            .block_size(100)
-            .prefetch(false)
-            .build()
-            .expect("sequence");
-        let mut ids = Vec::new();
-        for _ in 0..250 {
-            ids.push(seq.next().await.expect("next after the restart"));
-        }
-        ids
+        take_250(store, &name, "after the restart").await
     });
     let handed_out: HashSet<u64> = before.iter().copied().collect();
     let duplicates: Vec<u64> = after

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bakery_cassandra::scylla::client::session::Session;
 use bakery_cassandra::{CassandraConfig, CassandraStore};
 use bakery_core::{DeleteOutcome, ErrorKind, Key, PutOutcome, VersionedStore};
-use bakery_testkit::{applied, unique_ident};
+use bakery_testkit::{applied, corrupt, unique_ident};
 
 /// The server URI, or `None` (with the reason printed) on a developer
 /// machine without one; panics under CI.
@@ -155,70 +155,20 @@ async fn corrupt_rows_are_typed_errors_naming_the_key_and_stay_unchanged() {
     };
     let table = unique_ident("bk_corrupt");
     let store = open(&uri, &table).await;
-    let qualified = format!("\"{}\".\"{table}\"", store.config().keyspace());
-    // Plain (non-LWT) writes behind bakery's back.
-    for values in [
-        "('c/zero', 0x78, 0)",
-        "('c/neg', 0x78, -5)",
-        "('c/negtomb', null, -3)",
-        "('c/null', 0x78, null)",
-        "('c/max', 0x78, 9223372036854775807)",
-        "('c/maxtomb', null, 9223372036854775807)",
-    ] {
-        raw(
-            store.session(),
-            &format!("INSERT INTO {qualified} (\"key\", \"value\", \"version\") VALUES {values}"),
-        )
-        .await;
-    }
-    for (k, expected) in [
-        ("c/zero", Some(1)),
-        ("c/zero", None),
-        ("c/zero", Some(0)),
-        ("c/neg", Some(5)),
-        ("c/negtomb", None),
-        ("c/null", Some(1)),
-        ("c/null", None),
-    ] {
-        let before = raw_row(&store, k).await;
-        let err = store.get(&key(k)).await.expect_err(k);
-        assert_eq!(err.kind(), ErrorKind::Corrupt, "{k}: {err}");
-        assert!(err.message().contains(k), "{k}: {err}");
-        assert_eq!(err.backend(), "cassandra");
-        let err = store
-            .put_if_version(&key(k), expected, "new".into())
-            .await
-            .expect_err(k);
-        assert_eq!(
-            err.kind(),
-            ErrorKind::Corrupt,
-            "put {k} {expected:?}: {err}"
-        );
-        assert!(err.message().contains(k), "{k}: {err}");
-        let err = store.delete_if_version(&key(k), 5).await.expect_err(k);
-        assert_eq!(err.kind(), ErrorKind::Corrupt, "delete {k}: {err}");
-        assert_eq!(raw_row(&store, k).await, before, "{k} was changed");
-    }
-    // At the largest version a bigint holds: readable, not updatable.
-    let max = store.get(&key("c/max")).await.unwrap().unwrap();
-    assert_eq!(max.version, i64::MAX as u64);
-    let err = store
-        .put_if_version(&key("c/max"), Some(max.version), "x".into())
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Exhausted, "{err}");
-    let err = store
-        .put_if_version(&key("c/maxtomb"), None, "x".into())
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Exhausted, "{err}");
-    assert_eq!(
-        store
-            .delete_if_version(&key("c/max"), max.version)
-            .await
-            .unwrap(),
-        DeleteOutcome::Deleted
+    let insert = format!(
+        "INSERT INTO \"{}\".\"{table}\" (\"key\", \"value\", \"version\") VALUES (?, ?, ?)",
+        store.config().keyspace()
     );
+    // Plain (non-LWT) writes behind bakery's back.
+    let write = async |row: corrupt::SignedRow| {
+        store
+            .session()
+            .query_unpaged(insert.as_str(), row)
+            .await
+            .unwrap_or_else(|e| panic!("{insert} {row:?}: {e}"));
+    };
+    let raw = async |k: &str| raw_row(&store, k).await;
+    corrupt::signed_versions(&store, "cassandra", write, raw).await;
     drop_table(store.session(), store.config().keyspace(), &table).await;
 }
 

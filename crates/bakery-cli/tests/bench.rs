@@ -255,22 +255,25 @@ fn json_flag_prints_the_report_on_stdout() {
     assert!(results(&report).iter().all(|r| r["workload"] == "sequence"));
 }
 
+/// The smallest bench run: one client, 20 ms of `cas`.
+const ONE_SHORT_CAS: [&str; 8] = [
+    "bench",
+    "--json",
+    "--workload",
+    "cas",
+    "--clients",
+    "1",
+    "--duration",
+    "20ms",
+];
+
 #[test]
 fn bakery_uri_is_ignored_but_uri_before_bench_is_honoured() {
     let home = TempDir::new().expect("temp dir");
     let user_db = home.path().join("user.db");
     let out = run(bakery(home.path())
         .env("BAKERY_URI", format!("sqlite://{}", user_db.display()))
-        .args([
-            "bench",
-            "--json",
-            "--workload",
-            "cas",
-            "--clients",
-            "1",
-            "--duration",
-            "20ms",
-        ]));
+        .args(ONE_SHORT_CAS));
     assert_ok(&out);
     assert!(
         stderr(&out).contains("ignores BAKERY_URI"),
@@ -281,18 +284,9 @@ fn bakery_uri_is_ignored_but_uri_before_bench_is_honoured() {
     let report = json(&out);
     assert_eq!(report["targets"][0]["uri"], "memory://");
 
-    let out = run(bakery(home.path()).args([
-        "--uri",
-        "memory://",
-        "bench",
-        "--json",
-        "--workload",
-        "cas",
-        "--clients",
-        "1",
-        "--duration",
-        "20ms",
-    ]));
+    let out = run(bakery(home.path())
+        .args(["--uri", "memory://"])
+        .args(ONE_SHORT_CAS));
     assert_ok(&out);
     let report = json(&out);
     assert_eq!(report["targets"].as_array().map(Vec::len), Some(1));

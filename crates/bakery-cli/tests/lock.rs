@@ -66,6 +66,28 @@ impl Target {
             .spawn()
             .expect("spawn bakery")
     }
+
+    /// A holder with a 1 s lease running `script`, in the background.
+    fn hold_1s(&self, lock: &str, script: &str) -> Child {
+        self.spawn(&[
+            "lock", "run", lock, "--lease", "1s", "--", "sh", "-c", script,
+        ])
+    }
+
+    /// The next holder: waits (up to 60 s) for the lock, then runs `script`.
+    fn take_over(&self, lock: &str, script: &str) -> Output {
+        let args = [
+            "--lease",
+            "1s",
+            "--timeout",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ];
+        self.run(&[&["lock", "run", lock][..], &args].concat())
+    }
 }
 
 /// SQLite always; each server backend whose URI the run provides.
@@ -194,36 +216,14 @@ fn killed_holder_is_replaced_after_its_lease_on_every_backend() {
     for target in targets() {
         let lock = unique("killed");
         let ready = target.path("ready-kill");
-        let holder = target.spawn(&[
-            "lock",
-            "run",
-            &lock,
-            "--lease",
-            "1s",
-            "--",
-            "sh",
-            "-c",
-            "touch \"$D/ready-kill\"; sleep 120",
-        ]);
+        let holder = target.hold_1s(&lock, "touch \"$D/ready-kill\"; sleep 120");
         wait_for_file(&ready);
         let pgid = Pid::from_raw(i32::try_from(holder.id()).expect("pid"));
         killpg(pgid, Signal::SIGKILL).expect("kill -9 the holder's group");
         let _ = wait_with_patience(holder, "killed holder");
 
         let started = Instant::now();
-        let next = target.run(&[
-            "lock",
-            "run",
-            &lock,
-            "--lease",
-            "1s",
-            "--timeout",
-            "60s",
-            "--",
-            "sh",
-            "-c",
-            "echo \"$BAKERY_FENCING_TOKEN\"",
-        ]);
+        let next = target.take_over(&lock, "echo \"$BAKERY_FENCING_TOKEN\"");
         let waited = started.elapsed();
         assert_status(&next, 0, "next holder");
         assert_eq!(text(&next.stdout).trim(), "2", "the second grant's token");
@@ -271,17 +271,7 @@ fn paused_holder(target: &Target, fenced: bool) -> (String, Output, String) {
          {stale_write} 2> \"$D/stale-err\"; echo $? > \"$D/stale-write.tmp\"; \
          mv \"$D/stale-write.tmp\" \"$D/stale-write\""
     );
-    let holder = target.spawn(&[
-        "lock",
-        "run",
-        &lock,
-        "--lease",
-        "1s",
-        "--",
-        "sh",
-        "-c",
-        &holder_script,
-    ]);
+    let holder = target.hold_1s(&lock, &holder_script);
     wait_for_file(&ready);
     let bakery_pid = Pid::from_raw(i32::try_from(holder.id()).expect("pid"));
     kill(bakery_pid, Signal::SIGSTOP).expect("kill -STOP the holder");
@@ -291,19 +281,7 @@ fn paused_holder(target: &Target, fenced: bool) -> (String, Output, String) {
     } else {
         "echo fresh > \"$D/plain\"".to_owned()
     };
-    let next = target.run(&[
-        "lock",
-        "run",
-        &lock,
-        "--lease",
-        "1s",
-        "--timeout",
-        "60s",
-        "--",
-        "sh",
-        "-c",
-        &fresh_write,
-    ]);
+    let next = target.take_over(&lock, &fresh_write);
     assert_status(&next, 0, "the next holder");
 
     std::fs::write(&go, "").expect("release the stale write");

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bakery_core::{Capabilities, DeleteOutcome, ErrorKind, Key, PutOutcome, VersionedStore};
 use bakery_mongodb::mongodb::bson::{doc, Bson, Document};
 use bakery_mongodb::{CasStrategy, MongoStore};
-use bakery_testkit::applied;
+use bakery_testkit::{applied, corrupt};
 use common::{drop_collection, raw, server_uri, store, with_options, Mode, Proxy};
 
 const STRATEGIES: [&str; 2] = ["update", "insert"];
@@ -246,22 +246,9 @@ async fn corrupt_documents_are_typed_errors() {
             doc.insert("_id", id(name));
             doc.insert("k", name);
             coll.insert_one(doc).await.unwrap();
-            let k = key(name);
-            for result in [
-                store.get(&k).await.map(|_| ()),
-                // Version 7 matches none of them: every call must read.
-                store
-                    .put_if_version(&k, Some(7), "x".into())
-                    .await
-                    .map(|_| ()),
-                store.put_if_version(&k, None, "x".into()).await.map(|_| ()),
-                store.delete_if_version(&k, 7).await.map(|_| ()),
-            ] {
-                let err = result.expect_err(name);
-                assert_eq!(err.kind(), ErrorKind::Corrupt, "{cas} {name}: {err}");
-                assert_eq!(err.backend(), "mongodb");
-                assert!(err.message().contains(name), "{cas} {name}: {err}");
-            }
+            // Version 7 matches none of them: every call must read.
+            let stored = async |k: &str| coll.find_one(doc! {"_id": id(k)}).await.unwrap();
+            corrupt::rejected(&store, "mongodb", name, &[Some(7), None], 7, stored).await;
         }
         // Nothing was changed.
         assert_eq!(coll.count_documents(doc! {}).await.unwrap(), 4);

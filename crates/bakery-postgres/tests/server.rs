@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use bakery_core::{DeleteOutcome, ErrorKind, Key, PutOutcome, VersionedStore, Watch};
 use bakery_postgres::PostgresStore;
-use bakery_testkit::watch::{count_reaches, next_wake};
+use bakery_testkit::corrupt;
+use bakery_testkit::watch::{count_reaches, next_wake, recovers_from_a_lost_feed};
 use common::{
     applied, drop_tables, key, raw_client, raw_row, server_uri, tcp_target, unique_table,
     with_options, Relay,
@@ -278,58 +279,17 @@ async fn corrupt_rows_are_typed_errors_naming_the_key_and_stay_unchanged() {
     // Without the CHECK and NOT NULL the store would have added.
     let table = unique_table("bk_corrupt");
     raw.batch_execute(&format!(
-        "CREATE TABLE {table} (key TEXT PRIMARY KEY, value BYTEA, version BIGINT);
-         INSERT INTO {table} VALUES
-           ('c/zero', 'x', 0), ('c/neg', 'x', -5), ('c/negtomb', NULL, -3),
-           ('c/null', 'x', NULL), ('c/max', 'x', 9223372036854775807),
-           ('c/maxtomb', NULL, 9223372036854775807)"
+        "CREATE TABLE {table} (key TEXT PRIMARY KEY, value BYTEA, version BIGINT)"
     ))
     .await
     .unwrap();
     let store = open(&uri, &table).await;
-    for (k, expected) in [
-        ("c/zero", Some(1)),
-        ("c/zero", None),
-        ("c/zero", Some(0)),
-        ("c/neg", Some(5)),
-        ("c/negtomb", None),
-        ("c/null", Some(1)),
-        ("c/null", None),
-    ] {
-        let before = raw_row(&raw, &table, k).await;
-        let err = store.get(&key(k)).await.expect_err(k);
-        assert_eq!(err.kind(), ErrorKind::Corrupt, "{k}: {err}");
-        assert!(err.message().contains(k), "{k}: {err}");
-        let err = store
-            .put_if_version(&key(k), expected, "new".into())
-            .await
-            .expect_err(k);
-        assert_eq!(
-            err.kind(),
-            ErrorKind::Corrupt,
-            "put {k} {expected:?}: {err}"
-        );
-        assert!(err.message().contains(k), "{k}: {err}");
-        let err = store.delete_if_version(&key(k), 5).await.expect_err(k);
-        assert_eq!(err.kind(), ErrorKind::Corrupt, "delete {k}: {err}");
-        assert_eq!(raw_row(&raw, &table, k).await, before, "{k} was changed");
-    }
-    // The last version a BIGINT holds: the next write is Exhausted, not a wrap.
-    let max = i64::MAX as u64;
-    let err = store
-        .put_if_version(&key("c/max"), Some(max), "next".into())
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Exhausted, "{err}");
-    let err = store
-        .put_if_version(&key("c/maxtomb"), None, "again".into())
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Exhausted, "{err}");
-    assert_eq!(
-        raw_row(&raw, &table, "c/max").await,
-        Some((Some(b"x".to_vec()), Some(i64::MAX)))
-    );
+    let insert = format!("INSERT INTO {table} VALUES ($1, $2, $3)");
+    let write = async |(k, value, version): corrupt::SignedRow| {
+        raw.execute(&insert, &[&k, &value, &version]).await.unwrap();
+    };
+    let read = async |k: &str| raw_row(&raw, &table, k).await;
+    corrupt::signed_versions(&store, "postgres", write, read).await;
     // Other rows of the same table are fine.
     applied(&store, &key("c/fine"), None, "ok").await;
     drop_tables(&uri, &[&table]).await;
@@ -512,7 +472,7 @@ async fn a_lost_listen_session_ends_its_watches_and_the_next_watch_reconnects() 
     let table = unique_table("bk_watch");
     let store = open(&uri, &table).await;
     let k = key("lock/a");
-    let mut w = watch(&store, &k).await;
+    let w = watch(&store, &k).await;
     // The session's last statement is its LISTEN: find it and kill it.
     let raw = raw_client(&uri).await;
     let killed: i64 = raw
@@ -524,15 +484,8 @@ async fn a_lost_listen_session_ends_its_watches_and_the_next_watch_reconnects() 
         .unwrap()
         .get(0);
     assert_eq!(killed, 1, "exactly one LISTEN session per store");
-    assert!(
-        !next_wake(&mut w).await,
-        "a lost session tells the waiter to poll"
-    );
-    count_reaches("active watches", || store.active_watches(), 0).await;
     // The next watch opens a new session.
-    let mut again = watch(&store, &k).await;
-    store.notify(&k).await.unwrap();
-    assert!(next_wake(&mut again).await);
+    recovers_from_a_lost_feed(&store, &k, w, || store.active_watches()).await;
     drop_tables(&uri, &[&table]).await;
 }
 

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use bakery_core::{DeleteOutcome, ErrorKind, Key, VersionedStore, Watch};
 use bakery_redis::{CasStrategy, RedisConfig, RedisStore};
-use bakery_testkit::watch::{count_reaches, next_wake};
-use common::{cas_cases, cleanup, increment_n, raw, server_uri, store, store_with, STRATEGIES};
+use bakery_testkit::watch::{count_reaches, next_wake, recovers_from_a_lost_feed};
+use bakery_testkit::{corrupt, count_up, number};
+use common::{cas_cases, cleanup, raw, server_uri, store, store_with, STRATEGIES};
 
 fn key(k: &str) -> Key {
     Key::new(k).unwrap()
@@ -40,7 +41,7 @@ async fn watch_pool_smaller_than_the_tasks_loses_no_update() {
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let (store, k) = (store.clone(), k.clone());
-            tokio::spawn(async move { increment_n(&*store, &k, INCREMENTS).await })
+            tokio::spawn(async move { count_up(&*store, &k, INCREMENTS).await })
         })
         .collect();
     let mut applied = 0;
@@ -54,7 +55,7 @@ async fn watch_pool_smaller_than_the_tasks_loses_no_update() {
         started.elapsed()
     );
     assert_eq!(applied, TASKS * INCREMENTS);
-    assert_eq!(common::number(&row.value), TASKS * INCREMENTS);
+    assert_eq!(number(&row.value), TASKS * INCREMENTS);
     assert_eq!(row.version, TASKS * INCREMENTS);
     cleanup(&uri, &store).await;
 }
@@ -88,14 +89,14 @@ async fn strategies_interoperate_on_one_key() {
         };
         let k = k.clone();
         tasks.push(tokio::spawn(
-            async move { increment_n(&*store, &k, 100).await },
+            async move { count_up(&*store, &k, 100).await },
         ));
     }
     for task in tasks {
         assert_eq!(task.await.unwrap(), 100);
     }
     let row = watch.get(&k).await.unwrap().unwrap();
-    assert_eq!(common::number(&row.value), 800);
+    assert_eq!(number(&row.value), 800);
     cleanup(&uri, &script).await;
 }
 
@@ -224,35 +225,21 @@ async fn corrupt_hash_is_a_typed_error() {
                 cmd.arg(*field).arg(*value);
             }
             let _: () = cmd.query_async(&mut conn).await.unwrap();
-            let errors = [
-                store.get(&k).await.unwrap_err(),
-                store
-                    .put_if_version(&k, None, "new".into())
-                    .await
-                    .unwrap_err(),
-                store
-                    .put_if_version(&k, Some(1), "new".into())
-                    .await
-                    .unwrap_err(),
-                store.delete_if_version(&k, 1).await.unwrap_err(),
-            ];
-            for err in errors {
-                assert_eq!(
-                    err.kind(),
-                    ErrorKind::Corrupt,
+            let hash = async |_: &str| -> Vec<(String, String)> {
+                let mut conn = conn.clone();
+                let cmd = redis::cmd("HGETALL").arg(&full).to_owned();
+                cmd.query_async(&mut conn).await.unwrap()
+            };
+            let errors =
+                corrupt::rejected(&store, "redis", k.as_str(), &[None, Some(1)], 1, hash).await;
+            for (_, err) in errors {
+                assert!(
+                    err.message().contains(needle),
                     "{strategy} {fields:?}: {err}"
                 );
-                assert_eq!(err.backend(), "redis");
-                assert!(err.message().contains(&format!("`bad{i}`")), "{err}");
-                assert!(err.message().contains(needle), "{err}");
             }
             // Untouched.
-            let stored: Vec<(String, String)> = redis::cmd("HGETALL")
-                .arg(&full)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            assert_eq!(stored.len(), fields.len(), "{strategy}: {stored:?}");
+            assert_eq!(hash("").await.len(), fields.len(), "{strategy}");
         }
         cleanup(&uri, &store).await;
     }
@@ -580,16 +567,9 @@ async fn a_lost_pubsub_connection_ends_its_watches_and_the_next_watch_reconnects
     .await
     .expect("connect through the proxy");
     let k = key("lock/a");
-    let mut w = watch(&store, &k).await;
+    let w = watch(&store, &k).await;
     proxy.cut();
-    assert!(
-        !next_wake(&mut w).await,
-        "a lost connection tells the waiter to poll"
-    );
-    count_reaches("active watches", || store.active_watches(), 0).await;
     // The next watch opens a new connection (through the proxy, which
     // still accepts), and notify works again too.
-    let mut again = watch(&store, &k).await;
-    store.notify(&k).await.unwrap();
-    assert!(next_wake(&mut again).await);
+    recovers_from_a_lost_feed(&store, &k, w, || store.active_watches()).await;
 }

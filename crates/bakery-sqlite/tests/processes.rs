@@ -1,8 +1,6 @@
 //! Several OS processes increment one counter in one SQLite file. The test
 //! binary re-runs itself: `child_worker` is the child's body.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -44,7 +42,7 @@ fn child_worker() {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         for _ in 0..PER_CHILD {
-            common::increment(&store, &counter()).await;
+            bakery_testkit::count_up(&store, &counter(), 1).await;
         }
     });
 }
@@ -69,7 +67,7 @@ async fn processes_share_one_file() {
     let store = SqliteStore::open(SqliteConfig::new(&path)).await.unwrap();
     std::fs::write(go_file(&path), b"").unwrap();
     for _ in 0..PER_CHILD {
-        common::increment(&store, &counter()).await;
+        bakery_testkit::count_up(&store, &counter(), 1).await;
     }
     for child in children {
         let output = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
@@ -85,5 +83,8 @@ async fn processes_share_one_file() {
     }
     let row = store.get(&counter()).await.unwrap().unwrap();
     let total = (CHILDREN + 1) * PER_CHILD;
-    assert_eq!((common::number(&row.value), row.version), (total, total));
+    assert_eq!(
+        (bakery_testkit::number(&row.value), row.version),
+        (total, total)
+    );
 }

@@ -3,17 +3,18 @@
 //! files and directories. The contract itself is the conformance suite's
 //! (`cargo test -p bakery --test conformance -- sqlite::`), on a file.
 
-mod common;
-
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bakery_core::{
-    Bytes, Capabilities, DeleteOutcome, ErrorKind, Key, MemoryStore, Operation, PutOutcome, Sent,
+    Bytes, Capabilities, DeleteOutcome, ErrorKind, Key, MemoryStore, Operation, Sent,
     VersionedStore,
 };
 use bakery_sqlite::{SqliteConfig, SqliteStore};
+use bakery_testkit::{applied, corrupt};
+use rusqlite::types::Value;
+use rusqlite::OptionalExtension;
 
 fn key(k: &str) -> Key {
     Key::new(k).unwrap()
@@ -128,12 +129,7 @@ async fn many_concurrent_calls_share_a_small_pool() {
         .unwrap(),
     );
     let k = key("k");
-    let row = store
-        .put_if_version(&k, None, "v".into())
-        .await
-        .unwrap()
-        .applied()
-        .unwrap();
+    let row = applied(&*store, &k, None, "v").await;
     let mut tasks = Vec::new();
     for _ in 0..64 {
         let (store, k) = (Arc::clone(&store), k.clone());
@@ -149,6 +145,18 @@ fn raw(path: &Path) -> rusqlite::Connection {
     let conn = rusqlite::Connection::open(path).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
     conn
+}
+
+/// The stored `(value, version)` of `k`, as SQLite typed them.
+fn raw_row(path: &Path, k: &str) -> Option<(Value, Value)> {
+    raw(path)
+        .query_row(
+            "SELECT value, version FROM bakery_rows WHERE key = ?1",
+            [k],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -184,30 +192,12 @@ async fn corrupt_rows_are_typed_errors_naming_the_key() {
         }
     }
     for (k, _) in junk {
-        let k = key(k);
-        let errors = [
-            store.get(&k).await.unwrap_err(),
-            store
-                .put_if_version(&k, Some(1), "v".into())
-                .await
-                .unwrap_err(),
-            store
-                .put_if_version(&k, None, "v".into())
-                .await
-                .unwrap_err(),
-            store.delete_if_version(&k, 1).await.unwrap_err(),
-        ];
-        let ops = [
-            Operation::Get,
-            Operation::Put,
-            Operation::Put,
-            Operation::Delete,
-        ];
-        for (err, op) in errors.into_iter().zip(ops) {
-            assert_eq!(err.kind(), ErrorKind::Corrupt, "{k}: {err}");
+        let errors = corrupt::rejected(&store, "sqlite", k, &[Some(1), None], 1, async |k| {
+            raw_row(&path, k)
+        })
+        .await;
+        for (op, err) in errors {
             assert_eq!(err.operation(), Some(op), "{k}: {err}");
-            assert_eq!(err.backend(), "sqlite");
-            assert!(err.message().contains(&format!("`{k}`")), "{err}");
         }
     }
     // Nothing was changed, and the store still works for good keys.
@@ -219,11 +209,7 @@ async fn corrupt_rows_are_typed_errors_naming_the_key() {
         )
         .unwrap();
     assert_eq!(version, None);
-    assert!(store
-        .put_if_version(&key("fine"), None, "v".into())
-        .await
-        .unwrap()
-        .is_applied());
+    applied(&store, &key("fine"), None, "v").await;
 }
 
 #[tokio::test]
@@ -249,27 +235,7 @@ async fn version_overflow_is_exhausted() {
             [i64::MAX],
         )
         .unwrap();
-    let top = i64::MAX as u64;
-    let err = store
-        .put_if_version(&key("top"), Some(top), "v".into())
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Exhausted, "{err}");
-    // A tombstone at the top cannot be re-created either.
-    let err = store
-        .put_if_version(&key("dead"), None, "v".into())
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Exhausted, "{err}");
-    // A mismatch is still a plain conflict, and delete at the top works.
-    assert!(matches!(
-        store.put_if_version(&key("top"), Some(1), "v".into()).await.unwrap(),
-        PutOutcome::Conflict(Some(row)) if row.version == top
-    ));
-    assert_eq!(
-        store.delete_if_version(&key("top"), top).await.unwrap(),
-        DeleteOutcome::Deleted
-    );
+    corrupt::at_max_version(&store, "top", "dead", async |k| raw_row(&path, k)).await;
 }
 
 #[tokio::test]
@@ -322,11 +288,7 @@ async fn tables_are_independent_and_keywords_are_quoted() {
         .await
         .unwrap();
     let k = key("k");
-    assert!(a
-        .put_if_version(&k, None, "a".into())
-        .await
-        .unwrap()
-        .is_applied());
+    applied(&a, &k, None, "a").await;
     assert_eq!(b.get(&k).await.unwrap(), None);
     assert_eq!(a.config().table(), "order");
 }
@@ -337,11 +299,7 @@ async fn a_missing_parent_directory_is_created() {
     let path = dir.path().join("not").join("yet").join("there.db");
     let store = SqliteStore::connect(&file_uri(&path)).await.unwrap();
     assert!(path.is_file());
-    assert!(store
-        .put_if_version(&key("k"), None, "v".into())
-        .await
-        .unwrap()
-        .is_applied());
+    applied(&store, &key("k"), None, "v").await;
 }
 
 #[tokio::test]
@@ -375,21 +333,9 @@ async fn rows_and_tombstones_survive_a_reopen() {
     {
         let store = file_store_at(&path).await;
         let (a, b) = (key("a"), key("b"));
-        assert!(store
-            .put_if_version(&a, None, "1".into())
-            .await
-            .unwrap()
-            .is_applied());
-        assert!(store
-            .put_if_version(&a, Some(1), "2".into())
-            .await
-            .unwrap()
-            .is_applied());
-        assert!(store
-            .put_if_version(&b, None, "x".into())
-            .await
-            .unwrap()
-            .is_applied());
+        applied(&store, &a, None, "1").await;
+        applied(&store, &a, Some(1), "2").await;
+        applied(&store, &b, None, "x").await;
         assert_eq!(
             store.delete_if_version(&b, 1).await.unwrap(),
             DeleteOutcome::Deleted
@@ -399,12 +345,7 @@ async fn rows_and_tombstones_survive_a_reopen() {
     let a = store.get(&key("a")).await.unwrap().unwrap();
     assert_eq!((&a.value[..], a.version), (&b"2"[..], 2));
     assert_eq!(store.get(&key("b")).await.unwrap(), None);
-    let b = store
-        .put_if_version(&key("b"), None, "y".into())
-        .await
-        .unwrap()
-        .applied()
-        .unwrap();
+    let b = applied(&store, &key("b"), None, "y").await;
     assert_eq!(b.version, 2, "the tombstone's version survived the reopen");
     // WAL is a property of the file.
     let mode: String = raw(&path)
@@ -421,12 +362,7 @@ async fn a_held_write_lock_makes_writes_unavailable_not_reads() {
         .await
         .unwrap();
     let k = key("k");
-    let row = store
-        .put_if_version(&k, None, "v".into())
-        .await
-        .unwrap()
-        .applied()
-        .unwrap();
+    let row = applied(&store, &k, None, "v").await;
 
     let other = raw(&path);
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
@@ -447,12 +383,7 @@ async fn a_held_write_lock_makes_writes_unavailable_not_reads() {
     other.execute_batch("ROLLBACK").unwrap();
 
     // Nothing was applied, and the store works again.
-    let row = store
-        .put_if_version(&k, Some(1), "w".into())
-        .await
-        .unwrap()
-        .applied()
-        .unwrap();
+    let row = applied(&store, &k, Some(1), "w").await;
     assert_eq!(row.version, 2);
 }
 
@@ -498,11 +429,7 @@ async fn in_memory_databases_are_private_to_their_store() {
     let a = SqliteStore::connect("sqlite::memory:").await.unwrap();
     let b = SqliteStore::connect("sqlite::memory:").await.unwrap();
     let k = key("k");
-    assert!(a
-        .put_if_version(&k, None, "a".into())
-        .await
-        .unwrap()
-        .is_applied());
+    applied(&a, &k, None, "a").await;
     assert_eq!(b.get(&k).await.unwrap(), None);
     // Many concurrent calls on the single connection see one database.
     let a = Arc::new(a);
@@ -512,7 +439,7 @@ async fn in_memory_databases_are_private_to_their_store() {
         let (a, n) = (Arc::clone(&a), n.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..25 {
-                common::increment(a.as_ref(), &n).await;
+                bakery_testkit::count_up(a.as_ref(), &n, 1).await;
             }
         }));
     }

@@ -5,6 +5,7 @@
 mod capabilities;
 mod cas;
 pub mod containers;
+pub mod corrupt;
 pub mod faults;
 mod lock;
 pub mod namespace;
@@ -227,6 +228,58 @@ pub async fn applied(
         Ok(other) => panic!("put {key} at {expected:?}: expected Applied, got {other:?}"),
         Err(e) => panic!("put {key} at {expected:?}: {e}"),
     }
+}
+
+/// Add one to the decimal counter at `key`, `n` times, by CAS, retrying
+/// with the row a conflict hands back (no second read); returns how many
+/// applied. For a counter nobody deletes, on a backend whose versions move
+/// by one: the version must equal the counter, and a conflict must carry a
+/// newer row.
+pub async fn count_up(store: &dyn VersionedStore, key: &Key, n: u64) -> u64 {
+    let mut current = store.get(key).await.expect("get");
+    let mut done = 0;
+    while done < n {
+        let value = current.as_ref().map(|row| number(&row.value)).unwrap_or(0);
+        let expected = current.as_ref().map(|row| row.version);
+        match store
+            .put_if_version(key, expected, (value + 1).to_string().into())
+            .await
+            .expect("put_if_version")
+        {
+            bakery_core::PutOutcome::Applied(row) => {
+                assert_eq!(row.version, value + 1, "version and counter move together");
+                done += 1;
+                current = Some(row);
+            }
+            bakery_core::PutOutcome::Conflict(now) => {
+                let now = now.expect("the counter is never deleted");
+                assert!(
+                    Some(now.version) > expected,
+                    "a conflict returns a newer row"
+                );
+                current = Some(now);
+            }
+        }
+    }
+    done
+}
+
+/// The decimal number stored in a row's value.
+pub fn number(value: &[u8]) -> u64 {
+    std::str::from_utf8(value)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{value:?} is not a decimal number"))
+}
+
+/// A runtime of `workers` threads, for tests that run async cases from a
+/// plain `#[test]` (to repeat them, or to restart a server in between).
+pub fn runtime(workers: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("runtime")
 }
 
 /// True in a CI run (`CI=true` or `CI=1`), where no server test may be

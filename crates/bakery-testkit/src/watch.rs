@@ -53,6 +53,30 @@ pub async fn count_reaches(what: &str, count: impl Fn() -> usize, n: usize) {
     }
 }
 
+/// After `store` lost the connection that feeds its watches: `lost` (a
+/// watch of `key` from before) ends, so its waiter falls back to polling,
+/// the store's count of fed watches (`active`) drops to 0, and a new watch
+/// of `key` (a new connection) is woken by `notify` again.
+pub async fn recovers_from_a_lost_feed(
+    store: &dyn VersionedStore,
+    key: &Key,
+    mut lost: Watch,
+    active: impl Fn() -> usize,
+) {
+    assert!(
+        !next_wake(&mut lost).await,
+        "a lost feed tells the waiter to poll"
+    );
+    count_reaches("active watches", active, 0).await;
+    let mut again = store
+        .watch(key)
+        .await
+        .unwrap()
+        .expect("a store that watched");
+    store.notify(key).await.unwrap();
+    assert!(next_wake(&mut again).await, "the new watch is fed");
+}
+
 pub(crate) fn cases() -> Vec<TargetCase> {
     vec![
         target_case!("watch", WATCH, a_change_by_another_client_wakes_every_watch),

@@ -74,30 +74,27 @@ fn case(name: &str) -> Case {
 
 /// Run `case` on a broken store; returns true if it failed (panicked).
 fn fails(name: &str, breakage: Breakage) -> bool {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .expect("runtime");
     let store: Arc<dyn VersionedStore> = Arc::new(BrokenStore {
         inner: MemoryStore::new(),
         breakage,
     });
-    runtime.block_on(async move { tokio::spawn((case(name).run)(store)).await.is_err() })
+    bakery_testkit::runtime(4)
+        .block_on(async move { tokio::spawn((case(name).run)(store)).await.is_err() })
+}
+
+/// A lost update needs an interleaving: run a bounded number of times, so
+/// the control is not flaky, and report whether any run failed.
+fn fails_within_20_runs(name: &str, breakage: Breakage) -> bool {
+    (0..20).any(|_| fails(name, breakage))
 }
 
 #[test]
 fn race_case_detects_lost_updates_of_a_read_then_write_cas() {
-    // A lost update needs an interleaving; repeat a bounded number of times
-    // so the control is not flaky, and fail if it never shows.
-    let detected = (0..20).any(|_| {
-        fails(
-            "cas::race_of_8_tasks_loses_no_update",
-            Breakage::ReadThenWrite,
-        )
-    });
     assert!(
-        detected,
+        fails_within_20_runs(
+            "cas::race_of_8_tasks_loses_no_update",
+            Breakage::ReadThenWrite
+        ),
         "the race case passed 20 times on a non-atomic CAS"
     );
 }
@@ -116,14 +113,11 @@ fn stale_case_detects_a_conflict_without_the_current_row() {
 
 #[test]
 fn sequence_case_detects_duplicates_from_a_read_then_write_cas() {
-    let detected = (0..20).any(|_| {
-        fails(
-            "sequence::eight_clients_10000_ids_unique_and_increasing",
-            Breakage::ReadThenWrite,
-        )
-    });
     assert!(
-        detected,
+        fails_within_20_runs(
+            "sequence::eight_clients_10000_ids_unique_and_increasing",
+            Breakage::ReadThenWrite
+        ),
         "8 clients never collided on a non-atomic CAS in 20 runs"
     );
 }
@@ -219,12 +213,15 @@ fn target_fails(name: &str, target: bakery_testkit::Target) -> bool {
         .into_iter()
         .find(|c| c.name == name)
         .unwrap_or_else(|| panic!("no capability case {name}"));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async move { tokio::spawn((case.run)(target)).await.is_err() })
+    bakery_testkit::runtime(4)
+        .block_on(async move { tokio::spawn((case.run)(target)).await.is_err() })
+}
+
+/// The reference: each open is a new, private MemoryStore.
+fn memory_target() -> bakery_testkit::Target {
+    bakery_testkit::Target::new(Arc::new(MemoryStore::new()), || async {
+        Ok(Arc::new(MemoryStore::new()) as Arc<dyn VersionedStore>)
+    })
 }
 
 const PERSISTENT: &str = "capabilities::persistent_rows_survive_a_reopen";
@@ -234,10 +231,10 @@ const LINEARIZABLE: &str = "capabilities::linearizable_reads_see_every_acknowled
 #[test]
 fn capability_cases_pass_on_memory_stores() {
     for case in [PERSISTENT, SHARED, LINEARIZABLE] {
-        let target = bakery_testkit::Target::new(Arc::new(MemoryStore::new()), || async {
-            Ok(Arc::new(MemoryStore::new()) as Arc<dyn VersionedStore>)
-        });
-        assert!(!target_fails(case, target), "{case} failed on MemoryStore");
+        assert!(
+            !target_fails(case, memory_target()),
+            "{case} failed on MemoryStore"
+        );
     }
 }
 
@@ -332,10 +329,10 @@ const WATCH_KEYS: &str = "watch::a_change_of_another_key_wakes_no_watch";
 #[test]
 fn watch_cases_pass_on_memory_stores_and_detect_wrong_wake_ups() {
     for case in [WATCH_WAKES, WATCH_KEYS] {
-        let target = bakery_testkit::Target::new(Arc::new(MemoryStore::new()), || async {
-            Ok(Arc::new(MemoryStore::new()) as Arc<dyn VersionedStore>)
-        });
-        assert!(!target_fails(case, target), "{case} failed on MemoryStore");
+        assert!(
+            !target_fails(case, memory_target()),
+            "{case} failed on MemoryStore"
+        );
     }
     assert!(
         target_fails(WATCH_WAKES, watching_target(true)),

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bakery_core::{Bytes, Key, PutOutcome, VersionedStore};
+use bakery_core::VersionedStore;
 use bakery_redis::{CasStrategy, RedisConfig, RedisStore};
 
 /// Both strategies, for tests that must pass on each.
@@ -89,41 +89,4 @@ pub async fn cas_cases(store: Arc<dyn VersionedStore>) {
             (case.run)(store.clone()).await;
         }
     }
-}
-
-/// Increment a decimal counter stored at `key` `n` times by CAS, retrying
-/// with the row a conflict hands back (no second read). Returns how many
-/// increments applied.
-pub async fn increment_n(store: &dyn VersionedStore, key: &Key, n: u64) -> u64 {
-    let mut current = store.get(key).await.expect("get");
-    let mut done = 0;
-    while done < n {
-        let value = current.as_ref().map(|row| number(&row.value)).unwrap_or(0);
-        let expected = current.as_ref().map(|row| row.version);
-        match store
-            .put_if_version(key, expected, Bytes::from((value + 1).to_string()))
-            .await
-            .expect("put_if_version")
-        {
-            PutOutcome::Applied(row) => {
-                assert_eq!(row.version, value + 1, "version and counter move together");
-                done += 1;
-                current = Some(row);
-            }
-            PutOutcome::Conflict(now) => {
-                let now = now.expect("the counter is never deleted");
-                assert!(
-                    Some(now.version) > expected,
-                    "a conflict returns a newer row"
-                );
-                current = Some(now);
-            }
-        }
-    }
-    done
-}
-
-/// The decimal number stored in a row's value.
-pub fn number(value: &[u8]) -> u64 {
-    std::str::from_utf8(value).unwrap().parse().unwrap()
 }
