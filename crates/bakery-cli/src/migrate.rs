@@ -48,6 +48,10 @@ pub struct MigrateArgs {
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub margin: u64,
 
+    /// Only show the plan; nothing is written (the default).
+    #[arg(long, conflicts_with_all = ["apply", "rollback"])]
+    pub dry_run: bool,
+
     /// Write: fence the source, read it, raise the bakery sequences.
     /// Without it, only the plan is shown (nothing is written).
     #[arg(long, conflicts_with = "rollback")]

@@ -51,7 +51,17 @@ fn plan_apply_again_and_refusals() {
     let db = dir.path().join("b.db");
     let orders = format!("{schema}.orders_id_seq");
     // The plan: exit 0 when every selected generator is safe, nothing written.
-    let out = bakery(&db, &["migrate", "--from", &uri, "--sequence", &orders]);
+    let out = bakery(
+        &db,
+        &[
+            "migrate",
+            "--from",
+            &uri,
+            "--sequence",
+            &orders,
+            "--dry-run",
+        ],
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(

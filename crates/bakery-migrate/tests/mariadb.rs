@@ -49,6 +49,20 @@ fn in_db(db: &str) -> Selection {
 /// every old writer ends on the fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn live_writers_onto_sqlite() {
+    let (_dir, target) = sqlite_target().await;
+    live_writers(target, "sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn live_writers_onto_postgres_backend() {
+    let Some(uri) = bakery_testkit::server_uri("BAKERY_POSTGRES_URI", "migrate onto postgres")
+    else {
+        return;
+    };
+    live_writers(bakery::connect(&uri).await.unwrap(), "postgres").await;
+}
+
+async fn live_writers(target: Arc<dyn VersionedStore>, label: &str) {
     let Some(uri) = source_uri() else { return };
     let (mut admin, db) = database(&uri, "live").await;
     admin
@@ -86,7 +100,6 @@ async fn live_writers_onto_sqlite() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    let (_dir, target) = sqlite_target().await;
     let migrator = Migrator::connect(&uri, target.clone(), Options::default())
         .await
         .unwrap();
@@ -144,7 +157,7 @@ async fn live_writers_onto_sqlite() {
     }
     let old = inserted.load(Ordering::Relaxed);
     assert_eq!(rows, old + 600);
-    eprintln!("live writers (mariadb) onto sqlite: {old} rows by the old generators, 600 by bakery, 0 collisions");
+    eprintln!("live writers (mariadb) onto {label}: {old} rows by the old generators, 600 by bakery, 0 collisions");
     // Again: nothing changes.
     let again = migrator.apply(&in_db(&db), &|_| {}).await.unwrap();
     for step in &again {
