@@ -43,6 +43,7 @@ pub fn percent_decode(backend: &'static str, what: &str, text: &str) -> Result<S
 /// ```
 /// use bakery_core::uri::redact;
 /// assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+/// assert_eq!(redact("redis:u:secret@h"), "***@h"); // not a URI: hidden anyway
 /// assert_eq!(
 ///     redact("postgres://h/db?user=u&password=secret&sslmode=require"),
 ///     "postgres://h/db?user=u&password=***&sslmode=require"
@@ -77,7 +78,12 @@ pub(crate) fn is_secret_option(name: &str) -> bool {
 
 fn redact_authority(uri: &str) -> String {
     let Some((scheme, rest)) = uri.split_once("://") else {
-        return uri.to_string();
+        // Not a URI (a typo such as `postgres:u:pw@h`): hide all before
+        // the last '@' in case it holds a password.
+        return match uri.rfind('@') {
+            Some(at) => format!("***@{}", &uri[at + 1..]),
+            None => uri.to_string(),
+        };
     };
     // Credentials run up to the LAST '@' before the path, so a password may
     // itself contain '@'.
