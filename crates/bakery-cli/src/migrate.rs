@@ -1,7 +1,7 @@
 //! `bakery migrate`: move PostgreSQL / MariaDB id generators onto a bakery
 //! sequence in the store `--uri` names (plan, apply, hand back).
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::sync::Arc;
 
 use bakery::VersionedStore;
@@ -123,12 +123,9 @@ pub async fn run(
             ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
-        // The bar's length costs a discovery pass: only for a person watching.
-        if std::io::stderr().is_terminal() {
-            bar.set_length(migrator.plan(&selection).await?.len() as u64);
-        }
         let steps = migrator
-            .apply(&selection, &|step: &Step| {
+            .apply(&selection, &|step: &Step, total: usize| {
+                bar.set_length(total as u64);
                 bar.set_message(step.source.clone());
                 bar.inc(1);
             })

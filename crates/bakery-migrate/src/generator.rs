@@ -221,6 +221,15 @@ pub(crate) fn start_above(top: i128, generator: &Generator, margin: u64) -> Resu
     })
 }
 
+/// The error when a generator cannot take back ids up to `last` (bakery's
+/// last reserved id) because it ends at `max`.
+pub(crate) fn cannot_hand_back(name: &str, last: i128, max: i128) -> bakery_core::Error {
+    bakery_core::Error::config(
+        crate::BACKEND,
+        format!("cannot hand {name} back: bakery reserved ids up to {last}, and it ends at {max}"),
+    )
+}
+
 /// The action that brings the bakery sequence (`bakery`: its first
 /// unreserved id and whether it is closed) to `start`.
 pub(crate) fn action_for(start: u64, bakery: Option<(u64, bool)>) -> Action {

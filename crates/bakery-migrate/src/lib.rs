@@ -33,7 +33,7 @@
 //! for step in &plan {
 //!     println!("{} -> {}: {:?}", step.source, step.target, step.action);
 //! }
-//! let done = migrator.apply(&Selection::all(), &|_| {}).await?;
+//! let done = migrator.apply(&Selection::all(), &|_, _| {}).await?;
 //! assert!(done.iter().all(|step| step.action.is_safe()));
 //! # Ok(()) }
 //! ```

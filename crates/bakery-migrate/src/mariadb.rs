@@ -20,8 +20,10 @@ use bakery_core::{Error, ErrorKind, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Pool, PoolConstraints, PoolOpts};
 
-use crate::generator::{Generator, Origin};
-use crate::source::{quote_ident, redact, Fenced, Source};
+use crate::generator::{cannot_hand_back, Generator, Origin};
+use bakery_core::uri::redact;
+
+use crate::source::{quote_ident, Fenced, Source};
 use crate::BACKEND;
 
 /// How long a fence waits for open transactions on its table (seconds):
@@ -429,14 +431,7 @@ impl Source for MariadbSource {
             Found::Sequence { .. } => {
                 let max = original_max.unwrap_or(now.max);
                 if resume > max {
-                    return Err(Error::config(
-                        BACKEND,
-                        format!(
-                            "cannot hand {} back: bakery reserved ids below {resume}, \
-                             and the sequence ends at {max}",
-                            g.name
-                        ),
-                    ));
+                    return Err(cannot_hand_back(&g.name, resume - 1, max));
                 }
                 conn.query_drop(format!(
                     "ALTER SEQUENCE {q} MAXVALUE {max} RESTART WITH {resume}"

@@ -156,16 +156,18 @@ impl Migrator {
     }
 
     /// Fence, read and raise every selected generator, `concurrency` at a
-    /// time; `progress` sees each step as it completes. Fails before
+    /// time; `progress` sees each step as it completes, with the number of
+    /// generators selected. Fails before
     /// writing anything if the selection names a generator the source
     /// lacks; a generator that is refused or whose calls fail is reported
     /// in its step (run again: every step is idempotent).
     pub async fn apply(
         &self,
         selection: &Selection,
-        progress: &(dyn Fn(&Step) + Sync),
+        progress: &(dyn Fn(&Step, usize) + Sync),
     ) -> Result<Vec<Step>> {
         let generators = self.select(selection).await?;
+        let total = generators.len();
         let steps = stream::iter(generators)
             .map(|g| async move {
                 let name = g.name.clone();
@@ -181,7 +183,7 @@ impl Migrator {
                         }
                     }
                 };
-                progress(&step);
+                progress(&step, total);
                 step
             })
             .buffered(self.options.concurrency)
@@ -226,6 +228,13 @@ impl Migrator {
         }
     }
 
+    fn refused(&self, g: &Generator, reason: String, fence: Fence) -> Step {
+        Step {
+            action: Action::Refused { reason },
+            ..self.step(g, None, fence)
+        }
+    }
+
     async fn select(&self, selection: &Selection) -> Result<Vec<Generator>> {
         if !selection.all && selection.names.is_empty() && selection.schemas.is_empty() {
             return Err(Error::invalid_input(
@@ -265,10 +274,7 @@ impl Migrator {
             (true, true) => Fence::AlreadyPlaced,
         };
         if let Some(reason) = refusal(&g, self.options.allow_increment) {
-            return Ok(Step {
-                action: Action::Refused { reason },
-                ..self.step(&g, None, fence)
-            });
+            return Ok(self.refused(&g, reason, fence));
         }
         let top = if self.options.fence {
             g.fence_top
@@ -277,12 +283,7 @@ impl Migrator {
         };
         let start = match start_above(top, &g, self.options.margin) {
             Ok(start) => start,
-            Err(reason) => {
-                return Ok(Step {
-                    action: Action::Refused { reason },
-                    ..self.step(&g, None, fence)
-                })
-            }
+            Err(reason) => return Ok(self.refused(&g, reason, fence)),
         };
         let bakery = self.bakery_state(&self.target_name(&g)).await?;
         Ok(Step {
@@ -293,12 +294,8 @@ impl Migrator {
 
     async fn apply_one(&self, found: Generator) -> Result<Step> {
         let target = self.target_name(&found);
-        let refused = |g: &Generator, reason: String, fence| Step {
-            action: Action::Refused { reason },
-            ..self.step(g, None, fence)
-        };
         if let Some(reason) = refusal(&found, self.options.allow_increment) {
-            return Ok(refused(&found, reason, Fence::None));
+            return Ok(self.refused(&found, reason, Fence::None));
         }
         let (generator, top, fence) = if self.options.fence {
             // The source's own maximum is recorded before the fence
@@ -319,7 +316,7 @@ impl Migrator {
                 .fence(&found, self.options.allow_increment)
                 .await?
             {
-                Fenced::Refused(reason) => return Ok(refused(&found, reason, Fence::None)),
+                Fenced::Refused(reason) => return Ok(self.refused(&found, reason, Fence::None)),
                 Fenced::Done {
                     generator,
                     top,
@@ -336,14 +333,14 @@ impl Migrator {
         } else {
             let g = self.source.read(&found).await?;
             if let Some(reason) = refusal(&g, self.options.allow_increment) {
-                return Ok(refused(&g, reason, Fence::None));
+                return Ok(self.refused(&g, reason, Fence::None));
             }
             let top = g.next_free - 1;
             (g, top, Fence::None)
         };
         let start = match start_above(top, &generator, self.options.margin) {
             Ok(start) => start,
-            Err(reason) => return Ok(refused(&generator, reason, fence)),
+            Err(reason) => return Ok(self.refused(&generator, reason, fence)),
         };
         let raised = Sequence::raise(&*self.target, &target, start).await?;
         tracing::info!(

@@ -24,8 +24,10 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
-use crate::generator::{refusal, Generator, Origin};
-use crate::source::{quote_ident, redact, Fenced, Source};
+use crate::generator::{cannot_hand_back, refusal, Generator, Origin};
+use bakery_core::uri::redact;
+
+use crate::source::{quote_ident, Fenced, Source};
 use crate::BACKEND;
 
 /// A PostgreSQL database to migrate from.
@@ -368,14 +370,7 @@ impl Source for PostgresSource {
         let top = bakery_top.max(own_top);
         if let Some(top) = top {
             if top >= i128::from(max) {
-                return Err(Error::config(
-                    BACKEND,
-                    format!(
-                        "cannot hand {} back: bakery reserved ids up to {top}, \
-                         and the sequence ends at {max}",
-                        g.name
-                    ),
-                ));
+                return Err(cannot_hand_back(&g.name, top, max.into()));
             }
         }
         if max != found.max {

@@ -1,6 +1,7 @@
 //! The source database, chosen by its URI's scheme.
 
 use async_trait::async_trait;
+use bakery_core::uri::redact;
 use bakery_core::{Error, Result};
 
 use crate::generator::Generator;
@@ -88,18 +89,6 @@ pub(crate) async fn open(uri: &str, connections: usize) -> Result<Box<dyn Source
     }
 }
 
-/// `uri` with any password replaced, for messages.
-pub(crate) fn redact(uri: &str) -> String {
-    match url::Url::parse(uri) {
-        Ok(mut url) if url.password().is_some() => {
-            let _ = url.set_password(Some("***"));
-            url.to_string()
-        }
-        Ok(url) => url.to_string(),
-        Err(_) => uri.split('@').next_back().unwrap_or(uri).to_string(),
-    }
-}
-
 /// `name` quoted as an SQL identifier with `quote` (`"` or `` ` ``).
 pub(crate) fn quote_ident(name: &str, quote: char) -> String {
     let doubled = name.replace(quote, &format!("{quote}{quote}"));
@@ -112,6 +101,7 @@ mod tests {
 
     #[test]
     fn identifiers_are_quoted_and_passwords_hidden() {
+        // (core's redact, which the sources use in their messages)
         assert_eq!(quote_ident("a\"b", '"'), "\"a\"\"b\"");
         assert_eq!(quote_ident("t`x", '`'), "`t``x`");
         assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");

@@ -3,12 +3,15 @@
 //! test works in a database of its own.
 #![cfg(feature = "mariadb")]
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bakery_core::{ErrorKind, VersionedStore};
 use bakery_migrate::{Action, Fence, Migrator, Options, Selection};
 use bakery_recipes::sequence::Sequence;
+use common::{in_schema, sqlite_target};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
@@ -28,20 +31,6 @@ async fn database(uri: &str, case: &str) -> (Conn, String) {
         .await
         .unwrap();
     (admin, db)
-}
-
-async fn sqlite_target() -> (tempfile::TempDir, Arc<dyn VersionedStore>) {
-    let dir = tempfile::tempdir().unwrap();
-    let uri = bakery::sqlite_uri(&dir.path().join("bakery.db")).unwrap();
-    (dir, bakery::connect(&uri).await.unwrap())
-}
-
-fn in_db(db: &str) -> Selection {
-    Selection {
-        all: true,
-        schemas: vec![db.to_string()],
-        names: vec![],
-    }
 }
 
 /// Old writers insert with AUTO_INCREMENT and NEXT VALUE FOR while the
@@ -103,7 +92,7 @@ async fn live_writers(target: Arc<dyn VersionedStore>, label: &str) {
     let migrator = Migrator::connect(&uri, target.clone(), Options::default())
         .await
         .unwrap();
-    let steps = migrator.apply(&in_db(&db), &|_| {}).await.unwrap();
+    let steps = migrator.apply(&in_schema(&db), &|_, _| {}).await.unwrap();
     assert_eq!(steps.len(), 2, "{steps:?}");
     for step in &steps {
         assert_eq!(step.action, Action::Create, "{step:?}");
@@ -159,7 +148,7 @@ async fn live_writers(target: Arc<dyn VersionedStore>, label: &str) {
     assert_eq!(rows, old + 600);
     eprintln!("live writers (mariadb) onto {label}: {old} rows by the old generators, 600 by bakery, 0 collisions");
     // Again: nothing changes.
-    let again = migrator.apply(&in_db(&db), &|_| {}).await.unwrap();
+    let again = migrator.apply(&in_schema(&db), &|_, _| {}).await.unwrap();
     for step in &again {
         assert!(
             matches!(step.action, Action::AlreadySafe { .. }),
@@ -191,8 +180,8 @@ async fn rollback_then_forward_again() {
     let migrator = Migrator::connect(&uri, target.clone(), Options::default())
         .await
         .unwrap();
-    let all = in_db(&db);
-    let steps = migrator.apply(&all, &|_| {}).await.unwrap();
+    let all = in_schema(&db);
+    let steps = migrator.apply(&all, &|_, _| {}).await.unwrap();
     assert!(
         steps.iter().all(|s| s.action == Action::Create),
         "{steps:?}"
@@ -255,7 +244,7 @@ async fn rollback_then_forward_again() {
     let fresh = Sequence::builder(target.clone(), &t).build().unwrap();
     assert_eq!(fresh.next().await.unwrap_err().kind(), ErrorKind::Config);
     // Forward again.
-    let steps = migrator.apply(&all, &|_| {}).await.unwrap();
+    let steps = migrator.apply(&all, &|_, _| {}).await.unwrap();
     assert!(
         steps
             .iter()

@@ -2,12 +2,15 @@
 //! postgres`), onto SQLite and onto the PostgreSQL backend. Each test works
 //! in a schema of its own.
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bakery_core::{ErrorKind, VersionedStore};
 use bakery_migrate::{Action, Fence, Migrator, Options, Selection};
 use bakery_recipes::sequence::{Raised, Sequence};
+use common::{in_schema, sqlite_target};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
 
@@ -30,20 +33,6 @@ async fn schema(uri: &str, case: &str) -> (Client, String) {
         .await
         .unwrap();
     (client, schema)
-}
-
-async fn sqlite_target() -> (tempfile::TempDir, Arc<dyn VersionedStore>) {
-    let dir = tempfile::tempdir().unwrap();
-    let uri = bakery::sqlite_uri(&dir.path().join("bakery.db")).unwrap();
-    (dir, bakery::connect(&uri).await.unwrap())
-}
-
-fn in_schema(schema: &str) -> Selection {
-    Selection {
-        schemas: vec![schema.to_string()],
-        all: true,
-        names: vec![],
-    }
 }
 
 async fn migrator(uri: &str, target: Arc<dyn VersionedStore>) -> Migrator {
@@ -116,7 +105,10 @@ async fn live_writers(target: Arc<dyn VersionedStore>, label: &str) {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     let migrator = migrator(&uri, target.clone()).await;
-    let steps = migrator.apply(&in_schema(&schema), &|_| {}).await.unwrap();
+    let steps = migrator
+        .apply(&in_schema(&schema), &|_, _| {})
+        .await
+        .unwrap();
     assert_eq!(steps.len(), 3, "{steps:?}");
     for step in &steps {
         assert_eq!(step.action, Action::Create, "{step:?}");
@@ -283,7 +275,10 @@ async fn plan_apply_and_apply_again() {
             "{name} not fenced"
         );
     }
-    let steps = migrator.apply(&in_schema(&schema), &|_| {}).await.unwrap();
+    let steps = migrator
+        .apply(&in_schema(&schema), &|_, _| {})
+        .await
+        .unwrap();
     // A never-used generator gives up its first value to the fence.
     assert_eq!(by_name(&steps, "empty_id_seq").start, Some(3));
     assert_eq!(by_name(&steps, "never").start, Some(1001));
@@ -333,7 +328,10 @@ async fn plan_apply_and_apply_again() {
         Some(&SqlState::SEQUENCE_GENERATOR_LIMIT_EXCEEDED)
     );
     // Again: nothing changes, and the steps say so.
-    let again = migrator.apply(&in_schema(&schema), &|_| {}).await.unwrap();
+    let again = migrator
+        .apply(&in_schema(&schema), &|_, _| {})
+        .await
+        .unwrap();
     for step in again.iter().filter(|s| s.action.is_safe()) {
         assert!(
             matches!(step.action, Action::AlreadySafe { .. }),
@@ -362,7 +360,7 @@ async fn rollback_then_forward_again() {
     let migrator = migrator(&uri, target.clone()).await;
     let name = format!("{schema}.t_id_seq");
     let only = Selection::names([name.clone()]);
-    migrator.apply(&only, &|_| {}).await.unwrap();
+    migrator.apply(&only, &|_, _| {}).await.unwrap();
     let sequence = Sequence::builder(target.clone(), &name)
         .block_size(7)
         .build()
@@ -399,7 +397,7 @@ async fn rollback_then_forward_again() {
     // A second hand-back changes nothing.
     assert!(!migrator.back(&only).await.unwrap()[0].changed);
     // Forward again: bakery reopens above the source.
-    let steps = migrator.apply(&only, &|_| {}).await.unwrap();
+    let steps = migrator.apply(&only, &|_, _| {}).await.unwrap();
     assert!(
         matches!(steps[0].action, Action::Reopen { .. }),
         "{steps:?}"
@@ -450,7 +448,7 @@ async fn bad_input_is_typed_and_writes_nothing() {
     );
     let migrator = migrator(&uri, target.clone()).await;
     let missing = Selection::names([format!("{schema}.s"), format!("{schema}.nope")]);
-    let err = migrator.apply(&missing, &|_| {}).await.unwrap_err();
+    let err = migrator.apply(&missing, &|_, _| {}).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
     assert!(err.message().contains("nope"), "{err}");
     assert_eq!(
