@@ -226,10 +226,23 @@ fn note(tally: &mut Tally, kind: ErrorKind, e: &bakery::Error) {
     }
 }
 
+/// FerretDB (the `mongodb` backend here) stores its data in the project's
+/// PostgreSQL, so restarting PostgreSQL is a fault for it too: the two
+/// tests take this lock so neither restarts a server under the other.
+/// The other servers stand alone and run their tests in parallel.
+static POSTGRES_AND_DEPENDENTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn restart_mid_run(backend: &str, var: &str) {
     let Some(uri) = enabled(backend, var) else {
         return;
     };
+    // A panic in the other test poisons the lock; that test has failed
+    // already and this one still runs.
+    let _exclusive = matches!(backend, "postgres" | "mongodb").then(|| {
+        POSTGRES_AND_DEPENDENTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
