@@ -1,8 +1,11 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+pub mod consumer;
 pub mod fence;
+pub mod keys;
 pub mod lamport;
 pub mod lock;
+pub mod once;
 pub mod sequence;
 pub mod time;

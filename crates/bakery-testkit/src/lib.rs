@@ -9,6 +9,7 @@ pub mod corrupt;
 pub mod faults;
 mod lock;
 pub mod namespace;
+mod once;
 pub mod options;
 mod sequence;
 pub mod watch;
@@ -39,11 +40,12 @@ impl std::fmt::Debug for Case {
 }
 
 /// Every case of the suite: the contract of `put_if_version`, the
-/// sequence recipe and the lock recipes. Each must pass unchanged on every backend.
+/// sequence recipe, the lock recipes and the exactly-once recipes. Each must pass unchanged on every backend.
 pub fn cases() -> Vec<Case> {
     let mut all = cas::cases();
     all.extend(sequence::cases());
     all.extend(lock::cases());
+    all.extend(once::cases());
     all
 }
 

@@ -54,7 +54,7 @@
 
 mod guard;
 mod state;
-mod wake;
+pub(crate) mod wake;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -164,7 +164,7 @@ impl LockBuilder {
     }
 }
 
-fn default_owner() -> String {
+pub(crate) fn default_owner() -> String {
     let host = gethostname::gethostname().to_string_lossy().into_owned();
     format!("{host}:{}", std::process::id())
 }
