@@ -8,9 +8,12 @@ pub use bakery_core::{
     validate_name, Bytes, Capabilities, CountingStore, DeleteOutcome, Error, ErrorKind, Key,
     MemoryStore, OpCounts, PutOutcome, Result, Row, Version, VersionedStore, Watch, WatchSender,
 };
+pub use bakery_recipes::consumer::{self, Consumer, ConsumerBuilder, Processed};
 pub use bakery_recipes::fence::{self, Fenced, FencedRead, FencedValue, FencedWrite};
+pub use bakery_recipes::keys;
 pub use bakery_recipes::lamport;
 pub use bakery_recipes::lock::{self, Lock, LockBuilder, LockGuard, LockState, LostReason};
+pub use bakery_recipes::once::{self, Execution, Idempotency, IdempotencyBuilder, RunError};
 pub use bakery_recipes::sequence::{self, IdBatch, Sequence, SequenceBuilder, SequenceState};
 pub use bakery_recipes::time::{self, TimeService};
 

@@ -55,6 +55,11 @@ pub enum Command {
     #[command(subcommand)]
     Fence(crate::lock::FenceCommand),
 
+    /// Run a command at most once per key across every machine sharing the
+    /// store, and replay its output and exit status to later callers.
+    #[command(subcommand)]
+    Once(crate::once::OnceCommand),
+
     /// Lamport clocks and Lamport's distributed mutual exclusion, simulated
     /// (no store involved).
     #[command(subcommand)]

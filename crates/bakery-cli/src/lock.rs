@@ -133,7 +133,7 @@ pub struct FenceWriteArgs {
     pub token: u64,
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
     if duration.is_zero() {
         return Err("must be greater than zero".into());
@@ -234,12 +234,14 @@ async fn hold_while_running(
     }
 }
 
-fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal, CliError> {
+pub(crate) fn signal(
+    kind: tokio::signal::unix::SignalKind,
+) -> Result<tokio::signal::unix::Signal, CliError> {
     tokio::signal::unix::signal(kind)
         .map_err(|e| CliError::Message(format!("cannot install a signal handler: {e}")))
 }
 
-fn forward(child: &Child, signal: Signal) {
+pub(crate) fn forward(child: &Child, signal: Signal) {
     if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
         let _ = kill(Pid::from_raw(pid), signal);
     }
@@ -255,7 +257,7 @@ async fn stop(child: &mut Child) -> Result<(), CliError> {
 }
 
 /// COMMAND's status as ours: its code, or 128+N when killed by signal N.
-fn exit_code(status: ExitStatus) -> u8 {
+pub(crate) fn exit_code(status: ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => u8::try_from(code).unwrap_or(1),

@@ -8,6 +8,7 @@ mod cli;
 mod lamport;
 mod lock;
 mod migrate;
+mod once;
 mod output;
 mod seq;
 
@@ -87,6 +88,25 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             match command {
                 FenceCommand::Read(args) => lock::fence_read(store, args, cli.json).await,
                 FenceCommand::Write(args) => lock::fence_write(store, args).await,
+            }
+        }
+        Command::Once(command) => {
+            let (key, scope) = match command {
+                once::OnceCommand::Run(args) => (&args.key, &args.scope),
+                once::OnceCommand::Show(args) | once::OnceCommand::Forget(args) => {
+                    (&args.key, &args.scope)
+                }
+            };
+            bakery::validate_name(key)?;
+            bakery::validate_name(scope)?;
+            let (store, _) = open(cli.uri.as_deref()).await?;
+            match command {
+                once::OnceCommand::Run(args) => match once::run(store, args).await? {
+                    0 => Ok(()),
+                    code => Err(CliError::Exit(code)),
+                },
+                once::OnceCommand::Show(args) => once::show(store, args, cli.json).await,
+                once::OnceCommand::Forget(args) => once::forget(store, args).await,
             }
         }
         Command::Migrate(args) => {
