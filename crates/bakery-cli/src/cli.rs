@@ -60,6 +60,12 @@ pub enum Command {
     #[command(subcommand)]
     Once(crate::once::OnceCommand),
 
+    /// A PostgreSQL transactional outbox: messages written into the WAL by
+    /// the producer's own transaction, relayed in commit order and applied
+    /// exactly once into any bakery store.
+    #[command(subcommand)]
+    Outbox(crate::outbox::OutboxCommand),
+
     /// Lamport clocks and Lamport's distributed mutual exclusion, simulated
     /// (no store involved).
     #[command(subcommand)]

@@ -9,6 +9,7 @@ mod lamport;
 mod lock;
 mod migrate;
 mod once;
+mod outbox;
 mod output;
 mod seq;
 
@@ -108,6 +109,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 once::OnceCommand::Show(args) => once::show(store, args, cli.json).await,
                 once::OnceCommand::Forget(args) => once::forget(store, args).await,
             }
+        }
+        Command::Outbox(outbox::OutboxCommand::Emit(args)) => outbox::emit_one(args).await,
+        Command::Outbox(outbox::OutboxCommand::Relay(args)) => {
+            outbox::relay(args, async |uri: &str| Ok(open(Some(uri)).await?.0)).await
+        }
+        Command::Outbox(outbox::OutboxCommand::Show(args)) => {
+            let (store, _) = open(cli.uri.as_deref()).await?;
+            outbox::show(store, args, cli.json).await
         }
         Command::Migrate(args) => {
             let (store, _) = open(cli.uri.as_deref()).await?;
