@@ -37,6 +37,15 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Wait (bounded) until `path` exists.
+fn wait_for(path: &Path, why: &str) {
+    let begun = Instant::now();
+    while !path.exists() {
+        assert!(begun.elapsed() < PATIENCE, "{why}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn lines(path: &Path) -> usize {
     std::fs::read_to_string(path)
         .map(|s| s.lines().count())
@@ -95,75 +104,34 @@ fn concurrent_processes_run_the_command_once_and_share_its_result() {
     assert_eq!(json["record"]["status"], "completed");
 }
 
+/// `bakery once run [FLAGS…] --lease 300ms job -- sh -c SCRIPT`.
+fn run_job(dir: &Path, flags: &[&str], script: &str) -> Command {
+    let mut args = vec!["once", "run"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["--lease", "300ms", "job", "--", "sh", "-c", script]);
+    bakery(dir, &args)
+}
+
 #[test]
 fn a_killed_runner_is_taken_over_after_its_lease() {
     let dir = TempDir::new().expect("dir");
     let started = dir.path().join("started");
-    let mut runner = bakery(
-        dir.path(),
-        &[
-            "once",
-            "run",
-            "--lease",
-            "300ms",
-            "job",
-            "--",
-            "sh",
-            "-c",
-            "echo x > \"$D/started\"; exec sleep 20",
-        ],
-    )
-    .spawn()
-    .expect("spawn");
-    let begun = Instant::now();
-    while !started.exists() {
-        assert!(begun.elapsed() < PATIENCE, "the command never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let long = "echo x > \"$D/started\"; exec sleep 20";
+    let mut runner = run_job(dir.path(), &[], long).spawn().expect("spawn");
+    wait_for(&started, "the command never started");
     runner.kill().expect("kill -9 the runner"); // SIGKILL: no clean-up
     let _ = runner.wait();
     // The command line differs from the dead runner's: refused, nothing run.
-    let refused = bakery(
-        dir.path(),
-        &[
-            "once",
-            "run",
-            "--lease",
-            "300ms",
-            "job",
-            "--",
-            "sh",
-            "-c",
-            "echo token=$BAKERY_FENCING_TOKEN",
-        ],
-    )
-    .output()
-    .expect("run");
+    let refused = run_job(dir.path(), &[], "echo token=$BAKERY_FENCING_TOKEN")
+        .output()
+        .expect("run");
     assert_eq!(refused.status.code(), Some(1));
-    assert!(
-        text(&refused.stderr).contains("different payload"),
-        "{}",
-        text(&refused.stderr)
-    );
-    let same = [
-        "once",
-        "run",
-        "--lease",
-        "300ms",
-        "job",
-        "--",
-        "sh",
-        "-c",
-        "echo x > \"$D/started\"; exec sleep 20",
-    ];
+    let stderr = text(&refused.stderr);
+    assert!(stderr.contains("different payload"), "{stderr}");
     // The same command: taken over (token 2) once the lease has passed.
     std::fs::remove_file(&started).expect("rm");
-    let mut taker = bakery(dir.path(), &same).spawn().expect("spawn");
-    let begun = Instant::now();
-    while !started.exists() {
-        assert!(begun.elapsed() < PATIENCE, "never taken over");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut taker = run_job(dir.path(), &[], long).spawn().expect("spawn");
+    wait_for(&started, "never taken over");
     let shown = bakery(dir.path(), &["--json", "once", "show", "job"])
         .output()
         .expect("show");
@@ -171,23 +139,9 @@ fn a_killed_runner_is_taken_over_after_its_lease() {
     assert_eq!(json["record"]["attempt"], 2, "{json}");
     assert_eq!(json["record"]["status"], "in_progress");
     // While it runs, --no-wait exits 75 without running anything.
-    let busy = bakery(
-        dir.path(),
-        &[
-            "once",
-            "run",
-            "--no-wait",
-            "--lease",
-            "300ms",
-            "job",
-            "--",
-            "sh",
-            "-c",
-            "echo x > \"$D/started\"; exec sleep 20",
-        ],
-    )
-    .output()
-    .expect("run");
+    let busy = run_job(dir.path(), &["--no-wait"], long)
+        .output()
+        .expect("run");
     assert_eq!(busy.status.code(), Some(75), "{}", text(&busy.stderr));
     taker.kill().expect("kill");
     let _ = taker.wait();

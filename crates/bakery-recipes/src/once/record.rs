@@ -17,20 +17,10 @@ pub enum Status {
     Failed,
 }
 
-/// The worker running a key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Worker {
-    /// Unique id of the claim (one per call).
-    pub id: String,
-    /// Human-readable owner (`host:pid` unless set).
-    pub owner: String,
-    /// Heartbeat counter, advanced every lease/3.
-    pub beat: u64,
-    /// The lease in milliseconds: seen unchanged for this long, the worker
-    /// may be replaced.
-    pub lease_ms: u64,
-}
+/// The worker running a key: the lock's holder record, with the same
+/// meaning (a claim id, an owner, a heartbeat counter, a lease) and the
+/// same clock-free lease rule.
+pub type Worker = crate::lock::Holder;
 
 /// The stored state of one idempotency key (JSON in the row).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
