@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bakery_core::durability::ACCEPT_DATA_LOSS;
 use bakery_core::options::{self, MAX_MILLIS};
-use bakery_core::uri::{percent_decode, percent_encode, Credentials, Password};
+use bakery_core::uri::{percent_decode, percent_encode, Credentials};
 use bakery_core::{Error, Result};
 use serde::de;
 
@@ -196,6 +196,23 @@ impl fmt::Display for Replication {
     }
 }
 
+/// [`Level`] for a consistency enum from its URI spellings, and its
+/// `as_str`.
+macro_rules! level {
+    ($level:ident { $($name:literal => $variant:ident,)* }) => {
+        impl Level for $level {
+            const NAMES: &'static [(&'static str, Self)] = &[$(($name, $level::$variant)),*];
+        }
+
+        impl $level {
+            /// The URI spelling.
+            pub fn as_str(self) -> &'static str {
+                self.name()
+            }
+        }
+    };
+}
+
 /// The serial consistency of the Paxos rounds (conditional writes and
 /// reads): who has to agree on the ballot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -213,19 +230,10 @@ pub enum Serial {
     LocalSerial,
 }
 
-impl Level for Serial {
-    const NAMES: &'static [(&'static str, Self)] = &[
-        ("serial", Serial::Serial),
-        ("local_serial", Serial::LocalSerial),
-    ];
-}
-
-impl Serial {
-    /// The URI spelling.
-    pub fn as_str(self) -> &'static str {
-        self.name()
-    }
-}
+level!(Serial {
+    "serial" => Serial,
+    "local_serial" => LocalSerial,
+});
 
 /// The (commit) consistency level of the conditional writes: how many
 /// replicas must have applied the Paxos commit before a write is
@@ -257,26 +265,17 @@ pub enum Consistency {
     LocalOne,
 }
 
-impl Level for Consistency {
-    const NAMES: &'static [(&'static str, Self)] = &[
-        ("any", Consistency::Any),
-        ("one", Consistency::One),
-        ("two", Consistency::Two),
-        ("three", Consistency::Three),
-        ("quorum", Consistency::Quorum),
-        ("all", Consistency::All),
-        ("local_quorum", Consistency::LocalQuorum),
-        ("each_quorum", Consistency::EachQuorum),
-        ("local_one", Consistency::LocalOne),
-    ];
-}
-
-impl Consistency {
-    /// The URI spelling.
-    pub fn as_str(self) -> &'static str {
-        self.name()
-    }
-}
+level!(Consistency {
+    "any" => Any,
+    "one" => One,
+    "two" => Two,
+    "three" => Three,
+    "quorum" => Quorum,
+    "all" => All,
+    "local_quorum" => LocalQuorum,
+    "each_quorum" => EachQuorum,
+    "local_one" => LocalOne,
+});
 
 /// A consistency level, named in the URI in any case (`local_serial`,
 /// `LOCAL_SERIAL`: CQL spells them in capitals).
@@ -479,58 +478,9 @@ impl CassandraConfig {
         Ok(config)
     }
 
-    /// Use `keyspace` (default [`DEFAULT_KEYSPACE`]). Validated on open.
-    pub fn with_keyspace(mut self, keyspace: impl Into<String>) -> Self {
-        self.keyspace = keyspace.into();
-        self
-    }
-
-    /// Use `table` (default [`DEFAULT_TABLE`]). Validated on open.
-    pub fn with_table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
-        self
-    }
-
-    /// Replicate a keyspace bakery creates this way (default `rf=1`).
-    pub fn with_replication(mut self, replication: Replication) -> Self {
-        self.replication = replication;
-        self
-    }
-
-    /// The serial consistency of the Paxos rounds (default `SERIAL`).
-    pub fn with_serial(mut self, serial: Serial) -> Self {
-        self.serial = serial;
-        self
-    }
-
-    /// The commit consistency of the writes (default `QUORUM`).
-    pub fn with_consistency(mut self, consistency: Consistency) -> Self {
-        self.consistency = consistency;
-        self
-    }
-
-    /// Fail a call, or opening, that takes longer than `timeout` (default
-    /// [`DEFAULT_TIMEOUT`]).
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
     /// Authenticate as `user` with `password` (PasswordAuthenticator).
     pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.credentials.user = Some(user.into());
-        self.credentials.password = Some(Password::new(password));
-        self
-    }
-
-    /// Open even where an acknowledged write can be lost to one machine's
-    /// crash or power loss (default `false`: such a deployment is refused
-    /// at open with an [`ErrorKind::Config`](bakery_core::ErrorKind::Config)
-    /// error naming each setting; crate docs, "Durability"). With `true`
-    /// the store opens and logs the settings as a warning: after a crash a
-    /// sequence may hand out the same ids again.
-    pub fn with_accept_data_loss(mut self, accept: bool) -> Self {
-        self.accept_data_loss = accept;
+        self.credentials = Credentials::new(user, password);
         self
     }
 
@@ -541,55 +491,14 @@ impl CassandraConfig {
         self.scheme
     }
 
-    /// The contact points, as `host:port`.
-    pub fn hosts(&self) -> &[String] {
-        &self.hosts
-    }
-
-    /// The keyspace.
-    pub fn keyspace(&self) -> &str {
-        &self.keyspace
-    }
-
-    /// The table.
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
-    /// The replication of a keyspace bakery creates.
-    pub fn replication(&self) -> &Replication {
-        &self.replication
-    }
-
-    /// The serial consistency of the Paxos rounds.
-    pub fn serial(&self) -> Serial {
-        self.serial
-    }
-
-    /// The commit consistency of the writes.
-    pub fn consistency(&self) -> Consistency {
-        self.consistency
-    }
-
-    /// The client-side bound of each call.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
     /// The user, if any.
     pub fn user(&self) -> Option<&str> {
-        self.credentials.user.as_deref()
-    }
-
-    /// True if the store may open where an acknowledged write can be lost
-    /// (`accept_data_loss=true`).
-    pub fn accept_data_loss(&self) -> bool {
-        self.accept_data_loss
+        self.credentials.user()
     }
 
     /// True when a password is set (it is never handed out).
     pub fn has_password(&self) -> bool {
-        self.credentials.password.is_some()
+        self.credentials.has_password()
     }
 
     /// The credentials for the driver.
@@ -702,16 +611,11 @@ fn validate_name(what: &str, name: &str) -> Result<()> {
         && name.len() <= MAX_NAME_LEN
         && name.as_bytes()[0].is_ascii_alphabetic()
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::config(
-            BACKEND,
-            format!(
-                "cassandra `{what}` name {name:?} is not 1 to {MAX_NAME_LEN} ASCII letters, digits and `_` starting with a letter"
-            ),
-        ))
-    }
+    options::require(BACKEND, ok, || {
+        format!(
+            "cassandra `{what}` name {name:?} is not 1 to {MAX_NAME_LEN} ASCII letters, digits and `_` starting with a letter"
+        )
+    })
 }
 
 /// `host[:port]` or `[v6][:port]` to `host:port`.
@@ -774,3 +678,46 @@ fn parse_host(host: &str) -> Result<String> {
     };
     Ok(format!("{name}:{port}"))
 }
+
+bakery_core::setters! { CassandraConfig {
+    /// Use `keyspace` (default [`DEFAULT_KEYSPACE`]). Validated on open.
+    with_keyspace(keyspace: impl Into<String>);
+    /// Use `table` (default [`DEFAULT_TABLE`]). Validated on open.
+    with_table(table: impl Into<String>);
+    /// Replicate a keyspace bakery creates this way (default `rf=1`).
+    with_replication(replication: Replication);
+    /// The serial consistency of the Paxos rounds (default `SERIAL`).
+    with_serial(serial: Serial);
+    /// The commit consistency of the writes (default `QUORUM`).
+    with_consistency(consistency: Consistency);
+    /// Fail a call, or opening, that takes longer than `timeout` (default
+    /// [`DEFAULT_TIMEOUT`]).
+    with_timeout(timeout: Duration);
+    /// Open even where an acknowledged write can be lost to one machine's
+    /// crash or power loss (default `false`: such a deployment is refused
+    /// at open with an [`ErrorKind::Config`](bakery_core::ErrorKind::Config)
+    /// error naming each setting; crate docs, "Durability"). With `true`
+    /// the store opens and logs the settings as a warning: after a crash a
+    /// sequence may hand out the same ids again.
+    with_accept_data_loss(accept_data_loss: bool);
+}}
+
+bakery_core::getters! { CassandraConfig {
+    /// The contact points, as `host:port`.
+    hosts: &[String];
+    /// The keyspace.
+    keyspace: &str;
+    /// The table.
+    table: &str;
+    /// The replication of a keyspace bakery creates.
+    replication: &Replication;
+    /// The serial consistency of the Paxos rounds.
+    serial: Serial;
+    /// The commit consistency of the writes.
+    consistency: Consistency;
+    /// The client-side bound of each call.
+    timeout: Duration;
+    /// True if the store may open where an acknowledged write can be lost
+    /// (`accept_data_loss=true`).
+    accept_data_loss: bool;
+}}

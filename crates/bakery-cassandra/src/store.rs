@@ -494,11 +494,7 @@ impl CassandraStore {
 
 fn applied(key: &Key, value: Bytes, version: Version) -> PutOutcome {
     tracing::debug!(version, "applied");
-    PutOutcome::Applied(Row {
-        key: key.clone(),
-        value,
-        version,
-    })
+    PutOutcome::Applied(Row::new(key, value, version))
 }
 
 /// Only a put can run out of versions.
@@ -980,16 +976,6 @@ async fn ensure_table(session: &Session, config: &CassandraConfig) -> Result<()>
     ))
 }
 
-impl fmt::Debug for CassandraStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The config's Debug redacts the password.
-        f.debug_struct("CassandraStore")
-            .field("config", &self.inner.config)
-            .field("scylla", &self.inner.scylla)
-            .finish_non_exhaustive()
-    }
-}
-
 #[async_trait]
 impl VersionedStore for CassandraStore {
     fn backend(&self) -> &'static str {
@@ -1062,5 +1048,15 @@ impl VersionedStore for CassandraStore {
             }
             AtVersion::Conflict(current) => DeleteOutcome::Conflict(current),
         })
+    }
+}
+
+impl fmt::Debug for CassandraStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The config's Debug redacts the password.
+        f.debug_struct("CassandraStore")
+            .field("config", &self.inner.config)
+            .field("scylla", &self.inner.scylla)
+            .finish_non_exhaustive()
     }
 }

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+pub mod builder;
 mod counting;
 pub mod durability;
 pub mod error;
@@ -9,6 +10,7 @@ mod memory;
 pub mod options;
 mod store;
 pub mod uri;
+pub mod watchers;
 
 pub use bytes::Bytes;
 pub use counting::{CountingStore, OpCounts};
@@ -16,7 +18,8 @@ pub use error::{BoxError, Error, ErrorKind, Operation, Result, Sent};
 pub use key::{validate_name, Key, MAX_KEY_LEN};
 pub use memory::MemoryStore;
 pub use store::{
-    Capabilities, DeleteOutcome, PutOutcome, Row, Version, VersionedStore, Watch, WatchSender,
+    Capabilities, DeleteOutcome, PutOutcome, Row, Stored, Version, VersionedStore, Watch,
+    WatchSender,
 };
 
 /// Re-exported so backend crates implement the trait with the same macro.

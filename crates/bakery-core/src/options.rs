@@ -226,6 +226,42 @@ pub fn invalid(backend: &'static str, name: &str, value: &str, expected: &str) -
     )
 }
 
+/// `Ok(())` if `ok`, else an [`ErrorKind::Config`](crate::ErrorKind::Config)
+/// error of `backend` saying `message()`.
+pub fn require(backend: &'static str, ok: bool, message: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::config(backend, message()))
+    }
+}
+
+/// Refuse a URI's `pool_size` outside 1 to `max`, in the words of [`invalid`]:
+/// `sqlite URI option `pool_size`: "0" is not a pool size from 1 to 64`.
+pub fn pool_size(backend: &'static str, size: usize, max: usize) -> Result<()> {
+    if (1..=max).contains(&size) {
+        return Ok(());
+    }
+    Err(invalid(
+        backend,
+        "pool_size",
+        &size.to_string(),
+        &format!("a pool size from 1 to {max}"),
+    ))
+}
+
+/// Refuse a configured count outside 1 to `max`:
+/// `postgres option `pool_size` must be from 1 to 1024, not 0`.
+pub fn count_in_range(backend: &'static str, name: &str, value: usize, max: usize) -> Result<()> {
+    if (1..=max).contains(&value) {
+        return Ok(());
+    }
+    Err(Error::config(
+        backend,
+        format!("{backend} option `{name}` must be from 1 to {max}, not {value}"),
+    ))
+}
+
 /// `deserialize_with` for a duration option: whole milliseconds from 1 to
 /// [`MAX_MILLIS`]. Use with `#[serde(default, deserialize_with = …)]` on an
 /// `Option<Duration>` field.

@@ -84,6 +84,23 @@ pub struct Row {
 }
 
 impl Row {
+    /// The row `key` holds: `value` at `version`.
+    ///
+    /// ```
+    /// use bakery_core::{Bytes, Key, Row};
+    ///
+    /// let key = Key::new("k").unwrap();
+    /// let row = Row::new(&key, Bytes::from("v"), 3);
+    /// assert_eq!((row.key, row.version), (key, 3));
+    /// ```
+    pub fn new(key: &Key, value: Bytes, version: Version) -> Row {
+        Row {
+            key: key.clone(),
+            value,
+            version,
+        }
+    }
+
     /// The row a backend's stored slot shows through the API: `None` for a
     /// tombstone (no value), which keeps the key's version so that a
     /// re-create continues above it.
@@ -102,6 +119,34 @@ impl Row {
             value,
             version,
         })
+    }
+}
+
+/// A row as a backend keeps it, decoded and checked: `value: None` is a
+/// tombstone, which keeps the key's version so that a re-create continues
+/// above it.
+///
+/// ```
+/// use bakery_core::{Bytes, Key, Stored};
+///
+/// let key = Key::new("k").unwrap();
+/// let tombstone = Stored { value: None, version: 3 };
+/// assert_eq!(tombstone.live(&key), None);
+/// let stored = Stored { value: Some(Bytes::from("v")), version: 4 };
+/// assert_eq!(stored.live(&key).map(|row| row.version), Some(4));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// The stored bytes, or `None` for a tombstone.
+    pub value: Option<Bytes>,
+    /// The version this value (or deletion) was written at.
+    pub version: Version,
+}
+
+impl Stored {
+    /// The row as the API shows it: `None` for a tombstone.
+    pub fn live(&self, key: &Key) -> Option<Row> {
+        Row::live(key, self.value.clone(), self.version)
     }
 }
 

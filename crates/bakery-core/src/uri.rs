@@ -170,6 +170,24 @@ pub struct Credentials {
 }
 
 impl Credentials {
+    /// A user with a password.
+    pub fn new(user: impl Into<String>, password: impl Into<String>) -> Self {
+        Credentials {
+            user: Some(user.into()),
+            password: Some(Password::new(password)),
+        }
+    }
+
+    /// The user name, if any.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+
+    /// True when a password is set (it is never handed out).
+    pub fn has_password(&self) -> bool {
+        self.password.is_some()
+    }
+
     /// Decode `user[:password]` (the text before the host's `@`). Messages
     /// name the part, never its text.
     pub fn from_userinfo(backend: &'static str, userinfo: Option<&str>) -> Result<Self> {

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use bakery_core::options::{self, MAX_MILLIS};
-use bakery_core::uri::{percent_encode, Credentials, Password};
+use bakery_core::uri::{percent_encode, Credentials};
 use bakery_core::{Error, Result};
 
 use crate::BACKEND;
@@ -195,59 +195,20 @@ impl EtcdConfig {
         Ok(config)
     }
 
-    /// Store keys under `prefix` (default [`DEFAULT_PREFIX`]). Validated on open.
-    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// Fail a call that takes longer than `timeout` (default [`DEFAULT_TIMEOUT`]).
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Give up connecting after `timeout` (default [`DEFAULT_CONNECT_TIMEOUT`]).
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
     /// Authenticate as `user` with `password` (the cluster has auth enabled).
     pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.credentials.user = Some(user.into());
-        self.credentials.password = Some(Password::new(password));
+        self.credentials = Credentials::new(user, password);
         self
-    }
-
-    /// The endpoints, as `host:port`.
-    pub fn endpoints(&self) -> &[String] {
-        &self.endpoints
-    }
-
-    /// The key prefix.
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    /// The deadline of each call.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    /// The deadline of connecting.
-    pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
     }
 
     /// The etcd user, if any.
     pub fn user(&self) -> Option<&str> {
-        self.credentials.user.as_deref()
+        self.credentials.user()
     }
 
     /// True when a password is set (it is never handed out).
     pub fn has_password(&self) -> bool {
-        self.credentials.password.is_some()
+        self.credentials.has_password()
     }
 
     /// The credentials for the client.
@@ -396,3 +357,23 @@ fn validate_prefix(prefix: &str) -> Result<()> {
     }
     Ok(())
 }
+
+bakery_core::setters! { EtcdConfig {
+    /// Store keys under `prefix` (default [`DEFAULT_PREFIX`]). Validated on open.
+    with_prefix(prefix: impl Into<String>);
+    /// Fail a call that takes longer than `timeout` (default [`DEFAULT_TIMEOUT`]).
+    with_timeout(timeout: Duration);
+    /// Give up connecting after `connect_timeout` (default [`DEFAULT_CONNECT_TIMEOUT`]).
+    with_connect_timeout(connect_timeout: Duration);
+}}
+
+bakery_core::getters! { EtcdConfig {
+    /// The endpoints, as `host:port`.
+    endpoints: &[String];
+    /// The key prefix.
+    prefix: &str;
+    /// The deadline of each call.
+    timeout: Duration;
+    /// The deadline of connecting.
+    connect_timeout: Duration;
+}}

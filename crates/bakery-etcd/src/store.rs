@@ -340,11 +340,7 @@ fn one_row(op: Operation, key: &Key, etcd_key: &[u8], kvs: Vec<KeyValue>) -> Res
     }
     let version = version_of(op, key, kv.mod_revision())?;
     let (_, value) = kv.into_key_value();
-    Ok(Some(Row {
-        key: key.clone(),
-        value: Bytes::from(value),
-        version,
-    }))
+    Ok(Some(Row::new(key, Bytes::from(value), version)))
 }
 
 /// The revision a successful write transaction produced: the header's
@@ -355,15 +351,6 @@ fn written_revision(key: &Key, reply: &TxnResponse) -> Result<Version> {
         .map(|header| header.revision())
         .ok_or_else(|| protocol(Operation::Put, "a transaction reply without a header"))?;
     version_of(Operation::Put, key, revision)
-}
-
-impl fmt::Debug for EtcdStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The config's Debug redacts the password.
-        f.debug_struct("EtcdStore")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
 }
 
 #[async_trait]
@@ -433,11 +420,7 @@ impl VersionedStore for EtcdStore {
         }
         let version = written_revision(key, &reply)?;
         tracing::debug!(version, "applied");
-        Ok(PutOutcome::Applied(Row {
-            key: key.clone(),
-            value,
-            version,
-        }))
+        Ok(PutOutcome::Applied(Row::new(key, value, version)))
     }
 
     #[tracing::instrument(
@@ -505,4 +488,13 @@ impl VersionedStore for EtcdStore {
     }
 
     // `notify` stays the trait's no-op: the watch already sees every write.
+}
+
+impl fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The config's Debug redacts the password.
+        f.debug_struct("EtcdStore")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
 }

@@ -73,20 +73,9 @@ pub enum CasStrategy {
     Insert,
 }
 
-impl CasStrategy {
+bakery_core::spellings! {
     /// The URI spelling: `"update"` or `"insert"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CasStrategy::Update => "update",
-            CasStrategy::Insert => "insert",
-        }
-    }
-}
-
-impl fmt::Display for CasStrategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+    CasStrategy { Update => "update", Insert => "insert" }
 }
 
 /// How to reach MongoDB (or a server speaking its protocol) and where to
@@ -201,18 +190,12 @@ impl MongoConfig {
         let hosts = hosts_and_db
             .split_once('/')
             .map_or(hosts_and_db, |(hosts, _)| hosts);
-        if hosts.is_empty() {
-            return Err(Error::config(
-                BACKEND,
-                "mongodb URI names no host (expected mongodb://HOST[:PORT]/DATABASE)",
-            ));
-        }
-        if uri.contains('#') {
-            return Err(Error::config(
-                BACKEND,
-                "mongodb URI has a `#`; a fragment is not supported (percent-encode `#` in a password as %23)",
-            ));
-        }
+        options::require(BACKEND, !hosts.is_empty(), || {
+            "mongodb URI names no host (expected mongodb://HOST[:PORT]/DATABASE)".into()
+        })?;
+        options::require(BACKEND, !uri.contains('#'), || {
+            "mongodb URI has a `#`; a fragment is not supported (percent-encode `#` in a password as %23)".into()
+        })?;
 
         let (options, driver_pairs): (Options, _) =
             split_query(BACKEND, query).map_err(|e| secrets.scrub_error(e))?;
@@ -265,85 +248,6 @@ impl MongoConfig {
         };
         config.validate()?;
         Ok(config)
-    }
-
-    /// Choose how a compare-and-set is made atomic; `None` lets the store
-    /// choose by the server at open (the default; see [`ServerInfo`]).
-    pub fn with_cas(mut self, cas: impl Into<Option<CasStrategy>>) -> Self {
-        self.cas = cas.into();
-        self
-    }
-
-    /// Let an explicit [`CasStrategy::Update`] open on a server other than
-    /// MongoDB ([`ALLOW_UNPROVEN_UPDATE`]; default `false`). Only for a
-    /// server you have verified applies a filtered `findOneAndUpdate`
-    /// atomically.
-    pub fn with_allow_unproven_update(mut self, allow: bool) -> Self {
-        self.allow_unproven_update = allow;
-        self
-    }
-
-    /// Open even when the write concern can lose acknowledged writes
-    /// (`journal=false`, or `w=1` on a replica set):
-    /// [`ACCEPT_DATA_LOSS`],
-    /// default `false`.
-    pub fn with_accept_data_loss(mut self, accept: bool) -> Self {
-        self.accept_data_loss = accept;
-        self
-    }
-
-    /// Keep the rows in `collection` (default [`DEFAULT_COLLECTION`]);
-    /// checked by [`MongoConfig::validate`].
-    pub fn with_collection(mut self, collection: impl Into<String>) -> Self {
-        self.collection = collection.into();
-        self
-    }
-
-    /// Keep the collection in `database` (default: the URI's, else
-    /// [`DEFAULT_DATABASE`]).
-    pub fn with_database(mut self, database: impl Into<String>) -> Self {
-        self.database = database.into();
-        self
-    }
-
-    /// Limit each call to `timeout` (default [`DEFAULT_TIMEOUT`]).
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The compare-and-set strategy the URI chose, or `None` when the
-    /// store chooses it at open by the server ([`MongoStore::strategy`] is
-    /// the one in use).
-    pub fn cas(&self) -> Option<CasStrategy> {
-        self.cas
-    }
-
-    /// Whether an explicit `cas=update` may open on a server other than
-    /// MongoDB.
-    pub fn allow_unproven_update(&self) -> bool {
-        self.allow_unproven_update
-    }
-
-    /// Whether the store may open with a write concern that can lose
-    /// acknowledged writes.
-    pub fn accept_data_loss(&self) -> bool {
-        self.accept_data_loss
-    }
-
-    /// The collection holding the rows.
-    pub fn collection(&self) -> &str {
-        &self.collection
-    }
-
-    /// The database holding the collection.
-    pub fn database(&self) -> &str {
-        &self.database
-    }
-
-    /// The client-side limit on each call.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
     }
 
     /// The user name, if the URI has credentials.
@@ -470,22 +374,9 @@ impl MongoConfig {
     }
 }
 
-/// The URI form with the password (and secret-bearing driver options)
-/// replaced by `***`.
-impl fmt::Display for MongoConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.fmt_redacted(f)
-    }
-}
-
-/// Written by hand so the password can never be printed.
-impl fmt::Debug for MongoConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("MongoConfig(")?;
-        self.fmt_redacted(f)?;
-        f.write_str(")")
-    }
-}
+// `Display`: the URI form with the password (and secret-bearing driver
+// options) replaced by `***`; `Debug`: the same in `MongoConfig(…)`.
+bakery_core::redacted_fmt!(MongoConfig);
 
 /// Every scheme this crate knows, compiled in or not: a `mongodb+srv` URI
 /// without the `srv` feature gets the driver's own explanation.
@@ -575,16 +466,11 @@ fn validate_database(name: &str) -> Result<()> {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::config(
-            BACKEND,
-            format!(
-                "mongodb database {name:?} is not a valid database name (1 to 63 bytes of A-Z a-z 0-9 _ -)"
-            ),
-        ))
-    }
+    options::require(BACKEND, ok, || {
+        format!(
+            "mongodb database {name:?} is not a valid database name (1 to 63 bytes of A-Z a-z 0-9 _ -)"
+        )
+    })
 }
 
 /// bakery's URI options (the table in [`MongoConfig`]'s docs), read by
@@ -632,3 +518,46 @@ fn driver_refused(e: &mongodb::error::Error, driver_pairs: &[&str]) -> Error {
     };
     Error::config(BACKEND, message)
 }
+
+bakery_core::setters! { MongoConfig {
+    /// Choose how a compare-and-set is made atomic; `None` lets the store
+    /// choose by the server at open (the default; see [`ServerInfo`]).
+    with_cas(cas: impl Into<Option<CasStrategy>>);
+    /// Let an explicit [`CasStrategy::Update`] open on a server other than
+    /// MongoDB ([`ALLOW_UNPROVEN_UPDATE`]; default `false`). Only for a
+    /// server you have verified applies a filtered `findOneAndUpdate`
+    /// atomically.
+    with_allow_unproven_update(allow_unproven_update: bool);
+    /// Open even when the write concern can lose acknowledged writes
+    /// (`journal=false`, or `w=1` on a replica set):
+    /// [`ACCEPT_DATA_LOSS`],
+    /// default `false`.
+    with_accept_data_loss(accept_data_loss: bool);
+    /// Keep the rows in `collection` (default [`DEFAULT_COLLECTION`]);
+    /// checked by [`MongoConfig::validate`].
+    with_collection(collection: impl Into<String>);
+    /// Keep the collection in `database` (default: the URI's, else
+    /// [`DEFAULT_DATABASE`]).
+    with_database(database: impl Into<String>);
+    /// Limit each call to `timeout` (default [`DEFAULT_TIMEOUT`]).
+    with_timeout(timeout: Duration);
+}}
+
+bakery_core::getters! { MongoConfig {
+    /// The compare-and-set strategy the URI chose, or `None` when the
+    /// store chooses it at open by the server ([`MongoStore::strategy`] is
+    /// the one in use).
+    cas: Option<CasStrategy>;
+    /// Whether an explicit `cas=update` may open on a server other than
+    /// MongoDB.
+    allow_unproven_update: bool;
+    /// Whether the store may open with a write concern that can lose
+    /// acknowledged writes.
+    accept_data_loss: bool;
+    /// The collection holding the rows.
+    collection: &str;
+    /// The database holding the collection.
+    database: &str;
+    /// The client-side limit on each call.
+    timeout: Duration;
+}}

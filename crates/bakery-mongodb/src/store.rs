@@ -350,11 +350,7 @@ impl MongoStore {
                         .await?;
                     if let Some(version) = updated {
                         tracing::debug!(version, attempt, "applied");
-                        return Ok(PutOutcome::Applied(Row {
-                            key: key.clone(),
-                            value,
-                            version,
-                        }));
+                        return Ok(PutOutcome::Applied(Row::new(key, value, version)));
                     }
                     self.u_read(call, key).await?
                 }
@@ -368,11 +364,7 @@ impl MongoStore {
                         Ok(_) => {
                             call.settled();
                             tracing::debug!(version = 1, attempt, "created");
-                            return Ok(PutOutcome::Applied(Row {
-                                key: key.clone(),
-                                value,
-                                version: 1,
-                            }));
+                            return Ok(PutOutcome::Applied(Row::new(key, value, 1)));
                         }
                         Err(e) if is_duplicate_key(&e) => call.settled(),
                         Err(e) => return Err(call.write_err(e)),
@@ -397,11 +389,7 @@ impl MongoStore {
                                 .await?;
                             if let Some(version) = updated {
                                 tracing::debug!(version, attempt, "re-created");
-                                return Ok(PutOutcome::Applied(Row {
-                                    key: key.clone(),
-                                    value,
-                                    version,
-                                }));
+                                return Ok(PutOutcome::Applied(Row::new(key, value, version)));
                             }
                             // Someone else re-created it first: read again.
                             self.u_read(call, key).await?
@@ -461,14 +449,6 @@ impl MongoStore {
             return Err(exhausted(key));
         }
         Ok(PutOutcome::Conflict(current))
-    }
-}
-
-impl fmt::Debug for MongoStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MongoStore")
-            .field("config", &format_args!("{}", self.inner.config))
-            .finish()
     }
 }
 
@@ -541,17 +521,7 @@ impl VersionedStore for MongoStore {
 
 /// A row document of the `update` strategy, decoded and checked. `value:
 /// None` is a tombstone.
-pub(crate) struct Stored {
-    pub(crate) value: Option<Bytes>,
-    pub(crate) version: Version,
-}
-
-impl Stored {
-    /// The row as the API shows it: `None` for a tombstone.
-    pub(crate) fn live(&self, key: &Key) -> Option<Row> {
-        Row::live(key, self.value.clone(), self.version)
-    }
-}
+pub(crate) use bakery_core::Stored;
 
 /// Decode `{_id: key, v: BinData, ver: Int64, dead: bool?}`; anything else
 /// is [`ErrorKind::Corrupt`] naming the key, never a panic.
@@ -729,5 +699,13 @@ fn answer(reply: mongodb::error::Result<Document>) -> Result<Document> {
             Ok(Document::new())
         }
         Err(e) => Err(map_err(e, Operation::Open, Stage::Connect)),
+    }
+}
+
+impl fmt::Debug for MongoStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MongoStore")
+            .field("config", &format_args!("{}", self.inner.config))
+            .finish()
     }
 }

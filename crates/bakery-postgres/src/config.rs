@@ -385,19 +385,6 @@ impl PostgresConfig {
         Ok(config)
     }
 
-    /// Use the table `table` (`NAME` or `SCHEMA.NAME`, see [`TableName`]).
-    pub fn with_table(mut self, table: TableName) -> Self {
-        self.table = table;
-        self
-    }
-
-    /// Keep at most `size` connections (1 to [`MAX_POOL_SIZE`]). Calls
-    /// beyond that wait for a free connection, within their timeout.
-    pub fn with_pool_size(mut self, size: usize) -> Self {
-        self.pool_size = size;
-        self
-    }
-
     /// Bound each call (`None`: no bound, which only the builder can say;
     /// `Display` then shows no `timeout_ms`). The server cancels a statement
     /// after `timeout` (it did not apply: [`ErrorKind::Unavailable`]); the
@@ -417,67 +404,12 @@ impl PostgresConfig {
         self
     }
 
-    /// Set the TLS mode (see [`SslMode`]).
-    pub fn with_ssl_mode(mut self, mode: SslMode) -> Self {
-        self.ssl_mode = mode;
-        self
-    }
-
-    /// Check the server's certificate against `root` (see [`RootCert`]).
-    pub fn with_root_cert(mut self, root: Option<RootCert>) -> Self {
-        self.root_cert = root;
-        self
-    }
-
-    /// Open even on a server whose settings can lose acknowledged writes
-    /// (default `false`: a server with `fsync = off` or `full_page_writes =
-    /// off` is refused at open with an
-    /// [`ErrorKind::Config`](bakery_core::ErrorKind::Config) error naming
-    /// each setting; crate docs, "Durability"). With `true` the store opens
-    /// and logs the settings as a warning: after a crash of the server or
-    /// its machine a sequence may hand out the same ids again.
-    pub fn with_accept_data_loss(mut self, accept: bool) -> Self {
-        self.accept_data_loss = accept;
-        self
-    }
-
-    /// The table.
-    pub fn table(&self) -> &TableName {
-        &self.table
-    }
-
-    /// The most connections kept.
-    pub fn pool_size(&self) -> usize {
-        self.pool_size
-    }
-
-    /// The server-side statement timeout (`None`: none).
-    pub fn timeout(&self) -> Option<Duration> {
-        self.timeout
-    }
-
     /// How long opening one connection may take.
     pub fn connect_timeout(&self) -> Duration {
         self.pg
             .get_connect_timeout()
             .copied()
             .unwrap_or(DEFAULT_CONNECT_TIMEOUT)
-    }
-
-    /// The TLS mode.
-    pub fn ssl_mode(&self) -> SslMode {
-        self.ssl_mode
-    }
-
-    /// The trust anchors for the server's certificate, if any.
-    pub fn root_cert(&self) -> Option<&RootCert> {
-        self.root_cert.as_ref()
-    }
-
-    /// True if the store may open on a server that can lose acknowledged
-    /// writes (`accept_data_loss=true`).
-    pub fn accept_data_loss(&self) -> bool {
-        self.accept_data_loss
     }
 
     /// The user name.
@@ -511,15 +443,7 @@ impl PostgresConfig {
                 "postgres URI names no host (expected postgres://USER@HOST/DBNAME or ?host=…)",
             ));
         }
-        if !(1..=MAX_POOL_SIZE).contains(&self.pool_size) {
-            return Err(Error::config(
-                BACKEND,
-                format!(
-                    "postgres option `pool_size` must be from 1 to {MAX_POOL_SIZE}, not {}",
-                    self.pool_size
-                ),
-            ));
-        }
+        options::count_in_range(BACKEND, "pool_size", self.pool_size, MAX_POOL_SIZE)?;
         if self
             .timeout
             .is_some_and(|t| t.as_millis() > u128::from(MAX_TIMEOUT_MS) || t.as_millis() == 0)
@@ -643,21 +567,9 @@ impl PostgresConfig {
     }
 }
 
-/// The URI form with the password replaced by `***`.
-impl fmt::Display for PostgresConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.fmt_redacted(f)
-    }
-}
-
-/// Written by hand so the password can never be printed.
-impl fmt::Debug for PostgresConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("PostgresConfig(")?;
-        self.fmt_redacted(f)?;
-        f.write_str(")")
-    }
-}
+// `Display`: the URI form with the password replaced by `***`; `Debug`:
+// the same in `PostgresConfig(…)`.
+bakery_core::redacted_fmt!(PostgresConfig);
 
 fn default_table() -> TableName {
     TableName {
@@ -665,3 +577,39 @@ fn default_table() -> TableName {
         name: DEFAULT_TABLE.to_string(),
     }
 }
+
+bakery_core::setters! { PostgresConfig {
+    /// Use the table `table` (`NAME` or `SCHEMA.NAME`, see [`TableName`]).
+    with_table(table: TableName);
+    /// Keep at most `pool_size` connections (1 to [`MAX_POOL_SIZE`]). Calls
+    /// beyond that wait for a free connection, within their timeout.
+    with_pool_size(pool_size: usize);
+    /// Set the TLS mode (see [`SslMode`]).
+    with_ssl_mode(ssl_mode: SslMode);
+    /// Check the server's certificate against `root_cert` (see [`RootCert`]).
+    with_root_cert(root_cert: Option<RootCert>);
+    /// Open even on a server whose settings can lose acknowledged writes
+    /// (default `false`: a server with `fsync = off` or `full_page_writes =
+    /// off` is refused at open with an
+    /// [`ErrorKind::Config`](bakery_core::ErrorKind::Config) error naming
+    /// each setting; crate docs, "Durability"). With `true` the store opens
+    /// and logs the settings as a warning: after a crash of the server or
+    /// its machine a sequence may hand out the same ids again.
+    with_accept_data_loss(accept_data_loss: bool);
+}}
+
+bakery_core::getters! { PostgresConfig {
+    /// The table.
+    table: &TableName;
+    /// The most connections kept.
+    pool_size: usize;
+    /// The server-side statement timeout (`None`: none).
+    timeout: Option<Duration>;
+    /// The TLS mode.
+    ssl_mode: SslMode;
+    /// The trust anchors for the server's certificate, if any.
+    root_cert: Option<&RootCert>;
+    /// True if the store may open on a server that can lose acknowledged
+    /// writes (`accept_data_loss=true`).
+    accept_data_loss: bool;
+}}

@@ -1,11 +1,11 @@
 //! Notifications: `pg_notify` wakes, one `LISTEN` connection per store
 //! watches (see the crate docs, "Notifications").
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use bakery_core::{Watch, WatchSender};
+use bakery_core::watchers::{registration, Watchers as ByKey};
+use bakery_core::Watch;
 use tokio_postgres::AsyncMessage;
 use tracing::Instrument;
 
@@ -87,13 +87,10 @@ impl Listener {
     }
 }
 
-type Senders = HashMap<String, Vec<(u64, WatchSender)>>;
-
 /// The watches fed by one LISTEN session, by key.
 pub(crate) struct Watchers {
     /// `None` once the session ended: every sender was dropped with it.
-    by_key: Mutex<Option<Senders>>,
-    next_id: AtomicU64,
+    by_key: Mutex<Option<ByKey>>,
     /// Raised when the session ends, so registrations stop waiting.
     ended: tokio::sync::watch::Sender<bool>,
 }
@@ -101,13 +98,12 @@ pub(crate) struct Watchers {
 impl Watchers {
     fn new() -> Self {
         Watchers {
-            by_key: Mutex::new(Some(HashMap::new())),
-            next_id: AtomicU64::new(0),
+            by_key: Mutex::new(Some(ByKey::default())),
             ended: tokio::sync::watch::Sender::new(false),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<Senders>> {
+    fn lock(&self) -> MutexGuard<'_, Option<ByKey>> {
         // The map stays consistent whatever a panicking holder was doing.
         self.by_key.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -120,48 +116,25 @@ impl Watchers {
     /// forgets the registration once the [`Watch`] is dropped; `live`
     /// counts those tasks.
     pub(crate) fn register(self: &Arc<Self>, key: &str, live: &Arc<AtomicUsize>) -> Option<Watch> {
-        let (sender, watch) = Watch::channel();
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.lock()
-            .as_mut()?
-            .entry(key.to_string())
-            .or_default()
-            .push((id, sender.clone()));
-        live.fetch_add(1, Ordering::SeqCst);
+        let (watch, id, sender) = self.lock().as_mut()?.add(key);
         let watchers = self.clone();
         let key = key.to_string();
-        let live = live.clone();
-        tokio::spawn(
-            async move {
-                let mut ended = watchers.ended.subscribe();
-                tokio::select! {
-                    () = sender.closed() => watchers.forget(&key, id),
-                    // The session ended and dropped every registration.
-                    _ = ended.wait_for(|ended| *ended) => {}
-                }
-                live.fetch_sub(1, Ordering::SeqCst);
-            }
-            .in_current_span(),
-        );
+        // Until the watch is dropped, or the session ends and drops every
+        // registration.
+        let forget = async move { watchers.forget(&key, id) };
+        tokio::spawn(registration(sender, self.ended.subscribe(), live, forget).in_current_span());
         Some(watch)
     }
 
     fn forget(&self, key: &str, id: u64) {
         if let Some(by_key) = self.lock().as_mut() {
-            if let Some(senders) = by_key.get_mut(key) {
-                senders.retain(|(other, _)| *other != id);
-                if senders.is_empty() {
-                    by_key.remove(key);
-                }
-            }
+            by_key.forget(key, id);
         }
     }
 
     fn wake(&self, key: &str) {
-        if let Some(senders) = self.lock().as_ref().and_then(|by_key| by_key.get(key)) {
-            for (_, sender) in senders {
-                sender.wake();
-            }
+        if let Some(by_key) = self.lock().as_ref() {
+            by_key.wake(key);
         }
     }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bakery_core::error::cause_chain;
 use bakery_core::{
     async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, Operation, PutOutcome,
-    Result, Row, Version, VersionedStore, Watch,
+    Result, Row, Stored, Version, VersionedStore, Watch,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime, Timeouts};
 use tokio::time::Instant;
@@ -538,11 +538,7 @@ impl PostgresStore {
                 Some(row) if applied(Operation::Put, key, row)? => {
                     let version = decode(Operation::Put, key, row, 1, 2)?.version;
                     tracing::debug!(version, attempt, "applied");
-                    return Ok(PutOutcome::Applied(Row {
-                        key: key.clone(),
-                        value,
-                        version,
-                    }));
+                    return Ok(PutOutcome::Applied(Row::new(key, value, version)));
                 }
                 Some(row) => decode(Operation::Put, key, row, 1, 2)?.live(key),
                 None => None,
@@ -624,14 +620,6 @@ fn lost_races(op: Operation, key: &Key) -> Error {
         op,
         format_args!("row `{key}` met a concurrent writer {MAX_ATTEMPTS} times in a row; retry"),
     )
-}
-
-impl fmt::Debug for PostgresStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresStore")
-            .field("config", &format_args!("{}", self.inner.config))
-            .finish()
-    }
 }
 
 #[async_trait]
@@ -721,19 +709,6 @@ impl VersionedStore for PostgresStore {
         )
         .await?;
         Ok(())
-    }
-}
-
-/// A stored row, decoded and checked. `value: None` is a tombstone.
-struct Stored {
-    value: Option<Bytes>,
-    version: Version,
-}
-
-impl Stored {
-    /// The row as the API shows it: `None` for a tombstone.
-    fn live(&self, key: &Key) -> Option<Row> {
-        Row::live(key, self.value.clone(), self.version)
     }
 }
 
@@ -881,6 +856,14 @@ async fn check_schema(client: &Object, table: &TableName) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("config", &format_args!("{}", self.inner.config))
+            .finish()
+    }
 }
 
 #[cfg(test)]

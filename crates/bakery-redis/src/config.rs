@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bakery_core::durability::ACCEPT_DATA_LOSS;
 use bakery_core::options::{self, invalid};
-use bakery_core::uri::percent_decode;
+use bakery_core::uri::{percent_decode, Password};
 use bakery_core::{Error, Result};
 use serde::Deserialize;
 
@@ -59,20 +59,9 @@ pub enum CasStrategy {
     Watch,
 }
 
-impl CasStrategy {
+bakery_core::spellings! {
     /// The URI spelling: `"script"` or `"watch"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CasStrategy::Script => "script",
-            CasStrategy::Watch => "watch",
-        }
-    }
-}
-
-impl fmt::Display for CasStrategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+    CasStrategy { Script => "script", Watch => "watch" }
 }
 
 /// How to reach a Redis server and lay bakery's rows out in it: built from a
@@ -126,14 +115,15 @@ impl fmt::Display for CasStrategy {
 /// assert_eq!(err.kind(), bakery_core::ErrorKind::Config);
 /// # Ok::<(), bakery_core::Error>(())
 /// ```
-#[derive(Clone, PartialEq, Eq)]
+/// `Debug` shows everything but the password (`Some("***")`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
     tls: bool,
     host: String,
     port: u16,
     db: i64,
     username: Option<String>,
-    password: Option<String>,
+    password: Option<Password>,
     prefix: String,
     cas: CasStrategy,
     timeout: Duration,
@@ -186,22 +176,17 @@ impl RedisConfig {
                 ))
             }
         };
-        let url = url::Url::parse(base).map_err(|e| {
+        // The URI is only ever shown redacted.
+        let bad = |why: &str| {
             Error::config(
                 BACKEND,
-                format!(
-                    "redis URI {:?} does not parse: {e}",
-                    bakery_core::uri::redact(uri)
-                ),
+                format!("redis URI {:?} {why}", bakery_core::uri::redact(uri)),
             )
-        })?;
+        };
+        let url = url::Url::parse(base).map_err(|e| bad(&format!("does not parse: {e}")))?;
         if url.fragment().is_some() {
-            return Err(Error::config(
-                BACKEND,
-                format!(
-                    "redis URI {:?} has a `#` fragment; none is supported (options go after `?`)",
-                    bakery_core::uri::redact(uri)
-                ),
+            return Err(bad(
+                "has a `#` fragment; none is supported (options go after `?`)",
             ));
         }
         let host = match url.host() {
@@ -209,15 +194,7 @@ impl RedisConfig {
             Some(url::Host::Domain(name)) if !name.is_empty() => name.to_ascii_lowercase(),
             Some(url::Host::Ipv4(ip)) => ip.to_string(),
             Some(url::Host::Ipv6(ip)) => ip.to_string(),
-            _ => {
-                return Err(Error::config(
-                    BACKEND,
-                    format!(
-                        "redis URI {:?} names no host",
-                        bakery_core::uri::redact(uri)
-                    ),
-                ))
-            }
+            _ => return Err(bad("names no host")),
         };
         let mut config = RedisConfig::new(host).with_tls(tls);
         if let Some(port) = url.port() {
@@ -228,13 +205,14 @@ impl RedisConfig {
         }
         if let Some(password) = url.password() {
             // Never echo the password, not even in a decoding error.
-            config.password =
-                Some(percent_decode(BACKEND, "password", password).map_err(|_| {
+            config.password = Some(Password::new(
+                percent_decode(BACKEND, "password", password).map_err(|_| {
                     Error::config(
                         BACKEND,
                         "redis URI password has an invalid percent-encoding or is not UTF-8",
                     )
-                })?);
+                })?,
+            ));
         }
         config.db = match url.path() {
             "" | "/" => 0,
@@ -269,106 +247,6 @@ impl RedisConfig {
         Ok(config)
     }
 
-    /// Connect by TLS (`rediss://`) or not (default). TLS needs the `tls`
-    /// feature; [`RedisConfig::validate`] says so if it is off.
-    pub fn with_tls(mut self, tls: bool) -> Self {
-        self.tls = tls;
-        self
-    }
-
-    /// The server's port (default [`DEFAULT_PORT`]).
-    pub fn with_port(mut self, port: u16) -> Self {
-        self.port = port;
-        self
-    }
-
-    /// The logical database (`SELECT n`; default 0).
-    pub fn with_db(mut self, db: i64) -> Self {
-        self.db = db;
-        self
-    }
-
-    /// Authenticate as `username` (Redis 6 ACL users; needs a password).
-    pub fn with_username(mut self, username: impl Into<String>) -> Self {
-        self.username = Some(username.into());
-        self
-    }
-
-    /// Authenticate with `password` (`AUTH`). Never printed.
-    pub fn with_password(mut self, password: impl Into<String>) -> Self {
-        self.password = Some(password.into());
-        self
-    }
-
-    /// Prefix every key with `prefix` (default [`DEFAULT_PREFIX`]).
-    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// Choose how a compare-and-set is made atomic (default
-    /// [`CasStrategy::Script`]).
-    pub fn with_cas(mut self, cas: CasStrategy) -> Self {
-        self.cas = cas;
-        self
-    }
-
-    /// Limit each call to `timeout` (default [`DEFAULT_TIMEOUT`]).
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Keep at most `size` dedicated connections for the `watch` strategy
-    /// (default [`DEFAULT_POOL_SIZE`]). Calls beyond that wait for one.
-    pub fn with_pool_size(mut self, size: usize) -> Self {
-        self.pool_size = size;
-        self
-    }
-
-    /// Trust the CA certificate(s) in the PEM file at `path` instead of the
-    /// system's roots (`rediss` only).
-    pub fn with_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.ca_file = Some(path.into());
-        self
-    }
-
-    /// Open even on a server whose settings can lose acknowledged writes
-    /// (default `false`: such a server is refused at open with an
-    /// [`ErrorKind::Config`](bakery_core::ErrorKind::Config) error naming
-    /// each setting; crate docs, "Durability"). With `true` the store opens
-    /// and logs the settings as a warning: after a crash or restart of the
-    /// server a sequence may hand out the same ids again.
-    pub fn with_accept_data_loss(mut self, accept: bool) -> Self {
-        self.accept_data_loss = accept;
-        self
-    }
-
-    /// True for `rediss://` (TLS).
-    pub fn tls(&self) -> bool {
-        self.tls
-    }
-
-    /// The server's host name or address.
-    pub fn host(&self) -> &str {
-        &self.host
-    }
-
-    /// The server's port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The logical database.
-    pub fn db(&self) -> i64 {
-        self.db
-    }
-
-    /// The user name, if any.
-    pub fn username(&self) -> Option<&str> {
-        self.username.as_deref()
-    }
-
     /// True when a password is configured (the password itself is not
     /// exposed).
     pub fn has_password(&self) -> bool {
@@ -376,38 +254,13 @@ impl RedisConfig {
     }
 
     pub(crate) fn password(&self) -> Option<&str> {
-        self.password.as_deref()
+        self.password.as_ref().map(Password::expose)
     }
 
-    /// The key prefix.
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    /// The compare-and-set strategy.
-    pub fn cas(&self) -> CasStrategy {
-        self.cas
-    }
-
-    /// The limit on each call.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    /// The most dedicated connections of the `watch` strategy.
-    pub fn pool_size(&self) -> usize {
-        self.pool_size
-    }
-
-    /// The CA file trusted for TLS, if any.
-    pub fn ca_file(&self) -> Option<&std::path::Path> {
-        self.ca_file.as_deref()
-    }
-
-    /// True if the store may open on a server that can lose acknowledged
-    /// writes (`accept_data_loss=true`).
-    pub fn accept_data_loss(&self) -> bool {
-        self.accept_data_loss
+    /// Authenticate with `password` (`AUTH`). Never printed.
+    pub fn with_password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(Password::new(password));
+        self
     }
 
     /// Check the whole configuration; an [`ErrorKind::Config`](bakery_core::ErrorKind::Config)
@@ -449,35 +302,7 @@ impl RedisConfig {
                 &format!("a number of milliseconds from 1 to {}", options::MAX_MILLIS),
             ));
         }
-        if !(1..=MAX_POOL_SIZE).contains(&self.pool_size) {
-            return Err(invalid(
-                BACKEND,
-                "pool_size",
-                &self.pool_size.to_string(),
-                &format!("a pool size from 1 to {MAX_POOL_SIZE}"),
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// `Debug` shows everything but the password (`Some("***")`).
-impl fmt::Debug for RedisConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisConfig")
-            .field("tls", &self.tls)
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("db", &self.db)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .field("prefix", &self.prefix)
-            .field("cas", &self.cas)
-            .field("timeout", &self.timeout)
-            .field("pool_size", &self.pool_size)
-            .field("ca_file", &self.ca_file)
-            .field("accept_data_loss", &self.accept_data_loss)
-            .finish()
+        options::pool_size(BACKEND, self.pool_size, MAX_POOL_SIZE)
     }
 }
 
@@ -549,3 +374,61 @@ struct Options {
     ca_file: Option<String>,
     accept_data_loss: Option<bool>,
 }
+
+bakery_core::setters! { RedisConfig {
+    /// Connect by TLS (`rediss://`) or not (default). TLS needs the `tls`
+    /// feature; [`RedisConfig::validate`] says so if it is off.
+    with_tls(tls: bool);
+    /// The server's port (default [`DEFAULT_PORT`]).
+    with_port(port: u16);
+    /// The logical database (`SELECT n`; default 0).
+    with_db(db: i64);
+    /// Authenticate as `username` (Redis 6 ACL users; needs a password).
+    with_username(username: impl Into<String>) Some;
+    /// Prefix every key with `prefix` (default [`DEFAULT_PREFIX`]).
+    with_prefix(prefix: impl Into<String>);
+    /// Choose how a compare-and-set is made atomic (default
+    /// [`CasStrategy::Script`]).
+    with_cas(cas: CasStrategy);
+    /// Limit each call to `timeout` (default [`DEFAULT_TIMEOUT`]).
+    with_timeout(timeout: Duration);
+    /// Keep at most `pool_size` dedicated connections for the `watch`
+    /// strategy (default [`DEFAULT_POOL_SIZE`]). Calls beyond that wait for one.
+    with_pool_size(pool_size: usize);
+    /// Trust the CA certificate(s) in the PEM file at `ca_file` instead of
+    /// the system's roots (`rediss` only).
+    with_ca_file(ca_file: impl Into<PathBuf>) Some;
+    /// Open even on a server whose settings can lose acknowledged writes
+    /// (default `false`: such a server is refused at open with an
+    /// [`ErrorKind::Config`](bakery_core::ErrorKind::Config) error naming
+    /// each setting; crate docs, "Durability"). With `true` the store opens
+    /// and logs the settings as a warning: after a crash or restart of the
+    /// server a sequence may hand out the same ids again.
+    with_accept_data_loss(accept_data_loss: bool);
+}}
+
+bakery_core::getters! { RedisConfig {
+    /// True for `rediss://` (TLS).
+    tls: bool;
+    /// The server's host name or address.
+    host: &str;
+    /// The server's port.
+    port: u16;
+    /// The logical database.
+    db: i64;
+    /// The user name, if any.
+    username: Option<&str>;
+    /// The key prefix.
+    prefix: &str;
+    /// The compare-and-set strategy.
+    cas: CasStrategy;
+    /// The limit on each call.
+    timeout: Duration;
+    /// The most dedicated connections of the `watch` strategy.
+    pool_size: usize;
+    /// The CA file trusted for TLS, if any.
+    ca_file: Option<&std::path::Path>;
+    /// True if the store may open on a server that can lose acknowledged
+    /// writes (`accept_data_loss=true`).
+    accept_data_loss: bool;
+}}

@@ -1,12 +1,12 @@
 //! Notifications: `PUBLISH` wakes, one pub/sub connection per store
 //! watches (see the crate docs, "Notifications").
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bakery_core::{Key, Operation, Result, Watch, WatchSender};
+use bakery_core::watchers::{registration, Watchers};
+use bakery_core::{Key, Operation, Result, Watch};
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::oneshot;
@@ -31,9 +31,8 @@ impl Listener {
         let subscriber = Arc::new(Subscriber {
             state: tokio::sync::Mutex::new(State {
                 sink,
-                channels: Some(HashMap::new()),
+                channels: Some(Watchers::default()),
             }),
-            next_id: AtomicU64::new(0),
             ended: tokio::sync::watch::Sender::new(false),
             timeout,
         });
@@ -69,13 +68,11 @@ async fn feed(mut stream: PubSubStream, mut stopped: oneshot::Receiver<()>, sub:
     sub.end().await;
 }
 
-type Senders = HashMap<String, Vec<(u64, WatchSender)>>;
-
 struct State {
     sink: PubSubSink,
     /// The subscribed channels and their watches; `None` once the
     /// connection ended (every sender was dropped with it).
-    channels: Option<Senders>,
+    channels: Option<Watchers>,
 }
 
 /// The watches fed by one pub/sub connection. (Un)subscribing happens
@@ -83,7 +80,6 @@ struct State {
 /// `SUBSCRIBE` reach the server in the order the map changed.
 pub(crate) struct Subscriber {
     state: tokio::sync::Mutex<State>,
-    next_id: AtomicU64,
     /// Raised when the connection ends, so registrations stop waiting.
     ended: tokio::sync::watch::Sender<bool>,
     timeout: Duration,
@@ -109,36 +105,20 @@ impl Subscriber {
         let Some(channels) = channels.as_mut() else {
             return Ok(None);
         };
-        if !channels.contains_key(channel) {
+        if !channels.contains(channel) {
             sink.subscribe(channel)
                 .await
                 .map_err(|e| map_err(e.into(), Operation::Watch, Phase::Read, Some(key)))?;
         }
-        let (sender, watch) = Watch::channel();
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        channels
-            .entry(channel.to_string())
-            .or_default()
-            .push((id, sender.clone()));
+        let (watch, id, sender) = channels.add(channel);
         drop(state);
-        live.fetch_add(1, Ordering::SeqCst);
         let subscriber = self.clone();
         let channel = channel.to_string();
-        let live = live.clone();
-        tokio::spawn(
-            async move {
-                let mut ended = subscriber.ended.subscribe();
-                // (The guard `wait_for` returns is not `Send`: drop it here.)
-                let ended = async move { ended.wait_for(|ended| *ended).await.is_ok() };
-                tokio::select! {
-                    () = sender.closed() => subscriber.forget(&channel, id).await,
-                    // The connection ended and dropped every registration.
-                    _ = ended => {}
-                }
-                live.fetch_sub(1, Ordering::SeqCst);
-            }
-            .in_current_span(),
-        );
+        // Until the watch is dropped, or the connection ends and drops every
+        // registration.
+        let forget = async move { subscriber.forget(&channel, id).await };
+        let ended = self.ended.subscribe();
+        tokio::spawn(registration(sender, ended, live, forget).in_current_span());
         Ok(Some(watch))
     }
 
@@ -149,12 +129,7 @@ impl Subscriber {
         let Some(channels) = channels.as_mut() else {
             return;
         };
-        let Some(senders) = channels.get_mut(channel) else {
-            return;
-        };
-        senders.retain(|(other, _)| *other != id);
-        if senders.is_empty() {
-            channels.remove(channel);
+        if channels.forget(channel, id) {
             // A failure leaves an idle subscription: extra messages only.
             match tokio::time::timeout(self.timeout, sink.unsubscribe(channel)).await {
                 Ok(Ok(())) => {}
@@ -166,10 +141,8 @@ impl Subscriber {
 
     async fn wake(&self, channel: &str) {
         let state = self.state.lock().await;
-        if let Some(senders) = state.channels.as_ref().and_then(|c| c.get(channel)) {
-            for (_, sender) in senders {
-                sender.wake();
-            }
+        if let Some(channels) = state.channels.as_ref() {
+            channels.wake(channel);
         }
     }
 

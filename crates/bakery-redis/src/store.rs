@@ -331,11 +331,7 @@ impl RedisStore {
                 let old = old.map(|raw| parse_version(key, full, &raw)).transpose()?;
                 let version = next_version(key, old)?;
                 tracing::debug!(version, "applied");
-                Ok(PutOutcome::Applied(Row {
-                    key: key.clone(),
-                    value,
-                    version,
-                }))
+                Ok(PutOutcome::Applied(Row::new(key, value, version)))
             }
             ScriptReply::Conflict(v, ver) => Ok(PutOutcome::Conflict(conflict(key, full, v, ver)?)),
             ScriptReply::Corrupt(v, ver) => Err(corrupt_reply(key, full, v, ver)),
@@ -449,11 +445,7 @@ impl RedisStore {
             ));
         }
         tracing::debug!(version, "applied");
-        Ok(PutOutcome::Applied(Row {
-            key: key.clone(),
-            value,
-            version,
-        }))
+        Ok(PutOutcome::Applied(Row::new(key, value, version)))
     }
 
     async fn watch_delete(
@@ -647,18 +639,6 @@ async fn tls_client(_config: &RedisConfig, info: ConnectionInfo) -> Result<Clien
         .map_err(|e| Error::config(BACKEND, format!("redis client: {e}")).with_source(e))
 }
 
-impl fmt::Debug for RedisStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut s = f.debug_struct("RedisStore");
-        s.field("server", &self.inner.config.to_string())
-            .field("strategy", &self.inner.config.cas());
-        if let Some(pool) = &self.inner.pool {
-            s.field("idle_connections", &pool.idle_count());
-        }
-        s.finish()
-    }
-}
-
 #[async_trait]
 impl VersionedStore for RedisStore {
     fn backend(&self) -> &'static str {
@@ -820,5 +800,17 @@ impl VersionedStore for RedisStore {
             Ok(())
         })
         .await
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut s = f.debug_struct("RedisStore");
+        s.field("server", &self.inner.config.to_string())
+            .field("strategy", &self.inner.config.cas());
+        if let Some(pool) = &self.inner.pool {
+            s.field("idle_connections", &pool.idle_count());
+        }
+        s.finish()
     }
 }

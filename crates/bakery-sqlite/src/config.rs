@@ -247,71 +247,11 @@ impl SqliteConfig {
             config.accept_data_loss = accept;
         }
         if let Some(size) = options.pool_size {
-            if !(1..=MAX_POOL_SIZE).contains(&size) {
-                return Err(options::invalid(
-                    BACKEND,
-                    "pool_size",
-                    &size.to_string(),
-                    &format!("a pool size from 1 to {MAX_POOL_SIZE}"),
-                ));
-            }
+            options::pool_size(BACKEND, size, MAX_POOL_SIZE)?;
             config.pool_size = size;
         }
         config.validate()?;
         Ok(config)
-    }
-
-    /// Use the table `table` (default [`DEFAULT_TABLE`]). Validated on open.
-    pub fn with_table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
-        self
-    }
-
-    /// Wait up to `timeout` for another connection's write lock
-    /// (default [`DEFAULT_BUSY_TIMEOUT`]; at most `i32::MAX` milliseconds).
-    pub fn with_busy_timeout(mut self, timeout: Duration) -> Self {
-        self.busy_timeout = timeout;
-        self
-    }
-
-    /// Create the database file and its parent directory if missing
-    /// (default `true`). Ignored for an in-memory database.
-    pub fn with_create_if_missing(mut self, create: bool) -> Self {
-        self.create = create;
-        self
-    }
-
-    /// Set the durability level (default [`Synchronous::Full`];
-    /// [`Synchronous::Normal`] on a file needs
-    /// [`with_accept_data_loss(true)`](Self::with_accept_data_loss)).
-    pub fn with_synchronous(mut self, synchronous: Synchronous) -> Self {
-        self.synchronous = synchronous;
-        self
-    }
-
-    /// Allow a level that can lose acknowledged commits on power loss
-    /// ([`Synchronous::Normal`]); default `false`. The URI option is
-    /// `accept_data_loss=true`.
-    pub fn with_accept_data_loss(mut self, accept: bool) -> Self {
-        self.accept_data_loss = accept;
-        self
-    }
-
-    /// Whether a level that can lose acknowledged commits is allowed.
-    pub fn accept_data_loss(&self) -> bool {
-        self.accept_data_loss
-    }
-
-    /// Keep at most `size` connections (1 to [`MAX_POOL_SIZE`]; an in-memory
-    /// database needs exactly 1). Calls beyond that wait for a connection.
-    pub fn with_pool_size(mut self, size: usize) -> Self {
-        self.pool_size = size;
-        self
-    }
-
-    /// Where the database lives.
-    pub fn location(&self) -> &Location {
-        &self.location
     }
 
     /// True for an in-memory database.
@@ -319,29 +259,9 @@ impl SqliteConfig {
         self.location == Location::Memory
     }
 
-    /// The table name.
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
-    /// The busy timeout.
-    pub fn busy_timeout(&self) -> Duration {
-        self.busy_timeout
-    }
-
     /// Whether a missing file is created.
     pub fn create_if_missing(&self) -> bool {
         self.create
-    }
-
-    /// The durability level.
-    pub fn synchronous(&self) -> Synchronous {
-        self.synchronous
-    }
-
-    /// The most connections kept.
-    pub fn pool_size(&self) -> usize {
-        self.pool_size
     }
 
     /// Check the whole configuration; an [`ErrorKind::Config`](bakery_core::ErrorKind::Config)
@@ -359,15 +279,7 @@ impl SqliteConfig {
                 format!("sqlite option `busy_timeout_ms` is above {MAX_BUSY_TIMEOUT_MS}"),
             ));
         }
-        if !(1..=MAX_POOL_SIZE).contains(&self.pool_size) {
-            return Err(Error::config(
-                BACKEND,
-                format!(
-                    "sqlite option `pool_size` must be from 1 to {MAX_POOL_SIZE}, not {}",
-                    self.pool_size
-                ),
-            ));
-        }
+        options::count_in_range(BACKEND, "pool_size", self.pool_size, MAX_POOL_SIZE)?;
         crate::durability::check(self)?;
         if self.is_memory() && self.pool_size != 1 {
             return Err(Error::config(
@@ -403,3 +315,41 @@ fn validate_table(name: &str) -> Result<()> {
     }
     Ok(())
 }
+
+bakery_core::setters! { SqliteConfig {
+    /// Use the table `table` (default [`DEFAULT_TABLE`]). Validated on open.
+    with_table(table: impl Into<String>);
+    /// Wait up to `busy_timeout` for another connection's write lock
+    /// (default [`DEFAULT_BUSY_TIMEOUT`]; at most `i32::MAX` milliseconds).
+    with_busy_timeout(busy_timeout: Duration);
+    /// Create the database file and its parent directory if missing
+    /// (default `true`). Ignored for an in-memory database.
+    with_create_if_missing(create: bool);
+    /// Set the durability level (default [`Synchronous::Full`];
+    /// [`Synchronous::Normal`] on a file needs
+    /// [`with_accept_data_loss(true)`](Self::with_accept_data_loss)).
+    with_synchronous(synchronous: Synchronous);
+    /// Allow a level that can lose acknowledged commits on power loss
+    /// ([`Synchronous::Normal`]); default `false`. The URI option is
+    /// `accept_data_loss=true`.
+    with_accept_data_loss(accept_data_loss: bool);
+    /// Keep at most `pool_size` connections (1 to [`MAX_POOL_SIZE`]; an
+    /// in-memory database needs exactly 1). Calls beyond that wait for a
+    /// connection.
+    with_pool_size(pool_size: usize);
+}}
+
+bakery_core::getters! { SqliteConfig {
+    /// Whether a level that can lose acknowledged commits is allowed.
+    accept_data_loss: bool;
+    /// Where the database lives.
+    location: &Location;
+    /// The table name.
+    table: &str;
+    /// The busy timeout.
+    busy_timeout: Duration;
+    /// The durability level.
+    synchronous: Synchronous;
+    /// The most connections kept.
+    pool_size: usize;
+}}

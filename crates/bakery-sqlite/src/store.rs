@@ -243,16 +243,6 @@ impl SqliteStore {
     }
 }
 
-impl fmt::Debug for SqliteStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteStore")
-            .field("location", self.inner.config.location())
-            .field("table", &self.inner.config.table())
-            .field("pool_size", &self.inner.config.pool_size())
-            .finish()
-    }
-}
-
 #[async_trait]
 impl VersionedStore for SqliteStore {
     fn backend(&self) -> &'static str {
@@ -669,4 +659,14 @@ fn check_schema(conn: &Connection, table: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("location", self.inner.config.location())
+            .field("table", &self.inner.config.table())
+            .field("pool_size", &self.inner.config.pool_size())
+            .finish()
+    }
 }

@@ -231,11 +231,11 @@ impl MongoStore {
                     call.settled();
                     tracing::debug!(version, attempt, "applied");
                     self.prune_later(key, version);
-                    return Ok(Written::Applied(Row {
-                        key: key.clone(),
-                        value: value.unwrap_or_default(),
-                        version: version.unsigned_abs(),
-                    }));
+                    return Ok(Written::Applied(Row::new(
+                        key,
+                        value.unwrap_or_default(),
+                        version.unsigned_abs(),
+                    )));
                 }
                 Lineage::Stale => {
                     call.settled();

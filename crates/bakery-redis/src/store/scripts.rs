@@ -10,7 +10,7 @@
 //! A hash with `ver` and no `v` is a deleted row (a tombstone): a re-create
 //! continues at `ver + 1`, so a version never repeats for a key.
 
-use bakery_core::{Bytes, Error, ErrorKind, Key, Result, Row, Version};
+use bakery_core::{Bytes, Error, ErrorKind, Key, Result, Version};
 
 use crate::error::corrupt;
 use crate::BACKEND;
@@ -95,18 +95,7 @@ pub(crate) fn expected_arg(expected: Option<Version>) -> String {
 }
 
 /// A stored hash, decoded and checked. `value: None` is a tombstone.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Stored {
-    pub(crate) value: Option<Bytes>,
-    pub(crate) version: Version,
-}
-
-impl Stored {
-    /// The row as the API shows it: `None` for a tombstone.
-    pub(crate) fn live(&self, key: &Key) -> Option<Row> {
-        Row::live(key, self.value.clone(), self.version)
-    }
-}
+pub(crate) use bakery_core::Stored;
 
 /// Parse a stored version: a canonical decimal (no sign, no leading zero)
 /// from 1 to [`MAX_VERSION`]. Anything else is `Corrupt` naming the key.
