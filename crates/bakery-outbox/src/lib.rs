@@ -53,6 +53,9 @@ pub async fn connect(uri: &str) -> Result<Client> {
     Ok(client)
 }
 
+/// How long [`Relay::run`] retries temporary errors before it gives up.
+pub const RETRY_FOR: Duration = Duration::from_secs(30);
+
 /// One delivered message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
@@ -257,6 +260,11 @@ impl Relay {
     /// each batch only after the sink acknowledged all of it. Returns when
     /// the slot is drained and `exit_when_idle` is set; otherwise polls every
     /// `poll` for more, forever.
+    ///
+    /// A temporary error (the slot still held by a relay that was just
+    /// killed, a server restarting, a sink store unavailable) is retried
+    /// from the last confirmed position for up to [`RETRY_FOR`]: the batch
+    /// comes again and a deduplicating sink drops what it already applied.
     pub async fn run(
         &self,
         sink: &mut dyn Sink,
@@ -265,24 +273,51 @@ impl Relay {
         exit_when_idle: bool,
     ) -> Result<RelayStats> {
         let mut stats = RelayStats::default();
+        let mut failing_since: Option<tokio::time::Instant> = None;
         loop {
-            let batch = self.peek(batch_size).await?;
-            if batch.is_empty() {
-                if exit_when_idle {
-                    return Ok(stats);
+            match self.step(sink, batch_size, &mut stats).await {
+                Ok(delivered) => {
+                    failing_since = None;
+                    if !delivered {
+                        if exit_when_idle {
+                            return Ok(stats);
+                        }
+                        tokio::time::sleep(poll).await;
+                    }
                 }
-                tokio::time::sleep(poll).await;
-                continue;
+                Err(e) if e.is_temporary() => {
+                    let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() >= RETRY_FOR {
+                        return Err(e);
+                    }
+                    tracing::warn!(slot = %self.slot, error = %e, "outbox: retrying");
+                    tokio::time::sleep(poll.max(Duration::from_millis(50))).await;
+                }
+                Err(e) => return Err(e),
             }
-            for message in batch.messages() {
-                sink.deliver(message).await?;
-                stats.delivered += 1;
-            }
-            sink.flush().await?;
-            self.confirm(&batch).await?;
-            stats.batches += 1;
-            stats.transactions += batch.transactions.len() as u64;
         }
+    }
+
+    /// One batch: read, deliver, flush, confirm. False when there was none.
+    async fn step(
+        &self,
+        sink: &mut dyn Sink,
+        batch_size: i32,
+        stats: &mut RelayStats,
+    ) -> Result<bool> {
+        let batch = self.peek(batch_size).await?;
+        if batch.is_empty() {
+            return Ok(false);
+        }
+        for message in batch.messages() {
+            sink.deliver(message).await?;
+            stats.delivered += 1;
+        }
+        sink.flush().await?;
+        self.confirm(&batch).await?;
+        stats.batches += 1;
+        stats.transactions += batch.transactions.len() as u64;
+        Ok(true)
     }
 
     /// Drop the slot (the server stops keeping WAL for it).
@@ -336,31 +371,5 @@ fn check_slot_name(slot: &str) -> Result<()> {
 }
 
 fn pg_error(e: tokio_postgres::Error, doing: &str) -> Error {
-    let kind = match e.code() {
-        Some(code)
-            if code == &SqlState::INVALID_PASSWORD
-                || code == &SqlState::INVALID_AUTHORIZATION_SPECIFICATION
-                || code == &SqlState::INVALID_CATALOG_NAME
-                || code == &SqlState::INSUFFICIENT_PRIVILEGE
-                || code == &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE =>
-        {
-            ErrorKind::Config
-        }
-        Some(code) if code.code().starts_with("08") || code.code().starts_with("57") => {
-            ErrorKind::Unavailable
-        }
-        Some(_) => ErrorKind::Internal,
-        None if e.is_closed()
-            || std::error::Error::source(&e)
-                .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some()) =>
-        {
-            ErrorKind::Unavailable
-        }
-        None => ErrorKind::Internal,
-    };
-    let detail = match e.as_db_error() {
-        Some(db) => db.message().to_string(),
-        None => bakery_core::error::cause_chain(&e),
-    };
-    Error::new(kind, BACKEND, format!("{doing}: {detail}")).with_source(e)
+    bakery_postgres::client_error(e, BACKEND, doing)
 }

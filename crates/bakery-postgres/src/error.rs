@@ -226,6 +226,43 @@ pub(crate) fn map_err(e: tokio_postgres::Error, phase: Phase, op: Operation) -> 
     failed(kind, op, phase, in_flight(&e, phase), &detail).with_source(e)
 }
 
+/// An error of a PostgreSQL client that is not the store (the migration
+/// source, the outbox relay), as `backend`'s error: refused credentials,
+/// missing objects and privileges and a server not set up for the request
+/// (e.g. `wal_level` below logical) are configuration; a lost or shutting
+/// down server is unavailable; the rest is internal. The message says what
+/// the client was `doing`; the driver error is kept as `source()`.
+///
+/// ```no_run
+/// use bakery_postgres::tokio_postgres::{self, NoTls};
+///
+/// # async fn demo() -> bakery_core::Result<()> {
+/// let (client, connection) = tokio_postgres::connect("postgres://app@db/shop", NoTls)
+///     .await
+///     .map_err(|e| bakery_postgres::client_error(e, "myapp", "connecting"))?;
+/// # drop((client, connection)); Ok(()) }
+/// ```
+pub fn client_error(e: tokio_postgres::Error, backend: &'static str, doing: &str) -> Error {
+    let kind = match e.as_db_error().map(|db| db.code().code()) {
+        Some(code) if code.starts_with("28") || code.starts_with("3D") => ErrorKind::Config,
+        Some("42501" | "42P01" | "42704" | "55000") => ErrorKind::Config,
+        Some(code) if code.starts_with("08") || code.starts_with("57") => ErrorKind::Unavailable,
+        Some(_) => ErrorKind::Internal,
+        None => match driver_kind(&e) {
+            Driver::Closed | Driver::Io | Driver::Connect | Driver::Timeout => {
+                ErrorKind::Unavailable
+            }
+            Driver::Tls | Driver::Auth | Driver::Config => ErrorKind::Config,
+            Driver::Protocol | Driver::Other => ErrorKind::Internal,
+        },
+    };
+    let detail = match e.as_db_error() {
+        Some(db) => one_line(db.message()),
+        None => cause_chain(&e),
+    };
+    Error::new(kind, backend, format!("{doing}: {detail}")).with_source(e)
+}
+
 /// Map a pool checkout error.
 pub(crate) fn map_pool_err(e: PoolError, op: Operation, pool_size: usize) -> Error {
     let (kind, detail) = match e {

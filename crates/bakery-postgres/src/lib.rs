@@ -11,6 +11,7 @@ pub use config::{
     PostgresConfig, RootCert, SslMode, TableName, CLIENT_GRACE, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_POOL_SIZE, DEFAULT_TABLE, DEFAULT_TIMEOUT, MAX_POOL_SIZE,
 };
+pub use error::client_error;
 pub use store::PostgresStore;
 
 /// The driver this backend is built on, re-exported so benchmarks and
