@@ -250,7 +250,7 @@ fn restart_mid_run(backend: &str, var: &str) {
         .expect("runtime");
     runtime.block_on(async move {
         let store = bakery::connect(&uri).await.expect("connect");
-        let suffix = uuid_like();
+        let suffix = bakery_testkit::unique_name("faults");
         let key = Key::new(format!("bakery-test/faults/{suffix}")).expect("key");
         let name = format!("faults-{suffix}");
         let stop = Arc::new(AtomicBool::new(false));
@@ -364,14 +364,6 @@ fn restart_mid_run(backend: &str, var: &str) {
             locked.errors
         );
     });
-}
-
-fn uuid_like() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!("{nanos:x}-{}", std::process::id())
 }
 
 #[test]

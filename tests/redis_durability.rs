@@ -23,7 +23,7 @@ mod common;
 
 use common::backends;
 use std::collections::HashSet;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use bakery::{ErrorKind, Sequence};
@@ -31,6 +31,13 @@ use bakery::{ErrorKind, Sequence};
 /// The volatile server is restarted by the negative control: the tests that
 /// use it take turns.
 static VOLATILE: Mutex<()> = Mutex::new(());
+
+/// The volatile server's URI, and this test's turn on it (held until the
+/// guard drops); `None` without the server.
+fn volatile_server() -> Option<(String, MutexGuard<'static, ()>)> {
+    let uri = bakery_testkit::server_uri("BAKERY_REDIS_VOLATILE_URI", "redis_durability")?;
+    Some((uri, VOLATILE.lock().unwrap_or_else(PoisonError::into_inner)))
+}
 
 /// How long the restarted server and a new client may take to answer.
 const RECOVERY_BOUND: Duration = Duration::from_secs(60);
@@ -64,20 +71,14 @@ async fn take_250(
 }
 
 fn unique_name(case: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!("durability-{case}-{nanos:x}-{}", std::process::id())
+    bakery_testkit::unique_name(&format!("durability-{case}"))
 }
 
 #[test]
 fn a_server_without_aof_is_refused_by_both_strategies() {
-    let Some(uri) = bakery_testkit::server_uri("BAKERY_REDIS_VOLATILE_URI", "redis_durability")
-    else {
+    let Some((uri, _turn)) = volatile_server() else {
         return;
     };
-    let _turn = VOLATILE.lock().unwrap_or_else(PoisonError::into_inner);
     bakery_testkit::runtime(2).block_on(async {
         for cas in ["script", "watch"] {
             let uri = with_options(&uri, &[&format!("cas={cas}")]);
@@ -148,11 +149,9 @@ fn the_durable_server_opens() {
 /// sequence of the same name hands out the same ids again.
 #[test]
 fn opted_in_a_restart_hands_out_the_same_ids_again() {
-    let Some(uri) = bakery_testkit::server_uri("BAKERY_REDIS_VOLATILE_URI", "redis_durability")
-    else {
+    let Some((uri, _turn)) = volatile_server() else {
         return;
     };
-    let _turn = VOLATILE.lock().unwrap_or_else(PoisonError::into_inner);
     let uri = with_options(&uri, &["accept_data_loss=true"]);
     let name = unique_name("restart");
     let rt = bakery_testkit::runtime(2);

@@ -17,29 +17,14 @@
 //! `cargo bench -p bakery-bench --all-features --bench backends`
 
 // With no server backend compiled in, the shared helpers below are unused.
-#![cfg_attr(
-    not(any(
-        feature = "postgres",
-        feature = "redis",
-        feature = "etcd",
-        feature = "cassandra",
-        feature = "mongodb"
-    )),
-    allow(dead_code, unused_imports)
-)]
+#![cfg_attr(not(server_backend), allow(dead_code, unused_imports))]
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bakery::{Bytes, Key, PutOutcome, Sequence, VersionedStore};
-#[cfg(any(
-    feature = "postgres",
-    feature = "redis",
-    feature = "etcd",
-    feature = "cassandra",
-    feature = "mongodb"
-))]
+#[cfg(server_backend)]
 use bakery_bench::peers::{self, RAW_VALUE};
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
@@ -64,11 +49,7 @@ fn uri(var: &str) -> Option<String> {
 }
 
 fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!("{prefix}-{nanos:x}")
+    bakery_testkit::unique_name(prefix)
 }
 
 /// Time `iters` calls of an async operation, run back to back.
@@ -196,12 +177,9 @@ fn postgres(c: &mut Criterion) {
         let cas = postgres::RawCas::create(&client, &table)
             .await
             .expect("raw schema");
-        postgres::create_sequence(&client, &sequence, 1)
+        let nextval = postgres::sequence_with_nextval(&client, &sequence, 1)
             .await
             .expect("raw sequence");
-        let nextval = postgres::prepare_nextval(&client, &sequence)
-            .await
-            .expect("prepare");
         (Arc::new(cas), nextval)
     });
 

@@ -70,19 +70,24 @@ mod tests {
 
     #[test]
     fn formats() {
-        assert_eq!(rate(812.4), "812");
-        assert_eq!(rate(45_612.0), "45.6k");
-        assert_eq!(rate(12_345_678.0), "12.3M");
-        assert_eq!(nanos(41), "41ns");
-        assert_eq!(nanos(1_234), "1.23µs");
-        assert_eq!(nanos(4_560_000), "4.56ms");
-        assert_eq!(nanos(1_200_000_000), "1.20s");
-        assert_eq!(per_op(None), "-");
-        assert_eq!(per_op(Some(0.0)), "0");
-        assert_eq!(per_op(Some(1.0)), "1.00");
-        assert_eq!(per_op(Some(0.00123)), "0.0012");
-        assert_eq!(per_op(Some(0.00001)), "<0.0001");
-        assert_eq!(times(412.3), "412×");
-        assert_eq!(times(3.44), "3.4×");
+        let shown = [
+            (rate(812.4), "812"),
+            (rate(45_612.0), "45.6k"),
+            (rate(12_345_678.0), "12.3M"),
+            (nanos(41), "41ns"),
+            (nanos(1_234), "1.23µs"),
+            (nanos(4_560_000), "4.56ms"),
+            (nanos(1_200_000_000), "1.20s"),
+            (per_op(None), "-"),
+            (per_op(Some(0.0)), "0"),
+            (per_op(Some(1.0)), "1.00"),
+            (per_op(Some(0.00123)), "0.0012"),
+            (per_op(Some(0.00001)), "<0.0001"),
+            (times(412.3), "412×"),
+            (times(3.44), "3.4×"),
+        ];
+        for (got, expected) in shown {
+            assert_eq!(got, expected);
+        }
     }
 }

@@ -90,6 +90,13 @@ pub struct Variant {
     pub label: &'static str,
 }
 
+impl Variant {
+    /// The variant `id`, shown as `label`.
+    pub const fn new(id: &'static str, label: &'static str) -> Self {
+        Self { id, label }
+    }
+}
+
 /// The store of a cell, twice: counted (what clients use, so the runner can
 /// report round trips per operation) and raw (for checks and cleanup, which
 /// must not be counted).

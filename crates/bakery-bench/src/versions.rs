@@ -21,16 +21,7 @@ pub async fn server_version(backend: &str, uri: &str) -> String {
 }
 
 /// What [`server_version`] asks, given at most [`PROBE_TIMEOUT`] there.
-#[cfg_attr(
-    not(any(
-        feature = "postgres",
-        feature = "redis",
-        feature = "etcd",
-        feature = "cassandra",
-        feature = "mongodb"
-    )),
-    allow(unused_variables)
-)]
+#[cfg_attr(not(server_backend), allow(unused_variables))]
 async fn probe(backend: &str, uri: &str) -> Result<String, String> {
     match backend {
         "memory" => Ok(format!(

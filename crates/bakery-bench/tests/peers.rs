@@ -3,16 +3,7 @@
 //! conditional write applies when it expects the current version and is
 //! refused after another writer, and the native counters count.
 
-#![cfg_attr(
-    not(any(
-        feature = "postgres",
-        feature = "redis",
-        feature = "etcd",
-        feature = "cassandra",
-        feature = "mongodb"
-    )),
-    allow(unused_imports, unused_macros, dead_code)
-)]
+#![cfg_attr(not(server_backend), allow(unused_imports, unused_macros, dead_code))]
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -57,12 +48,9 @@ async fn postgres_raw_cas_and_nextval() {
     cas.drop_table(&client).await.expect("drop");
 
     let sequence = format!("{table}_seq");
-    postgres::create_sequence(&client, &sequence, 1)
+    let nextval = postgres::sequence_with_nextval(&client, &sequence, 1)
         .await
         .expect("sequence");
-    let nextval = postgres::prepare_nextval(&client, &sequence)
-        .await
-        .expect("prepare");
     assert_eq!(postgres::nextval(&client, &nextval).await.expect("1"), 1);
     assert_eq!(postgres::nextval(&client, &nextval).await.expect("2"), 2);
     postgres::drop_sequence(&client, &sequence)

@@ -12,8 +12,8 @@
 use std::time::{Duration, Instant};
 
 use bakery_cassandra::scylla::client::session::Session;
-use bakery_cassandra::{CassandraConfig, CassandraStore};
-use bakery_core::{DeleteOutcome, ErrorKind, Key, PutOutcome, VersionedStore};
+use bakery_cassandra::{CassandraConfig, CassandraStore, Serial};
+use bakery_core::{DeleteOutcome, ErrorKind, Key, VersionedStore};
 use bakery_testkit::{applied, corrupt, unique_ident};
 
 /// The server URI, or `None` (with the reason printed) on a developer
@@ -58,6 +58,23 @@ async fn drop_table(session: &Session, keyspace: &str, table: &str) {
     .await;
 }
 
+/// Run `body` with the server URI and a store on a fresh table named
+/// `PREFIX_…`, then drop the table; without a server, print why and pass
+/// (see [`server_uri`]).
+async fn on_fresh_table(test: &str, prefix: &str, body: impl AsyncFnOnce(&str, &CassandraStore)) {
+    let Some(uri) = server_uri(test) else {
+        return;
+    };
+    let store = open(&uri, &unique_ident(prefix)).await;
+    body(&uri, &store).await;
+    drop_table(
+        store.session(),
+        store.config().keyspace(),
+        store.config().table(),
+    )
+    .await;
+}
+
 /// The stored row behind the API: `(value, version)`, tombstones included.
 async fn raw_row(store: &CassandraStore, k: &str) -> Option<(Option<Vec<u8>>, Option<i64>)> {
     let config = store.config();
@@ -79,97 +96,32 @@ async fn raw_row(store: &CassandraStore, k: &str) -> Option<(Option<Vec<u8>>, Op
 
 #[tokio::test]
 async fn a_tombstone_keeps_its_version_and_a_recreate_continues_above_it() {
-    let Some(uri) = server_uri("tombstone") else {
-        return;
-    };
-    let table = unique_ident("bk_tomb");
-    let store = open(&uri, &table).await;
-    let k = key("life/one");
-    let v1 = applied(&store, &k, None, "a").await;
-    assert_eq!(v1.version, 1);
-    let v2 = applied(&store, &k, Some(1), "b").await;
-    assert_eq!(v2.version, 2);
-    assert_eq!(
-        store.delete_if_version(&k, 2).await.unwrap(),
-        DeleteOutcome::Deleted
-    );
-    assert_eq!(raw_row(&store, "life/one").await, Some((None, Some(2))));
-    assert_eq!(store.get(&k).await.unwrap(), None);
-    assert_eq!(
-        store
-            .put_if_version(&k, Some(2), "zombie".into())
-            .await
-            .unwrap(),
-        PutOutcome::Conflict(None)
-    );
-    assert_eq!(
-        store.delete_if_version(&k, 2).await.unwrap(),
-        DeleteOutcome::Conflict(None)
-    );
-    let v3 = applied(&store, &k, None, "c").await;
-    assert_eq!(v3.version, 3, "a re-create continues above the tombstone");
-    assert_eq!(
-        raw_row(&store, "life/one").await,
-        Some((Some(b"c".to_vec()), Some(3)))
-    );
-    assert_eq!(store.get(&k).await.unwrap(), Some(v3.clone()));
-    // A second create conflicts with the re-created row.
-    assert_eq!(
-        store.put_if_version(&k, None, "d".into()).await.unwrap(),
-        PutOutcome::Conflict(Some(v3.clone()))
-    );
-    // Versions no row can have are conflicts, not errors.
-    for bad in [0, u64::MAX, i64::MAX as u64, i64::MAX as u64 + 1] {
-        assert_eq!(
-            store
-                .put_if_version(&k, Some(bad), "x".into())
-                .await
-                .unwrap(),
-            PutOutcome::Conflict(Some(v3.clone()))
-        );
-        assert_eq!(
-            store.delete_if_version(&k, bad).await.unwrap(),
-            DeleteOutcome::Conflict(Some(v3.clone()))
-        );
-    }
-    // An empty value is a value, not a tombstone: it can be updated and
-    // deleted like any other.
-    let empty = applied(&store, &k, Some(3), "").await;
-    assert_eq!(store.get(&k).await.unwrap(), Some(empty.clone()));
-    let v5 = applied(&store, &k, Some(4), "e").await;
-    assert_eq!(v5.version, 5);
-    let e = key("life/empty");
-    let created = applied(&store, &e, None, "").await;
-    assert_eq!(
-        store.delete_if_version(&e, created.version).await.unwrap(),
-        DeleteOutcome::Deleted
-    );
-    assert_eq!(applied(&store, &e, None, "").await.version, 2);
-    drop_table(store.session(), store.config().keyspace(), &table).await;
+    on_fresh_table("tombstone", "bk_tomb", async |_, store| {
+        corrupt::tombstone_life_cycle(store, async |k| raw_row(store, k).await).await;
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn corrupt_rows_are_typed_errors_naming_the_key_and_stay_unchanged() {
-    let Some(uri) = server_uri("corrupt") else {
-        return;
-    };
-    let table = unique_ident("bk_corrupt");
-    let store = open(&uri, &table).await;
-    let insert = format!(
-        "INSERT INTO \"{}\".\"{table}\" (\"key\", \"value\", \"version\") VALUES (?, ?, ?)",
-        store.config().keyspace()
-    );
-    // Plain (non-LWT) writes behind bakery's back.
-    let write = async |row: corrupt::SignedRow| {
-        store
-            .session()
-            .query_unpaged(insert.as_str(), row)
-            .await
-            .unwrap_or_else(|e| panic!("{insert} {row:?}: {e}"));
-    };
-    let raw = async |k: &str| raw_row(&store, k).await;
-    corrupt::signed_versions(&store, "cassandra", write, raw).await;
-    drop_table(store.session(), store.config().keyspace(), &table).await;
+    on_fresh_table("corrupt", "bk_corrupt", async |_, store| {
+        let table = store.config().table();
+        let insert = format!(
+            "INSERT INTO \"{}\".\"{table}\" (\"key\", \"value\", \"version\") VALUES (?, ?, ?)",
+            store.config().keyspace()
+        );
+        // Plain (non-LWT) writes behind bakery's back.
+        let write = async |row: corrupt::SignedRow| {
+            store
+                .session()
+                .query_unpaged(insert.as_str(), row)
+                .await
+                .unwrap_or_else(|e| panic!("{insert} {row:?}: {e}"));
+        };
+        let raw = async |k: &str| raw_row(store, k).await;
+        corrupt::signed_versions(store, "cassandra", write, raw).await;
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -234,105 +186,100 @@ async fn a_missing_keyspace_is_created() {
 /// UNKNOWN (they were sent), reads are Unavailable; nothing else surfaces.
 #[tokio::test]
 async fn client_timeouts_are_unknown_for_writes_and_unavailable_for_reads() {
-    let Some(uri) = server_uri("timeouts") else {
-        return;
-    };
-    let table = unique_ident("bk_timeout");
-    let store = open(&uri, &table).await;
-    let hurried = CassandraStore::open(
-        config(&uri)
-            .with_table(&table)
-            .with_timeout(Duration::from_millis(1)),
-    )
-    .await
-    .unwrap();
-    let (mut unknown, mut unavailable) = (0, 0);
-    for i in 0..20 {
-        let k = key(&format!("hurry/{i}"));
-        match hurried.put_if_version(&k, None, "x".into()).await {
-            Ok(_) => {}
-            Err(e) => {
-                assert_eq!(e.kind(), ErrorKind::Unknown, "{e}");
-                assert!(e.message().contains("may or may not"), "{e}");
-                unknown += 1;
+    on_fresh_table("timeouts", "bk_timeout", async |uri, store| {
+        let table = store.config().table();
+        let hurried = CassandraStore::open(
+            config(uri)
+                .with_table(table)
+                .with_timeout(Duration::from_millis(1)),
+        )
+        .await
+        .unwrap();
+        let (mut unknown, mut unavailable) = (0, 0);
+        for i in 0..20 {
+            let k = key(&format!("hurry/{i}"));
+            match hurried.put_if_version(&k, None, "x".into()).await {
+                Ok(_) => {}
+                Err(e) => {
+                    assert_eq!(e.kind(), ErrorKind::Unknown, "{e}");
+                    assert!(e.message().contains("may or may not"), "{e}");
+                    unknown += 1;
+                }
+            }
+            match hurried.get(&k).await {
+                Ok(_) => {}
+                Err(e) => {
+                    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+                    unavailable += 1;
+                }
             }
         }
-        match hurried.get(&k).await {
-            Ok(_) => {}
-            Err(e) => {
-                assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
-                unavailable += 1;
+        eprintln!("timeouts: {unknown} unknown writes, {unavailable} unavailable reads of 20");
+        // Whatever happened, the normal store sees a consistent state.
+        for i in 0..20 {
+            let k = key(&format!("hurry/{i}"));
+            if let Some(row) = store.get(&k).await.unwrap() {
+                assert_eq!(row.version, 1);
             }
         }
-    }
-    eprintln!("timeouts: {unknown} unknown writes, {unavailable} unavailable reads of 20");
-    // Whatever happened, the normal store sees a consistent state.
-    for i in 0..20 {
-        let k = key(&format!("hurry/{i}"));
-        if let Some(row) = store.get(&k).await.unwrap() {
-            assert_eq!(row.version, 1);
-        }
-    }
-    drop_table(store.session(), store.config().keyspace(), &table).await;
+    })
+    .await;
 }
 
 /// One client, no contention: how long each kind of call takes (printed,
 /// not asserted: a guide for the docs, not a benchmark).
 #[tokio::test]
 async fn uncontended_latency_per_call() {
-    let Some(uri) = server_uri("latency") else {
-        return;
-    };
-    let table = unique_ident("bk_latency");
-    let store = open(&uri, &table).await;
-    const N: u64 = 200;
-    let k = key("latency/k");
-    let mut row = applied(&store, &k, None, "0").await;
-    let started = Instant::now();
-    for i in 1..=N {
-        row = applied(&store, &k, Some(row.version), &i.to_string()).await;
-    }
-    let update = started.elapsed() / N as u32;
-    let started = Instant::now();
-    for _ in 0..N {
-        assert!(store
-            .put_if_version(&k, Some(1), "stale".into())
-            .await
-            .unwrap()
-            .applied()
-            .is_none());
-    }
-    let conflict = started.elapsed() / N as u32;
-    let started = Instant::now();
-    for _ in 0..N {
-        store.get(&k).await.unwrap();
-    }
-    let get = started.elapsed() / N as u32;
-    let started = Instant::now();
-    for i in 0..N {
-        let k = key(&format!("latency/c{i}"));
-        applied(&store, &k, None, "x").await;
-    }
-    let create = started.elapsed() / N as u32;
-    let started = Instant::now();
-    for i in 0..N {
-        let k = key(&format!("latency/c{i}"));
-        assert_eq!(
-            store.delete_if_version(&k, 1).await.unwrap(),
-            DeleteOutcome::Deleted
+    on_fresh_table("latency", "bk_latency", async |_, store| {
+        const N: u64 = 200;
+        let k = key("latency/k");
+        let mut row = applied(store, &k, None, "0").await;
+        let started = Instant::now();
+        for i in 1..=N {
+            row = applied(store, &k, Some(row.version), &i.to_string()).await;
+        }
+        let update = started.elapsed() / N as u32;
+        let started = Instant::now();
+        for _ in 0..N {
+            assert!(store
+                .put_if_version(&k, Some(1), "stale".into())
+                .await
+                .unwrap()
+                .applied()
+                .is_none());
+        }
+        let conflict = started.elapsed() / N as u32;
+        let started = Instant::now();
+        for _ in 0..N {
+            store.get(&k).await.unwrap();
+        }
+        let get = started.elapsed() / N as u32;
+        let started = Instant::now();
+        for i in 0..N {
+            let k = key(&format!("latency/c{i}"));
+            applied(store, &k, None, "x").await;
+        }
+        let create = started.elapsed() / N as u32;
+        let started = Instant::now();
+        for i in 0..N {
+            let k = key(&format!("latency/c{i}"));
+            assert_eq!(
+                store.delete_if_version(&k, 1).await.unwrap(),
+                DeleteOutcome::Deleted
+            );
+        }
+        let delete = started.elapsed() / N as u32;
+        let started = Instant::now();
+        for i in 0..N {
+            let k = key(&format!("latency/c{i}"));
+            assert_eq!(applied(store, &k, None, "y").await.version, 2);
+        }
+        let recreate = started.elapsed() / N as u32;
+        eprintln!(
+            "latency per call: get {get:?}, create {create:?}, update {update:?}, conflict {conflict:?}, delete {delete:?}, re-create over a tombstone {recreate:?}"
         );
-    }
-    let delete = started.elapsed() / N as u32;
-    let started = Instant::now();
-    for i in 0..N {
-        let k = key(&format!("latency/c{i}"));
-        assert_eq!(applied(&store, &k, None, "y").await.version, 2);
-    }
-    let recreate = started.elapsed() / N as u32;
-    eprintln!(
-        "latency per call: get {get:?}, create {create:?}, update {update:?}, conflict {conflict:?}, delete {delete:?}, re-create over a tombstone {recreate:?}"
-    );
-    drop_table(store.session(), store.config().keyspace(), &table).await;
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -406,25 +353,32 @@ async fn a_keyspace_with_one_replica_opens_on_a_batch_commit_log() {
         return;
     };
     let admin = open(&uri, &unique_ident("bk_admin")).await;
-    let simple = unique_ident("bk_rf1");
-    raw(
-        admin.session(),
-        &format!(
-            "CREATE KEYSPACE \"{simple}\" WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
-        ),
+    // A keyspace made behind bakery's back, with `replication`; and a store
+    // on it, with `serial` (a panic naming `what` if it does not open).
+    let keyspace = async |prefix: &str, replication: String| {
+        let name = unique_ident(prefix);
+        let cql = format!("CREATE KEYSPACE \"{name}\" WITH replication = {{{replication}}}");
+        raw(admin.session(), &cql).await;
+        name
+    };
+    let open_on = async |keyspace: &str, serial, what: &str| {
+        CassandraStore::open(config(&uri).with_keyspace(keyspace).with_serial(serial))
+            .await
+            .unwrap_or_else(|e| panic!("{what} must open: {e}"))
+    };
+    let simple = keyspace(
+        "bk_rf1",
+        "'class': 'SimpleStrategy', 'replication_factor': 1".to_string(),
     )
     .await;
-    let store = CassandraStore::open(config(&uri).with_keyspace(&simple))
-        .await
-        .unwrap_or_else(|e| panic!("rf=1 on a batch commit log must open: {e}"));
+    let store = open_on(&simple, Serial::Serial, "rf=1 on a batch commit log").await;
     assert_eq!(applied(&store, &key("rf1/k"), None, "v").await.version, 1);
-    let local = CassandraStore::open(
-        config(&uri)
-            .with_keyspace(&simple)
-            .with_serial(bakery_cassandra::Serial::LocalSerial),
+    let local = open_on(
+        &simple,
+        Serial::LocalSerial,
+        "local_serial on one data center",
     )
-    .await
-    .unwrap_or_else(|e| panic!("local_serial on one data center must open: {e}"));
+    .await;
     assert_eq!(
         local.get(&key("rf1/k")).await.unwrap().map(|r| r.version),
         Some(1)
@@ -439,21 +393,10 @@ async fn a_keyspace_with_one_replica_opens_on_a_batch_commit_log() {
         .unwrap()
         .first_row::<(String,)>()
         .unwrap();
-    let nts = unique_ident("bk_nts1");
-    raw(
-        admin.session(),
-        &format!(
-            "CREATE KEYSPACE \"{nts}\" WITH replication = {{'class': 'NetworkTopologyStrategy', '{dc}': 1}}"
-        ),
-    )
-    .await;
-    let store = CassandraStore::open(
-        config(&uri)
-            .with_keyspace(&nts)
-            .with_serial(bakery_cassandra::Serial::LocalSerial),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("NetworkTopologyStrategy {dc}:1 must open: {e}"));
+    let replication = format!("'class': 'NetworkTopologyStrategy', '{dc}': 1");
+    let nts = keyspace("bk_nts1", replication).await;
+    let what = format!("NetworkTopologyStrategy {dc}:1");
+    let store = open_on(&nts, Serial::LocalSerial, &what).await;
     assert_eq!(applied(&store, &key("nts/k"), None, "v").await.version, 1);
 
     raw(admin.session(), &format!("DROP KEYSPACE \"{simple}\"")).await;

@@ -6,7 +6,6 @@ use bakery_cassandra::{
     CassandraConfig, CassandraStore, Consistency, Replication, Serial, DEFAULT_KEYSPACE,
     DEFAULT_PORT, DEFAULT_TABLE, DEFAULT_TIMEOUT, SCHEMES,
 };
-use bakery_core::ErrorKind;
 
 #[test]
 fn schemes() {
@@ -79,8 +78,8 @@ fn options() {
         "cassandra://h/ks?table=Locks_1&replication=rf=3&serial=LOCAL_SERIAL&consistency=local_quorum&timeout_ms=250",
     )
     .unwrap();
-    assert_eq!(config.table(), "Locks_1");
     assert_eq!(config.replication(), &Replication::Simple(3));
+    assert_eq!(config.table(), "Locks_1");
     assert_eq!(config.serial(), Serial::LocalSerial);
     assert_eq!(config.consistency(), Consistency::LocalQuorum);
     assert_eq!(config.timeout(), Duration::from_millis(250));
@@ -119,13 +118,80 @@ fn options() {
     assert_eq!(config.table().len(), 48);
 }
 
+/// Bad URIs: config errors naming the problem.
+const REFUSED: &[(&str, &str)] = &[
+    ("etcd://h:2379", "not a cassandra URI"),
+    ("cassandra:h:9042", "not a cassandra URI"),
+    ("cassandra", "not a cassandra URI"),
+    ("cassandra://", "no host"),
+    ("cassandra:///ks", "no host"),
+    ("cassandra://h:0/ks", "port"),
+    ("cassandra://h:65536/ks", "port"),
+    ("cassandra://h:-1/ks", "port"),
+    ("cassandra://h:/ks", "port"),
+    ("cassandra://a,,b/ks", "no host"),
+    ("cassandra://h,/ks", "no host"),
+    ("cassandra://:9042/ks", "no host"),
+    ("cassandra://h%20x/ks", "host"),
+    ("cassandra://[::1/ks", "`]`"),
+    ("cassandra://[zz]:1/ks", "IPv6"),
+    ("cassandra://[::1]x/ks", "after `]`"),
+    ("cassandra://h/ks/more", "one keyspace"),
+    ("cassandra://h/bad-name", "`keyspace`"),
+    ("cassandra://h/1abc", "`keyspace`"),
+    ("cassandra://h/system", "reserved"),
+    ("cassandra://h/System_auth", "reserved"),
+    ("cassandra://h/ks?table=", "`table`"),
+    ("cassandra://h/ks?table=a.b", "`table`"),
+    ("cassandra://h/ks?table=_x", "`table`"),
+    ("cassandra://h/ks?table=%22x%22", "`table`"),
+    ("cassandra://h/ks?replication=3", "`replication`"),
+    ("cassandra://h/ks?replication=rf=0", "out of range"),
+    ("cassandra://h/ks?replication=rf=101", "out of range"),
+    ("cassandra://h/ks?replication=rf=x", "`replication`"),
+    ("cassandra://h/ks?replication=rf=%2B3", "`replication`"),
+    ("cassandra://h/ks?replication=dc=", "`replication`"),
+    ("cassandra://h/ks?replication=dc=dc1", "`replication`"),
+    ("cassandra://h/ks?replication=dc=dc1:0", "out of range"),
+    ("cassandra://h/ks?replication=dc=d'c:1", "data center name"),
+    ("cassandra://h/ks?replication=dc=a:1,a:2", "named twice"),
+    ("cassandra://h/ks?serial=quorum", "`serial`"),
+    ("cassandra://h/ks?consistency=serial", "`consistency`"),
+    ("cassandra://h/ks?consistency=lots", "`consistency`"),
+    ("cassandra://h/ks?user=alice", "without a password"),
+    ("cassandra://alice@h/ks", "without a password"),
+    ("cassandra://h/ks?password=x", "without a user"),
+    ("cassandra://:pw@h/ks", "user name is empty"),
+    ("cassandra://u:p@h/ks?user=v", "user twice"),
+    ("cassandra://u:p@h/ks?password=q", "password twice"),
+    ("cassandra://h/ks?table=%ff", "UTF-8"),
+];
+
 /// The rules every backend's options share (unknown, twice, no value, bad
-/// escapes, duration bounds).
+/// escapes, duration bounds), and `accept_data_loss`: the shared checks
+/// every backend passes.
 #[test]
 fn shared_option_rules() {
-    bakery_testkit::options::shared_rules("cassandra://h/ks?table=t", &["timeout_ms"], |uri| {
-        CassandraConfig::from_uri(uri).map(|_| ())
-    });
+    bakery_testkit::options::Shared {
+        backend: "cassandra",
+        base: "cassandra://h/ks?table=t",
+        durations: &["timeout_ms"],
+        parse: CassandraConfig::from_uri,
+        accept_data_loss: Some(CassandraConfig::accept_data_loss),
+        shown: Some(CassandraConfig::to_string),
+        built: Some(|accept| {
+            CassandraConfig::new(["h"])
+                .with_keyspace("ks")
+                .with_table("t")
+                .with_accept_data_loss(accept)
+        }),
+        refused: REFUSED,
+        longest: &[("cassandra://h/{}", 48), ("cassandra://h/ks?table={}", 48)],
+    }
+    .check();
+    // The option is listed among the known ones.
+    let err = CassandraConfig::from_uri("cassandra://h/ks?accept_data=true").unwrap_err();
+    assert!(err.message().contains("accept_data_loss"), "{err}");
 }
 
 #[test]
@@ -170,16 +236,16 @@ const SECRET: &str = "hunter2secret";
 
 #[test]
 fn passwords_are_never_printed() {
-    for uri in [
+    let uris = [
         format!("cassandra://alice:{SECRET}@h:9042/ks"),
         format!("scylla://h/ks?user=alice&password={SECRET}&table=t"),
-    ] {
-        let config = CassandraConfig::from_uri(&uri).unwrap();
-        let shown = format!("{config} {config:?} {config:#?}");
-        assert!(!shown.contains(SECRET), "{shown}");
-        assert!(shown.contains("***"), "{shown}");
-        assert!(shown.contains("alice"), "{shown}");
-    }
+    ];
+    bakery_testkit::options::secret_redacted(
+        SECRET,
+        &["***", "alice"],
+        &uris,
+        CassandraConfig::from_uri,
+    );
     let config = CassandraConfig::from_uri("cassandra://alice:pw@h:1/ks?timeout_ms=7").unwrap();
     assert_eq!(
         config.to_string(),
@@ -198,7 +264,7 @@ fn passwords_are_never_printed() {
 
 #[test]
 fn passwords_are_never_in_errors() {
-    for uri in [
+    let uris = [
         format!("cassandra://alice:{SECRET}@h/ks?colour=blue"),
         format!("cassandra://alice:{SECRET}@h/ks?password=x"),
         format!("cassandra://alice:{SECRET}@h:notaport/ks"),
@@ -211,91 +277,8 @@ fn passwords_are_never_in_errors() {
         format!("cassandra://alice:{SECRET}@h/bad-keyspace"),
         format!("cassandra://alice:{SECRET}@h/ks?timeout_ms=0"),
         format!("mysql://alice:{SECRET}@h/ks"),
-    ] {
-        let err = CassandraConfig::from_uri(&uri).expect_err(&uri);
-        assert_eq!(err.kind(), ErrorKind::Config, "{uri}");
-        let text = format!("{err} {err:?}");
-        assert!(!text.contains(SECRET), "{uri}: {text}");
-        assert!(!text.contains(&uri), "{uri}: {text}");
-    }
-}
-
-#[test]
-fn bad_uris_are_config_errors_naming_the_problem() {
-    let cases: &[(&str, &str)] = &[
-        ("etcd://h:2379", "not a cassandra URI"),
-        ("cassandra:h:9042", "not a cassandra URI"),
-        ("cassandra", "not a cassandra URI"),
-        ("cassandra://", "no host"),
-        ("cassandra:///ks", "no host"),
-        ("cassandra://h:0/ks", "port"),
-        ("cassandra://h:65536/ks", "port"),
-        ("cassandra://h:-1/ks", "port"),
-        ("cassandra://h:/ks", "port"),
-        ("cassandra://a,,b/ks", "no host"),
-        ("cassandra://h,/ks", "no host"),
-        ("cassandra://:9042/ks", "no host"),
-        ("cassandra://h%20x/ks", "host"),
-        ("cassandra://[::1/ks", "`]`"),
-        ("cassandra://[zz]:1/ks", "IPv6"),
-        ("cassandra://[::1]x/ks", "after `]`"),
-        ("cassandra://h/ks/more", "one keyspace"),
-        ("cassandra://h/bad-name", "`keyspace`"),
-        ("cassandra://h/1abc", "`keyspace`"),
-        ("cassandra://h/system", "reserved"),
-        ("cassandra://h/System_auth", "reserved"),
-        ("cassandra://h/ks?table=", "`table`"),
-        ("cassandra://h/ks?table=a.b", "`table`"),
-        ("cassandra://h/ks?table=_x", "`table`"),
-        ("cassandra://h/ks?table=%22x%22", "`table`"),
-        ("cassandra://h/ks?replication=3", "`replication`"),
-        ("cassandra://h/ks?replication=rf=0", "out of range"),
-        ("cassandra://h/ks?replication=rf=101", "out of range"),
-        ("cassandra://h/ks?replication=rf=x", "`replication`"),
-        ("cassandra://h/ks?replication=rf=%2B3", "`replication`"),
-        ("cassandra://h/ks?replication=dc=", "`replication`"),
-        ("cassandra://h/ks?replication=dc=dc1", "`replication`"),
-        ("cassandra://h/ks?replication=dc=dc1:0", "out of range"),
-        ("cassandra://h/ks?replication=dc=d'c:1", "data center name"),
-        ("cassandra://h/ks?replication=dc=a:1,a:2", "named twice"),
-        ("cassandra://h/ks?serial=quorum", "`serial`"),
-        ("cassandra://h/ks?consistency=serial", "`consistency`"),
-        ("cassandra://h/ks?consistency=lots", "`consistency`"),
-        ("cassandra://h/ks?user=alice", "without a password"),
-        ("cassandra://alice@h/ks", "without a password"),
-        ("cassandra://h/ks?password=x", "without a user"),
-        ("cassandra://:pw@h/ks", "user name is empty"),
-        ("cassandra://u:p@h/ks?user=v", "user twice"),
-        ("cassandra://u:p@h/ks?password=q", "password twice"),
-        ("cassandra://h/ks?table=%ff", "UTF-8"),
     ];
-    bakery_testkit::options::refused("cassandra", cases, CassandraConfig::from_uri);
-    let too_long = format!("cassandra://h/k{}", "x".repeat(48));
-    assert!(CassandraConfig::from_uri(&too_long).is_err());
-    let too_long = format!("cassandra://h/ks?table=t{}", "x".repeat(48));
-    assert!(CassandraConfig::from_uri(&too_long).is_err());
-}
-
-/// `accept_data_loss`: the shared checks every backend passes, and the
-/// option is listed among the known ones.
-#[test]
-fn accept_data_loss_option() {
-    bakery_testkit::options::accept_data_loss("cassandra://h/ks", |uri| {
-        let config = CassandraConfig::from_uri(uri)?;
-        assert_eq!(
-            config,
-            CassandraConfig::new(["h"])
-                .with_keyspace("ks")
-                .with_accept_data_loss(config.accept_data_loss()),
-            "the URI option and the builder agree"
-        );
-        Ok(bakery_testkit::options::Parsed {
-            accept_data_loss: config.accept_data_loss(),
-            shown: Some(config.to_string()),
-        })
-    });
-    let err = CassandraConfig::from_uri("cassandra://h/ks?accept_data=true").unwrap_err();
-    assert!(err.message().contains("accept_data_loss"), "{err}");
+    bakery_testkit::options::secret_never_shown(SECRET, &uris, CassandraConfig::from_uri);
 }
 
 #[test]
@@ -307,7 +290,7 @@ fn builder_is_validated() {
         .with_consistency(Consistency::LocalQuorum)
         .validate()
         .is_ok());
-    for config in [
+    let invalid = [
         CassandraConfig::new(Vec::<String>::new()),
         CassandraConfig::new(["h:x"]),
         CassandraConfig::new(["h"]).with_keyspace(""),
@@ -318,20 +301,18 @@ fn builder_is_validated() {
         CassandraConfig::new(["h"]).with_timeout(Duration::ZERO),
         CassandraConfig::new(["h"]).with_timeout(Duration::from_secs(7200)),
         CassandraConfig::new(["h"]).with_user("", "pw"),
-    ] {
-        let err = config.validate().expect_err("invalid config");
-        assert_eq!(err.kind(), ErrorKind::Config, "{config:?}");
-    }
+    ];
+    bakery_testkit::options::invalid(invalid, CassandraConfig::validate);
 }
 
 #[tokio::test]
 async fn connect_rejects_bad_uris_before_any_network() {
-    let err = CassandraStore::connect("cassandra://h/ks?table=no-good")
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Config);
-    let err = CassandraStore::open(CassandraConfig::new(["h"]).with_keyspace("system"))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Config);
+    use bakery_testkit::options::refused_before_network;
+    refused_before_network(
+        "cassandra",
+        CassandraStore::connect("cassandra://h/ks?table=no-good"),
+    )
+    .await;
+    let system = CassandraConfig::new(["h"]).with_keyspace("system");
+    refused_before_network("cassandra", CassandraStore::open(system)).await;
 }

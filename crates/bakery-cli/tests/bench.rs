@@ -255,6 +255,15 @@ fn json_flag_prints_the_report_on_stdout() {
     assert!(results(&report).iter().all(|r| r["workload"] == "sequence"));
 }
 
+/// `bakery bench --json` of one `workload`, with `clients` (a list) and
+/// `duration`; more arguments can follow.
+fn bench_json(home: &Path, workload: &str, clients: &str, duration: &str) -> Command {
+    let mut cmd = bakery(home);
+    cmd.args(["bench", "--json", "--workload", workload]);
+    cmd.args(["--clients", clients, "--duration", duration]);
+    cmd
+}
+
 /// The smallest bench run: one client, 20 ms of `cas`.
 const ONE_SHORT_CAS: [&str; 8] = [
     "bench",
@@ -377,17 +386,7 @@ fn native_peers_run_beside_the_server_backends() {
         return;
     }
     let home = TempDir::new().expect("temp dir");
-    let mut cmd = bakery(home.path());
-    cmd.args([
-        "bench",
-        "--json",
-        "--workload",
-        "sequence",
-        "--clients",
-        "1,2",
-        "--duration",
-        "200ms",
-    ]);
+    let mut cmd = bench_json(home.path(), "sequence", "1,2", "200ms");
     for uri in &uris {
         cmd.arg("--uri").arg(uri);
     }
@@ -449,19 +448,8 @@ fn lock_workload_reports_fairness_and_native_locks() {
         }
     }
     let home = TempDir::new().expect("temp dir");
-    let mut cmd = bakery(home.path());
-    cmd.args([
-        "bench",
-        "--json",
-        "--workload",
-        "lock",
-        "--clients",
-        "1,3",
-        "--duration",
-        "300ms",
-        "--uri",
-        "memory://",
-    ]);
+    let mut cmd = bench_json(home.path(), "lock", "1,3", "300ms");
+    cmd.args(["--uri", "memory://"]);
     let db = home.path().join("lock-bench.db");
     cmd.arg("--uri").arg(format!("sqlite://{}", db.display()));
     for (uri, _, _) in &servers {

@@ -112,19 +112,17 @@ fn targets() -> Vec<Target> {
 }
 
 fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid_like())
-}
-
-fn uuid_like() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!("{nanos:x}{:x}", std::process::id())
+    bakery_testkit::unique_name(prefix)
 }
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `output` (a command's stdout or stderr) contains `needle`.
+fn assert_mentions(output: &[u8], needle: &str) {
+    let output = text(output);
+    assert!(output.contains(needle), "{needle:?} missing from {output}");
 }
 
 fn assert_status(out: &Output, code: i32, what: &str) {
@@ -403,11 +401,7 @@ fn bad_input_is_a_clear_error() {
     let target = Target::sqlite();
     let out = target.run(&["lock", "run", "a/b", "--", "true"]);
     assert_status(&out, 1, "bad name");
-    assert!(
-        text(&out.stderr).contains("invalid input"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_mentions(&out.stderr, "invalid input");
     let out = target.run(&["lock", "run", "x", "--lease", "0s", "--", "true"]);
     assert_status(&out, 2, "zero lease");
     let out = target.run(&["lock", "run", "x", "--lease", "1ms", "--", "true"]);
@@ -426,11 +420,7 @@ fn bad_input_is_a_clear_error() {
     assert_status(&out, 1, "older token");
     let out = target.run(&["fence", "read", "v", "--token", "3"]);
     assert_status(&out, 1, "fenced read with an older token");
-    assert!(
-        text(&out.stderr).contains("refused"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_mentions(&out.stderr, "refused");
     let out = target.run(&["fence", "read", "v", "--token", "6"]);
     assert_status(&out, 0, "fenced read raises the fence");
     let out = target.run(&["fence", "write", "v", "late", "--token", "5"]);

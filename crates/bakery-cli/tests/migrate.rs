@@ -22,6 +22,19 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// `bakery migrate --from uri` with `args`, on the SQLite store `db`.
+fn migrate(db: &std::path::Path, uri: &str, args: &[&str]) -> Output {
+    let mut all = vec!["migrate", "--from", uri];
+    all.extend_from_slice(args);
+    bakery(db, &all)
+}
+
+/// `output` (a command's stdout or stderr) contains `needle`.
+fn assert_mentions(output: &[u8], needle: &str) {
+    let output = text(output);
+    assert!(output.contains(needle), "{needle:?} missing from {output}");
+}
+
 #[test]
 fn plan_apply_again_and_refusals() {
     let Some(uri) = bakery_testkit::server_uri("BAKERY_POSTGRES_URI", "bakery migrate") else {
@@ -51,17 +64,7 @@ fn plan_apply_again_and_refusals() {
     let db = dir.path().join("b.db");
     let orders = format!("{schema}.orders_id_seq");
     // The plan: exit 0 when every selected generator is safe, nothing written.
-    let out = bakery(
-        &db,
-        &[
-            "migrate",
-            "--from",
-            &uri,
-            "--sequence",
-            &orders,
-            "--dry-run",
-        ],
-    );
+    let out = migrate(&db, &uri, &["--sequence", &orders, "--dry-run"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(
@@ -72,18 +75,10 @@ fn plan_apply_again_and_refusals() {
     let show = bakery(&db, &["seq", "show", &orders]);
     assert_eq!(show.status.code(), Some(1), "no bakery sequence yet");
     // A refused generator in the selection: exit 1, the reason printed.
-    let out = bakery(&db, &["migrate", "--from", &uri, "--schema", &schema]);
+    let out = migrate(&db, &uri, &["--schema", &schema]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stdout).contains("descending"),
-        "{}",
-        text(&out.stdout)
-    );
-    assert!(
-        text(&out.stderr).contains("1 of 2 generators are not safe"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_mentions(&out.stdout, "descending");
+    assert_mentions(&out.stderr, "1 of 2 generators are not safe");
     // Apply, as JSON: the id after the source's last one.
     let out = bakery(
         &db,
@@ -109,45 +104,20 @@ fn plan_apply_again_and_refusals() {
     let next = bakery(&db, &["seq", "next", &orders]);
     assert_eq!(text(&next.stdout).trim(), "13");
     // Again: nothing to do, and it says so.
-    let out = bakery(
-        &db,
-        &["migrate", "--from", &uri, "--sequence", &orders, "--apply"],
-    );
+    let out = migrate(&db, &uri, &["--sequence", &orders, "--apply"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stdout).contains("0 migrated, 1 already safe"),
-        "{}",
-        text(&out.stdout)
-    );
+    assert_mentions(&out.stdout, "0 migrated, 1 already safe");
     // Bad input: exit 1 with one line naming the problem, or a usage error.
     let out = bakery(&db, &["migrate", "--from", "oracle://x", "--all"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("cannot migrate from"),
-        "{}",
-        text(&out.stderr)
-    );
-    let out = bakery(&db, &["migrate", "--from", &uri]);
+    assert_mentions(&out.stderr, "cannot migrate from");
+    let out = migrate(&db, &uri, &[]);
     assert_eq!(
         out.status.code(),
         Some(2),
         "nothing selected is a usage error"
     );
-    let out = bakery(
-        &db,
-        &[
-            "migrate",
-            "--from",
-            &uri,
-            "--sequence",
-            "nope.none",
-            "--apply",
-        ],
-    );
+    let out = migrate(&db, &uri, &["--sequence", "nope.none", "--apply"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("no generator named"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_mentions(&out.stderr, "no generator named");
 }

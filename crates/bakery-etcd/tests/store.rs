@@ -36,6 +36,17 @@ async fn open(uri: &str, prefix: &str) -> EtcdStore {
         .unwrap_or_else(|e| panic!("cannot connect to etcd: {e}"))
 }
 
+/// Run the test `name`'s `body` with the server URI and a store under a
+/// prefix no other test or run uses; without a server, print why and pass
+/// (see [`server_uri`]).
+async fn on_store(name: &str, body: impl AsyncFnOnce(&str, EtcdStore) -> Result<()>) -> Result<()> {
+    let Some(uri) = server_uri(name) else {
+        return Ok(());
+    };
+    let store = open(&uri, &run_prefix(name)).await;
+    body(&uri, store).await
+}
+
 fn applied(outcome: PutOutcome) -> Row {
     match outcome {
         PutOutcome::Applied(row) => row,
@@ -45,90 +56,88 @@ fn applied(outcome: PutOutcome) -> Row {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn version_of_a_cas_is_the_mod_revision_a_get_shows() -> Result<()> {
-    let Some(uri) = server_uri("version_of_a_cas_is_the_mod_revision_a_get_shows") else {
-        return Ok(());
-    };
-    let store = open(&uri, &run_prefix("revision")).await;
-    let key = Key::new("row")?;
-    let created = applied(store.put_if_version(&key, None, "a".into()).await?);
-    assert_eq!(store.get(&key).await?, Some(created.clone()));
-    let updated = applied(
-        store
-            .put_if_version(&key, Some(created.version), "b".into())
-            .await?,
-    );
-    assert!(updated.version > created.version);
-    assert_eq!(
-        store.get(&key).await?,
-        Some(updated.clone()),
-        "the version a CAS returns is the mod_revision a get shows"
-    );
+    on_store("revision", async |_, store| {
+        let key = Key::new("row")?;
+        let created = applied(store.put_if_version(&key, None, "a".into()).await?);
+        assert_eq!(store.get(&key).await?, Some(created.clone()));
+        let updated = applied(
+            store
+                .put_if_version(&key, Some(created.version), "b".into())
+                .await?,
+        );
+        assert!(updated.version > created.version);
+        assert_eq!(
+            store.get(&key).await?,
+            Some(updated.clone()),
+            "the version a CAS returns is the mod_revision a get shows"
+        );
 
-    // A write to another key moves the (global) revision: the next version
-    // of `row` skips it, and still equals what a get shows.
-    let other = applied(
-        store
-            .put_if_version(&Key::new("other")?, None, "x".into())
-            .await?,
-    );
-    assert!(other.version > updated.version);
-    let third = applied(
-        store
-            .put_if_version(&key, Some(updated.version), "c".into())
-            .await?,
-    );
-    assert!(third.version > other.version, "revisions are global");
-    assert_eq!(store.get(&key).await?, Some(third.clone()));
+        // A write to another key moves the (global) revision: the next version
+        // of `row` skips it, and still equals what a get shows.
+        let other = applied(
+            store
+                .put_if_version(&Key::new("other")?, None, "x".into())
+                .await?,
+        );
+        assert!(other.version > updated.version);
+        let third = applied(
+            store
+                .put_if_version(&key, Some(updated.version), "c".into())
+                .await?,
+        );
+        assert!(third.version > other.version, "revisions are global");
+        assert_eq!(store.get(&key).await?, Some(third.clone()));
 
-    // Conflicts return the current row, with its mod_revision.
-    let stale = store
-        .put_if_version(&key, Some(created.version), "stale".into())
-        .await?;
-    assert_eq!(stale, PutOutcome::Conflict(Some(third.clone())));
-    let stale = store.delete_if_version(&key, updated.version).await?;
-    assert_eq!(stale, DeleteOutcome::Conflict(Some(third.clone())));
+        // Conflicts return the current row, with its mod_revision.
+        let stale = store
+            .put_if_version(&key, Some(created.version), "stale".into())
+            .await?;
+        assert_eq!(stale, PutOutcome::Conflict(Some(third.clone())));
+        let stale = store.delete_if_version(&key, updated.version).await?;
+        assert_eq!(stale, DeleteOutcome::Conflict(Some(third.clone())));
 
-    // Delete and re-create: the new incarnation is above the deleted one.
-    assert_eq!(
-        store.delete_if_version(&key, third.version).await?,
-        DeleteOutcome::Deleted
-    );
-    assert_eq!(store.get(&key).await?, None);
-    let reborn = applied(store.put_if_version(&key, None, "d".into()).await?);
-    assert!(reborn.version > third.version);
-    assert_eq!(store.get(&key).await?, Some(reborn));
-    Ok(())
+        // Delete and re-create: the new incarnation is above the deleted one.
+        assert_eq!(
+            store.delete_if_version(&key, third.version).await?,
+            DeleteOutcome::Deleted
+        );
+        assert_eq!(store.get(&key).await?, None);
+        let reborn = applied(store.put_if_version(&key, None, "d".into()).await?);
+        assert!(reborn.version > third.version);
+        assert_eq!(store.get(&key).await?, Some(reborn));
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn versions_that_no_key_can_have_always_conflict() -> Result<()> {
-    let Some(uri) = server_uri("versions_that_no_key_can_have_always_conflict") else {
-        return Ok(());
-    };
-    let store = open(&uri, &run_prefix("impossible")).await;
-    let missing = Key::new("missing")?;
-    // An absent key's mod_revision is 0 in etcd: `Some(0)` must not create
-    // it, and a delete at 0 must not "delete" nothing.
-    for expected in [0, u64::MAX, i64::MAX as u64 + 1] {
-        let put = store
-            .put_if_version(&missing, Some(expected), "x".into())
-            .await?;
-        assert_eq!(put, PutOutcome::Conflict(None), "{expected}");
-        let delete = store.delete_if_version(&missing, expected).await?;
-        assert_eq!(delete, DeleteOutcome::Conflict(None), "{expected}");
-    }
-    assert_eq!(store.get(&missing).await?, None);
-    let key = Key::new("present")?;
-    let row = applied(store.put_if_version(&key, None, "x".into()).await?);
-    for expected in [0, u64::MAX] {
-        let put = store
-            .put_if_version(&key, Some(expected), "y".into())
-            .await?;
-        assert_eq!(put, PutOutcome::Conflict(Some(row.clone())));
-        let delete = store.delete_if_version(&key, expected).await?;
-        assert_eq!(delete, DeleteOutcome::Conflict(Some(row.clone())));
-    }
-    Ok(())
+    on_store("impossible", async |_, store| {
+        let missing = Key::new("missing")?;
+        // An absent key's mod_revision is 0 in etcd: `Some(0)` must not create
+        // it, and a delete at 0 must not "delete" nothing.
+        for expected in [0, u64::MAX, i64::MAX as u64 + 1] {
+            let put = store
+                .put_if_version(&missing, Some(expected), "x".into())
+                .await?;
+            assert_eq!(put, PutOutcome::Conflict(None), "{expected}");
+            let delete = store.delete_if_version(&missing, expected).await?;
+            assert_eq!(delete, DeleteOutcome::Conflict(None), "{expected}");
+        }
+        assert_eq!(store.get(&missing).await?, None);
+        let key = Key::new("present")?;
+        let row = applied(store.put_if_version(&key, None, "x".into()).await?);
+        for expected in [0, u64::MAX] {
+            let put = store
+                .put_if_version(&key, Some(expected), "y".into())
+                .await?;
+            assert_eq!(put, PutOutcome::Conflict(Some(row.clone())));
+            let delete = store.delete_if_version(&key, expected).await?;
+            assert_eq!(delete, DeleteOutcome::Conflict(Some(row.clone())));
+        }
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -161,30 +170,29 @@ async fn prefixes_isolate_stores() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn values_past_the_request_limit_are_invalid_input() -> Result<()> {
-    let Some(uri) = server_uri("values_past_the_request_limit_are_invalid_input") else {
-        return Ok(());
-    };
-    let store = open(&uri, &run_prefix("large")).await;
-    let key = Key::new("big")?;
-    // etcd's default --max-request-bytes is 1.5 MiB.
-    let big = Bytes::from(vec![b'x'; 2 * 1024 * 1024]);
-    let err = store
-        .put_if_version(&key, None, big)
-        .await
-        .expect_err("a 2 MiB value must be refused");
-    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
-    assert_eq!(err.backend(), "etcd");
-    assert!(err.message().contains("1.5 MiB"), "{err}");
-    assert_eq!(store.get(&key).await?, None, "nothing was written");
-    // A value well inside the limit round-trips.
-    let ok = Bytes::from(vec![7u8; 1024 * 1024]);
-    let row = applied(store.put_if_version(&key, None, ok.clone()).await?);
-    assert_eq!(store.get(&key).await?.map(|r| r.value), Some(ok));
-    assert_eq!(
-        store.delete_if_version(&key, row.version).await?,
-        DeleteOutcome::Deleted
-    );
-    Ok(())
+    on_store("large", async |_, store| {
+        let key = Key::new("big")?;
+        // etcd's default --max-request-bytes is 1.5 MiB.
+        let big = Bytes::from(vec![b'x'; 2 * 1024 * 1024]);
+        let err = store
+            .put_if_version(&key, None, big)
+            .await
+            .expect_err("a 2 MiB value must be refused");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        assert_eq!(err.backend(), "etcd");
+        assert!(err.message().contains("1.5 MiB"), "{err}");
+        assert_eq!(store.get(&key).await?, None, "nothing was written");
+        // A value well inside the limit round-trips.
+        let ok = Bytes::from(vec![7u8; 1024 * 1024]);
+        let row = applied(store.put_if_version(&key, None, ok.clone()).await?);
+        assert_eq!(store.get(&key).await?.map(|r| r.value), Some(ok));
+        assert_eq!(
+            store.delete_if_version(&key, row.version).await?,
+            DeleteOutcome::Deleted
+        );
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -205,50 +213,48 @@ async fn connect_uri_from_env_and_capabilities() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn writes_and_deletes_wake_a_watch_subscribed_before_them() -> Result<()> {
-    let Some(uri) = server_uri("writes_and_deletes_wake_a_watch_subscribed_before_them") else {
-        return Ok(());
-    };
-    let store = open(&uri, &run_prefix("watch-wakes")).await;
-    let key = Key::new("lock/a")?;
-    let mut watch = store.watch(&key).await?.expect("etcd can watch");
-    let row = applied(store.put_if_version(&key, None, "held".into()).await?);
-    assert!(next_wake(&mut watch).await, "a create wakes the watch");
-    assert_eq!(
-        store.delete_if_version(&key, row.version).await?,
-        DeleteOutcome::Deleted
-    );
-    assert!(next_wake(&mut watch).await, "a delete wakes the watch");
-    // A failed CAS writes nothing, so it wakes nobody.
-    let stale = store
-        .put_if_version(&key, Some(row.version), "x".into())
-        .await?;
-    assert_eq!(stale, PutOutcome::Conflict(None));
-    assert!(is_quiet(&mut watch).await, "a conflict woke the watch");
-    // `notify` is a no-op on etcd (the watch sees every write).
-    store.notify(&key).await?;
-    Ok(())
+    on_store("watch-wakes", async |_, store| {
+        let key = Key::new("lock/a")?;
+        let mut watch = store.watch(&key).await?.expect("etcd can watch");
+        let row = applied(store.put_if_version(&key, None, "held".into()).await?);
+        assert!(next_wake(&mut watch).await, "a create wakes the watch");
+        assert_eq!(
+            store.delete_if_version(&key, row.version).await?,
+            DeleteOutcome::Deleted
+        );
+        assert!(next_wake(&mut watch).await, "a delete wakes the watch");
+        // A failed CAS writes nothing, so it wakes nobody.
+        let stale = store
+            .put_if_version(&key, Some(row.version), "x".into())
+            .await?;
+        assert_eq!(stale, PutOutcome::Conflict(None));
+        assert!(is_quiet(&mut watch).await, "a conflict woke the watch");
+        // `notify` is a no-op on etcd (the watch sees every write).
+        store.notify(&key).await?;
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn dropping_a_watch_ends_its_task() -> Result<()> {
-    let Some(uri) = server_uri("dropping_a_watch_ends_its_task") else {
-        return Ok(());
-    };
-    let store = open(&uri, &run_prefix("watch-drop")).await;
-    let key = Key::new("lock/c")?;
-    let kept = store.watch(&key).await?.expect("etcd can watch");
-    let dropped = store.watch(&key).await?.expect("etcd can watch");
-    assert_eq!(store.active_watches(), 2);
-    drop(dropped);
-    count_reaches("active watches", || store.active_watches(), 1).await;
-    // Clones share the count; the remaining watch still works.
-    let clone = store.clone();
-    let mut kept = kept;
-    applied(clone.put_if_version(&key, None, "x".into()).await?);
-    assert!(next_wake(&mut kept).await);
-    drop(kept);
-    count_reaches("active watches", || clone.active_watches(), 0).await;
-    Ok(())
+    on_store("watch-drop", async |_, store| {
+        let key = Key::new("lock/c")?;
+        let kept = store.watch(&key).await?.expect("etcd can watch");
+        let dropped = store.watch(&key).await?.expect("etcd can watch");
+        assert_eq!(store.active_watches(), 2);
+        drop(dropped);
+        count_reaches("active watches", || store.active_watches(), 1).await;
+        // Clones share the count; the remaining watch still works.
+        let clone = store.clone();
+        let mut kept = kept;
+        applied(clone.put_if_version(&key, None, "x".into()).await?);
+        assert!(next_wake(&mut kept).await);
+        drop(kept);
+        count_reaches("active watches", || clone.active_watches(), 0).await;
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use bakery_core::ErrorKind;
 use bakery_etcd::{EtcdConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, SCHEMES};
 
 #[test]
@@ -22,6 +21,12 @@ fn defaults() {
     assert!(!config.has_password());
     assert_eq!(config, EtcdConfig::new(["127.0.0.1:2379"]));
     assert!(config.validate().is_ok());
+}
+
+#[tokio::test]
+async fn connect_rejects_bad_uris_before_any_network() {
+    let connect = bakery_etcd::EtcdStore::connect("etcd://h?prefix=nope");
+    bakery_testkit::options::refused_before_network("etcd", connect).await;
 }
 
 #[test]
@@ -65,15 +70,58 @@ fn options() {
     assert_eq!(EtcdConfig::from_uri(&longest).unwrap().prefix().len(), 128);
 }
 
+/// Bad URIs: config errors naming the problem.
+const REFUSED: &[(&str, &str)] = &[
+    ("redis://h:6379", "not an etcd URI"),
+    ("etcd:h:2379", "not an etcd URI"),
+    ("etcd", "not an etcd URI"),
+    ("etcds://h:2379", "TLS"),
+    ("etcd://", "no host"),
+    ("etcd:///?prefix=x/", "no host"),
+    ("etcd://h:2379/db", "path"),
+    ("etcd://h:2379//", "path"),
+    ("etcd://h:0", "port"),
+    ("etcd://h:65536", "port"),
+    ("etcd://h:-1", "port"),
+    ("etcd://h:", "port"),
+    ("etcd://a,,b", "no host"),
+    ("etcd://h,", "no host"),
+    ("etcd://:2379", "no host"),
+    ("etcd://h%20x:1", "host"),
+    ("etcd://[::1", "`]`"),
+    ("etcd://[zz]:1", "IPv6"),
+    ("etcd://[::1]x", "after `]`"),
+    ("etcd://h?prefix=", "`prefix`"),
+    ("etcd://h?prefix=bakery", "end with `/`"),
+    ("etcd://h?prefix=/", "empty `/` segment"),
+    ("etcd://h?prefix=a//b/", "empty `/` segment"),
+    ("etcd://h?prefix=a%20b/", "contains"),
+    ("etcd://h?prefix=caf%C3%A9/", "contains"),
+    ("etcd://h?user=alice", "without a password"),
+    ("etcd://alice@h", "without a password"),
+    ("etcd://h?password=x", "without a user"),
+    ("etcd://:pw@h", "user name is empty"),
+    ("etcd://u:p@h?user=v", "user twice"),
+    ("etcd://u:p@h?password=q", "password twice"),
+    ("etcd://h?prefix=%ff/", "UTF-8"),
+];
+
 /// The rules every backend's options share (unknown, twice, no value, bad
 /// escapes, duration bounds), on both duration options.
 #[test]
 fn shared_option_rules() {
-    bakery_testkit::options::shared_rules(
-        "etcd://h:2379/?prefix=p/",
-        &["timeout_ms", "connect_timeout_ms"],
-        |uri| EtcdConfig::from_uri(uri).map(|_| ()),
-    );
+    bakery_testkit::options::Shared {
+        backend: "etcd",
+        base: "etcd://h:2379/?prefix=p/",
+        durations: &["timeout_ms", "connect_timeout_ms"],
+        parse: EtcdConfig::from_uri,
+        accept_data_loss: None,
+        shown: Some(EtcdConfig::to_string),
+        built: None,
+        refused: REFUSED,
+        longest: &[("etcd://h?prefix={}/", 127)],
+    }
+    .check();
 }
 
 #[test]
@@ -97,16 +145,15 @@ fn credentials_in_userinfo_or_query() {
 
 #[test]
 fn passwords_are_never_printed() {
-    for uri in [
-        "etcd://alice:hunter2secret@h:2379",
-        "etcd://h:2379/?user=alice&password=hunter2secret",
-    ] {
-        let config = EtcdConfig::from_uri(uri).unwrap();
-        let shown = format!("{config} {config:?} {config:#?}");
-        assert!(!shown.contains("hunter2secret"), "{shown}");
-        assert!(shown.contains("***"), "{shown}");
-        assert!(shown.contains("alice"), "{shown}");
-    }
+    bakery_testkit::options::secret_redacted(
+        "hunter2secret",
+        &["***", "alice"],
+        &[
+            "etcd://alice:hunter2secret@h:2379",
+            "etcd://h:2379/?user=alice&password=hunter2secret",
+        ],
+        EtcdConfig::from_uri,
+    );
     let config = EtcdConfig::from_uri("etcd://alice:pw@h:1/?prefix=p/&timeout_ms=7").unwrap();
     assert_eq!(
         config.to_string(),
@@ -116,7 +163,7 @@ fn passwords_are_never_printed() {
     let plain = EtcdConfig::from_uri("etcd://a:1,[::1]:2/?prefix=x/y/&timeout_ms=9").unwrap();
     assert_eq!(EtcdConfig::from_uri(&plain.to_string()).unwrap(), plain);
     // Nor in errors about the rest of the URI.
-    for uri in [
+    let uris = [
         "etcd://alice:hunter2secret@h:2379/?colour=blue",
         "etcd://alice:hunter2secret@h:2379/?password=x",
         "etcd://alice:hunter2secret@h:notaport",
@@ -126,58 +173,14 @@ fn passwords_are_never_printed() {
         "etcd://alice:%zzhunter2secret@h",
         "etcd://h/?user=alice&password=%zzhunter2secret",
         "etcd://h/?password=hunter2secret",
-    ] {
-        let err = EtcdConfig::from_uri(uri).expect_err(uri);
-        assert_eq!(err.kind(), ErrorKind::Config, "{uri}");
-        assert!(!err.to_string().contains("hunter2"), "{uri}: {err}");
-    }
-}
-
-#[test]
-fn bad_uris_are_config_errors_naming_the_problem() {
-    let cases: &[(&str, &str)] = &[
-        ("redis://h:6379", "not an etcd URI"),
-        ("etcd:h:2379", "not an etcd URI"),
-        ("etcd", "not an etcd URI"),
-        ("etcds://h:2379", "TLS"),
-        ("etcd://", "no host"),
-        ("etcd:///?prefix=x/", "no host"),
-        ("etcd://h:2379/db", "path"),
-        ("etcd://h:2379//", "path"),
-        ("etcd://h:0", "port"),
-        ("etcd://h:65536", "port"),
-        ("etcd://h:-1", "port"),
-        ("etcd://h:", "port"),
-        ("etcd://a,,b", "no host"),
-        ("etcd://h,", "no host"),
-        ("etcd://:2379", "no host"),
-        ("etcd://h%20x:1", "host"),
-        ("etcd://[::1", "`]`"),
-        ("etcd://[zz]:1", "IPv6"),
-        ("etcd://[::1]x", "after `]`"),
-        ("etcd://h?prefix=", "`prefix`"),
-        ("etcd://h?prefix=bakery", "end with `/`"),
-        ("etcd://h?prefix=/", "empty `/` segment"),
-        ("etcd://h?prefix=a//b/", "empty `/` segment"),
-        ("etcd://h?prefix=a%20b/", "contains"),
-        ("etcd://h?prefix=caf%C3%A9/", "contains"),
-        ("etcd://h?user=alice", "without a password"),
-        ("etcd://alice@h", "without a password"),
-        ("etcd://h?password=x", "without a user"),
-        ("etcd://:pw@h", "user name is empty"),
-        ("etcd://u:p@h?user=v", "user twice"),
-        ("etcd://u:p@h?password=q", "password twice"),
-        ("etcd://h?prefix=%ff/", "UTF-8"),
     ];
-    bakery_testkit::options::refused("etcd", cases, EtcdConfig::from_uri);
-    let too_long = format!("etcd://h?prefix={}/", "p".repeat(128));
-    assert!(EtcdConfig::from_uri(&too_long).is_err());
+    bakery_testkit::options::secret_never_shown("hunter2", &uris, EtcdConfig::from_uri);
 }
 
 #[test]
 fn builder_is_validated() {
     assert!(EtcdConfig::new(["h"]).validate().is_ok());
-    for config in [
+    let invalid = [
         EtcdConfig::new(Vec::<String>::new()),
         EtcdConfig::new(["h:x"]),
         EtcdConfig::new(["h"]).with_prefix("no-slash"),
@@ -185,16 +188,6 @@ fn builder_is_validated() {
         EtcdConfig::new(["h"]).with_timeout(Duration::ZERO),
         EtcdConfig::new(["h"]).with_connect_timeout(Duration::from_secs(7200)),
         EtcdConfig::new(["h"]).with_user("", "pw"),
-    ] {
-        let err = config.validate().expect_err("invalid config");
-        assert_eq!(err.kind(), ErrorKind::Config, "{config:?}");
-    }
-}
-
-#[tokio::test]
-async fn connect_rejects_bad_uris_before_any_network() {
-    let err = bakery_etcd::EtcdStore::connect("etcd://h?prefix=nope")
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Config);
+    ];
+    bakery_testkit::options::invalid(invalid, EtcdConfig::validate);
 }

@@ -23,7 +23,7 @@ use mysql_async::{Conn, Opts, Pool, PoolConstraints, PoolOpts};
 use crate::generator::{cannot_hand_back, Generator, Origin};
 use bakery_core::uri::redact;
 
-use crate::source::{quote_ident, Fenced, Source};
+use crate::source::{quote_ident, Fenced, HandBack, Source};
 use crate::BACKEND;
 
 /// How long a fence waits for open transactions on its table (seconds):
@@ -375,7 +375,7 @@ impl Source for MariadbSource {
             }
         }
         // Read again under the fence: everything handed out is below this.
-        let mut after = self.generator(&mut conn, &found).await?;
+        let after = self.generator(&mut conn, &found).await?;
         let top = (after.next_free - 1).max(after.column_max.unwrap_or(i128::MIN));
         if !after.fenced {
             return Err(Error::new(
@@ -385,20 +385,11 @@ impl Source for MariadbSource {
             ));
         }
         tracing::info!(generator = %g.name, %top, changed, "fenced");
-        after.fence_top = top;
-        Ok(Fenced::Done {
-            generator: after,
-            top,
-            changed,
-        })
+        Ok(Fenced::at(after, top, changed))
     }
 
-    async fn hand_back(
-        &self,
-        g: &Generator,
-        next: Option<u64>,
-        original_max: Option<i128>,
-    ) -> Result<i128> {
+    async fn hand_back(&self, g: &Generator, to: HandBack) -> Result<i128> {
+        let HandBack { next, original_max } = to;
         let mut conn = self.conn().await?;
         let found = self.found_again(&mut conn, g).await?;
         let now = self.generator(&mut conn, &found).await?;

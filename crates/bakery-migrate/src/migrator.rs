@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::generator::{action_for, refusal, start_above, Action, Fence, Generator, Step};
 use crate::record::{self, Record};
-use crate::source::{self, Fenced, Source};
+use crate::source::{self, Fenced, HandBack, Source};
 use crate::BACKEND;
 
 /// How to migrate.
@@ -146,13 +146,26 @@ impl Migrator {
     /// The start is computed from what the source holds now; under the
     /// fence `apply` reads again, so its start may be higher.
     pub async fn plan(&self, selection: &Selection) -> Result<Vec<Step>> {
-        let generators = self.select(selection).await?;
-        let steps = stream::iter(generators)
-            .map(|g| self.plan_one(g))
-            .buffered(self.options.concurrency)
-            .collect::<Vec<_>>()
-            .await;
+        let steps = self.each_selected(selection, |g| self.plan_one(g)).await?;
         steps.into_iter().collect()
+    }
+
+    /// `each` of every selected generator, `concurrency` at a time, in
+    /// the selection's order.
+    async fn each_selected<T, Fut>(
+        &self,
+        selection: &Selection,
+        each: impl FnMut(Generator) -> Fut,
+    ) -> Result<Vec<T>>
+    where
+        Fut: std::future::Future<Output = T>,
+    {
+        let generators = self.select(selection).await?;
+        Ok(stream::iter(generators)
+            .map(each)
+            .buffered(self.options.concurrency)
+            .collect()
+            .await)
     }
 
     /// Fence, read and raise every selected generator, `concurrency` at a
@@ -197,12 +210,7 @@ impl Migrator {
     /// continues above every id bakery reserved. Run `apply` again to
     /// come back.
     pub async fn back(&self, selection: &Selection) -> Result<Vec<BackStep>> {
-        let generators = self.select(selection).await?;
-        let steps = stream::iter(generators)
-            .map(|g| self.back_one(g))
-            .buffered(self.options.concurrency)
-            .collect::<Vec<_>>()
-            .await;
+        let steps = self.each_selected(selection, |g| self.back_one(g)).await?;
         steps.into_iter().collect()
     }
 
@@ -377,7 +385,16 @@ impl Migrator {
             None => None,
         };
         let before = g.next_free;
-        let source_next = self.source.hand_back(&g, bakery_next, original_max).await?;
+        let source_next = self
+            .source
+            .hand_back(
+                &g,
+                HandBack {
+                    next: bakery_next,
+                    original_max,
+                },
+            )
+            .await?;
         changed |= source_next != before || (g.fenced && original_max.is_some());
         if record.is_some() {
             record::remove(&*self.target, &target).await?;

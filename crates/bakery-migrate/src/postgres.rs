@@ -21,13 +21,12 @@ use std::str::FromStr;
 use async_trait::async_trait;
 use bakery_core::{Error, ErrorKind, Result};
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
-use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
 use crate::generator::{cannot_hand_back, refusal, Generator, Origin};
 use bakery_core::uri::redact;
 
-use crate::source::{quote_ident, Fenced, Source};
+use crate::source::{quote_ident, Fenced, HandBack, Source};
 use crate::BACKEND;
 
 /// A PostgreSQL database to migrate from.
@@ -289,10 +288,7 @@ impl Source for PostgresSource {
 
     async fn fence(&self, g: &Generator, allow_increment: bool) -> Result<Fenced> {
         let mut client = self.client().await?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| pg_error(e, "starting the fence"))?;
+        let tx = begin(&mut client, "starting the fence").await?;
         let (qualified, found) = Self::lock(&tx, g).await?;
         let now = Self::generator(&*tx, &found).await?;
         if let Some(reason) = refusal(
@@ -329,25 +325,13 @@ impl Source for PostgresSource {
         generator.max = top.into();
         generator.fenced = true;
         generator.next_free = i128::from(top) + i128::from(found.increment);
-        generator.fence_top = top.into();
-        Ok(Fenced::Done {
-            generator,
-            top: top.into(),
-            changed,
-        })
+        Ok(Fenced::at(generator, top.into(), changed))
     }
 
-    async fn hand_back(
-        &self,
-        g: &Generator,
-        next: Option<u64>,
-        original_max: Option<i128>,
-    ) -> Result<i128> {
+    async fn hand_back(&self, g: &Generator, to: HandBack) -> Result<i128> {
+        let HandBack { next, original_max } = to;
         let mut client = self.client().await?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| pg_error(e, "starting the hand-back"))?;
+        let tx = begin(&mut client, "starting the hand-back").await?;
         let (qualified, found) = Self::lock(&tx, g).await?;
         let (last_value, is_called) = Self::position(&*tx, &qualified).await?;
         let max = match original_max {
@@ -404,36 +388,17 @@ impl Source for PostgresSource {
     }
 }
 
-/// A driver error as bakery's: refused credentials, missing objects and
-/// privileges are configuration; a lost server is unavailable.
+/// Begin a transaction on `client`, for `doing` (its error names it).
+async fn begin<'c>(
+    client: &'c mut Object,
+    doing: &str,
+) -> Result<deadpool_postgres::Transaction<'c>> {
+    client.transaction().await.map_err(|e| pg_error(e, doing))
+}
+
+/// A driver error as bakery's (the PostgreSQL backend's client rules).
 fn pg_error(e: tokio_postgres::Error, doing: &str) -> Error {
-    let kind = match e.code() {
-        Some(code)
-            if code == &SqlState::INVALID_PASSWORD
-                || code == &SqlState::INVALID_AUTHORIZATION_SPECIFICATION
-                || code == &SqlState::INVALID_CATALOG_NAME
-                || code == &SqlState::INSUFFICIENT_PRIVILEGE
-                || code == &SqlState::UNDEFINED_TABLE =>
-        {
-            ErrorKind::Config
-        }
-        Some(code) if code.code().starts_with("08") || code.code().starts_with("57") => {
-            ErrorKind::Unavailable
-        }
-        Some(_) => ErrorKind::Internal,
-        None if e.is_closed()
-            || std::error::Error::source(&e)
-                .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some()) =>
-        {
-            ErrorKind::Unavailable
-        }
-        None => ErrorKind::Internal,
-    };
-    let detail = match e.as_db_error() {
-        Some(db) => db.message().to_string(),
-        None => bakery_core::error::cause_chain(&e),
-    };
-    Error::new(kind, BACKEND, format!("postgres source: {doing}: {detail}")).with_source(e)
+    bakery_postgres::client_error(e, BACKEND, &format!("postgres source: {doing}"))
 }
 
 #[cfg(test)]

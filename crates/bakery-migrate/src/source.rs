@@ -35,6 +35,28 @@ pub(crate) enum Fenced {
     Refused(String),
 }
 
+/// Where [`Source::hand_back`] leaves a generator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HandBack {
+    /// Its next value is at least this (bakery's next), if bakery has one.
+    pub next: Option<u64>,
+    /// The fence is lifted back to this, if it is known.
+    pub original_max: Option<i128>,
+}
+
+impl Fenced {
+    /// Fenced at `top`: `generator`, read under the fence, with `top` as
+    /// its fence top.
+    pub(crate) fn at(mut generator: Generator, top: i128, changed: bool) -> Self {
+        generator.fence_top = top;
+        Fenced::Done {
+            generator,
+            top,
+            changed,
+        }
+    }
+}
+
 /// One source database: discovery, fence, and hand-back.
 #[async_trait]
 pub(crate) trait Source: Send + Sync {
@@ -49,14 +71,9 @@ pub(crate) trait Source: Send + Sync {
     /// either got its value before, and the read sees it, or gets an error).
     async fn fence(&self, generator: &Generator, allow_increment: bool) -> Result<Fenced>;
 
-    /// Lift the fence (back to `original_max`) and move the generator so
-    /// its next value is at least `next`. Returns its next value.
-    async fn hand_back(
-        &self,
-        generator: &Generator,
-        next: Option<u64>,
-        original_max: Option<i128>,
-    ) -> Result<i128>;
+    /// Lift the fence (back to `to.original_max`) and move the generator
+    /// so its next value is at least `to.next`. Returns its next value.
+    async fn hand_back(&self, generator: &Generator, to: HandBack) -> Result<i128>;
 }
 
 /// Connect to the source database `uri` names.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bakery_core::{ErrorKind, VersionedStore};
 use bakery_migrate::{Action, Fence, Migrator, Options, Selection};
 use bakery_recipes::sequence::Sequence;
-use common::{in_schema, sqlite_target};
+use common::{created_and_fenced, in_schema, sqlite_target, writers_get_going};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
@@ -33,23 +33,23 @@ async fn database(uri: &str, case: &str) -> (Conn, String) {
     (admin, db)
 }
 
-/// Old writers insert with AUTO_INCREMENT and NEXT VALUE FOR while the
-/// migration runs; then bakery clients insert their ids. No duplicate key;
-/// every old writer ends on the fence.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn live_writers_onto_sqlite() {
-    let (_dir, target) = sqlite_target().await;
-    live_writers(target, "sqlite").await;
+async fn drop_database(admin: &mut Conn, db: &str) {
+    admin
+        .query_drop(format!("DROP DATABASE {db}"))
+        .await
+        .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn live_writers_onto_postgres_backend() {
-    let Some(uri) = bakery_testkit::server_uri("BAKERY_POSTGRES_URI", "migrate onto postgres")
-    else {
-        return;
-    };
-    live_writers(bakery::connect(&uri).await.unwrap(), "postgres").await;
+/// Insert a row of id `id` (from bakery) into the table `t` of `db`.
+async fn insert_as_bakery(admin: &mut Conn, db: &str, id: u64) {
+    let sql = format!("INSERT INTO {db}.t (id, who) VALUES (?, 'bakery')");
+    admin.exec_drop(sql, (id,)).await.unwrap();
 }
+
+// Old writers insert with AUTO_INCREMENT and NEXT VALUE FOR while the
+// migration runs; then bakery clients insert their ids. No duplicate key;
+// every old writer ends on the fence.
+common::live_writers_onto_each_target!();
 
 async fn live_writers(target: Arc<dyn VersionedStore>, label: &str) {
     let Some(uri) = source_uri() else { return };
@@ -81,23 +81,12 @@ async fn live_writers(target: Arc<dyn VersionedStore>, label: &str) {
             }));
         }
     }
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-    while inserted.load(Ordering::Relaxed) < 200 {
-        assert!(
-            writers.iter().all(|w| !w.is_finished()) && tokio::time::Instant::now() < deadline,
-            "the old writers stopped before the migration"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    writers_get_going(&inserted, 200, &writers).await;
     let migrator = Migrator::connect(&uri, target.clone(), Options::default())
         .await
         .unwrap();
     let steps = migrator.apply(&in_schema(&db), &|_, _| {}).await.unwrap();
-    assert_eq!(steps.len(), 2, "{steps:?}");
-    for step in &steps {
-        assert_eq!(step.action, Action::Create, "{step:?}");
-        assert_eq!(step.fence, Fence::Placed, "{step:?}");
-    }
+    created_and_fenced(&steps, 2);
     for writer in writers {
         let err = writer.await.unwrap();
         let code = match &err {
@@ -156,10 +145,7 @@ async fn live_writers(target: Arc<dyn VersionedStore>, label: &str) {
         );
         assert_eq!(step.fence, Fence::AlreadyPlaced, "{step:?}");
     }
-    admin
-        .query_drop(format!("DROP DATABASE {db}"))
-        .await
-        .unwrap();
+    drop_database(&mut admin, &db).await;
 }
 
 /// Hand an AUTO_INCREMENT table and a sequence back, then forward again.
@@ -193,13 +179,7 @@ async fn rollback_then_forward_again() {
         .unwrap();
     for _ in 0..3 {
         let id = sequence.next().await.unwrap();
-        admin
-            .exec_drop(
-                format!("INSERT INTO {db}.t (id, who) VALUES (?, 'bakery')"),
-                (id,),
-            )
-            .await
-            .unwrap();
+        insert_as_bakery(&mut admin, &db, id).await;
     }
     // Fenced: a generated id is refused, loudly.
     let err = admin
@@ -253,17 +233,8 @@ async fn rollback_then_forward_again() {
     );
     let reopened = Sequence::builder(target.clone(), &t).build().unwrap();
     let id = reopened.next().await.unwrap();
-    admin
-        .exec_drop(
-            format!("INSERT INTO {db}.t (id, who) VALUES (?, 'bakery')"),
-            (id,),
-        )
-        .await
-        .unwrap();
-    admin
-        .query_drop(format!("DROP DATABASE {db}"))
-        .await
-        .unwrap();
+    insert_as_bakery(&mut admin, &db, id).await;
+    drop_database(&mut admin, &db).await;
 }
 
 /// Wrong credentials and an unknown table: typed errors.

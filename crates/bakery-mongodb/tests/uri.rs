@@ -126,6 +126,12 @@ fn strategies_parse_and_print() {
     }
 }
 
+#[tokio::test]
+async fn connect_rejects_a_bad_uri_before_the_network() {
+    let connect = MongoStore::connect("mongodb://h/db?cas=maybe");
+    bakery_testkit::options::refused_before_network("mongodb", connect).await;
+}
+
 #[test]
 fn opt_ins_parse_print_and_refuse_bad_values() {
     let config = MongoConfig::from_uri(
@@ -197,37 +203,15 @@ fn write_concerns_that_lose_acknowledged_writes_are_hazards() {
 }
 
 #[test]
-fn bad_uris_are_config_errors_naming_the_problem() {
-    let cases: &[(&str, &str)] = &[
-        ("postgres://h/db", "not a mongodb URI"),
-        ("mongodb:h", "not a mongodb URI"),
-        ("mongo://h", "not a mongodb URI"),
-        ("mongodb://", "no host"),
-        ("mongodb:///db", "no host"),
-        ("mongodb://h/db?cas=lua", "`cas`"),
-        ("mongodb://h/db?cas=", "`cas`"),
-        ("mongodb://h/db?collection=", "`collection`"),
-        ("mongodb://h/db?collection=system.users", "`collection`"),
-        ("mongodb://h/db?collection=a$b", "`collection`"),
-        ("mongodb://h/db?collection=.x", "`collection`"),
-        ("mongodb://h/db?collection=a%20b", "`collection`"),
-        ("mongodb://h/db?w=0", "w=0"),
-        ("mongodb://h/db?readPreference=secondary", "readPreference"),
-        ("mongodb://h/db#frag", "fragment"),
-        ("mongodb://h/d.b", "database"),
-        ("mongodb://h:99999/db", "mongodb URI"),
-    ];
-    bakery_testkit::options::refused("mongodb", cases, MongoConfig::from_uri);
-    let long = format!("mongodb://h/db?collection={}", "c".repeat(121));
-    assert!(MongoConfig::from_uri(&long).is_err());
-    let builder = MongoConfig::from_uri("mongodb://h/db")
-        .unwrap()
-        .with_collection("bad name");
-    assert_eq!(builder.validate().unwrap_err().kind(), ErrorKind::Config);
-    let builder = MongoConfig::from_uri("mongodb://h/db")
-        .unwrap()
-        .with_timeout(Duration::ZERO);
-    assert_eq!(builder.validate().unwrap_err().kind(), ErrorKind::Config);
+fn builder_is_validated() {
+    let builder = MongoConfig::from_uri("mongodb://h/db").unwrap();
+    bakery_testkit::options::invalid(
+        [
+            builder.clone().with_collection("bad name"),
+            builder.with_timeout(Duration::ZERO),
+        ],
+        MongoConfig::validate,
+    );
 }
 
 #[test]
@@ -268,15 +252,6 @@ fn passwords_are_never_printed() {
     bakery_testkit::options::secret_never_shown(secret, &uris, MongoConfig::from_uri);
 }
 
-#[tokio::test]
-async fn connect_rejects_a_bad_uri_before_the_network() {
-    let err = MongoStore::connect("mongodb://h/db?cas=maybe")
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Config);
-    assert_eq!(err.backend(), "mongodb");
-}
-
 #[cfg(not(feature = "srv"))]
 #[test]
 fn srv_needs_the_feature() {
@@ -295,14 +270,46 @@ fn srv_parses_without_the_network() {
     );
 }
 
+/// Bad URIs: config errors naming the problem.
+const REFUSED: &[(&str, &str)] = &[
+    ("postgres://h/db", "not a mongodb URI"),
+    ("mongodb:h", "not a mongodb URI"),
+    ("mongo://h", "not a mongodb URI"),
+    ("mongodb://", "no host"),
+    ("mongodb:///db", "no host"),
+    ("mongodb://h/db?cas=lua", "`cas`"),
+    ("mongodb://h/db?cas=", "`cas`"),
+    ("mongodb://h/db?collection=", "`collection`"),
+    ("mongodb://h/db?collection=system.users", "`collection`"),
+    ("mongodb://h/db?collection=a$b", "`collection`"),
+    ("mongodb://h/db?collection=.x", "`collection`"),
+    ("mongodb://h/db?collection=a%20b", "`collection`"),
+    ("mongodb://h/db?w=0", "w=0"),
+    ("mongodb://h/db?readPreference=secondary", "readPreference"),
+    ("mongodb://h/db#frag", "fragment"),
+    ("mongodb://h/d.b", "database"),
+    ("mongodb://h:99999/db", "mongodb URI"),
+];
+
 /// The option rules every backend shares: unknown, repeated and valueless
 /// options, escapes, and the bounds of `timeout_ms`. An option that neither
 /// bakery nor the driver knows is refused as unknown too.
+///
+/// And `accept_data_loss`: the shared checks every backend passes.
 #[test]
 fn shared_option_rules() {
-    bakery_testkit::options::shared_rules("mongodb://h/db?w=majority", &["timeout_ms"], |uri| {
-        MongoConfig::from_uri(uri).map(|_| ())
-    });
+    bakery_testkit::options::Shared {
+        backend: "mongodb",
+        base: "mongodb://h/db?w=majority",
+        durations: &["timeout_ms"],
+        parse: MongoConfig::from_uri,
+        accept_data_loss: Some(MongoConfig::accept_data_loss),
+        shown: Some(MongoConfig::to_string),
+        built: None,
+        refused: REFUSED,
+        longest: &[("mongodb://h/db?collection={}", 120)],
+    }
+    .check();
     let err = MongoConfig::from_uri("mongodb://h/db?replicaset=rs0&colour=blue").unwrap_err();
     assert!(
         err.message().starts_with(
@@ -310,16 +317,4 @@ fn shared_option_rules() {
         ),
         "{err}"
     );
-}
-
-/// `accept_data_loss`: the shared checks every backend passes.
-#[test]
-fn accept_data_loss_option() {
-    bakery_testkit::options::accept_data_loss("mongodb://h/db?w=majority", |uri| {
-        let config = MongoConfig::from_uri(uri)?;
-        Ok(bakery_testkit::options::Parsed {
-            accept_data_loss: config.accept_data_loss(),
-            shown: Some(config.to_string()),
-        })
-    });
 }

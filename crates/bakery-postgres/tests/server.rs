@@ -12,10 +12,12 @@ use std::time::{Duration, Instant};
 use bakery_core::{DeleteOutcome, ErrorKind, Key, PutOutcome, VersionedStore, Watch};
 use bakery_postgres::PostgresStore;
 use bakery_testkit::corrupt;
-use bakery_testkit::watch::{count_reaches, next_wake, recovers_from_a_lost_feed};
+use bakery_testkit::watch::{
+    count_reaches, next_wake, recovers_from_a_lost_feed, the_last_watch_still_wakes,
+};
 use common::{
-    applied, drop_tables, key, raw_client, raw_row, server_uri, tcp_target, unique_table,
-    with_options, Relay,
+    applied, bare_table, drop_tables, exec, key, raw_client, raw_row, raw_server, server_uri,
+    tcp_target, unique_table, with_options, Relay,
 };
 
 async fn open(uri: &str, table: &str) -> PostgresStore {
@@ -30,52 +32,29 @@ async fn open_err(uri: &str, table: &str) -> bakery_core::Error {
         .expect_err("opening must fail")
 }
 
-#[tokio::test]
-async fn life_cycle_keeps_a_tombstone_at_the_deleted_version() {
-    let Some(uri) = server_uri("life_cycle") else {
+/// Run `body` with the server URI, a fresh table's name `PREFIX_…` and a
+/// store on it, then drop the table; without a server, print why and pass
+/// (see [`server_uri`]).
+async fn on_fresh_table(
+    test: &str,
+    prefix: &str,
+    body: impl AsyncFnOnce(&str, &str, Arc<PostgresStore>),
+) {
+    let Some(uri) = server_uri(test) else {
         return;
     };
-    let table = unique_table("bk_life");
-    let store = open(&uri, &table).await;
-    let raw = raw_client(&uri).await;
-    let k = key("life/one");
-    let v1 = applied(&store, &k, None, "a").await;
-    assert_eq!(v1.version, 1);
-    let v2 = applied(&store, &k, Some(1), "b").await;
-    assert_eq!(v2.version, 2);
-    assert_eq!(
-        store.delete_if_version(&k, 2).await.unwrap(),
-        DeleteOutcome::Deleted
-    );
-    assert_eq!(
-        raw_row(&raw, &table, "life/one").await,
-        Some((None, Some(2)))
-    );
-    assert_eq!(store.get(&k).await.unwrap(), None);
-    assert_eq!(
-        store
-            .put_if_version(&k, Some(2), "zombie".into())
-            .await
-            .unwrap(),
-        PutOutcome::Conflict(None)
-    );
-    let v3 = applied(&store, &k, None, "c").await;
-    assert_eq!(v3.version, 3, "a re-create continues above the tombstone");
-    // Versions no row can have are conflicts, not errors.
-    for bad in [0, u64::MAX, i64::MAX as u64 + 1] {
-        assert_eq!(
-            store
-                .put_if_version(&k, Some(bad), "x".into())
-                .await
-                .unwrap(),
-            PutOutcome::Conflict(Some(v3.clone()))
-        );
-        assert_eq!(
-            store.delete_if_version(&k, bad).await.unwrap(),
-            DeleteOutcome::Conflict(Some(v3.clone()))
-        );
-    }
+    let table = unique_table(prefix);
+    body(&uri, &table, Arc::new(open(&uri, &table).await)).await;
     drop_tables(&uri, &[&table]).await;
+}
+
+#[tokio::test]
+async fn life_cycle_keeps_a_tombstone_at_the_deleted_version() {
+    on_fresh_table("life_cycle", "bk_life", async |uri, table, store| {
+        let raw = raw_client(uri).await;
+        corrupt::tombstone_life_cycle(&*store, async |k| raw_row(&raw, table, k).await).await;
+    })
+    .await;
 }
 
 /// Under contention every conflict must carry a row that really conflicts:
@@ -85,18 +64,15 @@ async fn life_cycle_keeps_a_tombstone_at_the_deleted_version() {
 /// presented version itself: this is the re-run of `Statements` at work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn conflicts_under_contention_carry_a_newer_row() {
-    let Some(uri) = server_uri("contention") else {
-        return;
-    };
-    let table = unique_table("bk_contend");
-    let store = Arc::new(open(&uri, &table).await);
-    let race = common::race(store, key("contend/counter"), 100).await;
-    assert_eq!(race.unavailable, 0, "no call may fail: {race:?}");
-    assert!(
-        race.conflicts > 0,
-        "8 writers on one key must have conflicted"
-    );
-    drop_tables(&uri, &[&table]).await;
+    on_fresh_table("contention", "bk_contend", async |_, _, store| {
+        let race = common::race(store, key("contend/counter"), 100).await;
+        assert_eq!(race.unavailable, 0, "no call may fail: {race:?}");
+        assert!(
+            race.conflicts > 0,
+            "8 writers on one key must have conflicted"
+        );
+    })
+    .await;
 }
 
 /// Creates and deletes racing on one key: a create that conflicts must
@@ -104,71 +80,67 @@ async fn conflicts_under_contention_carry_a_newer_row() {
 /// every applied create gets a version above all earlier ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn create_and_delete_churn_gives_consistent_conflicts() {
-    let Some(uri) = server_uri("churn") else {
-        return;
-    };
-    let table = unique_table("bk_churn");
-    let store = Arc::new(open(&uri, &table).await);
-    let k = key("churn/k");
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
-            let (store, k) = (store.clone(), k.clone());
-            tokio::spawn(async move {
-                let mut versions = Vec::new();
-                let mut retries = 0;
-                for _ in 0..60 {
-                    let row = match store.put_if_version(&k, None, "x".into()).await {
-                        Ok(PutOutcome::Applied(row)) => {
-                            versions.push(row.version);
-                            row
+    on_fresh_table("churn", "bk_churn", async |_, _, store| {
+        let k = key("churn/k");
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (store, k) = (store.clone(), k.clone());
+                tokio::spawn(async move {
+                    let mut versions = Vec::new();
+                    let mut retries = 0;
+                    for _ in 0..60 {
+                        let row = match store.put_if_version(&k, None, "x".into()).await {
+                            Ok(PutOutcome::Applied(row)) => {
+                                versions.push(row.version);
+                                row
+                            }
+                            Ok(PutOutcome::Conflict(current)) => {
+                                current.expect("a create conflicts only with a live row")
+                            }
+                            Err(e) if e.kind() == ErrorKind::Unavailable => {
+                                retries += 1;
+                                continue;
+                            }
+                            Err(e) => panic!("create: {e}"),
+                        };
+                        match store.delete_if_version(&k, row.version).await.unwrap() {
+                            DeleteOutcome::Deleted => {}
+                            DeleteOutcome::Conflict(current) => assert_ne!(
+                                current.map(|c| c.version),
+                                Some(row.version),
+                                "a delete conflicted with the version it presented"
+                            ),
                         }
-                        Ok(PutOutcome::Conflict(current)) => {
-                            current.expect("a create conflicts only with a live row")
-                        }
-                        Err(e) if e.kind() == ErrorKind::Unavailable => {
-                            retries += 1;
-                            continue;
-                        }
-                        Err(e) => panic!("create: {e}"),
-                    };
-                    match store.delete_if_version(&k, row.version).await.unwrap() {
-                        DeleteOutcome::Deleted => {}
-                        DeleteOutcome::Conflict(current) => assert_ne!(
-                            current.map(|c| c.version),
-                            Some(row.version),
-                            "a delete conflicted with the version it presented"
-                        ),
                     }
-                }
-                (versions, retries)
+                    (versions, retries)
+                })
             })
-        })
-        .collect();
-    let mut all = Vec::new();
-    let mut retries = 0;
-    for task in tasks {
-        let (versions, r) = task.await.unwrap();
-        assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
-        all.extend(versions);
-        retries += r;
-    }
-    let count = all.len();
-    all.sort_unstable();
-    all.dedup();
-    assert_eq!(all.len(), count, "a version was handed out twice");
-    assert!(
-        retries <= 8,
-        "{retries} creates gave up after repeated races"
-    );
-    drop_tables(&uri, &[&table]).await;
+            .collect();
+        let mut all = Vec::new();
+        let mut retries = 0;
+        for task in tasks {
+            let (versions, r) = task.await.unwrap();
+            assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+            all.extend(versions);
+            retries += r;
+        }
+        let count = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), count, "a version was handed out twice");
+        assert!(
+            retries <= 8,
+            "{retries} creates gave up after repeated races"
+        );
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn custom_and_schema_qualified_tables() {
-    let Some(uri) = server_uri("custom_table") else {
+    let Some((uri, raw)) = raw_server("custom_table").await else {
         return;
     };
-    let raw = raw_client(&uri).await;
     let table = unique_table("bk_custom");
     let store = open(&uri, &table).await;
     assert_eq!(store.config().table().name(), table);
@@ -192,9 +164,7 @@ async fn custom_and_schema_qualified_tables() {
     }
 
     // Schema-qualified, mixed case: quoted, so the case is kept.
-    raw.batch_execute("CREATE SCHEMA IF NOT EXISTS bk_test_schema")
-        .await
-        .unwrap();
+    exec(&raw, "CREATE SCHEMA IF NOT EXISTS bk_test_schema").await;
     let name = format!("Mixed_{}", unique_table("t"));
     let store = open(&uri, &format!("bk_test_schema.{name}")).await;
     applied(&store, &k, None, "qualified").await;
@@ -210,10 +180,9 @@ async fn custom_and_schema_qualified_tables() {
 
 #[tokio::test]
 async fn a_table_of_another_shape_is_a_config_error() {
-    let Some(uri) = server_uri("wrong_schema") else {
+    let Some((uri, raw)) = raw_server("wrong_schema").await else {
         return;
     };
-    let raw = raw_client(&uri).await;
     let mut made = Vec::new();
     let cases = [
         (
@@ -237,9 +206,7 @@ async fn a_table_of_another_shape_is_a_config_error() {
     ];
     for (columns, needle) in cases {
         let table = unique_table("bk_wrong");
-        raw.batch_execute(&format!("CREATE TABLE {table} ({columns})"))
-            .await
-            .unwrap();
+        exec(&raw, &format!("CREATE TABLE {table} ({columns})")).await;
         let err = open_err(&uri, &table).await;
         assert_eq!(err.kind(), ErrorKind::Config, "{columns}: {err}");
         assert_eq!(err.backend(), "postgres");
@@ -248,21 +215,15 @@ async fn a_table_of_another_shape_is_a_config_error() {
         made.push(table);
     }
     let view = unique_table("bk_view");
-    raw.batch_execute(&format!(
+    let sql = format!(
         "CREATE VIEW {view} AS SELECT 'k'::text AS key, NULL::bytea AS value, 1::bigint AS version"
-    ))
-    .await
-    .unwrap();
+    );
+    exec(&raw, &sql).await;
     let err = open_err(&uri, &view).await;
     assert_eq!(err.kind(), ErrorKind::Config, "{err}");
     assert!(err.message().contains("a view"), "{err}");
     // Our own shape, made by hand (nullable version, no CHECK): accepted.
-    let table = unique_table("bk_by_hand");
-    raw.batch_execute(&format!(
-        "CREATE TABLE {table} (key TEXT PRIMARY KEY, value BYTEA, version BIGINT)"
-    ))
-    .await
-    .unwrap();
+    let table = bare_table(&raw, "bk_by_hand").await;
     open(&uri, &table).await;
     made.push(view);
     made.push(table);
@@ -272,17 +233,11 @@ async fn a_table_of_another_shape_is_a_config_error() {
 
 #[tokio::test]
 async fn corrupt_rows_are_typed_errors_naming_the_key_and_stay_unchanged() {
-    let Some(uri) = server_uri("corrupt") else {
+    let Some((uri, raw)) = raw_server("corrupt").await else {
         return;
     };
-    let raw = raw_client(&uri).await;
     // Without the CHECK and NOT NULL the store would have added.
-    let table = unique_table("bk_corrupt");
-    raw.batch_execute(&format!(
-        "CREATE TABLE {table} (key TEXT PRIMARY KEY, value BYTEA, version BIGINT)"
-    ))
-    .await
-    .unwrap();
+    let table = bare_table(&raw, "bk_corrupt").await;
     let store = open(&uri, &table).await;
     let insert = format!("INSERT INTO {table} VALUES ($1, $2, $3)");
     let write = async |(k, value, version): corrupt::SignedRow| {
@@ -441,63 +396,48 @@ async fn watch(store: &PostgresStore, k: &Key) -> Watch {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_watch_removes_its_registration() {
-    let Some(uri) = server_uri("drop_watch") else {
-        return;
-    };
-    let table = unique_table("bk_watch");
-    let store = open(&uri, &table).await;
-    let k = key("lock/a");
-    let mut kept = watch(&store, &k).await;
-    let dropped = watch(&store, &key("lock/other")).await;
-    let dropped_too = watch(&store, &k).await;
-    assert_eq!(store.active_watches(), 3);
-    drop(dropped);
-    drop(dropped_too);
-    count_reaches("active watches", || store.active_watches(), 1).await;
-    store.notify(&k).await.unwrap();
-    assert!(
-        next_wake(&mut kept).await,
-        "the remaining watch still works"
-    );
-    drop(kept);
-    count_reaches("active watches", || store.active_watches(), 0).await;
-    drop_tables(&uri, &[&table]).await;
+    on_fresh_table("drop_watch", "bk_watch", async |_, _, store| {
+        let k = key("lock/a");
+        let kept = watch(&store, &k).await;
+        let dropped = watch(&store, &key("lock/other")).await;
+        let dropped_too = watch(&store, &k).await;
+        assert_eq!(store.active_watches(), 3);
+        drop(dropped);
+        drop(dropped_too);
+        count_reaches("active watches", || store.active_watches(), 1).await;
+        the_last_watch_still_wakes(&*store, &k, kept, || store.active_watches()).await;
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_listen_session_ends_its_watches_and_the_next_watch_reconnects() {
-    let Some(uri) = server_uri("lost_listener") else {
-        return;
-    };
-    let table = unique_table("bk_watch");
-    let store = open(&uri, &table).await;
-    let k = key("lock/a");
-    let w = watch(&store, &k).await;
-    // The session's last statement is its LISTEN: find it and kill it.
-    let raw = raw_client(&uri).await;
-    let killed: i64 = raw
-        .query_one(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = $1",
-            &[&format!("LISTEN \"{}\"", store.channel())],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(killed, 1, "exactly one LISTEN session per store");
-    // The next watch opens a new session.
-    recovers_from_a_lost_feed(&store, &k, w, || store.active_watches()).await;
-    drop_tables(&uri, &[&table]).await;
+    on_fresh_table("lost_listener", "bk_watch", async |uri, _, store| {
+        let k = key("lock/a");
+        let w = watch(&store, &k).await;
+        // The session's last statement is its LISTEN: find it and kill it.
+        let raw = raw_client(uri).await;
+        let killed: i64 = raw
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = $1",
+                &[&format!("LISTEN \"{}\"", store.channel())],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(killed, 1, "exactly one LISTEN session per store");
+        // The next watch opens a new session.
+        recovers_from_a_lost_feed(&*store, &k, w, || store.active_watches()).await;
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn qualified_and_long_table_names_have_working_channels() {
-    let Some(uri) = server_uri("qualified_channels") else {
+    let Some((uri, raw)) = raw_server("qualified_channels").await else {
         return;
     };
-    let raw = raw_client(&uri).await;
-    raw.batch_execute("CREATE SCHEMA IF NOT EXISTS bk_test_schema")
-        .await
-        .unwrap();
+    exec(&raw, "CREATE SCHEMA IF NOT EXISTS bk_test_schema").await;
     let qualified = format!("bk_test_schema.Mixed_{}", unique_table("w"));
     // 63 bytes, the longest table name: with `bakery_` in front, too long
     // for a channel name.

@@ -9,6 +9,8 @@ use bakery_postgres::{
     DEFAULT_TABLE, DEFAULT_TIMEOUT, SCHEMES,
 };
 
+const SECRET: &str = "hunter2-SECRET";
+
 #[test]
 fn schemes() {
     assert_eq!(SCHEMES, &["postgres", "postgresql"]);
@@ -82,14 +84,58 @@ fn options_are_split_between_bakery_and_the_driver() {
     );
 }
 
+/// Bad URIs: config errors naming the problem.
+const REFUSED: &[(&str, &str)] = &[
+    ("sqlite://x.db", "not a postgres URI"),
+    ("postgres:/u@h/db", "not a postgres URI"),
+    ("postgres", "not a postgres URI"),
+    ("postgres://h/db", "no user"),
+    ("postgres://u@/db", "no host"),
+    ("postgres://u@h/db?table=", "`table`"),
+    ("postgres://u@h/db?table=1abc", "`table`"),
+    ("postgres://u@h/db?table=a-b", "`table`"),
+    ("postgres://u@h/db?table=a.b.c", "`table`"),
+    ("postgres://u@h/db?table=a;drop%20table%20x", "`table`"),
+    ("postgres://u@h/db?table=%22x%22", "`table`"),
+    ("postgres://u@h/db?table=pg_catalog.t", "`pg_`"),
+    ("postgres://u@h/db?pool_size=0", "`pool_size`"),
+    ("postgres://u@h/db?pool_size=1025", "`pool_size`"),
+    ("postgres://u@h/db?pool_size=many", "`pool_size`"),
+    ("postgres://u@h/db?sslmode=allow", "`sslmode`"),
+    ("postgres://u@h/db?sslmode=verify-full", "sslrootcert"),
+    ("postgres://u@h/db?sslmode=verify-ca", "sslrootcert"),
+    (
+        "postgres://u@h/db?sslmode=disable&sslrootcert=system",
+        "sslrootcert",
+    ),
+    ("postgres://u@h/db?sslrootcert=", "`sslrootcert`"),
+    ("postgres://u@h/db?port=x", "port"),
+    ("postgres://u@h/db?keepalives", "`keepalives` has no value"),
+    ("postgres://u@h/db?sslcert=/x.pem", "sslcert"),
+];
+
 /// The rules every backend's options share (`timeout_ms=0`, which meant
 /// "no limit" here, is refused like every other duration of 0), through
 /// the split between bakery's options and the driver's.
+///
+/// And `accept_data_loss`: the shared checks every backend passes.
 #[test]
 fn shared_option_rules() {
-    bakery_testkit::options::shared_rules("postgres://u@h/db", &["timeout_ms"], |uri| {
-        PostgresConfig::from_uri(uri).map(|_| ())
-    });
+    bakery_testkit::options::Shared {
+        backend: "postgres",
+        base: "postgres://u@h/db",
+        durations: &["timeout_ms"],
+        parse: PostgresConfig::from_uri,
+        accept_data_loss: Some(PostgresConfig::accept_data_loss),
+        shown: Some(PostgresConfig::to_string),
+        built: Some(|accept| {
+            let config = PostgresConfig::from_uri("postgres://u@h/db").unwrap();
+            config.with_accept_data_loss(accept)
+        }),
+        refused: REFUSED,
+        longest: &[("postgres://u@h/db?table={}", 63)],
+    }
+    .check();
 }
 
 #[test]
@@ -125,105 +171,47 @@ fn builder() {
     assert!(!unbounded.to_string().contains("timeout_ms"), "{unbounded}");
 }
 
-/// `accept_data_loss`: the shared checks every backend passes.
-#[test]
-fn accept_data_loss_option() {
-    bakery_testkit::options::accept_data_loss("postgres://u@h/db", |uri| {
-        let config = PostgresConfig::from_uri(uri)?;
-        assert_eq!(
-            config,
-            PostgresConfig::from_uri("postgres://u@h/db")?
-                .with_accept_data_loss(config.accept_data_loss()),
-            "the URI option and the builder agree"
-        );
-        Ok(bakery_testkit::options::Parsed {
-            accept_data_loss: config.accept_data_loss(),
-            shown: Some(config.to_string()),
-        })
-    });
-}
-
 #[test]
 fn an_unknown_option_lists_bakery_options() {
-    let err = PostgresConfig::from_uri("postgres://u@h/db?colour=blue").unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Config);
-    for text in [
-        "colour",
-        "(known: ",
-        "table",
-        "sslrootcert",
-        "accept_data_loss",
-        "keepalives_idle",
-    ] {
-        assert!(err.message().contains(text), "{text:?} missing from {err}");
-    }
+    bakery_testkit::options::refused_naming(
+        "postgres",
+        "postgres://u@h/db?colour=blue",
+        &[
+            "colour",
+            "(known: ",
+            "table",
+            "sslrootcert",
+            "accept_data_loss",
+            "keepalives_idle",
+        ],
+        PostgresConfig::from_uri,
+    );
 }
 
 #[test]
-fn bad_uris_are_config_errors_naming_the_problem() {
-    let cases: &[(&str, &str)] = &[
-        ("sqlite://x.db", "not a postgres URI"),
-        ("postgres:/u@h/db", "not a postgres URI"),
-        ("postgres", "not a postgres URI"),
-        ("postgres://h/db", "no user"),
-        ("postgres://u@/db", "no host"),
-        ("postgres://u@h/db?table=", "`table`"),
-        ("postgres://u@h/db?table=1abc", "`table`"),
-        ("postgres://u@h/db?table=a-b", "`table`"),
-        ("postgres://u@h/db?table=a.b.c", "`table`"),
-        ("postgres://u@h/db?table=a;drop%20table%20x", "`table`"),
-        ("postgres://u@h/db?table=%22x%22", "`table`"),
-        ("postgres://u@h/db?table=pg_catalog.t", "`pg_`"),
-        ("postgres://u@h/db?pool_size=0", "`pool_size`"),
-        ("postgres://u@h/db?pool_size=1025", "`pool_size`"),
-        ("postgres://u@h/db?pool_size=many", "`pool_size`"),
-        ("postgres://u@h/db?sslmode=allow", "`sslmode`"),
-        ("postgres://u@h/db?sslmode=verify-full", "sslrootcert"),
-        ("postgres://u@h/db?sslmode=verify-ca", "sslrootcert"),
-        (
-            "postgres://u@h/db?sslmode=disable&sslrootcert=system",
-            "sslrootcert",
-        ),
-        ("postgres://u@h/db?sslrootcert=", "`sslrootcert`"),
-        ("postgres://u@h/db?port=x", "port"),
-        ("postgres://u@h/db?keepalives", "`keepalives` has no value"),
-        ("postgres://u@h/db?sslcert=/x.pem", "sslcert"),
-    ];
-    bakery_testkit::options::refused("postgres", cases, PostgresConfig::from_uri);
-    let long = format!("postgres://u@h/db?table=t{}", "x".repeat(63));
-    assert!(PostgresConfig::from_uri(&long).is_err());
+fn a_schema_and_a_table_of_63_bytes_each() {
     let longest = format!("postgres://u@h/db?table=s{0}.t{0}", "x".repeat(62));
     assert!(PostgresConfig::from_uri(&longest).is_ok());
 }
 
-const SECRET: &str = "hunter2-SECRET";
-
 #[test]
 fn password_is_redacted_in_debug_and_display() {
-    for uri in [
+    let uris = [
         format!("postgres://app:{SECRET}@db/x"),
         format!("postgresql://app:{SECRET}@db:5433,db2/x?table=t"),
         format!("postgres://app@db/x?password={SECRET}"),
         format!("postgres://db/x?user=app&password={SECRET}&sslmode=require"),
-    ] {
-        let config = PostgresConfig::from_uri(&uri).unwrap();
-        assert!(config.has_password(), "{uri}");
-        let shown = [
-            format!("{config}"),
-            format!("{config:?}"),
-            format!("{config:#?}"),
-        ];
-        for text in shown {
-            assert!(!text.contains(SECRET), "{text}");
-            assert!(text.contains(":***@"), "{text}");
-        }
+    ];
+    let parse = PostgresConfig::from_uri;
+    for config in bakery_testkit::options::secret_redacted(SECRET, &[":***@"], &uris, parse) {
+        assert!(config.has_password(), "{config}");
     }
 }
 
 #[test]
 fn password_is_never_in_errors() {
     // Every kind of bad URI, each with a password in it.
-    for uri in [
+    let uris = [
         format!("postgres://app:{SECRET}@db/x?colour=blue"),
         format!("postgres://app:{SECRET}@db/x?port=nope"),
         format!("postgres://app:{SECRET}@db/x?table=bad-name"),
@@ -236,13 +224,8 @@ fn password_is_never_in_errors() {
         format!("postgres://app:{SECRET}@db/x?table=%zz"),
         format!("postgres://app:{SECRET}?table=x@db/x?table=y&table=z"),
         format!("mysql://app:{SECRET}@db/x"),
-    ] {
-        let err = PostgresConfig::from_uri(&uri).expect_err(&uri);
-        assert_eq!(err.kind(), ErrorKind::Config, "{uri}");
-        let text = format!("{err} {err:?}");
-        assert!(!text.contains(SECRET), "{text}");
-        assert!(!text.contains(&uri), "{text}");
-    }
+    ];
+    bakery_testkit::options::secret_never_shown(SECRET, &uris, PostgresConfig::from_uri);
 }
 
 #[test]
@@ -261,7 +244,7 @@ fn table_names() {
     assert_eq!(t.to_string(), "Rows");
     let t = TableName::parse("_s.order").unwrap();
     assert_eq!(t.quoted(), "\"_s\".\"order\"");
-    for bad in [
+    let invalid = [
         "",
         ".",
         "a.",
@@ -271,8 +254,6 @@ fn table_names() {
         "ü",
         "a.b.c",
         "pg_toast.t",
-    ] {
-        let err = TableName::parse(bad).expect_err(bad);
-        assert_eq!(err.kind(), ErrorKind::Config, "{bad:?}");
-    }
+    ];
+    bakery_testkit::options::invalid(invalid, |bad| TableName::parse(bad));
 }

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use bakery_core::ErrorKind;
 use bakery_redis::{
     CasStrategy, RedisConfig, RedisStore, DEFAULT_POOL_SIZE, DEFAULT_PORT, DEFAULT_PREFIX,
     DEFAULT_TIMEOUT, SCHEMES,
@@ -124,8 +123,6 @@ fn options() {
     assert_eq!(config.pool_size(), 256);
     let config = RedisConfig::from_uri("redis://h?prefix={tag}:x/y.z@a+b=c-d_").unwrap();
     assert_eq!(config.prefix(), "{tag}:x/y.z@a+b=c-d_");
-    let longest = format!("redis://h?prefix={}", "p".repeat(128));
-    assert!(RedisConfig::from_uri(&longest).is_ok());
     assert_eq!(CasStrategy::Watch.to_string(), "watch");
     // Named values are read in any case, as on every backend.
     assert_eq!(
@@ -137,67 +134,55 @@ fn options() {
     assert_eq!(CasStrategy::Script.as_str(), "script");
 }
 
+/// Bad URIs: config errors naming the problem.
+const REFUSED: &[(&str, &str)] = &[
+    ("postgres://h/db", "not a redis URI"),
+    ("redis", "not a redis URI"),
+    ("redis:h", "not a redis URI"),
+    ("redis+unix:///tmp/redis.sock", "not a redis URI"),
+    ("redis://", "no host"),
+    ("redis:///0", "no host"),
+    ("redis://h:99999", "does not parse"),
+    ("redis://h:port", "does not parse"),
+    ("redis://h/db", "database number"),
+    ("redis://h/-1", "database number"),
+    ("redis://h/0/1", "database number"),
+    ("redis://h/0#insecure", "fragment"),
+    ("redis://h?password=x", "`password`"),
+    ("redis://h?prefix=", "`prefix`"),
+    ("redis://h?prefix=has%20space", "`prefix`"),
+    ("redis://h?prefix=star*", "`prefix`"),
+    ("redis://h?cas=lua", "`cas`"),
+    ("redis://h?cas=", "`cas`"),
+    ("redis://h?pool_size=0", "`pool_size`"),
+    ("redis://h?pool_size=257", "`pool_size`"),
+    ("redis://h?ca_file=/x.pem", "`ca_file`"),
+    ("redis://user@h", "without a password"),
+];
+
 /// The option rules every backend shares: unknown, repeated and valueless
-/// options, escapes, and the bounds of `timeout_ms`.
+/// options, escapes, and the bounds of `timeout_ms`; and `accept_data_loss`:
+/// the shared checks every backend passes.
 #[test]
 fn shared_option_rules() {
-    bakery_testkit::options::shared_rules("redis://h/0", &["timeout_ms"], |uri| {
-        RedisConfig::from_uri(uri).map(|_| ())
-    });
-}
-
-/// `accept_data_loss`: the shared checks every backend passes.
-#[test]
-fn accept_data_loss_option() {
-    bakery_testkit::options::accept_data_loss("redis://h/0", |uri| {
-        let config = RedisConfig::from_uri(uri)?;
-        assert_eq!(
-            config,
-            RedisConfig::new("h").with_accept_data_loss(config.accept_data_loss()),
-            "the URI option and the builder agree"
-        );
-        Ok(bakery_testkit::options::Parsed {
-            accept_data_loss: config.accept_data_loss(),
-            shown: Some(config.to_string()),
-        })
-    });
-}
-
-#[test]
-fn bad_uris_are_config_errors_naming_the_problem() {
-    let cases: &[(&str, &str)] = &[
-        ("postgres://h/db", "not a redis URI"),
-        ("redis", "not a redis URI"),
-        ("redis:h", "not a redis URI"),
-        ("redis+unix:///tmp/redis.sock", "not a redis URI"),
-        ("redis://", "no host"),
-        ("redis:///0", "no host"),
-        ("redis://h:99999", "does not parse"),
-        ("redis://h:port", "does not parse"),
-        ("redis://h/db", "database number"),
-        ("redis://h/-1", "database number"),
-        ("redis://h/0/1", "database number"),
-        ("redis://h/0#insecure", "fragment"),
-        ("redis://h?password=x", "`password`"),
-        ("redis://h?prefix=", "`prefix`"),
-        ("redis://h?prefix=has%20space", "`prefix`"),
-        ("redis://h?prefix=star*", "`prefix`"),
-        ("redis://h?cas=lua", "`cas`"),
-        ("redis://h?cas=", "`cas`"),
-        ("redis://h?pool_size=0", "`pool_size`"),
-        ("redis://h?pool_size=257", "`pool_size`"),
-        ("redis://h?ca_file=/x.pem", "`ca_file`"),
-        ("redis://user@h", "without a password"),
-    ];
-    bakery_testkit::options::refused("redis", cases, RedisConfig::from_uri);
-    let too_long = format!("redis://h?prefix={}", "p".repeat(129));
-    assert!(RedisConfig::from_uri(&too_long).is_err());
+    bakery_testkit::options::Shared {
+        backend: "redis",
+        base: "redis://h/0",
+        durations: &["timeout_ms"],
+        parse: RedisConfig::from_uri,
+        accept_data_loss: Some(RedisConfig::accept_data_loss),
+        shown: Some(RedisConfig::to_string),
+        built: Some(|accept| RedisConfig::new("h").with_accept_data_loss(accept)),
+        refused: REFUSED,
+        longest: &[("redis://h?prefix={}", 128)],
+    }
+    .check();
 }
 
 #[test]
 fn builder_is_validated() {
     assert!(RedisConfig::new("h").validate().is_ok());
-    for config in [
+    let invalid = [
         RedisConfig::new(""),
         RedisConfig::new("h").with_prefix(""),
         RedisConfig::new("h").with_prefix("a b"),
@@ -207,10 +192,8 @@ fn builder_is_validated() {
         RedisConfig::new("h").with_db(-1),
         RedisConfig::new("h").with_username("u"),
         RedisConfig::new("h").with_ca_file("/x.pem"),
-    ] {
-        let err = config.validate().expect_err("invalid config");
-        assert_eq!(err.kind(), ErrorKind::Config, "{config:?}");
-    }
+    ];
+    bakery_testkit::options::invalid(invalid, RedisConfig::validate);
 }
 
 #[test]
@@ -247,9 +230,6 @@ fn passwords_are_never_printed() {
 
 #[tokio::test]
 async fn connect_rejects_a_bad_uri_before_the_network() {
-    let err = RedisStore::connect("redis://h?cas=maybe")
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Config);
-    assert_eq!(err.backend(), "redis");
+    let connect = RedisStore::connect("redis://h?cas=maybe");
+    bakery_testkit::options::refused_before_network("redis", connect).await;
 }

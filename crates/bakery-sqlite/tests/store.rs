@@ -141,6 +141,13 @@ async fn many_concurrent_calls_share_a_small_pool() {
 }
 
 /// Open `path` with a raw rusqlite connection, as a foreign writer would.
+/// A path `name` in a fresh directory (removed when the guard drops).
+fn scratch(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    (dir, path)
+}
+
 fn raw(path: &Path) -> rusqlite::Connection {
     let conn = rusqlite::Connection::open(path).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
@@ -161,8 +168,7 @@ fn raw_row(path: &Path, k: &str) -> Option<(Value, Value)> {
 
 #[tokio::test]
 async fn corrupt_rows_are_typed_errors_naming_the_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("junk.db");
+    let (_dir, path) = scratch("junk.db");
     // A hand-made table: the expected columns, but version may be NULL.
     raw(&path)
         .execute_batch(
@@ -214,8 +220,7 @@ async fn corrupt_rows_are_typed_errors_naming_the_key() {
 
 #[tokio::test]
 async fn a_text_value_written_by_hand_reads_as_its_bytes() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("text.db");
+    let (_dir, path) = scratch("text.db");
     let store = SqliteStore::open(SqliteConfig::new(&path)).await.unwrap();
     raw(&path)
         .execute("INSERT INTO bakery_rows VALUES ('t', 'hello', 4)", [])
@@ -226,8 +231,7 @@ async fn a_text_value_written_by_hand_reads_as_its_bytes() {
 
 #[tokio::test]
 async fn version_overflow_is_exhausted() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("max.db");
+    let (_dir, path) = scratch("max.db");
     let store = SqliteStore::open(SqliteConfig::new(&path)).await.unwrap();
     raw(&path)
         .execute(
@@ -240,8 +244,7 @@ async fn version_overflow_is_exhausted() {
 
 #[tokio::test]
 async fn a_table_with_another_schema_is_a_config_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("other.db");
+    let (_dir, path) = scratch("other.db");
     raw(&path)
         .execute_batch(
             "CREATE TABLE bakery_rows (id INTEGER PRIMARY KEY, data TEXT);
@@ -278,8 +281,7 @@ async fn a_table_with_another_schema_is_a_config_error() {
 
 #[tokio::test]
 async fn tables_are_independent_and_keywords_are_quoted() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("two.db");
+    let (_dir, path) = scratch("two.db");
     let uri = file_uri(&path);
     let a = SqliteStore::connect(&format!("{uri}?table=order"))
         .await
@@ -328,8 +330,7 @@ async fn file_store_at(path: &Path) -> SqliteStore {
 
 #[tokio::test]
 async fn rows_and_tombstones_survive_a_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("durable.db");
+    let (_dir, path) = scratch("durable.db");
     {
         let store = file_store_at(&path).await;
         let (a, b) = (key("a"), key("b"));
@@ -356,8 +357,7 @@ async fn rows_and_tombstones_survive_a_reopen() {
 
 #[tokio::test]
 async fn a_held_write_lock_makes_writes_unavailable_not_reads() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("busy.db");
+    let (_dir, path) = scratch("busy.db");
     let store = SqliteStore::connect(&format!("{}?busy_timeout_ms=50", file_uri(&path)))
         .await
         .unwrap();
@@ -389,8 +389,7 @@ async fn a_held_write_lock_makes_writes_unavailable_not_reads() {
 
 #[tokio::test]
 async fn a_file_that_is_not_a_database_is_corrupt() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("junk.db");
+    let (_dir, path) = scratch("junk.db");
     std::fs::write(&path, vec![0x5A; 8192]).unwrap();
     let err = SqliteStore::open(SqliteConfig::new(&path))
         .await

@@ -52,19 +52,17 @@ fn defaults() {
 
 #[test]
 fn synchronous_normal_on_a_file_needs_the_data_loss_opt_in() {
-    let refused = SqliteConfig::from_uri("sqlite://a.db?synchronous=normal").unwrap_err();
-    assert_eq!(refused.kind(), ErrorKind::Config);
-    for text in [
-        "synchronous = normal",
-        "power loss",
-        "synchronous=full",
-        "accept_data_loss=true",
-    ] {
-        assert!(
-            refused.message().contains(text),
-            "{text:?} missing from {refused}"
-        );
-    }
+    bakery_testkit::options::refused_naming(
+        "sqlite",
+        "sqlite://a.db?synchronous=normal",
+        &[
+            "synchronous = normal",
+            "power loss",
+            "synchronous=full",
+            "accept_data_loss=true",
+        ],
+        SqliteConfig::from_uri,
+    );
     let builder = SqliteConfig::new("a.db").with_synchronous(Synchronous::Normal);
     assert_eq!(builder.validate().unwrap_err().kind(), ErrorKind::Config);
     assert!(builder.with_accept_data_loss(true).validate().is_ok());
@@ -77,27 +75,48 @@ fn synchronous_normal_on_a_file_needs_the_data_loss_opt_in() {
     assert!(SqliteConfig::from_uri("sqlite::memory:?synchronous=normal").is_ok());
 }
 
-/// `accept_data_loss`: the shared checks every backend passes (with
-/// `synchronous=normal`, the setting it unlocks).
-#[test]
-fn accept_data_loss_option() {
-    bakery_testkit::options::accept_data_loss("sqlite://a.db", |uri| {
-        let config = SqliteConfig::from_uri(uri)?;
-        Ok(bakery_testkit::options::Parsed {
-            accept_data_loss: config.accept_data_loss(),
-            shown: None,
-        })
-    });
-}
+/// Bad URIs: config errors naming the problem.
+const REFUSED: &[(&str, &str)] = &[
+    ("postgres://h/db", "not a sqlite URI"),
+    ("sqlite", "not a sqlite URI"),
+    ("sqlite:", "empty path"),
+    ("sqlite://", "empty path"),
+    ("sqlite://?table=t", "empty path"),
+    ("sqlite:///", "directory"),
+    ("sqlite://dir/", "directory"),
+    ("sqlite://a%2.db", "percent-encoding"),
+    ("sqlite://a%zz.db", "percent-encoding"),
+    ("sqlite://a%ff.db", "UTF-8"),
+    ("sqlite://a.db?table=", "`table`"),
+    ("sqlite://a.db?table=1abc", "`table`"),
+    ("sqlite://a.db?table=a-b", "`table`"),
+    ("sqlite://a.db?table=a;drop", "`table`"),
+    ("sqlite://a.db?table=sqlite_master", "`table`"),
+    ("sqlite://a.db?create=yes", "`create`"),
+    ("sqlite://a.db?synchronous=off", "`synchronous`"),
+    ("sqlite://a.db?pool_size=0", "`pool_size`"),
+    ("sqlite://a.db?pool_size=65", "`pool_size`"),
+    ("sqlite::memory:?pool_size=2", "`pool_size`"),
+];
 
 /// The rules every backend's options share (`busy_timeout_ms=0`, which
 /// meant "do not wait for a lock", is refused like every other duration of
-/// 0).
+/// 0), and `accept_data_loss`: the shared checks every backend passes (with
+/// `synchronous=normal`, the setting it unlocks).
 #[test]
 fn shared_option_rules() {
-    bakery_testkit::options::shared_rules("sqlite://a.db", &["busy_timeout_ms"], |uri| {
-        SqliteConfig::from_uri(uri).map(|_| ())
-    });
+    bakery_testkit::options::Shared {
+        backend: "sqlite",
+        base: "sqlite://a.db",
+        durations: &["busy_timeout_ms"],
+        parse: SqliteConfig::from_uri,
+        accept_data_loss: Some(SqliteConfig::accept_data_loss),
+        shown: None,
+        built: None,
+        refused: REFUSED,
+        longest: &[("sqlite://a.db?table={}", 63)],
+    }
+    .check();
 }
 
 #[test]
@@ -106,9 +125,9 @@ fn options() {
         "sqlite://a.db?table=My_Rows2&busy_timeout_ms=1&create=false&synchronous=FULL&pool_size=2",
     )
     .unwrap();
+    assert!(!config.create_if_missing());
     assert_eq!(config.table(), "My_Rows2");
     assert_eq!(config.busy_timeout(), Duration::from_millis(1));
-    assert!(!config.create_if_missing());
     assert_eq!(config.synchronous(), Synchronous::Full);
     assert_eq!(config.pool_size(), 2);
     let config =
@@ -125,50 +144,17 @@ fn options() {
             .pool_size(),
         1
     );
-    let longest = format!("sqlite://a.db?table=t{}", "x".repeat(62));
-    assert!(SqliteConfig::from_uri(&longest).is_ok());
-}
-
-#[test]
-fn bad_uris_are_config_errors_naming_the_problem() {
-    let cases: &[(&str, &str)] = &[
-        ("postgres://h/db", "not a sqlite URI"),
-        ("sqlite", "not a sqlite URI"),
-        ("sqlite:", "empty path"),
-        ("sqlite://", "empty path"),
-        ("sqlite://?table=t", "empty path"),
-        ("sqlite:///", "directory"),
-        ("sqlite://dir/", "directory"),
-        ("sqlite://a%2.db", "percent-encoding"),
-        ("sqlite://a%zz.db", "percent-encoding"),
-        ("sqlite://a%ff.db", "UTF-8"),
-        ("sqlite://a.db?table=", "`table`"),
-        ("sqlite://a.db?table=1abc", "`table`"),
-        ("sqlite://a.db?table=a-b", "`table`"),
-        ("sqlite://a.db?table=a;drop", "`table`"),
-        ("sqlite://a.db?table=sqlite_master", "`table`"),
-        ("sqlite://a.db?create=yes", "`create`"),
-        ("sqlite://a.db?synchronous=off", "`synchronous`"),
-        ("sqlite://a.db?pool_size=0", "`pool_size`"),
-        ("sqlite://a.db?pool_size=65", "`pool_size`"),
-        ("sqlite::memory:?pool_size=2", "`pool_size`"),
-    ];
-    bakery_testkit::options::refused("sqlite", cases, SqliteConfig::from_uri);
-    let too_long = format!("sqlite://a.db?table=t{}", "x".repeat(63));
-    assert!(SqliteConfig::from_uri(&too_long).is_err());
 }
 
 #[test]
 fn builder_is_validated() {
     assert!(SqliteConfig::new("a.db").validate().is_ok());
-    for config in [
+    let invalid = [
         SqliteConfig::new("a.db").with_table("bad name"),
         SqliteConfig::new("a.db").with_pool_size(0),
         SqliteConfig::new("a.db").with_busy_timeout(Duration::from_secs(u64::MAX)),
         SqliteConfig::new(""),
         SqliteConfig::memory().with_pool_size(2),
-    ] {
-        let err = config.validate().expect_err("invalid config");
-        assert_eq!(err.kind(), ErrorKind::Config);
-    }
+    ];
+    bakery_testkit::options::invalid(invalid, SqliteConfig::validate);
 }

@@ -235,16 +235,11 @@ async fn race_of_8_tasks_loses_no_update(store: Arc<dyn VersionedStore>) {
     const TASKS: u64 = 8;
     const INCREMENTS: u64 = 200;
     let key = unique_key("race");
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|_| {
-            let (store, key) = (store.clone(), key.clone());
-            tokio::spawn(async move { increment_n(&*store, &key, INCREMENTS).await })
-        })
-        .collect();
-    let mut applied_total = 0;
-    for task in tasks {
-        applied_total += task.await.expect("task panicked");
-    }
+    let applied = on_tasks(TASKS as usize, |_| {
+        let (store, key) = (store.clone(), key.clone());
+        async move { increment_n(&*store, &key, INCREMENTS).await }
+    });
+    let applied_total: u64 = applied.await.into_iter().sum();
     assert_eq!(applied_total, TASKS * INCREMENTS);
     let row = store.get(&key).await.expect("get").expect("counter exists");
     assert_eq!(
@@ -253,6 +248,21 @@ async fn race_of_8_tasks_loses_no_update(store: Arc<dyn VersionedStore>) {
         "lost updates: every one of {} increments was acknowledged",
         TASKS * INCREMENTS
     );
+}
+
+/// Run `task(i)` for each `i` in `0..n`, each on a tokio task of its own;
+/// their results, in order (a task that panics fails the case).
+pub(crate) async fn on_tasks<T, F>(n: usize, task: impl Fn(usize) -> F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = T> + Send + 'static,
+{
+    let tasks: Vec<_> = (0..n).map(|i| tokio::spawn(task(i))).collect();
+    let mut results = Vec::with_capacity(n);
+    for task in tasks {
+        results.push(task.await.expect("task panicked"));
+    }
+    results
 }
 
 /// Increment the counter at `key` `n` times by CAS; returns how many applied.
@@ -300,41 +310,38 @@ async fn create_and_delete_churn_never_repeats_a_version(store: Arc<dyn Versione
     const TASKS: usize = 8;
     const ROUNDS: usize = 25;
     let key = unique_key("churn");
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|_| {
-            let (store, key) = (store.clone(), key.clone());
-            tokio::spawn(async move {
-                let mut versions = Vec::new();
-                for _ in 0..ROUNDS {
-                    let row = match store.put_if_version(&key, None, "x".into()).await {
-                        Ok(PutOutcome::Applied(row)) => {
-                            versions.push(row.version);
-                            row
-                        }
-                        Ok(PutOutcome::Conflict(current)) => {
-                            current.expect("a create conflicts only with a live row")
-                        }
-                        Err(e) if e.is_temporary() => continue,
-                        Err(e) => panic!("create: {e}"),
-                    };
-                    match store.delete_if_version(&key, row.version).await {
-                        Ok(DeleteOutcome::Deleted) => {}
-                        Ok(DeleteOutcome::Conflict(current)) => assert_ne!(
-                            current.map(|c| c.version),
-                            Some(row.version),
-                            "a delete conflicted with the version it presented"
-                        ),
-                        Err(e) if e.is_temporary() => {}
-                        Err(e) => panic!("delete: {e}"),
+    let tasks = on_tasks(TASKS, |_| {
+        let (store, key) = (store.clone(), key.clone());
+        async move {
+            let mut versions = Vec::new();
+            for _ in 0..ROUNDS {
+                let row = match store.put_if_version(&key, None, "x".into()).await {
+                    Ok(PutOutcome::Applied(row)) => {
+                        versions.push(row.version);
+                        row
                     }
+                    Ok(PutOutcome::Conflict(current)) => {
+                        current.expect("a create conflicts only with a live row")
+                    }
+                    Err(e) if e.is_temporary() => continue,
+                    Err(e) => panic!("create: {e}"),
+                };
+                match store.delete_if_version(&key, row.version).await {
+                    Ok(DeleteOutcome::Deleted) => {}
+                    Ok(DeleteOutcome::Conflict(current)) => assert_ne!(
+                        current.map(|c| c.version),
+                        Some(row.version),
+                        "a delete conflicted with the version it presented"
+                    ),
+                    Err(e) if e.is_temporary() => {}
+                    Err(e) => panic!("delete: {e}"),
                 }
-                versions
-            })
-        })
-        .collect();
+            }
+            versions
+        }
+    });
     let mut all = Vec::new();
-    for task in tasks {
-        let versions = task.await.expect("task panicked");
+    for versions in tasks.await {
         assert!(
             versions.windows(2).all(|w| w[0] < w[1]),
             "one task's versions must increase: {versions:?}"

@@ -128,3 +128,72 @@ pub async fn at_max_version<R: PartialEq + Debug>(
         DeleteOutcome::Deleted
     );
 }
+
+/// A stored row as [`tombstone_life_cycle`]'s `raw` reads it, behind the
+/// store: `(value, version)`, `value` `None` for a tombstone.
+pub type StoredRow = Option<(Option<Vec<u8>>, Option<i64>)>;
+
+/// The life cycle of `life/one` (and `life/empty`) in an empty table of a
+/// backend that keeps a tombstone at the deleted version: a delete leaves
+/// `(None, version)` behind (`raw`), reads as absent, and refuses a write
+/// at the deleted version; a re-create continues above the tombstone
+/// (`raw` shows its value and version); versions no row can have (0, the
+/// largest `u64`, and both sides of `i64::MAX`) are conflicts, not errors;
+/// an empty value is a value, not a tombstone.
+pub async fn tombstone_life_cycle(
+    store: &dyn VersionedStore,
+    mut raw: impl AsyncFnMut(&str) -> StoredRow,
+) {
+    use crate::applied;
+    let k = key("life/one");
+    let v1 = applied(store, &k, None, "a").await;
+    assert_eq!(v1.version, 1);
+    let v2 = applied(store, &k, Some(1), "b").await;
+    assert_eq!(v2.version, 2);
+    assert_eq!(
+        store.delete_if_version(&k, 2).await.unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(raw(k.as_str()).await, Some((None, Some(2))));
+    assert_eq!(store.get(&k).await.unwrap(), None);
+    let zombie = store.put_if_version(&k, Some(2), "zombie".into()).await;
+    assert_eq!(zombie.unwrap(), PutOutcome::Conflict(None));
+    assert_eq!(
+        store.delete_if_version(&k, 2).await.unwrap(),
+        DeleteOutcome::Conflict(None)
+    );
+    let v3 = applied(store, &k, None, "c").await;
+    assert_eq!(v3.version, 3, "a re-create continues above the tombstone");
+    assert_eq!(raw(k.as_str()).await, Some((Some(b"c".to_vec()), Some(3))));
+    assert_eq!(store.get(&k).await.unwrap(), Some(v3.clone()));
+    // A second create conflicts with the re-created row.
+    let current = PutOutcome::Conflict(Some(v3.clone()));
+    assert_eq!(
+        store.put_if_version(&k, None, "d".into()).await.unwrap(),
+        current
+    );
+    // Versions no row can have are conflicts, not errors.
+    for bad in [0, u64::MAX, i64::MAX as u64, i64::MAX as u64 + 1] {
+        let put = store.put_if_version(&k, Some(bad), "x".into()).await;
+        assert_eq!(put.unwrap(), current, "put at {bad}");
+        let deleted = store.delete_if_version(&k, bad).await.unwrap();
+        assert_eq!(
+            deleted,
+            DeleteOutcome::Conflict(Some(v3.clone())),
+            "delete at {bad}"
+        );
+    }
+    // An empty value is a value, not a tombstone: it can be updated and
+    // deleted like any other.
+    let empty = applied(store, &k, Some(3), "").await;
+    assert_eq!(store.get(&k).await.unwrap(), Some(empty.clone()));
+    let v5 = applied(store, &k, Some(4), "e").await;
+    assert_eq!(v5.version, 5);
+    let e = key("life/empty");
+    let created = applied(store, &e, None, "").await;
+    assert_eq!(
+        store.delete_if_version(&e, created.version).await.unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(applied(store, &e, None, "").await.version, 2);
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bakery_bench::baseline::OldLock;
 use bakery_core::{Bytes, ErrorKind, Key, PutOutcome, VersionedStore};
 use bakery_recipes::fence::{FencedRead, FencedValue};
-use bakery_recipes::lock::{Lock, LockState, LostReason};
+use bakery_recipes::lock::{Lock, LockGuard, LockState, LostReason};
 use bakery_recipes::time::TimeService;
 use tokio::time::Instant;
 
@@ -79,6 +79,31 @@ async fn read_counter_fenced(value: &FencedValue, token: u64) -> u64 {
     }
 }
 
+/// Add one to the counter of `value` as the holder of `token` (`who`):
+/// the fenced read and the write must both accept it.
+async fn increment_fenced(value: &FencedValue, token: u64, who: &str) {
+    let n = read_counter_fenced(value, token).await;
+    let write = value
+        .write(token, (n + 1).to_string().into())
+        .await
+        .unwrap_or_else(|e| panic!("{who}: fenced write: {e}"));
+    assert!(write.is_accepted(), "{who} refused: {write:?}");
+}
+
+/// A second client's `acquire` of `name`, in a task of its own, once its
+/// request is the one queued.
+async fn enqueued_waiter(
+    store: &Arc<dyn VersionedStore>,
+    name: &str,
+) -> tokio::task::JoinHandle<bakery_core::Result<LockGuard>> {
+    let waiting = {
+        let (store, name) = (store.clone(), name.to_string());
+        tokio::spawn(async move { lock(&store, &name).acquire().await })
+    };
+    wait_for_state(store, name, "the waiter enqueued", |s| s.queue.len() == 1).await;
+    waiting
+}
+
 /// Wait (bounded) until the lock's stored state satisfies `done`.
 async fn wait_for_state(
     store: &Arc<dyn VersionedStore>,
@@ -123,12 +148,7 @@ async fn fenced_counter_eight_clients_fifty_each(store: Arc<dyn VersionedStore>)
                         !inside.swap(true, Ordering::SeqCst),
                         "two clients inside the critical section"
                     );
-                    let n = read_counter_fenced(&counter, guard.token()).await;
-                    let write = counter
-                        .write(guard.token(), (n + 1).to_string().into())
-                        .await
-                        .expect("fenced write");
-                    assert!(write.is_accepted(), "current holder refused: {write:?}");
+                    increment_fenced(&counter, guard.token(), "the current holder").await;
                     tokens.lock().expect("tokens").push(guard.token());
                     inside.store(false, Ordering::SeqCst);
                     guard.release().await.expect("release");
@@ -182,11 +202,7 @@ async fn waiters_are_granted_in_request_order(store: Arc<dyn VersionedStore>) {
 async fn release_hands_off_with_the_next_token(store: Arc<dyn VersionedStore>) {
     let name = unique_name("handoff");
     let first = lock(&store, &name).acquire().await.expect("acquire");
-    let waiting = {
-        let (store, name) = (store.clone(), name.clone());
-        tokio::spawn(async move { lock(&store, &name).acquire().await })
-    };
-    wait_for_state(&store, &name, "the waiter enqueued", |s| s.queue.len() == 1).await;
+    let waiting = enqueued_waiter(&store, &name).await;
     let token = first.token();
     first.release().await.expect("release");
     // The release itself made the waiter the holder (direct hand-off).
@@ -207,11 +223,7 @@ async fn try_acquire_refuses_when_held_or_queued(store: Arc<dyn VersionedStore>)
     let b = lock(&store, &name);
     let guard = a.try_acquire().await.expect("try").expect("free lock");
     assert!(b.try_acquire().await.expect("try").is_none(), "held");
-    let waiting = {
-        let (store, name) = (store.clone(), name.clone());
-        tokio::spawn(async move { lock(&store, &name).acquire().await })
-    };
-    wait_for_state(&store, &name, "the waiter enqueued", |s| s.queue.len() == 1).await;
+    let waiting = enqueued_waiter(&store, &name).await;
     assert!(b.try_acquire().await.expect("try").is_none(), "queued");
     guard.release().await.expect("release");
     // Handed to the waiter: still refused.
@@ -252,11 +264,7 @@ async fn acquire_timeout_withdraws_the_request(store: Arc<dyn VersionedStore>) {
 async fn cancelled_waiter_leaves_the_queue(store: Arc<dyn VersionedStore>) {
     let name = unique_name("cancel");
     let guard = lock(&store, &name).acquire().await.expect("acquire");
-    let waiting = {
-        let (store, name) = (store.clone(), name.clone());
-        tokio::spawn(async move { lock(&store, &name).acquire().await })
-    };
-    wait_for_state(&store, &name, "the waiter enqueued", |s| s.queue.len() == 1).await;
+    let waiting = enqueued_waiter(&store, &name).await;
     waiting.abort(); // drops the acquire future
     wait_for_state(&store, &name, "the cancelled waiter leave", |s| {
         s.queue.is_empty()
@@ -362,12 +370,7 @@ async fn paused_holder_scenario(store: Arc<dyn VersionedStore>, fenced: bool) ->
         assert!(guard.token() > a.token());
         if fenced {
             let b_value = FencedValue::new(store.clone(), &name).expect("name");
-            let n = read_counter_fenced(&b_value, guard.token()).await;
-            let write = b_value
-                .write(guard.token(), (n + 1).to_string().into())
-                .await
-                .expect("B writes");
-            assert!(write.is_accepted(), "round {round}: {write:?}");
+            increment_fenced(&b_value, guard.token(), &format!("B, round {round}")).await;
         } else {
             let n = plain_read(&*store, &plain_key).await;
             plain_write(&*store, &plain_key, n + 1).await;

@@ -203,19 +203,172 @@ pub fn refused<T: std::fmt::Debug>(
     }
 }
 
-/// Check that `parse` refuses each of `uris` and that neither the error's
-/// `Display` nor its `Debug` shows `secret` (a password in the URI).
+/// Check that `parse` refuses `uri` with a one-line [`ErrorKind::Config`]
+/// error of `backend` whose message contains every one of `needles`.
+pub fn refused_naming<T: std::fmt::Debug>(
+    backend: &str,
+    uri: &str,
+    needles: &[&str],
+    parse: impl Fn(&str) -> Result<T>,
+) {
+    let cases: Vec<(&str, &str)> = needles.iter().map(|needle| (uri, *needle)).collect();
+    refused(backend, &cases, parse);
+}
+
+/// Check that `parse` refuses each of `uris` with an [`ErrorKind::Config`]
+/// error and that neither the error's `Display` nor its `Debug` shows
+/// `secret` (a password in the URI) or the URI itself.
 pub fn secret_never_shown<T: std::fmt::Debug>(
     secret: &str,
-    uris: &[String],
+    uris: &[impl AsRef<str>],
     parse: impl Fn(&str) -> Result<T>,
 ) {
     for uri in uris {
+        let uri = uri.as_ref();
         let err = match parse(uri) {
             Ok(parsed) => panic!("{uri} must be refused, parsed as {parsed:?}"),
             Err(err) => err,
         };
+        assert_eq!(err.kind(), ErrorKind::Config, "{uri}: {err}");
         let shown = format!("{err} {err:?}");
         assert!(!shown.contains(secret), "{uri}: {shown}");
+        assert!(!shown.contains(uri), "{uri}: {shown}");
+    }
+}
+
+/// Check that each config `parse` makes of `uris` (each with a password
+/// `secret`) hides it: its `Display`, `Debug` and alternate `Debug` each
+/// show every one of `needles` (e.g. `***` and the user) and never
+/// `secret`. Returns the parsed configs, for the backend's own checks.
+pub fn secret_redacted<C: std::fmt::Display + std::fmt::Debug>(
+    secret: &str,
+    needles: &[&str],
+    uris: &[impl AsRef<str>],
+    parse: impl Fn(&str) -> Result<C>,
+) -> Vec<C> {
+    let mut configs = Vec::new();
+    for uri in uris {
+        let uri = uri.as_ref();
+        let config = parse(uri).unwrap_or_else(|e| panic!("{uri}: {e}"));
+        for text in [
+            format!("{config}"),
+            format!("{config:?}"),
+            format!("{config:#?}"),
+        ] {
+            assert!(!text.contains(secret), "{uri}: {text}");
+            for needle in needles {
+                assert!(
+                    text.contains(needle),
+                    "{uri}: {needle:?} missing from {text}"
+                );
+            }
+        }
+        configs.push(config);
+    }
+    configs
+}
+
+/// Check that `validate` refuses each of `configs` (built with the
+/// backend's builder, bypassing the URI parser) with an
+/// [`ErrorKind::Config`] error.
+pub fn invalid<C: std::fmt::Debug, T: std::fmt::Debug>(
+    configs: impl IntoIterator<Item = C>,
+    validate: impl Fn(&C) -> Result<T>,
+) {
+    for config in configs {
+        match validate(&config) {
+            Ok(valid) => panic!("{config:?} must be invalid, validated as {valid:?}"),
+            Err(err) => assert_eq!(err.kind(), ErrorKind::Config, "{config:?}: {err}"),
+        }
+    }
+}
+
+/// Check a length limit of a name in the URI: `uri(longest)` parses and
+/// `uri(longest + 1)` is refused with an [`ErrorKind::Config`] error.
+pub fn longest<T: std::fmt::Debug>(
+    longest: usize,
+    uri: impl Fn(usize) -> String,
+    parse: impl Fn(&str) -> Result<T>,
+) {
+    let fits = uri(longest);
+    parse(&fits).unwrap_or_else(|e| panic!("{fits}: {e}"));
+    let over = uri(longest + 1);
+    match parse(&over) {
+        Ok(parsed) => panic!("{over} must be refused, parsed as {parsed:?}"),
+        Err(err) => assert_eq!(err.kind(), ErrorKind::Config, "{over}: {err}"),
+    }
+}
+
+/// Check that a store's `connect` (or `open`) future fails with an
+/// [`ErrorKind::Config`] error of `backend` on a bad URI or config — before
+/// any network: the host it names need not exist.
+pub async fn refused_before_network<S>(
+    backend: &str,
+    connect: impl std::future::Future<Output = Result<S>>,
+) {
+    match connect.await {
+        Ok(_) => panic!("a bad {backend} config must be refused"),
+        Err(err) => {
+            assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+            assert_eq!(err.backend(), backend, "{err}");
+        }
+    }
+}
+
+/// One backend's URI parser and its table of refused URIs, described once
+/// for the checks every backend shares: [`shared_rules`], [`refused`], the
+/// length limits of its names and, where the backend has the option,
+/// [`accept_data_loss`].
+pub struct Shared<C> {
+    /// The backend's name, as its errors give it.
+    pub backend: &'static str,
+    /// A valid URI of the backend (with or without a query).
+    pub base: &'static str,
+    /// Its duration options.
+    pub durations: &'static [&'static str],
+    /// The backend's URI parser.
+    pub parse: fn(&str) -> Result<C>,
+    /// The config's `accept_data_loss()`; `None` where the backend has no
+    /// such option.
+    pub accept_data_loss: Option<fn(&C) -> bool>,
+    /// The config's redacted URI form, if it has one.
+    pub shown: Option<fn(&C) -> String>,
+    /// The config the builder makes of `base` with `accept_data_loss`
+    /// set, if the URI option and the builder are to be compared.
+    pub built: Option<fn(bool) -> C>,
+    /// URIs the parser refuses, each with a piece of the error's message.
+    pub refused: &'static [(&'static str, &'static str)],
+    /// Names with a length limit: a URI whose `{}` stands for the name (of
+    /// `x`s), and the longest length that parses (one more is refused).
+    pub longest: &'static [(&'static str, usize)],
+}
+
+impl<C: std::fmt::Debug + PartialEq> Shared<C> {
+    /// Run the shared checks.
+    pub fn check(&self) {
+        shared_rules(self.base, self.durations, |uri| {
+            (self.parse)(uri).map(|_| ())
+        });
+        refused(self.backend, self.refused, self.parse);
+        for (uri, most) in self.longest {
+            longest(*most, |n| uri.replace("{}", &"x".repeat(n)), self.parse);
+        }
+        let Some(accept) = self.accept_data_loss else {
+            return;
+        };
+        accept_data_loss(self.base, |uri| {
+            let config = (self.parse)(uri)?;
+            if let Some(built) = self.built {
+                assert_eq!(
+                    config,
+                    built(accept(&config)),
+                    "{uri}: the URI option and the builder agree"
+                );
+            }
+            Ok(Parsed {
+                accept_data_loss: accept(&config),
+                shown: self.shown.map(|shown| shown(&config)),
+            })
+        });
     }
 }

@@ -7,6 +7,7 @@ use std::time::Instant;
 use bakery_core::{Bytes, CountingStore, DeleteOutcome, ErrorKind, Key, VersionedStore};
 use bakery_recipes::sequence::{Sequence, KEY_PREFIX};
 
+use crate::cas::on_tasks;
 use crate::faults::{Fault, FaultStore};
 use crate::{case, unique_name, Case};
 
@@ -31,8 +32,19 @@ pub(crate) fn cases() -> Vec<Case> {
 }
 
 fn build(store: &Arc<dyn VersionedStore>, name: &str, block: u64) -> Sequence {
-    Sequence::builder(store.clone(), name)
-        .block_size(block)
+    with_prefetch(store, name, block, true)
+}
+
+/// A sequence of `block`-id blocks without prefetch: each block is
+/// reserved when the previous one runs out, no sooner.
+fn unprefetched(store: &Arc<dyn VersionedStore>, name: &str, block: u64) -> Sequence {
+    with_prefetch(store, name, block, false)
+}
+
+fn with_prefetch(store: &Arc<dyn VersionedStore>, name: &str, block: u64, on: bool) -> Sequence {
+    let builder = Sequence::builder(store.clone(), name).block_size(block);
+    builder
+        .prefetch(on)
         .build()
         .expect("valid sequence settings")
 }
@@ -56,26 +68,23 @@ async fn eight_clients_10000_ids_unique_and_increasing(store: Arc<dyn VersionedS
     const CLIENTS: usize = 8;
     const IDS: usize = 10_000;
     let name = unique_name("eight");
-    let tasks: Vec<_> = (0..CLIENTS)
-        .map(|client| {
-            let seq = build(&store, &name, 100 + client as u64 * 37);
-            tokio::spawn(async move {
-                let mut ids = Vec::with_capacity(IDS);
-                while ids.len() < IDS {
-                    if client % 2 == 0 {
-                        ids.push(seq.next().await.expect("next"));
-                    } else {
-                        let want = (IDS - ids.len()).min(250) as u64;
-                        ids.extend(seq.next_batch(want).await.expect("next_batch"));
-                    }
+    let per_client = on_tasks(CLIENTS, |client| {
+        let seq = build(&store, &name, 100 + client as u64 * 37);
+        async move {
+            let mut ids = Vec::with_capacity(IDS);
+            while ids.len() < IDS {
+                if client % 2 == 0 {
+                    ids.push(seq.next().await.expect("next"));
+                } else {
+                    let want = (IDS - ids.len()).min(250) as u64;
+                    ids.extend(seq.next_batch(want).await.expect("next_batch"));
                 }
-                ids
-            })
-        })
-        .collect();
+            }
+            ids
+        }
+    });
     let mut all = HashSet::new();
-    for (client, task) in tasks.into_iter().enumerate() {
-        let ids = task.await.expect("client panicked");
+    for (client, ids) in per_client.await.into_iter().enumerate() {
         assert_eq!(ids.len(), IDS);
         if let Some(w) = ids.windows(2).find(|w| w[0] >= w[1]) {
             panic!(
@@ -139,16 +148,8 @@ async fn conflicting_reservation_retries_without_a_read(store: Arc<dyn Versioned
     let counting = Arc::new(CountingStore::new(store));
     let dyn_store: Arc<dyn VersionedStore> = counting.clone();
     let name = unique_name("noread");
-    let a = Sequence::builder(dyn_store.clone(), &name)
-        .block_size(10)
-        .prefetch(false)
-        .build()
-        .expect("a");
-    let b = Sequence::builder(dyn_store.clone(), &name)
-        .block_size(10)
-        .prefetch(false)
-        .build()
-        .expect("b");
+    let a = unprefetched(&dyn_store, &name, 10);
+    let b = unprefetched(&dyn_store, &name, 10);
     assert_eq!(a.next().await.expect("a"), 1);
     // b's first CAS ("create") conflicts and retries with the returned row.
     assert_eq!(b.next().await.expect("b"), 11);
@@ -165,11 +166,7 @@ async fn unknown_outcome_is_never_reused(store: Arc<dyn VersionedStore>) {
     let faulty = Arc::new(FaultStore::new(store.clone()));
     let dyn_store: Arc<dyn VersionedStore> = faulty.clone();
     let name = unique_name("unknown");
-    let seq = Sequence::builder(dyn_store, &name)
-        .block_size(10)
-        .prefetch(false)
-        .build()
-        .expect("seq");
+    let seq = unprefetched(&dyn_store, &name, 10);
     let first: Vec<_> = seq
         .next_batch(10)
         .await
@@ -266,11 +263,7 @@ async fn prefetch_reserves_before_the_block_runs_out(store: Arc<dyn VersionedSto
 }
 
 async fn next_batch_spans_blocks(store: Arc<dyn VersionedStore>) {
-    let seq = Sequence::builder(store, &unique_name("batch"))
-        .block_size(7)
-        .prefetch(false)
-        .build()
-        .expect("seq");
+    let seq = unprefetched(&store, &unique_name("batch"), 7);
     let first = seq.next().await.expect("next");
     let batch = seq.next_batch(20).await.expect("batch");
     assert_eq!(batch.len(), 20);
@@ -329,11 +322,7 @@ async fn corrupt_row_is_a_typed_error_and_kept(store: Arc<dyn VersionedStore>) {
 
 async fn deleted_row_is_refused_not_restarted(store: Arc<dyn VersionedStore>) {
     let name = unique_name("deleted");
-    let seq = Sequence::builder(store.clone(), &name)
-        .block_size(2)
-        .prefetch(false)
-        .build()
-        .expect("seq");
+    let seq = unprefetched(&store, &name, 2);
     assert_eq!(seq.next().await.expect("1"), 1);
     assert_eq!(seq.next().await.expect("2"), 2);
     let key = Key::with_prefix(KEY_PREFIX, &name).expect("key");

@@ -53,6 +53,24 @@ pub async fn count_reaches(what: &str, count: impl Fn() -> usize, n: usize) {
     }
 }
 
+/// `kept`, the last watch of `key` left after the others were dropped,
+/// still wakes on a `notify` of `key`; once it is dropped too, the store's
+/// count of fed watches (`active`) drops to 0.
+pub async fn the_last_watch_still_wakes(
+    store: &dyn VersionedStore,
+    key: &Key,
+    mut kept: Watch,
+    active: impl Fn() -> usize,
+) {
+    store.notify(key).await.unwrap();
+    assert!(
+        next_wake(&mut kept).await,
+        "the remaining watch still works"
+    );
+    drop(kept);
+    count_reaches("active watches", active, 0).await;
+}
+
 /// After `store` lost the connection that feeds its watches: `lost` (a
 /// watch of `key` from before) ends, so its waiter falls back to polling,
 /// the store's count of fed watches (`active`) drops to 0, and a new watch

@@ -61,6 +61,17 @@ pub async fn prepare_nextval(client: &Client, name: &str) -> Result<Statement, E
     client.prepare(&format!("SELECT nextval('{name}')")).await
 }
 
+/// Create the sequence `name` (CACHE `cache`) and prepare its `nextval()`
+/// on `client`.
+pub async fn sequence_with_nextval(
+    client: &Client,
+    name: &str,
+    cache: u64,
+) -> Result<Statement, Error> {
+    create_sequence(client, name, cache).await?;
+    prepare_nextval(client, name).await
+}
+
 /// One `nextval()`: one round trip, the next id of the sequence.
 pub async fn nextval(client: &Client, statement: &Statement) -> Result<i64, Error> {
     client.query_one(statement, &[]).await?.try_get(0)

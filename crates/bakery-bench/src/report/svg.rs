@@ -13,6 +13,7 @@
 use std::ops::Range;
 use std::path::Path;
 
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -189,16 +190,9 @@ fn draw(
                 let mut chart = chart
                     .build_cartesian_2d(log_range(xs()).log_scale(), y_range.log_scale())
                     .map_err(|e| e.to_string())?;
-                chart
-                    .configure_mesh()
-                    // No minor grid lines: on a log axis they crowd into grey bands.
-                    .light_line_style(TRANSPARENT)
-                    .x_desc(x_label)
-                    .y_desc(y_label)
-                    .x_label_formatter(&|x| format!("{x:.0}"))
-                    .y_label_formatter(y_format)
-                    .draw()
-                    .map_err(|e| e.to_string())?;
+                let x_format = |x: &f64| format!("{x:.0}");
+                let x_axis: XAxis<f64> = (DEFAULT_X_LABELS, &x_format);
+                draw_mesh(&mut chart, (x_label, y_label), x_axis, y_format)?;
                 for (i, s) in series.iter().enumerate() {
                     plot_line(&mut chart, i, s.native, s.points.clone())?;
                 }
@@ -210,22 +204,14 @@ fn draw(
                 let mut chart = chart
                     .build_cartesian_2d(0..last.max(1), y_range.log_scale())
                     .map_err(|e| e.to_string())?;
-                chart
-                    .configure_mesh()
-                    // No minor grid lines: on a log axis they crowd into grey bands.
-                    .light_line_style(TRANSPARENT)
-                    .x_desc(x_label)
-                    .y_desc(y_label)
-                    .x_labels(DISTRIBUTION_QUANTILES.len())
-                    .x_label_formatter(&|i| {
-                        usize::try_from(*i)
-                            .ok()
-                            .and_then(|i| DISTRIBUTION_QUANTILES.get(i))
-                            .map_or_else(String::new, |q| percentile_label(*q))
-                    })
-                    .y_label_formatter(y_format)
-                    .draw()
-                    .map_err(|e| e.to_string())?;
+                let x_format = |i: &i32| {
+                    usize::try_from(*i)
+                        .ok()
+                        .and_then(|i| DISTRIBUTION_QUANTILES.get(i))
+                        .map_or_else(String::new, |q| percentile_label(*q))
+                };
+                let x_axis: XAxis<i32> = (DISTRIBUTION_QUANTILES.len(), &x_format);
+                draw_mesh(&mut chart, (x_label, y_label), x_axis, y_format)?;
                 for (i, s) in series.iter().enumerate() {
                     let points = s.points.iter().map(|&(x, y)| (x as i32, y)).collect();
                     plot_line(&mut chart, i, s.native, points)?;
@@ -240,6 +226,38 @@ fn draw(
 
 /// Draw one series: a line (dashed for a native peer) with a dot on each
 /// measured point.
+/// An x axis's labels: how many, and how each value is shown.
+type XAxis<'a, V> = (usize, &'a dyn Fn(&V) -> String);
+
+/// How many x labels plotters shows unless told otherwise.
+const DEFAULT_X_LABELS: usize = 11;
+
+/// Draw the mesh of a chart with a log y axis: both axis descriptions,
+/// `x_axis` (how many x labels, and how each is shown), the y labels shown
+/// by `y_format`, and no minor grid lines (on a log axis they crowd into
+/// grey bands).
+fn draw_mesh<DB, X>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<X, LogCoord<f64>>>,
+    (x_label, y_label): (&str, &str),
+    (x_labels, x_format): XAxis<'_, X::ValueType>,
+    y_format: &dyn Fn(&f64) -> String,
+) -> Result<(), String>
+where
+    DB: DrawingBackend,
+    X: Ranged + ValueFormatter<X::ValueType>,
+{
+    chart
+        .configure_mesh()
+        .light_line_style(TRANSPARENT)
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .x_labels(x_labels)
+        .x_label_formatter(x_format)
+        .y_label_formatter(y_format)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
 fn plot_line<DB, X>(
     chart: &mut ChartContext<'_, DB, Cartesian2d<X, LogCoord<f64>>>,
     index: usize,

@@ -32,14 +32,8 @@ const MAX_CONFLICTS_PER_OP: u32 = 100_000;
 #[derive(Debug, Clone, Copy)]
 pub struct CasWorkload;
 
-const SHARED: Variant = Variant {
-    id: "shared-key",
-    label: "put_if_version, shared key",
-};
-const OWN: Variant = Variant {
-    id: "own-key",
-    label: "put_if_version, key per client",
-};
+const SHARED: Variant = Variant::new("shared-key", "put_if_version, shared key");
+const OWN: Variant = Variant::new("own-key", "put_if_version, key per client");
 
 #[async_trait]
 impl Workload for CasWorkload {

@@ -27,18 +27,9 @@ use crate::model::{
 #[derive(Debug, Clone, Copy)]
 pub struct LockWorkload;
 
-const FAIR: Variant = Variant {
-    id: "fair",
-    label: "Lock (FIFO)",
-};
-const FAIR_POLLING: Variant = Variant {
-    id: "fair-polling",
-    label: "Lock (FIFO, no notify)",
-};
-const OLD: Variant = Variant {
-    id: "old",
-    label: "old lock (try and back off)",
-};
+const FAIR: Variant = Variant::new("fair", "Lock (FIFO)");
+const FAIR_POLLING: Variant = Variant::new("fair-polling", "Lock (FIFO, no notify)");
+const OLD: Variant = Variant::new("old", "old lock (try and back off)");
 
 /// Extra column: most consecutive grants to the same client.
 pub const LONGEST_RUN: &str = "longest run";

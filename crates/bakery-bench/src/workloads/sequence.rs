@@ -23,18 +23,12 @@ use crate::model::{
 #[derive(Debug, Clone, Copy)]
 pub struct SequenceWorkload;
 
-const NEXT: Variant = Variant {
-    id: "next",
-    label: "Sequence::next()",
-};
+const NEXT: Variant = Variant::new("next", "Sequence::next()");
 
 /// Adaptive block size: starts at the plan's block size and doubles (up to
 /// 10,000 times that) while a block lasts less than half of
 /// [`ADAPTIVE_TARGET`], so the prefetch can outrun a closed-loop consumer.
-const ADAPTIVE: Variant = Variant {
-    id: "adaptive",
-    label: "Sequence::next(), adaptive block",
-};
+const ADAPTIVE: Variant = Variant::new("adaptive", "Sequence::next(), adaptive block");
 
 /// How long an adaptive block should last.
 const ADAPTIVE_TARGET: std::time::Duration = std::time::Duration::from_secs(1);

@@ -109,6 +109,30 @@ pub fn key(k: &str) -> Key {
 #[allow(unused_imports)]
 pub use bakery_testkit::applied;
 
+/// The server URI and a raw client on it, or `None` (see [`server_uri`]).
+pub async fn raw_server(test: &str) -> Option<(String, tokio_postgres::Client)> {
+    let uri = server_uri(test)?;
+    let raw = raw_client(&uri).await;
+    Some((uri, raw))
+}
+
+/// Run `sql` through a raw client, behind the store.
+pub async fn exec(raw: &tokio_postgres::Client, sql: &str) {
+    raw.batch_execute(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+/// A table `PREFIX_…` of the store's columns made by hand, without its
+/// constraints (nullable version, no CHECK); returns its name.
+#[allow(dead_code)]
+pub async fn bare_table(raw: &tokio_postgres::Client, prefix: &str) -> String {
+    let table = unique_table(prefix);
+    let sql = format!("CREATE TABLE {table} (key TEXT PRIMARY KEY, value BYTEA, version BIGINT)");
+    exec(raw, &sql).await;
+    table
+}
+
 /// The stored row behind the API: `(value, version)`, tombstones included.
 pub async fn raw_row(
     client: &tokio_postgres::Client,
