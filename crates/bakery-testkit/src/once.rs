@@ -357,6 +357,16 @@ fn expired_now(record: &bakery_recipes::once::OnceRecord) -> bool {
     record.expired(now)
 }
 
+/// Run `key` with an operation that counts its runs in `runs`.
+async fn run_counted(once: &Idempotency, key: &str, runs: &Arc<AtomicUsize>, value: u64) -> Ran {
+    let counter = runs.clone();
+    once.run(key, b"p", |_| async move {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Ok(value)
+    })
+    .await
+}
+
 async fn lost_replies_still_run_once(store: Arc<dyn VersionedStore>) {
     let faulty = Arc::new(FaultStore::new(store.clone()));
     let once = Idempotency::builder(faulty.clone(), &unique_name("once-unknown"))
@@ -365,13 +375,7 @@ async fn lost_replies_still_run_once(store: Arc<dyn VersionedStore>) {
     let runs = Arc::new(AtomicUsize::new(0));
     // The claim's reply is lost (it applied), then the completion's.
     faulty.script([Fault::LoseReply, Fault::LoseReply]);
-    let counter = runs.clone();
-    let ran: Ran = once
-        .run("k", b"p", |_| async move {
-            counter.fetch_add(1, Ordering::SeqCst);
-            Ok(9)
-        })
-        .await;
+    let ran = run_counted(&once, "k", &runs, 9).await;
     assert_eq!(
         ran.expect("resolved by reading back"),
         Execution::Executed(9)
@@ -381,13 +385,7 @@ async fn lost_replies_still_run_once(store: Arc<dyn VersionedStore>) {
     assert_eq!(replay.expect("replay"), Execution::Replayed(9));
     // A claim that was lost on the way: nothing applied; it is retried.
     faulty.script([Fault::LoseRequest]);
-    let counter = runs.clone();
-    let ran: Ran = once
-        .run("k2", b"p", |_| async move {
-            counter.fetch_add(1, Ordering::SeqCst);
-            Ok(1)
-        })
-        .await;
+    let ran = run_counted(&once, "k2", &runs, 1).await;
     assert_eq!(ran.expect("retried"), Execution::Executed(1));
     assert_eq!(runs.load(Ordering::SeqCst), 2, "each key ran exactly once");
 }
