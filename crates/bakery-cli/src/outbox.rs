@@ -108,26 +108,27 @@ pub async fn relay(
     if let Some(prefix) = &args.prefix {
         relay = relay.prefix(prefix)?;
     }
-    if args.to == "-" {
+    let (stats, consumer) = if args.to == "-" {
         let mut sink = JsonLines::new(std::io::stdout());
         let stats = relay
             .run(&mut sink, args.batch, args.poll, args.exit_when_idle)
             .await?;
-        eprintln!(
-            "bakery: outbox relay: {} messages delivered in {} transactions ({} batches)",
-            stats.delivered, stats.transactions, stats.batches
-        );
-        return Ok(());
-    }
-    let store = open(&args.to).await?;
-    let name = args.consumer.as_deref().unwrap_or(&args.slot);
-    let mut sink = ConsumerSink::digest(Consumer::builder(store, name).build()?);
-    let stats = relay
-        .run(&mut sink, args.batch, args.poll, args.exit_when_idle)
-        .await?;
+        (stats, String::new())
+    } else {
+        let store = open(&args.to).await?;
+        let name = args.consumer.as_deref().unwrap_or(&args.slot);
+        let mut sink = ConsumerSink::digest(Consumer::builder(store, name).build()?);
+        let stats = relay
+            .run(&mut sink, args.batch, args.poll, args.exit_when_idle)
+            .await?;
+        (
+            stats,
+            format!(": {} applied, {} duplicates", sink.applied, sink.duplicates),
+        )
+    };
     eprintln!(
-        "bakery: outbox relay: {} messages delivered in {} transactions ({} batches): {} applied, {} duplicates",
-        stats.delivered, stats.transactions, stats.batches, sink.applied, sink.duplicates
+        "bakery: outbox relay: {} messages delivered in {} transactions ({} batches){consumer}",
+        stats.delivered, stats.transactions, stats.batches
     );
     Ok(())
 }

@@ -530,6 +530,8 @@ impl Idempotency {
         let mut wakeup: Option<Wakeup> = None;
         loop {
             let record = current.as_ref().map(OnceRecord::decode).transpose()?;
+            // The next claim continues the attempts of any record, expired or not.
+            let previous = record.as_ref().map_or(0, |r| r.attempt);
             let live = record.filter(|r| !r.expired(record::now_ms()));
             let mut take_over = false;
             if let Some(rec) = &live {
@@ -586,7 +588,6 @@ impl Idempotency {
                     }
                 }
             }
-            let previous = record_attempt(current.as_ref())?;
             let claim = OnceRecord::in_progress(hash, previous + 1, me.clone());
             let expected = current.as_ref().map(|r| r.version);
             match store
@@ -699,14 +700,6 @@ impl Idempotency {
             tracing::debug!(key = %row_key, error = %e, "once: notify failed; waiters poll");
         }
     }
-}
-
-/// The attempt number of the stored record (0 when there is none).
-fn record_attempt(row: Option<&Row>) -> Result<u64> {
-    Ok(match row {
-        Some(row) => OnceRecord::decode(row)?.attempt,
-        None => 0,
-    })
 }
 
 /// Keeps a claim alive while the operation runs: advances the heartbeat
