@@ -26,18 +26,7 @@ const ATTEMPTS: usize = 10;
 const UPDATE_COLLECTION: &str = "collection=bakery_negative_control";
 
 fn uri() -> Option<String> {
-    match std::env::var("BAKERY_MONGODB_URI") {
-        Ok(uri) if !uri.is_empty() => Some(uri),
-        _ => {
-            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-            assert!(
-                !ci,
-                "CI=true but BAKERY_MONGODB_URI is not set: run scripts/test.sh"
-            );
-            eprintln!("ferretdb negative control: BAKERY_MONGODB_URI not set; skipped on this developer machine");
-            None
-        }
-    }
+    bakery_testkit::server_uri("BAKERY_MONGODB_URI", "ferretdb negative control")
 }
 
 /// The same URI with the `update` strategy selected through the explicit

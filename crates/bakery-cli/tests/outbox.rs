@@ -21,18 +21,12 @@ const TRANSACTIONS: usize = 30;
 const KILLS: usize = 6;
 
 fn postgres_uri() -> Option<String> {
-    match std::env::var("BAKERY_POSTGRES_URI") {
-        Ok(uri) if !uri.is_empty() => Some(uri),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
-            panic!("CI=true but BAKERY_POSTGRES_URI is not set: start postgres with scripts/backends.sh")
-        }
-        _ => {
-            eprintln!(
-                "outbox: left out: BAKERY_POSTGRES_URI is not set (scripts/backends.sh sets it)"
-            );
-            None
-        }
-    }
+    bakery_testkit::server_uri("BAKERY_POSTGRES_URI", "outbox")
+}
+
+/// A name no other run uses, in PostgreSQL's slot alphabet.
+fn unique_slot(case: &str) -> String {
+    bakery_testkit::unique_name(case).replace('-', "_")
 }
 
 fn relay_process(pg: &str, slot: &str, prefix: &str, to: &str, idle_exit: bool) -> Child {
@@ -72,10 +66,9 @@ fn killed_relay_delivers_every_committed_message_exactly_once_in_commit_order() 
         .build()
         .expect("runtime");
     runtime.block_on(async move {
-        let run = uuid_like();
-        let slot = format!("t_outbox_{run}");
-        let truth_slot = format!("t_truth_{run}");
-        let prefix = format!("t-{run}");
+        let slot = unique_slot("outbox");
+        let truth_slot = unique_slot("truth");
+        let prefix = bakery_testkit::unique_name("outbox");
         let dir = tempfile::tempdir().expect("dir");
         let to = format!("sqlite://{}", dir.path().join("consumer.db").display());
         // Both slots exist before the first message (a slot sees only what
@@ -222,7 +215,7 @@ fn bad_slots_are_typed_errors() {
         }
         // A slot of another plugin is refused, not used.
         let client = bakery_outbox::connect(&pg).await.expect("connect");
-        let other = format!("t_other_{}", uuid_like());
+        let other = unique_slot("other");
         client
             .execute(
                 "SELECT pg_create_logical_replication_slot($1, 'test_decoding')",
@@ -238,7 +231,7 @@ fn bad_slots_are_typed_errors() {
             .await
             .expect("drop");
         // A slot dropped under a running relay: a Config error, no silent re-create.
-        let slot = format!("t_drop_{}", uuid_like());
+        let slot = unique_slot("drop");
         let relay = Relay::connect(&pg, &slot).await.expect("slot");
         client
             .execute("SELECT pg_drop_replication_slot($1)", &[&slot])
@@ -260,12 +253,4 @@ fn bad_slots_are_typed_errors() {
             .expect_err("bad prefix");
         assert_eq!(err.kind(), bakery::ErrorKind::InvalidInput);
     });
-}
-
-fn uuid_like() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!("{nanos:x}_{}", std::process::id())
 }
