@@ -24,6 +24,8 @@
 //!     with_ca_file(ca_file: impl Into<PathBuf>) Some;
 //!     /// The limit on each call.
 //!     with_timeout(timeout: Duration);
+//!     /// The user.
+//!     with_user(user: String) Some;
 //! }}
 //!
 //! bakery_core::getters! { Config {
@@ -45,6 +47,7 @@
 //! assert_eq!(config.prefix(), "app:");
 //! assert_eq!(config.ca_file(), Some(Path::new("/ca.pem")));
 //! assert_eq!(config.user(), None);
+//! assert_eq!(config.with_user("al".to_string()).user(), Some("al"));
 //! ```
 
 /// `with_FIELD(mut self, FIELD) -> Self` setters, one per line:
@@ -52,7 +55,10 @@
 /// - `with_x(x: T);` sets the field `x` to the argument;
 /// - `with_x(x: impl Into<T>);` to the argument converted;
 /// - `with_x(x: impl Into<T>) Some;` (or any one-argument wrapper) to the
-///   converted argument wrapped, for an `Option` field.
+///   converted argument wrapped, for an `Option` field;
+/// - `with_x(x: T) Some;` to the argument wrapped.
+///
+/// The setter's name is free (recipe builders use plain `x(…)`).
 ///
 /// The argument is named after the field it sets. Doc comments before a
 /// line become the setter's docs. See the [module docs](crate::builder).
@@ -68,6 +74,9 @@ macro_rules! setters {
     };
     (@one [$($m:tt)*] $setter:ident($field:ident: impl Into<$t:ty>)) => {
         $($m)* pub fn $setter(mut self, $field: impl Into<$t>) -> Self { self.$field = $field.into(); self }
+    };
+    (@one [$($m:tt)*] $setter:ident($field:ident: $t:ty) $wrap:ident) => {
+        $($m)* pub fn $setter(mut self, $field: $t) -> Self { self.$field = $wrap($field); self }
     };
     (@one [$($m:tt)*] $setter:ident($field:ident: $t:ty)) => {
         $($m)* pub fn $setter(mut self, $field: $t) -> Self { self.$field = $field; self }

@@ -10,7 +10,6 @@
 //! write (a plain `read` + `write` only refuses older tokens after your
 //! write has landed).
 
-use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use bakery_core::{Bytes, Error, Key, PutOutcome, Result, Row, VersionedStore};
@@ -85,19 +84,12 @@ pub struct Fenced {
 /// assert_eq!(value.read().await?.unwrap().data, "150");
 /// # Ok(()) }
 /// ```
+#[derive(Debug)]
 pub struct FencedValue {
     store: Arc<dyn VersionedStore>,
     key: Key,
     /// The last row seen, so a write is usually a single CAS.
     last: Mutex<Option<Row>>,
-}
-
-impl fmt::Debug for FencedValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FencedValue")
-            .field("key", &self.key)
-            .finish()
-    }
 }
 
 impl FencedValue {

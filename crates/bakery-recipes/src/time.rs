@@ -3,7 +3,6 @@
 //! `max(its clock, stored)`; readers get the stored value. Skewed clocks can
 //! only push it forward, never back.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -33,20 +32,13 @@ pub const KEY_PREFIX: &str = "time";
 /// assert_eq!(slow.read().await?, Some(2_000));
 /// # Ok(()) }
 /// ```
+#[derive(Debug)]
 pub struct TimeService {
     store: Arc<dyn VersionedStore>,
     key: Key,
     /// The largest value this client returned, so its own readings never
     /// go back even on a backend with stale reads.
     last: AtomicU64,
-}
-
-impl fmt::Debug for TimeService {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TimeService")
-            .field("key", &self.key)
-            .finish()
-    }
 }
 
 impl TimeService {

@@ -94,44 +94,27 @@ pub struct LockBuilder {
     notifications: bool,
 }
 
-impl LockBuilder {
+bakery_core::setters! { LockBuilder {
     /// How long the lock survives its holder's silence (default 10 s). The
     /// holder heartbeats every lease/3. At least 30 ms.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
-    }
-
+    lease(lease: Duration);
     /// Give up [`Lock::acquire`] after this long with [`ErrorKind::TimedOut`]
     /// (leaving the queue). Default: wait forever.
-    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.acquire_timeout = Some(timeout);
-        self
-    }
-
+    acquire_timeout(acquire_timeout: Duration) Some;
     /// Longest delay between two polls while waiting (default 25 ms). Polls
     /// start at 1 ms and double. With store notifications this is only the
     /// fallback.
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval;
-        self
-    }
-
+    poll_interval(poll_interval: Duration);
     /// Use the store's notifications when it has
     /// [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH) (default
     /// `true`): waiters wake when the lock changes hands instead of polling,
     /// and releases notify. `false` polls only (to compare the two).
-    pub fn notifications(mut self, on: bool) -> Self {
-        self.notifications = on;
-        self
-    }
-
+    notifications(notifications: bool);
     /// The owner shown by `bakery lock show` (default `host:pid`).
-    pub fn owner(mut self, owner: impl Into<String>) -> Self {
-        self.owner = Some(owner.into());
-        self
-    }
+    owner(owner: impl Into<String>) Some;
+}}
 
+impl LockBuilder {
     /// Check the settings and build the lock. No store call is made.
     pub fn build(self) -> Result<Lock> {
         let key = Key::with_prefix(KEY_PREFIX, &self.name)?;

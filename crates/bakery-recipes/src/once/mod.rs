@@ -220,46 +220,25 @@ pub struct IdempotencyBuilder {
     owner: Option<String>,
 }
 
-impl IdempotencyBuilder {
+bakery_core::setters! { IdempotencyBuilder {
     /// How long a running worker may stay silent before a waiter takes the
     /// key over (default 30 s; at least 30 ms). It heartbeats every lease/3.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
-    }
-
+    lease(lease: Duration);
     /// Forget finished records this long after they finished (default:
     /// never): the key may then run again.
-    pub fn expire_after(mut self, window: Duration) -> Self {
-        self.expire_after = Some(window);
-        self
-    }
-
+    expire_after(expire_after: Duration) Some;
     /// Wait for a running worker (default) or fail at once.
-    pub fn on_busy(mut self, on_busy: OnBusy) -> Self {
-        self.on_busy = on_busy;
-        self
-    }
-
+    on_busy(on_busy: OnBusy);
     /// Release the key after a failed operation (default) or record it.
-    pub fn on_failure(mut self, on_failure: OnFailure) -> Self {
-        self.on_failure = on_failure;
-        self
-    }
-
+    on_failure(on_failure: OnFailure);
     /// Longest delay between two reads while waiting (default 50 ms).
     /// With store notifications this is only the fallback.
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval;
-        self
-    }
-
+    poll_interval(poll_interval: Duration);
     /// The owner shown to other callers (default `host:pid`).
-    pub fn owner(mut self, owner: impl Into<String>) -> Self {
-        self.owner = Some(owner.into());
-        self
-    }
+    owner(owner: impl Into<String>) Some;
+}}
 
+impl IdempotencyBuilder {
     /// Check the settings and build. No store call is made.
     pub fn build(self) -> Result<Idempotency> {
         Key::with_prefix(KEY_PREFIX, &self.scope)?;

@@ -90,9 +90,28 @@ pub struct SequenceBuilder {
     prefetch: bool,
     prefetch_at: f64,
     start: u64,
-    node: Option<String>,
-    target: Duration,
+    node_id: Option<String>,
+    target_block_duration: Duration,
 }
+
+bakery_core::setters! { SequenceBuilder {
+    /// The time one block should last with adaptive sizing (default 60 s).
+    target_block_duration(target_block_duration: Duration);
+    /// Reserve the next block in the background (default on; always off at
+    /// block size 1). Turn it off for short-lived processes, which would
+    /// only waste the prefetched block.
+    prefetch(prefetch: bool);
+    /// Start the prefetch when this fraction of a block is used
+    /// (default 0.2). [`build`](Self::build) refuses a value outside
+    /// `0.0..=1.0` (or NaN) with [`ErrorKind::InvalidInput`].
+    prefetch_at(prefetch_at: f64);
+    /// The first id of a sequence this client creates (default 1). Ignored
+    /// when the sequence exists already.
+    start(start: u64);
+    /// The node id recorded in the row with each reservation (default:
+    /// `hostname:pid:random`).
+    node_id(node_id: impl Into<String>) Some;
+}}
 
 impl SequenceBuilder {
     /// Reserve `n` ids per round trip (default 1000). `1` makes every id its
@@ -106,42 +125,6 @@ impl SequenceBuilder {
     /// about [`target_block_duration`](Self::target_block_duration).
     pub fn adaptive(mut self, min: u64, max: u64) -> Self {
         self.block = BlockSize::Adaptive { min, max };
-        self
-    }
-
-    /// The time one block should last with adaptive sizing (default 60 s).
-    pub fn target_block_duration(mut self, d: Duration) -> Self {
-        self.target = d;
-        self
-    }
-
-    /// Reserve the next block in the background (default on; always off at
-    /// block size 1). Turn it off for short-lived processes, which would
-    /// only waste the prefetched block.
-    pub fn prefetch(mut self, on: bool) -> Self {
-        self.prefetch = on;
-        self
-    }
-
-    /// Start the prefetch when this fraction of a block is used
-    /// (default 0.2). [`build`](Self::build) refuses a value outside
-    /// `0.0..=1.0` (or NaN) with [`ErrorKind::InvalidInput`].
-    pub fn prefetch_at(mut self, fraction: f64) -> Self {
-        self.prefetch_at = fraction;
-        self
-    }
-
-    /// The first id of a sequence this client creates (default 1). Ignored
-    /// when the sequence exists already.
-    pub fn start(mut self, first: u64) -> Self {
-        self.start = first;
-        self
-    }
-
-    /// The node id recorded in the row with each reservation (default:
-    /// `hostname:pid:random`).
-    pub fn node_id(mut self, node: impl Into<String>) -> Self {
-        self.node = Some(node.into());
         self
     }
 
@@ -168,7 +151,7 @@ impl SequenceBuilder {
                 format!("prefetch_at must be within 0..=1; got {}", self.prefetch_at),
             ));
         }
-        let node = match self.node {
+        let node = match self.node_id {
             Some(node) => node,
             None => default_node_id(),
         };
@@ -181,7 +164,7 @@ impl SequenceBuilder {
             prefetch: self.prefetch && max > 1,
             prefetch_at: self.prefetch_at,
             bounds: (min, max),
-            target: self.target,
+            target: self.target_block_duration,
             segments: Segments::new(),
             refill: tokio::sync::Mutex::new(()),
             shared: Mutex::new(Shared {
@@ -374,8 +357,8 @@ impl Sequence {
             prefetch: true,
             prefetch_at: 0.2,
             start: 1,
-            node: None,
-            target: Duration::from_secs(60),
+            node_id: None,
+            target_block_duration: Duration::from_secs(60),
         }
     }
 
