@@ -241,7 +241,7 @@ mod tests {
         assert_eq!(msgs[0].key, keys::wal(100, 90));
         assert_eq!(&msgs[0].payload[..], b"a\0b");
         assert!(msgs[0].key < msgs[1].key);
-        assert_eq!(batch.end_lsn(), Some(120));
+        assert_eq!(batch.transactions.last().map(|t| t.end_lsn), Some(120));
     }
 
     #[test]

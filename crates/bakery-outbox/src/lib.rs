@@ -102,10 +102,6 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.transactions.is_empty()
     }
-
-    fn end_lsn(&self) -> Option<u64> {
-        self.transactions.last().map(|t| t.end_lsn)
-    }
 }
 
 /// Counts of a [`Relay::run`].
@@ -242,18 +238,48 @@ impl Relay {
 
     /// Acknowledge every transaction of `batch`: the slot moves past them
     /// and they are not read again.
+    ///
+    /// The slot is moved to one byte past the start of the last commit
+    /// record, not to the record's end: decoding skips exactly the
+    /// transactions whose commit starts before that point, and the target
+    /// stays inside WAL already flushed. Advancing to the end of the last
+    /// commit — when that is also the end of the WAL — was measured on
+    /// PostgreSQL 15 to sometimes carry the slot past a transaction that
+    /// committed meanwhile, which was then never decoded. Should the server
+    /// still report a position past the batch, this fails with
+    /// [`ErrorKind::Internal`] naming both positions, instead of losing
+    /// messages silently.
     pub async fn confirm(&self, batch: &Batch) -> Result<()> {
-        let Some(end) = batch.end_lsn() else {
+        let Some(last) = batch.transactions.last() else {
             return Ok(());
         };
-        self.client
-            .execute(
-                "SELECT pg_replication_slot_advance($1, $2::text::pg_lsn)",
-                &[&self.slot, &decode::format_lsn(end)],
+        let target = last.commit_lsn + 1;
+        let row = self
+            .client
+            .query_one(
+                "SELECT end_lsn::text FROM pg_replication_slot_advance($1, $2::text::pg_lsn)",
+                &[&self.slot, &decode::format_lsn(target)],
             )
             .await
             .map_err(|e| self.slot_error(e, "confirming"))?;
-        Ok(())
+        let reached = decode::parse_lsn(&row.try_get::<_, String>(0).map_err(|e| {
+            Error::corrupt(BACKEND, format!("pg_replication_slot_advance replied: {e}"))
+        })?)?;
+        match reached <= last.end_lsn {
+            true => Ok(()),
+            false => Err(Error::new(
+                ErrorKind::Internal,
+                BACKEND,
+                format!(
+                    "slot {} moved to {} when asked for {}: transactions committed \
+                     after {} may have been skipped",
+                    self.slot,
+                    decode::format_lsn(reached),
+                    decode::format_lsn(target),
+                    decode::format_lsn(last.end_lsn)
+                ),
+            )),
+        }
     }
 
     /// Deliver every committed message to `sink`, batch by batch, confirming
