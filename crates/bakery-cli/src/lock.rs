@@ -274,16 +274,8 @@ pub async fn show(store: &dyn VersionedStore, args: &ShowArgs, json: bool) -> Re
             args.name
         )));
     };
-    let mut out = output::stdout();
-    if json {
-        serde_json::to_writer(&mut out, &json!({ "name": args.name, "state": state }))
-            .map_err(|e| CliError::Message(format!("cannot write JSON: {e}")))?;
-        writeln!(out)?;
-    } else {
-        write_state(&mut out, &args.name, &state)?;
-    }
-    out.flush()?;
-    Ok(())
+    let value = json.then(|| json!({ "name": args.name, "state": state }));
+    output::print(value, |out| write_state(out, &args.name, &state))
 }
 
 fn write_state(out: &mut impl Write, name: &str, state: &LockState) -> std::io::Result<()> {
@@ -343,21 +335,14 @@ pub async fn fence_read(
             args.name
         )));
     };
-    let mut out = output::stdout();
-    if json {
+    let value = json.then(|| {
         let data = String::from_utf8_lossy(&fenced.data);
-        serde_json::to_writer(
-            &mut out,
-            &json!({ "name": args.name, "token": fenced.token, "value": data }),
-        )
-        .map_err(|e| CliError::Message(format!("cannot write JSON: {e}")))?;
-        writeln!(out)?;
-    } else {
+        json!({ "name": args.name, "token": fenced.token, "value": data })
+    });
+    output::print(value, |out| {
         out.write_all(&fenced.data)?;
-        writeln!(out)?;
-    }
-    out.flush()?;
-    Ok(())
+        writeln!(out)
+    })
 }
 
 /// `bakery fence write`.

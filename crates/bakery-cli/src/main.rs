@@ -178,16 +178,11 @@ fn default_uri() -> Result<String, CliError> {
 /// `bakery backends`: the URI schemes of this build.
 fn backends(json: bool) -> Result<(), CliError> {
     let schemes = bakery::schemes();
-    let mut out = output::stdout();
-    if json {
-        serde_json::to_writer(&mut out, &serde_json::json!({ "schemes": schemes }))
-            .map_err(std::io::Error::from)?;
-        out.write_all(b"\n")?;
-    } else {
-        for scheme in schemes {
+    let value = json.then(|| serde_json::json!({ "schemes": schemes }));
+    output::print(value, |out| {
+        for scheme in &schemes {
             writeln!(out, "{scheme}")?;
         }
-    }
-    out.flush()?;
-    Ok(())
+        Ok(())
+    })
 }

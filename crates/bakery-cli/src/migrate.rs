@@ -147,13 +147,11 @@ pub async fn run(
 }
 
 fn print_steps(steps: &[Step], applied: bool, json: bool) -> Result<(), CliError> {
-    let mut out = output::stdout();
-    if json {
-        serde_json::to_writer(&mut out, steps).map_err(std::io::Error::from)?;
-        writeln!(out)?;
-        out.flush()?;
-        return Ok(());
-    }
+    let value = output::json_if(json, || serde_json::to_value(steps))?;
+    output::print(value, |out| write_steps(out, steps, applied))
+}
+
+fn write_steps(out: &mut output::Out, steps: &[Step], applied: bool) -> std::io::Result<()> {
     writeln!(
         out,
         "{:<28} {:<14} {:<26} {:>12} {:>12} {:<28} {:>12} {:<8} ACTION",
@@ -214,16 +212,12 @@ fn print_steps(steps: &[Step], applied: bool, json: bool) -> Result<(), CliError
             steps.len()
         )?;
     }
-    out.flush()?;
     Ok(())
 }
 
 fn print_back(steps: &[BackStep], json: bool) -> Result<(), CliError> {
-    let mut out = output::stdout();
-    if json {
-        serde_json::to_writer(&mut out, steps).map_err(std::io::Error::from)?;
-        writeln!(out)?;
-    } else {
+    let value = output::json_if(json, || serde_json::to_value(steps))?;
+    output::print(value, |out| {
         writeln!(
             out,
             "{:<32} {:<32} {:>20} {:>20} CHANGED",
@@ -245,8 +239,6 @@ fn print_back(steps: &[BackStep], json: bool) -> Result<(), CliError> {
             out,
             "{} generators handed back to the source ({changed} changed); bakery no longer reserves them",
             steps.len()
-        )?;
-    }
-    out.flush()?;
-    Ok(())
+        )
+    })
 }

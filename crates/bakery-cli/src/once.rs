@@ -254,15 +254,10 @@ pub async fn show(
         Status::Completed => Some(decode(&record.result_bytes()?)?.0),
         _ => None,
     };
-    let mut out = output::stdout();
-    if json {
-        serde_json::to_writer(
-            &mut out,
-            &json!({ "key": args.key, "scope": args.scope, "record": record, "exit_status": exit }),
-        )
-        .map_err(|e| CliError::Message(format!("cannot write JSON: {e}")))?;
-        writeln!(out)?;
-    } else {
+    let value = json.then(
+        || json!({ "key": args.key, "scope": args.scope, "record": record, "exit_status": exit }),
+    );
+    output::print(value, |out| {
         let status = match record.status {
             Status::InProgress => "in progress",
             Status::Completed => "completed",
@@ -277,9 +272,8 @@ pub async fn show(
         if let Some(code) = exit {
             writeln!(out, "exit:    {code}")?;
         }
-    }
-    out.flush()?;
-    Ok(())
+        Ok(())
+    })
 }
 
 /// `bakery once forget`.

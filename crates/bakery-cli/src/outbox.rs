@@ -1,6 +1,7 @@
 //! `bakery outbox emit|relay`: a PostgreSQL transactional outbox read from
 //! logical decoding and delivered exactly once into any bakery store.
 
+use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use bakery_recipes::consumer::Consumer;
 use clap::{Args, Subcommand};
 
 use crate::lock::parse_duration;
-use crate::output::CliError;
+use crate::output::{self, CliError};
 
 /// `bakery outbox …`
 #[derive(Debug, Subcommand)]
@@ -146,15 +147,12 @@ pub async fn show(
             args.consumer, args.partition
         )));
     };
-    if json {
-        println!(
-            "{}",
-            serde_json::json!({ "mark": mark.to_string(), "count": digest.count, "sha256": digest.sha256 })
-        );
-    } else {
-        println!("mark:   {mark}");
-        println!("count:  {}", digest.count);
-        println!("sha256: {}", digest.sha256);
-    }
-    Ok(())
+    let value = json.then(
+        || serde_json::json!({ "mark": mark.to_string(), "count": digest.count, "sha256": digest.sha256 }),
+    );
+    output::print(value, |out| {
+        writeln!(out, "mark:   {mark}")?;
+        writeln!(out, "count:  {}", digest.count)?;
+        writeln!(out, "sha256: {}", digest.sha256)
+    })
 }

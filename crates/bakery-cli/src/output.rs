@@ -78,9 +78,42 @@ pub fn report(err: &CliError) {
 /// Fold line breaks and runs of spaces, so every diagnostic stays on one line.
 pub use bakery_core::error::one_line;
 
+/// Where a command writes its result: stdout, buffered and locked.
+pub type Out = BufWriter<StdoutLock<'static>>;
+
 /// A buffered, locked stdout. Callers must `flush()` it to see write errors.
-pub fn stdout() -> BufWriter<StdoutLock<'static>> {
+pub fn stdout() -> Out {
     BufWriter::with_capacity(64 * 1024, io::stdout().lock())
+}
+
+/// `value()` when the user asked for JSON, else `None` (for [`print`]).
+pub fn json_if(
+    json: bool,
+    value: impl FnOnce() -> serde_json::Result<serde_json::Value>,
+) -> Result<Option<serde_json::Value>, CliError> {
+    Ok(if json {
+        Some(value().map_err(io::Error::from)?)
+    } else {
+        None
+    })
+}
+
+/// Print a command's result on stdout and flush it: `json` as one line when
+/// the user asked for JSON (`Some`), else what `text` writes.
+pub fn print(
+    json: Option<serde_json::Value>,
+    text: impl FnOnce(&mut Out) -> io::Result<()>,
+) -> Result<(), CliError> {
+    let mut out = stdout();
+    match json {
+        Some(value) => {
+            serde_json::to_writer(&mut out, &value).map_err(io::Error::from)?;
+            writeln!(out)?;
+        }
+        None => text(&mut out)?,
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// Replace the default panic message (several lines, maybe a backtrace) with

@@ -79,12 +79,8 @@ pub async fn show(
             args.name
         )));
     };
-    let mut out = output::stdout();
-    if json {
-        let value = show_json(&args.name, &state).map_err(std::io::Error::from)?;
-        serde_json::to_writer(&mut out, &value).map_err(std::io::Error::from)?;
-        out.write_all(b"\n")?;
-    } else {
+    let value = output::json_if(json, || show_json(&args.name, &state))?;
+    output::print(value, |out| {
         writeln!(out, "sequence    {}", args.name)?;
         writeln!(
             out,
@@ -98,10 +94,8 @@ pub async fn show(
             "block size  {}  (of the last reservation)",
             state.block_size
         )?;
-        writeln!(out, "store       {store_uri}")?;
-    }
-    out.flush()?;
-    Ok(())
+        writeln!(out, "store       {store_uri}")
+    })
 }
 
 /// The JSON form of `bakery seq show`: the state's own fields, plus `name`.
