@@ -674,7 +674,17 @@ impl Idempotency {
         }
     }
 
+    /// Wake waiters after a completion or release. Only stores with
+    /// `WATCH` have waiters that listen; elsewhere they poll, so no call.
     async fn notify(&self, row_key: &Key) {
+        if !self
+            .inner
+            .store
+            .capabilities()
+            .contains(bakery_core::Capabilities::WATCH)
+        {
+            return;
+        }
         if let Err(e) = self.inner.store.notify(row_key).await {
             tracing::debug!(key = %row_key, error = %e, "once: notify failed; waiters poll");
         }
