@@ -1,5 +1,5 @@
-//! The performance targets for locks and sequences, checked
-//! against a run's results.
+//! The performance targets for locks, sequences, consumers and idempotent
+//! execution, checked against a run's results.
 //! Measured and reported (met / not met), never asserted: speed depends on
 //! the machine.
 //!
@@ -15,6 +15,11 @@
 //!   the fair lock (both variants) at 16 and 64 clients.
 //! - **Lock scaling**: fair-lock acquisitions/s at 64 clients ≥ 0.8 × at 4
 //!   clients, per store and variant (needs both client counts in the run).
+//! - **Consumer round trips**: `Consumer::process` with a partition per
+//!   client ≤ 1 store round trip per message, on every store.
+//! - **Once round trips**: `Idempotency::run` on a new key ≤ 2 store round
+//!   trips, on every store (the notification after the completion is one
+//!   of the calls counted).
 //! - The other two targets (cached `next()` ≥ 0.5 × `fetch_add`;
 //!   `put_if_version` within 1.15 × the raw driver operation) need
 //!   nanosecond-level, statistically careful timing: they are measured by
@@ -32,6 +37,10 @@ pub const TAIL_FACTOR: f64 = 10.0;
 pub const LOCK_FAIRNESS: f64 = 0.95;
 /// The least ratio of fair-lock throughput at 64 clients to 4 clients.
 pub const LOCK_SCALING: f64 = 0.8;
+/// The most store round trips per message of an uncontended consumer.
+pub const CONSUMER_ROUND_TRIPS: f64 = 1.0;
+/// The most store round trips of `Idempotency::run` on a new key.
+pub const ONCE_NEW_ROUND_TRIPS: f64 = 2.0;
 
 /// Every target, checked against `results`.
 pub fn evaluate(results: &[CellResult]) -> Vec<Check> {
@@ -56,7 +65,47 @@ pub fn evaluate(results: &[CellResult]) -> Vec<Check> {
                 .to_string(),
             cells: Vec::new(),
         },
+        round_trips(
+            results,
+            "consumer-round-trips",
+            ("consumer", "partition-per-client"),
+            CONSUMER_ROUND_TRIPS,
+            "consumer: store round trips per message ≤ 1 (Consumer::process, partition per client)",
+        ),
+        round_trips(
+            results,
+            "once-new-round-trips",
+            ("once", "new"),
+            ONCE_NEW_ROUND_TRIPS,
+            "once: store round trips per Idempotency::run on a new key ≤ 2",
+        ),
     ]
+}
+
+/// At most `limit` round trips per operation in every bakery cell of
+/// `(workload, variant)`.
+fn round_trips(
+    results: &[CellResult],
+    id: &'static str,
+    (workload, variant): (&str, &str),
+    limit: f64,
+    target: &str,
+) -> Check {
+    let cells: Vec<CheckCell> = results
+        .iter()
+        .filter(|r| {
+            r.workload == workload
+                && r.implementation == Implementation::Bakery
+                && r.variant == variant
+        })
+        .filter_map(|cell| {
+            let ratio = cell.round_trips_per_op?;
+            Some(Worst::Highest.cell(limit, cell.target.clone(), cell.clients, ratio))
+        })
+        .collect();
+    conclude_with(id, target.to_string(), cells, Worst::Highest, |ratio| {
+        format!("{ratio:.2} round trips/op")
+    })
 }
 
 fn bakery_sequence_cells(results: &[CellResult]) -> impl Iterator<Item = &CellResult> {
@@ -189,6 +238,17 @@ impl Worst {
 }
 
 fn conclude(id: &'static str, target: String, cells: Vec<CheckCell>, worst: Worst) -> Check {
+    conclude_with(id, target, cells, worst, times)
+}
+
+/// [`conclude`], each ratio shown by `show`.
+fn conclude_with(
+    id: &'static str,
+    target: String,
+    cells: Vec<CheckCell>,
+    worst: Worst,
+    show: fn(f64) -> String,
+) -> Check {
     let worst_cell = cells.iter().reduce(|a, b| {
         let b_is_worse = match worst {
             Worst::Lowest => b.ratio < a.ratio,
@@ -218,7 +278,7 @@ fn conclude(id: &'static str, target: String, cells: Vec<CheckCell>, worst: Wors
     let worst_text = format!(
         "worst: {} {} at {} client{}",
         worst_cell.target,
-        times(worst_cell.ratio),
+        show(worst_cell.ratio),
         worst_cell.clients,
         if worst_cell.clients == 1 { "" } else { "s" }
     );

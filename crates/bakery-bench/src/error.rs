@@ -36,6 +36,11 @@ pub enum BenchError {
         /// What went wrong, one line, without secrets.
         message: String,
     },
+    /// A workload cannot run on a target (it needs a PostgreSQL source the
+    /// plan does not have, a server setting, a cargo feature): its cells
+    /// there are skipped and the reason printed — not an error of the run.
+    #[error("{0}")]
+    Unavailable(String),
     /// The plan named a workload this build does not have.
     #[error("unknown workload {name:?}; available: {available}")]
     UnknownWorkload {

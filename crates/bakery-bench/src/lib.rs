@@ -1,7 +1,7 @@
 //! The benchmark framework behind `bakery bench`: the same workloads, clients
 //! and duration on every store, side by side, with native peers (PostgreSQL
-//! `nextval()` and advisory locks, Redis `INCRBY`, etcd's lock) as
-//! reference; throughput, HDR latency percentiles, round trips and
+//! `nextval()`, advisory locks and a processed-keys table, Redis `INCRBY`,
+//! etcd's lock) as reference; throughput, HDR latency percentiles, round trips and
 //! conflicts per operation, fairness; the performance targets checked; and
 //! the report as console tables, JSON, SVG charts and Markdown.
 //!
@@ -36,13 +36,15 @@
 //!    `Implementation` (`error`).
 //! 3. Shared utilities: [`baseline`] (the old lock; nothing), [`stats`]
 //!    (`error`), [`machine`] (nothing), [`format`](mod@format) (nothing).
-//! 4. [`workloads`] — one file per workload: `cas`, `sequence` (`error`,
-//!    `model`, `workloads::cleanup`), `lock` (the same and `baseline`); the
-//!    registry, the one list of them, in `workloads/mod.rs` (`model`, its
-//!    files).
+//! 4. [`workloads`] — one file per workload: `cas`, `sequence`, `once`,
+//!    `consumer`, `outbox` (`error`, `model`, `workloads::cleanup`; the
+//!    outbox, with the postgres feature, also `bakery-outbox`), `lock` (the
+//!    same and `baseline`); the registry, the one list of them, in
+//!    `workloads/mod.rs` (`model`, its files).
 //! 5. [`peers`] — the native clients, one file per backend: `postgres`,
 //!    `redis` (`error`, `model`, `peers::driver`), `advisory` (`error`,
-//!    `model`, `peers::driver`, `peers::postgres`, `workloads::lock`), `etcd` (`error`,
+//!    `model`, `peers::driver`, `peers::postgres`, `workloads::lock`),
+//!    `processed` (`error`, `model`, `peers::driver`, `peers::postgres`), `etcd` (`error`,
 //!    `model`, `peers::driver`, `workloads::lock`), `cassandra`, `mongodb`
 //!    (nothing); their registry [`peers::for_target`] in `peers/mod.rs`
 //!    (`model`, its files).
@@ -103,9 +105,10 @@ mod tests {
 
     use super::*;
 
-    /// A short run of every workload on two in-process stores, then every
+    /// A short run of every workload on an in-process store, then every
     /// output: the numbers are not checked (they depend on the machine),
-    /// only that every cell ran cleanly and every output is there.
+    /// only that every cell ran cleanly and every output is there; the
+    /// outbox, which needs a PostgreSQL target, is skipped with its reason.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_run_reports_in_every_form() {
         let plan = Plan {
@@ -119,9 +122,17 @@ mod tests {
         };
         let report = run(plan).await.expect("run");
         assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);
-        // 1 store × 2 client counts × (2 cas + 2 sequence + 3 lock variants).
-        assert_eq!(report.results.len(), 2 * 7);
-        assert_eq!(report.checks.len(), 6);
+        // 1 store × 2 client counts × (2 cas + 2 sequence + 3 lock + 2 once
+        // + 2 consumer variants); the outbox skipped.
+        assert_eq!(report.results.len(), 2 * 11);
+        assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
+        assert_eq!(report.skipped[0].workload, "outbox");
+        assert!(
+            report.skipped[0].reason.contains("postgres"),
+            "{:?}",
+            report.skipped
+        );
+        assert_eq!(report.checks.len(), 8);
         assert_eq!(report.checks[4].status, results::CheckStatus::SeeCriterion);
 
         let text = report::text::render(&report, None);
@@ -130,13 +141,18 @@ mod tests {
             "cas: ",
             "sequence: ",
             "lock: ",
+            "once: ",
+            "consumer: ",
+            "outbox: ",
+            "skipped on memory: ",
             "targets",
         ] {
             assert!(text.contains(expected), "no {expected:?} in:\n{text}");
         }
         let dir = tempfile::tempdir().expect("temp dir");
         let charts = report::write_files(&report, dir.path()).expect("write");
-        assert_eq!(charts.len(), 3 * 2, "{charts:?}");
+        // Two charts per workload that ran (not the skipped outbox).
+        assert_eq!(charts.len(), 5 * 2, "{charts:?}");
         for file in charts
             .iter()
             .map(String::as_str)

@@ -78,6 +78,22 @@ pub struct CellSpec {
     /// The plan's block size (sequence block, and the CACHE of the cached
     /// `nextval()` peer).
     pub block_size: u64,
+    /// A plain `postgres://` URL (bakery's options removed) of the plan's
+    /// first PostgreSQL target, if it has one: for a workload that needs
+    /// PostgreSQL besides the cell's store (the outbox's source).
+    pub postgres: Option<String>,
+}
+
+/// A workload that could not run on a target, and why (its cells there
+/// were skipped: [`BenchError::Unavailable`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// The workload.
+    pub workload: String,
+    /// The target label.
+    pub target: String,
+    /// Why, one line.
+    pub reason: String,
 }
 
 /// One way a workload runs on every store (e.g. `cas` on a shared key and
@@ -132,7 +148,8 @@ pub trait Workload: Send + Sync {
         &[]
     }
 
-    /// Set up one cell on `store`.
+    /// Set up one cell on `store`; [`BenchError::Unavailable`] when the
+    /// workload cannot run there (the cell is then skipped, not failed).
     async fn prepare(&self, store: &CellStore, cell: &CellSpec)
         -> Result<PreparedCell, BenchError>;
 }

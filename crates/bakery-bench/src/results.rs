@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::machine::Machine;
-pub use crate::model::Implementation;
+pub use crate::model::{Implementation, Skipped};
 use crate::session::{CellRun, Run};
 use crate::stats::{jain_index, LatencySummary, QuantilePoint};
 
@@ -39,6 +39,8 @@ pub struct Report {
     pub workloads: Vec<WorkloadInfo>,
     /// One entry per cell.
     pub results: Vec<CellResult>,
+    /// The workloads that could not run on a target, and why.
+    pub skipped: Vec<Skipped>,
     /// The performance targets, met or not.
     pub checks: Vec<Check>,
 }
@@ -171,6 +173,7 @@ impl Report {
             machine,
             targets,
             cells,
+            skipped,
         } = run;
         Report {
             schema: SCHEMA,
@@ -208,6 +211,7 @@ impl Report {
                 })
                 .collect(),
             results: cells.into_iter().map(CellResult::from_run).collect(),
+            skipped,
             checks: Vec::new(),
         }
     }

@@ -12,7 +12,9 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::error::BenchError;
 use crate::machine::Machine;
-use crate::model::{CellSpec, CellStore, Implementation, Peer, PreparedCell, Variant, Workload};
+use crate::model::{
+    CellSpec, CellStore, Implementation, Peer, PreparedCell, Skipped, Variant, Workload,
+};
 use crate::peers;
 use crate::runner::{self, Measurement, RoundTripCounter};
 use crate::versions::server_version;
@@ -67,6 +69,8 @@ pub struct Run {
     pub targets: Vec<TargetRun>,
     /// Every cell, in table order.
     pub cells: Vec<CellRun>,
+    /// The workloads that could not run on a target, once per pair.
+    pub skipped: Vec<Skipped>,
 }
 
 /// A store that was measured.
@@ -285,6 +289,10 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
         });
     }
     number_duplicate_labels(&mut targets);
+    let postgres = targets
+        .iter()
+        .zip(&uris)
+        .find_map(|(target, uri)| peers::postgres_source(target.backend, uri));
 
     let mut target_runs = Vec::with_capacity(targets.len());
     for (target, uri) in targets.iter().zip(&uris) {
@@ -328,12 +336,22 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
     show_cells(&progress, cells.len());
     let run_id = run_id();
     let mut results = Vec::with_capacity(cells.len());
+    let mut skipped: Vec<Skipped> = Vec::new();
     for (index, (target, subject, clients)) in cells.iter().enumerate() {
+        let workload = subject.workload_name();
+        if skipped
+            .iter()
+            .any(|s| s.workload == workload && s.target == target.label)
+        {
+            progress.inc(1);
+            continue;
+        }
         let spec = CellSpec {
             tag: format!("{run_id}-{index}"),
             clients: *clients,
             variant: subject.variant_id(),
             block_size: plan.block_size,
+            postgres: postgres.clone(),
         };
         let label = subject.label();
         progress.set_message(format!(
@@ -344,8 +362,18 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
         let (prepared, counter) = subject.prepare(target, &spec).await;
         // A cell that cannot be set up (a peer refused by the server, …) is
         // reported as a failed cell; the other cells still run.
+        // One that cannot run on this target is skipped, its reason kept.
         let measurement = match prepared {
             Ok(prepared) => runner::measure(prepared, &counter, plan.duration).await?,
+            Err(BenchError::Unavailable(reason)) => {
+                skipped.push(Skipped {
+                    workload: workload.to_string(),
+                    target: target.label.clone(),
+                    reason,
+                });
+                progress.inc(1);
+                continue;
+            }
             Err(err) => Measurement::failed(err.to_string())?,
         };
         results.push(CellRun {
@@ -380,6 +408,7 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
         machine: Machine::detect(),
         targets: target_runs,
         cells: results,
+        skipped,
     })
 }
 
@@ -486,7 +515,10 @@ mod tests {
     fn a_plan_resolves_in_registry_order_once_each() {
         let resolved = resolve(&plan(&["lock", "cas", "all"], &["memory://"])).expect("plan");
         let names: Vec<&str> = resolved.workloads.iter().map(|w| w.name()).collect();
-        assert_eq!(names, ["cas", "sequence", "lock"]);
+        assert_eq!(
+            names,
+            ["cas", "sequence", "lock", "once", "consumer", "outbox"]
+        );
         assert_eq!(resolved.clients, [1, 4]);
         assert_eq!(resolved.uris, ["memory://"]);
         assert!(resolved.scratch.is_none());
@@ -508,6 +540,44 @@ mod tests {
             bakery::sqlite_uri(std::path::Path::new("/w 1/100%?/b.db")).as_deref(),
             Some("sqlite:///w 1/100%25%3F/b.db")
         );
+    }
+
+    /// The recipes' workloads on the in-process stores (memory, and a
+    /// SQLite file when compiled in): every cell clean, with the round trips
+    /// the recipes promise (counted calls, not speed); the outbox, without
+    /// a PostgreSQL target, skipped once per store.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn once_and_consumer_keep_their_round_trips() {
+        let run = execute(plan(&["once", "consumer", "outbox"], &[]))
+            .await
+            .expect("run");
+        let stores = run.targets.len();
+        // 2 once + 2 consumer variants × 2 client counts per store.
+        assert_eq!(run.cells.len(), stores * 4 * 2);
+        assert_eq!(run.skipped.len(), stores, "{:?}", run.skipped);
+        assert!(run.skipped.iter().all(|s| s.workload == "outbox"));
+        for cell in &run.cells {
+            let m = &cell.measurement;
+            assert_eq!(m.errors, 0, "{cell:?}");
+            assert!(m.ops > 0, "{cell:?}");
+            let notifies = m.extras.get("notifies").copied().unwrap_or(0);
+            match (cell.workload, cell.variant.as_str()) {
+                // One conditional write per message.
+                ("consumer", "partition-per-client") => assert_eq!(m.round_trips, m.ops),
+                // Claim and completion, plus the completion's notify on a
+                // store with WATCH (memory; none on SQLite).
+                ("once", "new") => {
+                    assert!(notifies == m.ops || notifies == 0, "{cell:?}");
+                    assert_eq!(m.round_trips, 2 * m.ops + notifies, "{cell:?}");
+                }
+                // The claim meets the completed record: one write, a conflict.
+                ("once", "replay") => {
+                    assert_eq!(m.round_trips, m.ops, "{cell:?}");
+                    assert_eq!(m.conflicts, m.ops, "{cell:?}");
+                }
+                _ => {}
+            }
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

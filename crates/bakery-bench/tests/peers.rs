@@ -58,6 +58,49 @@ async fn postgres_raw_cas_and_nextval() {
         .expect("drop sequence");
 }
 
+/// A short plan of `consumer` and `outbox` on the PostgreSQL server: every
+/// cell clean (the finishes check that no message was lost or applied
+/// twice, and that the outbox's slot was dropped); the processed-keys peers
+/// send four requests (BEGIN, INSERT, UPDATE, COMMIT) and one (the CTE)
+/// per message, bakery's uncontended consumer one store call; the outbox
+/// is not skipped (the test server has wal_level=logical).
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_consumer_peers_and_outbox() {
+    let Some(uri) = bakery_testkit::server_uri("BAKERY_POSTGRES_URI", "peers") else {
+        return;
+    };
+    let plan = bakery_bench::Plan {
+        workloads: vec!["consumer".into(), "outbox".into()],
+        uris: vec![uri],
+        clients: vec![1, 2],
+        duration: std::time::Duration::from_millis(100),
+        block_size: 10,
+        command: "test".into(),
+        progress: false,
+    };
+    let report = bakery_bench::run(plan).await.expect("run");
+    assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+    assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);
+    for (label, requests) in [
+        ("processed-keys table, BEGIN/INSERT/UPDATE/COMMIT", 4.0),
+        ("processed-keys table, one CTE statement", 1.0),
+        ("Consumer::process, partition per client", 1.0),
+    ] {
+        for clients in [1, 2] {
+            let cell = report
+                .cells("consumer")
+                .find(|r| r.label == label && r.clients == clients)
+                .unwrap_or_else(|| panic!("no {label} cell: {:#?}", report.results));
+            assert!(cell.ops > 0, "{cell:#?}");
+            assert_eq!(cell.round_trips_per_op, Some(requests), "{cell:#?}");
+        }
+    }
+    let outbox: Vec<_> = report.cells("outbox").collect();
+    assert_eq!(outbox.len(), 2, "{outbox:#?}");
+    assert!(outbox.iter().all(|cell| cell.ops > 0), "{outbox:#?}");
+}
+
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn redis_raw_cas_and_incrby() {

@@ -11,6 +11,7 @@
 //! | postgres | sequence | `nextval()` (one round trip per id), `nextval()` on a sequence with `CACHE <block size>` (per-connection cache) |
 //! | redis | sequence | `INCRBY key 1` |
 //! | postgres | lock | `pg_advisory_lock` + `pg_advisory_unlock` |
+//! | postgres | consumer | a "processed keys" table beside the state: `BEGIN`, `INSERT … ON CONFLICT DO NOTHING`, `UPDATE` if inserted, `COMMIT` (four requests); the same as one CTE statement (one request) |
 //! | etcd | lock | etcd's `Lock` + `Unlock` (a lease per client) |
 //!
 //! Raw clients (criterion only): a conditional update per backend —
@@ -30,6 +31,8 @@ pub mod etcd;
 pub mod mongodb;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "postgres")]
+pub mod processed;
 #[cfg(feature = "redis")]
 pub mod redis;
 
@@ -50,11 +53,26 @@ pub fn for_target(backend: &str, uri: &str, block_size: u64) -> Vec<Box<dyn Peer
             Box::new(postgres::Nextval::new(uri, None)),
             Box::new(postgres::Nextval::new(uri, Some(block_size))),
             Box::new(advisory::AdvisoryLock::new(uri)),
+            Box::new(processed::ProcessedKeys::transaction(uri)),
+            Box::new(processed::ProcessedKeys::statement(uri)),
         ],
         #[cfg(feature = "etcd")]
         "etcd" => vec![Box::new(etcd::EtcdLock::new(uri))],
         #[cfg(feature = "redis")]
         "redis" => vec![Box::new(redis::Incrby::new(uri))],
         _ => Vec::new(),
+    }
+}
+
+/// The plain `postgres://` URL (bakery's options removed) of the bakery
+/// store `uri` when its `backend` is PostgreSQL and compiled in: what the
+/// workloads that need PostgreSQL besides their store use (the outbox's
+/// source).
+#[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+pub fn postgres_source(backend: &str, uri: &str) -> Option<String> {
+    match backend {
+        #[cfg(feature = "postgres")]
+        "postgres" => Some(postgres::driver_uri(uri)),
+        _ => None,
     }
 }

@@ -19,6 +19,12 @@ pub use tokio_postgres::Error;
 /// [`connect`]).
 const BAKERY_OPTIONS: &[&str] = &["table", "pool_size", "timeout_ms", "sslmode", "sslrootcert"];
 
+/// The driver's URL of a bakery postgres `uri`: bakery's own options (and
+/// TLS, see [`connect`]) removed.
+pub fn driver_uri(uri: &str) -> String {
+    without_options(uri, BAKERY_OPTIONS)
+}
+
 /// One plain connection to the server of a bakery postgres `uri` (bakery's
 /// own options removed), its I/O driven by a task of its own.
 ///
@@ -26,7 +32,7 @@ const BAKERY_OPTIONS: &[&str] = &["table", "pool_size", "timeout_ms", "sslmode",
 /// makes the peer fail with a clear error instead of silently measuring
 /// something else.
 pub async fn connect(uri: &str) -> Result<Client, String> {
-    let driver_uri = without_options(uri, BAKERY_OPTIONS);
+    let driver_uri = driver_uri(uri);
     let connecting = tokio_postgres::connect(&driver_uri, NoTls);
     let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
         .await

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::table::{checks_table, error_lines, targets_table, workload_table};
+use super::table::{checks_table, error_lines, skipped_lines, targets_table, workload_table};
 use crate::checks::{NEXTVAL_FACTOR, TAIL_FACTOR};
 use crate::error::BenchError;
 use crate::format::rate;
@@ -118,6 +118,13 @@ pub fn render(report: &Report, charts: &[String]) -> String {
         let _ = writeln!(md, "### {}\n", workload.name);
         let _ = writeln!(md, "{}\n", workload.title);
         let _ = writeln!(md, "{}", workload_table(report, workload).to_markdown());
+        let skipped = skipped_lines(report, &workload.name);
+        for line in &skipped {
+            let _ = writeln!(md, "- {line}");
+        }
+        if !skipped.is_empty() {
+            let _ = writeln!(md);
+        }
     }
     let errors = error_lines(report);
     if !errors.is_empty() {
@@ -160,7 +167,15 @@ pub fn render(report: &Report, charts: &[String]) -> String {
          - **Cached `next()` ≥ 0.5 × `fetch_add`** and **`put_if_version` ≤ 1.15 × the raw \
          driver operation** need nanosecond-level, statistically careful timing: the \
          criterion suites measure them — `cargo bench --bench sequence` and \
-         `cargo bench -p bakery-bench --all-features --bench backends`.\n",
+         `cargo bench -p bakery-bench --all-features --bench backends`.\n\
+         - **Consumer round trips**: store calls per message of `Consumer::process` with a \
+         partition per client, met when ≤ 1 in every cell: the handle writes against the \
+         row it wrote last, so the check and the state change are one conditional write.\n\
+         - **Once round trips**: store calls per `Idempotency::run` on a new key, met when \
+         ≤ 2 in every cell (the claim and the completion). The count includes the \
+         `notify` after the completion (the `notifies` column), which wakes waiters: a \
+         request on PostgreSQL (`pg_notify`) and Redis (`PUBLISH`), a call that sends \
+         nothing on the other backends.\n",
         s.block_size, s.block_size, s.block_size, s.block_size
     );
 
@@ -191,7 +206,20 @@ pub fn render(report: &Report, charts: &[String]) -> String {
          *key per client*: no contention, the store's plain conditional-write rate.\n\
          - **sequence**: each client has its own `Sequence` handle on the same name, as \
          separate processes would; all handles share the target's one store (connection \
-         pool). Native peers use one connection per client.\n"
+         pool). Native peers use one connection per client.\n\
+         - **once**, *new key*: claim, run (an operation that only counts its runs), \
+         complete; *completed key*: the claim meets the completed record and returns its \
+         result without running. **notifies**: calls to `notify` in the timed part.\n\
+         - **consumer**: `Consumer::process` of increasing keys, state = a counter; \
+         *partition per client*: no contention; *shared partition*: the clients take keys \
+         from one counter and contend on one row, and a key overtaken by a later one is \
+         dropped (**duplicates**). The PostgreSQL peers keep a processed-keys table beside \
+         the state (one row per message) and change both in one transaction.\n\
+         - **outbox**: one operation is one message from `emit` until the relay applied it \
+         to a consumer on the store (the source is the run's first PostgreSQL target), so \
+         msgs/s and latency are end to end; each client has one message in flight. \
+         **batches**: relay batches (warm-up included); round trips: the consumer's store \
+         calls only.\n"
     );
 
     if !charts.is_empty() {
@@ -294,6 +322,7 @@ fn choosing(md: &mut String, report: &Report) {
             }
         );
     }
+    consumer_vs_processed_keys(md, report);
     let _ = writeln!(
         md,
         "- The fair lock trades raw speed for order, leases and fencing: a native lock \
@@ -303,4 +332,37 @@ fn choosing(md: &mut String, report: &Report) {
          columns). MongoDB here is FerretDB on PostgreSQL, a stand-in much slower than a \
          real MongoDB replica set.\n"
     );
+}
+
+/// Bakery's consumer beside the hand-written processed-keys table, per
+/// PostgreSQL target and client count.
+fn consumer_vs_processed_keys(md: &mut String, report: &Report) {
+    for native in report.results.iter().filter(|r| {
+        r.workload == "consumer" && r.implementation == Implementation::Native && r.errors == 0
+    }) {
+        let Some(bakery) = report.results.iter().find(|r| {
+            r.workload == "consumer"
+                && r.implementation == Implementation::Bakery
+                && r.variant == "partition-per-client"
+                && r.target == native.target
+                && r.clients == native.clients
+                && r.errors == 0
+        }) else {
+            continue;
+        };
+        if native.ops_per_sec > 0.0 {
+            let _ = writeln!(
+                md,
+                "- **Exactly-once consumer** on {} at {} client{}: bakery's `Consumer` {}/s, \
+                 {} {}/s ({:.2}×).",
+                native.target,
+                native.clients,
+                if native.clients == 1 { "" } else { "s" },
+                rate(bakery.ops_per_sec),
+                native.label,
+                rate(native.ops_per_sec),
+                bakery.ops_per_sec / native.ops_per_sec
+            );
+        }
+    }
 }

@@ -156,6 +156,16 @@ pub fn checks_table(report: &Report) -> Table {
     table
 }
 
+/// Why `workload` did not run on some targets: `skipped on target: reason`.
+pub fn skipped_lines(report: &Report, workload: &str) -> Vec<String> {
+    report
+        .skipped
+        .iter()
+        .filter(|s| s.workload == workload)
+        .map(|s| format!("skipped on {}: {}", s.target, s.reason))
+        .collect()
+}
+
 /// The first error of every cell that had errors: `target · label ·
 /// N clients: message`.
 pub fn error_lines(report: &Report) -> Vec<String> {

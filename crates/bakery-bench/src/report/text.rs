@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use super::table::{checks_table, error_lines, targets_table, workload_table};
+use super::table::{checks_table, error_lines, skipped_lines, targets_table, workload_table};
 use super::{json, markdown};
 use crate::results::Report;
 
@@ -35,6 +35,9 @@ pub fn render(report: &Report, written: Option<Written<'_>>) -> String {
         let _ = writeln!(out);
         let _ = writeln!(out, "{}", workload.title);
         out.push_str(&workload_table(report, workload).to_text());
+        for line in skipped_lines(report, &workload.name) {
+            let _ = writeln!(out, "  {line}");
+        }
     }
     let errors = error_lines(report);
     if !errors.is_empty() {

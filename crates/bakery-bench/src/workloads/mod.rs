@@ -6,13 +6,19 @@
 
 mod cas;
 mod cleanup;
+mod consumer;
 pub mod lock;
+mod once;
+mod outbox;
 mod sequence;
 
 use crate::model::Workload;
 
 pub use cas::CasWorkload;
+pub use consumer::ConsumerWorkload;
 pub use lock::LockWorkload;
+pub use once::OnceWorkload;
+pub use outbox::OutboxWorkload;
 pub use sequence::SequenceWorkload;
 
 /// Every workload this build runs, in the order a plan of all of them runs
@@ -23,6 +29,9 @@ pub fn registry() -> Vec<Box<dyn Workload>> {
         Box::new(CasWorkload),
         Box::new(SequenceWorkload),
         Box::new(LockWorkload),
+        Box::new(OnceWorkload),
+        Box::new(ConsumerWorkload),
+        Box::new(OutboxWorkload),
     ]
 }
 
@@ -38,7 +47,10 @@ mod tests {
     #[test]
     fn names_are_unique_and_summarised() {
         let names = names();
-        assert_eq!(names, ["cas", "sequence", "lock"]);
+        assert_eq!(
+            names,
+            ["cas", "sequence", "lock", "once", "consumer", "outbox"]
+        );
         for workload in registry() {
             assert!(!workload.summary().is_empty(), "{}", workload.name());
             assert!(!workload.variants().is_empty(), "{}", workload.name());

@@ -1,0 +1,204 @@
+//! The `consumer` workload: `Consumer::process`, exactly-once processing
+//! of messages with increasing keys, the state a counter that each applied
+//! message increments.
+//!
+//! Each client has its own `Consumer` handle on the cell's consumer, as
+//! separate processes would. Two variants:
+//! - **partition per client**: client `i` processes keys 1, 2, 3, … of its
+//!   own partition: no contention, so every message is one conditional
+//!   write (the handle remembers the row it wrote last) — one round trip;
+//! - **shared partition**: every client processes the next key of one
+//!   shared counter on one partition: the writes contend, a conflict is
+//!   retried with the row the store handed back, and a key that a faster
+//!   client's later key overtook is dropped as a duplicate (the
+//!   high-water mark rule; the `duplicates` column counts them).
+//!
+//! Afterwards every partition's counter is read back: their sum must equal
+//! the messages applied (a lost update or a double apply would show here),
+//! then the rows (`consumer/NAME/PARTITION`) are deleted.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bakery::{Consumer, Key, Processed, VersionedStore};
+
+use super::cleanup::{delete_quietly, prepare_error};
+use crate::error::BenchError;
+use crate::model::{
+    BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell, Variant, Workload,
+};
+
+/// The `consumer` workload.
+#[derive(Debug, Clone, Copy)]
+pub struct ConsumerWorkload;
+
+const OWN: Variant = Variant::new(
+    "partition-per-client",
+    "Consumer::process, partition per client",
+);
+const SHARED: Variant = Variant::new("shared-partition", "Consumer::process, shared partition");
+
+/// Extra column: messages dropped as duplicates (overtaken keys).
+const DUPLICATES: &str = "duplicates";
+
+#[async_trait]
+impl Workload for ConsumerWorkload {
+    fn name(&self) -> &'static str {
+        "consumer"
+    }
+
+    fn summary(&self) -> &'static str {
+        "Consumer::process: a message's state change and high-water mark in one write."
+    }
+
+    fn title(&self, _block_size: u64) -> String {
+        "consumer: Consumer::process of increasing keys, a handle per client, state = a counter \
+         (msgs/s; duplicates = keys at or below the mark, dropped)"
+            .to_string()
+    }
+
+    fn unit(&self) -> &'static str {
+        "msgs"
+    }
+
+    fn variants(&self) -> &'static [Variant] {
+        &[OWN, SHARED]
+    }
+
+    fn extra_columns(&self) -> &'static [&'static str] {
+        &[DUPLICATES]
+    }
+
+    async fn prepare(
+        &self,
+        store: &CellStore,
+        cell: &CellSpec,
+    ) -> Result<PreparedCell, BenchError> {
+        let prepare_error = prepare_error("consumer", store);
+        let name = format!("bench-{}", cell.tag);
+        let partitions: Vec<String> = if cell.variant == SHARED.id {
+            vec!["shared".to_string()]
+        } else {
+            (0..cell.clients).map(|i| format!("p{i}")).collect()
+        };
+        // One key counter per partition, shared by its clients.
+        let keys: Arc<[AtomicU64]> = partitions.iter().map(|_| AtomicU64::new(0)).collect();
+        let applied = Arc::new(AtomicU64::new(0));
+        let counted: Arc<dyn VersionedStore> = store.counted.clone();
+        let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
+        for index in 0..cell.clients {
+            let slot = index % partitions.len();
+            clients.push(Box::new(ConsumerClient {
+                consumer: Consumer::builder(counted.clone(), &name)
+                    .build()
+                    .map_err(prepare_error)?,
+                partition: partitions[slot].clone(),
+                slot,
+                keys: keys.clone(),
+                applied: applied.clone(),
+                duplicates: 0,
+            }));
+        }
+        Ok(PreparedCell {
+            clients,
+            finish: Some(Box::new(ConsumerFinish {
+                consumer: Consumer::builder(store.raw.clone(), &name)
+                    .build()
+                    .map_err(prepare_error)?,
+                store: store.raw.clone(),
+                partitions,
+                applied,
+            })),
+        })
+    }
+}
+
+/// One handle processing messages of its partition.
+struct ConsumerClient {
+    consumer: Consumer,
+    partition: String,
+    /// Its partition's index in `keys`.
+    slot: usize,
+    /// The last key handed out, per partition.
+    keys: Arc<[AtomicU64]>,
+    /// Messages applied by every client of the cell.
+    applied: Arc<AtomicU64>,
+    duplicates: u64,
+}
+
+#[async_trait]
+impl BenchClient for ConsumerClient {
+    async fn op(&mut self) -> Result<(), OpError> {
+        let key = self.keys[self.slot].fetch_add(1, Ordering::Relaxed) + 1;
+        match self
+            .consumer
+            .process(&self.partition, u128::from(key), |count: u64| count + 1)
+            .await?
+        {
+            Processed::Applied(_) => {
+                self.applied.fetch_add(1, Ordering::Relaxed);
+            }
+            Processed::Duplicate { .. } => self.duplicates += 1,
+            Processed::Expired { age } => {
+                return Err(OpError(format!(
+                    "key {key} expired ({age:?} old) on a consumer without a window"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    fn extras(&self) -> Vec<(&'static str, u64)> {
+        vec![(DUPLICATES, self.duplicates)]
+    }
+}
+
+/// Checks that the counters add up to the messages applied, then deletes
+/// the partitions.
+struct ConsumerFinish {
+    /// On the raw store (uncounted).
+    consumer: Consumer,
+    store: Arc<dyn VersionedStore>,
+    partitions: Vec<String>,
+    applied: Arc<AtomicU64>,
+}
+
+#[async_trait]
+impl Finish for ConsumerFinish {
+    async fn finish(self: Box<Self>, had_errors: bool) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut stored = 0u64;
+        for partition in &self.partitions {
+            match self.consumer.state::<u64>(partition).await {
+                Ok(Some((_, count))) => stored += count,
+                Ok(None) => {}
+                Err(err) => problems.push(format!("cannot read back partition {partition}: {err}")),
+            }
+            let name = format!(
+                "{}/{}/{partition}",
+                bakery::consumer::KEY_PREFIX,
+                self.consumer.name()
+            );
+            if let Ok(key) = Key::new(name) {
+                delete_quietly(&*self.store, &key).await;
+            }
+        }
+        let applied = self.applied.load(Ordering::Relaxed);
+        // A failed write may still have applied (unknown outcome): with
+        // errors the counters may exceed the acknowledged messages, never
+        // fall short of them.
+        let wrong = if had_errors {
+            stored < applied
+        } else {
+            stored != applied
+        };
+        if wrong && problems.is_empty() {
+            problems.push(format!(
+                "the counters hold {stored} but {applied} messages were applied \
+                 (a lost update or a double apply)"
+            ));
+        }
+        problems
+    }
+}
