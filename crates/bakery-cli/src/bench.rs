@@ -37,17 +37,25 @@ key per client) and `sequence` (next() from a Sequence handle per client, \
 release of one lock by every client: the fair FIFO lock with and without store \
 notifications, and the old try-and-back-off lock; fairness is Jain's \
 index over the clients' grants, plus the longest run of grants to one \
-client). When a postgres, redis or etcd URI is given (and that backend is \
+client), `once` (Idempotency::run on a new key and on a completed one), \
+`consumer` (Consumer::process of increasing keys, a partition per client \
+and one shared partition) and `outbox` (a message emitted in its own \
+PostgreSQL transaction until the relay applied it to a consumer on the \
+store; needs a postgres --uri as the source, otherwise skipped with the \
+reason). When a postgres, redis or etcd URI is given (and that backend is \
 compiled in), the native peers run in the same tables, one connection per \
 client: PostgreSQL nextval() (plain, and with CACHE --block-size) and Redis \
 INCRBY for sequences; PostgreSQL advisory locks and etcd's own lock for \
-locks. At the end the performance targets are checked (met / not met; \
+locks; a PostgreSQL processed-keys table (INSERT … ON CONFLICT and the \
+state update in one transaction, and as one statement) for the consumer. \
+At the end the performance targets are checked (met / not met; \
 never an error).
 
 Without --uri, bench measures `memory://` and the embedded SQLite backend on a \
 fresh file in a temporary directory — never your data, and BAKERY_URI is \
-ignored. Every key (under bench/ and seq/bench-), sequence and native object \
-a cell creates has a name unique to the run and is deleted afterwards (best \
+ignored. Every key (under bench/, seq/bench-, once/bench- and \
+consumer/bench-), sequence, table, replication slot and native object a cell \
+creates has a name unique to the run and is deleted afterwards (best \
 effort); a deleted key leaves its tombstone (last version) behind, as every \
 bakery key does.
 

@@ -86,7 +86,7 @@ pub fn stdout() -> Out {
     BufWriter::with_capacity(64 * 1024, io::stdout().lock())
 }
 
-/// `value()` when the user asked for JSON, else `None` (for [`print`]).
+/// `value()` when the user asked for JSON, else `None` (for [`print()`]).
 pub fn json_if(
     json: bool,
     value: impl FnOnce() -> serde_json::Result<serde_json::Value>,
