@@ -96,6 +96,15 @@ pub struct Skipped {
     pub reason: String,
 }
 
+impl CellSpec {
+    /// `bakery_bench_<tag>`: the cell's name for SQL tables, sequences and
+    /// replication slots (lowercase letters, digits and `_`, so safe to
+    /// splice into SQL).
+    pub fn sql_name(&self) -> String {
+        format!("bakery_bench_{}", self.tag.replace('-', "_"))
+    }
+}
+
 /// One way a workload runs on every store (e.g. `cas` on a shared key and
 /// on a key per client).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

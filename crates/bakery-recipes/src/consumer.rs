@@ -199,7 +199,18 @@ impl Consumer {
         &self.name
     }
 
-    fn row_key(&self, partition: &str) -> Result<Key> {
+    /// The row key of `partition` (validated like a name): the one row
+    /// holding its mark and state. No store call.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// use bakery_recipes::consumer::Consumer;
+    /// let store = Arc::new(bakery_core::MemoryStore::new());
+    /// let consumer = Consumer::builder(store, "orders").build()?;
+    /// assert_eq!(consumer.row_key("eu-1")?.as_str(), "consumer/orders/eu-1");
+    /// # Ok::<(), bakery_core::Error>(())
+    /// ```
+    pub fn row_key(&self, partition: &str) -> Result<Key> {
         bakery_core::validate_name(partition)?;
         Key::new(format!("{KEY_PREFIX}/{}/{partition}", self.name))
     }

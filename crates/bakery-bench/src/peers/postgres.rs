@@ -181,7 +181,7 @@ impl Peer for Nextval {
         let admin = connected("postgres", self, connect(&self.uri)).await?;
         // The name is ours (lowercase letters, digits, `_`), so it can be
         // spliced into the SQL.
-        let sequence = format!("bakery_bench_{}", cell.tag.replace('-', "_"));
+        let sequence = cell.sql_name();
         create_sequence(&admin, &sequence, self.cache.unwrap_or(1))
             .await
             .map_err(|e| peer_error("postgres", self, "cannot create the sequence", e))?;

@@ -73,7 +73,7 @@ impl Peer for ProcessedKeys {
     ) -> Result<PreparedCell, BenchError> {
         let admin = connected("postgres", self, connect(&self.uri)).await?;
         // Our names (lowercase letters, digits, `_`): safe to splice.
-        let base = format!("bakery_bench_{}", cell.tag.replace('-', "_"));
+        let base = cell.sql_name();
         let tables = Tables {
             processed: format!("{base}_processed"),
             state: format!("{base}_state"),

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bakery::{Consumer, Key, Processed, VersionedStore};
+use bakery::{Consumer, Processed, VersionedStore};
 
 use super::cleanup::{delete_quietly, prepare_error};
 use crate::error::BenchError;
@@ -175,12 +175,7 @@ impl Finish for ConsumerFinish {
                 Ok(None) => {}
                 Err(err) => problems.push(format!("cannot read back partition {partition}: {err}")),
             }
-            let name = format!(
-                "{}/{}/{partition}",
-                bakery::consumer::KEY_PREFIX,
-                self.consumer.name()
-            );
-            if let Ok(key) = Key::new(name) {
+            if let Ok(key) = self.consumer.row_key(partition) {
                 delete_quietly(&*self.store, &key).await;
             }
         }

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bakery::{CountingStore, Execution, Idempotency, Key, RunError, VersionedStore};
+use bakery::{CountingStore, Execution, Idempotency, RunError, VersionedStore};
 
 use super::cleanup::{delete_quietly, prepare_error};
 use crate::error::BenchError;
@@ -107,11 +107,12 @@ impl Workload for OnceWorkload {
                 notifies_before: None,
             }));
         }
+        // Uncounted: writes the completed keys before the cell starts
+        // (replay) and names the rows to delete afterwards.
+        let setup = Idempotency::builder(store.raw.clone(), &scope)
+            .build()
+            .map_err(prepare_error)?;
         if replay {
-            // The completed keys, written uncounted before the cell starts.
-            let setup = Idempotency::builder(store.raw.clone(), &scope)
-                .build()
-                .map_err(prepare_error)?;
             for (index, used) in used.iter().enumerate() {
                 for n in 0..REPLAY_KEYS_PER_CLIENT {
                     used.store(n + 1, Ordering::Relaxed);
@@ -135,7 +136,7 @@ impl Workload for OnceWorkload {
             clients,
             finish: Some(Box::new(OnceFinish {
                 store: store.raw.clone(),
-                scope,
+                once: setup,
                 used,
                 executed,
                 replay,
@@ -219,7 +220,8 @@ impl BenchClient for OnceClient {
 /// Checks that the operation ran once per key, then deletes the rows.
 struct OnceFinish {
     store: Arc<dyn VersionedStore>,
-    scope: String,
+    /// The cell's scope, uncounted: names the rows to delete.
+    once: Idempotency,
     used: Arc<[AtomicU64]>,
     executed: Arc<AtomicU64>,
     /// `replay`: the keys were run by the setup, so no run is expected.
@@ -242,13 +244,7 @@ impl Finish for OnceFinish {
         }
         for (index, used) in self.used.iter().enumerate() {
             for n in 0..used.load(Ordering::Relaxed) {
-                let name = format!(
-                    "{}/{}/{}",
-                    bakery::once::KEY_PREFIX,
-                    self.scope,
-                    key_name(index, n)
-                );
-                if let Ok(key) = Key::new(name) {
+                if let Ok(key) = self.once.row_key(&key_name(index, n)) {
                     delete_quietly(&*self.store, &key).await;
                 }
             }

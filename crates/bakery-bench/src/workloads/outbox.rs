@@ -108,7 +108,7 @@ mod pipeline {
     use std::time::Duration;
 
     use async_trait::async_trait;
-    use bakery::{Consumer, ErrorKind, Key, VersionedStore};
+    use bakery::{Consumer, ErrorKind, VersionedStore};
     use bakery_outbox::tokio_postgres::Client;
     use bakery_outbox::{emit, ConsumerSink, Digest, Message, Relay, Sink};
     use tokio::sync::watch;
@@ -175,6 +175,10 @@ mod pipeline {
         let consumer = Consumer::builder(store.counted.clone(), &prefix)
             .build()
             .map_err(prepare_error)?;
+        // Uncounted: reads the digest back and names the row to delete.
+        let check = Consumer::builder(store.raw.clone(), &prefix)
+            .build()
+            .map_err(prepare_error)?;
         let sink = ConsumerSink::digest(consumer)
             .partition(PARTITION)
             .map_err(prepare_error)?;
@@ -197,7 +201,7 @@ mod pipeline {
             }));
         }
         // Created last: nothing fails after it but the relay itself.
-        let slot = format!("bakery_bench_{}", cell.tag.replace('-', "_"));
+        let slot = cell.sql_name();
         let relay = match Relay::connect(source, &slot).await {
             Ok(relay) => relay.prefix(&prefix).map_err(prepare_error)?,
             Err(err) if err.kind() == ErrorKind::Config => {
@@ -226,7 +230,7 @@ mod pipeline {
                 stop,
                 task,
                 store: store.raw.clone(),
-                prefix,
+                consumer: check,
                 emitted,
             })),
         })
@@ -364,8 +368,8 @@ mod pipeline {
         stop: Arc<AtomicBool>,
         task: JoinHandle<RelayEnd>,
         store: Arc<dyn VersionedStore>,
-        /// Also the consumer's name.
-        prefix: String,
+        /// The sink's consumer, uncounted.
+        consumer: Consumer,
         emitted: Arc<AtomicU64>,
     }
 
@@ -404,12 +408,7 @@ mod pipeline {
                     self.slot, self.slot
                 ));
             }
-            let name = format!(
-                "{}/{}/{PARTITION}",
-                bakery::consumer::KEY_PREFIX,
-                self.prefix
-            );
-            if let Ok(key) = Key::new(name) {
+            if let Ok(key) = self.consumer.row_key(PARTITION) {
                 delete_quietly(&*self.store, &key).await;
             }
             problems
@@ -420,11 +419,7 @@ mod pipeline {
         /// Every acknowledged message applied once: the stored digest counts
         /// what the sink applied, and that is what the producers emitted.
         async fn check(&self, sink: &Notifying, had_errors: bool) -> Vec<String> {
-            let read = match Consumer::builder(self.store.clone(), &self.prefix).build() {
-                Ok(consumer) => consumer.state::<Digest>(PARTITION).await,
-                Err(err) => Err(err),
-            };
-            let stored = match read {
+            let stored = match self.consumer.state::<Digest>(PARTITION).await {
                 Ok(state) => state.map_or(0, |(_, digest)| digest.count),
                 Err(err) => return vec![format!("cannot read the consumer back: {err}")],
             };
