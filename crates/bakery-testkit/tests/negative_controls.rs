@@ -1,28 +1,56 @@
 //! Negative controls: the suite must FAIL on stores that break the
 //! contract, or its passes would prove nothing.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bakery_core::{
     async_trait, Bytes, Capabilities, DeleteOutcome, Key, MemoryStore, PutOutcome, Result, Row,
-    Version, VersionedStore,
+    Version, VersionedStore, Watch, WatchSender,
 };
-use bakery_testkit::Case;
+use bakery_testkit::{Case, Target};
 
 /// How the broken store breaks the contract.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Breakage {
     /// CAS as read, then yield, then an unconditional write: the classic
     /// lost-update bug (and what FerretDB v1 does for updates).
     ReadThenWrite,
     /// Conflicts do not carry the current row.
     ConflictWithoutRow,
+    /// Claims PERSISTENT, SHARED and LINEARIZABLE_READS, but every open is
+    /// a private MemoryStore.
+    FalselyShared,
+    /// One shared state, but each store's `get` returns what its previous
+    /// `get` read (a lagging replica); claims SHARED and LINEARIZABLE_READS.
+    StaleReads,
+    /// One shared state across opens, but claims nothing.
+    MissingClaims,
+    /// Claims WATCH, but `notify` wakes nobody.
+    DeafWatch,
+    /// Claims WATCH, but `notify` wakes the watches of every key.
+    NoisyWatch,
 }
 
+/// A MemoryStore with one [`Breakage`].
 #[derive(Debug)]
 struct BrokenStore {
-    inner: MemoryStore,
+    inner: Arc<MemoryStore>,
     breakage: Breakage,
+    /// What the previous `get` read ([`Breakage::StaleReads`]).
+    last_read: Mutex<Option<Option<Row>>>,
+    /// Every watch handed out ([`Breakage::DeafWatch`], [`Breakage::NoisyWatch`]).
+    watchers: Mutex<Vec<WatchSender>>,
+}
+
+impl BrokenStore {
+    fn open(inner: Arc<MemoryStore>, breakage: Breakage) -> Arc<dyn VersionedStore> {
+        Arc::new(BrokenStore {
+            inner,
+            breakage,
+            last_read: Mutex::new(None),
+            watchers: Mutex::new(Vec::new()),
+        })
+    }
 }
 
 #[async_trait]
@@ -31,10 +59,22 @@ impl VersionedStore for BrokenStore {
         "broken"
     }
     fn capabilities(&self) -> Capabilities {
-        Capabilities::empty()
+        match self.breakage {
+            Breakage::FalselyShared => {
+                Capabilities::PERSISTENT | Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+            }
+            Breakage::StaleReads => Capabilities::SHARED | Capabilities::LINEARIZABLE_READS,
+            Breakage::DeafWatch | Breakage::NoisyWatch => Capabilities::WATCH,
+            _ => Capabilities::empty(),
+        }
     }
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
-        self.inner.get(key).await
+        let now = self.inner.get(key).await?;
+        if self.breakage != Breakage::StaleReads {
+            return Ok(now);
+        }
+        let previous = self.last_read.lock().unwrap().replace(now.clone());
+        Ok(previous.unwrap_or(now))
     }
     async fn put_if_version(
         &self,
@@ -58,10 +98,27 @@ impl VersionedStore for BrokenStore {
                     applied => Ok(applied),
                 }
             }
+            _ => self.inner.put_if_version(key, expected, value).await,
         }
     }
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         self.inner.delete_if_version(key, expected).await
+    }
+    async fn watch(&self, _key: &Key) -> Result<Option<Watch>> {
+        if !matches!(self.breakage, Breakage::DeafWatch | Breakage::NoisyWatch) {
+            return Ok(None);
+        }
+        let (sender, watch) = Watch::channel();
+        self.watchers.lock().unwrap().push(sender);
+        Ok(Some(watch))
+    }
+    async fn notify(&self, _key: &Key) -> Result<()> {
+        if self.breakage == Breakage::NoisyWatch {
+            for sender in self.watchers.lock().unwrap().iter() {
+                sender.wake();
+            }
+        }
+        Ok(())
     }
 }
 
@@ -74,10 +131,7 @@ fn case(name: &str) -> Case {
 
 /// Run `case` on a broken store; returns true if it failed (panicked).
 fn fails(name: &str, breakage: Breakage) -> bool {
-    let store: Arc<dyn VersionedStore> = Arc::new(BrokenStore {
-        inner: MemoryStore::new(),
-        breakage,
-    });
+    let store = BrokenStore::open(Arc::new(MemoryStore::new()), breakage);
     bakery_testkit::runtime(4)
         .block_on(async move { tokio::spawn((case(name).run)(store)).await.is_err() })
 }
@@ -124,80 +178,19 @@ fn sequence_case_detects_duplicates_from_a_read_then_write_cas() {
 
 // ---- Capability claims: a false claim (or a missing one) must fail. ----
 
-/// How a store misrepresents its capabilities.
-#[derive(Debug, Clone, Copy)]
-enum Claim {
-    /// Claims PERSISTENT, SHARED and LINEARIZABLE_READS, but every open is
-    /// a private MemoryStore.
-    FalselyShared,
-    /// One shared state, but each store's `get` returns what its previous
-    /// `get` read (a lagging replica); claims SHARED and LINEARIZABLE_READS.
-    StaleReads,
-    /// One shared state across opens, but claims nothing.
-    MissingClaims,
-}
-
-#[derive(Debug)]
-struct ClaimingStore {
-    inner: Arc<MemoryStore>,
-    claim: Claim,
-    last_read: std::sync::Mutex<Option<Option<Row>>>,
-}
-
-#[async_trait]
-impl VersionedStore for ClaimingStore {
-    fn backend(&self) -> &'static str {
-        "claiming"
-    }
-    fn capabilities(&self) -> Capabilities {
-        match self.claim {
-            Claim::FalselyShared => {
-                Capabilities::PERSISTENT | Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
-            }
-            Claim::StaleReads => Capabilities::SHARED | Capabilities::LINEARIZABLE_READS,
-            Claim::MissingClaims => Capabilities::empty(),
-        }
-    }
-    async fn get(&self, key: &Key) -> Result<Option<Row>> {
-        let now = self.inner.get(key).await?;
-        match self.claim {
-            Claim::StaleReads => {
-                let previous = self.last_read.lock().unwrap().replace(now.clone());
-                Ok(previous.unwrap_or(now))
-            }
-            _ => Ok(now),
-        }
-    }
-    async fn put_if_version(
-        &self,
-        key: &Key,
-        expected: Option<Version>,
-        value: Bytes,
-    ) -> Result<PutOutcome> {
-        self.inner.put_if_version(key, expected, value).await
-    }
-    async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
-        self.inner.delete_if_version(key, expected).await
-    }
-}
-
-fn claiming_target(claim: Claim) -> bakery_testkit::Target {
+/// A target whose opens share one state, except under
+/// [`Breakage::FalselyShared`] where each open is a private MemoryStore.
+fn broken_target(breakage: Breakage) -> Target {
     let shared = Arc::new(MemoryStore::new());
     let open = move || {
-        let inner = match claim {
-            Claim::FalselyShared => Arc::new(MemoryStore::new()),
-            Claim::StaleReads | Claim::MissingClaims => shared.clone(),
+        let inner = match breakage {
+            Breakage::FalselyShared => Arc::new(MemoryStore::new()),
+            _ => shared.clone(),
         };
-        async move {
-            Ok(Arc::new(ClaimingStore {
-                inner,
-                claim,
-                last_read: std::sync::Mutex::new(None),
-            }) as Arc<dyn VersionedStore>)
-        }
+        async move { Ok(BrokenStore::open(inner, breakage)) }
     };
     let first = block_on(open()).expect("open");
-    bakery_testkit::Target::new(first, open)
+    Target::new(first, open)
 }
 
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
@@ -208,7 +201,7 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
 }
 
 /// Run capability case `name` on a target; returns true if it failed.
-fn target_fails(name: &str, target: bakery_testkit::Target) -> bool {
+fn target_fails(name: &str, target: Target) -> bool {
     let case = bakery_testkit::capability_cases()
         .into_iter()
         .find(|c| c.name == name)
@@ -218,8 +211,8 @@ fn target_fails(name: &str, target: bakery_testkit::Target) -> bool {
 }
 
 /// The reference: each open is a new, private MemoryStore.
-fn memory_target() -> bakery_testkit::Target {
-    bakery_testkit::Target::new(Arc::new(MemoryStore::new()), || async {
+fn memory_target() -> Target {
+    Target::new(Arc::new(MemoryStore::new()), || async {
         Ok(Arc::new(MemoryStore::new()) as Arc<dyn VersionedStore>)
     })
 }
@@ -242,16 +235,16 @@ fn capability_cases_pass_on_memory_stores() {
 fn capability_cases_detect_false_persistent_and_shared_claims() {
     assert!(target_fails(
         PERSISTENT,
-        claiming_target(Claim::FalselyShared)
+        broken_target(Breakage::FalselyShared)
     ));
-    assert!(target_fails(SHARED, claiming_target(Claim::FalselyShared)));
+    assert!(target_fails(SHARED, broken_target(Breakage::FalselyShared)));
 }
 
 #[test]
 fn linearizable_case_detects_stale_reads() {
     assert!(target_fails(
         LINEARIZABLE,
-        claiming_target(Claim::StaleReads)
+        broken_target(Breakage::StaleReads)
     ));
 }
 
@@ -259,68 +252,9 @@ fn linearizable_case_detects_stale_reads() {
 fn capability_cases_detect_missing_claims() {
     assert!(target_fails(
         PERSISTENT,
-        claiming_target(Claim::MissingClaims)
+        broken_target(Breakage::MissingClaims)
     ));
-    assert!(target_fails(SHARED, claiming_target(Claim::MissingClaims)));
-}
-
-/// Claims WATCH over a MemoryStore but gets wake-ups wrong.
-#[derive(Debug)]
-struct WatchingStore {
-    inner: MemoryStore,
-    /// Every watch ever handed out, with its key.
-    watchers: std::sync::Mutex<Vec<(Key, bakery_core::WatchSender)>>,
-    deaf: bool,
-}
-
-#[async_trait]
-impl VersionedStore for WatchingStore {
-    fn backend(&self) -> &'static str {
-        "watching"
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::WATCH
-    }
-    async fn get(&self, key: &Key) -> Result<Option<Row>> {
-        self.inner.get(key).await
-    }
-    async fn put_if_version(
-        &self,
-        key: &Key,
-        expected: Option<Version>,
-        value: Bytes,
-    ) -> Result<PutOutcome> {
-        self.inner.put_if_version(key, expected, value).await
-    }
-    async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
-        self.inner.delete_if_version(key, expected).await
-    }
-    async fn watch(&self, key: &Key) -> Result<Option<bakery_core::Watch>> {
-        let (sender, watch) = bakery_core::Watch::channel();
-        self.watchers.lock().unwrap().push((key.clone(), sender));
-        Ok(Some(watch))
-    }
-    async fn notify(&self, _key: &Key) -> Result<()> {
-        // Deaf: wakes nobody. Noisy: wakes the watches of EVERY key.
-        if !self.deaf {
-            for (_, sender) in self.watchers.lock().unwrap().iter() {
-                sender.wake();
-            }
-        }
-        Ok(())
-    }
-}
-
-fn watching_target(deaf: bool) -> bakery_testkit::Target {
-    let open = move || async move {
-        Ok(Arc::new(WatchingStore {
-            inner: MemoryStore::new(),
-            watchers: std::sync::Mutex::new(Vec::new()),
-            deaf,
-        }) as Arc<dyn VersionedStore>)
-    };
-    let first = block_on(open()).expect("open");
-    bakery_testkit::Target::new(first, open)
+    assert!(target_fails(SHARED, broken_target(Breakage::MissingClaims)));
 }
 
 const WATCH_WAKES: &str = "watch::a_change_by_another_client_wakes_every_watch";
@@ -335,11 +269,11 @@ fn watch_cases_pass_on_memory_stores_and_detect_wrong_wake_ups() {
         );
     }
     assert!(
-        target_fails(WATCH_WAKES, watching_target(true)),
+        target_fails(WATCH_WAKES, broken_target(Breakage::DeafWatch)),
         "deaf watch"
     );
     assert!(
-        target_fails(WATCH_KEYS, watching_target(false)),
+        target_fails(WATCH_KEYS, broken_target(Breakage::NoisyWatch)),
         "noisy watch"
     );
 }
