@@ -63,8 +63,9 @@
 //!     files).
 //! 12. This root: [`run`] (`checks`, `results`, `session`).
 //!
-//! Adding a workload is one file in `workloads/` implementing
-//! [`Workload`](model::Workload) plus one line in [`workloads::registry`].
+//! Adding a workload is one file in `workloads/` declaring its
+//! [`WorkloadSpec`](model::WorkloadSpec) and implementing
+//! [`Workload`](model::Workload), plus one line in [`workloads::registry`].
 
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

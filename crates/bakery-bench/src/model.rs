@@ -7,7 +7,8 @@
 //! the histograms and the round-trip counting are done once, in
 //! [`runner`](crate::runner).
 //!
-//! Adding a workload is one file implementing [`Workload`] plus one line in
+//! Adding a workload is one file declaring its [`WorkloadSpec`] and
+//! implementing [`Workload`], plus one line in
 //! [`workloads::registry`](crate::workloads::registry); adding a native
 //! peer is one type implementing [`Peer`] plus one line in
 //! [`peers::for_target`](crate::peers::for_target).
@@ -40,7 +41,7 @@ pub trait BenchClient: Send {
     async fn op(&mut self) -> Result<(), OpError>;
 
     /// Counters this client keeps besides its operations (named like the
-    /// workload's [`Workload::extra_columns`]); summed over the clients.
+    /// workload's [`WorkloadSpec::extra_columns`]); summed over the clients.
     fn extras(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
@@ -97,6 +98,12 @@ pub struct Skipped {
 }
 
 impl CellSpec {
+    /// `bench-<tag>`: the name of what the cell makes through a recipe (a
+    /// sequence, a lock, an idempotency scope, a consumer's prefix).
+    pub fn recipe_name(&self) -> String {
+        format!("bench-{}", self.tag)
+    }
+
     /// `bakery_bench_<tag>`: the cell's name for SQL tables, sequences and
     /// replication slots (lowercase letters, digits and `_`, so safe to
     /// splice into SQL).
@@ -133,34 +140,101 @@ pub struct CellStore {
     pub raw: Arc<dyn VersionedStore>,
 }
 
-/// A workload run on every bakery store.
-#[async_trait]
-pub trait Workload: Send + Sync {
+/// A workload as the registry lists it: what it is (data a plan, a
+/// command's help and a report need before any cell runs) and the
+/// [`Workload`] that sets up its cells. Each workload file declares one
+/// `const`.
+///
+/// ```
+/// use bakery_bench::model::{Variant, WorkloadSpec};
+/// use bakery_bench::workloads::CasWorkload;
+///
+/// const ONE: Variant = Variant::new("one", "one key");
+/// const INFO: WorkloadSpec = WorkloadSpec::new("demo", "ops", &[ONE], &CasWorkload)
+///     .summary("A demonstration.")
+///     .title("demo: block size {block_size}");
+/// assert_eq!(INFO.title_for(64), "demo: block size 64");
+/// ```
+#[derive(Clone, Copy)]
+pub struct WorkloadSpec {
     /// The name a plan selects it by and the JSON uses (`cas`).
-    fn name(&self) -> &'static str;
-
+    pub name: &'static str,
+    /// What one operation produces, for the throughput column (`ops`, `ids`).
+    pub unit: &'static str,
+    /// The variants measured on every store, in table order.
+    pub variants: &'static [Variant],
+    /// Sets up its cells.
+    pub workload: &'static dyn Workload,
     /// A few words on what one operation is, for a command's help
     /// (`Sequence::next()`).
-    fn summary(&self) -> &'static str;
-
-    /// One line heading its table, e.g. what an operation is.
-    fn title(&self, block_size: u64) -> String;
-
-    /// What one operation produces, for the throughput column (`ops`, `ids`).
-    fn unit(&self) -> &'static str;
-
-    /// The variants measured on every store, in table order.
-    fn variants(&self) -> &'static [Variant];
-
+    pub summary: &'static str,
+    /// One line heading its table; `{block_size}` stands for the run's
+    /// block size ([`title_for`](Self::title_for)).
+    pub title: &'static str,
     /// Names of the counters its clients report besides operations.
-    fn extra_columns(&self) -> &'static [&'static str] {
-        &[]
+    pub extra_columns: &'static [&'static str],
+}
+
+impl WorkloadSpec {
+    /// A workload named `name` producing `unit`s, measured in `variants`;
+    /// no summary, title or extra columns yet.
+    pub const fn new(
+        name: &'static str,
+        unit: &'static str,
+        variants: &'static [Variant],
+        workload: &'static dyn Workload,
+    ) -> Self {
+        Self {
+            name,
+            unit,
+            variants,
+            workload,
+            summary: "",
+            title: "",
+            extra_columns: &[],
+        }
     }
 
+    /// With its help text.
+    pub const fn summary(self, summary: &'static str) -> Self {
+        Self { summary, ..self }
+    }
+
+    /// With its table heading.
+    pub const fn title(self, title: &'static str) -> Self {
+        Self { title, ..self }
+    }
+
+    /// With counters besides operations.
+    pub const fn extra_columns(self, extra_columns: &'static [&'static str]) -> Self {
+        Self {
+            extra_columns,
+            ..self
+        }
+    }
+
+    /// The table heading of a run with `block_size`.
+    pub fn title_for(&self, block_size: u64) -> String {
+        self.title.replace("{block_size}", &block_size.to_string())
+    }
+}
+
+impl std::fmt::Debug for WorkloadSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkloadSpec")
+            .field("name", &self.name)
+            .field("unit", &self.unit)
+            .field("variants", &self.variants)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a workload's cells are set up on every bakery store.
+#[async_trait]
+pub trait Workload: Send + Sync {
     /// Set up one cell on `store`; [`BenchError::Unavailable`] when the
     /// workload cannot run there (the cell is then skipped, not failed).
-    async fn prepare(&self, store: &CellStore, cell: &CellSpec)
-        -> Result<PreparedCell, BenchError>;
+    async fn setup(&self, store: &CellStore, cell: &CellSpec) -> Result<PreparedCell, BenchError>;
 }
 
 /// A native peer: what a user would reach for instead of bakery (PostgreSQL
@@ -169,7 +243,7 @@ pub trait Workload: Send + Sync {
 /// familiar reference beside it.
 #[async_trait]
 pub trait Peer: Send + Sync {
-    /// The workload whose table it joins ([`Workload::name`]).
+    /// The workload whose table it joins ([`WorkloadSpec::name`]).
     fn workload(&self) -> &'static str;
 
     /// What the table shows in its `implementation` column, e.g.
@@ -178,7 +252,7 @@ pub trait Peer: Send + Sync {
 
     /// Set up one cell: one connection per client, each increments
     /// `round_trips` once per request it sends.
-    async fn prepare(
+    async fn setup(
         &self,
         cell: &CellSpec,
         round_trips: Arc<AtomicU64>,

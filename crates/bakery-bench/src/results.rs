@@ -183,7 +183,7 @@ impl Report {
             finished_at,
             machine,
             settings: Settings {
-                workloads: workloads.iter().map(|w| w.name().to_string()).collect(),
+                workloads: workloads.iter().map(|w| w.name.to_string()).collect(),
                 clients,
                 duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
                 block_size,
@@ -204,10 +204,10 @@ impl Report {
             workloads: workloads
                 .iter()
                 .map(|w| WorkloadInfo {
-                    name: w.name().to_string(),
-                    title: w.title(block_size),
-                    unit: w.unit().to_string(),
-                    extra_columns: w.extra_columns().iter().map(|c| c.to_string()).collect(),
+                    name: w.name.to_string(),
+                    title: w.title_for(block_size),
+                    unit: w.unit.to_string(),
+                    extra_columns: w.extra_columns.iter().map(|c| c.to_string()).collect(),
                 })
                 .collect(),
             results: cells.into_iter().map(CellResult::from_run).collect(),

@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use crate::error::BenchError;
 use crate::machine::Machine;
 use crate::model::{
-    CellSpec, CellStore, Implementation, Peer, PreparedCell, Skipped, Variant, Workload,
+    CellSpec, CellStore, Implementation, Peer, PreparedCell, Skipped, Variant, WorkloadSpec,
 };
 use crate::peers;
 use crate::runner::{self, Measurement, RoundTripCounter};
@@ -50,7 +50,7 @@ pub struct Plan {
 /// What a run measured, before it becomes a report.
 pub struct Run {
     /// The workloads, in order.
-    pub workloads: Vec<Box<dyn Workload>>,
+    pub workloads: Vec<&'static WorkloadSpec>,
     /// Client counts, in order.
     pub clients: Vec<usize>,
     /// Timed part of each cell.
@@ -109,7 +109,7 @@ pub struct CellRun {
 
 /// A plan checked against this build, its defaults filled in.
 struct Resolved {
-    workloads: Vec<Box<dyn Workload>>,
+    workloads: Vec<&'static WorkloadSpec>,
     uris: Vec<String>,
     clients: Vec<usize>,
     /// Keeps the default SQLite file's directory until the run is over.
@@ -138,7 +138,7 @@ fn resolve(plan: &Plan) -> Result<Resolved, BenchError> {
     }
     let workloads = workloads::registry()
         .into_iter()
-        .filter(|w| wanted.contains(&w.name()))
+        .filter(|w| wanted.contains(&w.name))
         .collect();
 
     let mut clients = plan.clients.clone();
@@ -188,12 +188,12 @@ struct Target {
 enum Subject<'a> {
     /// A workload variant through bakery.
     Bakery {
-        workload: &'a dyn Workload,
+        workload: &'static WorkloadSpec,
         variant: Variant,
     },
     /// A native peer.
     Native {
-        workload: &'a dyn Workload,
+        workload: &'static WorkloadSpec,
         peer: &'a dyn Peer,
     },
 }
@@ -201,7 +201,7 @@ enum Subject<'a> {
 impl Subject<'_> {
     fn workload_name(&self) -> &'static str {
         match self {
-            Subject::Bakery { workload, .. } | Subject::Native { workload, .. } => workload.name(),
+            Subject::Bakery { workload, .. } | Subject::Native { workload, .. } => workload.name,
         }
     }
 
@@ -242,14 +242,14 @@ impl Subject<'_> {
                     raw: target.store.clone(),
                 };
                 (
-                    workload.prepare(&store, spec).await,
+                    workload.workload.setup(&store, spec).await,
                     RoundTripCounter::Store(counted),
                 )
             }
             Subject::Native { peer, .. } => {
                 let sent = Arc::new(AtomicU64::new(0));
                 (
-                    peer.prepare(spec, sent.clone()).await,
+                    peer.setup(spec, sent.clone()).await,
                     RoundTripCounter::Native(sent),
                 )
             }
@@ -308,23 +308,20 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
     let mut cells: Vec<(&Target, Subject<'_>, usize)> = Vec::new();
     for workload in &workloads {
         for target in &targets {
-            for &variant in workload.variants() {
+            for &variant in workload.variants {
                 for &clients in &clients {
-                    let subject = Subject::Bakery {
-                        workload: workload.as_ref(),
-                        variant,
-                    };
+                    let subject = Subject::Bakery { workload, variant };
                     cells.push((target, subject, clients));
                 }
             }
             for peer in target
                 .peers
                 .iter()
-                .filter(|p| p.workload() == workload.name())
+                .filter(|p| p.workload() == workload.name)
             {
                 for &clients in &clients {
                     let subject = Subject::Native {
-                        workload: workload.as_ref(),
+                        workload,
                         peer: peer.as_ref(),
                     };
                     cells.push((target, subject, clients));
@@ -514,7 +511,7 @@ mod tests {
     #[test]
     fn a_plan_resolves_in_registry_order_once_each() {
         let resolved = resolve(&plan(&["lock", "cas", "all"], &["memory://"])).expect("plan");
-        let names: Vec<&str> = resolved.workloads.iter().map(|w| w.name()).collect();
+        let names: Vec<&str> = resolved.workloads.iter().map(|w| w.name).collect();
         assert_eq!(
             names,
             ["cas", "sequence", "lock", "once", "consumer", "outbox"]

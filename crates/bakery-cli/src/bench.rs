@@ -132,7 +132,7 @@ pub struct BenchArgs {
 fn workload_parser() -> PossibleValuesParser {
     let mut values: Vec<PossibleValue> = bakery_bench::workloads::registry()
         .iter()
-        .map(|w| PossibleValue::new(w.name()).help(w.summary()))
+        .map(|w| PossibleValue::new(w.name).help(w.summary))
         .collect();
     values.push(PossibleValue::new(bakery_bench::ALL_WORKLOADS).help("Every available workload."));
     PossibleValuesParser::new(values)

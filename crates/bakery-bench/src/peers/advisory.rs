@@ -23,10 +23,8 @@ pub struct AdvisoryLock {
 
 impl AdvisoryLock {
     /// The peer on the server of `uri` (a bakery postgres URI).
-    pub fn new(uri: &str) -> Self {
-        AdvisoryLock {
-            uri: uri.to_string(),
-        }
+    pub fn new(uri: impl Into<String>) -> Self {
+        AdvisoryLock { uri: uri.into() }
     }
 }
 
@@ -40,7 +38,7 @@ impl Peer for AdvisoryLock {
         "pg_advisory_lock()".to_string()
     }
 
-    async fn prepare(
+    async fn setup(
         &self,
         cell: &CellSpec,
         round_trips: Arc<AtomicU64>,

@@ -91,10 +91,8 @@ pub struct EtcdLock {
 
 impl EtcdLock {
     /// The peer on the cluster of `uri` (a bakery etcd URI).
-    pub fn new(uri: &str) -> Self {
-        EtcdLock {
-            uri: uri.to_string(),
-        }
+    pub fn new(uri: impl Into<String>) -> Self {
+        EtcdLock { uri: uri.into() }
     }
 }
 
@@ -108,7 +106,7 @@ impl Peer for EtcdLock {
         "etcd Lock/Unlock".to_string()
     }
 
-    async fn prepare(
+    async fn setup(
         &self,
         cell: &CellSpec,
         round_trips: Arc<AtomicU64>,

@@ -173,7 +173,7 @@ impl Peer for Nextval {
         }
     }
 
-    async fn prepare(
+    async fn setup(
         &self,
         cell: &CellSpec,
         round_trips: Arc<AtomicU64>,

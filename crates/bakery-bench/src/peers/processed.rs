@@ -66,7 +66,7 @@ impl Peer for ProcessedKeys {
         }
     }
 
-    async fn prepare(
+    async fn setup(
         &self,
         cell: &CellSpec,
         round_trips: Arc<AtomicU64>,

@@ -120,10 +120,8 @@ pub struct Incrby {
 
 impl Incrby {
     /// The peer on the server of `uri`.
-    pub fn new(uri: &str) -> Self {
-        Incrby {
-            uri: uri.to_string(),
-        }
+    pub fn new(uri: impl Into<String>) -> Self {
+        Incrby { uri: uri.into() }
     }
 }
 
@@ -137,7 +135,7 @@ impl Peer for Incrby {
         "INCRBY".to_string()
     }
 
-    async fn prepare(
+    async fn setup(
         &self,
         cell: &CellSpec,
         round_trips: Arc<AtomicU64>,

@@ -15,14 +15,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use bakery::{Bytes, Key, PutOutcome, Row, VersionedStore};
 
-use super::cleanup::{delete_quietly, prepare_error};
-use crate::error::BenchError;
-use crate::model::{
-    BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell, Variant, Workload,
-};
+use super::prelude::*;
 
 /// Conflicts one increment may meet before it gives up with an error, so
 /// a pathological store cannot spin a client forever.
@@ -35,34 +30,14 @@ pub struct CasWorkload;
 const SHARED: Variant = Variant::new("shared-key", "put_if_version, shared key");
 const OWN: Variant = Variant::new("own-key", "put_if_version, key per client");
 
+/// The `cas` workload as the registry lists it.
+pub const SPEC: WorkloadSpec = WorkloadSpec::new("cas", "ops", &[SHARED, OWN], &CasWorkload)
+    .summary("Increments with put_if_version.")
+    .title("cas: read-modify-write increments with put_if_version (ops/s = successful increments)");
+
 #[async_trait]
 impl Workload for CasWorkload {
-    fn name(&self) -> &'static str {
-        "cas"
-    }
-
-    fn summary(&self) -> &'static str {
-        "Increments with put_if_version."
-    }
-
-    fn title(&self, _block_size: u64) -> String {
-        "cas: read-modify-write increments with put_if_version (ops/s = successful increments)"
-            .to_string()
-    }
-
-    fn unit(&self) -> &'static str {
-        "ops"
-    }
-
-    fn variants(&self) -> &'static [Variant] {
-        &[SHARED, OWN]
-    }
-
-    async fn prepare(
-        &self,
-        store: &CellStore,
-        cell: &CellSpec,
-    ) -> Result<PreparedCell, BenchError> {
+    async fn setup(&self, store: &CellStore, cell: &CellSpec) -> Result<PreparedCell, BenchError> {
         let key_of = |name: String| Key::new(name).map_err(prepare_error("cas", store));
         let keys: Vec<Key> = if cell.variant == OWN.id {
             (0..cell.clients)
@@ -180,15 +155,7 @@ impl Finish for CasFinish {
             delete_quietly(&*self.store, key).await;
         }
         let applied = self.applied.load(Ordering::Relaxed);
-        // A failed write may still have applied (unknown outcome), so with
-        // errors the stored count may exceed the acknowledged one — never
-        // fall short of it.
-        let lost = if had_errors {
-            stored < applied
-        } else {
-            stored != applied
-        };
-        if lost && problems.is_empty() {
+        if counts_disagree(stored, applied, had_errors) && problems.is_empty() {
             problems.push(format!(
                 "lost update: the counters hold {stored} but {applied} increments were acknowledged"
             ));

@@ -1,5 +1,5 @@
-//! What the workloads' cells share: the error a failed setup reports, and
-//! removing what a cell wrote.
+//! What the workloads' cells share: the error a failed setup reports,
+//! checking what a cell wrote, and removing it.
 
 use bakery::{DeleteOutcome, Key, VersionedStore};
 
@@ -30,5 +30,32 @@ pub(crate) async fn delete_quietly(store: &dyn VersionedStore, key: &Key) {
             Ok(DeleteOutcome::Conflict(_)) => continue,
             _ => return,
         }
+    }
+}
+
+/// Whether `stored` (what the store holds after a cell) disagrees with
+/// `acknowledged` (what its clients were told succeeded). A failed call may
+/// still have applied (its outcome is unknown), so after errors the store
+/// may hold more than was acknowledged, never less; without errors the two
+/// must be equal.
+pub(crate) fn counts_disagree(stored: u64, acknowledged: u64, had_errors: bool) -> bool {
+    if had_errors {
+        stored < acknowledged
+    } else {
+        stored != acknowledged
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::counts_disagree;
+
+    #[test]
+    fn after_errors_the_store_may_hold_more_never_less() {
+        assert!(!counts_disagree(5, 5, false));
+        assert!(counts_disagree(6, 5, false));
+        assert!(counts_disagree(4, 5, false));
+        assert!(!counts_disagree(6, 5, true));
+        assert!(counts_disagree(4, 5, true));
     }
 }

@@ -20,14 +20,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use bakery::{Consumer, Processed, VersionedStore};
 
-use super::cleanup::{delete_quietly, prepare_error};
-use crate::error::BenchError;
-use crate::model::{
-    BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell, Variant, Workload,
-};
+use super::prelude::*;
 
 /// The `consumer` workload.
 #[derive(Debug, Clone, Copy)]
@@ -42,41 +37,25 @@ const SHARED: Variant = Variant::new("shared-partition", "Consumer::process, sha
 /// Extra column: messages dropped as duplicates (overtaken keys).
 const DUPLICATES: &str = "duplicates";
 
+/// The `consumer` workload as the registry lists it.
+pub const SPEC: WorkloadSpec = WorkloadSpec::new(
+    "consumer",
+    "msgs",
+    &[OWN, SHARED],
+    &ConsumerWorkload,
+)
+.summary("Consumer::process: a message's state change and high-water mark in one write.")
+.title(
+    "consumer: Consumer::process of increasing keys, a handle per client, state = a counter \
+     (msgs/s; duplicates = keys at or below the mark, dropped)",
+)
+.extra_columns(&[DUPLICATES]);
+
 #[async_trait]
 impl Workload for ConsumerWorkload {
-    fn name(&self) -> &'static str {
-        "consumer"
-    }
-
-    fn summary(&self) -> &'static str {
-        "Consumer::process: a message's state change and high-water mark in one write."
-    }
-
-    fn title(&self, _block_size: u64) -> String {
-        "consumer: Consumer::process of increasing keys, a handle per client, state = a counter \
-         (msgs/s; duplicates = keys at or below the mark, dropped)"
-            .to_string()
-    }
-
-    fn unit(&self) -> &'static str {
-        "msgs"
-    }
-
-    fn variants(&self) -> &'static [Variant] {
-        &[OWN, SHARED]
-    }
-
-    fn extra_columns(&self) -> &'static [&'static str] {
-        &[DUPLICATES]
-    }
-
-    async fn prepare(
-        &self,
-        store: &CellStore,
-        cell: &CellSpec,
-    ) -> Result<PreparedCell, BenchError> {
+    async fn setup(&self, store: &CellStore, cell: &CellSpec) -> Result<PreparedCell, BenchError> {
         let prepare_error = prepare_error("consumer", store);
-        let name = format!("bench-{}", cell.tag);
+        let name = cell.recipe_name();
         let partitions: Vec<String> = if cell.variant == SHARED.id {
             vec!["shared".to_string()]
         } else {
@@ -180,15 +159,7 @@ impl Finish for ConsumerFinish {
             }
         }
         let applied = self.applied.load(Ordering::Relaxed);
-        // A failed write may still have applied (unknown outcome): with
-        // errors the counters may exceed the acknowledged messages, never
-        // fall short of them.
-        let wrong = if had_errors {
-            stored < applied
-        } else {
-            stored != applied
-        };
-        if wrong && problems.is_empty() {
+        if counts_disagree(stored, applied, had_errors) && problems.is_empty() {
             problems.push(format!(
                 "the counters hold {stored} but {applied} messages were applied \
                  (a lost update or a double apply)"

@@ -13,15 +13,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use bakery::{Key, Lock, VersionedStore};
 
-use super::cleanup::{delete_quietly, prepare_error};
 use crate::baseline::{self, OldLock};
-use crate::error::BenchError;
-use crate::model::{
-    BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell, Variant, Workload,
-};
+
+use super::prelude::*;
 
 /// The `lock` workload.
 #[derive(Debug, Clone, Copy)]
@@ -34,42 +30,24 @@ const OLD: Variant = Variant::new("old", "old lock (try and back off)");
 /// Extra column: most consecutive grants to the same client.
 pub const LONGEST_RUN: &str = "longest run";
 
+/// The `lock` workload as the registry lists it.
+pub const SPEC: WorkloadSpec =
+    WorkloadSpec::new("lock", "acq", &[FAIR, FAIR_POLLING, OLD], &LockWorkload)
+        .summary(
+            "Lock acquire + release: the fair lock (with and without store \
+             notifications) and the old try-and-back-off lock.",
+        )
+        .title(
+            "lock: acquire + release of one lock by every client (acquisitions/s; latency = wait \
+             + both writes; fairness = Jain's index over per-client grants; longest run = most \
+             consecutive grants to one client)",
+        )
+        .extra_columns(&[LONGEST_RUN]);
+
 #[async_trait]
 impl Workload for LockWorkload {
-    fn name(&self) -> &'static str {
-        "lock"
-    }
-
-    fn summary(&self) -> &'static str {
-        "Lock acquire + release: the fair lock (with and without store \
-         notifications) and the old try-and-back-off lock."
-    }
-
-    fn title(&self, _block_size: u64) -> String {
-        "lock: acquire + release of one lock by every client (acquisitions/s; latency = wait \
-         + both writes; fairness = Jain's index over per-client grants; longest run = most \
-         consecutive grants to one client)"
-            .to_string()
-    }
-
-    fn unit(&self) -> &'static str {
-        "acq"
-    }
-
-    fn variants(&self) -> &'static [Variant] {
-        &[FAIR, FAIR_POLLING, OLD]
-    }
-
-    fn extra_columns(&self) -> &'static [&'static str] {
-        &[LONGEST_RUN]
-    }
-
-    async fn prepare(
-        &self,
-        store: &CellStore,
-        cell: &CellSpec,
-    ) -> Result<PreparedCell, BenchError> {
-        let name = format!("bench-{}", cell.tag);
+    async fn setup(&self, store: &CellStore, cell: &CellSpec) -> Result<PreparedCell, BenchError> {
+        let name = cell.recipe_name();
         let prepare_error = prepare_error("lock", store);
         let counted: Arc<dyn VersionedStore> = store.counted.clone();
         let grants = Arc::new(GrantLog::default());

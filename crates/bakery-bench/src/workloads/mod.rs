@@ -1,8 +1,9 @@
 //! The workloads run on every bakery store, one file each, and their
 //! registry: the one list of them.
 //!
-//! Adding a workload is one file implementing
-//! [`Workload`] plus one line in [`registry`].
+//! Adding a workload is one file declaring its
+//! [`WorkloadSpec`] (as `SPEC`) and implementing
+//! [`Workload`](crate::model::Workload), plus one line in [`registry`].
 
 mod cas;
 mod cleanup;
@@ -12,7 +13,20 @@ mod once;
 mod outbox;
 mod sequence;
 
-use crate::model::Workload;
+use crate::model::WorkloadSpec;
+
+/// What every workload file uses: the model it implements, its error and
+/// the shared clean-up helpers.
+mod prelude {
+    pub(super) use async_trait::async_trait;
+
+    pub(super) use super::cleanup::{counts_disagree, delete_quietly, prepare_error};
+    pub(super) use crate::error::BenchError;
+    pub(super) use crate::model::{
+        BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell, Variant, Workload,
+        WorkloadSpec,
+    };
+}
 
 pub use cas::CasWorkload;
 pub use consumer::ConsumerWorkload;
@@ -24,20 +38,20 @@ pub use sequence::SequenceWorkload;
 /// Every workload this build runs, in the order a plan of all of them runs
 /// them. The one list: a plan, a command's `--workload` choices and its
 /// help all come from here.
-pub fn registry() -> Vec<Box<dyn Workload>> {
-    vec![
-        Box::new(CasWorkload),
-        Box::new(SequenceWorkload),
-        Box::new(LockWorkload),
-        Box::new(OnceWorkload),
-        Box::new(ConsumerWorkload),
-        Box::new(OutboxWorkload),
+pub fn registry() -> [&'static WorkloadSpec; 6] {
+    [
+        &cas::SPEC,
+        &sequence::SPEC,
+        &lock::SPEC,
+        &once::SPEC,
+        &consumer::SPEC,
+        &outbox::SPEC,
     ]
 }
 
 /// The names of the [`registry`]'s workloads, in order.
 pub fn names() -> Vec<&'static str> {
-    registry().iter().map(|w| w.name()).collect()
+    registry().iter().map(|w| w.name).collect()
 }
 
 #[cfg(test)]
@@ -52,8 +66,13 @@ mod tests {
             ["cas", "sequence", "lock", "once", "consumer", "outbox"]
         );
         for workload in registry() {
-            assert!(!workload.summary().is_empty(), "{}", workload.name());
-            assert!(!workload.variants().is_empty(), "{}", workload.name());
+            let name = workload.name;
+            assert!(!workload.summary.is_empty(), "{name}");
+            assert!(!workload.variants.is_empty(), "{name}");
+            let title = workload.title_for(4096);
+            assert!(title.starts_with(&format!("{name}: ")), "{title}");
+            assert!(!title.contains("{block_size}"), "{title}");
         }
+        assert!(sequence::SPEC.title_for(4096).contains("block size 4096"));
     }
 }

@@ -23,14 +23,9 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use bakery::{CountingStore, Execution, Idempotency, RunError, VersionedStore};
 
-use super::cleanup::{delete_quietly, prepare_error};
-use crate::error::BenchError;
-use crate::model::{
-    BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell, Variant, Workload,
-};
+use super::prelude::*;
 
 /// The `once` workload.
 #[derive(Debug, Clone, Copy)]
@@ -48,43 +43,22 @@ const PAYLOAD: &[u8] = b"bench";
 /// Extra column: `notify` calls (after each completion) in the timed part.
 const NOTIFIES: &str = "notifies";
 
-#[async_trait]
-impl Workload for OnceWorkload {
-    fn name(&self) -> &'static str {
-        "once"
-    }
-
-    fn summary(&self) -> &'static str {
-        "Idempotency::run on a new key and on a completed key."
-    }
-
-    fn title(&self, _block_size: u64) -> String {
+/// The `once` workload as the registry lists it.
+pub const SPEC: WorkloadSpec = WorkloadSpec::new("once", "runs", &[NEW, REPLAY], &OnceWorkload)
+    .summary("Idempotency::run on a new key and on a completed key.")
+    .title(
         "once: Idempotency::run, a handle per client, on a new key (claim + complete) and on \
          a completed key (replay) (runs/s; notifies = calls to notify waiters, included in the \
-         round trips)"
-            .to_string()
-    }
+         round trips)",
+    )
+    .extra_columns(&[NOTIFIES]);
 
-    fn unit(&self) -> &'static str {
-        "runs"
-    }
-
-    fn variants(&self) -> &'static [Variant] {
-        &[NEW, REPLAY]
-    }
-
-    fn extra_columns(&self) -> &'static [&'static str] {
-        &[NOTIFIES]
-    }
-
-    async fn prepare(
-        &self,
-        store: &CellStore,
-        cell: &CellSpec,
-    ) -> Result<PreparedCell, BenchError> {
-        let prepare_error = prepare_error("once", store);
-        let scope = format!("bench-{}", cell.tag);
+#[async_trait]
+impl Workload for OnceWorkload {
+    async fn setup(&self, store: &CellStore, cell: &CellSpec) -> Result<PreparedCell, BenchError> {
+        let scope = cell.recipe_name();
         let replay = cell.variant == REPLAY.id;
+        let prepare_error = prepare_error("once", store);
         let executed = Arc::new(AtomicU64::new(0));
         // Per client, how many keys it has used (new) or has (replay).
         let used: Arc<[AtomicU64]> = (0..cell.clients).map(|_| AtomicU64::new(0)).collect();

@@ -43,7 +43,7 @@
 use async_trait::async_trait;
 
 use crate::error::BenchError;
-use crate::model::{CellSpec, CellStore, PreparedCell, Variant, Workload};
+use crate::model::{CellSpec, CellStore, PreparedCell, Variant, Workload, WorkloadSpec};
 
 /// The `outbox` workload.
 #[derive(Debug, Clone, Copy)]
@@ -54,41 +54,22 @@ const RELAY: Variant = Variant::new("relay", "emit → Relay → ConsumerSink");
 /// Extra column: batches the relay delivered.
 const BATCHES: &str = "batches";
 
-#[async_trait]
-impl Workload for OutboxWorkload {
-    fn name(&self) -> &'static str {
-        "outbox"
-    }
-
-    fn summary(&self) -> &'static str {
+/// The `outbox` workload as the registry lists it.
+pub const SPEC: WorkloadSpec = WorkloadSpec::new("outbox", "msgs", &[RELAY], &OutboxWorkload)
+    .summary(
         "The PostgreSQL outbox end to end: emit, relay, exactly-once consumer on the store \
-         (needs a postgres target as source)."
-    }
-
-    fn title(&self, _block_size: u64) -> String {
+         (needs a postgres target as source).",
+    )
+    .title(
         "outbox: one message per operation, from emit (its own PostgreSQL transaction) until \
          the relay applied it to a consumer on the store (msgs/s and latency end to end; round \
-         trips = the consumer's store calls; batches = relay batches)"
-            .to_string()
-    }
+         trips = the consumer's store calls; batches = relay batches)",
+    )
+    .extra_columns(&[BATCHES]);
 
-    fn unit(&self) -> &'static str {
-        "msgs"
-    }
-
-    fn variants(&self) -> &'static [Variant] {
-        &[RELAY]
-    }
-
-    fn extra_columns(&self) -> &'static [&'static str] {
-        &[BATCHES]
-    }
-
-    async fn prepare(
-        &self,
-        store: &CellStore,
-        cell: &CellSpec,
-    ) -> Result<PreparedCell, BenchError> {
+#[async_trait]
+impl Workload for OutboxWorkload {
+    async fn setup(&self, store: &CellStore, cell: &CellSpec) -> Result<PreparedCell, BenchError> {
         #[cfg(feature = "postgres")]
         return pipeline::prepare(store, cell).await;
         #[cfg(not(feature = "postgres"))]
@@ -117,7 +98,7 @@ mod pipeline {
     use super::BATCHES;
     use crate::error::BenchError;
     use crate::model::{BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell};
-    use crate::workloads::cleanup::{delete_quietly, prepare_error};
+    use crate::workloads::cleanup::{counts_disagree, delete_quietly, prepare_error};
 
     /// Changes the relay decodes per batch (the CLI's default).
     const BATCH: i32 = 1000;
@@ -171,7 +152,7 @@ mod pipeline {
                  wal_level=logical"
             )));
         }
-        let prefix = format!("bench-{}", cell.tag);
+        let prefix = cell.recipe_name();
         let consumer = Consumer::builder(store.counted.clone(), &prefix)
             .build()
             .map_err(prepare_error)?;
@@ -425,14 +406,8 @@ mod pipeline {
             };
             let emitted = self.emitted.load(Ordering::Relaxed);
             let applied = sink.sink.applied;
-            // An emit whose reply was lost may still have committed: with
-            // errors, more may arrive than was acknowledged, never fewer.
-            let lost = if had_errors {
-                stored < emitted
-            } else {
-                stored != emitted
-            };
-            if lost || stored != applied {
+            // An emit whose reply was lost may still have committed.
+            if counts_disagree(stored, emitted, had_errors) || stored != applied {
                 vec![format!(
                     "{emitted} messages emitted, {applied} applied by the relay, {stored} in \
                      the consumer's digest (each must be applied exactly once)"

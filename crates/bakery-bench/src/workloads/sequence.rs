@@ -10,14 +10,9 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use bakery::{Key, Sequence, VersionedStore};
 
-use super::cleanup::{delete_quietly, prepare_error};
-use crate::error::BenchError;
-use crate::model::{
-    BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell, Variant, Workload,
-};
+use super::prelude::*;
 
 /// The `sequence` workload.
 #[derive(Debug, Clone, Copy)]
@@ -37,46 +32,24 @@ const ADAPTIVE_TARGET: std::time::Duration = std::time::Duration::from_secs(1);
 const WAITS: &str = "waits";
 const RESERVATIONS: &str = "reservations";
 
+/// The `sequence` workload as the registry lists it.
+pub const SPEC: WorkloadSpec =
+    WorkloadSpec::new("sequence", "ids", &[NEXT, ADAPTIVE], &SequenceWorkload)
+        .summary("Sequence::next().")
+        .title(
+            "sequence: next() on one sequence, a handle per client, block size {block_size}, \
+             prefetch on (ids/s; latency per call; waits = calls that waited for the store)",
+        )
+        .extra_columns(&[WAITS, RESERVATIONS]);
+
 #[async_trait]
 impl Workload for SequenceWorkload {
-    fn name(&self) -> &'static str {
-        "sequence"
-    }
-
-    fn summary(&self) -> &'static str {
-        "Sequence::next()."
-    }
-
-    fn title(&self, block_size: u64) -> String {
-        format!(
-            "sequence: next() on one sequence, a handle per client, block size {block_size}, \
-             prefetch on (ids/s; latency per call; waits = calls that waited for the store)"
-        )
-    }
-
-    fn unit(&self) -> &'static str {
-        "ids"
-    }
-
-    fn variants(&self) -> &'static [Variant] {
-        &[NEXT, ADAPTIVE]
-    }
-
-    fn extra_columns(&self) -> &'static [&'static str] {
-        &[WAITS, RESERVATIONS]
-    }
-
-    async fn prepare(
-        &self,
-        store: &CellStore,
-        cell: &CellSpec,
-    ) -> Result<PreparedCell, BenchError> {
-        let name = format!("bench-{}", cell.tag);
+    async fn setup(&self, store: &CellStore, cell: &CellSpec) -> Result<PreparedCell, BenchError> {
+        let name = cell.recipe_name();
         let prepare_error = prepare_error("sequence", store);
-        let counted: Arc<dyn VersionedStore> = store.counted.clone();
-        let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
-        for _ in 0..cell.clients {
-            let builder = Sequence::builder(counted.clone(), &name).prefetch(true);
+        let key = Key::with_prefix(bakery::sequence::KEY_PREFIX, &name).map_err(prepare_error)?;
+        let handle = || {
+            let builder = Sequence::builder(store.counted.clone(), &name).prefetch(true);
             let builder = if cell.variant == ADAPTIVE.id {
                 builder
                     .adaptive(cell.block_size, cell.block_size.saturating_mul(10_000))
@@ -85,9 +58,11 @@ impl Workload for SequenceWorkload {
                 builder.block_size(cell.block_size)
             };
             let sequence = builder.build().map_err(prepare_error)?;
-            clients.push(Box::new(SequenceClient { sequence, last: 0 }));
-        }
-        let key = Key::with_prefix(bakery::sequence::KEY_PREFIX, &name).map_err(prepare_error)?;
+            Ok(Box::new(SequenceClient { sequence, last: 0 }) as Box<dyn BenchClient>)
+        };
+        let clients = (0..cell.clients)
+            .map(|_| handle())
+            .collect::<Result<_, BenchError>>()?;
         Ok(PreparedCell {
             clients,
             finish: Some(Box::new(SequenceFinish {
