@@ -35,6 +35,23 @@ pub fn percent_decode(backend: &'static str, what: &str, text: &str) -> Result<S
         })
 }
 
+/// Split `SCHEME://` off the front of `uri` if SCHEME is one of `schemes`
+/// (ASCII case-insensitive): the scheme as listed, and the rest. Never
+/// panics, whatever characters follow.
+///
+/// ```
+/// use bakery_core::uri::strip_scheme;
+/// let schemes = &["postgres", "postgresql"];
+/// assert_eq!(strip_scheme("PostgreSQL://h/db", schemes), Some(("postgresql", "h/db")));
+/// assert_eq!(strip_scheme("postgres:\u{e9}", schemes), None);
+/// assert_eq!(strip_scheme("redis://h", schemes), None);
+/// ```
+pub fn strip_scheme<'a>(uri: &'a str, schemes: &[&'static str]) -> Option<(&'static str, &'a str)> {
+    let (scheme, rest) = uri.split_once("://")?;
+    let listed = schemes.iter().find(|s| s.eq_ignore_ascii_case(scheme))?;
+    Some((listed, rest))
+}
+
 /// `uri` with any password replaced by `***`, for messages and logs: the
 /// password of the authority (`user:pass@host`) and the value of query
 /// options that hold secrets (`password`, `pass`, `pwd`, `secret`, `token`,

@@ -153,28 +153,18 @@ impl MongoConfig {
     /// quoted. No network access: `mongodb+srv` seed lists are resolved by
     /// [`MongoStore::open`].
     pub fn from_uri(uri: &str) -> Result<Self> {
-        let scheme = SCHEME_FORMS
-            .iter()
-            .copied()
-            .find(|scheme| {
-                uri.get(..scheme.len() + 3).is_some_and(|prefix| {
-                    prefix[..scheme.len()].eq_ignore_ascii_case(scheme)
-                        && &prefix[scheme.len()..] == "://"
-                })
-            })
-            .ok_or_else(|| {
-                Error::config(
-                    BACKEND,
-                    "not a mongodb URI (expected mongodb://[USER:PASSWORD@]HOST[:PORT][,HOST2…][/DATABASE][?OPTIONS])",
-                )
-            })?;
+        let (scheme, rest) = bakery_core::uri::strip_scheme(uri, SCHEME_FORMS).ok_or_else(|| {
+            Error::config(
+                BACKEND,
+                "not a mongodb URI (expected mongodb://[USER:PASSWORD@]HOST[:PORT][,HOST2…][/DATABASE][?OPTIONS])",
+            )
+        })?;
         if scheme == "mongodb+srv" && !cfg!(feature = "srv") {
             return Err(Error::config(
                 BACKEND,
                 "mongodb+srv:// needs the `srv` feature of bakery-mongodb (a DNS resolver), which this build has off",
             ));
         }
-        let rest = &uri[scheme.len() + 3..];
         // The driver splits the same way: options after the first `?`,
         // credentials before the last `@` (a password must percent-encode
         // `@`, `:`, `/` and `?`).

@@ -292,22 +292,12 @@ impl PostgresConfig {
     /// the offending part; the URI itself (which may hold a password) is
     /// never quoted.
     pub fn from_uri(uri: &str) -> Result<Self> {
-        let scheme_len = SCHEMES
-            .iter()
-            .find_map(|scheme| {
-                let prefix_len = scheme.len() + 3;
-                let prefix = uri.get(..prefix_len)?;
-                (prefix[..scheme.len()].eq_ignore_ascii_case(scheme)
-                    && &prefix[scheme.len()..] == "://")
-                    .then_some(prefix_len)
-            })
-            .ok_or_else(|| {
-                Error::config(
-                    BACKEND,
-                    "not a postgres URI (expected postgres://USER@HOST[:PORT]/DBNAME or postgresql://…)",
-                )
-            })?;
-        let rest = &uri[scheme_len..];
+        let (_, rest) = bakery_core::uri::strip_scheme(uri, SCHEMES).ok_or_else(|| {
+            Error::config(
+                BACKEND,
+                "not a postgres URI (expected postgres://USER@HOST[:PORT]/DBNAME or postgresql://…)",
+            )
+        })?;
         // The driver takes everything up to the first `@` as credentials,
         // then host and path up to `?`: split the same way, so a `?` in a
         // password is never mistaken for the start of the options.
@@ -442,6 +432,20 @@ impl PostgresConfig {
                 BACKEND,
                 "postgres URI names no host (expected postgres://USER@HOST/DBNAME or ?host=…)",
             ));
+        }
+        // A host with characters no host name or address has is a URI
+        // split where its author did not mean it (`postgres://?a=@&password=…`
+        // names host `&password=…`): refused, and never echoed.
+        for host in self.pg.get_hosts() {
+            if let tokio_postgres::config::Host::Tcp(name) = host {
+                let valid = |c: char| c.is_ascii_alphanumeric() || ".-_:%[]".contains(c);
+                if name.is_empty() || !name.chars().all(valid) {
+                    return Err(Error::config(
+                        BACKEND,
+                        "postgres URI: a host is not a host name or address (expected postgres://USER@HOST[:PORT]/DBNAME; a password must percent-encode `@`)",
+                    ));
+                }
+            }
         }
         options::count_in_range(BACKEND, "pool_size", self.pool_size, MAX_POOL_SIZE)?;
         if self

@@ -16,6 +16,39 @@ fn schemes() {
     assert_eq!(SCHEMES, &["postgres", "postgresql"]);
 }
 
+/// A multi-byte character where `://` should follow the scheme once made
+/// the scheme check slice inside it (a panic); found by tests/uri_properties.rs.
+#[test]
+fn a_multibyte_character_after_the_scheme_is_a_config_error() {
+    for uri in [
+        "postgres:\u{11461}",
+        "postgresql:\u{e9}",
+        "postgres\u{e9}//h/db",
+    ] {
+        let err = PostgresConfig::from_uri(uri).expect_err(uri);
+        assert_eq!(err.kind(), ErrorKind::Config, "{uri}: {err}");
+    }
+}
+
+/// `?…@&password=SECRET`: the driver's split (credentials up to the first
+/// `@`) makes `&password=SECRET` the host. Refused without echoing it;
+/// found by tests/uri_properties.rs.
+#[test]
+fn a_host_that_is_not_a_host_name_is_refused_without_echoing_it() {
+    let uri = format!("postgres://?timeout_ms=@&password={SECRET}");
+    let err = PostgresConfig::from_uri(&uri).expect_err("a host with `&` and `=`");
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    assert!(!err.to_string().contains(SECRET), "{err}");
+    for good in [
+        "postgres://u@localhost/db",
+        "postgres://u@127.0.0.1:5432/db",
+        "postgres://u@[::1]:5432/db",
+        "postgres://u@db-1.example_x.com/db",
+    ] {
+        PostgresConfig::from_uri(good).unwrap_or_else(|e| panic!("{good}: {e}"));
+    }
+}
+
 #[test]
 fn defaults() {
     let config = PostgresConfig::from_uri("postgres://postgres@127.0.0.1:15432/bakery").unwrap();
