@@ -267,4 +267,73 @@ mod tests {
             (typed, memory)
         );
     }
+
+    /// Every subcommand path (`["lock", "run"]`) with its long options.
+    fn vocabulary() -> Vec<(Vec<String>, Vec<String>)> {
+        fn walk(cmd: &clap::Command, path: Vec<String>, out: &mut Vec<(Vec<String>, Vec<String>)>) {
+            let longs = cmd
+                .get_arguments()
+                .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+                .collect();
+            out.push((path.clone(), longs));
+            for sub in cmd.get_subcommands() {
+                let mut path = path.clone();
+                path.push(sub.get_name().to_string());
+                walk(sub, path, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&command(), Vec::new(), &mut out);
+        out
+    }
+
+    fn value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(String::new()),
+            Just("0".to_string()),
+            Just("-1".to_string()),
+            Just("0s".to_string()),
+            Just("10s".to_string()),
+            Just("99999999999999h".to_string()),
+            Just("18446744073709551616".to_string()),
+            Just("memory://".to_string()),
+            Just("sqlite::memory:".to_string()),
+            Just("nosuch://x".to_string()),
+            Just("a=b".to_string()),
+            Just("--".to_string()),
+            "\\PC{0,16}",
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 1_000, ..Default::default() })]
+
+        /// Any argument list built from the real subcommands and options,
+        /// with random values (and random words), is parsed or refused
+        /// with a usage error: never a panic.
+        #[test]
+        fn random_command_lines_parse_or_are_usage_errors(
+            which in proptest::prelude::any::<proptest::sample::Index>(),
+            options in proptest::collection::vec(
+                (proptest::prelude::any::<proptest::sample::Index>(), value(), proptest::prelude::any::<bool>()),
+                0..6,
+            ),
+        ) {
+            let vocabulary = vocabulary();
+            let (path, longs) = &vocabulary[which.index(vocabulary.len())];
+            let mut args = vec!["bakery".to_string()];
+            args.extend(path.iter().cloned());
+            for (option, value, as_word) in options {
+                if as_word || longs.is_empty() {
+                    args.push(value);
+                } else {
+                    args.push(longs[option.index(longs.len())].clone());
+                    args.push(value);
+                }
+            }
+            // Either outcome is fine; a panic fails the test.
+            let _ = command().try_get_matches_from(&args).and_then(|m| from_matches(&m));
+        }
+    }
 }
