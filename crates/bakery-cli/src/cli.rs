@@ -83,6 +83,15 @@ pub enum Command {
     /// selected generator is safe.
     Migrate(crate::migrate::MigrateArgs),
 
+    /// Check a store as bakery's own tests check every backend: concurrent
+    /// recorded workloads, then every compare-and-set checked for
+    /// linearizability, sequence ids for duplicates, fenced writes for
+    /// stale tokens and lock grants for FIFO order.
+    ///
+    /// Run it against your own deployment and settings. Exit status 0 only
+    /// when every check holds; on a failure the recorded history is written
+    /// to a file. Its rows stay under a `verify-…` namespace.
+    Verify(crate::verify::VerifyArgs),
     /// List the URI schemes compiled into this build.
     Backends,
 

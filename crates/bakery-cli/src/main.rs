@@ -12,6 +12,7 @@ mod once;
 mod outbox;
 mod output;
 mod seq;
+mod verify;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -117,6 +118,10 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Outbox(outbox::OutboxCommand::Show(args)) => {
             let (store, _) = open(cli.uri.as_deref()).await?;
             outbox::show(store, args, cli.json).await
+        }
+        Command::Verify(args) => {
+            let (store, _) = open(cli.uri.as_deref()).await?;
+            verify::run(store, args, cli.json).await
         }
         Command::Migrate(args) => {
             let (store, _) = open(cli.uri.as_deref()).await?;

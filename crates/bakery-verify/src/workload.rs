@@ -665,7 +665,12 @@ pub async fn verify(
         cas.counts,
         lin.verdict() == Verdict::Linearizable,
         format!(
-            "{} keys, {} ops checked ({} unknown)",
+            "{}: {} keys, {} ops checked ({} unknown)",
+            match lin.verdict() {
+                Verdict::Linearizable => "linearizable",
+                Verdict::NotLinearizable => "NOT linearizable",
+                Verdict::Inconclusive => "inconclusive",
+            },
             lin.keys.len(),
             lin.ops(),
             lin.unknown()
