@@ -3,8 +3,9 @@
 # what is missing from Debian packages, starts each server on 127.0.0.1 on a
 # non-default port with its data in a scratch directory, and prints the
 # BAKERY_<NAME>_URI export lines the tests read.  Cassandra comes from Maven
-# Central and FerretDB (standing in for MongoDB) is built from the Go module
-# proxy; both are cached outside the checkout, so only the first run is slow.
+# Central; FerretDB (standing in for MongoDB) and Toxiproxy (a TCP fault proxy
+# the tests put in front of the others) are built from the Go module proxy;
+# all are cached outside the checkout, so only the first run is slow.
 #
 #   scripts/backends.sh start [NAME...]    install if missing, start (or reuse), wait until
 #                                          it answers, print export lines (default: all)
@@ -15,9 +16,11 @@
 #   scripts/backends.sh env                export lines of the running backends
 #   scripts/backends.sh deps               install build dependencies only (protoc)
 #
-# NAME is postgres, mariadb, redis, redis_volatile, etcd, mongodb, cassandra, or
-# all (in that order; stop goes in reverse).  mongodb is FerretDB over the
-# postgres server, which `start mongodb` starts too.  redis_volatile is a second Redis
+# NAME is postgres, mariadb, redis, redis_volatile, etcd, mongodb, cassandra,
+# toxiproxy, or all (in that order; stop goes in reverse).  mongodb is FerretDB
+# over the postgres server, which `start mongodb` starts too.  toxiproxy is
+# Shopify's fault proxy; its line is BAKERY_TOXIPROXY_URL=http://… (its HTTP
+# API), and tests/proxy_faults.rs creates proxies to the other servers through it.  redis_volatile is a second Redis
 # with --appendonly no (Redis's default) and no RDB snapshots (--save ''): a
 # restart forgets everything, so bakery refuses it unless the URI says
 # accept_data_loss=true; tests/redis_durability.rs uses it to show both
@@ -31,13 +34,13 @@
 # Environment:
 #   BAKERY_PG_PORT (15432)  BAKERY_MARIADB_PORT (13306)  BAKERY_REDIS_PORT (16379)
 #   BAKERY_REDIS_VOLATILE_PORT (16380)  BAKERY_ETCD_PORT (12379)  BAKERY_ETCD_PEER_PORT (12380)
-#   BAKERY_MONGODB_PORT (17017)
+#   BAKERY_MONGODB_PORT (17017)  BAKERY_TOXIPROXY_PORT (18474, its HTTP API)
 #   BAKERY_CASSANDRA_PORT (19042, CQL)  BAKERY_CASSANDRA_STORAGE_PORT (17000)
 #   BAKERY_CASSANDRA_JMX_PORT (17199)
 #                            unset: the port the backend last ran on, else the default
 #   BAKERY_SCRATCH           data, logs, pid files (${TMPDIR:-/tmp}/bakery-backends)
 #   BAKERY_BACKENDS_TIMEOUT  seconds to wait for a server to answer (60; Cassandra: at least 180)
-#   XDG_CACHE_HOME           Cassandra's jars and the FerretDB binary go to
+#   XDG_CACHE_HOME           Cassandra's jars, the FerretDB and Toxiproxy binaries go to
 #                            ${XDG_CACHE_HOME:-~/.cache}/bakery (Maven's repository under m2/)
 #   BAKERY_JAVA              the `java` for Cassandra (default: a JDK 17 -- JAVA_HOME,
 #                            /usr/lib/jvm/*17*, or `java` on PATH; 5.0 does not run on 21+)
@@ -63,7 +66,7 @@ usage() {
 }
 
 # Start order; stop goes in reverse.
-BACKENDS=(postgres mariadb redis redis_volatile etcd mongodb cassandra)
+BACKENDS=(postgres mariadb redis redis_volatile etcd mongodb cassandra toxiproxy)
 load_servers
 
 main() {

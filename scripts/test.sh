@@ -39,6 +39,9 @@ export BAKERY_TEST_REQUIRE=postgres,redis,etcd,cassandra,mongodb
 export BAKERY_TEST_URIS="redis-watch=${BAKERY_REDIS_URI}?cas=watch"
 # tests/faults.rs may stop and restart the servers this script started.
 export BAKERY_FAULT_TESTS=1
+# tests/proxy_faults.rs puts Toxiproxy (BAKERY_TOXIPROXY_URL, exported by
+# `start all` above) between its clients and each server; it fails in CI
+# without it.
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -20,6 +20,7 @@
 #   NAME_ready         one probe: succeeds if it answers
 #   NAME_after_start   runs once it answers, also when it was running already
 #   NAME_uri           prints its BAKERY_NAME_URI value
+#   NAME_env_var       (optional) prints another name for that variable
 #   NAME_stop PID      stops it, usually with stop_pid NAME PID
 #
 # start, after_start and stop run right after NAME_describe, so they may use
@@ -354,7 +355,15 @@ export_line() {
     fi
 }
 
-env_var_of() { echo "BAKERY_${1^^}_URI"; }
+# env_var_of NAME: the variable of NAME's export line: BAKERY_NAME_URI, or
+# what NAME_env_var prints if NAME defines one (toxiproxy: an API URL).
+env_var_of() {
+    if declare -F "${1}_env_var" >/dev/null; then
+        "${1}_env_var"
+    else
+        echo "BAKERY_${1^^}_URI"
+    fi
+}
 
 print_exports() {
     local name

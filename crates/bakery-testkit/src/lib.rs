@@ -11,6 +11,7 @@ mod lock;
 pub mod namespace;
 mod once;
 pub mod options;
+pub mod proxy;
 mod sequence;
 pub mod watch;
 

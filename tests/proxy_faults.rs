@@ -1,0 +1,665 @@
+//! Network faults from a real TCP fault proxy (Toxiproxy) between the client
+//! and each server backend: latency with jitter, connection resets, a
+//! blackhole, a bandwidth stall, and a cut timed to land after the requests
+//! were sent (so replies of applied writes are lost — unknown outcomes on
+//! purpose).
+//!
+//! For every server backend one store is opened through its own proxy (with
+//! a short `timeout_ms`), and under each fault workers increment one counter
+//! by read-modify-write `put_if_version` (the cut: a batch of puts, each on
+//! a counter of its own) while sequence handles take ids.
+//! Asserted, per backend and fault:
+//! - every call returns, within a bound (no hang), `Ok` or a typed error:
+//!   `Unavailable`, `Unknown` or `TimedOut` — never another kind, no panic;
+//! - once the fault is removed the SAME store value works again;
+//! - the counter holds every acknowledged increment and at most the
+//!   acknowledged plus the unknown-outcome ones (`Unavailable` promises
+//!   "not applied", and is held to it);
+//! - the cut, which loses the replies of requests the server received,
+//!   produces unknown outcomes;
+//! - no sequence id is handed out twice over all faults, and each handle's
+//!   ids increase.
+//!
+//! The counts per backend and fault are printed (`--nocapture`).
+//!
+//! Needs `BAKERY_TOXIPROXY_URL` and the backends' `BAKERY_<NAME>_URI`
+//! (`scripts/backends.sh start all` exports them; `scripts/test.sh` runs
+//! this). Without them it prints why and skips — except under `CI=true`,
+//! where it fails.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bakery::{Bytes, ErrorKind, Key, PutOutcome, Row, Sequence, VersionedStore};
+use bakery_testkit::proxy::{self, Direction, Proxy, Toxic, Toxiproxy};
+
+/// The client's own deadline, given to every backend as `timeout_ms`.
+const TIMEOUT_MS: u64 = 1000;
+
+/// A call that takes longer than this hangs (a bound, not a speed check):
+/// every backend must give up at about `TIMEOUT_MS`.
+const CALL_BOUND: Duration = Duration::from_secs(20);
+
+/// How long the store may take to work again once a fault is removed
+/// (reconnecting; a bound, not a speed check).
+const RECOVERY_BOUND: Duration = Duration::from_secs(60);
+
+/// How long a free-running fault stays in place.
+const WINDOW: Duration = Duration::from_millis(1500);
+
+/// Concurrent read-modify-write clients of the counter.
+const WORKERS: usize = 4;
+
+/// Sequence handles (clients) of one sequence, kept over all faults.
+const HANDLES: usize = 3;
+
+/// Rounds of the cut: each sends a batch of puts and cuts the connections
+/// while their replies are held back.
+const CUT_ROUNDS: u32 = 6;
+
+/// How long the proxy holds back every reply during the cut. Round `r`
+/// cuts `(r % 3 + ½)` of it after sending: within the first, second or
+/// third round trip of the calls (a put is one round trip on most
+/// backends, a read and then an insert on FerretDB, more on a fresh
+/// connection), when the request has reached the server and its reply is
+/// held back.
+const CUT_HOLD: Duration = Duration::from_millis(200);
+
+fn cut_after(round: u32) -> Duration {
+    CUT_HOLD * (2 * (round % 3) + 1) / 2
+}
+
+/// After the cut, the replies the proxy still holds are written to closed
+/// connections within [`CUT_HOLD`]; removing the toxic before then makes
+/// Toxiproxy (2.12) wait 5 s per connection to flush them. So it is
+/// removed once they are out.
+const CUT_DRAIN: Duration = Duration::from_millis(300);
+
+/// How long the workers run before a free-running fault is put in place,
+/// so each knows the counter's row when it starts.
+const WARM_UP: Duration = Duration::from_millis(300);
+
+/// A pause after a failed call, so a worker does not spin on a refused
+/// connection (not needed for any assertion).
+const BACKOFF: Duration = Duration::from_millis(20);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// 150 ms ± 100 ms on the replies, 30 ms ± 20 ms on the requests.
+    Latency,
+    /// Every reply is dropped and its connection reset.
+    ResetPeer,
+    /// Every reply is swallowed; connections stay open until the fault is
+    /// removed (the client's `timeout_ms` must fire).
+    Blackhole,
+    /// 1 KB/s each way.
+    Bandwidth,
+    /// Every reply held back, then every connection cut while a batch of
+    /// puts is in flight: the requests applied, the replies are lost.
+    Cut,
+}
+
+const FAULTS: [Fault; 5] = [
+    Fault::Latency,
+    Fault::ResetPeer,
+    Fault::Blackhole,
+    Fault::Bandwidth,
+    Fault::Cut,
+];
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::Latency => "latency+jitter",
+            Fault::ResetPeer => "reset_peer",
+            Fault::Blackhole => "timeout(blackhole)",
+            Fault::Bandwidth => "bandwidth 1KB/s",
+            Fault::Cut => "cut after send",
+        }
+    }
+
+    /// The toxics of a free-running fault.
+    fn toxics(self) -> Vec<Toxic> {
+        let ms = Duration::from_millis;
+        match self {
+            Fault::Latency => vec![
+                Toxic::latency(ms(150), ms(100)),
+                Toxic::latency(ms(30), ms(20)).direction(Direction::Upstream),
+            ],
+            Fault::ResetPeer => vec![Toxic::reset_peer(Duration::ZERO)],
+            Fault::Blackhole => vec![Toxic::timeout(Duration::ZERO)],
+            Fault::Bandwidth => vec![
+                Toxic::bandwidth(1),
+                Toxic::bandwidth(1).direction(Direction::Upstream),
+            ],
+            Fault::Cut => Vec::new(),
+        }
+    }
+}
+
+/// What the counter's clients saw under one fault.
+#[derive(Debug, Default, Clone)]
+struct Tally {
+    puts: u64,
+    acked: u64,
+    conflicts: u64,
+    unknown: u64,
+    unavailable: u64,
+    timed_out: u64,
+    get_errors: u64,
+    seq_ids: u64,
+    seq_errors: u64,
+}
+
+impl Tally {
+    fn add(&mut self, o: &Tally) {
+        self.puts += o.puts;
+        self.acked += o.acked;
+        self.conflicts += o.conflicts;
+        self.unknown += o.unknown;
+        self.unavailable += o.unavailable;
+        self.timed_out += o.timed_out;
+        self.get_errors += o.get_errors;
+        self.seq_ids += o.seq_ids;
+        self.seq_errors += o.seq_errors;
+    }
+
+    /// A put's error, which must be typed.
+    fn put_failed(&mut self, ctx: &str, e: &bakery::Error) {
+        match typed(ctx, "put_if_version", e) {
+            ErrorKind::Unknown => self.unknown += 1,
+            ErrorKind::Unavailable => self.unavailable += 1,
+            _ => self.timed_out += 1,
+        }
+    }
+
+    /// Puts that may have applied without being acknowledged.
+    fn maybe_applied(&self) -> u64 {
+        self.unknown + self.timed_out
+    }
+}
+
+/// The error's kind, if it is one a network fault may produce; else the
+/// test fails.
+fn typed(ctx: &str, what: &str, e: &bakery::Error) -> ErrorKind {
+    match e.kind() {
+        kind @ (ErrorKind::Unavailable | ErrorKind::Unknown | ErrorKind::TimedOut) => kind,
+        other => panic!("{ctx}: {what} failed with {other:?}, not a network fault's kind: {e}"),
+    }
+}
+
+/// `call`, which must finish within [`CALL_BOUND`].
+async fn bounded<T>(ctx: &str, what: &str, call: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(CALL_BOUND, call).await {
+        Ok(done) => done,
+        Err(_) => panic!("{ctx}: {what} hung for {CALL_BOUND:?}"),
+    }
+}
+
+fn number(row: &Option<Row>) -> u64 {
+    row.as_ref().map_or(0, |r| bakery_testkit::number(&r.value))
+}
+
+/// One client of the counter: read, put +1 at the version read; after a
+/// conflict, the row it returns; after an error, read again — and if that
+/// read fails too, put at the last version it knew (a stale version only
+/// conflicts), so puts are attempted under every fault. Until `stop`.
+async fn counter_client(
+    ctx: Arc<str>,
+    store: Arc<dyn VersionedStore>,
+    key: Key,
+    stop: Arc<AtomicBool>,
+) -> Tally {
+    let mut tally = Tally::default();
+    let mut fresh: Option<Option<Row>> = None;
+    let mut last: Option<Option<Row>> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let row = match fresh.take() {
+            Some(row) => row,
+            None => match bounded(&ctx, "get", store.get(&key)).await {
+                Ok(row) => row,
+                Err(e) => {
+                    typed(&ctx, "get", &e);
+                    tally.get_errors += 1;
+                    match last.clone() {
+                        Some(row) => row,
+                        None => {
+                            tokio::time::sleep(BACKOFF).await;
+                            continue;
+                        }
+                    }
+                }
+            },
+        };
+        last = Some(row.clone());
+        tally.puts += 1;
+        let put = store.put_if_version(
+            &key,
+            row.as_ref().map(|r| r.version),
+            Bytes::from((number(&row) + 1).to_string()),
+        );
+        match bounded(&ctx, "put_if_version", put).await {
+            Ok(PutOutcome::Applied(now)) => {
+                tally.acked += 1;
+                fresh = Some(Some(now));
+            }
+            Ok(PutOutcome::Conflict(now)) => {
+                tally.conflicts += 1;
+                fresh = Some(now);
+            }
+            Err(e) => {
+                tally.put_failed(&ctx, &e);
+                tokio::time::sleep(BACKOFF).await;
+            }
+        }
+    }
+    tally
+}
+
+/// Reads the counter (retrying while the store recovers) and puts +1 once,
+/// with no fault in place; returns the tally and the row now known.
+async fn increment(
+    ctx: Arc<str>,
+    store: Arc<dyn VersionedStore>,
+    key: Key,
+) -> (Tally, Option<Row>) {
+    let mut tally = Tally::default();
+    let row = recovered(&ctx, "get", || store.get(&key)).await;
+    tally.puts += 1;
+    let put = store.put_if_version(
+        &key,
+        row.as_ref().map(|r| r.version),
+        Bytes::from((number(&row) + 1).to_string()),
+    );
+    match bounded(&ctx, "put_if_version", put).await {
+        Ok(PutOutcome::Applied(now)) => {
+            tally.acked += 1;
+            (tally, Some(now))
+        }
+        Ok(PutOutcome::Conflict(now)) => {
+            tally.conflicts += 1;
+            (tally, now)
+        }
+        Err(e) => {
+            tally.put_failed(&ctx, &e);
+            (tally, recovered(&ctx, "get", || store.get(&key)).await)
+        }
+    }
+}
+
+/// One sequence handle taking ids until `stop`.
+async fn sequence_client(
+    ctx: Arc<str>,
+    seq: Arc<Sequence>,
+    stop: Arc<AtomicBool>,
+) -> (Vec<u64>, u64) {
+    let (mut ids, mut errors) = (Vec::new(), 0);
+    while !stop.load(Ordering::Relaxed) {
+        match bounded(&ctx, "Sequence::next", seq.next()).await {
+            Ok(id) => ids.push(id),
+            Err(e) => {
+                typed(&ctx, "Sequence::next", &e);
+                errors += 1;
+                tokio::time::sleep(BACKOFF).await;
+            }
+        }
+    }
+    (ids, errors)
+}
+
+/// Retries `call` (bounded each) while it fails with a temporary error, up
+/// to [`RECOVERY_BOUND`]; the store must work again by then.
+async fn recovered<T, F, Fut>(ctx: &str, what: &str, mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bakery::Result<T>>,
+{
+    let start = Instant::now();
+    loop {
+        match bounded(ctx, what, call()).await {
+            Ok(done) => return done,
+            Err(e) if e.is_temporary() && start.elapsed() < RECOVERY_BOUND => {
+                tokio::time::sleep(BACKOFF).await;
+            }
+            Err(e) => panic!(
+                "{ctx}: {what} still fails after {:?} of retries with no fault in place: {e}",
+                start.elapsed()
+            ),
+        }
+    }
+}
+
+/// The same store works again: a read of `key` and a write of a probe key.
+async fn works_again(ctx: &str, store: &Arc<dyn VersionedStore>, key: &Key) -> Option<Row> {
+    let probe = bakery_testkit::unique_key("proxy-faults-probe");
+    // Applied or (after an unknown outcome) a conflict: either is a reply.
+    let _ = recovered(ctx, "put_if_version (probe)", || {
+        store.put_if_version(&probe, None, Bytes::from_static(b"1"))
+    })
+    .await;
+    recovered(ctx, "get", || store.get(key)).await
+}
+
+struct Backend {
+    name: &'static str,
+    store: Arc<dyn VersionedStore>,
+    proxy: Proxy,
+    handles: Vec<Arc<Sequence>>,
+    /// Every id each handle has handed out, in order.
+    ids: Vec<Vec<u64>>,
+}
+
+impl Backend {
+    fn ctx(&self, fault: Fault) -> Arc<str> {
+        Arc::from(format!("proxy_faults[{}/{}]", self.name, fault.name()))
+    }
+
+    async fn run(&mut self, fault: Fault) -> Tally {
+        let ctx = self.ctx(fault);
+        // Free-running workers share one counter; the cut gives each put
+        // of its batch a counter of its own, so every request the server
+        // receives applies and a lost reply hides a real increment.
+        let keys: Vec<Key> = match fault {
+            Fault::Cut => (0..WORKERS)
+                .map(|_| bakery_testkit::unique_key("proxy-faults"))
+                .collect(),
+            _ => vec![bakery_testkit::unique_key("proxy-faults")],
+        };
+        works_again(&ctx, &self.store, &keys[0]).await;
+        let tallies = match fault {
+            Fault::Cut => self.cut(&ctx, &keys).await,
+            _ => vec![self.free_running(&ctx, &keys[0], fault).await],
+        };
+        let mut tally = Tally::default();
+        let (mut counter, mut most) = (0, 0);
+        for (key, part) in keys.iter().zip(&tallies) {
+            let value = number(&works_again(&ctx, &self.store, key).await);
+            let bound = part.acked + part.maybe_applied();
+            assert!(
+                value >= part.acked,
+                "{ctx}: counter {key} = {value} lost acknowledged increments ({} acked): {part:?}",
+                part.acked
+            );
+            assert!(
+                value <= bound,
+                "{ctx}: counter {key} = {value} holds more than acked + unknown ({bound}): a write \
+                 reported as not applied (Unavailable or Conflict) did apply: {part:?}"
+            );
+            tally.add(part);
+            counter += value;
+            most += bound;
+        }
+        tally.seq_ids += self.more_ids(&ctx).await;
+        println!(
+            "{ctx}: puts {} -> ok {} (applied {}, conflict {}), failed {} (unavailable {}, unknown {}, timed out {}); \
+             get errors {}; counter {counter} in [{}, {most}] (unknown that applied: {}); seq ids {}, seq errors {}",
+            tally.puts,
+            tally.acked + tally.conflicts,
+            tally.acked,
+            tally.conflicts,
+            tally.unavailable + tally.unknown + tally.timed_out,
+            tally.unavailable,
+            tally.unknown,
+            tally.timed_out,
+            tally.get_errors,
+            tally.acked,
+            counter.saturating_sub(tally.acked),
+            tally.seq_ids,
+            tally.seq_errors,
+        );
+        tally
+    }
+
+    /// Workers and sequence handles run; after [`WARM_UP`] the fault's
+    /// toxics are put in place for [`WINDOW`], then removed, and they stop.
+    async fn free_running(&mut self, ctx: &Arc<str>, key: &Key, fault: Fault) -> Tally {
+        let stop = Arc::new(AtomicBool::new(false));
+        let counters: Vec<_> = (0..WORKERS)
+            .map(|_| {
+                let client =
+                    counter_client(ctx.clone(), self.store.clone(), key.clone(), stop.clone());
+                tokio::spawn(client)
+            })
+            .collect();
+        let sequences: Vec<_> = self
+            .handles
+            .iter()
+            .map(|seq| tokio::spawn(sequence_client(ctx.clone(), seq.clone(), stop.clone())))
+            .collect();
+        tokio::time::sleep(WARM_UP).await;
+        for toxic in fault.toxics() {
+            self.proxy.add(toxic).await.expect("add toxic");
+        }
+        tokio::time::sleep(WINDOW).await;
+        self.proxy.clear().await.expect("remove toxics");
+        stop.store(true, Ordering::Relaxed);
+        let mut tally = Tally::default();
+        for client in counters {
+            tally.add(&client.await.expect("counter client panicked"));
+        }
+        for (i, client) in sequences.into_iter().enumerate() {
+            let (ids, errors) = client.await.expect("sequence client panicked");
+            tally.seq_ids += ids.len() as u64;
+            tally.seq_errors += errors;
+            self.ids[i].extend(ids);
+        }
+        tally
+    }
+
+    /// [`CUT_ROUNDS`] rounds: increment each counter with no fault; make the
+    /// proxy hold back every reply for [`CUT_HOLD`]; send a batch of puts,
+    /// one per counter, and a call of each sequence handle; [`cut_after`]
+    /// later, when requests have reached the server and their replies are
+    /// held, disable the proxy: every connection is cut, the replies lost.
+    /// One tally per counter.
+    async fn cut(&mut self, ctx: &Arc<str>, keys: &[Key]) -> Vec<Tally> {
+        let mut tallies = vec![Tally::default(); keys.len()];
+        for round in 0..CUT_ROUNDS {
+            // One increment of each counter at once, with no fault: the
+            // batch below then finds as many connections open, with their
+            // statements prepared, and its puts are sent at once.
+            let warm: Vec<_> = keys
+                .iter()
+                .map(|key| tokio::spawn(increment(ctx.clone(), self.store.clone(), key.clone())))
+                .collect();
+            let mut rows = Vec::new();
+            for (tally, warm) in tallies.iter_mut().zip(warm) {
+                let (part, row) = bounded(ctx, "increment", warm)
+                    .await
+                    .expect("increment panicked");
+                tally.add(&part);
+                rows.push(row);
+            }
+            let hold = self
+                .proxy
+                .add(Toxic::latency(CUT_HOLD, Duration::ZERO).named("hold"))
+                .await
+                .expect("add toxic");
+            let puts: Vec<_> = keys
+                .iter()
+                .zip(rows)
+                .map(|(key, row)| {
+                    let (store, key) = (self.store.clone(), key.clone());
+                    tokio::spawn(async move {
+                        let value = Bytes::from((number(&row) + 1).to_string());
+                        store
+                            .put_if_version(&key, row.map(|r| r.version), value)
+                            .await
+                    })
+                })
+                .collect();
+            let sequences: Vec<_> = self
+                .handles
+                .iter()
+                .map(|seq| {
+                    let seq = seq.clone();
+                    tokio::spawn(async move { seq.next().await })
+                })
+                .collect();
+            // Times the cut inside a round trip of the calls.
+            tokio::time::sleep(cut_after(round)).await;
+            self.proxy.disable().await.expect("disable proxy");
+            for (tally, put) in tallies.iter_mut().zip(puts) {
+                tally.puts += 1;
+                match bounded(ctx, "put_if_version", put)
+                    .await
+                    .expect("put panicked")
+                {
+                    Ok(PutOutcome::Applied(_)) => tally.acked += 1,
+                    Ok(PutOutcome::Conflict(_)) => tally.conflicts += 1,
+                    Err(e) => tally.put_failed(ctx, &e),
+                }
+            }
+            for (i, next) in sequences.into_iter().enumerate() {
+                match bounded(ctx, "Sequence::next", next)
+                    .await
+                    .expect("next panicked")
+                {
+                    Ok(id) => {
+                        tallies[0].seq_ids += 1;
+                        self.ids[i].push(id);
+                    }
+                    Err(e) => {
+                        typed(ctx, "Sequence::next", &e);
+                        tallies[0].seq_errors += 1;
+                    }
+                }
+            }
+            tokio::time::sleep(CUT_DRAIN).await;
+            self.proxy.remove(&hold).await.expect("remove toxic");
+            self.proxy.enable().await.expect("enable proxy");
+        }
+        tallies
+    }
+
+    /// Each handle hands out ids again after the fault.
+    async fn more_ids(&mut self, ctx: &str) -> u64 {
+        for (i, seq) in self.handles.iter().enumerate() {
+            for _ in 0..3 {
+                let id = recovered(ctx, "Sequence::next", || seq.next()).await;
+                self.ids[i].push(id);
+            }
+        }
+        3 * self.handles.len() as u64
+    }
+
+    /// No id twice, over all handles and faults; each handle's ids increase.
+    fn check_ids(&self) -> usize {
+        let mut all = HashSet::new();
+        for (i, ids) in self.ids.iter().enumerate() {
+            assert!(
+                ids.windows(2).all(|w| w[0] < w[1]),
+                "proxy_faults[{}]: sequence handle {i}'s ids do not increase: {ids:?}",
+                self.name
+            );
+            for id in ids {
+                assert!(
+                    all.insert(*id),
+                    "proxy_faults[{}]: id {id} handed out twice",
+                    self.name
+                );
+            }
+        }
+        all.len()
+    }
+}
+
+fn through_proxy(backend: &'static str, var: &str) {
+    let who = format!("proxy_faults[{backend}]");
+    // Both looked up first, so CI fails on either one missing.
+    let api = Toxiproxy::from_env(&who);
+    let uri = bakery_testkit::server_uri(var, &who);
+    let (Some(api), Some(uri)) = (api, uri) else {
+        return;
+    };
+    let upstream = proxy::upstream_of(&uri)
+        .unwrap_or_else(|| panic!("{who}: {var} names no host:port: {}", bakery::redact(&uri)));
+    bakery_testkit::runtime(2).block_on(async move {
+        let started = Instant::now();
+        let name = bakery_testkit::unique_ident(&format!("bakery_{backend}"));
+        let proxy = api.create(&name, &upstream).await.unwrap_or_else(|e| panic!("{who}: {e}"));
+        let proxied = proxy::with_option(&proxy.uri(&uri), "timeout_ms", &TIMEOUT_MS.to_string());
+        // Opening is bounded by the short `timeout_ms` on some backends; a
+        // busy machine may need a second try (bounded like a recovery).
+        let store = recovered(&who, "connect through the proxy", || bakery::connect(&proxied)).await;
+
+        // The proxy is in the path: with it disabled, calls fail.
+        proxy.disable().await.expect("disable proxy");
+        let key = bakery_testkit::unique_key("proxy-faults-path");
+        let cut = bounded(&who, "get", store.get(&key)).await;
+        let err = cut.expect_err("a get succeeded with the proxy disabled: the client bypasses the proxy");
+        typed(&who, "get", &err);
+        proxy.enable().await.expect("enable proxy");
+
+        let seq_name = bakery_testkit::unique_name("proxy-faults");
+        let handles = (0..HANDLES)
+            .map(|_| {
+                Sequence::builder(store.clone(), &seq_name)
+                    .block_size(3)
+                    .build()
+                    .map(Arc::new)
+                    .expect("sequence")
+            })
+            .collect();
+        let mut backend = Backend {
+            name: backend,
+            store,
+            proxy,
+            handles,
+            ids: vec![Vec::new(); HANDLES],
+        };
+        let mut unknown_by_fault = Vec::new();
+        for fault in FAULTS {
+            let tally = backend.run(fault).await;
+            unknown_by_fault.push((fault, tally.unknown));
+        }
+        let unique = backend.check_ids();
+        println!(
+            "{who}: {unique} sequence ids, all unique and increasing per handle; unknown outcomes by fault: {}; {:.1}s",
+            unknown_by_fault
+                .iter()
+                .map(|(f, n)| format!("{} {n}", f.name()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            started.elapsed().as_secs_f64()
+        );
+        let cut_unknown = unknown_by_fault
+            .iter()
+            .find(|(f, _)| *f == Fault::Cut)
+            .map_or(0, |(_, n)| *n);
+        assert!(
+            cut_unknown > 0,
+            "{who}: the cut lost the replies of puts in flight in {CUT_ROUNDS} rounds, yet none was reported Unknown"
+        );
+        let proxy = backend.proxy;
+        proxy.delete().await.expect("delete proxy");
+    });
+}
+
+#[test]
+fn postgres_through_proxy() {
+    through_proxy("postgres", "BAKERY_POSTGRES_URI");
+}
+
+#[test]
+fn redis_through_proxy() {
+    through_proxy("redis", "BAKERY_REDIS_URI");
+}
+
+#[test]
+fn etcd_through_proxy() {
+    through_proxy("etcd", "BAKERY_ETCD_URI");
+}
+
+#[test]
+fn cassandra_through_proxy() {
+    through_proxy("cassandra", "BAKERY_CASSANDRA_URI");
+}
+
+#[test]
+fn mongodb_through_proxy() {
+    through_proxy("mongodb", "BAKERY_MONGODB_URI");
+}
