@@ -176,6 +176,38 @@ impl Tally {
         }
     }
 
+    /// Put the counter of `row` plus one at `row`'s version, within
+    /// [`CALL_BOUND`], counting the outcome: the row now known (`Some`) after
+    /// an acknowledgement or a conflict, `None` after a failed put.
+    async fn put_incremented(
+        &mut self,
+        ctx: &str,
+        store: &dyn VersionedStore,
+        key: &Key,
+        row: &Option<Row>,
+    ) -> Option<Option<Row>> {
+        self.puts += 1;
+        let put = store.put_if_version(
+            key,
+            row.as_ref().map(|r| r.version),
+            Bytes::from((number(row) + 1).to_string()),
+        );
+        match bounded(ctx, "put_if_version", put).await {
+            Ok(PutOutcome::Applied(now)) => {
+                self.acked += 1;
+                Some(Some(now))
+            }
+            Ok(PutOutcome::Conflict(now)) => {
+                self.conflicts += 1;
+                Some(now)
+            }
+            Err(e) => {
+                self.put_failed(ctx, &e);
+                None
+            }
+        }
+    }
+
     /// Puts that may have applied without being acknowledged.
     fn maybe_applied(&self) -> u64 {
         self.unknown + self.timed_out
@@ -235,25 +267,9 @@ async fn counter_client(
             },
         };
         last = Some(row.clone());
-        tally.puts += 1;
-        let put = store.put_if_version(
-            &key,
-            row.as_ref().map(|r| r.version),
-            Bytes::from((number(&row) + 1).to_string()),
-        );
-        match bounded(&ctx, "put_if_version", put).await {
-            Ok(PutOutcome::Applied(now)) => {
-                tally.acked += 1;
-                fresh = Some(Some(now));
-            }
-            Ok(PutOutcome::Conflict(now)) => {
-                tally.conflicts += 1;
-                fresh = Some(now);
-            }
-            Err(e) => {
-                tally.put_failed(&ctx, &e);
-                tokio::time::sleep(BACKOFF).await;
-            }
+        fresh = tally.put_incremented(&ctx, &*store, &key, &row).await;
+        if fresh.is_none() {
+            tokio::time::sleep(BACKOFF).await;
         }
     }
     tally
@@ -268,26 +284,11 @@ async fn increment(
 ) -> (Tally, Option<Row>) {
     let mut tally = Tally::default();
     let row = recovered(&ctx, "get", || store.get(&key)).await;
-    tally.puts += 1;
-    let put = store.put_if_version(
-        &key,
-        row.as_ref().map(|r| r.version),
-        Bytes::from((number(&row) + 1).to_string()),
-    );
-    match bounded(&ctx, "put_if_version", put).await {
-        Ok(PutOutcome::Applied(now)) => {
-            tally.acked += 1;
-            (tally, Some(now))
-        }
-        Ok(PutOutcome::Conflict(now)) => {
-            tally.conflicts += 1;
-            (tally, now)
-        }
-        Err(e) => {
-            tally.put_failed(&ctx, &e);
-            (tally, recovered(&ctx, "get", || store.get(&key)).await)
-        }
-    }
+    let now = match tally.put_incremented(&ctx, &*store, &key, &row).await {
+        Some(now) => now,
+        None => recovered(&ctx, "get", || store.get(&key)).await,
+    };
+    (tally, now)
 }
 
 /// One sequence handle taking ids until `stop`.
