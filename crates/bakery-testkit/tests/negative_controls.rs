@@ -8,15 +8,12 @@ use bakery_core::{
     Version, VersionedStore, Watch, WatchSender,
 };
 use bakery_testkit::{Case, Target};
+use bakery_verify::{Fault, FaultyStore};
 
-/// How the broken store breaks the contract.
+/// How the broken store misrepresents what it is. (Stores that break the
+/// compare-and-set itself are `bakery_verify::FaultyStore`.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Breakage {
-    /// CAS as read, then yield, then an unconditional write: the classic
-    /// lost-update bug (and what FerretDB v1 does for updates).
-    ReadThenWrite,
-    /// Conflicts do not carry the current row.
-    ConflictWithoutRow,
     /// Claims PERSISTENT, SHARED and LINEARIZABLE_READS, but every open is
     /// a private MemoryStore.
     FalselyShared,
@@ -82,24 +79,7 @@ impl VersionedStore for BrokenStore {
         expected: Option<Version>,
         value: Bytes,
     ) -> Result<PutOutcome> {
-        match self.breakage {
-            Breakage::ReadThenWrite => {
-                let current = self.inner.get(key).await?;
-                if current.as_ref().map(|r| r.version) != expected {
-                    return Ok(PutOutcome::Conflict(current));
-                }
-                tokio::task::yield_now().await; // the window another writer slips into
-                let now = self.inner.get(key).await?.map(|r| r.version);
-                self.inner.put_if_version(key, now, value).await
-            }
-            Breakage::ConflictWithoutRow => {
-                match self.inner.put_if_version(key, expected, value).await? {
-                    PutOutcome::Conflict(_) => Ok(PutOutcome::Conflict(None)),
-                    applied => Ok(applied),
-                }
-            }
-            _ => self.inner.put_if_version(key, expected, value).await,
-        }
+        self.inner.put_if_version(key, expected, value).await
     }
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         self.inner.delete_if_version(key, expected).await
@@ -129,26 +109,24 @@ fn case(name: &str) -> Case {
         .unwrap_or_else(|| panic!("no case {name}"))
 }
 
-/// Run `case` on a broken store; returns true if it failed (panicked).
-fn fails(name: &str, breakage: Breakage) -> bool {
-    let store = BrokenStore::open(Arc::new(MemoryStore::new()), breakage);
+/// Run `case` on a store with `fault`; returns true if it failed (panicked).
+fn fails(name: &str, fault: Fault) -> bool {
+    let store: Arc<dyn VersionedStore> =
+        Arc::new(FaultyStore::new(Arc::new(MemoryStore::new()), fault));
     bakery_testkit::runtime(4)
         .block_on(async move { tokio::spawn((case(name).run)(store)).await.is_err() })
 }
 
 /// A lost update needs an interleaving: run a bounded number of times, so
 /// the control is not flaky, and report whether any run failed.
-fn fails_within_20_runs(name: &str, breakage: Breakage) -> bool {
-    (0..20).any(|_| fails(name, breakage))
+fn fails_within_20_runs(name: &str, fault: Fault) -> bool {
+    (0..20).any(|_| fails(name, fault))
 }
 
 #[test]
 fn race_case_detects_lost_updates_of_a_read_then_write_cas() {
     assert!(
-        fails_within_20_runs(
-            "cas::race_of_8_tasks_loses_no_update",
-            Breakage::ReadThenWrite
-        ),
+        fails_within_20_runs("cas::race_of_8_tasks_loses_no_update", Fault::LostConflicts),
         "the race case passed 20 times on a non-atomic CAS"
     );
 }
@@ -157,11 +135,11 @@ fn race_case_detects_lost_updates_of_a_read_then_write_cas() {
 fn stale_case_detects_a_conflict_without_the_current_row() {
     assert!(fails(
         "cas::stale_version_conflicts_with_current_row",
-        Breakage::ConflictWithoutRow
+        Fault::ConflictWithoutRow
     ));
     assert!(fails(
         "cas::second_create_conflicts_with_current_row",
-        Breakage::ConflictWithoutRow
+        Fault::ConflictWithoutRow
     ));
 }
 
@@ -170,7 +148,7 @@ fn sequence_case_detects_duplicates_from_a_read_then_write_cas() {
     assert!(
         fails_within_20_runs(
             "sequence::eight_clients_10000_ids_unique_and_increasing",
-            Breakage::ReadThenWrite
+            Fault::LostConflicts
         ),
         "8 clients never collided on a non-atomic CAS in 20 runs"
     );
