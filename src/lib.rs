@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 pub use bakery_core::{
     validate_name, Bytes, Capabilities, CountingStore, DeleteOutcome, Error, ErrorKind, Key,
-    MemoryStore, OpCounts, PutOutcome, Result, Row, Version, VersionedStore, Watch, WatchSender,
+    MemoryStore, OpCounts, PutOutcome, Result, Row, StoreLayer, TracedStore, Version,
+    VersionedStore, Watch, WatchSender,
 };
 pub use bakery_recipes::consumer::{self, Consumer, ConsumerBuilder, Processed};
 pub use bakery_recipes::fence::{self, Fenced, FencedRead, FencedValue, FencedWrite};
@@ -90,7 +91,16 @@ const BACKENDS: &[(&str, &[&str])] = &[
 /// assert_eq!(err.kind(), bakery::ErrorKind::Config);
 /// # Ok(()) }
 /// ```
+///
+/// Every call of the store it returns is traced as a debug-level span
+/// (see [`TracedStore`]).
 pub async fn connect(uri: &str) -> Result<Arc<dyn VersionedStore>> {
+    let store = open_backend(uri).await?;
+    Ok(Arc::new(TracedStore::new(store)))
+}
+
+/// The backend's own store for `uri`, chosen by scheme.
+async fn open_backend(uri: &str) -> Result<Arc<dyn VersionedStore>> {
     let scheme = uri
         .split_once(':')
         .map(|(scheme, _)| scheme.to_ascii_lowercase())

@@ -986,23 +986,13 @@ impl VersionedStore for CassandraStore {
         Capabilities::PERSISTENT | Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "cassandra.get",
-        skip_all,
-        fields(backend = BACKEND, op = "get", key = %key)
-    )]
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
         let slot = self.read_slot(Operation::Get, key, self.deadline()).await?;
         Ok(live(key, slot))
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "cassandra.put_if_version",
-        skip_all,
-        fields(backend = BACKEND, op = "put_if_version", key = %key, expected = ?expected, len = value.len())
-    )]
+    /// A lightweight transaction: `INSERT … IF NOT EXISTS` or
+    /// `UPDATE … IF version = ?`.
     async fn put_if_version(
         &self,
         key: &Key,
@@ -1016,12 +1006,6 @@ impl VersionedStore for CassandraStore {
         }
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "cassandra.delete_if_version",
-        skip_all,
-        fields(backend = BACKEND, op = "delete_if_version", key = %key, expected)
-    )]
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         let deadline = self.deadline();
         if expected == 0 || expected > MAX_VERSION {

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::{
-    Capabilities, DeleteOutcome, Key, PutOutcome, Result, Row, Version, VersionedStore, Watch,
+    DeleteOutcome, Key, PutOutcome, Result, Row, StoreLayer, Version, VersionedStore, Watch,
 };
 
 /// Round trips seen by a [`CountingStore`].
@@ -105,13 +105,9 @@ impl CountingStore {
 }
 
 #[async_trait]
-impl VersionedStore for CountingStore {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl StoreLayer for CountingStore {
+    fn inner(&self) -> &dyn VersionedStore {
+        self.inner.as_ref()
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
@@ -121,6 +117,7 @@ impl VersionedStore for CountingStore {
         result
     }
 
+    /// Counts the call, and a conflict if it returns one.
     async fn put_if_version(
         &self,
         key: &Key,

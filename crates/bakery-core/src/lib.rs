@@ -6,6 +6,7 @@ mod counting;
 pub mod durability;
 pub mod error;
 mod key;
+mod layer;
 mod memory;
 pub mod options;
 mod store;
@@ -16,6 +17,7 @@ pub use bytes::Bytes;
 pub use counting::{CountingStore, OpCounts};
 pub use error::{BoxError, Error, ErrorKind, Operation, Result, Sent};
 pub use key::{validate_name, Key, MAX_KEY_LEN};
+pub use layer::{StoreLayer, TracedStore};
 pub use memory::MemoryStore;
 pub use store::{
     Capabilities, DeleteOutcome, PutOutcome, Row, Stored, Version, VersionedStore, Watch,

@@ -366,22 +366,12 @@ impl VersionedStore for EtcdStore {
             | Capabilities::WATCH
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "etcd.get",
-        skip_all,
-        fields(backend = BACKEND, op = "get", key = %key)
-    )]
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
         self.read(Operation::Get, key, self.etcd_key(key)).await
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "etcd.put_if_version",
-        skip_all,
-        fields(backend = BACKEND, op = "put_if_version", key = %key, expected = ?expected, len = value.len())
-    )]
+    /// One transaction: compare the key's `mod_revision` (or absence), then
+    /// put; a failed compare returns the current key in the same reply.
     async fn put_if_version(
         &self,
         key: &Key,
@@ -423,12 +413,6 @@ impl VersionedStore for EtcdStore {
         Ok(PutOutcome::Applied(Row::new(key, value, version)))
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "etcd.delete_if_version",
-        skip_all,
-        fields(backend = BACKEND, op = "delete_if_version", key = %key, expected)
-    )]
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         let etcd_key = self.etcd_key(key);
         let revision = match i64::try_from(expected) {
@@ -472,12 +456,6 @@ impl VersionedStore for EtcdStore {
 
     /// A native etcd watch on the row's key: every write (put or delete)
     /// wakes it. Returns once etcd has confirmed the watch.
-    #[tracing::instrument(
-        level = "debug",
-        name = "etcd.watch",
-        skip_all,
-        fields(backend = BACKEND, op = "watch", key = %key)
-    )]
     async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
         let (stream, watch_id) = self.open_watch(self.etcd_key(key)).await?;
         let (sender, watch) = Watch::channel();

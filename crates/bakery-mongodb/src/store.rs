@@ -462,12 +462,6 @@ impl VersionedStore for MongoStore {
         Capabilities::PERSISTENT | Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "mongodb.get",
-        skip_all,
-        fields(backend = BACKEND, op = "get", key = %key, cas = %self.strategy())
-    )]
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
         let call = Call::new(Operation::Get);
         self.bounded(&call, async {
@@ -479,12 +473,8 @@ impl VersionedStore for MongoStore {
         .await
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "mongodb.put_if_version",
-        skip_all,
-        fields(backend = BACKEND, op = "put_if_version", key = %key, expected = ?expected, len = value.len(), cas = %self.strategy())
-    )]
+    /// `cas=update`: a conditional update of the key's one document;
+    /// `cas=insert`: a new document per version, under a unique index.
     async fn put_if_version(
         &self,
         key: &Key,
@@ -501,12 +491,6 @@ impl VersionedStore for MongoStore {
         .await
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "mongodb.delete_if_version",
-        skip_all,
-        fields(backend = BACKEND, op = "delete_if_version", key = %key, expected, cas = %self.strategy())
-    )]
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         let call = Call::new(Operation::Delete);
         self.bounded(&call, async {

@@ -635,23 +635,13 @@ impl VersionedStore for PostgresStore {
             | Capabilities::WATCH
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "postgres.get",
-        skip_all,
-        fields(backend = BACKEND, op = "get", key = %key)
-    )]
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
         let stored = self.read(Operation::Get, key, self.deadline()).await?;
         Ok(stored.and_then(|stored| stored.live(key)))
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "postgres.put_if_version",
-        skip_all,
-        fields(backend = BACKEND, op = "put_if_version", key = %key, expected = ?expected, len = value.len())
-    )]
+    /// One statement: a conditional `UPDATE` (or `INSERT … ON CONFLICT` for a
+    /// create) and, on a mismatch, the current row, in one snapshot.
     async fn put_if_version(
         &self,
         key: &Key,
@@ -661,12 +651,6 @@ impl VersionedStore for PostgresStore {
         self.put(key, expected, value).await
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "postgres.delete_if_version",
-        skip_all,
-        fields(backend = BACKEND, op = "delete_if_version", key = %key, expected)
-    )]
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         self.delete(key, expected).await
     }
@@ -674,12 +658,6 @@ impl VersionedStore for PostgresStore {
     /// Registers on the store's LISTEN session (opened on first use, and
     /// again after it died). Woken by [`notify`](Self::notify) only:
     /// writes themselves send no notification.
-    #[tracing::instrument(
-        level = "debug",
-        name = "postgres.watch",
-        skip_all,
-        fields(backend = BACKEND, op = "watch", key = %key)
-    )]
     async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
         // A session can die between the lookup and the registration: then
         // the second round opens a new one.
@@ -694,12 +672,6 @@ impl VersionedStore for PostgresStore {
 
     /// One `pg_notify(channel, key)` in its own transaction (committed
     /// without waiting for the WAL flush): one round trip.
-    #[tracing::instrument(
-        level = "debug",
-        name = "postgres.notify",
-        skip_all,
-        fields(backend = BACKEND, op = "notify", key = %key)
-    )]
     async fn notify(&self, key: &Key) -> Result<()> {
         self.query(
             Operation::Notify,
@@ -874,17 +846,14 @@ mod tests {
 
     /// A plain session (not bakery's) on `uri`, in `dbname` if given.
     async fn raw(uri: &str, dbname: Option<&str>) -> tokio_postgres::Client {
-        let base = uri.split('?').next().unwrap_or(uri);
-        let target = match dbname {
-            Some(db) => format!("{base}?dbname={db}"),
-            None => base.to_string(),
-        };
-        let (client, connection) = tokio_postgres::connect(&target, tokio_postgres::NoTls)
-            .await
-            .expect("raw connection to BAKERY_POSTGRES_URI");
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
+        // The driver does not know bakery's options.
+        let mut config: tokio_postgres::Config =
+            uri.split('?').next().unwrap_or(uri).parse().unwrap();
+        if let Some(db) = dbname {
+            config.dbname(db);
+        }
+        let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
         client
     }
 

@@ -258,12 +258,6 @@ impl VersionedStore for SqliteStore {
         }
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "sqlite.get",
-        skip_all,
-        fields(backend = BACKEND, key = %key)
-    )]
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
         let key = key.clone();
         self.run(Operation::Get, move |conn, sql| {
@@ -273,12 +267,7 @@ impl VersionedStore for SqliteStore {
         .await
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "sqlite.put_if_version",
-        skip_all,
-        fields(backend = BACKEND, key = %key, expected = ?expected, len = value.len())
-    )]
+    /// Reads and writes in one `BEGIN IMMEDIATE` transaction.
     async fn put_if_version(
         &self,
         key: &Key,
@@ -292,12 +281,6 @@ impl VersionedStore for SqliteStore {
         .await
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "sqlite.delete_if_version",
-        skip_all,
-        fields(backend = BACKEND, key = %key, expected)
-    )]
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         let key = key.clone();
         self.run(Operation::Delete, move |conn, sql| {

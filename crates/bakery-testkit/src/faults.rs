@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bakery_core::{
-    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result,
-    Row, Version, VersionedStore, Watch,
+    async_trait, Bytes, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Result, Row, StoreLayer,
+    Version, VersionedStore, Watch,
 };
 
 /// What happens to one `put_if_version` call.
@@ -92,13 +92,9 @@ impl FaultStore {
 }
 
 #[async_trait]
-impl VersionedStore for FaultStore {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl StoreLayer for FaultStore {
+    fn inner(&self) -> &dyn VersionedStore {
+        self.inner.as_ref()
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Row>> {

@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex};
 
 use bakery_core::{
-    async_trait, Bytes, Capabilities, DeleteOutcome, Key, MemoryStore, PutOutcome, Result, Row,
-    Version, VersionedStore, Watch, WatchSender,
+    async_trait, Capabilities, Key, MemoryStore, Result, Row, StoreLayer, VersionedStore, Watch,
+    WatchSender,
 };
 use bakery_testkit::{Case, Target};
 use bakery_verify::{Fault, FaultyStore};
@@ -51,7 +51,10 @@ impl BrokenStore {
 }
 
 #[async_trait]
-impl VersionedStore for BrokenStore {
+impl StoreLayer for BrokenStore {
+    fn inner(&self) -> &dyn VersionedStore {
+        self.inner.as_ref()
+    }
     fn backend(&self) -> &'static str {
         "broken"
     }
@@ -72,17 +75,6 @@ impl VersionedStore for BrokenStore {
         }
         let previous = self.last_read.lock().unwrap().replace(now.clone());
         Ok(previous.unwrap_or(now))
-    }
-    async fn put_if_version(
-        &self,
-        key: &Key,
-        expected: Option<Version>,
-        value: Bytes,
-    ) -> Result<PutOutcome> {
-        self.inner.put_if_version(key, expected, value).await
-    }
-    async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
-        self.inner.delete_if_version(key, expected).await
     }
     async fn watch(&self, _key: &Key) -> Result<Option<Watch>> {
         if !matches!(self.breakage, Breakage::DeafWatch | Breakage::NoisyWatch) {

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bakery_core::{
-    Bytes, Capabilities, DeleteOutcome, Error, Key, Operation, PutOutcome, Result, Row, Version,
-    VersionedStore, Watch,
+    Bytes, DeleteOutcome, Error, Key, Operation, PutOutcome, Result, Row, StoreLayer, Version,
+    VersionedStore,
 };
 
 /// How a [`FaultyStore`] breaks (or, for [`Fault::UnknownOutcomes`],
@@ -81,13 +81,9 @@ fn lost(op: Operation) -> Error {
 }
 
 #[async_trait]
-impl VersionedStore for FaultyStore {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl StoreLayer for FaultyStore {
+    fn inner(&self) -> &dyn VersionedStore {
+        self.inner.as_ref()
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
@@ -147,14 +143,6 @@ impl VersionedStore for FaultyStore {
             }
             outcome => Ok(outcome),
         }
-    }
-
-    async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
-        self.inner.watch(key).await
-    }
-
-    async fn notify(&self, key: &Key) -> Result<()> {
-        self.inner.notify(key).await
     }
 }
 

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use bakery_core::{
-    Bytes, Capabilities, DeleteOutcome, ErrorKind, Key, PutOutcome, Result, Row, Version,
-    VersionedStore, Watch,
+    Bytes, DeleteOutcome, ErrorKind, Key, PutOutcome, Result, Row, StoreLayer, Version,
+    VersionedStore,
 };
 use serde::{Deserialize, Serialize};
 
@@ -433,13 +433,9 @@ fn conflict_row(row: &Option<Row>) -> Reply {
 }
 
 #[async_trait]
-impl VersionedStore for RecordingStore {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl StoreLayer for RecordingStore {
+    fn inner(&self) -> &dyn VersionedStore {
+        self.inner.as_ref()
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
@@ -450,6 +446,8 @@ impl VersionedStore for RecordingStore {
         result
     }
 
+    /// Records the call with its expected version and unique value, then
+    /// its outcome.
     async fn put_if_version(
         &self,
         key: &Key,
@@ -482,14 +480,6 @@ impl VersionedStore for RecordingStore {
         self.history.complete(id, outcome);
         result
     }
-
-    async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
-        self.inner.watch(key).await
-    }
-
-    async fn notify(&self, key: &Key) -> Result<()> {
-        self.inner.notify(key).await
-    }
 }
 
 #[cfg(test)]
@@ -500,7 +490,11 @@ mod tests {
     #[tokio::test]
     async fn records_every_call_with_its_outcome() {
         let history = History::new();
-        let store = RecordingStore::new(Arc::new(MemoryStore::new()), history.clone(), 3);
+        let store: Arc<dyn VersionedStore> = Arc::new(RecordingStore::new(
+            Arc::new(MemoryStore::new()),
+            history.clone(),
+            3,
+        ));
         let key = Key::new("k").unwrap();
         let row = store.put_if_version(&key, None, "a".into()).await.unwrap();
         let _ = store.put_if_version(&key, None, "b".into()).await.unwrap();
