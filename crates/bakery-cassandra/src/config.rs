@@ -478,32 +478,11 @@ impl CassandraConfig {
         Ok(config)
     }
 
-    /// Authenticate as `user` with `password` (PasswordAuthenticator).
-    pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.credentials = Credentials::new(user, password);
-        self
-    }
-
     /// The scheme the configuration was parsed from (`cassandra` or
     /// `scylla`; `cassandra` when built in code). Informational only: the
     /// server kind is detected on open.
     pub fn scheme(&self) -> &'static str {
         self.scheme
-    }
-
-    /// The user, if any.
-    pub fn user(&self) -> Option<&str> {
-        self.credentials.user()
-    }
-
-    /// True when a password is set (it is never handed out).
-    pub fn has_password(&self) -> bool {
-        self.credentials.has_password()
-    }
-
-    /// The credentials for the driver.
-    pub(crate) fn credentials(&self) -> Option<(&str, &str)> {
-        self.credentials.pair()
     }
 
     /// Check the whole configuration; an
@@ -701,6 +680,8 @@ bakery_core::setters! { CassandraConfig {
     /// sequence may hand out the same ids again.
     with_accept_data_loss(accept_data_loss: bool);
 }}
+
+bakery_core::credentials!(CassandraConfig);
 
 bakery_core::getters! { CassandraConfig {
     /// The contact points, as `host:port`.

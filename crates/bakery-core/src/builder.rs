@@ -113,6 +113,61 @@ macro_rules! getters {
     };
 }
 
+/// `with_user(user, password)`, `user()` and `has_password()` for a config
+/// whose `credentials` field is a [`Credentials`](crate::uri::Credentials),
+/// and a crate-private `credentials()` giving the pair to the driver. The
+/// password is never handed out by the public API.
+///
+/// ```
+/// use bakery_core::uri::Credentials;
+///
+/// #[derive(Default)]
+/// pub struct Config {
+///     credentials: Credentials,
+/// }
+///
+/// bakery_core::credentials!(Config);
+///
+/// let config = Config::default();
+/// assert_eq!((config.user(), config.has_password()), (None, false));
+/// let config = config.with_user("al", "secret");
+/// assert_eq!(config.user(), Some("al"));
+/// assert!(config.has_password());
+/// assert_eq!(config.credentials(), Some(("al", "secret")));
+/// ```
+#[macro_export]
+macro_rules! credentials {
+    ($ty:ty) => {
+        impl $ty {
+            /// Authenticate as `user` with `password`.
+            pub fn with_user(
+                mut self,
+                user: impl Into<String>,
+                password: impl Into<String>,
+            ) -> Self {
+                self.credentials = $crate::uri::Credentials::new(user, password);
+                self
+            }
+
+            /// The user, if any.
+            pub fn user(&self) -> Option<&str> {
+                self.credentials.user()
+            }
+
+            /// True when a password is set (it is never handed out).
+            pub fn has_password(&self) -> bool {
+                self.credentials.has_password()
+            }
+
+            /// User and password for the driver; `None` unless both are set.
+            #[allow(dead_code)]
+            pub(crate) fn credentials(&self) -> Option<(&str, &str)> {
+                self.credentials.pair()
+            }
+        }
+    };
+}
+
 /// `as_str`, the URI spelling of each variant of a fieldless enum, and
 /// `Display` through it. Doc comments before the enum's name become
 /// `as_str`'s docs.

@@ -195,27 +195,6 @@ impl EtcdConfig {
         Ok(config)
     }
 
-    /// Authenticate as `user` with `password` (the cluster has auth enabled).
-    pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.credentials = Credentials::new(user, password);
-        self
-    }
-
-    /// The etcd user, if any.
-    pub fn user(&self) -> Option<&str> {
-        self.credentials.user()
-    }
-
-    /// True when a password is set (it is never handed out).
-    pub fn has_password(&self) -> bool {
-        self.credentials.has_password()
-    }
-
-    /// The credentials for the client.
-    pub(crate) fn credentials(&self) -> Option<(&str, &str)> {
-        self.credentials.pair()
-    }
-
     /// Check the whole configuration; an [`ErrorKind::Config`](bakery_core::ErrorKind::Config)
     /// error names what is wrong.
     pub fn validate(&self) -> Result<()> {
@@ -366,6 +345,8 @@ bakery_core::setters! { EtcdConfig {
     /// Give up connecting after `connect_timeout` (default [`DEFAULT_CONNECT_TIMEOUT`]).
     with_connect_timeout(connect_timeout: Duration);
 }}
+
+bakery_core::credentials!(EtcdConfig);
 
 bakery_core::getters! { EtcdConfig {
     /// The endpoints, as `host:port`.
