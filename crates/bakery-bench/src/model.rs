@@ -250,14 +250,13 @@ pub trait Peer: Send + Sync {
     /// `nextval() CACHE 1000`.
     fn label(&self) -> String;
 
-    /// Set up one cell: one connection per client, each increments
-    /// `round_trips` once per request it sends.
-    async fn setup(
-        &self,
-        cell: &CellSpec,
-        round_trips: Arc<AtomicU64>,
-    ) -> Result<PreparedCell, BenchError>;
+    /// Set up one cell: one connection per client, each increments `sent`
+    /// once per request it sends.
+    async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError>;
 }
+
+/// The requests a peer cell's clients have sent, counted together.
+pub type RoundTrips = Arc<AtomicU64>;
 
 /// Who implemented the operation of a cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

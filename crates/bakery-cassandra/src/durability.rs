@@ -361,9 +361,10 @@ mod tests {
             let e = check_serial(Serial::LocalSerial, "ks", p, dcs).unwrap_err();
             assert_eq!(e.kind(), bakery_core::ErrorKind::Config);
             assert_eq!(e.backend(), "cassandra");
-            for text in [needle, "serial=local_serial", "`ks`", "Use `serial=serial`"] {
-                assert!(e.message().contains(text), "{text:?} missing from {e}");
-            }
+            bakery_testkit::assert_mentions(
+                &e,
+                &[needle, "serial=local_serial", "`ks`", "Use `serial=serial`"],
+            );
             assert!(!e.message().contains("accept_data_loss"), "{e}");
         }
     }

@@ -275,6 +275,23 @@ pub fn number(value: &[u8]) -> u64 {
         .unwrap_or_else(|| panic!("{value:?} is not a decimal number"))
 }
 
+/// Assert that `text` (usually an error) mentions every one of `needles`;
+/// the failure names the missing ones and shows the whole text.
+///
+/// ```
+/// bakery_testkit::assert_mentions("fsync = off: refused", &["fsync", "refused"]);
+/// ```
+#[track_caller]
+pub fn assert_mentions(text: impl std::fmt::Display, needles: &[&str]) {
+    let text = text.to_string();
+    let missing: Vec<&str> = needles
+        .iter()
+        .copied()
+        .filter(|n| !text.contains(n))
+        .collect();
+    assert!(missing.is_empty(), "{missing:?} missing from: {text}");
+}
+
 /// A runtime of `workers` threads, for tests that run async cases from a
 /// plain `#[test]` (to repeat them, or to restart a server in between).
 pub fn runtime(workers: usize) -> tokio::runtime::Runtime {

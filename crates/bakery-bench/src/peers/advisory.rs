@@ -1,15 +1,12 @@
 //! PostgreSQL advisory locks: the lock a PostgreSQL user already has.
 
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use bakery::backends::postgres::tokio_postgres::{Client, Statement};
 
-use super::driver::{connected, op_error, peer_error};
-use super::postgres::connect;
+use super::driver::{op_error, peer_error};
+use super::postgres::sessions;
 use crate::error::BenchError;
-use crate::model::{CellSpec, OpError, Peer, PreparedCell};
+use crate::model::{CellSpec, OpError, Peer, PreparedCell, RoundTrips};
 use crate::workloads::lock::{native_lock_cell, NativeLock};
 
 /// `pg_advisory_lock(k)` + `pg_advisory_unlock(k)`, one connection per
@@ -38,11 +35,7 @@ impl Peer for AdvisoryLock {
         "pg_advisory_lock()".to_string()
     }
 
-    async fn setup(
-        &self,
-        cell: &CellSpec,
-        round_trips: Arc<AtomicU64>,
-    ) -> Result<PreparedCell, BenchError> {
+    async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError> {
         // One 64-bit key per cell, from its tag (unique in the run).
         let key = cell
             .tag
@@ -51,8 +44,7 @@ impl Peer for AdvisoryLock {
                 (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
             }) as i64;
         let mut locks = Vec::with_capacity(cell.clients);
-        for _ in 0..cell.clients {
-            let client = connected("postgres", self, connect(&self.uri)).await?;
+        for client in sessions(self, &self.uri, cell.clients).await? {
             let lock = client
                 .prepare("SELECT pg_advisory_lock($1)")
                 .await
@@ -68,7 +60,7 @@ impl Peer for AdvisoryLock {
                 key,
             });
         }
-        Ok(native_lock_cell(locks, &round_trips))
+        Ok(native_lock_cell(locks, &sent))
     }
 }
 

@@ -2,8 +2,7 @@
 //! an etcd user already has, and a transaction on a key's mod revision (the
 //! raw counterpart of bakery's `put_if_version`).
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use async_trait::async_trait;
 use bakery::backends::etcd::etcd_client::{
@@ -13,7 +12,7 @@ use bakery::backends::etcd::EtcdConfig;
 
 use super::driver::{connected, op_error, peer_error, CONNECT_TIMEOUT};
 use crate::error::BenchError;
-use crate::model::{CellSpec, OpError, Peer, PreparedCell};
+use crate::model::{CellSpec, OpError, Peer, PreparedCell, RoundTrips};
 use crate::workloads::lock::{native_lock_cell, NativeLock};
 
 /// The lease every client's lock ownership is attached to; longer than any
@@ -106,11 +105,7 @@ impl Peer for EtcdLock {
         "etcd Lock/Unlock".to_string()
     }
 
-    async fn setup(
-        &self,
-        cell: &CellSpec,
-        round_trips: Arc<AtomicU64>,
-    ) -> Result<PreparedCell, BenchError> {
+    async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError> {
         let name = format!("bakery-bench-lock/{}", cell.tag);
         let mut locks = Vec::with_capacity(cell.clients);
         for _ in 0..cell.clients {
@@ -126,7 +121,7 @@ impl Peer for EtcdLock {
                 name: name.clone(),
             });
         }
-        Ok(native_lock_cell(locks, &round_trips))
+        Ok(native_lock_cell(locks, &sent))
     }
 }
 

@@ -2,15 +2,14 @@
 //! PostgreSQL user already has, and a conditional update of a row of its
 //! own (the raw counterpart of bakery's `put_if_version`).
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use async_trait::async_trait;
 use bakery::backends::postgres::tokio_postgres::{self, Client, NoTls, Statement};
 
 use super::driver::{connected, next_id, peer_error, without_options, CONNECT_TIMEOUT};
 use crate::error::BenchError;
-use crate::model::{BenchClient, CellSpec, Finish, OpError, Peer, PreparedCell};
+use crate::model::{BenchClient, CellSpec, Finish, OpError, Peer, PreparedCell, RoundTrips};
 
 pub use tokio_postgres::Error;
 
@@ -23,6 +22,25 @@ const BAKERY_OPTIONS: &[&str] = &["table", "pool_size", "timeout_ms", "sslmode",
 /// TLS, see [`connect`]) removed.
 pub fn driver_uri(uri: &str) -> String {
     without_options(uri, BAKERY_OPTIONS)
+}
+
+/// A session of `peer` on `uri` (see [`connect`]); a failure to connect is
+/// the peer's [`BenchError`].
+pub(crate) async fn session(peer: &dyn Peer, uri: &str) -> Result<Client, BenchError> {
+    connected("postgres", peer, connect(uri)).await
+}
+
+/// `n` sessions of `peer` on `uri`, one per client of a cell.
+pub(crate) async fn sessions(
+    peer: &dyn Peer,
+    uri: &str,
+    n: usize,
+) -> Result<Vec<Client>, BenchError> {
+    let mut sessions = Vec::with_capacity(n);
+    for _ in 0..n {
+        sessions.push(session(peer, uri).await?);
+    }
+    Ok(sessions)
 }
 
 /// One plain connection to the server of a bakery postgres `uri` (bakery's
@@ -173,12 +191,8 @@ impl Peer for Nextval {
         }
     }
 
-    async fn setup(
-        &self,
-        cell: &CellSpec,
-        round_trips: Arc<AtomicU64>,
-    ) -> Result<PreparedCell, BenchError> {
-        let admin = connected("postgres", self, connect(&self.uri)).await?;
+    async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError> {
+        let admin = session(self, &self.uri).await?;
         // The name is ours (lowercase letters, digits, `_`), so it can be
         // spliced into the SQL.
         let sequence = cell.sql_name();
@@ -186,15 +200,14 @@ impl Peer for Nextval {
             .await
             .map_err(|e| peer_error("postgres", self, "cannot create the sequence", e))?;
         let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
-        for _ in 0..cell.clients {
-            let client = connected("postgres", self, connect(&self.uri)).await?;
+        for client in sessions(self, &self.uri, cell.clients).await? {
             let statement = prepare_nextval(&client, &sequence)
                 .await
                 .map_err(|e| peer_error("postgres", self, "cannot prepare nextval()", e))?;
             clients.push(Box::new(NextvalClient {
                 client,
                 statement,
-                round_trips: round_trips.clone(),
+                round_trips: sent.clone(),
                 last: 0,
             }));
         }
@@ -208,7 +221,7 @@ impl Peer for Nextval {
 struct NextvalClient {
     client: Client,
     statement: Statement,
-    round_trips: Arc<AtomicU64>,
+    round_trips: RoundTrips,
     last: i64,
 }
 

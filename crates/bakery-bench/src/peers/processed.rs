@@ -20,10 +20,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bakery::backends::postgres::tokio_postgres::{Client, Statement};
 
-use super::driver::{connected, op_error, peer_error};
-use super::postgres::connect;
+use super::driver::{op_error, peer_error};
+use super::postgres::{session, sessions};
 use crate::error::BenchError;
-use crate::model::{BenchClient, CellSpec, Finish, OpError, Peer, PreparedCell};
+use crate::model::{BenchClient, CellSpec, Finish, OpError, Peer, PreparedCell, RoundTrips};
 
 /// The hand-written processed-keys consumer, in one of its two forms.
 #[derive(Debug, Clone)]
@@ -66,12 +66,8 @@ impl Peer for ProcessedKeys {
         }
     }
 
-    async fn setup(
-        &self,
-        cell: &CellSpec,
-        round_trips: Arc<AtomicU64>,
-    ) -> Result<PreparedCell, BenchError> {
-        let admin = connected("postgres", self, connect(&self.uri)).await?;
+    async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError> {
+        let admin = session(self, &self.uri).await?;
         // Our names (lowercase letters, digits, `_`): safe to splice.
         let base = cell.sql_name();
         let tables = Tables {
@@ -91,8 +87,8 @@ impl Peer for ProcessedKeys {
             .map_err(|e| peer_error("postgres", self, "cannot create the tables", e))?;
         let applied = Arc::new(AtomicU64::new(0));
         let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
-        for index in 0..cell.clients {
-            let client = connected("postgres", self, connect(&self.uri)).await?;
+        let sessions = sessions(self, &self.uri, cell.clients).await?;
+        for (index, client) in sessions.into_iter().enumerate() {
             let statements = tables
                 .prepare(&client, self.one_statement)
                 .await
@@ -102,7 +98,7 @@ impl Peer for ProcessedKeys {
                 statements,
                 partition: format!("p{index}"),
                 key: 0,
-                round_trips: round_trips.clone(),
+                round_trips: sent.clone(),
                 applied: applied.clone(),
             }));
         }
@@ -167,7 +163,7 @@ struct ProcessedClient {
     partition: String,
     /// The last key processed (keys start at 1).
     key: i64,
-    round_trips: Arc<AtomicU64>,
+    round_trips: RoundTrips,
     /// Messages applied by every client of the cell.
     applied: Arc<AtomicU64>,
 }

@@ -2,15 +2,14 @@
 //! already has, and a compare-and-set script (the raw counterpart of
 //! bakery's `put_if_version`).
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use async_trait::async_trait;
 use bakery::backends::redis::redis::{self, aio::MultiplexedConnection, RedisError};
 
 use super::driver::{connected, next_id, CONNECT_TIMEOUT};
 use crate::error::BenchError;
-use crate::model::{BenchClient, CellSpec, Finish, OpError, Peer, PreparedCell};
+use crate::model::{BenchClient, CellSpec, Finish, OpError, Peer, PreparedCell, RoundTrips};
 
 /// A bakery redis `uri` as the driver takes it: without bakery's options
 /// (all of a redis URI's options are bakery's: prefix, cas, timeout_ms,
@@ -135,18 +134,14 @@ impl Peer for Incrby {
         "INCRBY".to_string()
     }
 
-    async fn setup(
-        &self,
-        cell: &CellSpec,
-        round_trips: Arc<AtomicU64>,
-    ) -> Result<PreparedCell, BenchError> {
+    async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError> {
         let key = format!("bakery-bench:{}:incrby", cell.tag);
         let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
         for _ in 0..cell.clients {
             clients.push(Box::new(IncrbyClient {
                 connection: connected("redis", self, connect(&self.uri)).await?,
                 key: key.clone(),
-                round_trips: round_trips.clone(),
+                round_trips: sent.clone(),
                 last: 0,
             }));
         }
@@ -163,7 +158,7 @@ impl Peer for Incrby {
 struct IncrbyClient {
     connection: MultiplexedConnection,
     key: String,
-    round_trips: Arc<AtomicU64>,
+    round_trips: RoundTrips,
     last: i64,
 }
 

@@ -10,7 +10,7 @@
 //! longest run of consecutive grants to one client. Every grant is checked
 //! for overlap with another (a violation is counted as an error).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bakery::{Key, Lock, VersionedStore};
@@ -260,7 +260,7 @@ pub trait NativeLock: Send {
 /// peers leave behind needs no cleanup).
 pub fn native_lock_cell<L: NativeLock + 'static>(
     locks: Vec<L>,
-    round_trips: &Arc<AtomicU64>,
+    round_trips: &RoundTrips,
 ) -> PreparedCell {
     let grants = Arc::new(GrantLog::default());
     let clients = locks
@@ -286,7 +286,7 @@ struct NativeLockClient<L> {
     index: usize,
     lock: L,
     grants: Arc<GrantLog>,
-    round_trips: Arc<AtomicU64>,
+    round_trips: RoundTrips,
     warmed: bool,
 }
 

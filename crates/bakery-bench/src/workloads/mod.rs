@@ -23,8 +23,8 @@ mod prelude {
     pub(super) use super::cleanup::{counts_disagree, delete_quietly, prepare_error};
     pub(super) use crate::error::BenchError;
     pub(super) use crate::model::{
-        BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell, Variant, Workload,
-        WorkloadSpec,
+        BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell, RoundTrips, Variant,
+        Workload, WorkloadSpec,
     };
 }
 

@@ -341,14 +341,15 @@ mod tests {
             .strategy(Some(CasStrategy::Update), false)
             .unwrap_err();
         assert_eq!(e.kind(), bakery_core::ErrorKind::Config);
-        for text in [
-            "FerretDB v1.24.2",
-            "issue 3040",
-            "cas=insert",
-            "allow_unproven_update=true",
-        ] {
-            assert!(e.message().contains(text), "{text:?} missing from: {e}");
-        }
+        bakery_testkit::assert_mentions(
+            &e,
+            &[
+                "FerretDB v1.24.2",
+                "issue 3040",
+                "cas=insert",
+                "allow_unproven_update=true",
+            ],
+        );
         assert_eq!(
             ferret.strategy(Some(CasStrategy::Update), true).unwrap(),
             CasStrategy::Update

@@ -376,21 +376,11 @@ impl Sequence {
     /// waits for the prefetched block or reserves one.
     pub async fn next(&self) -> Result<u64> {
         loop {
-            match self.inner.segments.claim_one() {
-                Claim::Ids {
-                    range,
-                    crossed_trigger,
-                } => {
-                    if crossed_trigger {
-                        self.inner.start_prefetch();
-                    }
-                    return Ok(range.start);
-                }
+            match self.inner.take(self.inner.segments.claim_one()) {
+                Ok(range) => return Ok(range.start),
                 // Boxed: the rare refill must not bloat the future of every
                 // `next()` call (the fast path is a few nanoseconds).
-                Claim::Exhausted { generation } => {
-                    Box::pin(self.inner.refill(generation, 1)).await?
-                }
+                Err(generation) => Box::pin(self.inner.refill(generation, 1)).await?,
             }
         }
     }
@@ -402,20 +392,12 @@ impl Sequence {
         let mut batch = IdBatch::default();
         let mut wanted = n;
         while wanted > 0 {
-            match self.inner.segments.claim_many(wanted) {
-                Claim::Ids {
-                    range,
-                    crossed_trigger,
-                } => {
-                    if crossed_trigger {
-                        self.inner.start_prefetch();
-                    }
+            match self.inner.take(self.inner.segments.claim_many(wanted)) {
+                Ok(range) => {
                     wanted -= range.end - range.start;
                     batch.push(range);
                 }
-                Claim::Exhausted { generation } => {
-                    Box::pin(self.inner.refill(generation, wanted)).await?
-                }
+                Err(generation) => Box::pin(self.inner.refill(generation, wanted)).await?,
             }
         }
         Ok(batch)
@@ -503,6 +485,23 @@ impl Inner {
             ((len as f64 * self.prefetch_at) as u64).min(len.saturating_sub(1))
         } else {
             u64::MAX
+        }
+    }
+
+    /// The ids of `claim` (starting the prefetch if it crossed the
+    /// trigger), or the generation whose block is used up.
+    fn take(self: &Arc<Self>, claim: Claim) -> std::result::Result<Range<u64>, u64> {
+        match claim {
+            Claim::Ids {
+                range,
+                crossed_trigger,
+            } => {
+                if crossed_trigger {
+                    self.start_prefetch();
+                }
+                Ok(range)
+            }
+            Claim::Exhausted { generation } => Err(generation),
         }
     }
 
