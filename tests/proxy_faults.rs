@@ -18,7 +18,10 @@
 //! - the cut, which loses the replies of requests the server received,
 //!   produces unknown outcomes;
 //! - no sequence id is handed out twice over all faults, and each handle's
-//!   ids increase.
+//!   ids increase;
+//! - every store call, recorded over all faults (bakery-verify's
+//!   `RecordingStore`, each counter value unique), is linearizable per key
+//!   (the Wing–Gong/Lowe checker; unknown outcomes may or may not apply).
 //!
 //! The counts per backend and fault are printed (`--nocapture`).
 //!
@@ -29,12 +32,14 @@
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bakery::{Bytes, ErrorKind, Key, PutOutcome, Row, Sequence, VersionedStore};
 use bakery_testkit::proxy::{self, Direction, Proxy, Toxic, Toxiproxy};
+use bakery_verify::history::{History, RecordingStore};
+use bakery_verify::linearizability::{self, Verdict};
 
 /// The client's own deadline, given to every backend as `timeout_ms`.
 const TIMEOUT_MS: u64 = 1000;
@@ -190,7 +195,7 @@ impl Tally {
         let put = store.put_if_version(
             key,
             row.as_ref().map(|r| r.version),
-            Bytes::from((number(row) + 1).to_string()),
+            counter_value(number(row) + 1),
         );
         match bounded(ctx, "put_if_version", put).await {
             Ok(PutOutcome::Applied(now)) => {
@@ -231,8 +236,25 @@ async fn bounded<T>(ctx: &str, what: &str, call: impl Future<Output = T>) -> T {
     }
 }
 
+/// A counter's value: `<count>/<n>`, `n` unique in the run, so the
+/// linearizability checker can tell every write apart.
+fn counter_value(count: u64) -> Bytes {
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, Ordering::Relaxed);
+    Bytes::from(format!("{count}/{n}"))
+}
+
+/// The count a counter's row holds (0: no row).
 fn number(row: &Option<Row>) -> u64 {
-    row.as_ref().map_or(0, |r| bakery_testkit::number(&r.value))
+    let count = |value: &[u8]| {
+        value
+            .split(|b| *b == b'/')
+            .next()
+            .unwrap_or_default()
+            .to_vec()
+    };
+    row.as_ref()
+        .map_or(0, |r| bakery_testkit::number(&count(&r.value)))
 }
 
 /// One client of the counter: read, put +1 at the version read; after a
@@ -594,6 +616,9 @@ fn through_proxy(backend: &'static str, var: &str) {
         let err = cut.expect_err("a get succeeded with the proxy disabled: the client bypasses the proxy");
         typed(&who, "get", &err);
         proxy.enable().await.expect("enable proxy");
+        // From here on every call is recorded, to be checked at the end.
+        let history = History::new();
+        let store: Arc<dyn VersionedStore> = Arc::new(RecordingStore::new(store, history.clone(), 0));
 
         let seq_name = bakery_testkit::unique_name("proxy-faults");
         let handles = (0..HANDLES)
@@ -635,6 +660,9 @@ fn through_proxy(backend: &'static str, var: &str) {
             cut_unknown > 0,
             "{who}: the cut lost the replies of puts in flight in {CUT_ROUNDS} rounds, yet none was reported Unknown"
         );
+        let report = linearizability::check(&history);
+        println!("{who}: recorded history: {report}");
+        assert_eq!(report.verdict(), Verdict::Linearizable, "{who}: {report}");
         let proxy = backend.proxy;
         proxy.delete().await.expect("delete proxy");
     });

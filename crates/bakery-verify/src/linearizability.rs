@@ -355,7 +355,8 @@ fn prepare(ops: &[&Operation]) -> Result<Prepared, Early> {
     let mut out = Vec::new();
     let mut dropped = 0;
     // For each value: the op that wrote it (or may have), and where it was seen.
-    let mut writer: HashMap<u32, usize> = HashMap::new();
+    // The put that wrote each value, and the version it expected.
+    let mut writer: HashMap<u32, (usize, Option<Version>)> = HashMap::new();
     let mut seen: Vec<(usize, (Version, u32))> = Vec::new();
     for (src, op) in ops.iter().enumerate() {
         let misfit = || {
@@ -408,12 +409,21 @@ fn prepare(ops: &[&Operation]) -> Result<Prepared, Early> {
                 if let Effect::Applied(version) = effect {
                     seen.push((src, (version, id)));
                 }
-                if let Some(first) = writer.insert(id, src) {
-                    let reason = format!(
-                        "{:?} is written twice (#{} and #{}): the checker needs unique values",
-                        values.values[id as usize], ops[first].id, op.id
-                    );
-                    return Err(Early(Verdict::Inconclusive, reason, vec![first, src]));
+                // A retry of the same compare-and-set (same value, same
+                // expected version) may repeat the value: at most one of
+                // them can apply, and either leaves the same state.
+                match writer.get(&id) {
+                    None => {
+                        writer.insert(id, (src, expected));
+                    }
+                    Some(&(_, first_expected)) if first_expected == expected => {}
+                    Some(&(first, _)) => {
+                        let reason = format!(
+                            "{:?} is written twice at different versions (#{} and #{}): the checker needs unique values",
+                            values.values[id as usize], ops[first].id, op.id
+                        );
+                        return Err(Early(Verdict::Inconclusive, reason, vec![first, src]));
+                    }
                 }
             }
             _ => {}
@@ -438,7 +448,7 @@ fn prepare(ops: &[&Operation]) -> Result<Prepared, Early> {
     let mut learned: HashMap<u32, (Version, usize)> = HashMap::new();
     let name = |id: u32| format!("{:?}", values.values[id as usize]);
     for &(src, (version, value)) in &seen {
-        let Some(&put) = writer.get(&value) else {
+        let Some(&(put, _)) = writer.get(&value) else {
             let reason = format!(
                 "#{} saw {}, which no put that applied (or may have) wrote",
                 ops[src].id,

@@ -352,3 +352,30 @@ fn a_value_written_twice_is_inconclusive() {
     ]);
     assert_eq!(report.verdict(), Verdict::Inconclusive, "{report}");
 }
+
+/// A recipe retrying the same compare-and-set after an unknown outcome
+/// (the sequence does) repeats value and expected version: checkable.
+#[test]
+fn a_retried_compare_and_set_may_repeat_its_value() {
+    assert_linearizable(vec![
+        put(1, (0, 1), None, "a", applied(1, "a")),
+        put(1, (2, 3), Some(1), "b", unknown()),
+        put(1, (4, 5), Some(1), "b", unknown()),
+        put(1, (6, 7), Some(1), "b", conflict(row(2, "b"))),
+        get(2, (8, 9), row(2, "b")),
+    ]);
+}
+
+/// ...but only one of the retries can apply.
+#[test]
+fn a_retried_compare_and_set_applied_twice_is_rejected() {
+    assert_rejected(
+        vec![
+            put(1, (0, 1), None, "a", applied(1, "a")),
+            put(1, (2, 3), Some(1), "b", applied(2, "b")),
+            put(1, (4, 5), Some(1), "b", applied(3, "b")),
+        ],
+        2,
+        "",
+    );
+}
