@@ -38,6 +38,9 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 /// The largest accepted `pool_size`.
 pub const MAX_POOL_SIZE: usize = 256;
 
+/// The largest accepted `wait_replicas`.
+pub const MAX_WAIT_REPLICAS: usize = 255;
+
 /// How a compare-and-set is made atomic on the server. Both give the same
 /// results (the conformance suite runs against each); they differ in round
 /// trips and in how they behave under contention. See the crate docs for
@@ -79,6 +82,7 @@ bakery_core::spellings! {
 /// | `timeout_ms=N` | `5000` | limit on each call, 1 ms to 1 h |
 /// | `pool_size=N` | `16` | dedicated connections of the `watch` strategy, 1 to 256 |
 /// | `ca_file=PATH` | system roots | PEM file of the CA to trust (`rediss` only) |
+/// | `wait_replicas=N` | the replicas connected at open | after every call, `WAIT` until `N` replicas have everything it wrote or read; fewer than those connected can lose writes in a failover (crate docs, "Replicas") |
 /// | `accept_data_loss=true\|false` | `false` | open even on a server that can lose acknowledged writes (crate docs, "Durability") |
 ///
 /// The password never appears in `Debug` or `Display` output, nor in error
@@ -129,6 +133,7 @@ pub struct RedisConfig {
     timeout: Duration,
     pool_size: usize,
     ca_file: Option<PathBuf>,
+    wait_replicas: Option<usize>,
     accept_data_loss: bool,
 }
 
@@ -148,6 +153,7 @@ impl RedisConfig {
             timeout: DEFAULT_TIMEOUT,
             pool_size: DEFAULT_POOL_SIZE,
             ca_file: None,
+            wait_replicas: None,
             accept_data_loss: false,
         }
     }
@@ -242,6 +248,7 @@ impl RedisConfig {
             }
             config.ca_file = Some(PathBuf::from(path));
         }
+        config.wait_replicas = options.wait_replicas;
         config.accept_data_loss = options.accept_data_loss.unwrap_or(false);
         config.validate()?;
         Ok(config)
@@ -294,6 +301,14 @@ impl RedisConfig {
             ));
         }
         validate_prefix(&self.prefix)?;
+        if let Some(n) = self.wait_replicas.filter(|&n| n > MAX_WAIT_REPLICAS) {
+            return Err(invalid(
+                BACKEND,
+                "wait_replicas",
+                &n.to_string(),
+                &format!("a number of replicas from 0 to {MAX_WAIT_REPLICAS}"),
+            ));
+        }
         if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
             return Err(invalid(
                 BACKEND,
@@ -335,6 +350,9 @@ impl fmt::Display for RedisConfig {
         if let Some(ca) = &self.ca_file {
             write!(f, "&ca_file={}", ca.display())?;
         }
+        if let Some(n) = self.wait_replicas {
+            write!(f, "&wait_replicas={n}")?;
+        }
         if self.accept_data_loss {
             write!(f, "&{ACCEPT_DATA_LOSS}=true")?;
         }
@@ -372,6 +390,7 @@ struct Options {
     timeout_ms: Option<Duration>,
     pool_size: Option<usize>,
     ca_file: Option<String>,
+    wait_replicas: Option<usize>,
     accept_data_loss: Option<bool>,
 }
 
@@ -398,6 +417,12 @@ bakery_core::setters! { RedisConfig {
     /// Trust the CA certificate(s) in the PEM file at `ca_file` instead of
     /// the system's roots (`rediss` only).
     with_ca_file(ca_file: impl Into<PathBuf>) Some;
+    /// After every call, `WAIT` until `wait_replicas` replicas have
+    /// everything it wrote or read (default: as many as the primary has
+    /// connected at open; 0 never waits). Fewer than the replicas connected
+    /// at open can lose acknowledged writes in a failover, and is refused
+    /// at open unless `accept_data_loss` is set (crate docs, "Replicas").
+    with_wait_replicas(wait_replicas: usize) Some;
     /// Open even on a server whose settings can lose acknowledged writes
     /// (default `false`: such a server is refused at open with an
     /// [`ErrorKind::Config`](bakery_core::ErrorKind::Config) error naming
@@ -428,6 +453,9 @@ bakery_core::getters! { RedisConfig {
     pool_size: usize;
     /// The CA file trusted for TLS, if any.
     ca_file: Option<&std::path::Path>;
+    /// The replicas every call waits for, if set (`None`: those connected
+    /// at open).
+    wait_replicas: Option<usize>;
     /// True if the store may open on a server that can lose acknowledged
     /// writes (`accept_data_loss=true`).
     accept_data_loss: bool;

@@ -40,6 +40,9 @@ pub(crate) struct Settings {
     pub(crate) maxmemory_policy: Option<String>,
     /// `role` from `INFO replication`: `master` or `slave`.
     pub(crate) role: Option<String>,
+    /// `connected_slaves` from `INFO replication`: the replicas connected
+    /// to this server.
+    pub(crate) replicas: Option<usize>,
     /// Why `CONFIG GET` could not be used (the server's error code), if it
     /// was refused.
     pub(crate) config_refused: Option<String>,
@@ -68,6 +71,7 @@ impl Settings {
             let value = value.trim();
             match name {
                 "role" => self.role = Some(value.to_ascii_lowercase()),
+                "connected_slaves" => self.replicas = value.parse().ok(),
                 "aof_enabled" if self.appendonly.is_none() => {
                     self.appendonly = match value {
                         "1" => Some("yes".to_string()),
@@ -102,10 +106,14 @@ impl Settings {
 ///   (anything but `noeviction` and the `volatile-*` policies: bakery's
 ///   keys have no TTL) → a row can be evicted, and its sequence restarts;
 /// - `role:slave` → a replica: writes fail, or (`replica-read-only no`)
-///   are dropped at the next resync.
+///   are dropped at the next resync;
+/// - replicas connected and `wait` (the replicas every call `WAIT`s for,
+///   [`replicas_to_wait`]) fewer than them → replication is asynchronous,
+///   and a failover to a replica that had not acknowledged a write loses it.
 ///
-/// Unreadable eviction or role settings are not hazards by themselves.
-pub(crate) fn hazards(s: &Settings) -> Vec<Hazard> {
+/// Unreadable eviction or role settings, or an unreadable replica count,
+/// are not hazards by themselves.
+pub(crate) fn hazards(s: &Settings, wait: usize) -> Vec<Hazard> {
     let mut found = Vec::new();
     let refused = s
         .config_refused
@@ -192,7 +200,28 @@ pub(crate) fn hazards(s: &Settings) -> Vec<Hazard> {
             "point the URI at the primary",
         ));
     }
+    if let Some(connected) = s.replicas.filter(|&n| n > wait) {
+        let waits = match wait {
+            0 => "bakery does not WAIT for them (wait_replicas=0)".to_string(),
+            n => format!("bakery WAITs for only {n} of them (wait_replicas={n})"),
+        };
+        found.push(Hazard::new(
+            "connected_slaves",
+            connected.to_string(),
+            format!(
+                "replication is asynchronous and {waits}: a failover to a replica that had not received a write loses it although the primary acknowledged it"
+            ),
+            "leave wait_replicas unset: every call then WAITs for all the replicas connected at open",
+        ));
+    }
     found
+}
+
+/// How many replicas every call `WAIT`s for: `configured`
+/// (`wait_replicas`) if set, else every replica connected at open (none
+/// when `INFO` did not say).
+pub(crate) fn replicas_to_wait(s: &Settings, configured: Option<usize>) -> usize {
+    configured.unwrap_or_else(|| s.replicas.unwrap_or(0))
 }
 
 /// Read the settings: one pipeline of `CONFIG GET`s, then `INFO`. A
@@ -258,6 +287,7 @@ mod tests {
             maxmemory: Some(0),
             maxmemory_policy: Some("noeviction".into()),
             role: Some("master".into()),
+            replicas: Some(0),
             config_refused: None,
         }
     }
@@ -271,14 +301,14 @@ mod tests {
 
     #[test]
     fn aof_with_fsync_always_is_durable() {
-        assert_eq!(hazards(&settings("yes", "always")), []);
+        assert_eq!(hazards(&settings("yes", "always"), 0), []);
     }
 
     #[test]
     fn appendonly_no_forgets_since_the_snapshot() {
         // The fsync policy is irrelevant without an append-only file.
         for fsync in ["always", "everysec", "no"] {
-            let found = hazards(&settings("no", fsync));
+            let found = hazards(&settings("no", fsync), 0);
             assert_eq!(names(&found), [("appendonly", "no")]);
             assert!(found[0].loses.contains("since the last RDB snapshot"));
             assert_eq!(found[0].fix, "appendonly yes and appendfsync always");
@@ -287,14 +317,14 @@ mod tests {
 
     #[test]
     fn fsync_everysec_and_no_lose_acknowledged_writes() {
-        let found = hazards(&settings("yes", "everysec"));
+        let found = hazards(&settings("yes", "everysec"), 0);
         assert_eq!(names(&found), [("appendfsync", "everysec")]);
         assert!(found[0].loses.contains("about a second"), "{}", found[0]);
         assert!(found[0].loses.contains("power loss"), "{}", found[0]);
-        let found = hazards(&settings("yes", "no"));
+        let found = hazards(&settings("yes", "no"), 0);
         assert_eq!(names(&found), [("appendfsync", "no")]);
         assert_eq!(found[0].fix, AOF_FIX);
-        let found = hazards(&settings("yes", "sometimes"));
+        let found = hazards(&settings("yes", "sometimes"), 0);
         assert_eq!(names(&found), [("appendfsync", "sometimes")]);
     }
 
@@ -302,12 +332,12 @@ mod tests {
     fn no_fsync_during_rewrites_is_a_hazard() {
         let mut s = settings("yes", "always");
         s.no_appendfsync_on_rewrite = Some("yes".into());
-        let found = hazards(&s);
+        let found = hazards(&s, 0);
         assert_eq!(names(&found), [("no-appendfsync-on-rewrite", "yes")]);
         assert_eq!(found[0].fix, "no-appendfsync-on-rewrite no");
         // Unknown (not reported): not a hazard by itself.
         s.no_appendfsync_on_rewrite = None;
-        assert_eq!(hazards(&s), []);
+        assert_eq!(hazards(&s, 0), []);
     }
 
     /// CONFIG refused: INFO says whether the AOF is on, not how it fsyncs.
@@ -322,7 +352,7 @@ mod tests {
         );
         assert_eq!(s.appendonly.as_deref(), Some("yes"));
         assert_eq!(s.role.as_deref(), Some("master"));
-        let found = hazards(&s);
+        let found = hazards(&s, 0);
         assert_eq!(names(&found), [("appendfsync", "unknown")]);
         assert!(found[0].loses.contains("could not be read"), "{}", found[0]);
         assert!(found[0].loses.contains("NOPERM"), "{}", found[0]);
@@ -332,7 +362,7 @@ mod tests {
             ..Settings::default()
         };
         s.apply_info("aof_enabled:0\r\nrole:master\r\n");
-        assert_eq!(names(&hazards(&s)), [("appendonly", "no")]);
+        assert_eq!(names(&hazards(&s, 0)), [("appendonly", "no")]);
     }
 
     #[test]
@@ -341,7 +371,7 @@ mod tests {
             config_refused: Some("ERR".into()),
             ..Settings::default()
         };
-        let found = hazards(&s);
+        let found = hazards(&s, 0);
         assert_eq!(names(&found), [("appendonly", "unknown")]);
         assert!(found[0].loses.contains("could not be read"), "{}", found[0]);
     }
@@ -352,7 +382,7 @@ mod tests {
         s.apply_info(
             "aof_enabled:0\r\nmaxmemory:5\r\nmaxmemory_policy:allkeys-lru\r\nrole:master\r\n",
         );
-        assert_eq!(hazards(&s), []);
+        assert_eq!(hazards(&s, 0), []);
     }
 
     #[test]
@@ -366,12 +396,12 @@ mod tests {
             let mut s = settings("yes", "always");
             s.maxmemory = Some(100 << 20);
             s.maxmemory_policy = Some(policy.into());
-            let found = hazards(&s);
+            let found = hazards(&s, 0);
             assert_eq!(names(&found), [("maxmemory-policy", policy)]);
             assert_eq!(found[0].fix, "maxmemory-policy noeviction");
             // No limit: nothing is ever evicted.
             s.maxmemory = Some(0);
-            assert_eq!(hazards(&s), [], "{policy}");
+            assert_eq!(hazards(&s, 0), [], "{policy}");
         }
         // The volatile policies evict only keys with a TTL; bakery sets none.
         for policy in [
@@ -384,7 +414,7 @@ mod tests {
             let mut s = settings("yes", "always");
             s.maxmemory = Some(100 << 20);
             s.maxmemory_policy = Some(policy.into());
-            assert_eq!(hazards(&s), [], "{policy}");
+            assert_eq!(hazards(&s, 0), [], "{policy}");
         }
     }
 
@@ -392,9 +422,47 @@ mod tests {
     fn a_replica_is_a_hazard() {
         let mut s = settings("yes", "always");
         s.role = Some("slave".into());
-        let found = hazards(&s);
+        let found = hazards(&s, 0);
         assert_eq!(names(&found), [("role", "slave")]);
         assert_eq!(found[0].fix, "point the URI at the primary");
+    }
+
+    /// A primary with replicas: every call WAITs for all of them unless
+    /// told otherwise, and waiting for fewer is a hazard.
+    #[test]
+    fn replicas_are_waited_for_or_a_hazard() {
+        let mut s = settings("yes", "always");
+        s.apply_info("role:master\r\nconnected_slaves:2\r\nslave0:ip=10.0.0.2,port=6379,state=online,offset=9,lag=0\r\n");
+        assert_eq!(s.replicas, Some(2));
+        // Default: wait for both, no hazard.
+        let wait = replicas_to_wait(&s, None);
+        assert_eq!(wait, 2);
+        assert_eq!(hazards(&s, wait), []);
+        // More than connected: no hazard (writes wait for them to connect).
+        assert_eq!(hazards(&s, replicas_to_wait(&s, Some(3))), []);
+        // Fewer: a failover can lose acknowledged writes.
+        for (wait, says) in [
+            (0, "does not WAIT for them (wait_replicas=0)"),
+            (1, "WAITs for only 1 of them (wait_replicas=1)"),
+        ] {
+            let found = hazards(&s, replicas_to_wait(&s, Some(wait)));
+            assert_eq!(names(&found), [("connected_slaves", "2")]);
+            assert!(found[0].loses.contains(says), "{}", found[0]);
+            assert!(found[0].loses.contains("failover"), "{}", found[0]);
+            assert!(
+                found[0].fix.contains("leave wait_replicas unset"),
+                "{}",
+                found[0]
+            );
+        }
+        // No replicas, or a count INFO did not give: nothing to wait for.
+        let alone = settings("yes", "always");
+        assert_eq!(replicas_to_wait(&alone, None), 0);
+        assert_eq!(hazards(&alone, 0), []);
+        let mut unknown = settings("yes", "always");
+        unknown.replicas = None;
+        assert_eq!(replicas_to_wait(&unknown, None), 0);
+        assert_eq!(hazards(&unknown, 0), []);
     }
 
     #[test]
@@ -404,7 +472,7 @@ mod tests {
         s.maxmemory_policy = Some("allkeys-lru".into());
         s.role = Some("slave".into());
         assert_eq!(
-            names(&hazards(&s)),
+            names(&hazards(&s, 0)),
             [
                 ("appendfsync", "everysec"),
                 ("maxmemory-policy", "allkeys-lru"),

@@ -9,7 +9,7 @@ mod store;
 
 pub use config::{
     CasStrategy, RedisConfig, DEFAULT_POOL_SIZE, DEFAULT_PORT, DEFAULT_PREFIX, DEFAULT_TIMEOUT,
-    MAX_POOL_SIZE, MAX_PREFIX_LEN, MAX_TIMEOUT,
+    MAX_POOL_SIZE, MAX_PREFIX_LEN, MAX_TIMEOUT, MAX_WAIT_REPLICAS,
 };
 pub use store::RedisStore;
 

@@ -82,6 +82,8 @@ struct Inner {
     /// every acknowledged write, so rows survive its restart
     /// ([`Capabilities::PERSISTENT`]).
     durable: bool,
+    /// Replicas every call `WAIT`s for (0: none; crate docs, "Replicas").
+    wait_replicas: usize,
 }
 
 impl RedisStore {
@@ -108,8 +110,10 @@ impl RedisStore {
     /// [`ErrorKind::Unavailable`]; bad credentials are [`ErrorKind::Config`],
     /// and so is a server that can lose acknowledged writes (`appendonly
     /// no`, `appendfsync everysec`, an evicting `maxmemory-policy`, a
-    /// replica, …) unless `accept_data_loss` is set (crate docs,
-    /// "Durability").
+    /// replica, a primary with more replicas than `wait_replicas`, …)
+    /// unless `accept_data_loss` is set (crate docs, "Durability"). A
+    /// primary's replicas connected now are those every later call waits
+    /// for (crate docs, "Replicas").
     pub async fn open(config: RedisConfig) -> Result<RedisStore> {
         const OP: Operation = Operation::Open;
         config.validate().map_err(|e| e.during(OP))?;
@@ -138,7 +142,8 @@ impl RedisStore {
             // Refuse a server that can forget what it acknowledged, before
             // anything is written (crate docs, "Durability").
             let settings = durability::inspect(&mut shared.clone()).await?;
-            let hazards = durability::hazards(&settings);
+            let wait_replicas = durability::replicas_to_wait(&settings, config.wait_replicas());
+            let hazards = durability::hazards(&settings, wait_replicas);
             bakery_core::durability::check(BACKEND, &hazards, config.accept_data_loss())?;
             let durable = hazards.is_empty();
             let scripts = Scripts::new();
@@ -167,14 +172,15 @@ impl RedisStore {
                     Some(pool)
                 }
             };
-            Ok::<_, Error>((shared, scripts, pool, pubsub_client, durable))
+            Ok::<_, Error>((shared, scripts, pool, pubsub_client, durable, wait_replicas))
         };
-        let (shared, scripts, pool, client, durable) = tokio::time::timeout(timeout, open)
-            .instrument(span.clone())
-            .await
-            .map_err(|_| map_err(Failure::Timeout(timeout), OP, Phase::Connect, None))?
-            .map_err(|e| e.during(OP))?;
-        tracing::debug!(parent: &span, "connected");
+        let (shared, scripts, pool, client, durable, wait_replicas) =
+            tokio::time::timeout(timeout, open)
+                .instrument(span.clone())
+                .await
+                .map_err(|_| map_err(Failure::Timeout(timeout), OP, Phase::Connect, None))?
+                .map_err(|e| e.during(OP))?;
+        tracing::debug!(parent: &span, wait_replicas, "connected");
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 config,
@@ -185,6 +191,7 @@ impl RedisStore {
                 pubsub: tokio::sync::Mutex::new(None),
                 watches: Arc::new(AtomicUsize::new(0)),
                 durable,
+                wait_replicas,
             }),
         })
     }
@@ -282,6 +289,69 @@ impl RedisStore {
             }
             other => other,
         }
+    }
+
+    /// The replicas every call waits for: `wait_replicas`, or those the
+    /// primary had connected at open (crate docs, "Replicas").
+    pub fn wait_replicas(&self) -> usize {
+        self.inner.wait_replicas
+    }
+
+    /// The replication barrier after a call that returned (crate docs,
+    /// "Replicas"): one `PUBLISH` to the prefix's own channel (no key's),
+    /// which the primary ships to its replicas after everything the call
+    /// wrote or read, then `WAIT` for `wait_replicas` of them to
+    /// acknowledge it, within half the call's timeout. Both on the shared
+    /// connection, in one pipeline: `WAIT` counts the replication offset of
+    /// its own connection's last write, the `PUBLISH`.
+    ///
+    /// Too few acknowledgements or a failure: a call that `applied` a
+    /// write is `Unknown` (it is on the primary and may be lost in a
+    /// failover); any other failed without effect (`Unavailable`).
+    async fn replicated(&self, op: Operation, key: &Key, applied: bool) -> Result<()> {
+        let wanted = self.inner.wait_replicas;
+        if wanted == 0 {
+            return Ok(());
+        }
+        let wait_ms = u64::try_from(self.inner.config.timeout().as_millis() / 2)
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let mut barrier = redis::pipe();
+        barrier
+            .cmd("PUBLISH")
+            .arg(self.inner.config.prefix())
+            .arg("")
+            .ignore()
+            .cmd("WAIT")
+            .arg(wanted)
+            .arg(wait_ms);
+        let barrier = &barrier;
+        let reply: redis::RedisResult<(i64,)> = self
+            .on_shared(|mut conn| async move { barrier.query_async(&mut conn).await })
+            .await;
+        let short = match reply {
+            Ok((acked,)) if usize::try_from(acked).is_ok_and(|acked| acked >= wanted) => {
+                return Ok(())
+            }
+            Ok((acked,)) => format!(
+                "key `{key}`: only {acked} of {wanted} replicas acknowledged within {wait_ms} ms"
+            ),
+            Err(e) if !applied => return Err(map_err(e.into(), op, Phase::Read, Some(key))),
+            Err(e) => {
+                let detail = format!("key `{key}`: applied on the primary, but waiting for {wanted} replicas failed: {e}");
+                return Err(Error::in_doubt(BACKEND, op, detail).with_source(e));
+            }
+        };
+        tracing::debug!(wanted, "{short}");
+        Err(if applied {
+            Error::in_doubt(
+                BACKEND,
+                op,
+                format!("{short}: applied on the primary, a failover may lose it"),
+            )
+        } else {
+            Error::not_sent(ErrorKind::Unavailable, BACKEND, op, short)
+        })
     }
 
     fn pool(&self) -> Result<&Pool> {
@@ -656,12 +726,6 @@ impl VersionedStore for RedisStore {
         caps
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "redis.get",
-        skip_all,
-        fields(backend = BACKEND, op = "get", key = %key, strategy = %self.strategy())
-    )]
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
         let full = self.redis_key(key);
         let sent = AtomicBool::new(false);
@@ -673,24 +737,15 @@ impl VersionedStore for RedisStore {
                 .on_shared(|mut conn| async move { hmget.query_async(&mut conn).await })
                 .await
                 .map_err(|e| map_err(e.into(), Operation::Get, Phase::Read, Some(key)))?;
-            Ok(decode(key, &full, v, ver)?.and_then(|s| s.live(key)))
+            let row = decode(key, &full, v, ver)?.and_then(|s| s.live(key));
+            self.replicated(Operation::Get, key, false).await?;
+            Ok(row)
         })
         .await
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "redis.put_if_version",
-        skip_all,
-        fields(
-            backend = BACKEND,
-            op = "put_if_version",
-            key = %key,
-            strategy = %self.strategy(),
-            expected = ?expected,
-            len = value.len()
-        )
-    )]
+    /// Compares and writes the hash atomically: one Lua script (`cas=script`)
+    /// or WATCH/MULTI/EXEC (`cas=watch`).
     async fn put_if_version(
         &self,
         key: &Key,
@@ -699,55 +754,37 @@ impl VersionedStore for RedisStore {
     ) -> Result<PutOutcome> {
         let full = self.redis_key(key);
         let sent = AtomicBool::new(false);
-        match self.strategy() {
-            CasStrategy::Script => {
-                let op = self.script_put(key, &full, expected, value, &sent);
-                self.bounded(Operation::Put, key, &sent, op).await
-            }
-            CasStrategy::Watch => {
-                let op = self.watch_put(key, &full, expected, value, &sent);
-                self.bounded(Operation::Put, key, &sent, op).await
-            }
-        }
+        let call = async {
+            let outcome = match self.strategy() {
+                CasStrategy::Script => self.script_put(key, &full, expected, value, &sent).await,
+                CasStrategy::Watch => self.watch_put(key, &full, expected, value, &sent).await,
+            }?;
+            let applied = matches!(outcome, PutOutcome::Applied(_));
+            self.replicated(Operation::Put, key, applied).await?;
+            Ok(outcome)
+        };
+        self.bounded(Operation::Put, key, &sent, call).await
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "redis.delete_if_version",
-        skip_all,
-        fields(
-            backend = BACKEND,
-            op = "delete_if_version",
-            key = %key,
-            strategy = %self.strategy(),
-            expected
-        )
-    )]
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         let full = self.redis_key(key);
         let sent = AtomicBool::new(false);
-        match self.strategy() {
-            CasStrategy::Script => {
-                let op = self.script_delete(key, &full, expected, &sent);
-                self.bounded(Operation::Delete, key, &sent, op).await
-            }
-            CasStrategy::Watch => {
-                let op = self.watch_delete(key, &full, expected, &sent);
-                self.bounded(Operation::Delete, key, &sent, op).await
-            }
-        }
+        let call = async {
+            let outcome = match self.strategy() {
+                CasStrategy::Script => self.script_delete(key, &full, expected, &sent).await,
+                CasStrategy::Watch => self.watch_delete(key, &full, expected, &sent).await,
+            }?;
+            let applied = matches!(outcome, DeleteOutcome::Deleted);
+            self.replicated(Operation::Delete, key, applied).await?;
+            Ok(outcome)
+        };
+        self.bounded(Operation::Delete, key, &sent, call).await
     }
 
     /// Subscribes to the key's channel on the store's pub/sub connection
     /// (opened on first use, and again after it died); returns once the
     /// server confirmed the subscription. Woken by [`notify`](Self::notify)
     /// only: writes themselves publish nothing.
-    #[tracing::instrument(
-        level = "debug",
-        name = "redis.watch",
-        skip_all,
-        fields(backend = BACKEND, op = "watch", key = %key)
-    )]
     async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
         let channel = self.redis_key(key);
         let sent = AtomicBool::new(false);
@@ -770,12 +807,6 @@ impl VersionedStore for RedisStore {
 
     /// One `PUBLISH` on the key's channel, on the shared connection: one
     /// round trip.
-    #[tracing::instrument(
-        level = "debug",
-        name = "redis.notify",
-        skip_all,
-        fields(backend = BACKEND, op = "notify", key = %key)
-    )]
     async fn notify(&self, key: &Key) -> Result<()> {
         let channel = self.redis_key(key);
         let sent = AtomicBool::new(false);

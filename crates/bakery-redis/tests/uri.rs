@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use bakery_redis::{
     CasStrategy, RedisConfig, RedisStore, DEFAULT_POOL_SIZE, DEFAULT_PORT, DEFAULT_PREFIX,
-    DEFAULT_TIMEOUT, SCHEMES,
+    DEFAULT_TIMEOUT, MAX_WAIT_REPLICAS, SCHEMES,
 };
 
 #[test]
@@ -156,6 +156,9 @@ const REFUSED: &[(&str, &str)] = &[
     ("redis://h?cas=", "`cas`"),
     ("redis://h?pool_size=0", "`pool_size`"),
     ("redis://h?pool_size=257", "`pool_size`"),
+    ("redis://h?wait_replicas=256", "`wait_replicas`"),
+    ("redis://h?wait_replicas=-1", "`wait_replicas`"),
+    ("redis://h?wait_replicas=", "`wait_replicas`"),
     ("redis://h?ca_file=/x.pem", "`ca_file`"),
     ("redis://user@h", "without a password"),
 ];
@@ -177,6 +180,30 @@ fn shared_option_rules() {
         longest: &[("redis://h?prefix={}", 128)],
     }
     .check();
+}
+
+/// `wait_replicas`: unset by default (the replicas connected at open),
+/// 0 to 255, shown in `Display`, the same from the URI and the builder.
+#[test]
+fn wait_replicas_option() {
+    assert_eq!(
+        RedisConfig::from_uri("redis://h").unwrap().wait_replicas(),
+        None
+    );
+    for n in [0, 1, MAX_WAIT_REPLICAS] {
+        let config = RedisConfig::from_uri(&format!("redis://h?wait_replicas={n}")).unwrap();
+        assert_eq!(config.wait_replicas(), Some(n));
+        assert_eq!(config, RedisConfig::new("h").with_wait_replicas(n));
+        assert!(
+            config.to_string().ends_with(&format!("&wait_replicas={n}")),
+            "{config}"
+        );
+    }
+    let err = RedisConfig::new("h")
+        .with_wait_replicas(MAX_WAIT_REPLICAS + 1)
+        .validate()
+        .unwrap_err();
+    assert!(err.message().contains("from 0 to 255"), "{err}");
 }
 
 #[test]
