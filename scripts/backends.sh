@@ -16,8 +16,17 @@
 #   scripts/backends.sh env                export lines of the running backends
 #   scripts/backends.sh deps               install build dependencies only (protoc)
 #
-# NAME is postgres, mariadb, redis, redis_volatile, etcd, mongodb, cassandra,
-# toxiproxy, or all (in that order; stop goes in reverse).  mongodb is FerretDB
+# NAME is postgres, postgres_primary, postgres_standby, mariadb, redis,
+# redis_volatile, redis_primary, redis_replica, etcd, etcd_m1, etcd_m2, etcd_m3, mongodb, cassandra,
+# toxiproxy, or all (in that order; stop goes in reverse).  etcd_m1..3 are
+# the members of a three-member etcd cluster (each exports the cluster's
+# BAKERY_ETCD_CLUSTER_URI; tests/cluster_etcd.rs kills its leader);
+# postgres_primary and postgres_standby are a PostgreSQL primary and a
+# streaming standby made afresh from it at every start of postgres_standby
+# (tests/cluster_postgres.rs promotes it); redis_primary and redis_replica
+# are a Redis primary and its replica (--replicaof), pointed at the primary
+# again at every start of redis_replica (tests/cluster_redis.rs kills the
+# primary and promotes the replica).  mongodb is FerretDB
 # over the postgres server, which `start mongodb` starts too.  toxiproxy is
 # Shopify's fault proxy; its line is BAKERY_TOXIPROXY_URL=http://… (its HTTP
 # API), and tests/proxy_faults.rs creates proxies to the other servers through it.  redis_volatile is a second Redis
@@ -36,7 +45,9 @@
 #   BAKERY_REDIS_VOLATILE_PORT (16380)  BAKERY_ETCD_PORT (12379)  BAKERY_ETCD_PEER_PORT (12380)
 #   BAKERY_MONGODB_PORT (17017)  BAKERY_TOXIPROXY_PORT (18474, its HTTP API)
 #   BAKERY_CASSANDRA_PORT (19042, CQL)  BAKERY_CASSANDRA_STORAGE_PORT (17000)
-#   BAKERY_CASSANDRA_JMX_PORT (17199)
+#   BAKERY_CASSANDRA_JMX_PORT (17199)  BAKERY_PG_PRIMARY_PORT (15433)  BAKERY_PG_STANDBY_PORT (15434)
+#   BAKERY_ETCD_M1_PORT, _M2_, _M3_ (12389, 12391, 12393; each peer port is the next one)
+#   BAKERY_REDIS_PRIMARY_PORT (16381)  BAKERY_REDIS_REPLICA_PORT (16382)
 #                            unset: the port the backend last ran on, else the default
 #   BAKERY_SCRATCH           data, logs, pid files (${TMPDIR:-/tmp}/bakery-backends)
 #   BAKERY_BACKENDS_TIMEOUT  seconds to wait for a server to answer (60; Cassandra: at least 180)
@@ -54,7 +65,7 @@
 set -euo pipefail
 
 # The supervisor is scripts/backends/lib.sh; each server is a file next to it
-# (redis.sh holds redis and redis_volatile) defining the same functions,
+# (redis.sh holds redis, redis_volatile, redis_primary and redis_replica) defining the same functions,
 # NAME_describe, _missing, _install, _start, _ready, _after_start, _uri and
 # _stop, which lib.sh lists.  A new server: a new file, and its name below.
 
@@ -66,7 +77,7 @@ usage() {
 }
 
 # Start order; stop goes in reverse.
-BACKENDS=(postgres mariadb redis redis_volatile etcd mongodb cassandra toxiproxy)
+BACKENDS=(postgres postgres_primary postgres_standby mariadb redis redis_volatile redis_primary redis_replica etcd etcd_m1 etcd_m2 etcd_m3 mongodb cassandra toxiproxy)
 load_servers
 
 main() {

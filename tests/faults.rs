@@ -22,7 +22,7 @@
 
 mod common;
 
-use common::backends;
+use common::{backends, fault_tests_uri as enabled};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -39,20 +39,6 @@ const CALL_BOUND: Duration = Duration::from_secs(30);
 /// How long a restarted server and the client's reconnection may take
 /// (Cassandra needs tens of seconds to start).
 const RECOVERY_BOUND: Duration = Duration::from_secs(180);
-
-fn enabled(backend: &str, var: &str) -> Option<String> {
-    let on = std::env::var("BAKERY_FAULT_TESTS").is_ok_and(|v| v == "1");
-    match (on, std::env::var(var)) {
-        (true, Ok(uri)) if !uri.is_empty() => Some(uri),
-        (true, _) => panic!(
-            "BAKERY_FAULT_TESTS=1 but {var} is not set: start {backend} with scripts/backends.sh"
-        ),
-        (false, _) => {
-            eprintln!("faults: {backend} left out: set BAKERY_FAULT_TESTS=1 with servers started by scripts/backends.sh (scripts/test.sh does)");
-            None
-        }
-    }
-}
 
 #[derive(Default, Debug)]
 struct Tally {

@@ -1,5 +1,10 @@
 //! Helpers shared by the root integration tests.
 
+// Each test binary uses some of them.
+#![allow(dead_code)]
+
+pub mod cluster;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -17,4 +22,22 @@ pub fn backends(action: &str, name: &str) {
         "backends.sh {action} {name} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The URI in `var` of `server`, for a test that stops, kills or restarts
+/// servers with `scripts/backends.sh`: it runs only under
+/// `BAKERY_FAULT_TESTS=1` (set by `scripts/test.sh`, hence in CI), where a
+/// missing URI FAILS; without it, it prints why and returns `None`.
+pub fn fault_tests_uri(server: &str, var: &str) -> Option<String> {
+    let on = std::env::var("BAKERY_FAULT_TESTS").is_ok_and(|v| v == "1");
+    match (on, std::env::var(var)) {
+        (true, Ok(uri)) if !uri.is_empty() => Some(uri),
+        (true, _) => panic!(
+            "BAKERY_FAULT_TESTS=1 but {var} is not set: start {server} with scripts/backends.sh"
+        ),
+        (false, _) => {
+            eprintln!("faults: {server} left out: set BAKERY_FAULT_TESTS=1 with servers started by scripts/backends.sh (scripts/test.sh does)");
+            None
+        }
+    }
 }

@@ -1,0 +1,242 @@
+//! A three-member etcd cluster (`etcd_m1..3` of `scripts/backends.sh`)
+//! loses its leader to SIGKILL in the middle of a run, elects another,
+//! and gets the old leader back.
+//!
+//! Counter clients (read-modify-write `put_if_version`, recorded by
+//! bakery_verify's `RecordingStore`) and sequence handles run on the
+//! cluster's URI (all three endpoints) throughout; a monitor asks every
+//! member for its status (`etcdctl endpoint status`) every 100 ms.
+//! Asserted:
+//! - every error is typed (`Unavailable`, `Unknown`, `TimedOut`), no call
+//!   hangs;
+//! - the two remaining members elect a new leader, the clients' writes are
+//!   acknowledged again after the kill and again after the restart, and
+//!   the restarted member rejoins;
+//! - the recorded history is linearizable (bakery_verify's checker);
+//! - no sequence id is handed out twice, each handle's ids increase;
+//! - each counter holds every acknowledged increment and at most the
+//!   acknowledged plus the unknown ones.
+//!
+//! Printed: calls ok/failed/unknown, elections (raft terms) observed, how
+//! long no live member named a live leader.
+//!
+//! Runs under `BAKERY_FAULT_TESTS=1` (scripts/test.sh, CI), where a missing
+//! `BAKERY_ETCD_CLUSTER_URI` fails; without it, it prints why and returns.
+
+mod common;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bakery_verify::checks::check_sequence;
+use bakery_verify::linearizability::{self, Verdict};
+use bakery_verify::workload::Counts;
+use bakery_verify::History;
+use common::cluster::{acked_after, assert_counters, eventually, read_counts, Plan, Workload};
+use common::{backends, fault_tests_uri};
+
+const MEMBERS: [&str; 3] = ["etcd_m1", "etcd_m2", "etcd_m3"];
+
+/// How long an election, a restart and the client's failover may take (a
+/// bound, not a speed check).
+const RECOVERY_BOUND: Duration = Duration::from_secs(60);
+
+/// Acknowledged writes awaited in each phase (before the kill, after it,
+/// after the restart): the run's length.
+const ACKS_PER_PHASE: u64 = 40;
+
+/// What one `etcdctl endpoint status` saw.
+#[derive(Debug, Clone, Default)]
+struct Sample {
+    /// When (on the history's clock).
+    at_ns: u64,
+    /// Members that answered.
+    answering: usize,
+    /// The member (index into `MEMBERS`) that said it is the leader.
+    leader: Option<usize>,
+    /// The highest raft term any member reported.
+    term: u64,
+}
+
+/// Asks every endpoint for its status; one line each from those that
+/// answer: `endpoint, id, version, db size, is leader, is learner, raft
+/// term, raft index, applied index`.
+fn status(endpoints: &[String], at_ns: u64) -> Sample {
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", endpoints.join(",")))
+        .args(["--dial-timeout=300ms", "--command-timeout=500ms"])
+        .args(["endpoint", "status", "-w", "simple"])
+        .output()
+        .expect("run etcdctl (scripts/backends.sh installs it)");
+    let mut sample = Sample {
+        at_ns,
+        ..Sample::default()
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let fields: Vec<&str> = line.split(", ").map(str::trim).collect();
+        let Some(member) = endpoints
+            .iter()
+            .position(|e| Some(&e.as_str()) == fields.first())
+        else {
+            continue;
+        };
+        sample.answering += 1;
+        if fields.get(4) == Some(&"true") {
+            sample.leader = Some(member);
+        }
+        let term = fields.get(6).and_then(|t| t.parse().ok()).unwrap_or(0);
+        sample.term = sample.term.max(term);
+    }
+    sample
+}
+
+/// The endpoints of an `etcd://h1:p1,h2:p2,…[/…][?…]` URI.
+fn endpoints_of(uri: &str) -> Vec<String> {
+    let rest = uri.strip_prefix("etcd://").expect("an etcd:// URI");
+    let hosts = rest.split(['/', '?']).next().unwrap_or_default();
+    hosts.split(',').map(str::to_owned).collect()
+}
+
+#[test]
+fn etcd_cluster_survives_leader_kill() {
+    let Some(uri) = fault_tests_uri("etcd_m1 etcd_m2 etcd_m3", "BAKERY_ETCD_CLUSTER_URI") else {
+        return;
+    };
+    // A member an interrupted run left down comes back first.
+    for member in MEMBERS {
+        backends("start", member);
+    }
+    let endpoints = endpoints_of(&uri);
+    assert_eq!(
+        endpoints.len(),
+        MEMBERS.len(),
+        "{uri} names three endpoints"
+    );
+    bakery_testkit::runtime(4).block_on(async move {
+        let uri = bakery_testkit::proxy::with_option(&uri, "timeout_ms", "2000");
+        let store = bakery::connect(&uri).await.expect("connect to the cluster");
+        let history = History::new();
+        let plan = Plan::new("cluster-etcd", 2, 4, 3);
+
+        // The monitor: a sample every 100 ms until `done`.
+        let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
+        let done = Arc::new(AtomicBool::new(false));
+        let monitor = {
+            let (samples, done, history, endpoints) =
+                (samples.clone(), done.clone(), history.clone(), endpoints.clone());
+            // A thread of its own, not the runtime's: a failed assertion
+            // ends the test without waiting for it.
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    let sample = status(&endpoints, history.now_ns());
+                    samples.lock().expect("samples").push(sample);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+        };
+        let latest = || samples.lock().expect("samples").last().cloned().unwrap_or_default();
+        assert!(
+            eventually(RECOVERY_BOUND, || latest().leader.is_some()).await,
+            "the cluster has no leader: {:?}",
+            latest()
+        );
+
+        let workload = Workload::start(store.clone(), &history, &plan, 0);
+        assert!(
+            eventually(RECOVERY_BOUND, || acked_after(&history, 0) >= ACKS_PER_PHASE).await,
+            "no writes acknowledged before the fault"
+        );
+        // Asked now, not from the last sample: the leader to kill.
+        let old = tokio::task::spawn_blocking({
+            let endpoints = endpoints.clone();
+            move || status(&endpoints, 0).leader
+        })
+        .await
+        .expect("status")
+        .expect("a leader before the fault");
+        tokio::task::spawn_blocking(move || backends("kill", MEMBERS[old]))
+            .await
+            .expect("kill");
+        let killed_ns = history.now_ns();
+        let elected = eventually(RECOVERY_BOUND, || {
+            latest().leader.is_some_and(|l| l != old)
+        })
+        .await;
+        assert!(elected, "no new leader after {} was killed: {:?}", MEMBERS[old], latest());
+        assert!(
+            eventually(RECOVERY_BOUND, || acked_after(&history, killed_ns) >= ACKS_PER_PHASE).await,
+            "no writes acknowledged after the leader was killed"
+        );
+        tokio::task::spawn_blocking(move || backends("start", MEMBERS[old]))
+            .await
+            .expect("restart");
+        let restarted_ns = history.now_ns();
+        assert!(
+            eventually(RECOVERY_BOUND, || {
+                acked_after(&history, restarted_ns) >= ACKS_PER_PHASE
+            })
+            .await,
+            "no writes acknowledged after the old leader came back"
+        );
+        let observed = workload.stop().await;
+        let rejoined = eventually(RECOVERY_BOUND, || {
+            let now = latest();
+            now.answering == MEMBERS.len() && now.leader.is_some()
+        })
+        .await;
+        assert!(rejoined, "{} did not rejoin: {:?}", MEMBERS[old], latest());
+        done.store(true, Ordering::Relaxed);
+        monitor.join().expect("monitor");
+
+        // Figures.
+        let samples = samples.lock().expect("samples").clone();
+        let first_term = samples.first().map_or(0, |s| s.term);
+        let last_term = samples.iter().map(|s| s.term).max().unwrap_or(0);
+        let new_leader_ns = samples
+            .iter()
+            .find(|s| s.at_ns > killed_ns && s.leader.is_some_and(|l| l != old))
+            .map_or(killed_ns, |s| s.at_ns);
+        let leaders: Vec<&str> = samples
+            .iter()
+            .filter_map(|s| s.leader)
+            .fold(Vec::new(), |mut seen, l| {
+                if seen.last() != Some(&MEMBERS[l]) {
+                    seen.push(MEMBERS[l]);
+                }
+                seen
+            });
+        let counts = Counts::of(&history);
+
+        // Checks.
+        let report = linearizability::check(&history);
+        assert_eq!(
+            report.verdict(),
+            Verdict::Linearizable,
+            "the history through the leader kill is not linearizable:\n{report}"
+        );
+        let sequence = check_sequence(&observed.ids);
+        assert!(sequence.passed(), "sequence ids through the leader kill: {sequence:?}");
+        assert!(sequence.ids > 0, "no sequence id at all");
+        let values = read_counts(&*store, &plan.keys, RECOVERY_BOUND).await;
+        assert_counters("cluster_etcd", &history, &plan.keys, &values);
+        println!(
+            "cluster_etcd: killed leader {} ; calls {counts} ({} put/get errors); \
+             history linearizable ({} ops, {} of unknown outcome); \
+             {} sequence ids, 0 duplicates, {} gaps, {} errors; counters {values:?}; \
+             elections observed {} (raft term {first_term} -> {last_term}), leaders seen {leaders:?}; \
+             no live leader for {:.2}s after the kill (100 ms polls)",
+            MEMBERS[old],
+            observed.counter_errors,
+            report.ops(),
+            report.unknown(),
+            sequence.ids,
+            sequence.gaps,
+            observed.sequence_errors,
+            last_term - first_term,
+            (new_leader_ns - killed_ns) as f64 / 1e9,
+        );
+    });
+}

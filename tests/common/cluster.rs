@@ -1,0 +1,438 @@
+//! A recorded workload that keeps running while a cluster fails over, and
+//! the figures and checks of what it saw (tests/cluster_*.rs).
+//!
+//! Counter clients increment a few counters by read-modify-write
+//! `put_if_version` through bakery_verify's [`RecordingStore`], every value
+//! unique (`<count>/<client>-<n>`), so the history goes to bakery_verify's
+//! linearizability checker; sequence clients take ids; lock clients (if
+//! any) take the fair lock and write a fenced value with its token — and
+//! every other round once more with their previous, released token, which
+//! the fence must refuse. All run until [`Workload::stop`]; every error must
+//! be one a fault may cause (`Unavailable`, `Unknown`, `TimedOut`, and for
+//! the lock `Lost`). A client of a failed-over server is stopped and new
+//! clients are started on the new one with the same [`Plan`] and
+//! [`History`]: their calls all go into one history, checked as one.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bakery::{Bytes, ErrorKind, FencedRead, FencedValue, Key, Lock, PutOutcome, Row, Sequence};
+use bakery::{Result, VersionedStore};
+use bakery_verify::checks::FencedOp;
+use bakery_verify::history::{Call, History, Outcome, Reply};
+use bakery_verify::RecordingStore;
+use tokio::task::JoinHandle;
+
+/// A call that takes longer than this hangs (a bound, not a speed check).
+pub const CALL_BOUND: Duration = Duration::from_secs(30);
+
+/// A pause after a failed call, so a client does not spin on a refused
+/// connection (no assertion depends on it).
+const BACKOFF: Duration = Duration::from_millis(20);
+
+/// The lock's lease: short, so clients opened after a failover wait little
+/// for a holder that died with the old server.
+const LEASE: Duration = Duration::from_secs(1);
+
+/// What the clients work on: names shared by every client of a run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The counters.
+    pub keys: Vec<Key>,
+    /// Counter clients (each on counter `client % keys`).
+    pub counter_clients: u64,
+    /// The sequence's name.
+    pub sequence: String,
+    /// Sequence handles.
+    pub sequence_clients: usize,
+    /// Ids per block reservation (small, so reservations are frequent).
+    pub block_size: u64,
+    /// The lock's and fenced value's name.
+    pub lock: String,
+    /// Lock clients (0: none).
+    pub lock_clients: u64,
+}
+
+impl Plan {
+    /// A plan under names no other run uses.
+    pub fn new(case: &str, keys: usize, counter_clients: u64, sequence_clients: usize) -> Plan {
+        Plan {
+            keys: (0..keys)
+                .map(|_| bakery_testkit::unique_key(case))
+                .collect(),
+            counter_clients,
+            sequence: bakery_testkit::unique_name(case),
+            sequence_clients,
+            block_size: 3,
+            lock: bakery_testkit::unique_name(case),
+            lock_clients: 0,
+        }
+    }
+}
+
+/// The count a counter's value holds (`<count>/<tag>`).
+pub fn count_of(value: &[u8]) -> u64 {
+    let text = std::str::from_utf8(value).unwrap_or_default();
+    bakery_testkit::number(text.split('/').next().unwrap_or_default().as_bytes())
+}
+
+fn row_count(row: &Option<Row>) -> u64 {
+    row.as_ref().map_or(0, |r| count_of(&r.value))
+}
+
+/// The kind of an error a fault may cause; any other fails the test.
+fn typed(what: &str, e: &bakery::Error) -> ErrorKind {
+    match e.kind() {
+        kind @ (ErrorKind::Unavailable | ErrorKind::Unknown | ErrorKind::TimedOut) => kind,
+        other => panic!("{what} failed with {other:?}, not a fault's kind: {e}"),
+    }
+}
+
+/// `call`, which must finish within [`CALL_BOUND`].
+pub async fn bounded<T>(what: &str, call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(CALL_BOUND, call)
+        .await
+        .unwrap_or_else(|_| panic!("{what} hung for {CALL_BOUND:?}"))
+}
+
+/// Clients running on one store.
+pub struct Workload {
+    stop: Arc<AtomicBool>,
+    counters: Vec<JoinHandle<u64>>,
+    sequences: Vec<JoinHandle<(Vec<u64>, u64)>>,
+    locks: Vec<JoinHandle<(Vec<FencedOp>, u64)>>,
+}
+
+/// What the clients of a [`Workload`] saw besides the history.
+#[derive(Debug, Default)]
+pub struct Observed {
+    /// The ids each sequence handle got, in order.
+    pub ids: Vec<Vec<u64>>,
+    /// Fenced calls that returned (raises of the fence and writes).
+    pub fenced: Vec<FencedOp>,
+    /// Typed errors of the counter clients' calls.
+    pub counter_errors: u64,
+    /// Typed errors of `Sequence::next`.
+    pub sequence_errors: u64,
+    /// Typed errors of lock and fence calls.
+    pub lock_errors: u64,
+}
+
+impl Observed {
+    /// Adds `other`'s records (its sequence handles are other clients).
+    pub fn merge(&mut self, other: Observed) {
+        self.ids.extend(other.ids);
+        self.fenced.extend(other.fenced);
+        self.counter_errors += other.counter_errors;
+        self.sequence_errors += other.sequence_errors;
+        self.lock_errors += other.lock_errors;
+    }
+}
+
+impl Workload {
+    /// Starts `plan`'s clients on `store`, recording into `history` as
+    /// clients `first_client`, `first_client + 1`, ….
+    pub fn start(
+        store: Arc<dyn VersionedStore>,
+        history: &History,
+        plan: &Plan,
+        first_client: u64,
+    ) -> Workload {
+        let stop = Arc::new(AtomicBool::new(false));
+        let counters = (0..plan.counter_clients)
+            .map(|i| {
+                let client = first_client + i;
+                let recorded = RecordingStore::new(store.clone(), history.clone(), client);
+                let key = plan.keys[i as usize % plan.keys.len()].clone();
+                tokio::spawn(counter_client(recorded, key, client, stop.clone()))
+            })
+            .collect();
+        let sequences = (0..plan.sequence_clients)
+            .map(|_| {
+                let seq = Sequence::builder(store.clone(), &plan.sequence)
+                    .block_size(plan.block_size)
+                    .build()
+                    .expect("sequence");
+                tokio::spawn(sequence_client(seq, stop.clone()))
+            })
+            .collect();
+        let locks = (0..plan.lock_clients)
+            .map(|i| {
+                let lock = Lock::builder(store.clone(), &plan.lock)
+                    .lease(LEASE)
+                    .acquire_timeout(2 * LEASE)
+                    .build()
+                    .expect("lock");
+                let fence = FencedValue::new(store.clone(), &plan.lock).expect("fenced value");
+                let client = first_client + plan.counter_clients + i;
+                tokio::spawn(lock_client(
+                    lock,
+                    fence,
+                    history.clone(),
+                    client,
+                    stop.clone(),
+                ))
+            })
+            .collect();
+        Workload {
+            stop,
+            counters,
+            sequences,
+            locks,
+        }
+    }
+
+    /// Stops the clients (each finishes its current call) and collects
+    /// what they saw.
+    pub async fn stop(self) -> Observed {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut observed = Observed::default();
+        for client in self.counters {
+            observed.counter_errors += client.await.expect("counter client panicked");
+        }
+        for client in self.sequences {
+            let (ids, errors) = client.await.expect("sequence client panicked");
+            observed.ids.push(ids);
+            observed.sequence_errors += errors;
+        }
+        for client in self.locks {
+            let (fenced, errors) = client.await.expect("lock client panicked");
+            observed.fenced.extend(fenced);
+            observed.lock_errors += errors;
+        }
+        observed
+    }
+}
+
+/// Read (after an error), put count + 1 at the version read; after a
+/// conflict, the row it carries. Returns its typed errors.
+async fn counter_client(
+    store: RecordingStore,
+    key: Key,
+    client: u64,
+    stop: Arc<AtomicBool>,
+) -> u64 {
+    let (mut errors, mut n) = (0, 0u64);
+    let mut known: Option<Option<Row>> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let row = match known.take() {
+            Some(row) => row,
+            None => match bounded("get", store.get(&key)).await {
+                Ok(row) => row,
+                Err(e) => {
+                    failed(&mut errors, "get", &e).await;
+                    continue;
+                }
+            },
+        };
+        n += 1;
+        let value = Bytes::from(format!("{}/c{client}-{n}", row_count(&row) + 1));
+        let put = store.put_if_version(&key, row.map(|r| r.version), value);
+        match bounded("put_if_version", put).await {
+            Ok(PutOutcome::Applied(now)) => known = Some(Some(now)),
+            Ok(PutOutcome::Conflict(now)) => known = Some(now),
+            Err(e) => failed(&mut errors, "put_if_version", &e).await,
+        }
+    }
+    errors
+}
+
+async fn sequence_client(seq: Sequence, stop: Arc<AtomicBool>) -> (Vec<u64>, u64) {
+    let (mut ids, mut errors) = (Vec::new(), 0);
+    while !stop.load(Ordering::Relaxed) {
+        match bounded("Sequence::next", seq.next()).await {
+            Ok(id) => ids.push(id),
+            Err(e) => failed(&mut errors, "Sequence::next", &e).await,
+        }
+    }
+    (ids, errors)
+}
+
+/// Checks a lock or fence call's error: a fault's kind, or `Lost` (the
+/// lease ran out while the store was unreachable).
+fn lock_failed(what: &str, e: &bakery::Error) {
+    if !matches!(e.kind(), ErrorKind::Lost) {
+        typed(what, e);
+    }
+}
+
+/// Counts a failed call, whose error must be one a fault may cause (for
+/// `lock …` calls, `Lost` too), and pauses before the next.
+async fn failed(errors: &mut u64, what: &str, e: &bakery::Error) {
+    if what.starts_with("lock") {
+        lock_failed(what, e);
+    } else {
+        typed(what, e);
+    }
+    *errors += 1;
+    tokio::time::sleep(BACKOFF).await;
+}
+
+/// Acquire, raise the fence to the token and read, write, (every other
+/// round) write with the previous token, release — recording each fenced
+/// call that returned, on `history`'s clock.
+async fn lock_client(
+    lock: Lock,
+    fence: FencedValue,
+    history: History,
+    client: u64,
+    stop: Arc<AtomicBool>,
+) -> (Vec<FencedOp>, u64) {
+    let (mut fenced, mut errors) = (Vec::new(), 0);
+    let mut previous: Option<u64> = None;
+    let mut round = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        round += 1;
+        let guard = match bounded("acquire", lock.acquire()).await {
+            Ok(guard) => guard,
+            Err(e) => {
+                failed(&mut errors, "lock acquire", &e).await;
+                continue;
+            }
+        };
+        let token = guard.token();
+        let mut record = |token, invoked_ns, accepted: Result<bool>| match accepted {
+            Ok(accepted) => fenced.push(FencedOp {
+                client,
+                token,
+                accepted,
+                invoked_ns,
+                completed_ns: history.now_ns(),
+            }),
+            Err(e) => {
+                lock_failed("fenced call", &e);
+                errors += 1;
+            }
+        };
+        let t = history.now_ns();
+        let raised = bounded("read_fenced", fence.read_fenced(token)).await;
+        record(
+            token,
+            t,
+            raised.map(|r| matches!(r, FencedRead::Current(_))),
+        );
+        if let Some(stale) = previous.filter(|_| round.is_multiple_of(2)) {
+            let t = history.now_ns();
+            let data = Bytes::from(format!("c{client}-{round}-stale"));
+            let written = bounded("fenced write", fence.write(stale, data)).await;
+            record(stale, t, written.map(|w| w.is_accepted()));
+        }
+        let t = history.now_ns();
+        let data = Bytes::from(format!("c{client}-{round}"));
+        let written = bounded("fenced write", fence.write(token, data)).await;
+        record(token, t, written.map(|w| w.is_accepted()));
+        previous = Some(token);
+        if let Err(e) = bounded("release", guard.release()).await {
+            lock_failed("lock release", &e);
+            errors += 1;
+        }
+    }
+    (fenced, errors)
+}
+
+/// Puts on `key` in `history` (optionally only those completed before
+/// `before_ns`): acknowledged (applied) and of unknown outcome.
+pub fn puts_on(history: &History, key: &Key, before_ns: Option<u64>) -> (u64, u64) {
+    let (mut acked, mut unknown) = (0, 0);
+    for op in history.operations() {
+        let early = match (before_ns, op.completed_ns) {
+            (None, _) => true,
+            (Some(limit), Some(done)) => done < limit,
+            (Some(_), None) => false,
+        };
+        if op.key != key.as_str() || !matches!(op.call, Call::Put { .. }) || !early {
+            continue;
+        }
+        match op.outcome {
+            Outcome::Ok {
+                reply: Reply::Applied(_),
+            } => acked += 1,
+            ref o if o.may_have_applied() => unknown += 1,
+            _ => {}
+        }
+    }
+    (acked, unknown)
+}
+
+/// Acknowledged puts on `key`, completed before `before_ns`, that wrote a
+/// count above `survived`: the increments a server that now holds count
+/// `survived` has lost.
+pub fn acked_above(history: &History, key: &Key, before_ns: u64, survived: u64) -> u64 {
+    history
+        .operations()
+        .iter()
+        .filter(|op| op.key == key.as_str() && op.completed_ns.is_some_and(|t| t < before_ns))
+        .filter(|op| match &op.outcome {
+            Outcome::Ok {
+                reply: Reply::Applied(row),
+            } => count_of(&row.value.0) > survived,
+            _ => false,
+        })
+        .count() as u64
+}
+
+/// Acknowledged puts (on any key) completed after `after_ns`.
+pub fn acked_after(history: &History, after_ns: u64) -> u64 {
+    history
+        .operations()
+        .iter()
+        .filter(|op| op.completed_ns.is_some_and(|t| t > after_ns))
+        .filter(|op| {
+            matches!(
+                op.outcome,
+                Outcome::Ok {
+                    reply: Reply::Applied(_)
+                }
+            )
+        })
+        .count() as u64
+}
+
+/// Each counter (final `values` of `keys`) holds every acknowledged
+/// increment in `history` and at most those plus the unknown ones.
+pub fn assert_counters(who: &str, history: &History, keys: &[Key], values: &[u64]) {
+    for (key, value) in keys.iter().zip(values) {
+        let (acked, unknown) = puts_on(history, key, None);
+        assert!(
+            (acked..=acked + unknown).contains(value),
+            "{who}: counter {key} = {value} outside [acked {acked}, acked + unknown {}]",
+            acked + unknown
+        );
+    }
+}
+
+/// Polls `done` every 50 ms until it holds, for at most `bound`; returns
+/// whether it did.
+pub async fn eventually(bound: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if done() {
+            return true;
+        }
+        if start.elapsed() >= bound {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The counters' final values, read (retrying while the store recovers,
+/// up to `bound`) from `store`.
+pub async fn read_counts(store: &dyn VersionedStore, keys: &[Key], bound: Duration) -> Vec<u64> {
+    let mut out = Vec::new();
+    for key in keys {
+        let start = Instant::now();
+        let row = loop {
+            match bounded("get", store.get(key)).await {
+                Ok(row) => break row,
+                Err(e) if e.is_temporary() && start.elapsed() < bound => {
+                    tokio::time::sleep(BACKOFF).await;
+                }
+                Err(e) => panic!("reading counter {key}: {e}"),
+            }
+        };
+        out.push(row_count(&row));
+    }
+    out
+}
