@@ -1,0 +1,450 @@
+//! `kill -9` of `bakery` processes at random moments: in the middle of
+//! reserving ids, and while holding a lock (its heartbeats stop). On the
+//! embedded SQLite file and on every server backend the run provides (the
+//! URIs `scripts/backends.sh` exports; under CI=true a missing one fails;
+//! the binary needs their features, as `cargo test --all-features` builds
+//! it). Targets run side by side; the moments are drawn from a seed the
+//! test prints (`BAKERY_KILL_SEED` replays one).
+//!
+//! Asserted:
+//! - no id is handed out twice across killed and surviving `bakery seq
+//!   next` processes (what a killed process printed before it died counts,
+//!   complete lines only), each process's ids increase, a survivor prints
+//!   all it was asked for, and a later process continues above every
+//!   printed id;
+//! - a `bakery lock run` already waiting when the holder's `bakery` is
+//!   killed gets the lock (within a bound) with the next fencing token, and
+//!   only once the dead holder's lease has run out: at least half a lease
+//!   after the kill (heartbeats come every third of a lease, and a waiter
+//!   evicts a holder whose heartbeat it has seen standing for a whole one);
+//! - the dead holder's command, still running, is refused when it then
+//!   writes with the dead holder's token, and the value keeps the new
+//!   holder's write.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+use tempfile::TempDir;
+
+const BIN: &str = env!("CARGO_BIN_EXE_bakery");
+
+/// Bound on anything that must happen (a failure, not a speed check).
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Waves of `seq next` processes per target, processes per wave, and how
+/// many of each wave are killed.
+const WAVES: usize = 3;
+const PER_WAVE: usize = 4;
+const KILLED_PER_WAVE: usize = 3;
+const COUNT: usize = 300;
+const BLOCK: &str = "10";
+
+/// The lock holders' lease, and holders killed per target.
+const LEASE: Duration = Duration::from_secs(1);
+const HOLDERS: usize = 2;
+
+struct Target {
+    label: &'static str,
+    uri: String,
+    dir: TempDir,
+}
+
+/// SQLite always; each server backend whose URI the run provides.
+fn targets() -> Vec<Target> {
+    let dir = || tempfile::tempdir().expect("temp dir");
+    let sqlite = dir();
+    let uri = format!("sqlite://{}", sqlite.path().join("b.db").display());
+    let mut all = vec![Target {
+        label: "sqlite",
+        uri,
+        dir: sqlite,
+    }];
+    for label in ["postgres", "redis", "etcd", "cassandra", "mongodb"] {
+        let var = format!("BAKERY_{}_URI", label.to_uppercase());
+        if let Some(uri) = bakery_testkit::server_uri(&var, "kill") {
+            let dir = dir();
+            all.push(Target { label, uri, dir });
+        }
+    }
+    all
+}
+
+impl Target {
+    /// `bakery ARGS…` on this target, in its own process group, with `D`
+    /// (a scratch directory) and `BAKERY` (the binary) for scripts.
+    fn bakery(&self, scratch: &Path, args: &[&str]) -> Command {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(BIN);
+        cmd.env("BAKERY_URI", &self.uri)
+            .env("HOME", self.dir.path())
+            .env("BAKERY", BIN)
+            .env("D", scratch)
+            .env_remove("BAKERY_FENCING_TOKEN")
+            .env_remove("RUST_BACKTRACE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .args(args);
+        cmd
+    }
+
+    fn spawn(&self, scratch: &Path, args: &[&str]) -> Child {
+        self.bakery(scratch, args).spawn().expect("spawn bakery")
+    }
+
+    fn run(&self, scratch: &Path, args: &[&str]) -> Output {
+        let child = self.spawn(scratch, args);
+        finish(child, &format!("{}: bakery {}", self.label, args.join(" ")))
+    }
+
+    /// `bakery lock run LOCK --lease 1s OPTIONS… -- sh -c SCRIPT`.
+    fn lock_run(&self, scratch: &Path, lock: &str, options: &[&str], script: &str) -> Child {
+        let lease = format!("{}ms", LEASE.as_millis());
+        let head = ["lock", "run", lock, "--lease", &lease];
+        self.spawn(
+            scratch,
+            &[&head[..], options, &["--", "sh", "-c", script]].concat(),
+        )
+    }
+
+    fn scratch(&self, name: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::create_dir_all(&path).expect("scratch dir");
+        path
+    }
+}
+
+/// Random moments: a 64-bit LCG (Knuth's MMIX constants) seeded from the
+/// clock, or from `BAKERY_KILL_SEED` to replay a run.
+struct Moments(u64);
+
+impl Moments {
+    fn seeded(salt: u64) -> (Moments, u64) {
+        let seed = std::env::var("BAKERY_KILL_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+        (Moments(seed.wrapping_add(salt)), seed)
+    }
+
+    /// A moment in `[0, bound)`.
+    fn before(&mut self, bound: Duration) -> Duration {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        bound.mul_f64((self.0 >> 11) as f64 / (1u64 << 53) as f64)
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `ready()`'s value once it has one, polled every 10 ms; fails after
+/// [`PATIENCE`].
+fn within<T>(what: &str, mut ready: impl FnMut() -> Option<T>) -> T {
+    let give_up = Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = ready() {
+            return value;
+        }
+        assert!(Instant::now() < give_up, "{what}: not within {PATIENCE:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits (within [`PATIENCE`]) for `child` to exit, then reads what it
+/// printed: little enough that a pipe never fills.
+fn finish(mut child: Child, what: &str) -> Output {
+    let status = within(what, || child.try_wait().expect("try_wait"));
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_end(&mut stdout).expect("read stdout");
+    }
+    if let Some(mut err) = child.stderr.take() {
+        err.read_to_end(&mut stderr).expect("read stderr");
+    }
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// The ids of the complete lines of `stdout` (a process killed while
+/// printing may leave half a line, which is no id).
+fn printed_ids(stdout: &[u8]) -> Vec<u64> {
+    let complete = match stdout.iter().rposition(|&b| b == b'\n') {
+        Some(last) => &stdout[..=last],
+        None => &[][..],
+    };
+    text(complete)
+        .lines()
+        .map(|line| {
+            line.parse()
+                .unwrap_or_else(|_| panic!("not an id: {line:?}"))
+        })
+        .collect()
+}
+
+fn was_killed(out: &Output) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    out.status.signal() == Some(Signal::SIGKILL as i32)
+}
+
+fn on_every_target(test: impl Fn(&Target) + Sync) {
+    let targets = targets();
+    std::thread::scope(|scope| {
+        let test = &test;
+        for target in &targets {
+            scope.spawn(move || test(target));
+        }
+    });
+}
+
+/// `bakery seq next NAME --count 300 --block-size 10` in waves of four,
+/// three of each wave SIGKILLed at random moments (within one and a half
+/// times what an unkilled process takes): printed ids stay unique.
+#[test]
+fn killed_reservations_never_hand_out_an_id_twice() {
+    on_every_target(|target| {
+        let (mut rng, seed) = Moments::seeded(target.label.len() as u64);
+        let scratch = target.scratch("seq");
+        let name = bakery_testkit::unique_name("kill-seq");
+        let count = COUNT.to_string();
+        let args = [
+            "seq",
+            "next",
+            &name,
+            "--count",
+            &count,
+            "--block-size",
+            BLOCK,
+        ];
+        // Calibration: how long one process takes here, unkilled.
+        let started = Instant::now();
+        let first = target.run(&scratch, &args);
+        let span = started.elapsed().mul_f64(1.5);
+        assert!(
+            first.status.success(),
+            "{}: {}",
+            target.label,
+            text(&first.stderr)
+        );
+        let mut per_process = vec![printed_ids(&first.stdout)];
+        let (mut killed, mut finished_first, mut printed_by_killed) = (0, 0, 0);
+        for _ in 0..WAVES {
+            let spawned = Instant::now();
+            let mut children: Vec<Option<Child>> = (0..PER_WAVE)
+                .map(|_| Some(target.spawn(&scratch, &args)))
+                .collect();
+            let mut moments: Vec<(Duration, usize)> = (0..KILLED_PER_WAVE)
+                .map(|victim| (rng.before(span), victim))
+                .collect();
+            moments.sort();
+            let mut outputs = Vec::new();
+            for (at, victim) in moments {
+                std::thread::sleep(at.saturating_sub(spawned.elapsed()));
+                let child = children[victim].take().expect("each victim once");
+                let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+                let _ = killpg(pid, Signal::SIGKILL);
+                outputs.push((true, finish(child, "killed seq next")));
+            }
+            for child in children.into_iter().flatten() {
+                outputs.push((false, finish(child, "seq next")));
+            }
+            for (victim, out) in outputs {
+                let ids = printed_ids(&out.stdout);
+                if victim && was_killed(&out) {
+                    killed += 1;
+                    printed_by_killed += ids.len();
+                } else {
+                    // A survivor, or a victim that finished before its moment.
+                    finished_first += usize::from(victim);
+                    assert!(
+                        out.status.success(),
+                        "{}: seq next failed: {}",
+                        target.label,
+                        text(&out.stderr)
+                    );
+                    assert_eq!(ids.len(), COUNT, "{}: a survivor's ids", target.label);
+                }
+                per_process.push(ids);
+            }
+        }
+        let report = bakery_verify::checks::check_sequence(&per_process);
+        assert!(
+            report.passed(),
+            "{} (seed {seed}): killed processes broke the sequence: {report:?}",
+            target.label
+        );
+        let highest = per_process.iter().flatten().max().copied().unwrap_or(0);
+        let later = target.run(&scratch, &["seq", "next", &name, "--count", "5"]);
+        assert!(
+            later.status.success(),
+            "{}: {}",
+            target.label,
+            text(&later.stderr)
+        );
+        let next = printed_ids(&later.stdout);
+        assert!(
+            next.iter().all(|&id| id > highest),
+            "{} (seed {seed}): a later process got {next:?}, not above {highest}",
+            target.label
+        );
+        eprintln!(
+            "kill[{}] seed {seed}: {} seq processes, {killed} SIGKILLed mid-run \
+             ({finished_first} finished before their moment), {printed_by_killed} ids printed by \
+             killed ones; {} ids, 0 duplicates, {} gaps; a later process continued at {}",
+            target.label,
+            1 + WAVES * PER_WAVE,
+            report.ids,
+            report.gaps,
+            next.first().copied().unwrap_or(0)
+        );
+    });
+}
+
+/// The fencing token of the current grant, and how many wait, from `bakery
+/// --json lock show`.
+fn lock_state(target: &Target, scratch: &Path, lock: &str) -> (u64, usize) {
+    let out = target.run(scratch, &["--json", "lock", "show", lock]);
+    assert!(
+        out.status.success(),
+        "{}: lock show: {}",
+        target.label,
+        text(&out.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("lock show json");
+    let state = &shown["state"];
+    let queued = state["queue"].as_array().map_or(0, Vec::len);
+    (state["token"].as_u64().expect("a token"), queued)
+}
+
+/// A holder (`lock run --lease 1s`) writes the fenced value, then waits; a
+/// second `lock run` queues behind it; the holder's `bakery` is SIGKILLed
+/// at a random moment of its heartbeats, its command left running. The
+/// waiter takes over after the lease and writes; the orphaned command's
+/// write with the dead holder's token is refused.
+#[test]
+fn a_killed_holder_is_replaced_after_its_lease_and_fenced_off() {
+    on_every_target(|target| {
+        let (mut rng, seed) = Moments::seeded(7 + target.label.len() as u64);
+        let mut waits = Vec::new();
+        for round in 0..HOLDERS {
+            let d = target.scratch(&format!("lock-{round}"));
+            let lock = bakery_testkit::unique_name("kill-lock");
+            let value = bakery_testkit::unique_name("kill-fenced");
+            let holder_script = format!(
+                "echo \"$BAKERY_FENCING_TOKEN\" > \"$D/token\"; \
+                 \"$BAKERY\" fence write {value} held || exit 3; touch \"$D/ready\"; \
+                 while [ ! -e \"$D/go\" ]; do sleep 0.02; done; \
+                 \"$BAKERY\" fence write {value} stale 2> \"$D/stale-err\"; \
+                 echo $? > \"$D/stale.tmp\"; mv \"$D/stale.tmp\" \"$D/stale\""
+            );
+            let holder = target.lock_run(&d, &lock, &[], &holder_script);
+            let holder_pid = Pid::from_raw(i32::try_from(holder.id()).expect("pid"));
+            within("the holder's command started", || {
+                d.join("ready").exists().then_some(())
+            });
+            let token: u64 = std::fs::read_to_string(d.join("token"))
+                .expect("token file")
+                .trim()
+                .parse()
+                .expect("a token");
+            let waiter_script = format!(
+                "date +%s%N; echo \"$BAKERY_FENCING_TOKEN\"; \"$BAKERY\" fence write {value} fresh"
+            );
+            let waiter = target.lock_run(&d, &lock, &["--timeout", "60s"], &waiter_script);
+            within("the waiter queued", || {
+                (lock_state(target, &d, &lock).1 == 1).then_some(())
+            });
+            // A random moment of the holder's heartbeats (every lease/3).
+            std::thread::sleep(rng.before(LEASE));
+            kill(holder_pid, Signal::SIGKILL).expect("kill -9 the holder's bakery");
+            let killed_at = SystemTime::now();
+            // (Not its output: the orphaned command holds the pipes open.)
+            let mut holder = holder;
+            let status = holder.wait().expect("reap the killed holder");
+            assert_eq!(
+                std::os::unix::process::ExitStatusExt::signal(&status),
+                Some(Signal::SIGKILL as i32),
+                "{}: the holder exited by itself first",
+                target.label
+            );
+
+            let next = finish(waiter, "the waiter");
+            assert!(
+                next.status.success(),
+                "{}: the waiter: {:?} {}",
+                target.label,
+                next.status,
+                text(&next.stderr)
+            );
+            let said = text(&next.stdout);
+            let mut lines = said.lines();
+            let granted_ns: u128 = lines
+                .next()
+                .and_then(|l| l.parse().ok())
+                .expect("date +%s%N");
+            let next_token: u64 = lines.next().and_then(|l| l.parse().ok()).expect("a token");
+            assert_eq!(
+                next_token,
+                token + 1,
+                "{}: the next grant's token",
+                target.label
+            );
+            let killed_ns = killed_at
+                .duration_since(UNIX_EPOCH)
+                .expect("clock")
+                .as_nanos();
+            let waited = Duration::from_nanos(granted_ns.saturating_sub(killed_ns) as u64);
+            assert!(
+                granted_ns >= killed_ns + LEASE.as_nanos() / 2,
+                "{} (seed {seed}): the waiter ran {waited:?} after the kill, before the dead holder's lease ran out",
+                target.label
+            );
+            waits.push(waited);
+
+            // The dead holder's command writes with its token: refused.
+            std::fs::write(d.join("go"), "").expect("let the orphan write");
+            within("the orphaned command's write", || {
+                d.join("stale").exists().then_some(())
+            });
+            let status = std::fs::read_to_string(d.join("stale")).expect("status");
+            let err = std::fs::read_to_string(d.join("stale-err")).unwrap_or_default();
+            assert_eq!(
+                status.trim(),
+                "1",
+                "{}: stale fenced write accepted: {err}",
+                target.label
+            );
+            assert!(err.contains("rejected"), "{}: {err}", target.label);
+            let _ = killpg(holder_pid, Signal::SIGKILL);
+            let read = target.run(&d, &["fence", "read", &value]);
+            assert_eq!(text(&read.stdout).trim(), "fresh", "{}", target.label);
+            assert_eq!(
+                lock_state(target, &d, &lock),
+                (token + 1, 0),
+                "{}",
+                target.label
+            );
+        }
+        eprintln!(
+            "kill[{}] seed {seed}: {HOLDERS} lock holders SIGKILLed mid-heartbeat (lease {LEASE:?}); \
+             the waiters ran {waits:.2?} after the kills with the next token; \
+             {HOLDERS} stale fenced writes by the orphaned commands refused",
+            target.label
+        );
+    });
+}
