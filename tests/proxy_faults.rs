@@ -30,6 +30,8 @@
 //! this). Without them it prints why and skips — except under `CI=true`,
 //! where it fails.
 
+mod common;
+
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -246,15 +248,8 @@ fn counter_value(count: u64) -> Bytes {
 
 /// The count a counter's row holds (0: no row).
 fn number(row: &Option<Row>) -> u64 {
-    let count = |value: &[u8]| {
-        value
-            .split(|b| *b == b'/')
-            .next()
-            .unwrap_or_default()
-            .to_vec()
-    };
     row.as_ref()
-        .map_or(0, |r| bakery_testkit::number(&count(&r.value)))
+        .map_or(0, |r| common::cluster::count_of(&r.value))
 }
 
 /// One client of the counter: read, put +1 at the version read; after a
