@@ -91,8 +91,9 @@ impl CountingStore {
         }
     }
 
-    fn note<T>(&self, result: &Result<T>, conflict: impl FnOnce(&T) -> bool) {
-        match result {
+    /// Counts `result` as a conflict or an error, and passes it on.
+    fn noted<T>(&self, result: Result<T>, conflict: impl FnOnce(&T) -> bool) -> Result<T> {
+        match &result {
             Ok(v) if conflict(v) => {
                 self.conflicts.fetch_add(1, Ordering::Relaxed);
             }
@@ -101,6 +102,7 @@ impl CountingStore {
                 self.errors.fetch_add(1, Ordering::Relaxed);
             }
         }
+        result
     }
 }
 
@@ -112,9 +114,7 @@ impl StoreLayer for CountingStore {
 
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
         self.gets.fetch_add(1, Ordering::Relaxed);
-        let result = self.inner.get(key).await;
-        self.note(&result, |_| false);
-        result
+        self.noted(self.inner.get(key).await, |_| false)
     }
 
     /// Counts the call, and a conflict if it returns one.
@@ -125,29 +125,25 @@ impl StoreLayer for CountingStore {
         value: Bytes,
     ) -> Result<PutOutcome> {
         self.puts.fetch_add(1, Ordering::Relaxed);
-        let result = self.inner.put_if_version(key, expected, value).await;
-        self.note(&result, |o| matches!(o, PutOutcome::Conflict(_)));
-        result
+        self.noted(self.inner.put_if_version(key, expected, value).await, |o| {
+            matches!(o, PutOutcome::Conflict(_))
+        })
     }
 
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         self.deletes.fetch_add(1, Ordering::Relaxed);
-        let result = self.inner.delete_if_version(key, expected).await;
-        self.note(&result, |o| matches!(o, DeleteOutcome::Conflict(_)));
-        result
+        self.noted(self.inner.delete_if_version(key, expected).await, |o| {
+            matches!(o, DeleteOutcome::Conflict(_))
+        })
     }
 
     async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
         self.watches.fetch_add(1, Ordering::Relaxed);
-        let result = self.inner.watch(key).await;
-        self.note(&result, |_| false);
-        result
+        self.noted(self.inner.watch(key).await, |_| false)
     }
 
     async fn notify(&self, key: &Key) -> Result<()> {
         self.notifies.fetch_add(1, Ordering::Relaxed);
-        let result = self.inner.notify(key).await;
-        self.note(&result, |_| false);
-        result
+        self.noted(self.inner.notify(key).await, |_| false)
     }
 }

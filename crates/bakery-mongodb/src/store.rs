@@ -464,13 +464,13 @@ impl VersionedStore for MongoStore {
 
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
         let call = Call::new(Operation::Get);
-        self.bounded(&call, async {
+        let read = async {
             match self.strategy() {
                 CasStrategy::Update => Ok(self.u_read(&call, key).await?.and_then(|s| s.live(key))),
                 CasStrategy::Insert => self.v_get(&call, key).await,
             }
-        })
-        .await
+        };
+        self.bounded(&call, read).await
     }
 
     /// `cas=update`: a conditional update of the key's one document;

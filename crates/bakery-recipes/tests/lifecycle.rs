@@ -26,8 +26,7 @@ impl StoreLayer for SlowStore {
         Capabilities::empty()
     }
     async fn get(&self, key: &Key) -> Result<Option<Row>> {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        self.inner().get(key).await
+        a_second_later(self.inner().get(key)).await
     }
     // A reservation (the prefetch's too) takes a second.
     async fn put_if_version(
@@ -36,9 +35,14 @@ impl StoreLayer for SlowStore {
         expected: Option<Version>,
         value: Bytes,
     ) -> Result<PutOutcome> {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        self.inner().put_if_version(key, expected, value).await
+        a_second_later(self.inner().put_if_version(key, expected, value)).await
     }
+}
+
+/// Runs `call` (lazy until awaited) after a second.
+async fn a_second_later<T>(call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    call.await
 }
 
 #[tokio::test(start_paused = true)]
