@@ -13,6 +13,7 @@ mod once;
 pub mod options;
 pub mod proxy;
 mod sequence;
+mod verify;
 pub mod watch;
 
 use std::future::Future;
@@ -41,12 +42,15 @@ impl std::fmt::Debug for Case {
 }
 
 /// Every case of the suite: the contract of `put_if_version`, the
-/// sequence recipe, the lock recipes and the exactly-once recipes. Each must pass unchanged on every backend.
+/// sequence recipe, the lock recipes, the exactly-once recipes and the
+/// recorded-history checks of `bakery verify`. Each must pass unchanged on
+/// every backend.
 pub fn cases() -> Vec<Case> {
     let mut all = cas::cases();
     all.extend(sequence::cases());
     all.extend(lock::cases());
     all.extend(once::cases());
+    all.extend(verify::cases());
     all
 }
 

@@ -146,6 +146,25 @@ fn sequence_case_detects_duplicates_from_a_read_then_write_cas() {
     );
 }
 
+/// The recorded-history case rejects stale reads and lost conflicts, and
+/// accepts unknown outcomes (which are not bugs).
+#[test]
+fn verify_case_detects_stale_reads_and_lost_conflicts() {
+    let name = "verify::recorded_histories_check_out";
+    assert!(
+        fails_within_20_runs(name, Fault::StaleReads),
+        "stale reads passed 20 runs"
+    );
+    assert!(
+        fails_within_20_runs(name, Fault::LostConflicts),
+        "lost conflicts passed 20 runs"
+    );
+    assert!(
+        !fails(name, Fault::UnknownOutcomes),
+        "unknown outcomes were called a bug"
+    );
+}
+
 // ---- Capability claims: a false claim (or a missing one) must fail. ----
 
 /// A target whose opens share one state, except under
