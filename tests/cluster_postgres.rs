@@ -6,7 +6,9 @@
 //! Once with asynchronous replication (PostgreSQL's default) and once with
 //! synchronous replication (`synchronous_standby_names` naming the
 //! standby; bakery's sessions commit with `synchronous_commit = on`). The
-//! same workload both times: counter clients (read-modify-write
+//! asynchronous pair is refused at open by default (a standby that does not
+//! confirm commits is a durability hazard), so that run opts in with
+//! `accept_data_loss=true`. The same workload both times: counter clients (read-modify-write
 //! `put_if_version`, recorded by bakery_verify's `RecordingStore`, all in
 //! one history across the failover), sequence handles, and lock clients
 //! writing a fenced value with their tokens. Measured, per mode:
@@ -134,7 +136,29 @@ fn failover(primary: &str, standby: &str, sync: bool) -> Figures {
     let mode = if sync { "synchronous" } else { "asynchronous" };
     fresh_pair(primary, sync);
     bakery_testkit::runtime(4).block_on(async move {
-        let on_primary = bakery::connect(primary)
+        // By default bakery refuses a primary whose standby does not
+        // confirm commits: the failover below shows why.
+        let opened = bakery::connect(primary).await;
+        let primary = if sync {
+            assert!(opened.is_ok(), "{mode}: refused: {:?}", opened.err());
+            primary.to_owned()
+        } else {
+            let Err(refused) = opened else {
+                panic!("{mode}: opened beside a standby that does not confirm commits");
+            };
+            assert_eq!(refused.kind(), bakery::ErrorKind::Config, "{refused}");
+            bakery_testkit::assert_mentions(
+                &refused,
+                &[
+                    "do not confirm commits",
+                    "1 connected",
+                    "accept_data_loss=true",
+                ],
+            );
+            let sep = if primary.contains('?') { '&' } else { '?' };
+            format!("{primary}{sep}accept_data_loss=true")
+        };
+        let on_primary = bakery::connect(&primary)
             .await
             .expect("connect to the primary");
         let history = History::new();

@@ -251,7 +251,7 @@ impl fmt::Display for TableName {
 /// | `timeout_ms=N` | `10000` | server-side `statement_timeout`; the client gives up 250 ms later; 1 to 3600000 (`0` is refused: there is no "no limit" in a URI) |
 /// | `sslmode=…` | `prefer` | see [`SslMode`] |
 /// | `sslrootcert=FILE\|system` | none | see [`RootCert`] |
-/// | `accept_data_loss=true\|false` | `false` | open even on a server that can lose acknowledged writes (crate docs, "Durability") |
+/// | `accept_data_loss=true\|false` | `false` | open even on a server that can lose acknowledged writes — `fsync` or `full_page_writes` off, or a connected standby that does not confirm commits (crate docs, "Durability") |
 ///
 /// `connect_timeout` defaults to 5 seconds here (libpq: none).
 ///
