@@ -3,8 +3,9 @@
 # run `bakery verify --json` on the embedded default (SQLite) and on all five
 # servers, and on the negative control — FerretDB with `cas=update`, whose
 # compare-and-set is known not to be atomic — then write the raw reports to
-# target/reliability/ and the Markdown table to docs/RELIABILITY.md. That
-# file is generated: never edit it by hand.
+# target/reliability/ and the Markdown table to docs/RELIABILITY.md; then
+# run the proxy and cluster fault tests (as the test command does) and add
+# their per-fault figures. That file is generated: never edit it by hand.
 #
 #   scripts/reliability-report.sh [MORE VERIFY OPTIONS...]   e.g. --clients 8
 #
@@ -71,6 +72,17 @@ if [[ $status != 0 ]]; then
     exit 1
 fi
 
+# The fault suites, as the test command runs them: Toxiproxy between the
+# clients and each server (tests/proxy_faults.rs), and the clusters
+# (tests/cluster_*.rs). Each test appends one JSON line per fault it ran.
+faults=$PWD/$out/faults.jsonl
+fault_tests=(--test proxy_faults --test cluster_etcd --test cluster_postgres --test cluster_redis)
+if ! BAKERY_FAULT_TESTS=1 BAKERY_RELIABILITY_LOG=$faults \
+    cargo test --all-features "${fault_tests[@]}" -- --nocapture >"$out/faults.log" 2>&1; then
+    echo "reliability-report.sh: a fault test failed; docs/RELIABILITY.md left alone (log: $out/faults.log)" >&2
+    exit 1
+fi
+
 {
     echo "# Reliability report"
     echo
@@ -87,6 +99,25 @@ fi
     jq -rs '.[] | .target as $t | .checks[] |
         "| \($t) | \(.name) | \(.status) | \(.counts.ok) | \(.counts.failed) | \(.counts.unknown) | \(.summary) |"' \
         "$out"/*.json
+    echo
+    echo "## Under faults"
+    echo
+    echo "Each row is one fault of the proxy or cluster tests (run by the test command in CI"
+    echo "too), every store call recorded. *proxy*: Toxiproxy between the clients (4 counter"
+    echo "workers doing read-modify-write \`put_if_version\`, 3 sequence handles) and one"
+    echo "server, each fault in turn on one connection; the last row of each backend checks"
+    echo "the history of all five for linearizability and the ids of all five for duplicates."
+    echo "*cluster*: a replicated deployment losing a node mid-run, with counter, sequence and"
+    echo "(PostgreSQL, Redis) fenced-lock clients. Unknown: the call may have applied"
+    echo "(\`Unknown\`, or a timeout). Acked lost: acknowledged increments the store no longer"
+    echo "held. The rows marked *accept_data_loss* and *wait_replicas=0* are the negative"
+    echo "controls: settings bakery refuses by default, measured to show what they lose."
+    echo
+    echo "| suite | backend | setup | fault | ok | failed | unknown | acked lost | duplicate ids | stale fenced accepted | verdict |"
+    echo "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"
+    jq -rs 'sort_by(.suite != "proxy", .backend) | .[] |
+        "| \(.suite) | \(.backend) | \(.setup) | \(.fault) | \(.ok) | \(.failed) | \(.unknown) | \(.lost_acked // "—") | \(.duplicate_ids // "—") | \(.stale_accepted // "—") | \(.verdict) |"' \
+        "$faults"
     echo
     echo "Machine: $(nproc) cores, $(uname -sr). Raw reports: \`target/reliability/\`."
 } >docs/RELIABILITY.md

@@ -34,7 +34,10 @@ use bakery_verify::checks::check_sequence;
 use bakery_verify::linearizability::{self, Verdict};
 use bakery_verify::workload::Counts;
 use bakery_verify::History;
-use common::cluster::{acked_after, assert_counters, eventually, read_counts, Plan, Workload};
+use common::cluster::{
+    acked_after, assert_counters, eventually, lost_acked, read_counts, Plan, Workload,
+};
+use common::report::FaultRow;
 use common::{backends, fault_tests_uri};
 
 const MEMBERS: [&str; 3] = ["etcd_m1", "etcd_m2", "etcd_m3"];
@@ -221,6 +224,21 @@ fn etcd_cluster_survives_leader_kill() {
         assert!(sequence.passed(), "sequence ids through the leader kill: {sequence:?}");
         assert!(sequence.ids > 0, "no sequence id at all");
         let values = read_counts(&*store, &plan.keys, RECOVERY_BOUND).await;
+        FaultRow {
+            suite: "cluster",
+            backend: "etcd".into(),
+            setup: "3 members".into(),
+            fault: format!(
+                "leader SIGKILLed, restarted; no leader for {:.2}s",
+                (new_leader_ns - killed_ns) as f64 / 1e9
+            ),
+            counts,
+            lost_acked: Some(lost_acked(&history, &plan.keys, &values)),
+            duplicate_ids: Some(sequence.duplicates),
+            stale_accepted: None,
+            verdict: format!("{:?} ({} ops, {} unknown)", report.verdict(), report.ops(), report.unknown()),
+        }
+        .record();
         assert_counters("cluster_etcd", &history, &plan.keys, &values);
         println!(
             "cluster_etcd: killed leader {} ; calls {counts} ({} put/get errors); \

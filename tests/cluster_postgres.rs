@@ -47,6 +47,7 @@ use common::cluster::{
     acked_above, acked_after, assert_counters, eventually, puts_on, read_counts, Observed, Plan,
     Workload,
 };
+use common::report::FaultRow;
 use common::{backends, fault_tests_uri};
 
 const PRIMARY: &str = "postgres_primary";
@@ -308,6 +309,22 @@ fn postgres_standby_promotion() {
     // Leave the pair as `start` makes it: asynchronous, standby streaming.
     fresh_pair(&primary, false);
     for (mode, f) in [("asynchronous", asynchronous), ("synchronous", synchronous)] {
+        FaultRow {
+            suite: "cluster",
+            backend: "postgres".into(),
+            setup: if mode == "asynchronous" {
+                "primary + asynchronous standby (refused by default; accept_data_loss=true)".into()
+            } else {
+                "primary + synchronous standby".into()
+            },
+            fault: "primary SIGKILLed, standby promoted".into(),
+            counts: f.counts,
+            lost_acked: Some(f.lost_acked),
+            duplicate_ids: Some(f.duplicates),
+            stale_accepted: Some(f.stale_accepted),
+            verdict: format!("{:?}", f.verdict),
+        }
+        .record();
         println!(
             "cluster_postgres: {mode:>12}: calls {}, puts of unknown outcome {}, acknowledged \
              increments lost {}, duplicate ids {}, stale fenced writes accepted {}, history {:?}",

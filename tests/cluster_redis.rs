@@ -49,6 +49,7 @@ use bakery_verify::linearizability::{self, Verdict};
 use bakery_verify::workload::Counts;
 use bakery_verify::History;
 use common::cluster::{acked_above, acked_after, eventually, puts_on, read_counts, Plan, Workload};
+use common::report::FaultRow;
 use common::{backends, fault_tests_uri};
 
 /// The runs share the pair: they take turns.
@@ -239,6 +240,27 @@ fn failover(mode: Mode, partitioned: bool) {
             },
         );
 
+        FaultRow {
+            suite: "cluster",
+            backend: "redis".into(),
+            setup: match mode {
+                Mode::Default => "primary + replica, default (every call WAITs for the replicas)",
+                Mode::OptedOut => "primary + replica, wait_replicas=0&accept_data_loss=true",
+            }
+            .into(),
+            fault: if partitioned {
+                "replica cut off, primary SIGKILLed, replica promoted"
+            } else {
+                "primary SIGKILLed, replica promoted"
+            }
+            .into(),
+            counts,
+            lost_acked: Some(lost),
+            duplicate_ids: Some(sequence.duplicates),
+            stale_accepted: Some(fence.stale_accepted),
+            verdict: format!("{:?} ({} ops, {} unknown)", report.verdict(), report.ops(), report.unknown()),
+        }
+        .record();
         // The workload ran on both sides of the failover.
         assert!(sequence.ids > 0 && fence.accepted > 0, "{label}: {sequence:?} {fence:?}");
         if mode == Mode::Default {

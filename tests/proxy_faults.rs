@@ -42,6 +42,8 @@ use bakery::{Bytes, ErrorKind, Key, PutOutcome, Row, Sequence, VersionedStore};
 use bakery_testkit::proxy::{self, Direction, Proxy, Toxic, Toxiproxy};
 use bakery_verify::history::{History, RecordingStore};
 use bakery_verify::linearizability::{self, Verdict};
+use bakery_verify::workload::Counts;
+use common::report::FaultRow;
 
 /// The client's own deadline, given to every backend as `timeout_ms`.
 const TIMEOUT_MS: u64 = 1000;
@@ -392,10 +394,11 @@ impl Backend {
             _ => vec![self.free_running(&ctx, &keys[0], fault).await],
         };
         let mut tally = Tally::default();
-        let (mut counter, mut most) = (0, 0);
+        let (mut counter, mut most, mut lost) = (0, 0, 0);
         for (key, part) in keys.iter().zip(&tallies) {
             let value = number(&works_again(&ctx, &self.store, key).await);
             let bound = part.acked + part.maybe_applied();
+            lost += part.acked.saturating_sub(value);
             assert!(
                 value >= part.acked,
                 "{ctx}: counter {key} = {value} lost acknowledged increments ({} acked): {part:?}",
@@ -411,6 +414,28 @@ impl Backend {
             most += bound;
         }
         tally.seq_ids += self.more_ids(&ctx).await;
+        FaultRow {
+            suite: "proxy",
+            backend: self.name.to_owned(),
+            setup: "one server behind Toxiproxy".into(),
+            fault: match fault {
+                Fault::Cut => format!("{} ({CUT_ROUNDS} rounds)", fault.name()),
+                _ => format!("{} for {WINDOW:?}", fault.name()),
+            },
+            counts: Counts {
+                ok: tally.acked + tally.conflicts,
+                failed: tally.unavailable,
+                unknown: tally.maybe_applied(),
+            },
+            lost_acked: Some(lost),
+            duplicate_ids: None,
+            stale_accepted: None,
+            verdict: format!(
+                "counter in [acked, acked + unknown]: {counter} in [{}, {most}]",
+                tally.acked
+            ),
+        }
+        .record();
         println!(
             "{ctx}: puts {} -> ok {} (applied {}, conflict {}), failed {} (unavailable {}, unknown {}, timed out {}); \
              get errors {}; counter {counter} in [{}, {most}] (unknown that applied: {}); seq ids {}, seq errors {}",
@@ -657,6 +682,18 @@ fn through_proxy(backend: &'static str, var: &str) {
         );
         let report = linearizability::check(&history);
         println!("{who}: recorded history: {report}");
+        FaultRow {
+            suite: "proxy",
+            backend: backend.name.to_owned(),
+            setup: "one server behind Toxiproxy".into(),
+            fault: "all five, one recorded history".into(),
+            counts: Counts::of(&history),
+            lost_acked: None,
+            duplicate_ids: Some((backend.ids.iter().map(Vec::len).sum::<usize>() - unique) as u64),
+            stale_accepted: None,
+            verdict: format!("{:?} ({} ops, {} unknown)", report.verdict(), report.ops(), report.unknown()),
+        }
+        .record();
         assert_eq!(report.verdict(), Verdict::Linearizable, "{who}: {report}");
         let proxy = backend.proxy;
         proxy.delete().await.expect("delete proxy");

@@ -389,6 +389,15 @@ pub fn acked_after(history: &History, after_ns: u64) -> u64 {
         .count() as u64
 }
 
+/// Acknowledged increments the counters no longer hold: per key, the puts
+/// acknowledged over the whole history less the counter's final value.
+pub fn lost_acked(history: &History, keys: &[Key], values: &[u64]) -> u64 {
+    keys.iter()
+        .zip(values)
+        .map(|(key, value)| puts_on(history, key, None).0.saturating_sub(*value))
+        .sum()
+}
+
 /// Each counter (final `values` of `keys`) holds every acknowledged
 /// increment in `history` and at most those plus the unknown ones.
 pub fn assert_counters(who: &str, history: &History, keys: &[Key], values: &[u64]) {

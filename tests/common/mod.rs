@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod report;
 
 use std::path::Path;
 use std::process::Command;
