@@ -139,14 +139,20 @@ install_deps() { install_missing deps; }
 
 # alive PID [COMM]: the process exists, is not a zombie, and (if given) its
 # command name is COMM -- so a pid reused by an unrelated process is not "ours".
+# A leader thread that has exited shows as a zombie while the process's
+# other threads still run (a JVM shutting down, its ports still bound): the
+# process is alive until its last thread is gone.
 alive() {
-    local pid=$1 want=${2:-} stat comm rest
+    local pid=$1 want=${2:-} stat comm rest tasks
     [[ $pid =~ ^[1-9][0-9]*$ ]] || return 1
     { read -r stat <"/proc/$pid/stat"; } 2>/dev/null || return 1
     comm=${stat#*(}
     comm=${comm%)*}
     rest=${stat##*) }
-    [[ ${rest%% *} != [ZX] ]] || return 1
+    if [[ ${rest%% *} == [ZX] ]]; then
+        tasks=(/proc/"$pid"/task/*)
+        ((${#tasks[@]} > 1)) || return 1
+    fi
     [[ -z $want || $comm == "$want" ]]
 }
 
