@@ -18,6 +18,7 @@
 #
 # NAME is postgres, postgres_primary, postgres_standby, mariadb, redis,
 # redis_volatile, redis_primary, redis_replica, etcd, etcd_m1, etcd_m2, etcd_m3, mongodb, cassandra,
+# cassandra_n1, cassandra_n2, cassandra_n3,
 # toxiproxy, or all (in that order; stop goes in reverse).  etcd_m1..3 are
 # the members of a three-member etcd cluster (each exports the cluster's
 # BAKERY_ETCD_CLUSTER_URI; tests/cluster_etcd.rs kills its leader);
@@ -26,8 +27,12 @@
 # (tests/cluster_postgres.rs promotes it); redis_primary and redis_replica
 # are a Redis primary and its replica (--replicaof), pointed at the primary
 # again at every start of redis_replica (tests/cluster_redis.rs kills the
-# primary and promotes the replica).  mongodb is FerretDB
-# over the postgres server, which `start mongodb` starts too.  toxiproxy is
+# primary and promotes the replica).  cassandra_n1..3 are the nodes of a
+# three-node Cassandra cluster on 127.0.0.2, 127.0.0.3 and 127.0.0.4 (each
+# exports the cluster's BAKERY_CASSANDRA_CLUSTER_URI, keyspace bakery_cluster
+# with replication_factor 3; tests/cluster_cassandra.rs kills one node
+# mid-run and restarts it).  mongodb is FerretDB over the postgres server,
+# which `start mongodb` starts too.  toxiproxy is
 # Shopify's fault proxy; its line is BAKERY_TOXIPROXY_URL=http://… (its HTTP
 # API), and tests/proxy_faults.rs creates proxies to the other servers through it.  redis_volatile is a second Redis
 # with --appendonly no (Redis's default) and no RDB snapshots (--save ''): a
@@ -48,6 +53,9 @@
 #   BAKERY_CASSANDRA_JMX_PORT (17199)  BAKERY_PG_PRIMARY_PORT (15433)  BAKERY_PG_STANDBY_PORT (15434)
 #   BAKERY_ETCD_M1_PORT, _M2_, _M3_ (12389, 12391, 12393; each peer port is the next one)
 #   BAKERY_REDIS_PRIMARY_PORT (16381)  BAKERY_REDIS_REPLICA_PORT (16382)
+#   BAKERY_CASSANDRA_CLUSTER_PORT (19043, CQL)  BAKERY_CASSANDRA_CLUSTER_STORAGE_PORT (17010)
+#                            (each node on its own address)
+#   BAKERY_CASSANDRA_N1_JMX_PORT, _N2_, _N3_ (17201, 17202, 17203, on 127.0.0.1)
 #                            unset: the port the backend last ran on, else the default
 #   BAKERY_SCRATCH           data, logs, pid files (${TMPDIR:-/tmp}/bakery-backends)
 #   BAKERY_BACKENDS_TIMEOUT  seconds to wait for a server to answer (60; Cassandra: at least 180)
@@ -65,7 +73,8 @@
 set -euo pipefail
 
 # The supervisor is scripts/backends/lib.sh; each server is a file next to it
-# (redis.sh holds redis, redis_volatile, redis_primary and redis_replica) defining the same functions,
+# (redis.sh holds redis, redis_volatile, redis_primary and redis_replica;
+# cassandra_cluster.sh cassandra_n1..3) defining the same functions,
 # NAME_describe, _missing, _install, _start, _ready, _after_start, _uri and
 # _stop, which lib.sh lists.  A new server: a new file, and its name below.
 
@@ -77,7 +86,7 @@ usage() {
 }
 
 # Start order; stop goes in reverse.
-BACKENDS=(postgres postgres_primary postgres_standby mariadb redis redis_volatile redis_primary redis_replica etcd etcd_m1 etcd_m2 etcd_m3 mongodb cassandra toxiproxy)
+BACKENDS=(postgres postgres_primary postgres_standby mariadb redis redis_volatile redis_primary redis_replica etcd etcd_m1 etcd_m2 etcd_m3 mongodb cassandra cassandra_n1 cassandra_n2 cassandra_n3 toxiproxy)
 load_servers
 
 main() {

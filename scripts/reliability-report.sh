@@ -76,7 +76,7 @@ fi
 # clients and each server (tests/proxy_faults.rs), and the clusters
 # (tests/cluster_*.rs). Each test appends one JSON line per fault it ran.
 faults=$PWD/$out/faults.jsonl
-fault_tests=(--test proxy_faults --test cluster_etcd --test cluster_postgres --test cluster_redis)
+fault_tests=(--test proxy_faults --test cluster_etcd --test cluster_postgres --test cluster_redis --test cluster_cassandra)
 if ! BAKERY_FAULT_TESTS=1 BAKERY_RELIABILITY_LOG=$faults \
     cargo test --all-features "${fault_tests[@]}" -- --nocapture >"$out/faults.log" 2>&1; then
     echo "reliability-report.sh: a fault test failed; docs/RELIABILITY.md left alone (log: $out/faults.log)" >&2

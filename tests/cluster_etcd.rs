@@ -26,18 +26,10 @@
 mod common;
 
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bakery_verify::checks::check_sequence;
-use bakery_verify::linearizability::{self, Verdict};
-use bakery_verify::workload::Counts;
 use bakery_verify::History;
-use common::cluster::{
-    acked_after, assert_counters, eventually, lost_acked, read_counts, Plan, Workload,
-};
-use common::report::FaultRow;
+use common::cluster::{acked_after, assert_kept, eventually, Plan, Sampler, Workload};
 use common::{backends, fault_tests_uri};
 
 const MEMBERS: [&str; 3] = ["etcd_m1", "etcd_m2", "etcd_m3"];
@@ -124,23 +116,12 @@ fn etcd_cluster_survives_leader_kill() {
         let history = History::new();
         let plan = Plan::new("cluster-etcd", 2, 4, 3);
 
-        // The monitor: a sample every 100 ms until `done`.
-        let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
-        let done = Arc::new(AtomicBool::new(false));
-        let monitor = {
-            let (samples, done, history, endpoints) =
-                (samples.clone(), done.clone(), history.clone(), endpoints.clone());
-            // A thread of its own, not the runtime's: a failed assertion
-            // ends the test without waiting for it.
-            std::thread::spawn(move || {
-                while !done.load(Ordering::Relaxed) {
-                    let sample = status(&endpoints, history.now_ns());
-                    samples.lock().expect("samples").push(sample);
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            })
-        };
-        let latest = || samples.lock().expect("samples").last().cloned().unwrap_or_default();
+        // The monitor: every member's status every 100 ms.
+        let monitor = Sampler::start(&history, {
+            let endpoints = endpoints.clone();
+            move |at_ns| status(&endpoints, at_ns)
+        });
+        let latest = || monitor.latest();
         assert!(
             eventually(RECOVERY_BOUND, || latest().leader.is_some()).await,
             "the cluster has no leader: {:?}",
@@ -191,11 +172,9 @@ fn etcd_cluster_survives_leader_kill() {
         })
         .await;
         assert!(rejoined, "{} did not rejoin: {:?}", MEMBERS[old], latest());
-        done.store(true, Ordering::Relaxed);
-        monitor.join().expect("monitor");
+        let samples = monitor.stop();
 
         // Figures.
-        let samples = samples.lock().expect("samples").clone();
         let first_term = samples.first().map_or(0, |s| s.term);
         let last_term = samples.iter().map(|s| s.term).max().unwrap_or(0);
         let new_leader_ns = samples
@@ -211,48 +190,19 @@ fn etcd_cluster_survives_leader_kill() {
                 }
                 seen
             });
-        let counts = Counts::of(&history);
 
         // Checks.
-        let report = linearizability::check(&history);
-        assert_eq!(
-            report.verdict(),
-            Verdict::Linearizable,
-            "the history through the leader kill is not linearizable:\n{report}"
+        let fault = format!(
+            "leader SIGKILLed, restarted; no leader for {:.2}s",
+            (new_leader_ns - killed_ns) as f64 / 1e9
         );
-        let sequence = check_sequence(&observed.ids);
-        assert!(sequence.passed(), "sequence ids through the leader kill: {sequence:?}");
-        assert!(sequence.ids > 0, "no sequence id at all");
-        let values = read_counts(&*store, &plan.keys, RECOVERY_BOUND).await;
-        FaultRow {
-            suite: "cluster",
-            backend: "etcd".into(),
-            setup: "3 members".into(),
-            fault: format!(
-                "leader SIGKILLed, restarted; no leader for {:.2}s",
-                (new_leader_ns - killed_ns) as f64 / 1e9
-            ),
-            counts,
-            lost_acked: Some(lost_acked(&history, &plan.keys, &values)),
-            duplicate_ids: Some(sequence.duplicates),
-            stale_accepted: None,
-            verdict: format!("{:?} ({} ops, {} unknown)", report.verdict(), report.ops(), report.unknown()),
-        }
-        .record();
-        assert_counters("cluster_etcd", &history, &plan.keys, &values);
+        let row = ("etcd", "3 members", fault);
+        let kept = assert_kept(row, &history, &observed, &*store, &plan.keys).await;
         println!(
-            "cluster_etcd: killed leader {} ; calls {counts} ({} put/get errors); \
-             history linearizable ({} ops, {} of unknown outcome); \
-             {} sequence ids, 0 duplicates, {} gaps, {} errors; counters {values:?}; \
+            "cluster_etcd: killed leader {}; {kept}; \
              elections observed {} (raft term {first_term} -> {last_term}), leaders seen {leaders:?}; \
              no live leader for {:.2}s after the kill (100 ms polls)",
             MEMBERS[old],
-            observed.counter_errors,
-            report.ops(),
-            report.unknown(),
-            sequence.ids,
-            sequence.gaps,
-            observed.sequence_errors,
             last_term - first_term,
             (new_leader_ns - killed_ns) as f64 / 1e9,
         );

@@ -101,35 +101,38 @@ cassandra_install() {
     say "cassandra: fetched $(find "$lib" -name '*.jar' | wc -l) jars in $((SECONDS - started))s"
 }
 
-# Writes cassandra.yaml and logback.xml for this scratch directory and ports.
-# The yaml holds only keys Cassandra 5.0 knows (it rejects unknown ones);
-# everything else keeps its default.
+# cassandra_config DIR CLUSTER ADDRESS STORAGE_PORT CQL_PORT SEED [YAML]:
+# writes cassandra.yaml and logback.xml of a node listening on ADDRESS, with
+# the lines YAML added (a cluster node's token).  The yaml holds only keys
+# Cassandra 5.0 knows (it rejects unknown ones); everything else keeps its
+# default.
 cassandra_config() {
-    local dir=$1
+    local dir=$1 cluster=$2 address=$3 storage=$4 cql=$5 seed=$6 extra=${7:-}
     cat >"$dir/cassandra.yaml" <<YAML
-# Written by scripts/backends.sh at every start: a one-node test cluster.
-cluster_name: bakery
+# Written by scripts/backends.sh at every start.
+cluster_name: $cluster
 num_tokens: 1
+$extra
 partitioner: org.apache.cassandra.dht.Murmur3Partitioner
 endpoint_snitch: SimpleSnitch
-listen_address: 127.0.0.1
-rpc_address: 127.0.0.1
-storage_port: $(port_of cassandra 2)
-native_transport_port: $(port_of cassandra 1)
+listen_address: $address
+rpc_address: $address
+storage_port: $storage
+native_transport_port: $cql
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "127.0.0.1:$(port_of cassandra 2)"
+      - seeds: "$seed"
 data_file_directories:
   - '$dir/data'
 commitlog_directory: '$dir/commitlog'
 saved_caches_directory: '$dir/saved_caches'
 hints_directory: '$dir/hints'
 cdc_raw_directory: '$dir/cdc_raw'
-# One node holds every replica, so a write is acknowledged only once the
-# commit log is fsynced: with the default periodic sync a power cut would
-# forget up to 10 s of acknowledged LWTs (bakery refuses that setting on a
-# keyspace with fewer than three replicas).
+# A write is acknowledged only once the commit log is fsynced: with the
+# default periodic sync a power cut would forget up to 10 s of acknowledged
+# LWTs (bakery refuses that setting on a keyspace with fewer than three
+# replicas; the cluster's three nodes keep it too, as one machine).
 commitlog_sync: batch
 auto_snapshot: false
 # Paxos v2 (Cassandra 4.1+): fewer round trips per LWT and far less
@@ -149,15 +152,13 @@ YAML
 XML
 }
 
-cassandra_start() {
-    local dir java lib opts
-    dir=$(dir_of cassandra)
-    java=$(cassandra_java)
-    lib=$(cassandra_lib)
-    mkdir -p "$dir"/{data,commitlog,saved_caches,hints,cdc_raw,triggers}
-    cassandra_config "$dir"
+# cassandra_jvm_options DIR HEAP JMX_PORT: the JVM command line of a node
+# whose config and data are in DIR (what bin/cassandra would build), into
+# the caller's array `opts`.
+cassandra_jvm_options() {
+    local dir=$1 heap=$2 jmx=$3
     opts=(
-        -Xms512m -Xmx1g -Xss256k -XX:+UseG1GC -XX:+ParallelRefProcEnabled -XX:MaxGCPauseMillis=300
+        -Xms512m "-Xmx$heap" -Xss256k -XX:+UseG1GC -XX:+ParallelRefProcEnabled -XX:MaxGCPauseMillis=300
         -XX:+ExitOnOutOfMemoryError -XX:+PerfDisableSharedMem -Djava.net.preferIPv4Stack=true
         # conf/jvm17-server.options (JPMS and Netty)
         -Djdk.attach.allowAttachSelf=true
@@ -194,12 +195,24 @@ cassandra_start() {
         "-Dcassandra.logdir=$dir"
         "-Dcassandra.triggers_dir=$dir/triggers"
         "-Dlogback.configurationFile=$dir/logback.xml"
-        "-Dcassandra.jmx.local.port=$(port_of cassandra 3)"
-        # one node: no gossip to wait for
+        "-Dcassandra.jmx.local.port=$jmx"
+        # Open the CQL port without waiting for gossip to settle: one node has
+        # none; in a cluster a client that comes early gets Unavailable (typed,
+        # nothing applied) until the node sees its peers.
         -Dcassandra.skip_wait_for_gossip_to_settle=0
-        -cp "$lib/*"
+        -cp "$(cassandra_lib)/*"
         org.apache.cassandra.service.CassandraDaemon
     )
+}
+
+cassandra_start() {
+    local dir java opts
+    dir=$(dir_of cassandra)
+    java=$(cassandra_java)
+    mkdir -p "$dir"/{data,commitlog,saved_caches,hints,cdc_raw,triggers}
+    cassandra_config "$dir" bakery 127.0.0.1 "$(port_of cassandra 2)" "$(port_of cassandra 1)" \
+        "127.0.0.1:$(port_of cassandra 2)"
+    cassandra_jvm_options "$dir" 1g "$(port_of cassandra 3)"
     # The JVM's own output (bad options, warnings, crashes) goes to the same log
     # as logback's; both append.
     launch_session -C "$dir" "$java" "${opts[@]}"

@@ -445,3 +445,135 @@ pub async fn read_counts(store: &dyn VersionedStore, keys: &[Key], bound: Durati
     }
     out
 }
+
+/// Samples of a cluster's state, one every 100 ms from [`Sampler::start`]
+/// to [`Sampler::stop`], taken on a thread of its own, not the runtime's:
+/// a failed assertion ends the test without waiting for it.
+pub struct Sampler<S> {
+    samples: Arc<std::sync::Mutex<Vec<S>>>,
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl<S: Clone + Default + Send + 'static> Sampler<S> {
+    /// Call `take` with the history's clock every 100 ms.
+    pub fn start(history: &History, mut take: impl FnMut(u64) -> S + Send + 'static) -> Self {
+        let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let done = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (samples, done, history) = (samples.clone(), done.clone(), history.clone());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    let sample = take(history.now_ns());
+                    samples.lock().expect("samples").push(sample);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+        };
+        Sampler {
+            samples,
+            done,
+            thread,
+        }
+    }
+
+    /// The last sample (the default before the first).
+    pub fn latest(&self) -> S {
+        let samples = self.samples.lock().expect("samples");
+        samples.last().cloned().unwrap_or_default()
+    }
+
+    /// Stop sampling; every sample taken, oldest first.
+    pub fn stop(self) -> Vec<S> {
+        self.done.store(true, Ordering::Relaxed);
+        self.thread.join().expect("sampler thread");
+        let samples = self.samples.lock().expect("samples");
+        samples.clone()
+    }
+}
+
+/// What a cluster test that must keep every guarantee found.
+pub struct Kept {
+    /// The whole recorded history's linearizability.
+    pub report: bakery_verify::linearizability::HistoryReport,
+    /// The sequence ids' check.
+    pub sequence: bakery_verify::checks::SequenceReport,
+    /// Each counter's final value.
+    pub values: Vec<u64>,
+    /// The calls by outcome.
+    pub counts: bakery_verify::workload::Counts,
+    /// Typed errors of the counter and sequence clients.
+    pub errors: (u64, u64),
+}
+
+impl std::fmt::Display for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "calls {} ({} put/get errors); history linearizable ({} ops, {} of unknown outcome); \
+             {} sequence ids, 0 duplicates, {} gaps, {} errors; counters {:?}",
+            self.counts,
+            self.errors.0,
+            self.report.ops(),
+            self.report.unknown(),
+            self.sequence.ids,
+            self.sequence.gaps,
+            self.errors.1,
+            self.values
+        )
+    }
+}
+
+/// The end of a cluster test whose setup must keep every guarantee through
+/// `fault`: record its report row, then assert that the history is
+/// linearizable, no id was handed out twice (and some were), and each
+/// counter holds every acknowledged increment and at most the unknown ones
+/// more.
+pub async fn assert_kept(
+    row: (&str, &str, String),
+    history: &History,
+    observed: &Observed,
+    store: &dyn VersionedStore,
+    keys: &[Key],
+) -> Kept {
+    let (backend, setup, fault) = row;
+    let report = bakery_verify::linearizability::check(history);
+    let sequence = bakery_verify::checks::check_sequence(&observed.ids);
+    let values = read_counts(store, keys, Duration::from_secs(60)).await;
+    super::report::FaultRow {
+        suite: "cluster",
+        backend: backend.into(),
+        setup: setup.into(),
+        fault: fault.clone(),
+        counts: bakery_verify::workload::Counts::of(history),
+        lost_acked: Some(lost_acked(history, keys, &values)),
+        duplicate_ids: Some(sequence.duplicates),
+        stale_accepted: None,
+        verdict: format!(
+            "{:?} ({} ops, {} unknown)",
+            report.verdict(),
+            report.ops(),
+            report.unknown()
+        ),
+    }
+    .record();
+    let who = format!("cluster_{backend}");
+    assert_eq!(
+        report.verdict(),
+        bakery_verify::linearizability::Verdict::Linearizable,
+        "{who}: the history through {fault} is not linearizable:\n{report}"
+    );
+    assert!(
+        sequence.passed(),
+        "{who}: sequence ids through {fault}: {sequence:?}"
+    );
+    assert!(sequence.ids > 0, "{who}: no sequence id at all");
+    assert_counters(&who, history, keys, &values);
+    Kept {
+        report,
+        sequence,
+        values,
+        counts: bakery_verify::workload::Counts::of(history),
+        errors: (observed.counter_errors, observed.sequence_errors),
+    }
+}
