@@ -474,24 +474,55 @@ stop_one() {
 }
 
 kill_one() {
-    local name=$1 pid
+    local name=$1 pid targets=() all=() p
     describe "$name"
     if ! pid=$(server_pid "$name"); then
         say "$name: not running"
         return 0
     fi
-    # pg_ctl, redis --daemonize and launch_session make each server a process-group
-    # leader: SIGKILL the group, so no orphaned PostgreSQL backend outlives it.
+    # A crash of the server's machine: every process of the server stops at
+    # once.  The process group is not enough: PostgreSQL's backends each run
+    # in a session of their own, and one that outlives its postmaster by a
+    # moment finishes a commit still waiting for its synchronous standby —
+    # visible to the others, never replicated.  So stop the whole tree
+    # first (nothing acts on another's death), then kill it.
+    read -r -a targets <<<"$(descendants "$pid")"
+    all=("$pid" "${targets[@]}")
     if [[ $(pgrp_of "$pid") == "$pid" ]]; then
-        say "$name: SIGKILL process group $pid"
-        kill -KILL -- "-$pid"
+        say "$name: SIGKILL process group $pid and ${#targets[@]} descendants"
+        kill -STOP -- "-$pid" "${all[@]}" 2>/dev/null || true
+        kill -KILL -- "-$pid" "${all[@]}" 2>/dev/null || true
         wait_gone "$pid" group || die "$name: process group $pid did not exit"
     else
-        say "$name: SIGKILL pid $pid"
-        kill -KILL "$pid"
-        wait_gone "$pid" || die "$name: pid $pid did not exit"
+        say "$name: SIGKILL pid $pid and ${#targets[@]} descendants"
+        kill -STOP "${all[@]}" 2>/dev/null || true
+        kill -KILL "${all[@]}" 2>/dev/null || true
     fi
+    for p in "${all[@]}"; do
+        wait_gone "$p" || die "$name: pid $p did not exit"
+    done
     say "$name: killed (data kept; 'start $name' recovers it)"
+}
+
+# descendants PID: the pids of every process below PID (children, theirs, …).
+descendants() {
+    local stat_file stat rest fields queue=("$1") out=() parent child
+    local -A children=()
+    for stat_file in /proc/[0-9]*/stat; do
+        { read -r stat <"$stat_file"; } 2>/dev/null || continue
+        rest=${stat##*) }
+        read -r -a fields <<<"$rest"
+        children[${fields[1]}]+=" ${stat%% *}"
+    done
+    while ((${#queue[@]})); do
+        parent=${queue[0]}
+        queue=("${queue[@]:1}")
+        for child in ${children[$parent]:-}; do
+            out+=("$child")
+            queue+=("$child")
+        done
+    done
+    echo "${out[*]}"
 }
 
 status_one() {

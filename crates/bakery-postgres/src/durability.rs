@@ -108,7 +108,7 @@ pub(crate) fn hazards(settings: &Settings) -> Vec<Hazard> {
                 "{} connected, sync_state async or potential",
                 settings.unconfirmed_standbys
             ),
-            "a failover that promotes such a standby loses the commits it had not received (measured: 2 acknowledged writes lost in 4 of 6 promotions, 3 ids handed out twice in 3 of 6)",
+            "a failover that promotes such a standby loses the commits it had not received (measured: 1 acknowledged write lost and 3 ids handed out twice in 2 of 8 promotions)",
             "synchronous replication to every standby that may be promoted: synchronous_standby_names naming it (FIRST n or ANY n), with synchronous_commit on or remote_apply; or open with accept_data_loss=true if no such standby is ever promoted",
         ));
     }
