@@ -15,6 +15,11 @@
 //!   the fair lock (both variants) at 16 and 64 clients.
 //! - **Lock scaling**: fair-lock acquisitions/s at 64 clients ≥ 0.8 × at 4
 //!   clients, per store and variant (needs both client counts in the run).
+//! - **Lock hand-off**: the fair lock's median hand-off (from the holder's
+//!   release to the next client's grant) ≤ 2 store round trips, where a
+//!   round trip is half the same store's single-client acquire + release
+//!   p50 (two writes); per store and variant, every client count above 1
+//!   (needs a 1-client cell in the run).
 //! - **Consumer round trips**: `Consumer::process` with a partition per
 //!   client ≤ 1 store round trip per message, on every store.
 //! - **Once round trips**: `Idempotency::run` on a new key ≤ 2 store round
@@ -37,6 +42,8 @@ pub const TAIL_FACTOR: f64 = 10.0;
 pub const LOCK_FAIRNESS: f64 = 0.95;
 /// The least ratio of fair-lock throughput at 64 clients to 4 clients.
 pub const LOCK_SCALING: f64 = 0.8;
+/// The most store round trips a fair-lock hand-off may take (median).
+pub const LOCK_HANDOFF_ROUND_TRIPS: f64 = 2.0;
 /// The most store round trips per message of an uncontended consumer.
 pub const CONSUMER_ROUND_TRIPS: f64 = 1.0;
 /// The most store round trips of `Idempotency::run` on a new key.
@@ -79,6 +86,7 @@ pub fn evaluate(results: &[CellResult]) -> Vec<Check> {
             ONCE_NEW_ROUND_TRIPS,
             "once: store round trips per Idempotency::run on a new key ≤ 2",
         ),
+        lock_handoff(results),
     ]
 }
 
@@ -212,6 +220,33 @@ fn lock_scaling(results: &[CellResult]) -> Check {
         })
         .collect();
     conclude("lock-scaling", target, cells, Worst::Lowest)
+}
+
+fn lock_handoff(results: &[CellResult]) -> Check {
+    let target = format!(
+        "fair lock: hand-off p50 ≤ {LOCK_HANDOFF_ROUND_TRIPS} store round trips (a round trip: half \
+         the single-client acquire + release p50), same store"
+    );
+    let handoff = crate::workloads::lock::HANDOFF_P50;
+    let cells: Vec<CheckCell> = fair_lock_cells(results)
+        .filter(|cell| cell.clients > 1)
+        .filter_map(|many| {
+            let p50_us = *many.extras.get(handoff)?;
+            let single = fair_lock_cells(results).find(|c| {
+                c.clients == 1
+                    && c.target == many.target
+                    && c.variant == many.variant
+                    && c.latency.p50_ns > 0
+            })?;
+            let round_trip_ns = single.latency.p50_ns as f64 / 2.0;
+            let ratio = (p50_us * 1000) as f64 / round_trip_ns;
+            let target = format!("{} ({})", many.target, many.variant);
+            Some(Worst::Highest.cell(LOCK_HANDOFF_ROUND_TRIPS, target, many.clients, ratio))
+        })
+        .collect();
+    conclude_with("lock-handoff", target, cells, Worst::Highest, |ratio| {
+        format!("{ratio:.1} round trips")
+    })
 }
 
 /// Which end of the ratios is the bad one.
@@ -413,5 +448,48 @@ mod tests {
         assert_eq!(scaling.status, CheckStatus::NotMet);
         assert!((scaling.cells[0].ratio - 0.85).abs() < 1e-9);
         assert!(scaling.cells[0].met && !scaling.cells[1].met);
+    }
+
+    /// A hand-off is measured in the same store's round trips: half its
+    /// single-client acquire + release p50.
+    #[test]
+    fn lock_handoff_is_counted_in_the_same_stores_round_trips() {
+        let with_handoff = |variant: &str, clients: usize, p50_us: u64| {
+            let mut cell = lock_cell(variant, clients, 100.0, 1.0);
+            cell.extras
+                .insert(crate::workloads::lock::HANDOFF_P50.to_string(), p50_us);
+            cell
+        };
+        let mut single = lock_cell("fair", 1, 1000.0, 1.0);
+        single.latency.p50_ns = 1_000_000; // a round trip: 500 µs
+        let mut single_polling = lock_cell("fair-polling", 1, 1000.0, 1.0);
+        single_polling.latency.p50_ns = 1_000_000;
+        let results = vec![
+            single,
+            single_polling,
+            with_handoff("fair", 4, 900), // 1.8 round trips: met
+            with_handoff("fair-polling", 4, 2_500), // 5 round trips: not met
+            with_handoff("old", 4, 50_000), // the baseline: not judged
+        ];
+        let handoff = evaluate(&results)
+            .into_iter()
+            .find(|c| c.id == "lock-handoff")
+            .expect("the hand-off check");
+        assert_eq!(handoff.cells.len(), 2);
+        assert!((handoff.cells[0].ratio - 1.8).abs() < 1e-9);
+        assert!(handoff.cells[0].met && !handoff.cells[1].met);
+        assert_eq!(handoff.status, CheckStatus::NotMet);
+        assert!(
+            handoff.summary.contains("5.0 round trips"),
+            "{}",
+            handoff.summary
+        );
+
+        // Without a single-client cell there is nothing to count in.
+        let alone = evaluate(&results[2..])
+            .into_iter()
+            .find(|c| c.id == "lock-handoff")
+            .expect("the hand-off check");
+        assert_eq!(alone.status, CheckStatus::NotMeasured);
     }
 }

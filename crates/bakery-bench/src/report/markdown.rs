@@ -164,6 +164,11 @@ pub fn render(report: &Report, charts: &[String]) -> String {
          plus the release and the next enqueue, which contend on the lock's one row: \
          conflicts per acquisition grow with the clients, and on this machine the \
          clients share the 2 cores with the servers.\n\
+         - **Lock hand-off**: the median time from a holder's release to the next \
+         client's grant (the `hand-off p50 µs` column), divided by one store round trip \
+         of the same store and variant — half its single-client acquire + release p50 \
+         — met when ≤ 2: the release's write and the next holder's read. A waiter that \
+         sleeps between polls, or is woken late, shows here first.\n\
          - **Cached `next()` ≥ 0.5 × `fetch_add`** and **`put_if_version` ≤ 1.15 × the raw \
          driver operation** need nanosecond-level, statistically careful timing: the \
          criterion suites measure them — `cargo bench --bench sequence` and \

@@ -12,10 +12,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bakery::{Key, Lock, VersionedStore};
 
 use crate::baseline::{self, OldLock};
+use crate::stats::LatencyHistogram;
 
 use super::prelude::*;
 
@@ -29,6 +31,11 @@ const OLD: Variant = Variant::new("old", "old lock (try and back off)");
 
 /// Extra column: most consecutive grants to the same client.
 pub const LONGEST_RUN: &str = "longest run";
+/// Extra column: median hand-off, from the moment the holder starts its
+/// release to the moment another client is inside (µs, rounded up).
+pub const HANDOFF_P50: &str = "hand-off p50 µs";
+/// Extra column: 99th percentile of the hand-off (µs, rounded up).
+pub const HANDOFF_P99: &str = "hand-off p99 µs";
 
 /// The `lock` workload as the registry lists it.
 pub const SPEC: WorkloadSpec =
@@ -40,9 +47,10 @@ pub const SPEC: WorkloadSpec =
         .title(
             "lock: acquire + release of one lock by every client (acquisitions/s; latency = wait \
              + both writes; fairness = Jain's index over per-client grants; longest run = most \
-             consecutive grants to one client)",
+             consecutive grants to one client; hand-off = from the holder's release to the next \
+             client's grant)",
         )
-        .extra_columns(&[LONGEST_RUN]);
+        .extra_columns(&[LONGEST_RUN, HANDOFF_P50, HANDOFF_P99]);
 
 #[async_trait]
 impl Workload for LockWorkload {
@@ -101,6 +109,16 @@ pub struct GrantLog {
     inside: AtomicBool,
     runs: Mutex<Runs>,
     overlaps: Mutex<u64>,
+    handoffs: Mutex<HandOffs>,
+}
+
+/// The time from one client's release to another client's grant.
+#[derive(Default)]
+struct HandOffs {
+    /// The client that left last, and when.
+    left: Option<(usize, Instant)>,
+    /// Hand-offs between different clients (created with the first).
+    times: Option<LatencyHistogram>,
 }
 
 #[derive(Default)]
@@ -130,12 +148,36 @@ impl GrantLog {
             runs.last = Some(client);
             runs.longest = runs.longest.max(runs.current);
         }
+        if let Ok(mut handoffs) = self.handoffs.lock() {
+            if let Some((previous, left)) = handoffs.left {
+                if previous != client {
+                    let waited = left.elapsed();
+                    if handoffs.times.is_none() {
+                        handoffs.times = LatencyHistogram::new().ok();
+                    }
+                    if let Some(times) = handoffs.times.as_mut() {
+                        times.record(waited);
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
-    /// The client inside left.
-    fn leave(&self) {
+    /// Client `client`, inside, leaves: its release starts now.
+    fn leave(&self, client: usize) {
+        if let Ok(mut handoffs) = self.handoffs.lock() {
+            handoffs.left = Some((client, Instant::now()));
+        }
         self.inside.store(false, Ordering::SeqCst);
+    }
+
+    /// Median and 99th percentile of the hand-offs so far, in µs rounded
+    /// up (`None` before the first).
+    fn handoff_us(&self) -> Option<(u64, u64)> {
+        let handoffs = self.handoffs.lock().ok()?;
+        let summary = handoffs.times.as_ref()?.summary();
+        Some((summary.p50_ns.div_ceil(1000), summary.p99_ns.div_ceil(1000)))
     }
 
     /// What the cell's finish reports: overlapping grants, if any.
@@ -156,18 +198,21 @@ impl GrantLog {
     /// The extras of client `index`: the longest run is a cell-wide
     /// figure, so only client 0 reports it (the runner sums extras).
     pub fn extras(&self, index: usize) -> Vec<(&'static str, u64)> {
-        if index == 0 {
-            vec![(LONGEST_RUN, self.longest_run())]
-        } else {
-            Vec::new()
+        if index != 0 {
+            return Vec::new();
         }
+        let mut extras = vec![(LONGEST_RUN, self.longest_run())];
+        if let Some((p50, p99)) = self.handoff_us() {
+            extras.extend([(HANDOFF_P50, p50), (HANDOFF_P99, p99)]);
+        }
+        extras
     }
 
     /// Client `index`'s (empty) critical section: records the grant and
     /// detects overlap.
     pub fn critical_section(&self, index: usize) -> Result<(), OpError> {
         self.enter(index)?;
-        self.leave();
+        self.leave(index);
         Ok(())
     }
 }
