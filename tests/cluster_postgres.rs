@@ -317,7 +317,7 @@ fn postgres_standby_promotion() {
             } else {
                 "primary + synchronous standby".into()
             },
-            fault: "primary SIGKILLed, standby promoted".into(),
+            fault: "primary crashed (all its processes SIGKILLed at once), standby promoted".into(),
             counts: f.counts,
             lost_acked: Some(f.lost_acked),
             duplicate_ids: Some(f.duplicates),
