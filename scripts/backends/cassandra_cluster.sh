@@ -37,6 +37,7 @@ cassandra_node_describe() {
     PIDFILE=$DIR/cassandra.pid
     COMM=java
     LOG=$DIR/system.log
+    ADDRESS=$(cassandra_node_ip "$1")
     # The CQL and storage ports are the same on every node (on its own
     # address); the JMX port, on 127.0.0.1, is each node's own.
     PORTS=(BAKERY_CASSANDRA_CLUSTER_PORT=19043 BAKERY_CASSANDRA_CLUSTER_STORAGE_PORT=17010

@@ -251,7 +251,12 @@ launch_daemon() {
 
 # ---------------------------------------------------------------- ports and probes
 
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# port_in_use PORT: something listens on PORT, on 127.0.0.1 or on the
+# server's own ADDRESS (a cluster node's 127.0.0.x).
+port_in_use() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null ||
+        { [[ $ADDRESS != 127.0.0.1 ]] && (exec 3<>"/dev/tcp/$ADDRESS/$1") 2>/dev/null; }
+}
 
 # who_listens PORT: " (process)" when ss can tell, else nothing.
 who_listens() {
@@ -281,6 +286,7 @@ dir_of() { printf '%s/%s\n' "$SCRATCH" "$1"; }
 describe() {
     local name=$1 i var value recorded=()
     DIR=$SCRATCH/$name PIDFILE='' COMM='' LOG='' PORTS=() REQUIRES=() ALIASES=() READY_TIMEOUT=$TIMEOUT
+    ADDRESS=127.0.0.1
     "${name}_describe"
     if [[ -f $DIR/ports ]]; then read -r -a recorded <"$DIR/ports" || true; fi
     PORT_VARS=() CONFIGURED_PORTS=()
@@ -372,9 +378,14 @@ env_var_of() {
 }
 
 print_exports() {
-    local name
+    local name line
+    local -A printed=()
     for name in "$@"; do
-        export_line "$(env_var_of "$name")" "$("${name}_uri")"
+        line=$(export_line "$(env_var_of "$name")" "$("${name}_uri")")
+        # The members of a cluster share one variable: print it once.
+        [[ -n ${printed[$line]:-} ]] && continue
+        printed[$line]=1
+        echo "$line"
     done
 }
 
@@ -409,7 +420,7 @@ start_one() {
     if pid=$(server_pid "$name"); then
         wait_ready "$name" ||
             fail "$name" "running (pid $pid) but not answering on port $(port_of "$name") after ${READY_TIMEOUT}s"
-        say "$name: already running (pid $pid, 127.0.0.1:$(port_of "$name"))"
+        say "$name: already running (pid $pid, $ADDRESS:$(port_of "$name"))"
         for i in "${!PORT_VARS[@]}"; do
             port=${CONFIGURED_PORTS[i]} var=${PORT_VARS[i]}
             if [[ -f $DIR/ports && " $(<"$DIR/ports") " != *" $port "* ]]; then
@@ -427,16 +438,16 @@ start_one() {
     for i in "${!PORT_VARS[@]}"; do
         port=${CONFIGURED_PORTS[i]} var=${PORT_VARS[i]}
         if port_in_use "$port"; then
-            die "$name: port $port on 127.0.0.1 is already in use by a process this script did not start$(who_listens "$port"); stop it, or choose another port with $var=<port>"
+            die "$name: port $port on $ADDRESS is already in use by a process this script did not start$(who_listens "$port"); stop it, or choose another port with $var=<port>"
         fi
     done
     mkdir -p "$DIR"
     ports=("${CONFIGURED_PORTS[@]}")
     echo "${ports[*]}" >"$DIR/ports"
-    say "$name: starting on 127.0.0.1:${ports[0]}${ports[1]:+ (also ports ${ports[*]:1})}, data and log in $DIR"
+    say "$name: starting on $ADDRESS:${ports[0]}${ports[1]:+ (also ports ${ports[*]:1})}, data and log in $DIR"
     started=$SECONDS
     "${name}_start" || fail "$name" "failed to start"
-    wait_ready "$name" || fail "$name" "not answering on 127.0.0.1:$(port_of "$name") after ${READY_TIMEOUT}s"
+    wait_ready "$name" || fail "$name" "not answering on $ADDRESS:$(port_of "$name") after ${READY_TIMEOUT}s"
     "${name}_after_start"
     say "$name: ready in $((SECONDS - started))s (pid $(server_pid "$name"), $("${name}_uri"))"
     STARTED+="$name "
@@ -531,10 +542,10 @@ status_one() {
     if pid=$(server_pid "$name"); then
         if "${name}_ready"; then
             state=running
-            detail="pid $pid, 127.0.0.1:$(port_of "$name"), $("${name}_uri")"
+            detail="pid $pid, $ADDRESS:$(port_of "$name"), $("${name}_uri")"
         else
             state=not-answering
-            detail="pid $pid, 127.0.0.1:$(port_of "$name"), log $LOG"
+            detail="pid $pid, $ADDRESS:$(port_of "$name"), log $LOG"
         fi
     else
         state=stopped
