@@ -20,7 +20,7 @@ pub use key::{validate_name, Key, MAX_KEY_LEN};
 pub use layer::{StoreLayer, TracedStore};
 pub use memory::MemoryStore;
 pub use store::{
-    Capabilities, DeleteOutcome, PutOutcome, Row, Stored, Version, VersionedStore, Watch,
+    Capabilities, Change, DeleteOutcome, PutOutcome, Row, Stored, Version, VersionedStore, Watch,
     WatchSender,
 };
 

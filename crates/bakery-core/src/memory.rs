@@ -56,14 +56,18 @@ impl MemoryStore {
             .map_err(|_| Error::new(ErrorKind::Internal, "memory", "store mutex poisoned"))
     }
 
-    /// Wake the watchers of `key`, forgetting the ones that were dropped.
-    fn wake(&self, key: &Key) -> Result<()> {
+    /// Wake the watchers of `key` with the row it has now (`None`: it has
+    /// none, read it), forgetting the watchers that were dropped.
+    fn wake(&self, key: &Key, row: Option<&Row>) -> Result<()> {
         let mut watchers = self
             .watchers
             .lock()
             .map_err(|_| Error::new(ErrorKind::Internal, "memory", "watch mutex poisoned"))?;
         if let Some(senders) = watchers.get_mut(key) {
-            senders.retain(WatchSender::wake);
+            senders.retain(|sender| match row {
+                Some(row) => sender.wake_with_row(row.clone()),
+                None => sender.wake(),
+            });
             if senders.is_empty() {
                 watchers.remove(key);
             }
@@ -116,13 +120,15 @@ impl VersionedStore for MemoryStore {
             },
         );
         drop(rows);
-        // Like etcd's watch, every write wakes the key's watchers.
-        self.wake(key)?;
-        Ok(PutOutcome::Applied(Row {
+        let row = Row {
             key: key.clone(),
             value,
             version,
-        }))
+        };
+        // Like etcd's watch, every write wakes the key's watchers, here
+        // with the row it left.
+        self.wake(key, Some(&row))?;
+        Ok(PutOutcome::Applied(row))
     }
 
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
@@ -132,7 +138,7 @@ impl VersionedStore for MemoryStore {
             (Some(row), Some(slot)) if row.version == expected => {
                 slot.value = None;
                 drop(rows);
-                self.wake(key)?;
+                self.wake(key, None)?;
                 Ok(DeleteOutcome::Deleted)
             }
             (current, _) => Ok(DeleteOutcome::Conflict(current)),
@@ -151,6 +157,7 @@ impl VersionedStore for MemoryStore {
     }
 
     async fn notify(&self, key: &Key) -> Result<()> {
-        self.wake(key)
+        let row = live(key, self.rows()?.get(key));
+        self.wake(key, row.as_ref())
     }
 }

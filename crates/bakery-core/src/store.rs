@@ -10,7 +10,10 @@ use crate::{Key, Result};
 /// A subscription to the changes of one key, from [`VersionedStore::watch`].
 ///
 /// Wake-ups are coalesced: several changes while nobody waits give one
-/// wake-up. A wake-up only says "the row may have changed": read it again.
+/// wake-up. A plain wake-up only says "the row may have changed": read it
+/// again. A backend that knows the row a change left may hand it over
+/// ([`WatchSender::wake_with_row`]); [`Watch::next_change`] then gives it,
+/// and a waiter decides without a read.
 ///
 /// ```
 /// use bakery_core::Watch;
@@ -27,39 +30,88 @@ use crate::{Key, Result};
 /// ```
 #[derive(Debug)]
 pub struct Watch {
-    wakes: tokio::sync::mpsc::Receiver<()>,
+    wakes: tokio::sync::watch::Receiver<Pending>,
 }
 
 /// The backend's end of a [`Watch`]: call [`WatchSender::wake`] whenever the
-/// watched key may have changed.
+/// watched key may have changed, or [`WatchSender::wake_with_row`] with the
+/// row the change left.
 #[derive(Debug, Clone)]
 pub struct WatchSender {
-    wakes: tokio::sync::mpsc::Sender<()>,
+    wakes: std::sync::Arc<tokio::sync::watch::Sender<Pending>>,
+}
+
+/// What a wake-up of a [`Watch`] says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The row may have changed: read it.
+    Read,
+    /// The key's row as a change left it (the newest the backend handed
+    /// over: rows never go back to an older version).
+    Row(Row),
+}
+
+/// The latest wake-up not yet taken, and the newest version handed over.
+#[derive(Debug)]
+struct Pending {
+    change: Change,
+    newest: Option<Version>,
 }
 
 impl Watch {
     /// A new watch and the sender that wakes it.
     pub fn channel() -> (WatchSender, Watch) {
-        // Capacity 1: one pending wake-up is as good as many.
-        let (wakes_tx, wakes_rx) = tokio::sync::mpsc::channel(1);
-        (WatchSender { wakes: wakes_tx }, Watch { wakes: wakes_rx })
+        let (sender, wakes) = tokio::sync::watch::channel(Pending {
+            change: Change::Read,
+            newest: None,
+        });
+        (
+            WatchSender {
+                wakes: std::sync::Arc::new(sender),
+            },
+            Watch { wakes },
+        )
     }
 
     /// Wait for the next wake-up. `false` means the backend stopped
     /// delivering them (its connection dropped): the caller must poll.
     pub async fn changed(&mut self) -> bool {
-        self.wakes.recv().await.is_some()
+        self.next_change().await.is_some()
+    }
+
+    /// Wait for the next wake-up and say what it knows: [`Change::Row`]
+    /// when the backend handed over the row, else [`Change::Read`]. `None`
+    /// means the backend stopped delivering wake-ups: poll instead.
+    pub async fn next_change(&mut self) -> Option<Change> {
+        self.wakes.changed().await.ok()?;
+        let pending = self.wakes.borrow_and_update();
+        Some(pending.change.clone())
     }
 }
 
 impl WatchSender {
-    /// Wake the watcher. `false` once the [`Watch`] was dropped, so a
-    /// backend task feeding it can stop.
+    /// Wake the watcher: the row may have changed. `false` once the
+    /// [`Watch`] was dropped, so a backend task feeding it can stop.
     pub fn wake(&self) -> bool {
-        match self.wakes.try_send(()) {
-            Ok(()) | Err(tokio::sync::mpsc::error::TrySendError::Full(())) => true,
-            Err(tokio::sync::mpsc::error::TrySendError::Closed(())) => false,
-        }
+        self.wakes
+            .send_modify(|pending| pending.change = Change::Read);
+        !self.wakes.is_closed()
+    }
+
+    /// Wake the watcher with the row a change left. A row no newer than
+    /// one handed over before is old news and wakes nobody (two writers'
+    /// wake-ups may arrive in either order). `false` once the [`Watch`]
+    /// was dropped.
+    pub fn wake_with_row(&self, row: Row) -> bool {
+        self.wakes.send_if_modified(|pending| {
+            if pending.newest.is_some_and(|newest| row.version <= newest) {
+                return false;
+            }
+            pending.newest = Some(row.version);
+            pending.change = Change::Row(row);
+            true
+        });
+        !self.wakes.is_closed()
     }
 
     /// Completes when the [`Watch`] is dropped.

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bakery_core::{Capabilities, Key, VersionedStore, Watch};
+use bakery_core::{Capabilities, Change, Key, VersionedStore, Watch};
 
 use crate::{target_case, unique_name, Target, TargetCase};
 
@@ -99,6 +99,7 @@ pub(crate) fn cases() -> Vec<TargetCase> {
     vec![
         target_case!("watch", WATCH, a_change_by_another_client_wakes_every_watch),
         target_case!("watch", WATCH, a_change_of_another_key_wakes_no_watch),
+        target_case!("watch", WATCH, a_row_handed_over_is_the_row_written),
     ]
 }
 
@@ -202,4 +203,40 @@ async fn a_change_of_another_key_wakes_no_watch(target: Target) {
     change(&*writer, &a, "a").await;
     wakes(&mut watch_a, "watch of the changed key").await;
     stays_quiet(&mut watch_ab, "a change of A woke B").await;
+}
+
+/// A backend may hand the row a change left to its watches
+/// ([`Change::Row`]; waiters then decide without a read): that row must be
+/// the one written — key, value and version — never an older one.
+async fn a_row_handed_over_is_the_row_written(target: Target) {
+    let Some((store, writer)) = watcher_and_writer(&target).await else {
+        return;
+    };
+    let key = Key::with_prefix("lock", &unique_name("watch-rows")).expect("key");
+    let mut watch = watch(&*store, &key).await;
+    let mut last = None;
+    for value in ["one", "two"] {
+        change(&*writer, &key, value).await;
+        let written = writer
+            .get(&key)
+            .await
+            .unwrap_or_else(|e| panic!("get {key}: {e}"))
+            .unwrap_or_else(|| panic!("{key} has no row after a write"));
+        match tokio::time::timeout(WAKE_LIMIT, watch.next_change()).await {
+            Err(_) => panic!("{value}: no wake-up within {WAKE_LIMIT:?}"),
+            Ok(None) => panic!("{value}: the watch ended instead of waking"),
+            Ok(Some(Change::Read)) => {}
+            Ok(Some(Change::Row(row))) => {
+                assert_eq!(
+                    row, written,
+                    "{value}: the row handed over is not the one written"
+                );
+                assert!(
+                    last < Some(row.version),
+                    "{value}: an older row handed over"
+                );
+                last = Some(row.version);
+            }
+        }
+    }
 }

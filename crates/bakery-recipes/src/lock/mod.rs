@@ -23,9 +23,17 @@
 //! - **Wake-ups.** Waiters poll with jittered exponential backoff, slower the
 //!   further back they are in the queue (the store sees O(log n) reads per
 //!   hand-off, not O(n)); on a backend with
-//!   [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH) the first two
-//!   waiters wait for the store's notification instead, and every change of
-//!   holder calls [`VersionedStore::notify`].
+//!   [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH) a waiter
+//!   subscribes before its enqueue write (so it needs no read before
+//!   waiting), the first two waiters wait for the store's notification
+//!   instead of polling, and every change of holder calls
+//!   [`VersionedStore::notify`]. Where the notification hands over the row
+//!   the change left ([`Change::Row`](bakery_core::Change::Row); the
+//!   in-process MemoryStore does), every waiter listens and the next holder
+//!   learns of its grant without a read; far back in the queue, a waiter
+//!   decodes only a row that names it the holder. Every waiter still reads
+//!   at least every lease/4, so the lease of a grant it learns of never
+//!   counts from further back.
 //!
 //! # Example
 //! ```
@@ -327,6 +335,22 @@ impl Lock {
         put_state(&self.inner, current, state).await
     }
 
+    /// A watch of the lock's row, if notifications are on and the store
+    /// has them; a failed watch only costs latency (waiters poll).
+    async fn subscribe(&self) -> Option<bakery_core::Watch> {
+        let inner = &self.inner;
+        if !inner.notifications {
+            return None;
+        }
+        match inner.store.watch(&inner.key).await {
+            Ok(watch) => watch,
+            Err(err) => {
+                tracing::debug!(lock = %inner.name, error = %err, "watch failed; polling");
+                None
+            }
+        }
+    }
+
     /// The acquire loop: every step is one write decided from the row the
     /// last call returned; only waiting re-reads.
     async fn wait_for_grant(&self, ticket: &mut Ticket) -> Result<Grant> {
@@ -365,6 +389,15 @@ impl Lock {
                 state.take(&ticket.waiter)?;
                 self.put(current.as_ref(), &state).await?
             } else if !state.queued(&me) {
+                // Subscribe BEFORE the enqueue write: every change after it
+                // is then heard, and waiting needs no read first.
+                if wakeup.is_none() {
+                    wakeup = Some(Wakeup::new(
+                        self.subscribe().await,
+                        inner.poll_interval,
+                        inner.lease,
+                    ));
+                }
                 state.queue.push_back(ticket.waiter.clone());
                 ticket.enqueued = true;
                 self.put(current.as_ref(), &state).await?
@@ -372,20 +405,14 @@ impl Lock {
                 // Waiting behind a holder: evict it if it stayed silent for a
                 // whole lease of ours to observe, else wait.
                 let Some(wakeup) = wakeup.as_mut() else {
-                    // Subscribe BEFORE re-reading, so no change between the
-                    // read and the wait is missed.
-                    let watch = if inner.notifications {
-                        match inner.store.watch(&inner.key).await {
-                            Ok(watch) => watch,
-                            Err(err) => {
-                                tracing::debug!(lock = %inner.name, error = %err, "watch failed; polling");
-                                None
-                            }
-                        }
-                    } else {
-                        None
-                    };
-                    wakeup = Some(Wakeup::new(watch, inner.poll_interval, inner.lease));
+                    // Queued by an earlier call (a cached row): subscribe
+                    // BEFORE re-reading, so no change between the read and
+                    // the wait is missed.
+                    wakeup = Some(Wakeup::new(
+                        self.subscribe().await,
+                        inner.poll_interval,
+                        inner.lease,
+                    ));
                     current_sent = Instant::now();
                     current = inner.store.get(&inner.key).await?;
                     continue;
@@ -419,7 +446,19 @@ impl Lock {
                 let deadline = seen.deadline();
                 observed = Some(seen);
                 let position = state.queue.iter().position(|w| w.id == me).unwrap_or(0);
-                wakeup.wait(position, deadline).await;
+                if let Some(row) = wakeup.wait(position, deadline, current_sent).await {
+                    // Handed over by the notification: no read. Our lease
+                    // still counts from our last request (`current_sent`).
+                    // Far back in the queue, only a row that names us the
+                    // holder is worth decoding (every waiter hears every
+                    // change).
+                    let newer = current.as_ref().map(|row| row.version) < Some(row.version);
+                    if newer && (position <= 1 || LockState::names_holder(&row, &me)) {
+                        current = Some(row);
+                        wakeup.progress();
+                    }
+                    continue;
+                }
                 let before = current.as_ref().map(|row| row.version);
                 current_sent = Instant::now();
                 current = inner.store.get(&inner.key).await?;

@@ -556,10 +556,19 @@ impl Idempotency {
                                     Duration::from_millis(self.inner.lease_ms),
                                 ));
                             }
-                            if let Some(w) = wakeup.as_mut() {
-                                w.wait(0, since + lease).await;
-                            }
-                            current = store.get(row_key).await?;
+                            let pushed = match wakeup.as_mut() {
+                                Some(w) => w.wait(0, since + lease, Instant::now()).await,
+                                None => None,
+                            };
+                            // A row the notification handed over saves the read.
+                            current = match pushed {
+                                Some(row)
+                                    if current.as_ref().map(|r| r.version) < Some(row.version) =>
+                                {
+                                    Some(row)
+                                }
+                                _ => store.get(row_key).await?,
+                            };
                             continue;
                         }
                         tracing::info!(key, worker = %worker.owner, attempt = rec.attempt, "once: taking over from a silent worker");
