@@ -269,6 +269,7 @@ async fn bounded<T>(
 async fn forward(
     mut stream: WatchStream,
     watch_id: i64,
+    key: Key,
     sender: WatchSender,
     live: Arc<AtomicUsize>,
 ) {
@@ -288,7 +289,7 @@ async fn forward(
                     break;
                 }
                 Ok(Some(reply)) => {
-                    if !reply.events().is_empty() && !sender.wake() {
+                    if !reply.events().iter().all(|event| hand_over(&key, &sender, event.kv())) {
                         break;
                     }
                 }
@@ -304,6 +305,21 @@ async fn forward(
         }
     }
     live.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Wake `sender` for one event: with the row a put left (its value and
+/// `mod_revision`), or plainly for a delete (its key-value has version 0)
+/// or anything unexpected, so the waiter reads. `false` once the watch was
+/// dropped.
+fn hand_over(key: &Key, sender: &WatchSender, kv: Option<&KeyValue>) -> bool {
+    let row = kv.filter(|kv| kv.version() > 0).and_then(|kv| {
+        let version = version_of(Operation::Watch, key, kv.mod_revision()).ok()?;
+        Some(Row::new(key, Bytes::copy_from_slice(kv.value()), version))
+    });
+    match row {
+        Some(row) => sender.wake_with_row(row),
+        None => sender.wake(),
+    }
 }
 
 /// Names a transaction's first response without printing it (it may hold
@@ -455,12 +471,15 @@ impl VersionedStore for EtcdStore {
     }
 
     /// A native etcd watch on the row's key: every write (put or delete)
-    /// wakes it. Returns once etcd has confirmed the watch.
+    /// wakes it, a put with the row it left (etcd's event carries it).
+    /// Returns once etcd has confirmed the watch.
     async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
         let (stream, watch_id) = self.open_watch(self.etcd_key(key)).await?;
         let (sender, watch) = Watch::channel();
         self.watches.fetch_add(1, Ordering::SeqCst);
-        tokio::spawn(forward(stream, watch_id, sender, self.watches.clone()).in_current_span());
+        tokio::spawn(
+            forward(stream, watch_id, key.clone(), sender, self.watches.clone()).in_current_span(),
+        );
         tracing::debug!(watch_id, "watching");
         Ok(Some(watch))
     }
