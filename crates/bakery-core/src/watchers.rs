@@ -70,6 +70,14 @@ impl Watchers {
             sender.wake();
         }
     }
+
+    /// Wake every watch of `row`'s key with the row (see
+    /// [`WatchSender::wake_with_row`]).
+    pub fn wake_with_row(&self, row: &crate::Row) {
+        for (_, sender) in self.by_key.get(row.key.as_str()).into_iter().flatten() {
+            sender.wake_with_row(row.clone());
+        }
+    }
 }
 
 /// The task that keeps one watch registered, for the backend to spawn: it

@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bakery_core::watchers::{registration, Watchers as ByKey};
-use bakery_core::Watch;
+use bakery_core::{Key, Row, Version, Watch};
 use tokio_postgres::AsyncMessage;
 use tracing::Instrument;
 
@@ -57,7 +57,7 @@ impl Listener {
                 loop {
                     match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
                         // The session listens on one channel: the payload
-                        // is the key.
+                        // is the key, and maybe its row.
                         Some(Ok(AsyncMessage::Notification(n))) => feed.wake(n.payload()),
                         // Notices (and future message kinds) wake nobody.
                         Some(Ok(_)) => {}
@@ -85,6 +85,20 @@ impl Listener {
     pub(crate) fn live_watchers(&self) -> Option<Arc<Watchers>> {
         (!self.watchers.ended()).then(|| self.watchers.clone())
     }
+}
+
+/// The key a notification's payload names, and the row it carries if it
+/// carries one that parses.
+fn parse_payload(payload: &str) -> (&str, Option<Row>) {
+    let mut lines = payload.splitn(3, '\n');
+    let key = lines.next().unwrap_or_default();
+    let row = (|| {
+        let version = lines.next()?.parse::<Version>().ok()?;
+        let value = hex::decode(lines.next()?).ok()?;
+        let key = Key::new(key).ok()?;
+        Some(Row::new(&key, value.into(), version))
+    })();
+    (key, row)
 }
 
 /// The watches fed by one LISTEN session, by key.
@@ -132,9 +146,16 @@ impl Watchers {
         }
     }
 
-    fn wake(&self, key: &str) {
+    /// Wake the watches a notification names: `payload` is a key, or a
+    /// key, version and hex value on three lines (then the watches get
+    /// the row). A payload that does not parse wakes its key plainly.
+    fn wake(&self, payload: &str) {
+        let (key, row) = parse_payload(payload);
         if let Some(by_key) = self.lock().as_ref() {
-            by_key.wake(key);
+            match row {
+                Some(row) => by_key.wake_with_row(&row),
+                None => by_key.wake(key),
+            }
         }
     }
 
@@ -161,6 +182,22 @@ mod tests {
         assert!(channel.starts_with("bakery_sss"), "{channel}");
         assert_eq!(channel, channel_name(&long), "deterministic");
         assert_ne!(channel, channel_name(&other), "the hash tells them apart");
+    }
+
+    /// A payload with a row gives the row; a bare key, a bad version or
+    /// bad hex give the key alone (a plain wake-up).
+    #[test]
+    fn payloads_parse_into_a_key_and_maybe_its_row() {
+        let (key, row) = parse_payload("lock/a\n7\n7b7d");
+        assert_eq!(key, "lock/a");
+        let row = row.expect("a row");
+        assert_eq!((row.key.as_str(), row.version), ("lock/a", 7));
+        assert_eq!(&row.value[..], b"{}");
+        for plain in ["lock/a", "lock/a\nx\n7b7d", "lock/a\n7\nzz", "lock/a\n7"] {
+            let (key, row) = parse_payload(plain);
+            assert_eq!(key, "lock/a", "{plain:?}");
+            assert!(row.is_none(), "{plain:?}");
+        }
     }
 
     #[tokio::test]

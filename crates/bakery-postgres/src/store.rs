@@ -116,6 +116,10 @@ struct Statements {
     listen: String,
 }
 
+/// The most payload bytes a notification may spend on a key and its row
+/// (PostgreSQL's limit is 8000, with room for the version).
+const NOTIFY_ROW_LIMIT: usize = 7900;
+
 /// The conditional write `write` on table `t` (key `$1`) as one statement:
 /// `(true, NULL, version)` when it wrote, else `(false, value, version)` of
 /// the row as the snapshot shows it (no row: nothing).
@@ -135,8 +139,15 @@ impl Statements {
         Statements {
             // A wake-up needs no durability: its commit need not wait for
             // the WAL flush (and holds the notify lock for less time).
+            // The payload is the key, then the row as it is now (version
+            // and hex value, each after a newline) when it fits the 8000
+            // bytes of a payload: a waiter learns of its grant unread.
             notify: format!(
-                "SELECT pg_notify('{channel}', $1), set_config('synchronous_commit', 'off', true)"
+                "SELECT pg_notify('{channel}', $1 || coalesce(\
+                 (SELECT E'\\n' || version || E'\\n' || encode(value, 'hex') FROM {t} \
+                  WHERE key = $1 AND value IS NOT NULL \
+                  AND octet_length($1) + 2 * octet_length(value) < {NOTIFY_ROW_LIMIT}), '')), \
+                 set_config('synchronous_commit', 'off', true)"
             ),
             listen: format!("LISTEN \"{channel}\""),
             channel,
