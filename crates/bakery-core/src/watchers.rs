@@ -71,10 +71,10 @@ impl Watchers {
         }
     }
 
-    /// Wake every watch of `row`'s key with the row (see
-    /// [`WatchSender::wake_with_row`]).
-    pub fn wake_with_row(&self, row: &crate::Row) {
-        for (_, sender) in self.by_key.get(row.key.as_str()).into_iter().flatten() {
+    /// Wake every watch of `key` (or channel) with `row`, the row it has
+    /// now (see [`WatchSender::wake_with_row`]).
+    pub fn wake_with_row(&self, key: &str, row: &crate::Row) {
+        for (_, sender) in self.by_key.get(key).into_iter().flatten() {
             sender.wake_with_row(row.clone());
         }
     }

@@ -153,7 +153,7 @@ impl Watchers {
         let (key, row) = parse_payload(payload);
         if let Some(by_key) = self.lock().as_ref() {
             match row {
-                Some(row) => by_key.wake_with_row(&row),
+                Some(row) => by_key.wake_with_row(key, &row),
                 None => by_key.wake(key),
             }
         }

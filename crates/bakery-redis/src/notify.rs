@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use crate::error::{map_err, Phase};
+use crate::store::scripts::notified_row;
 
 /// The pub/sub connection of one store. Dropping it (with the store) ends
 /// its task and closes the connection.
@@ -56,7 +57,10 @@ async fn feed(mut stream: PubSubStream, mut stopped: oneshot::Receiver<()>, sub:
     loop {
         tokio::select! {
             message = stream.next() => match message {
-                Some(message) => sub.wake(message.get_channel_name()).await,
+                Some(message) => {
+                    let row = notified_row(message.get_payload_bytes());
+                    sub.wake(message.get_channel_name(), row).await;
+                }
                 None => {
                     tracing::debug!("pub/sub connection closed; its watchers poll");
                     break;
@@ -139,10 +143,15 @@ impl Subscriber {
         }
     }
 
-    async fn wake(&self, channel: &str) {
+    /// Wake the watches of `channel`, with the row the message carried if
+    /// it carried one.
+    async fn wake(&self, channel: &str, row: Option<bakery_core::Row>) {
         let state = self.state.lock().await;
         if let Some(channels) = state.channels.as_ref() {
-            channels.wake(channel);
+            match row {
+                Some(row) => channels.wake_with_row(channel, &row),
+                None => channels.wake(channel),
+            }
         }
     }
 

@@ -24,12 +24,16 @@ use scripts::{
 };
 
 mod pool;
-mod scripts;
+pub(crate) mod scripts;
 
 /// How often the watch strategy retries a transaction whose `EXEC` aborted
 /// although the re-read row still matched (a foreign write that did not
 /// touch `v` or `ver`), before giving up with `Unavailable`.
 const MAX_WATCH_ROUNDS: usize = 16;
+
+/// The largest value a notification carries (a lock's row is far smaller):
+/// bigger ones wake plainly, and the waiter reads.
+const NOTIFY_ROW_LIMIT: usize = 64 * 1024;
 
 /// A [`VersionedStore`] on a Redis server: one hash per key, compare-and-set
 /// by a Lua script or by `WATCH`/`MULTI`/`EXEC` ([`CasStrategy`]).
@@ -805,17 +809,18 @@ impl VersionedStore for RedisStore {
         .await
     }
 
-    /// One `PUBLISH` on the key's channel, on the shared connection: one
-    /// round trip.
+    /// One `PUBLISH` on the key's channel, with the row as it is now when it
+    /// has one of at most [`NOTIFY_ROW_LIMIT`] bytes (a script reads and
+    /// publishes it), on the shared connection: one round trip.
     async fn notify(&self, key: &Key) -> Result<()> {
         let channel = self.redis_key(key);
         let sent = AtomicBool::new(false);
         self.bounded(Operation::Notify, key, &sent, async {
-            let mut publish = redis::cmd("PUBLISH");
-            publish.arg(&channel).arg("");
+            let mut publish = self.inner.scripts.notify.key(&channel);
+            publish.arg(key.as_str()).arg(NOTIFY_ROW_LIMIT);
             let publish = &publish;
             let send =
-                || self.on_shared(|mut conn| async move { publish.query_async(&mut conn).await });
+                || self.on_shared(|mut conn| async move { publish.invoke_async(&mut conn).await });
             let receivers: i64 = match send().await {
                 // A second PUBLISH is harmless (one more wake-up), a lost
                 // one costs a waiter its poll interval: retry once on the

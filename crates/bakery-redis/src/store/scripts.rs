@@ -77,6 +77,7 @@ return {1}
 pub(crate) struct Scripts {
     pub(crate) put: redis::Script,
     pub(crate) delete: redis::Script,
+    pub(crate) notify: redis::Script,
 }
 
 impl Scripts {
@@ -84,8 +85,41 @@ impl Scripts {
         Scripts {
             put: redis::Script::new(&format!("{PRELUDE}{PUT_BODY}")),
             delete: redis::Script::new(&format!("{PRELUDE}{DELETE_BODY}")),
+            notify: redis::Script::new(NOTIFY),
         }
     }
+}
+
+/// `PUBLISH` on the key's channel (`KEYS[1]`) of the bakery key
+/// (`ARGV[1]`) and, when it has a live row of at most `ARGV[2]` bytes, the
+/// row as it is now: `key \n version \n value`. Read and published in one
+/// script, so the row is the newest at the moment of the wake-up. Returns
+/// the number of receivers.
+const NOTIFY: &str = r#"
+local row = redis.call('HMGET', KEYS[1], 'v', 'ver')
+local payload = ARGV[1]
+if row[1] and row[2] and string.len(row[1]) <= tonumber(ARGV[2]) then
+    payload = payload .. '\n' .. row[2] .. '\n' .. row[1]
+end
+return redis.call('PUBLISH', KEYS[1], payload)
+"#;
+
+/// The row a notification's payload carries (`key \n version \n value`),
+/// `None` for a bare key or anything that does not parse.
+pub(crate) fn notified_row(payload: &[u8]) -> Option<bakery_core::Row> {
+    let mut parts = payload.splitn(3, |b| *b == b'\n');
+    let key = std::str::from_utf8(parts.next()?).ok()?;
+    let version = std::str::from_utf8(parts.next()?)
+        .ok()?
+        .parse::<Version>()
+        .ok()?;
+    let value = parts.next()?;
+    let key = Key::new(key).ok()?;
+    Some(bakery_core::Row::new(
+        &key,
+        Bytes::copy_from_slice(value),
+        version,
+    ))
 }
 
 /// The expected version as the scripts compare it: canonical decimal, or
@@ -203,6 +237,23 @@ pub(crate) fn exhausted(key: &Key) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A payload with a row gives the row, binary value and all; a bare
+    /// key or a bad version gives none (a plain wake-up).
+    #[test]
+    fn notified_rows_parse_with_any_value_bytes() {
+        let row = notified_row(b"lock/a\n7\n{\n\x00}").expect("a row");
+        assert_eq!((row.key.as_str(), row.version), ("lock/a", 7));
+        assert_eq!(&row.value[..], b"{\n\x00}");
+        for plain in [
+            &b"lock/a"[..],
+            b"lock/a\nx\nv",
+            b"lock/a\n7",
+            b"bad key\n7\nv",
+        ] {
+            assert!(notified_row(plain).is_none(), "{plain:?}");
+        }
+    }
 
     fn key() -> Key {
         Key::new("k").unwrap()
