@@ -11,14 +11,14 @@ use bakery_verify::workload::Counts;
 /// What one fault did to one setup.
 #[derive(Debug, Clone)]
 pub struct FaultRow {
-    /// `proxy` (Toxiproxy between the clients and one server) or `cluster`.
-    pub suite: &'static str,
     /// The backend, e.g. `etcd`.
     pub backend: String,
     /// The deployment and bakery's setting, e.g. `3 members`.
     pub setup: String,
     /// The fault, e.g. `leader SIGKILLed, restarted`.
     pub fault: String,
+    /// `proxy` (Toxiproxy between the clients and one server) or `cluster`.
+    pub suite: &'static str,
     /// The calls by outcome.
     pub counts: Counts,
     /// Acknowledged writes the store no longer held afterwards.

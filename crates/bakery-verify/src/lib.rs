@@ -9,7 +9,7 @@ pub mod workload;
 
 pub use faulty::{Fault, FaultyStore};
 pub use history::{History, RecordingStore};
-pub use workload::{verify, Config, Report, Status};
+pub use workload::{verify, Config, Report, Status, CHECKS};
 
 /// Why a verification could not run. Store errors met by the workloads are
 /// results (counted and checked), not errors; these are about the run

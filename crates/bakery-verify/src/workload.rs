@@ -631,6 +631,18 @@ impl fmt::Display for Report {
     }
 }
 
+/// The names of [`verify`]'s checks, in the order its [`Report`] lists them.
+///
+/// ```
+/// assert_eq!(bakery_verify::CHECKS[0], "cas-linearizability");
+/// ```
+pub const CHECKS: [&str; 4] = [
+    "cas-linearizability",
+    "sequence",
+    "fenced-writes",
+    "lock-fifo",
+];
+
 /// Run the three workloads on `store` and check them: CAS
 /// linearizability, sequence ids, fenced writes and lock FIFO order. Store
 /// errors are part of the result; only a bad `config` or a crashed client
@@ -661,7 +673,7 @@ pub async fn verify(
     let lock = run_fenced_lock(store.clone(), config).await?;
 
     let mut cas_check = CheckReport::new(
-        "cas-linearizability",
+        CHECKS[0],
         cas.counts,
         lin.verdict() == Verdict::Linearizable,
         format!(
@@ -682,7 +694,7 @@ pub async fn verify(
     }
     let s = &seq.report;
     let seq_check = CheckReport::new(
-        "sequence",
+        CHECKS[1],
         seq.counts,
         s.passed(),
         format!(
@@ -693,7 +705,7 @@ pub async fn verify(
     );
     let fe = &lock.fence;
     let fence_check = CheckReport::new(
-        "fenced-writes",
+        CHECKS[2],
         lock.counts,
         fe.passed(),
         format!(
@@ -704,7 +716,7 @@ pub async fn verify(
     );
     let fi = &lock.fifo;
     let mut fifo_check = CheckReport::new(
-        "lock-fifo",
+        CHECKS[3],
         lock.counts,
         fi.passed(),
         format!(
