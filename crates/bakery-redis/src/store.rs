@@ -810,7 +810,7 @@ impl VersionedStore for RedisStore {
     }
 
     /// One `PUBLISH` on the key's channel, with the row as it is now when it
-    /// has one of at most [`NOTIFY_ROW_LIMIT`] bytes (a script reads and
+    /// has one of at most 64 KiB (a script reads and
     /// publishes it), on the shared connection: one round trip.
     async fn notify(&self, key: &Key) -> Result<()> {
         let channel = self.redis_key(key);
