@@ -374,6 +374,7 @@ impl Sequence {
 
     /// The next id. Inside a block this is one atomic increment; otherwise it
     /// waits for the prefetched block or reserves one.
+    #[inline]
     pub async fn next(&self) -> Result<u64> {
         loop {
             match self.inner.take(self.inner.segments.claim_one()) {
@@ -490,6 +491,7 @@ impl Inner {
 
     /// The ids of `claim` (starting the prefetch if it crossed the
     /// trigger), or the generation whose block is used up.
+    #[inline]
     fn take(self: &Arc<Self>, claim: Claim) -> std::result::Result<Range<u64>, u64> {
         match claim {
             Claim::Ids {

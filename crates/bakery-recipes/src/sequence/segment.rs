@@ -63,6 +63,7 @@ impl Segments {
     }
 
     /// Read the block of `generation`, or `None` if its slot was reused.
+    #[inline]
     fn block(&self, generation: u64) -> Option<(u64, u64)> {
         let slot = &self.slots[(generation & 1) as usize];
         let before = slot.generation.load(Ordering::Acquire);
