@@ -54,7 +54,7 @@ enum Target {
 }
 
 fn targets(started: &mut Vec<bakery_testkit::containers::Started>) -> Vec<(String, Target)> {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let ci = bakery_testkit::in_ci();
     let required: Vec<String> = std::env::var("BAKERY_TEST_REQUIRE")
         .unwrap_or_default()
         .split(',')
