@@ -404,19 +404,11 @@ impl Lock {
             } else {
                 // Waiting behind a holder: evict it if it stayed silent for a
                 // whole lease of ours to observe, else wait.
-                let Some(wakeup) = wakeup.as_mut() else {
-                    // Queued by an earlier call (a cached row): subscribe
-                    // BEFORE re-reading, so no change between the read and
-                    // the wait is missed.
-                    wakeup = Some(Wakeup::new(
-                        self.subscribe().await,
-                        inner.poll_interval,
-                        inner.lease,
-                    ));
-                    current_sent = Instant::now();
-                    current = inner.store.get(&inner.key).await?;
-                    continue;
-                };
+                // Set up before our enqueue write, the only way into the
+                // queue (request ids are unique per acquire).
+                let wakeup = wakeup.as_mut().ok_or_else(|| {
+                    Error::new(ErrorKind::Internal, "lock", "queued without a wake-up")
+                })?;
                 let holder = state.holder.clone().ok_or_else(|| {
                     Error::new(ErrorKind::Internal, "lock", "queued lock without holder")
                 })?;
@@ -446,14 +438,14 @@ impl Lock {
                 let deadline = seen.deadline();
                 observed = Some(seen);
                 let position = state.queue.iter().position(|w| w.id == me).unwrap_or(0);
-                if let Some(row) = wakeup.wait(position, deadline, current_sent).await {
+                let seen = current.as_ref().map(|row| row.version);
+                if let Some(row) = wakeup.wait(position, deadline, current_sent, seen).await {
                     // Handed over by the notification: no read. Our lease
                     // still counts from our last request (`current_sent`).
                     // Far back in the queue, only a row that names us the
                     // holder is worth decoding (every waiter hears every
                     // change).
-                    let newer = current.as_ref().map(|row| row.version) < Some(row.version);
-                    if newer && (position <= 1 || LockState::names_holder(&row, &me)) {
+                    if position <= 1 || LockState::names_holder(&row, &me) {
                         current = Some(row);
                         wakeup.progress();
                     }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use bakery_core::{Change, Row, Watch};
+use bakery_core::{Change, Row, Version, Watch};
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -69,11 +69,15 @@ impl Wakeup {
     /// because a grant's lease counts from the last request that did not
     /// show it (a waiter that only listened for longer than a lease would
     /// take the lock already expired).
+    ///
+    /// `seen` is the version of the row the caller has: a row handed over
+    /// that is no newer is no news, and the wait goes on.
     pub(crate) async fn wait(
         &mut self,
         position: usize,
         deadline: Instant,
         last_request: Instant,
+        seen: Option<Version>,
     ) -> Option<Row> {
         let backoff = self.next_poll;
         self.next_poll = (self.next_poll * 2).min(self.poll_interval);
@@ -97,7 +101,9 @@ impl Wakeup {
                 change = watch.next_change() => match change {
                     Some(Change::Row(row)) => {
                         self.rows = true;
-                        return Some(row);
+                        if seen < Some(row.version) {
+                            return Some(row);
+                        }
                     }
                     Some(Change::Read) if listen => return None,
                     // Far back: a plain wake-up is not worth a read; keep

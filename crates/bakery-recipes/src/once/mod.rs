@@ -556,18 +556,15 @@ impl Idempotency {
                                     Duration::from_millis(self.inner.lease_ms),
                                 ));
                             }
+                            let seen = current.as_ref().map(|r| r.version);
                             let pushed = match wakeup.as_mut() {
-                                Some(w) => w.wait(0, since + lease, Instant::now()).await,
+                                Some(w) => w.wait(0, since + lease, Instant::now(), seen).await,
                                 None => None,
                             };
                             // A row the notification handed over saves the read.
                             current = match pushed {
-                                Some(row)
-                                    if current.as_ref().map(|r| r.version) < Some(row.version) =>
-                                {
-                                    Some(row)
-                                }
-                                _ => store.get(row_key).await?,
+                                Some(row) => Some(row),
+                                None => store.get(row_key).await?,
                             };
                             continue;
                         }
