@@ -109,23 +109,19 @@ pub struct GrantLog {
     inside: AtomicBool,
     runs: Mutex<Runs>,
     overlaps: Mutex<u64>,
-    handoffs: Mutex<HandOffs>,
 }
 
-/// The time from one client's release to another client's grant.
-#[derive(Default)]
-struct HandOffs {
-    /// The client that left last, and when.
-    left: Option<(usize, Instant)>,
-    /// Hand-offs between different clients (created with the first).
-    times: Option<LatencyHistogram>,
-}
-
+/// Who held the lock last, how many times in a row, and the hand-offs:
+/// the time from one client's release to another client's grant.
 #[derive(Default)]
 struct Runs {
     last: Option<usize>,
     current: u64,
     longest: u64,
+    /// When the last holder started its release.
+    left: Option<Instant>,
+    /// Hand-offs between different clients (created with the first).
+    handoffs: Option<LatencyHistogram>,
 }
 
 impl GrantLog {
@@ -140,34 +136,29 @@ impl GrantLog {
             ));
         }
         if let Ok(mut runs) = self.runs.lock() {
-            runs.current = if runs.last == Some(client) {
-                runs.current + 1
+            if runs.last == Some(client) {
+                runs.current += 1;
             } else {
-                1
-            };
-            runs.last = Some(client);
-            runs.longest = runs.longest.max(runs.current);
-        }
-        if let Ok(mut handoffs) = self.handoffs.lock() {
-            if let Some((previous, left)) = handoffs.left {
-                if previous != client {
-                    let waited = left.elapsed();
-                    if handoffs.times.is_none() {
-                        handoffs.times = LatencyHistogram::new().ok();
+                runs.current = 1;
+                if let Some(left) = runs.left {
+                    if runs.handoffs.is_none() {
+                        runs.handoffs = LatencyHistogram::new().ok();
                     }
-                    if let Some(times) = handoffs.times.as_mut() {
-                        times.record(waited);
+                    if let Some(handoffs) = runs.handoffs.as_mut() {
+                        handoffs.record(left.elapsed());
                     }
                 }
             }
+            runs.last = Some(client);
+            runs.longest = runs.longest.max(runs.current);
         }
         Ok(())
     }
 
-    /// Client `client`, inside, leaves: its release starts now.
-    fn leave(&self, client: usize) {
-        if let Ok(mut handoffs) = self.handoffs.lock() {
-            handoffs.left = Some((client, Instant::now()));
+    /// The client inside leaves: its release starts now.
+    fn leave(&self) {
+        if let Ok(mut runs) = self.runs.lock() {
+            runs.left = Some(Instant::now());
         }
         self.inside.store(false, Ordering::SeqCst);
     }
@@ -175,8 +166,8 @@ impl GrantLog {
     /// Median and 99th percentile of the hand-offs so far, in µs rounded
     /// up (`None` before the first).
     fn handoff_us(&self) -> Option<(u64, u64)> {
-        let handoffs = self.handoffs.lock().ok()?;
-        let summary = handoffs.times.as_ref()?.summary();
+        let runs = self.runs.lock().ok()?;
+        let summary = runs.handoffs.as_ref()?.summary();
         Some((summary.p50_ns.div_ceil(1000), summary.p99_ns.div_ceil(1000)))
     }
 
@@ -212,7 +203,7 @@ impl GrantLog {
     /// detects overlap.
     pub fn critical_section(&self, index: usize) -> Result<(), OpError> {
         self.enter(index)?;
-        self.leave(index);
+        self.leave();
         Ok(())
     }
 }
