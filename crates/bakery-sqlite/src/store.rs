@@ -88,6 +88,12 @@ struct Inner {
     /// and blocking threads in use. Waiting for a permit is async.
     permits: Arc<Semaphore>,
     idle: Mutex<Vec<Connection>>,
+    /// One write at a time from this process: SQLite lets one writer in
+    /// at once, and a second connection of ours asking would wait in
+    /// SQLite's busy handler, which sleeps milliseconds between tries.
+    /// Queued here instead, the next write starts the moment the last
+    /// ends (other processes still meet the busy handler).
+    writes: Semaphore,
 }
 
 impl Inner {
@@ -203,6 +209,7 @@ impl SqliteStore {
                 sql,
                 permits,
                 idle: Mutex::new(vec![first]),
+                writes: Semaphore::new(1),
             }),
         })
     }
@@ -210,6 +217,15 @@ impl SqliteStore {
     /// The configuration this store was opened with.
     pub fn config(&self) -> &SqliteConfig {
         &self.inner.config
+    }
+
+    /// This process's turn to write, in arrival order; held for the call.
+    async fn write_turn(&self, op: Operation) -> Result<tokio::sync::SemaphorePermit<'_>> {
+        self.inner
+            .writes
+            .acquire()
+            .await
+            .map_err(|_| Error::new(ErrorKind::Internal, BACKEND, "write queue closed").during(op))
     }
 
     /// Run `f`, the body of the call `op`, with a pooled connection on the
@@ -275,6 +291,7 @@ impl VersionedStore for SqliteStore {
         value: Bytes,
     ) -> Result<PutOutcome> {
         let key = key.clone();
+        let _writing = self.write_turn(Operation::Put).await?;
         self.run(Operation::Put, move |conn, sql| {
             put(conn, sql, key, expected, value)
         })
@@ -283,6 +300,7 @@ impl VersionedStore for SqliteStore {
 
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         let key = key.clone();
+        let _writing = self.write_turn(Operation::Delete).await?;
         self.run(Operation::Delete, move |conn, sql| {
             delete(conn, sql, &key, expected)
         })
