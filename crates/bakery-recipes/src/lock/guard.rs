@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::combine::Request;
 use super::state::LockState;
 use super::{put_state, LockInner};
 
@@ -229,42 +230,34 @@ impl Drop for LockGuard {
 }
 
 async fn release(shared: &Shared) -> Result<()> {
-    let (mut current, mut state) = {
-        let held = shared.held()?;
-        (Some(held.row.clone()), held.state.clone())
+    let row = shared.held()?.row.clone();
+    let request = Request::Release {
+        id: shared.id.clone(),
+        token: shared.token,
     };
-    loop {
-        if !state.held_by(&shared.id) || state.token != shared.token {
-            shared.lose(LostReason::Evicted);
-            return Err(lost_error(shared));
-        }
-        state.hand_off()?;
-        match put_state(&shared.lock, current.as_ref(), &state).await? {
-            PutOutcome::Applied(row) => {
-                shared.status.send_replace(Status::Released);
-                shared.lock.remember(Some(&row));
-                if state.holder.is_some() {
-                    shared.lock.notify().await;
-                }
-                return Ok(());
-            }
-            PutOutcome::Conflict(Some(row)) => {
-                // Usually a waiter joined the queue: retry on the new row.
-                state = match LockState::decode(&row) {
-                    Ok(state) => state,
-                    Err(err) => {
-                        shared.lose(LostReason::RowGone);
-                        return Err(err);
-                    }
-                };
-                current = Some(row);
-            }
-            PutOutcome::Conflict(None) => {
+    // Through the process's writer: the release shares a write with the
+    // enqueues of this process's other clients instead of conflicting with
+    // them; it hands the lock on and tells the next holder.
+    let written = match shared.lock.writer.submit(request, Some(&row)).await {
+        Ok(written) => written,
+        Err(err) => {
+            if err.kind() == ErrorKind::Corrupt {
                 shared.lose(LostReason::RowGone);
-                return Err(lost_error(shared));
             }
+            return Err(err);
         }
+    };
+    shared.lock.remember(written.row.as_ref());
+    if written.applied {
+        shared.status.send_replace(Status::Released);
+        return Ok(());
     }
+    // Refused on a row the store returned: no longer ours.
+    shared.lose(match written.row {
+        Some(_) => LostReason::Evicted,
+        None => LostReason::RowGone,
+    });
+    Err(lost_error(shared))
 }
 
 fn lost_error(shared: &Shared) -> Error {

@@ -8,9 +8,15 @@
 //!   appends itself to the queue with one write. The queue is in the order
 //!   those writes applied, so grants are FIFO with no clock involved.
 //! - **Direct hand-off.** `release` gives the lock to the head of the queue in
-//!   the same write (with a new fencing token). The new holder learns it on
-//!   its next read; its lease runs from its previous read (which the hand-off
-//!   followed), so taking over costs no write.
+//!   the same write (with a new fencing token). The new holder learns it
+//!   from a wake-up (below) or its next read; its lease runs from its last
+//!   request before (which the hand-off followed), so taking over costs no
+//!   write.
+//! - **One writer per process.** A process's enqueues, takes and releases
+//!   of one lock go through one writer, which applies the requests waiting
+//!   together to the newest row in one conditional write (in order, so FIFO
+//!   holds). Clients in one process never conflict with each other, and a
+//!   release often carries the next enqueues.
 //! - **Leases without synchronized clocks.** The holder advances a heartbeat
 //!   counter every lease/3. A waiter that sees the same (holder, heartbeat)
 //!   for a whole lease *on its own monotonic clock* evicts the holder with a
@@ -20,20 +26,19 @@
 //!   guarantees mutual exclusion by itself (a paused holder outlives its
 //!   lease); checking the token where the protected data is written does —
 //!   see [`FencedValue`](crate::fence::FencedValue).
-//! - **Wake-ups.** Waiters poll with jittered exponential backoff, slower the
-//!   further back they are in the queue (the store sees O(log n) reads per
-//!   hand-off, not O(n)); on a backend with
-//!   [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH) a waiter
-//!   subscribes before its enqueue write (so it needs no read before
-//!   waiting), the first two waiters wait for the store's notification
-//!   instead of polling, and every change of holder calls
-//!   [`VersionedStore::notify`]. Where the notification hands over the row
-//!   the change left ([`Change::Row`](bakery_core::Change::Row); the
-//!   in-process MemoryStore does), every waiter listens and the next holder
-//!   learns of its grant without a read; far back in the queue, a waiter
-//!   decodes only a row that names it the holder. Every waiter still reads
-//!   at least every lease/4, so the lease of a grant it learns of never
-//!   counts from further back.
+//! - **Wake-ups.** A waiter registers with its process's dispatcher for
+//!   the lock row before its enqueue write (so it needs no read before
+//!   waiting). The dispatcher listens to the store once for the whole
+//!   process ([`VersionedStore::watch`] where the backend has
+//!   [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH), else one
+//!   poll with exponential backoff) and hands each row only to the waiter
+//!   it names the holder: a hand-off wakes one waiter, not the queue. A
+//!   release in the same process hands its row to the dispatcher directly
+//!   (the next holder learns of its grant with no round trip), and every
+//!   change of holder calls [`VersionedStore::notify`] for the other
+//!   processes. Every waiter still reads at least every lease/4, so the
+//!   lease of a grant it learns of never counts from further back, and it
+//!   sees whether the holder's heartbeat moves.
 //!
 //! # Example
 //! ```
@@ -60,9 +65,11 @@
 //! # Ok(()) }
 //! ```
 
+mod combine;
+mod dispatch;
 mod guard;
+mod local;
 mod state;
-pub(crate) mod wake;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -74,8 +81,9 @@ use tokio::time::Instant;
 pub use guard::{LockGuard, LostReason};
 pub use state::{Holder, LockState, Waiter};
 
+use combine::{Request, Writer};
+use dispatch::Registration;
 use guard::Grant;
-use wake::Wakeup;
 
 /// Key prefix of lock rows: the lock `jobs` is stored under `lock/jobs`.
 pub const KEY_PREFIX: &str = "lock";
@@ -138,6 +146,7 @@ impl LockBuilder {
             return Err(Error::invalid_input("lock", "poll interval must be > 0"));
         }
         let owner = self.owner.unwrap_or_else(default_owner);
+        let writer = Writer::for_row(&self.store, &key, self.notifications);
         Ok(Lock {
             inner: Arc::new(LockInner {
                 store: self.store,
@@ -150,6 +159,7 @@ impl LockBuilder {
                 owner,
                 notifications: self.notifications,
                 last_row: Mutex::new(None),
+                writer,
             }),
         })
     }
@@ -192,6 +202,8 @@ pub(crate) struct LockInner {
     /// from it instead of reading (a stale row only costs a conflict, which
     /// returns the current row).
     last_row: Mutex<Option<Row>>,
+    /// This process's writer for the row (shared with its other handles).
+    pub(crate) writer: Arc<Writer>,
 }
 
 impl LockInner {
@@ -205,11 +217,16 @@ impl LockInner {
         self.last_row.lock().ok().and_then(|last| last.clone())
     }
 
-    /// Wake the waiters after a change of holder. A failed notify only
-    /// costs latency (waiters poll as a fallback), so it is logged, not raised.
-    pub(crate) async fn notify(&self) {
+    /// Tell the new holder after a change of holder that `row` (with
+    /// `state`) made: directly if it waits in this process, and through the
+    /// store's notification otherwise. A failed notify only costs latency
+    /// (waiters read at least every lease/4), so it is logged, not raised.
+    pub(crate) async fn announce(&self, row: &Row, state: &LockState) {
         if !self.notifications {
             return;
+        }
+        if let Some(holder) = &state.holder {
+            dispatch::deliver(&self.store, &self.key, &holder.id, row);
         }
         if let Err(err) = self.store.notify(&self.key).await {
             tracing::debug!(lock = %self.name, error = %err, "notify failed; waiters will poll");
@@ -335,29 +352,15 @@ impl Lock {
         put_state(&self.inner, current, state).await
     }
 
-    /// A watch of the lock's row, if notifications are on and the store
-    /// has them; a failed watch only costs latency (waiters poll).
-    async fn subscribe(&self) -> Option<bakery_core::Watch> {
-        let inner = &self.inner;
-        if !inner.notifications {
-            return None;
-        }
-        match inner.store.watch(&inner.key).await {
-            Ok(watch) => watch,
-            Err(err) => {
-                tracing::debug!(lock = %inner.name, error = %err, "watch failed; polling");
-                None
-            }
-        }
-    }
-
     /// The acquire loop: every step is one write decided from the row the
     /// last call returned; only waiting re-reads.
     async fn wait_for_grant(&self, ticket: &mut Ticket) -> Result<Grant> {
         let inner = &self.inner;
         let me = ticket.waiter.id.clone();
         // Set up on the first wait only: an uncontended acquire is one write.
-        let mut wakeup: Option<Wakeup> = None;
+        let mut registration: Option<Registration> = None;
+        // Longest wait between two reads of our own (see `current_sent`).
+        let slowest = (inner.lease / 4).max(inner.poll_interval);
         // Send time of the call that returned `current`, and of the last
         // call whose result did NOT show us as the holder. A hand-off to us
         // committed after the latter, so no observer can have started
@@ -384,36 +387,39 @@ impl Lock {
                 return Ok(Grant::new(me, &row, state, not_holder_at));
             }
             not_holder_at = current_sent;
-            let sent = Instant::now();
-            let outcome = if state.is_free() {
-                state.take(&ticket.waiter)?;
-                self.put(current.as_ref(), &state).await?
+            let request = if state.is_free() {
+                Request::Take(ticket.waiter.clone())
             } else if !state.queued(&me) {
-                // Subscribe BEFORE the enqueue write: every change after it
+                // Register BEFORE the enqueue write: every change after it
                 // is then heard, and waiting needs no read first.
-                if wakeup.is_none() {
-                    wakeup = Some(Wakeup::new(
-                        self.subscribe().await,
-                        inner.poll_interval,
-                        inner.lease,
-                    ));
+                if registration.is_none() {
+                    registration = Some(
+                        Registration::join(
+                            &inner.store,
+                            &inner.key,
+                            inner.notifications,
+                            inner.poll_interval,
+                            &me,
+                        )
+                        .await,
+                    );
                 }
-                state.queue.push_back(ticket.waiter.clone());
                 ticket.enqueued = true;
-                self.put(current.as_ref(), &state).await?
+                Request::Join(ticket.waiter.clone())
             } else {
                 // Waiting behind a holder: evict it if it stayed silent for a
                 // whole lease of ours to observe, else wait.
                 // Set up before our enqueue write, the only way into the
                 // queue (request ids are unique per acquire).
-                let wakeup = wakeup.as_mut().ok_or_else(|| {
-                    Error::new(ErrorKind::Internal, "lock", "queued without a wake-up")
+                let registration = registration.as_mut().ok_or_else(|| {
+                    Error::new(ErrorKind::Internal, "lock", "queued without a registration")
                 })?;
                 let holder = state.holder.clone().ok_or_else(|| {
                     Error::new(ErrorKind::Internal, "lock", "queued lock without holder")
                 })?;
                 let seen = Observation::update(observed.take(), &holder);
                 if seen.expired() {
+                    let sent = Instant::now();
                     tracing::info!(lock = %inner.name, holder = %holder.owner, "evicting a holder whose lease ran out");
                     state.hand_off()?;
                     let mine = state.held_by(&me);
@@ -426,7 +432,7 @@ impl Lock {
                         if mine {
                             return Ok(Grant::new(me, row, state, sent));
                         }
-                        inner.notify().await;
+                        inner.announce(row, &state).await;
                     }
                     current = match outcome {
                         PutOutcome::Applied(row) => Some(row),
@@ -437,40 +443,37 @@ impl Lock {
                 }
                 let deadline = seen.deadline();
                 observed = Some(seen);
-                let position = state.queue.iter().position(|w| w.id == me).unwrap_or(0);
+                // Our grant arrives from the dispatcher; we still read at
+                // least every `slowest`, so the lease of a grant we learn
+                // of never counts from further back (and we see the
+                // holder's heartbeat).
+                let wake_at = (current_sent + slowest).min(deadline);
                 let seen = current.as_ref().map(|row| row.version);
-                if let Some(row) = wakeup.wait(position, deadline, current_sent, seen).await {
-                    // Handed over by the notification: no read. Our lease
-                    // still counts from our last request (`current_sent`).
-                    // Far back in the queue, only a row that names us the
-                    // holder is worth decoding (every waiter hears every
-                    // change).
-                    if position <= 1 || LockState::names_holder(&row, &me) {
-                        current = Some(row);
-                        wakeup.progress();
-                    }
+                if let Some(row) = registration.wait(wake_at, seen).await {
+                    // It names us the holder; our lease still counts from
+                    // our last request (`current_sent`).
+                    current = Some(row);
                     continue;
                 }
-                let before = current.as_ref().map(|row| row.version);
                 current_sent = Instant::now();
                 current = inner.store.get(&inner.key).await?;
-                wakeup.observe_read(current_sent.elapsed());
-                if current.as_ref().map(|row| row.version) != before {
-                    wakeup.progress();
-                }
                 continue;
             };
-            match outcome {
-                PutOutcome::Applied(row) => {
-                    inner.remember(Some(&row));
-                    if state.held_by(&me) {
-                        return Ok(Grant::new(me, &row, state, sent));
-                    }
-                    current = Some(row);
-                }
-                PutOutcome::Conflict(now) => current = now,
+            // Through this process's writer: its other clients' requests
+            // share the write instead of conflicting with it.
+            let written = inner.writer.submit(request, current.as_ref()).await?;
+            inner.remember(written.row.as_ref());
+            if written.applied && written.state.held_by(&me) {
+                // Taken (or queued and handed over) by this very write: the
+                // lease counts from its send time.
+                let row = written.row.ok_or_else(|| {
+                    Error::new(ErrorKind::Internal, "lock", "granted lock without row")
+                })?;
+                let state = Arc::unwrap_or_clone(written.state);
+                return Ok(Grant::new(me, &row, state, written.sent));
             }
-            current_sent = sent;
+            current = written.row;
+            current_sent = written.sent;
         }
     }
 }
@@ -587,7 +590,7 @@ async fn withdraw(inner: &LockInner, id: &str) -> Result<()> {
             PutOutcome::Applied(row) => {
                 inner.remember(Some(&row));
                 if handed_on {
-                    inner.notify().await;
+                    inner.announce(&row, &state).await;
                 }
                 return Ok(());
             }

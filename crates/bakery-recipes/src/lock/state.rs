@@ -79,21 +79,6 @@ impl LockState {
             .map_err(|e| Error::new(ErrorKind::Internal, "lock", format!("encode state: {e}")))
     }
 
-    /// Does the stored `row` name `id` its holder? Checked on the encoded
-    /// bytes, without decoding: [`encode`](Self::encode) writes the holder's
-    /// id first after the token, and ids are plain hex. A waiter far back
-    /// in the queue uses it to skip the rows it is told about that are not
-    /// its grant.
-    pub(crate) fn names_holder(row: &Row, id: &str) -> bool {
-        let value = &row.value[..];
-        let Some(at) = find(value, br#","holder":{"id":""#) else {
-            return false;
-        };
-        let rest = &value[at + br#","holder":{"id":""#.len()..];
-        rest.strip_prefix(id.as_bytes())
-            .is_some_and(|after| after.first() == Some(&b'"'))
-    }
-
     /// Is `id` the holder?
     pub(crate) fn held_by(&self, id: &str) -> bool {
         self.holder.as_ref().is_some_and(|h| h.id == id)
@@ -163,13 +148,6 @@ fn next_token(token: u64) -> Result<u64> {
         .ok_or_else(|| Error::new(ErrorKind::Exhausted, "lock", "fencing token overflow"))
 }
 
-/// The first place `needle` stands in `haystack`.
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack
-        .windows(needle.len())
-        .position(|window| window == needle)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,37 +158,6 @@ mod tests {
             owner: "test".into(),
             lease_ms: 1000,
         }
-    }
-
-    /// The byte check a far waiter makes must agree with decoding, for
-    /// the encoding this module writes.
-    #[test]
-    fn names_holder_agrees_with_the_decoded_holder() {
-        let key = bakery_core::Key::new("lock/x").unwrap();
-        let row = |state: &LockState| Row {
-            key: key.clone(),
-            value: state.encode().unwrap(),
-            version: 7,
-        };
-        let mut s = LockState::default();
-        assert!(!LockState::names_holder(&row(&s), "a1"), "free");
-        s.take(&waiter("a1")).unwrap();
-        s.queue.push_back(waiter("b2"));
-        s.queue.push_back(waiter("a"));
-        let held = row(&s);
-        assert!(LockState::names_holder(&held, "a1"));
-        assert!(!LockState::names_holder(&held, "b2"), "queued, not holding");
-        assert!(
-            !LockState::names_holder(&held, "a"),
-            "a prefix of the holder's id"
-        );
-        s.hand_off().unwrap();
-        let handed = row(&s);
-        assert!(LockState::names_holder(&handed, "b2"));
-        assert_eq!(
-            LockState::decode(&handed).unwrap().held_by("b2"),
-            LockState::names_holder(&handed, "b2")
-        );
     }
 
     #[test]

@@ -54,6 +54,7 @@
 //! ```
 
 mod record;
+mod wake;
 
 use std::fmt;
 use std::future::Future;
@@ -69,7 +70,7 @@ use tokio::time::Instant;
 
 pub use record::{OnceRecord, Status, Worker};
 
-use crate::lock::wake::Wakeup;
+use wake::Wakeup;
 
 /// Key prefix of idempotency rows: key `k` of scope `payments` is stored
 /// under `once/payments/k`.
@@ -558,7 +559,7 @@ impl Idempotency {
                             }
                             let seen = current.as_ref().map(|r| r.version);
                             let pushed = match wakeup.as_mut() {
-                                Some(w) => w.wait(0, since + lease, Instant::now(), seen).await,
+                                Some(w) => w.wait(since + lease, seen).await,
                                 None => None,
                             };
                             // A row the notification handed over saves the read.

@@ -1,0 +1,347 @@
+//! One writer per process and lock row: the process's enqueues, takes and
+//! releases of a lock are combined into one conditional write.
+//!
+//! Every acquisition changes the lock's row twice (its enqueue and its
+//! release), and with many clients those writes are in flight together:
+//! each write that applies makes every other one in flight conflict, and a
+//! conflict costs a round trip. Here a request joins a batch; one write at a
+//! time applies the whole batch to the newest row this process knows (in
+//! order, so FIFO holds), and on a conflict re-applies it to the row the
+//! store returned. Clients in one process then never conflict with each
+//! other, and a release often carries the next enqueues in the same write.
+//! A request that finds no write under way writes at once from its own task
+//! (an uncontended acquire stays one write); later requests are written by
+//! a spawned task, so a cancelled caller never abandons someone else's
+//! request.
+
+use std::sync::{Arc, LazyLock, Mutex};
+
+use bakery_core::{Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::dispatch;
+use super::local::{slot, PerRow};
+use super::state::{LockState, Waiter};
+
+static WRITERS: LazyLock<PerRow<Writer>> = LazyLock::new(PerRow::new);
+
+/// A change a client asks for.
+#[derive(Debug, Clone)]
+pub(crate) enum Request {
+    /// Take the lock if it is free; otherwise change nothing.
+    Take(Waiter),
+    /// Take the lock if it is free, else join the queue (nothing if
+    /// already holding or queued).
+    Join(Waiter),
+    /// Hand the lock on, if `id` still holds it with `token`.
+    Release { id: String, token: u64 },
+}
+
+impl Request {
+    /// Apply to `state`; `Ok(true)` if it changed it.
+    fn apply(&self, state: &mut LockState) -> Result<bool> {
+        match self {
+            Request::Take(waiter) => {
+                if !state.is_free() {
+                    return Ok(false);
+                }
+                state.take(waiter)?;
+            }
+            Request::Join(waiter) => {
+                if state.held_by(&waiter.id) || state.queued(&waiter.id) {
+                    return Ok(false);
+                }
+                if state.is_free() {
+                    state.take(waiter)?;
+                } else {
+                    state.queue.push_back(waiter.clone());
+                }
+            }
+            Request::Release { id, token } => {
+                if !state.held_by(id) || state.token != *token {
+                    return Ok(false);
+                }
+                state.hand_off()?;
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// The row a request's write left (or, if it changed nothing, the current
+/// row, freshly read or returned by the store).
+#[derive(Debug)]
+pub(crate) struct Written {
+    /// `None`: the row does not exist.
+    pub(crate) row: Option<Row>,
+    /// The state of `row`, shared by every request of the batch.
+    pub(crate) state: Arc<LockState>,
+    /// Send time of the call that returned `row`.
+    pub(crate) sent: Instant,
+    /// Whether this request changed the state (false: nothing to do, or
+    /// refused — decided on a row the store returned, never a cached one).
+    pub(crate) applied: bool,
+}
+
+type Reply = oneshot::Sender<Result<Written>>;
+
+/// This process's writer for one lock row.
+pub(crate) struct Writer {
+    store: Arc<dyn VersionedStore>,
+    key: Key,
+    notifications: bool,
+    queue: Mutex<Queue>,
+}
+
+#[derive(Default)]
+struct Queue {
+    requests: Vec<(Request, Reply)>,
+    writing: bool,
+    /// The newest row known here: the next write expects its version.
+    newest: Option<Row>,
+}
+
+impl Writer {
+    /// The writer for this row, shared by every lock handle of the process.
+    pub(crate) fn for_row(
+        store: &Arc<dyn VersionedStore>,
+        key: &Key,
+        notifications: bool,
+    ) -> Arc<Writer> {
+        WRITERS.get_or_create(slot(store, key, notifications), || {
+            Arc::new(Writer {
+                store: store.clone(),
+                key: key.clone(),
+                notifications,
+                queue: Mutex::new(Queue::default()),
+            })
+        })
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Apply `request` in the next write; `known` is the newest row the
+    /// caller has seen (a hint: a stale one only costs a conflict).
+    pub(crate) async fn submit(
+        self: &Arc<Self>,
+        request: Request,
+        known: Option<&Row>,
+    ) -> Result<Written> {
+        let (reply, answer) = oneshot::channel();
+        let alone = {
+            let mut queue = self.queue();
+            if let Some(known) = known {
+                if queue
+                    .newest
+                    .as_ref()
+                    .is_none_or(|n| n.version < known.version)
+                {
+                    queue.newest = Some(known.clone());
+                }
+            }
+            if !queue.writing && queue.requests.is_empty() {
+                queue.writing = true;
+                Some(queue.newest.clone())
+            } else {
+                queue.requests.push((request.clone(), reply));
+                if !queue.writing {
+                    queue.writing = true;
+                    tokio::spawn(self.clone().drain());
+                }
+                None
+            }
+        };
+        if let Some(newest) = alone {
+            // Nobody else is writing: write from this task. Dropped midway,
+            // the turn still passes on (only this request was in it).
+            let turn = Turn(self.clone());
+            let mut replies = self.write(vec![request], newest).await;
+            drop(turn);
+            return replies.pop().unwrap_or_else(|| Err(abandoned()));
+        }
+        answer.await.unwrap_or_else(|_| Err(abandoned()))
+    }
+
+    /// Write batches until no request waits.
+    async fn drain(self: Arc<Self>) {
+        let _turn = Turn(self.clone());
+        loop {
+            let (batch, newest) = {
+                let mut queue = self.queue();
+                if queue.requests.is_empty() {
+                    return;
+                }
+                (std::mem::take(&mut queue.requests), queue.newest.clone())
+            };
+            let (requests, replies): (Vec<Request>, Vec<Reply>) = batch.into_iter().unzip();
+            let results = self.write(requests, newest).await;
+            for (reply, result) in replies.into_iter().zip(results) {
+                // A caller that gave up is not waiting for its answer.
+                let _ = reply.send(result);
+            }
+        }
+    }
+
+    /// Apply `requests` in order to the newest row and write them in one
+    /// conditional write, re-applying on conflict. One result per request.
+    async fn write(&self, requests: Vec<Request>, newest: Option<Row>) -> Vec<Result<Written>> {
+        let mut current = newest;
+        // Send time of the call that returned `current`; `None`: cached.
+        let mut returned_at: Option<Instant> = None;
+        loop {
+            let base = match &current {
+                Some(row) => match LockState::decode(row) {
+                    Ok(state) => state,
+                    Err(err) => return requests.iter().map(|_| Err(copy(&err))).collect(),
+                },
+                None => LockState::default(),
+            };
+            let mut state = base;
+            let mut outcomes = Vec::with_capacity(requests.len());
+            let mut changed = false;
+            let mut handed_on = false;
+            for request in &requests {
+                let outcome = request.apply(&mut state);
+                if let Ok(true) = outcome {
+                    changed = true;
+                    handed_on |= matches!(request, Request::Release { .. });
+                }
+                outcomes.push(outcome);
+            }
+            let sent = Instant::now();
+            if !changed {
+                if let Some(at) = returned_at {
+                    return finish(outcomes, &current, state, at);
+                }
+                // Nothing to do, as the cache says: believe it only from
+                // the store.
+                current = match self.store.get(&self.key).await {
+                    Ok(row) => row,
+                    Err(err) => return requests.iter().map(|_| Err(copy(&err))).collect(),
+                };
+                returned_at = Some(sent);
+                self.remember(current.as_ref());
+                continue;
+            }
+            let value = match state.encode() {
+                Ok(value) => value,
+                Err(err) => return requests.iter().map(|_| Err(copy(&err))).collect(),
+            };
+            let expected = current.as_ref().map(|row| row.version);
+            match self.store.put_if_version(&self.key, expected, value).await {
+                Ok(PutOutcome::Applied(row)) => {
+                    let current = Some(row);
+                    self.remember(current.as_ref());
+                    if handed_on {
+                        self.announce(current.as_ref(), &state);
+                    }
+                    return finish(outcomes, &current, state, sent);
+                }
+                Ok(PutOutcome::Conflict(now)) => {
+                    current = now;
+                    returned_at = Some(sent);
+                    self.remember(current.as_ref());
+                }
+                Err(err) => return requests.iter().map(|_| Err(copy(&err))).collect(),
+            }
+        }
+    }
+
+    fn remember(&self, row: Option<&Row>) {
+        let mut queue = self.queue();
+        match row {
+            Some(row)
+                if queue
+                    .newest
+                    .as_ref()
+                    .is_none_or(|n| n.version < row.version) =>
+            {
+                queue.newest = Some(row.clone());
+            }
+            Some(_) => {}
+            None => queue.newest = None,
+        }
+    }
+
+    /// Tell the new holder: directly if it waits in this process, through
+    /// the store's notification (sent in the background: the next write
+    /// need not wait for it) for the others.
+    fn announce(&self, row: Option<&Row>, state: &LockState) {
+        if !self.notifications {
+            return;
+        }
+        let (Some(row), Some(holder)) = (row, &state.holder) else {
+            return;
+        };
+        dispatch::deliver(&self.store, &self.key, &holder.id, row);
+        let store = self.store.clone();
+        let key = self.key.clone();
+        tokio::spawn(async move {
+            if let Err(err) = store.notify(&key).await {
+                tracing::debug!(lock = %key.as_str(), error = %err, "notify failed; waiters will read");
+            }
+        });
+    }
+}
+
+/// The writing turn of one task; passed on when it ends, however it ends.
+struct Turn(Arc<Writer>);
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut queue = self.0.queue();
+        if queue.requests.is_empty() {
+            queue.writing = false;
+        } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(self.0.clone().drain());
+        } else {
+            // No runtime to write them: fail them rather than hang.
+            for (_, reply) in queue.requests.drain(..) {
+                let _ = reply.send(Err(abandoned()));
+            }
+            queue.writing = false;
+        }
+    }
+}
+
+fn finish(
+    outcomes: Vec<Result<bool>>,
+    row: &Option<Row>,
+    state: LockState,
+    sent: Instant,
+) -> Vec<Result<Written>> {
+    let state = Arc::new(state);
+    outcomes
+        .into_iter()
+        .map(|outcome| {
+            outcome.map(|applied| Written {
+                row: row.clone(),
+                state: state.clone(),
+                sent,
+                applied,
+            })
+        })
+        .collect()
+}
+
+/// The same error for every request of a failed batch.
+fn copy(err: &Error) -> Error {
+    let copy = Error::new(err.kind(), err.backend(), err.message());
+    match err.operation() {
+        Some(op) => copy.during(op),
+        None => copy,
+    }
+}
+
+fn abandoned() -> Error {
+    Error::new(
+        ErrorKind::Unknown,
+        "lock",
+        "the write carrying this request stopped midway; its outcome is unknown",
+    )
+}

@@ -1,0 +1,283 @@
+//! How a queued waiter learns of its grant: one listener per process and
+//! lock row hands each row to the waiter it names the holder, and nobody
+//! else.
+//!
+//! Every waiter listening to the store itself would wake the whole queue on
+//! every change (n wake-ups, n decodes, and on a store that cannot hand over
+//! rows n reads per hand-off). Instead the process keeps one [`Dispatcher`]
+//! per (store, lock row) while it has waiters there. It subscribes to the
+//! store's notifications once (or, without them, polls the row once for the
+//! whole process) and forwards a row only to the registered waiter it names
+//! the holder. A release made in this process hands the new row to the
+//! dispatcher directly ([`deliver`]): the next holder learns of its grant
+//! without a store round trip, and waiters in other processes through the
+//! store's notification.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+
+use super::local::{slot, PerRow};
+use std::time::Duration;
+
+use bakery_core::{Capabilities, Change, Key, Row, Version, VersionedStore, Watch, WatchSender};
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use super::state::LockState;
+
+/// First poll delay of a dispatcher without notifications; doubled up to
+/// the poll interval while the row does not change.
+const FIRST_POLL: Duration = Duration::from_millis(1);
+
+static DISPATCHERS: LazyLock<PerRow<Dispatcher>> = LazyLock::new(PerRow::new);
+
+/// The process's listener on one lock row; alive while a waiter holds a
+/// [`Registration`].
+pub(crate) struct Dispatcher {
+    waiters: Mutex<HashMap<String, WatchSender>>,
+    /// The newest version forwarded: an older row is not news to anyone.
+    newest: Mutex<Option<Version>>,
+    /// Set once the store subscription is live (or known to be absent).
+    ready: watch::Receiver<bool>,
+    /// Dropped with the dispatcher: stops its task.
+    _stop: oneshot::Sender<()>,
+}
+
+/// A waiter's place at its process's dispatcher; dropping it leaves.
+pub(crate) struct Registration {
+    dispatcher: Arc<Dispatcher>,
+    id: String,
+    rows: Watch,
+}
+
+impl Registration {
+    /// Register waiter `id` for rows of `key`, and return once the
+    /// dispatcher hears every change made from now on: call it BEFORE the
+    /// write that puts `id` in the queue.
+    pub(crate) async fn join(
+        store: &Arc<dyn VersionedStore>,
+        key: &Key,
+        notifications: bool,
+        poll_interval: Duration,
+        id: &str,
+    ) -> Registration {
+        let dispatcher = Dispatcher::for_row(store, key, notifications, poll_interval);
+        let (sender, rows) = Watch::channel();
+        if let Ok(mut waiters) = dispatcher.waiters.lock() {
+            waiters.insert(id.to_owned(), sender);
+        }
+        let mut ready = dispatcher.ready.clone();
+        // An error means the task ended: the waiter then reads on its own.
+        let _ = ready.wait_for(|ready| *ready).await;
+        Registration {
+            dispatcher,
+            id: id.to_owned(),
+            rows,
+        }
+    }
+
+    /// Wait for a row newer than `seen` that names this waiter the holder,
+    /// until `until`. `None` at `until` (or if the dispatcher stopped): the
+    /// caller reads the row itself.
+    pub(crate) async fn wait(&mut self, until: Instant, seen: Option<Version>) -> Option<Row> {
+        let sleep = tokio::time::sleep_until(until);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                change = self.rows.next_change() => match change {
+                    Some(Change::Row(row)) if seen < Some(row.version) => return Some(row),
+                    Some(_) => {}
+                    None => {
+                        sleep.as_mut().await;
+                        return None;
+                    }
+                },
+                () = &mut sleep => return None,
+            }
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Ok(mut waiters) = self.dispatcher.waiters.lock() {
+            waiters.remove(&self.id);
+        }
+    }
+}
+
+/// Hand `row` (just written by this process; it names `holder`) to the
+/// waiter it names, if that waiter waits in this process: its grant then
+/// costs it no round trip.
+pub(crate) fn deliver(store: &Arc<dyn VersionedStore>, key: &Key, holder: &str, row: &Row) {
+    if let Some(dispatcher) = DISPATCHERS.get(&slot(store, key, true)) {
+        dispatcher.forward(holder, row);
+    }
+}
+
+impl Dispatcher {
+    /// This process's dispatcher for the row, started if there is none.
+    fn for_row(
+        store: &Arc<dyn VersionedStore>,
+        key: &Key,
+        notifications: bool,
+        poll_interval: Duration,
+    ) -> Arc<Dispatcher> {
+        DISPATCHERS.get_or_create(slot(store, key, notifications), || {
+            let (stop, stopped) = oneshot::channel();
+            // Only a subscription is worth waiting for: a polling
+            // dispatcher is ready at once (its first read is after any
+            // write a waiter makes next).
+            let subscribes = notifications && store.capabilities().contains(Capabilities::WATCH);
+            let (set_ready, ready) = watch::channel(!subscribes);
+            let dispatcher = Arc::new(Dispatcher {
+                waiters: Mutex::new(HashMap::new()),
+                newest: Mutex::new(None),
+                ready,
+                _stop: stop,
+            });
+            let source = Source {
+                store: store.clone(),
+                key: key.clone(),
+                notifications,
+                poll_interval,
+            };
+            tokio::spawn(source.run(Arc::downgrade(&dispatcher), set_ready, stopped));
+            dispatcher
+        })
+    }
+
+    /// Forward `row` to the waiter it names the holder, if it is ours and
+    /// the row is news.
+    fn forward(&self, holder: &str, row: &Row) {
+        if let Ok(mut newest) = self.newest.lock() {
+            if newest.is_some_and(|newest| row.version <= newest) {
+                return;
+            }
+            *newest = Some(row.version);
+        }
+        if let Ok(waiters) = self.waiters.lock() {
+            if let Some(waiter) = waiters.get(holder) {
+                waiter.wake_with_row(row.clone());
+            }
+        }
+    }
+
+    /// Forward a row heard from the store: decoded once for the process.
+    fn forward_heard(&self, row: &Row) {
+        if self
+            .newest
+            .lock()
+            .is_ok_and(|newest| newest.is_some_and(|newest| row.version <= newest))
+        {
+            return;
+        }
+        match LockState::decode(row) {
+            Ok(state) => {
+                if let Some(holder) = &state.holder {
+                    self.forward(&holder.id, row);
+                }
+            }
+            // The waiters' own reads report it.
+            Err(err) => tracing::debug!(error = %err, "lock dispatcher: undecodable row"),
+        }
+    }
+}
+
+/// What a dispatcher heard.
+enum Heard {
+    /// A notification with the row the change left.
+    Row(Row),
+    /// A notification without the row: read it.
+    Read,
+    /// Time for the next poll (no notifications).
+    Polled,
+}
+
+/// Where a dispatcher hears of changes.
+struct Source {
+    store: Arc<dyn VersionedStore>,
+    key: Key,
+    notifications: bool,
+    poll_interval: Duration,
+}
+
+impl Source {
+    async fn run(
+        self,
+        dispatcher: Weak<Dispatcher>,
+        set_ready: watch::Sender<bool>,
+        mut stopped: oneshot::Receiver<()>,
+    ) {
+        let mut watch = if self.notifications {
+            match self.store.watch(&self.key).await {
+                Ok(watch) => watch,
+                Err(err) => {
+                    tracing::debug!(lock = %self.key.as_str(), error = %err, "watch failed; polling");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        set_ready.send_replace(true);
+        let mut next_poll = FIRST_POLL.min(self.poll_interval);
+        let mut last_polled: Option<Version> = None;
+        loop {
+            let heard = tokio::select! {
+                heard = self.hear(&mut watch, next_poll) => heard,
+                _ = &mut stopped => return,
+            };
+            let Some(dispatcher) = dispatcher.upgrade() else {
+                return;
+            };
+            let row = match heard {
+                Heard::Row(row) => row,
+                Heard::Read => match self.read().await {
+                    Some(row) => row,
+                    None => continue,
+                },
+                Heard::Polled => {
+                    let Some(row) = self.read().await else {
+                        continue;
+                    };
+                    if last_polled == Some(row.version) {
+                        next_poll = (next_poll * 2).min(self.poll_interval);
+                        continue;
+                    }
+                    last_polled = Some(row.version);
+                    next_poll = FIRST_POLL.min(self.poll_interval);
+                    row
+                }
+            };
+            dispatcher.forward_heard(&row);
+        }
+    }
+
+    /// Wait for the next notification, or (without one) the next poll.
+    async fn hear(&self, watch: &mut Option<Watch>, next_poll: Duration) -> Heard {
+        let Some(feed) = watch.as_mut() else {
+            tokio::time::sleep(next_poll).await;
+            return Heard::Polled;
+        };
+        match feed.next_change().await {
+            Some(Change::Row(row)) => Heard::Row(row),
+            Some(Change::Read) => Heard::Read,
+            None => {
+                tracing::debug!(lock = %self.key.as_str(), "store notifications stopped; polling");
+                *watch = None;
+                Heard::Polled
+            }
+        }
+    }
+
+    async fn read(&self) -> Option<Row> {
+        match self.store.get(&self.key).await {
+            Ok(row) => row,
+            Err(err) => {
+                tracing::debug!(lock = %self.key.as_str(), error = %err, "lock dispatcher read failed");
+                None
+            }
+        }
+    }
+}
