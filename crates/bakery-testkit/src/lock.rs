@@ -31,6 +31,7 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("lock", paused_holder_loses_and_its_fenced_write_is_rejected),
         case!("lock", without_fencing_a_paused_holder_loses_an_update),
         case!("lock", uncontended_acquire_and_release_are_one_write_each),
+        case!("lock", clients_of_one_process_never_conflict),
         case!("lock", corrupt_lock_row_is_a_typed_error_and_kept),
         case!("lock", invalid_names_and_settings_are_rejected),
         case!("lock", watch_capability_matches_behaviour),
@@ -456,6 +457,44 @@ async fn uncontended_acquire_and_release_are_one_write_each(store: Arc<dyn Versi
     );
     assert_eq!(spent.total() - before.total(), 10, "{spent:?}");
     assert_eq!(spent.conflicts, 0);
+}
+
+/// Eight handles of one process, contending: their writes go through the
+/// process's one writer for the row, so none conflicts with another (and
+/// the grants still never overlap).
+async fn clients_of_one_process_never_conflict(store: Arc<dyn VersionedStore>) {
+    const CLIENTS: u64 = 8;
+    const ROUNDS: u64 = 10;
+    let name = unique_name("combined");
+    let counting = Arc::new(bakery_core::CountingStore::new(store));
+    let store: Arc<dyn VersionedStore> = counting.clone();
+    let inside = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        let lock = lock(&store, &name);
+        let inside = inside.clone();
+        clients.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = lock.acquire().await.expect("acquire");
+                assert!(
+                    !inside.swap(true, std::sync::atomic::Ordering::SeqCst),
+                    "two holders at once"
+                );
+                tokio::task::yield_now().await;
+                inside.store(false, std::sync::atomic::Ordering::SeqCst);
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for client in clients {
+        client.await.expect("client task");
+    }
+    let spent = counting.counts();
+    assert_eq!(spent.conflicts, 0, "{spent:?}");
+    assert!(
+        spent.puts <= 2 * CLIENTS * ROUNDS,
+        "at most one write per enqueue or take and one per release: {spent:?}"
+    );
 }
 
 async fn corrupt_lock_row_is_a_typed_error_and_kept(store: Arc<dyn VersionedStore>) {
