@@ -156,19 +156,24 @@ pub fn render(report: &Report, charts: &[String]) -> String {
          64 clients, met when ≥ 0.95. Grants are FIFO once a request is in the queue; \
          the index falls only when some clients are slow to get INTO the queue (their \
          enqueue write keeps losing to a client that releases and re-takes the free \
-         lock). On MemoryStore, whose calls never wait, the first clients scheduled \
-         take the free lock many times before the others are first polled.\n\
+         lock).\n\
          - **Lock scaling**: the fair lock's acquisitions/s at 64 clients divided by \
-         those at 4, per store and variant, met when ≥ 0.8. One hand-off costs a few \
-         reads by the waiters nearest the head (polling slows with the queue position) \
-         plus the release and the next enqueue, which contend on the lock's one row: \
-         conflicts per acquisition grow with the clients, and on this machine the \
-         clients share the 2 cores with the servers.\n\
+         those at 4, per store and variant, met when ≥ 0.8. The clients are tasks of \
+         one process: their requests go through the process's one writer per lock row \
+         (a release and the enqueues waiting beside it share one conditional write, \
+         so they do not conflict with each other) and its one listener (a hand-off \
+         wakes only the next holder). Clients in different processes still conflict \
+         on the lock's one row. That row holds the whole queue, so every write \
+         carries it: at 64 clients it is about 64 times larger than at 1, and its \
+         encoding, transfer and decoding set the limit on the fast stores.\n\
          - **Lock hand-off**: the median time from a holder's release to the next \
          client's grant (the `hand-off p50 µs` column), divided by one store round trip \
          of the same store and variant — half its single-client acquire + release p50 \
-         — met when ≤ 2: the release's write and the next holder's read. A waiter that \
-         sleeps between polls, or is woken late, shows here first.\n\
+         — met when ≤ 2: the release's write and the next holder's wake-up. In one \
+         process the release hands its row to the next holder directly; other \
+         processes hear it through the store's notification, or poll (the `no \
+         notify` variant polls only: one poll for the whole process, every 1 ms to \
+         25 ms, so its hand-off is a timer tick, not a round trip).\n\
          - **Cached `next()` ≥ 0.5 × `fetch_add`** and **`put_if_version` ≤ 1.15 × the raw \
          driver operation** need nanosecond-level, statistically careful timing: the \
          criterion suites measure them — `cargo bench --bench sequence` and \
