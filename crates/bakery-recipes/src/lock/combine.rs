@@ -36,6 +36,10 @@ pub(crate) enum Request {
     Join(Waiter),
     /// Hand the lock on, if `id` still holds it with `token`.
     Release { id: String, token: u64 },
+    /// Take request `id` out of the queue, or pass the lock on if it was
+    /// handed to it. Written after any request of the same id still
+    /// waiting here, so a cancelled enqueue cannot land after its withdrawal.
+    Withdraw(String),
 }
 
 impl Request {
@@ -63,6 +67,12 @@ impl Request {
                     return Ok(false);
                 }
                 state.hand_off()?;
+            }
+            Request::Withdraw(id) => {
+                if !state.held_by(id) && !state.queued(id) {
+                    return Ok(false);
+                }
+                state.withdraw(id)?;
             }
         }
         Ok(true)
@@ -206,10 +216,14 @@ impl Writer {
             let mut changed = false;
             let mut handed_on = false;
             for request in &requests {
+                let holder = state.holder.as_ref().map(|h| h.id.clone());
                 let outcome = request.apply(&mut state);
                 if let Ok(true) = outcome {
                     changed = true;
-                    handed_on |= matches!(request, Request::Release { .. });
+                    // A release or withdrawal that passed the lock on.
+                    handed_on |= matches!(request, Request::Release { .. } | Request::Withdraw(_))
+                        && state.holder.is_some()
+                        && state.holder.as_ref().map(|h| &h.id) != holder.as_ref();
                 }
                 outcomes.push(outcome);
             }

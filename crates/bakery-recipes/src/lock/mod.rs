@@ -576,25 +576,13 @@ impl Drop for Ticket {
 }
 
 /// Remove request `id` from the queue, or pass the lock on if it was handed
-/// to it meanwhile.
+/// to it meanwhile. Through the process's writer, so it is written after
+/// this request's enqueue if that is still waiting there.
 async fn withdraw(inner: &LockInner, id: &str) -> Result<()> {
-    let mut current = inner.store.get(&inner.key).await?;
-    loop {
-        let Some(row) = &current else { return Ok(()) };
-        let mut state = LockState::decode(row)?;
-        if !state.held_by(id) && !state.queued(id) {
-            return Ok(());
-        }
-        let handed_on = state.withdraw(id)?;
-        match put_state(inner, current.as_ref(), &state).await? {
-            PutOutcome::Applied(row) => {
-                inner.remember(Some(&row));
-                if handed_on {
-                    inner.announce(&row, &state).await;
-                }
-                return Ok(());
-            }
-            PutOutcome::Conflict(now) => current = now,
-        }
-    }
+    let written = inner
+        .writer
+        .submit(Request::Withdraw(id.to_owned()), None)
+        .await?;
+    inner.remember(written.row.as_ref());
+    Ok(())
 }
