@@ -16,7 +16,7 @@
 
 use std::sync::{Arc, LazyLock, Mutex};
 
-use bakery_core::{Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
+use bakery_core::{Capabilities, Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -92,6 +92,10 @@ pub(crate) struct Written {
     /// Whether this request changed the state (false: nothing to do, or
     /// refused — decided on a row the store returned, never a cached one).
     pub(crate) applied: bool,
+    /// The write passed the lock on to a new holder: the caller whose
+    /// release or withdrawal did it tells the other processes
+    /// ([`Writer::notify_others`]).
+    pub(crate) handed_on: bool,
 }
 
 type Reply = oneshot::Sender<Result<Written>>;
@@ -230,7 +234,7 @@ impl Writer {
             let sent = Instant::now();
             if !changed {
                 if let Some(at) = returned_at {
-                    return finish(outcomes, &current, state, at);
+                    return finish(outcomes, &current, state, at, false);
                 }
                 // Nothing to do, as the cache says: believe it only from
                 // the store.
@@ -252,9 +256,9 @@ impl Writer {
                     let current = Some(row);
                     self.remember(current.as_ref());
                     if handed_on {
-                        self.announce(current.as_ref(), &state);
+                        self.deliver(current.as_ref(), &state);
                     }
-                    return finish(outcomes, &current, state, sent);
+                    return finish(outcomes, &current, state, sent, handed_on);
                 }
                 Ok(PutOutcome::Conflict(now)) => {
                     current = now;
@@ -282,24 +286,27 @@ impl Writer {
         }
     }
 
-    /// Tell the new holder: directly if it waits in this process, through
-    /// the store's notification (sent in the background: the next write
-    /// need not wait for it) for the others.
-    fn announce(&self, row: Option<&Row>, state: &LockState) {
+    /// Hand the new row to the new holder if it waits in this process.
+    fn deliver(&self, row: Option<&Row>, state: &LockState) {
         if !self.notifications {
             return;
         }
-        let (Some(row), Some(holder)) = (row, &state.holder) else {
+        if let (Some(row), Some(holder)) = (row, &state.holder) {
+            dispatch::deliver(&self.store, &self.key, &holder.id, row);
+        }
+    }
+
+    /// Wake the other processes' waiters after a hand-off. Awaited by the
+    /// caller that handed on (a process may exit right after its release);
+    /// skipped where the store cannot notify (they poll). A failed notify
+    /// only costs latency (waiters read at least every lease/4).
+    pub(crate) async fn notify_others(&self) {
+        if !self.notifications || !self.store.capabilities().contains(Capabilities::WATCH) {
             return;
-        };
-        dispatch::deliver(&self.store, &self.key, &holder.id, row);
-        let store = self.store.clone();
-        let key = self.key.clone();
-        tokio::spawn(async move {
-            if let Err(err) = store.notify(&key).await {
-                tracing::debug!(lock = %key.as_str(), error = %err, "notify failed; waiters will read");
-            }
-        });
+        }
+        if let Err(err) = self.store.notify(&self.key).await {
+            tracing::debug!(lock = %self.key.as_str(), error = %err, "notify failed; waiters will read");
+        }
     }
 }
 
@@ -328,6 +335,7 @@ fn finish(
     row: &Option<Row>,
     state: LockState,
     sent: Instant,
+    handed_on: bool,
 ) -> Vec<Result<Written>> {
     let state = Arc::new(state);
     outcomes
@@ -338,6 +346,7 @@ fn finish(
                 state: state.clone(),
                 sent,
                 applied,
+                handed_on,
             })
         })
         .collect()

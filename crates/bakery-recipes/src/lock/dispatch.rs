@@ -238,15 +238,21 @@ impl Source {
                     None => continue,
                 },
                 Heard::Polled => {
-                    let Some(row) = self.read().await else {
+                    let sent = Instant::now();
+                    let read = self.read().await;
+                    // Never poll faster than the store answers: a slow
+                    // store is not loaded further by its own listeners.
+                    let floor = FIRST_POLL.max(sent.elapsed()).min(self.poll_interval);
+                    let Some(row) = read else {
+                        next_poll = (next_poll * 2).clamp(floor, self.poll_interval);
                         continue;
                     };
                     if last_polled == Some(row.version) {
-                        next_poll = (next_poll * 2).min(self.poll_interval);
+                        next_poll = (next_poll * 2).clamp(floor, self.poll_interval);
                         continue;
                     }
                     last_polled = Some(row.version);
-                    next_poll = FIRST_POLL.min(self.poll_interval);
+                    next_poll = floor;
                     row
                 }
             };

@@ -250,6 +250,9 @@ async fn release(shared: &Shared) -> Result<()> {
     shared.lock.remember(written.row.as_ref());
     if written.applied {
         shared.status.send_replace(Status::Released);
+        if written.handed_on {
+            shared.lock.writer.notify_others().await;
+        }
         return Ok(());
     }
     // Refused on a row the store returned: no longer ours.

@@ -584,5 +584,8 @@ async fn withdraw(inner: &LockInner, id: &str) -> Result<()> {
         .submit(Request::Withdraw(id.to_owned()), None)
         .await?;
     inner.remember(written.row.as_ref());
+    if written.applied && written.handed_on {
+        inner.writer.notify_others().await;
+    }
     Ok(())
 }
