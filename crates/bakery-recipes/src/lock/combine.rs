@@ -270,7 +270,13 @@ impl Writer {
         }
     }
 
-    fn remember(&self, row: Option<&Row>) {
+    /// The newest row this process knows (a hint: it may be stale).
+    pub(crate) fn newest(&self) -> Option<Row> {
+        self.queue().newest.clone()
+    }
+
+    /// Note a row the store returned; an older one than known is ignored.
+    pub(crate) fn remember(&self, row: Option<&Row>) {
         let mut queue = self.queue();
         match row {
             Some(row)
@@ -294,6 +300,13 @@ impl Writer {
         if let (Some(row), Some(holder)) = (row, &state.holder) {
             dispatch::deliver(&self.store, &self.key, &holder.id, row);
         }
+    }
+
+    /// Tell the new holder of a hand-off written outside the writer (an
+    /// eviction): directly if it waits here, else through the store.
+    pub(crate) async fn announce(&self, row: &Row, state: &LockState) {
+        self.deliver(Some(row), state);
+        self.notify_others().await;
     }
 
     /// Wake the other processes' waiters after a hand-off. Awaited by the

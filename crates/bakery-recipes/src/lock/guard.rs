@@ -247,7 +247,6 @@ async fn release(shared: &Shared) -> Result<()> {
             return Err(err);
         }
     };
-    shared.lock.remember(written.row.as_ref());
     if written.applied {
         shared.status.send_replace(Status::Released);
         if written.handed_on {

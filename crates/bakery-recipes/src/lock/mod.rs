@@ -72,7 +72,7 @@ mod local;
 mod state;
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bakery_core::{Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
@@ -158,7 +158,6 @@ impl LockBuilder {
                 poll_interval: self.poll_interval,
                 owner,
                 notifications: self.notifications,
-                last_row: Mutex::new(None),
                 writer,
             }),
         })
@@ -198,40 +197,11 @@ pub(crate) struct LockInner {
     poll_interval: Duration,
     owner: String,
     notifications: bool,
-    /// The last row this handle saw: the first write of an `acquire` starts
-    /// from it instead of reading (a stale row only costs a conflict, which
-    /// returns the current row).
-    last_row: Mutex<Option<Row>>,
     /// This process's writer for the row (shared with its other handles).
+    /// The newest row it knows is where an `acquire` starts instead of
+    /// reading (a stale row only costs a conflict, which returns the
+    /// current row).
     pub(crate) writer: Arc<Writer>,
-}
-
-impl LockInner {
-    pub(crate) fn remember(&self, row: Option<&Row>) {
-        if let Ok(mut last) = self.last_row.lock() {
-            *last = row.cloned();
-        }
-    }
-
-    fn cached(&self) -> Option<Row> {
-        self.last_row.lock().ok().and_then(|last| last.clone())
-    }
-
-    /// Tell the new holder after a change of holder that `row` (with
-    /// `state`) made: directly if it waits in this process, and through the
-    /// store's notification otherwise. A failed notify only costs latency
-    /// (waiters read at least every lease/4), so it is logged, not raised.
-    pub(crate) async fn announce(&self, row: &Row, state: &LockState) {
-        if !self.notifications {
-            return;
-        }
-        if let Some(holder) = &state.holder {
-            dispatch::deliver(&self.store, &self.key, &holder.id, row);
-        }
-        if let Err(err) = self.store.notify(&self.key).await {
-            tracing::debug!(lock = %self.name, error = %err, "notify failed; waiters will poll");
-        }
-    }
 }
 
 impl Lock {
@@ -305,7 +275,7 @@ impl Lock {
         let ticket = Ticket::new(&self.inner);
         // A cached row may say "free" (a stale one only costs a conflict),
         // but "busy" is only believed from a fresh read.
-        let (mut current, mut fresh) = match self.inner.cached() {
+        let (mut current, mut fresh) = match self.inner.writer.newest() {
             Some(row) => (Some(row), false),
             None => (self.inner.store.get(&self.inner.key).await?, true),
         };
@@ -320,7 +290,7 @@ impl Lock {
                     fresh = true;
                     continue;
                 }
-                self.inner.remember(current.as_ref());
+                self.inner.writer.remember(current.as_ref());
                 return Ok(None);
             }
             state.take(&ticket.waiter)?;
@@ -369,7 +339,7 @@ impl Lock {
         // row predates this request, so "now" is safe for it.)
         let mut current_sent = Instant::now();
         let mut not_holder_at = current_sent;
-        let mut current = inner.cached();
+        let mut current = inner.writer.newest();
         if current.is_none() {
             current = inner.store.get(&inner.key).await?;
         }
@@ -383,7 +353,7 @@ impl Lock {
                 let row = current.ok_or_else(|| {
                     Error::new(ErrorKind::Internal, "lock", "held lock without row")
                 })?;
-                inner.remember(Some(&row));
+                inner.writer.remember(Some(&row));
                 return Ok(Grant::new(me, &row, state, not_holder_at));
             }
             not_holder_at = current_sent;
@@ -428,11 +398,11 @@ impl Lock {
                     }
                     let outcome = self.put(current.as_ref(), &state).await?;
                     if let PutOutcome::Applied(row) = &outcome {
-                        inner.remember(Some(row));
+                        inner.writer.remember(Some(row));
                         if mine {
                             return Ok(Grant::new(me, row, state, sent));
                         }
-                        inner.announce(row, &state).await;
+                        inner.writer.announce(row, &state).await;
                     }
                     current = match outcome {
                         PutOutcome::Applied(row) => Some(row),
@@ -462,7 +432,6 @@ impl Lock {
             // Through this process's writer: its other clients' requests
             // share the write instead of conflicting with it.
             let written = inner.writer.submit(request, current.as_ref()).await?;
-            inner.remember(written.row.as_ref());
             if written.applied && written.state.held_by(&me) {
                 // Taken (or queued and handed over) by this very write: the
                 // lease counts from its send time.
@@ -583,7 +552,6 @@ async fn withdraw(inner: &LockInner, id: &str) -> Result<()> {
         .writer
         .submit(Request::Withdraw(id.to_owned()), None)
         .await?;
-    inner.remember(written.row.as_ref());
     if written.applied && written.handed_on {
         inner.writer.notify_others().await;
     }
