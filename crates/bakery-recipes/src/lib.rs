@@ -7,5 +7,6 @@ pub mod keys;
 pub mod lamport;
 pub mod lock;
 pub mod once;
+mod per_process;
 pub mod sequence;
 pub mod time;
