@@ -32,8 +32,8 @@ p50/p99/p999 (every operation timed into an HDR histogram), store round trips \
 per operation (the store is wrapped in a CountingStore), conflicts per \
 operation, errors, and the fairness of the clients' shares. Workloads: `cas` \
 (read-modify-write increments with put_if_version, on one shared key and on a \
-key per client) and `sequence` (next() from a Sequence handle per client, \
---block-size ids per reservation, background prefetch on) and `lock` (acquire + \
+key per client) and `sequence` (next() from a Sequence handle per client with \
+the default settings, in one process and as a node each) and `lock` (acquire + \
 release of one lock by every client: the fair FIFO lock with and without store \
 notifications, and the old try-and-back-off lock; fairness is Jain's \
 index over the clients' grants, plus the longest run of grants to one \
@@ -112,8 +112,8 @@ pub struct BenchArgs {
     #[arg(long, default_value = "1s", value_name = "D", value_parser = parse_duration)]
     pub duration: Duration,
 
-    /// Ids a sequence reserves per store write (also the CACHE of the
-    /// cached `nextval()` peer).
+    /// The CACHE of the cached `nextval()` peer (bakery's sequence runs
+    /// with its default, adaptive block).
     #[arg(
         long,
         default_value_t = 1000,

@@ -157,7 +157,7 @@ fn default_run_prints_tables_and_writes_every_output() {
             for variant in ["shared-key", "own-key"] {
                 assert_clean_cell(cell(&report, "cas", target, variant, clients));
             }
-            assert_clean_cell(cell(&report, "sequence", target, "adaptive", clients));
+            assert_clean_cell(cell(&report, "sequence", target, "nodes", clients));
             let seq = cell(&report, "sequence", target, "next", clients);
             assert_clean_cell(seq);
             assert!(

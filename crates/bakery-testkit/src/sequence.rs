@@ -20,6 +20,7 @@ pub(crate) fn cases() -> Vec<Case> {
             block_size_one_is_strictly_increasing_across_clients
         ),
         case!("sequence", conflicting_reservation_retries_without_a_read),
+        case!("sequence", handles_built_alike_are_one_client),
         case!("sequence", unknown_outcome_is_never_reused),
         case!("sequence", failed_prefetch_is_retried_inline),
         case!("sequence", prefetch_reserves_before_the_block_runs_out),
@@ -49,6 +50,23 @@ fn with_prefetch(store: &Arc<dyn VersionedStore>, name: &str, block: u64, on: bo
         .expect("valid sequence settings")
 }
 
+/// A client of its own, as another process would be: handles built alike
+/// in one process share one client, so each gets its own node id.
+fn client(
+    store: &Arc<dyn VersionedStore>,
+    name: &str,
+    block: u64,
+    prefetch: bool,
+    node: usize,
+) -> Sequence {
+    Sequence::builder(store.clone(), name)
+        .block_size(block)
+        .prefetch(prefetch)
+        .node_id(format!("client-{node}"))
+        .build()
+        .expect("valid sequence settings")
+}
+
 async fn ids_start_at_one_and_increase(store: Arc<dyn VersionedStore>) {
     let seq = build(&store, &unique_name("start"), 3);
     let mut ids = Vec::new();
@@ -62,14 +80,14 @@ async fn ids_start_at_one_and_increase(store: Arc<dyn VersionedStore>) {
     );
 }
 
-/// 8 clients (separate `Sequence` values, as separate processes would be)
-/// × 10,000 ids; small blocks so the clients contend on the row.
+/// 8 clients (each its own node, as separate processes would be) × 10,000
+/// ids; small blocks so the clients contend on the row.
 async fn eight_clients_10000_ids_unique_and_increasing(store: Arc<dyn VersionedStore>) {
     const CLIENTS: usize = 8;
     const IDS: usize = 10_000;
     let name = unique_name("eight");
     let per_client = on_tasks(CLIENTS, |client| {
-        let seq = build(&store, &name, 100 + client as u64 * 37);
+        let seq = self::client(&store, &name, 100 + client as u64 * 37, true, client);
         async move {
             let mut ids = Vec::with_capacity(IDS);
             while ids.len() < IDS {
@@ -103,7 +121,7 @@ async fn eight_clients_10000_ids_unique_and_increasing(store: Arc<dyn VersionedS
 /// clients: an id obtained after another was returned is larger.
 async fn block_size_one_is_strictly_increasing_across_clients(store: Arc<dyn VersionedStore>) {
     let name = unique_name("strict");
-    let clients: Vec<_> = (0..3).map(|_| build(&store, &name, 1)).collect();
+    let clients: Vec<_> = (0..3).map(|n| client(&store, &name, 1, true, n)).collect();
     let mut last = 0;
     for round in 0..20 {
         let id = clients[round % 3].next().await.expect("next");
@@ -113,8 +131,8 @@ async fn block_size_one_is_strictly_increasing_across_clients(store: Arc<dyn Ver
     // Concurrent clients: whenever one call ended before another began, its
     // id is smaller.
     let tasks: Vec<_> = (0..4)
-        .map(|_| {
-            let seq = build(&store, &name, 1);
+        .map(|n| {
+            let seq = client(&store, &name, 1, true, 3 + n);
             tokio::spawn(async move {
                 let mut ops = Vec::new();
                 for _ in 0..25 {
@@ -148,8 +166,8 @@ async fn conflicting_reservation_retries_without_a_read(store: Arc<dyn Versioned
     let counting = Arc::new(CountingStore::new(store));
     let dyn_store: Arc<dyn VersionedStore> = counting.clone();
     let name = unique_name("noread");
-    let a = unprefetched(&dyn_store, &name, 10);
-    let b = unprefetched(&dyn_store, &name, 10);
+    let a = client(&dyn_store, &name, 10, false, 1);
+    let b = client(&dyn_store, &name, 10, false, 2);
     assert_eq!(a.next().await.expect("a"), 1);
     // b's first CAS ("create") conflicts and retries with the returned row.
     assert_eq!(b.next().await.expect("b"), 11);
@@ -160,6 +178,31 @@ async fn conflicting_reservation_retries_without_a_read(store: Arc<dyn Versioned
         "create, conflicting create, update: {counts:?}"
     );
     assert_eq!(b.stats().conflicts, 1);
+}
+
+/// Handles built alike in one process (a handle per request, say) are one
+/// client: they serve one block, so the second handle costs no round trip
+/// and leaves no gap. Another node id is another client.
+async fn handles_built_alike_are_one_client(store: Arc<dyn VersionedStore>) {
+    let counting = Arc::new(CountingStore::new(store));
+    let dyn_store: Arc<dyn VersionedStore> = counting.clone();
+    let name = unique_name("alike");
+    let first = unprefetched(&dyn_store, &name, 10);
+    let second = unprefetched(&dyn_store, &name, 10);
+    assert_eq!(first.next().await.expect("first"), 1);
+    assert_eq!(second.next().await.expect("second"), 2, "the same block");
+    assert_eq!(first.next().await.expect("first again"), 3);
+    assert_eq!(counting.counts().puts, 1, "one reservation for both");
+    // Other settings, or another node id: another client, another block.
+    let other_block = unprefetched(&dyn_store, &name, 5);
+    assert_eq!(other_block.next().await.expect("other block size"), 11);
+    let other_node = client(&dyn_store, &name, 10, false, 1);
+    assert_eq!(other_node.next().await.expect("other node"), 16);
+    // Once every handle of a client is gone, the next one starts afresh:
+    // the rest of the old block (4..=10) is a gap, never handed out again.
+    drop((first, second));
+    let fresh = unprefetched(&dyn_store, &name, 10);
+    assert_eq!(fresh.next().await.expect("fresh"), 26);
 }
 
 async fn unknown_outcome_is_never_reused(store: Arc<dyn VersionedStore>) {

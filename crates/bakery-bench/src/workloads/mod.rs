@@ -73,6 +73,6 @@ mod tests {
             assert!(title.starts_with(&format!("{name}: ")), "{title}");
             assert!(!title.contains("{block_size}"), "{title}");
         }
-        assert!(sequence::SPEC.title_for(4096).contains("block size 4096"));
+        assert!(sequence::SPEC.title_for(4096).contains("CACHE 4096"));
     }
 }

@@ -1,10 +1,15 @@
 //! The `sequence` workload: `Sequence::next()` from several clients on one
-//! sequence.
+//! sequence, with the default settings (adaptive block, prefetch on).
 //!
-//! Each client has its own handle on the same sequence name, as separate
-//! processes would (handles share nothing but the store): each reserves
-//! its own blocks of the plan's block size, with background prefetch on. One
-//! operation is one `next()` call, so ops/s is ids/s and the latency
+//! Two variants:
+//! - `next`: a handle per client, built alike in one process, as a service
+//!   builds one per request or per task. Such handles are one client: they
+//!   share the blocks (and the stats, so only the first one reports them).
+//! - `nodes`: a handle per client, each with its own node id, as separate
+//!   processes would be: each reserves its own blocks on the one row, so
+//!   this variant shows how the store bears contention on it.
+//!
+//! One operation is one `next()` call, so ops/s is ids/s and the latency
 //! percentiles are per call. Each client also checks that its ids strictly
 //! increase.
 
@@ -20,13 +25,7 @@ pub struct SequenceWorkload;
 
 const NEXT: Variant = Variant::new("next", "Sequence::next()");
 
-/// Adaptive block size: starts at the plan's block size and doubles (up to
-/// 10,000 times that) while a block lasts less than half of
-/// [`ADAPTIVE_TARGET`], so the prefetch can outrun a closed-loop consumer.
-const ADAPTIVE: Variant = Variant::new("adaptive", "Sequence::next(), adaptive block");
-
-/// How long an adaptive block should last.
-const ADAPTIVE_TARGET: std::time::Duration = std::time::Duration::from_secs(1);
+const NODES: Variant = Variant::new("nodes", "Sequence::next(), a node per client");
 
 /// The extra counters of a sequence cell.
 const WAITS: &str = "waits";
@@ -34,11 +33,13 @@ const RESERVATIONS: &str = "reservations";
 
 /// The `sequence` workload as the registry lists it.
 pub const SPEC: WorkloadSpec =
-    WorkloadSpec::new("sequence", "ids", &[NEXT, ADAPTIVE], &SequenceWorkload)
+    WorkloadSpec::new("sequence", "ids", &[NEXT, NODES], &SequenceWorkload)
         .summary("Sequence::next().")
         .title(
-            "sequence: next() on one sequence, a handle per client, block size {block_size}, \
-             prefetch on (ids/s; latency per call; waits = calls that waited for the store)",
+            "sequence: next() on one sequence, default settings (block adapting from 1,000 to \
+             1,000,000 ids, prefetch on), a handle per client; in one process they are one \
+             client unless each has its own node id; the cached nextval() peer has CACHE \
+             {block_size} (ids/s; latency per call; waits = calls that waited for the store)",
         )
         .extra_columns(&[WAITS, RESERVATIONS]);
 
@@ -48,20 +49,23 @@ impl Workload for SequenceWorkload {
         let name = cell.recipe_name();
         let prepare_error = prepare_error("sequence", store);
         let key = Key::with_prefix(bakery::sequence::KEY_PREFIX, &name).map_err(prepare_error)?;
-        let handle = || {
-            let builder = Sequence::builder(store.counted.clone(), &name).prefetch(true);
-            let builder = if cell.variant == ADAPTIVE.id {
-                builder
-                    .adaptive(cell.block_size, cell.block_size.saturating_mul(10_000))
-                    .target_block_duration(ADAPTIVE_TARGET)
+        let own_nodes = cell.variant == NODES.id;
+        let handle = |client: usize| {
+            let builder = Sequence::builder(store.counted.clone(), &name);
+            let builder = if own_nodes {
+                builder.node_id(format!("bench-{client}"))
             } else {
-                builder.block_size(cell.block_size)
+                builder
             };
             let sequence = builder.build().map_err(prepare_error)?;
-            Ok(Box::new(SequenceClient { sequence, last: 0 }) as Box<dyn BenchClient>)
+            Ok(Box::new(SequenceClient {
+                sequence,
+                last: 0,
+                reports_stats: own_nodes || client == 0,
+            }) as Box<dyn BenchClient>)
         };
         let clients = (0..cell.clients)
-            .map(|_| handle())
+            .map(handle)
             .collect::<Result<_, BenchError>>()?;
         Ok(PreparedCell {
             clients,
@@ -78,6 +82,9 @@ struct SequenceClient {
     sequence: Sequence,
     /// The last id handed out (ids start at 1).
     last: u64,
+    /// Whether this handle reports its client's stats (handles of one
+    /// client share them, so only one of them does).
+    reports_stats: bool,
 }
 
 #[async_trait]
@@ -95,6 +102,9 @@ impl BenchClient for SequenceClient {
     }
 
     fn extras(&self) -> Vec<(&'static str, u64)> {
+        if !self.reports_stats {
+            return Vec::new();
+        }
         let stats = self.sequence.stats();
         vec![(WAITS, stats.waits), (RESERVATIONS, stats.reservations)]
     }

@@ -21,6 +21,26 @@
 //! - **Gaps**: a client that stops loses the rest of its block and of the
 //!   prefetched one.
 //!
+//! # One client per process
+//! Handles built in one process for the same store, name, node id and
+//! settings are one client, as clones are: they serve the same blocks, so
+//! a thousand handles (one per request, say) cost no more round trips and
+//! leave no more gaps than one. The default node id is the process's own;
+//! give each handle its own [`node_id`](SequenceBuilder::node_id) to make
+//! them separate clients in one process (as tests of contention do).
+//!
+//! # Block size
+//! By default the block adapts between 1,000 and 1,000,000 ids (Leaf's
+//! dynamic step, with Leaf's largest step): it doubles while a block lasts
+//! less than 30 s and halves when one lasts more than 2 minutes
+//! ([`target_block_duration`](SequenceBuilder::target_block_duration),
+//! 60 s). A slow client keeps blocks of 1,000, so a crash loses at most
+//! 2,000 ids, as with a fixed block; a busy one grows its block until the
+//! background prefetch outruns it, so it never waits on the store, and a
+//! crash loses at most two blocks: about two minutes of its ids, never more
+//! than 2,000,000. [`block_size`](SequenceBuilder::block_size) fixes the
+//! size instead.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use bakery_core::MemoryStore;
@@ -46,7 +66,7 @@ mod segment;
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bakery_core::{Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
@@ -58,15 +78,24 @@ pub use handover::{Closed, Raised};
 use row::SequenceRow;
 use segment::{Claim, Segments, MAX_SEGMENT};
 
+use crate::per_process::{store_address, PerProcess};
+
 /// The key prefix of sequence rows: sequence `orders` lives at `seq/orders`.
 pub const KEY_PREFIX: &str = "seq";
+
+/// The smallest block of the default adaptive size: what a slow client
+/// reserves, so its crash loses no more than with the old fixed block.
+pub const DEFAULT_MIN_BLOCK: u64 = 1_000;
+
+/// The largest block of the default adaptive size (Leaf's `MAX_STEP`).
+pub const DEFAULT_MAX_BLOCK: u64 = 1_000_000;
 
 /// Conflicts tolerated in one reservation before giving up with
 /// [`ErrorKind::Unavailable`]: a bound so contention can never spin forever.
 const MAX_CONFLICTS: u32 = 100_000;
 
 /// How a [`Sequence`] sizes the blocks it reserves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BlockSize {
     /// Always reserve this many ids.
     Fixed(u64),
@@ -109,13 +138,16 @@ bakery_core::setters! { SequenceBuilder {
     /// when the sequence exists already.
     start(start: u64);
     /// The node id recorded in the row with each reservation (default:
-    /// `hostname:pid:random`).
+    /// `hostname:pid:random`, one per process). Handles of one process with
+    /// different node ids are different clients; with the same node id and
+    /// settings, they are one (see the [module docs](self)).
     node_id(node_id: impl Into<String>) Some;
 }}
 
 impl SequenceBuilder {
-    /// Reserve `n` ids per round trip (default 1000). `1` makes every id its
-    /// own CAS: strictly increasing across all clients, and no prefetch.
+    /// Reserve `n` ids per round trip, always (default: adaptive, from
+    /// [`DEFAULT_MIN_BLOCK`] to [`DEFAULT_MAX_BLOCK`]). `1` makes every id
+    /// its own CAS: strictly increasing across all clients, and no prefetch.
     pub fn block_size(mut self, n: u64) -> Self {
         self.block = BlockSize::Fixed(n);
         self
@@ -129,7 +161,9 @@ impl SequenceBuilder {
     }
 
     /// Validate the settings and build the sequence. No store call is made
-    /// until the first id is asked for.
+    /// until the first id is asked for. A live handle of this process with
+    /// the same store, name, node id and settings is joined instead of
+    /// starting a second client (see the [module docs](self)).
     pub fn build(self) -> Result<Sequence> {
         let key = Key::with_prefix(KEY_PREFIX, &self.name)?;
         let (first, min, max) = match self.block {
@@ -153,48 +187,81 @@ impl SequenceBuilder {
         }
         let node = match self.node_id {
             Some(node) => node,
-            None => default_node_id(),
+            None => PROCESS_NODE_ID.clone(),
         };
-        let inner = Arc::new(Inner {
-            store: self.store,
-            key,
-            name: self.name,
-            node,
+        let slot = ClientSlot {
+            store: store_address(&self.store),
+            key: key.clone(),
+            node: node.clone(),
+            block: self.block,
+            prefetch: self.prefetch,
+            prefetch_at: self.prefetch_at.to_bits(),
             start: self.start,
-            prefetch: self.prefetch && max > 1,
-            prefetch_at: self.prefetch_at,
-            bounds: (min, max),
             target: self.target_block_duration,
-            segments: Segments::new(),
-            refill: tokio::sync::Mutex::new(()),
-            shared: Mutex::new(Shared {
-                pending: None,
-                block: first,
-                installed_at: None,
-                row: None,
-            }),
-            stats: Counters::default(),
+        };
+        let handles = CLIENTS.get_or_create(slot, || {
+            Arc::new(LastHandle(Arc::new(Inner {
+                store: self.store,
+                key,
+                name: self.name,
+                node,
+                start: self.start,
+                prefetch: self.prefetch && max > 1,
+                prefetch_at: self.prefetch_at,
+                bounds: (min, max),
+                target: self.target_block_duration,
+                segments: Segments::new(),
+                refill: tokio::sync::Mutex::new(()),
+                shared: Mutex::new(Shared {
+                    pending: None,
+                    block: first,
+                    installed_at: None,
+                    row: None,
+                }),
+                stats: Counters::default(),
+            })))
         });
         Ok(Sequence {
-            _handles: Arc::new(LastHandle(inner.clone())),
-            inner,
+            inner: handles.0.clone(),
+            _handles: handles,
         })
     }
 }
 
-fn default_node_id() -> String {
+/// This process's node id: `hostname:pid:random` (the random part tells
+/// apart two processes that reuse a pid).
+static PROCESS_NODE_ID: LazyLock<String> = LazyLock::new(|| {
     let host = gethostname::gethostname().to_string_lossy().into_owned();
     let random = uuid::Uuid::new_v4().simple().to_string();
     format!("{host}:{}:{}", std::process::id(), &random[..8])
+});
+
+/// Which client a handle belongs to: everything that makes two handles
+/// behave differently.
+#[derive(PartialEq, Eq, Hash)]
+struct ClientSlot {
+    store: usize,
+    key: Key,
+    node: String,
+    block: BlockSize,
+    prefetch: bool,
+    /// `f64` bits (the builder refuses NaN).
+    prefetch_at: u64,
+    start: u64,
+    target: Duration,
 }
+
+/// The live clients of this process, held by their handles.
+static CLIENTS: LazyLock<PerProcess<ClientSlot, LastHandle>> = LazyLock::new(PerProcess::new);
 
 /// A unique, monotonic id generator backed by one row in a
 /// [`VersionedStore`]. Cheap to clone: clones share the blocks, so they are
-/// one client. See the [module docs](self) for the guarantees.
+/// one client (as are handles built alike in one process). See the
+/// [module docs](self) for the guarantees.
 #[derive(Clone)]
 pub struct Sequence {
     inner: Arc<Inner>,
-    /// Shared by the clones only (not by background tasks): when the last
+    /// Shared by the handles only (not by background tasks): when the last
     /// handle goes, the in-flight prefetch is aborted instead of outliving it.
     _handles: Arc<LastHandle>,
 }
@@ -353,7 +420,10 @@ impl Sequence {
         SequenceBuilder {
             store,
             name: name.to_string(),
-            block: BlockSize::Fixed(1000),
+            block: BlockSize::Adaptive {
+                min: DEFAULT_MIN_BLOCK,
+                max: DEFAULT_MAX_BLOCK,
+            },
             prefetch: true,
             prefetch_at: 0.2,
             start: 1,
