@@ -12,7 +12,10 @@
 //! A request that finds no write under way writes at once from its own task
 //! (an uncontended acquire stays one write); later requests are written by
 //! a spawned task, so a cancelled caller never abandons someone else's
-//! request.
+//! request. An enqueue behind a holder first yields once: the holder is
+//! often a client of this process, just woken and about to release, and
+//! its release then shares the enqueue's write (in a closed loop of
+//! acquire and release, one write per acquisition instead of two).
 
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -92,10 +95,12 @@ pub(crate) struct Written {
     /// Whether this request changed the state (false: nothing to do, or
     /// refused — decided on a row the store returned, never a cached one).
     pub(crate) applied: bool,
-    /// The write passed the lock on to a new holder: the caller whose
-    /// release or withdrawal did it tells the other processes
-    /// ([`Writer::notify_others`]).
-    pub(crate) handed_on: bool,
+    /// The write passed the lock on to a new holder that does not wait in
+    /// this process: the caller whose release or withdrawal did it tells
+    /// the other processes ([`Writer::notify_others`]). A holder waiting
+    /// here was handed the row directly, and nobody else needs the news
+    /// (the others go on waiting), so no notification is sent.
+    pub(crate) tell_others: bool,
 }
 
 type Reply = oneshot::Sender<Result<Written>>;
@@ -147,6 +152,8 @@ impl Writer {
         known: Option<&Row>,
     ) -> Result<Written> {
         let (reply, answer) = oneshot::channel();
+        let mut reply = Some(reply);
+        let joins = matches!(request, Request::Join(_));
         let alone = {
             let mut queue = self.queue();
             if let Some(known) = known {
@@ -162,7 +169,9 @@ impl Writer {
                 queue.writing = true;
                 Some(queue.newest.clone())
             } else {
-                queue.requests.push((request.clone(), reply));
+                if let Some(reply) = reply.take() {
+                    queue.requests.push((request.clone(), reply));
+                }
                 if !queue.writing {
                     queue.writing = true;
                     tokio::spawn(self.clone().drain());
@@ -170,10 +179,33 @@ impl Writer {
                 None
             }
         };
-        if let Some(newest) = alone {
+        if let Some(mut newest) = alone {
             // Nobody else is writing: write from this task. Dropped midway,
             // the turn still passes on (only this request was in it).
             let turn = Turn(self.clone());
+            if let (true, Some(reply)) = (joins, reply) {
+                // An enqueue behind a holder. The holder may be a client of
+                // this process that the last write just woke, about to
+                // release: let it run first, so its release and this
+                // enqueue share one write instead of taking two in turn.
+                tokio::task::yield_now().await;
+                let joined = {
+                    let mut queue = self.queue();
+                    if queue.requests.is_empty() {
+                        newest = queue.newest.clone();
+                        false
+                    } else {
+                        // One write for all, ours first (it came first),
+                        // by a spawned writer that our turn passes to.
+                        queue.requests.insert(0, (request.clone(), reply));
+                        true
+                    }
+                };
+                if joined {
+                    drop(turn);
+                    return answer.await.unwrap_or_else(|_| Err(abandoned()));
+                }
+            }
             let mut replies = self.write(vec![request], newest).await;
             drop(turn);
             return replies.pop().unwrap_or_else(|| Err(abandoned()));
@@ -255,10 +287,8 @@ impl Writer {
                 Ok(PutOutcome::Applied(row)) => {
                     let current = Some(row);
                     self.remember(current.as_ref());
-                    if handed_on {
-                        self.deliver(current.as_ref(), &state);
-                    }
-                    return finish(outcomes, &current, state, sent, handed_on);
+                    let tell_others = handed_on && !self.deliver(current.as_ref(), &state);
+                    return finish(outcomes, &current, state, sent, tell_others);
                 }
                 Ok(PutOutcome::Conflict(now)) => {
                     current = now;
@@ -292,21 +322,24 @@ impl Writer {
         }
     }
 
-    /// Hand the new row to the new holder if it waits in this process.
-    fn deliver(&self, row: Option<&Row>, state: &LockState) {
+    /// Hand the new row to the new holder if it waits in this process;
+    /// true if it does.
+    fn deliver(&self, row: Option<&Row>, state: &LockState) -> bool {
         if !self.notifications {
-            return;
+            return false;
         }
-        if let (Some(row), Some(holder)) = (row, &state.holder) {
-            dispatch::deliver(&self.store, &self.key, &holder.id, row);
+        match (row, &state.holder) {
+            (Some(row), Some(holder)) => dispatch::deliver(&self.store, &self.key, &holder.id, row),
+            _ => false,
         }
     }
 
     /// Tell the new holder of a hand-off written outside the writer (an
     /// eviction): directly if it waits here, else through the store.
     pub(crate) async fn announce(&self, row: &Row, state: &LockState) {
-        self.deliver(Some(row), state);
-        self.notify_others().await;
+        if !self.deliver(Some(row), state) {
+            self.notify_others().await;
+        }
     }
 
     /// Wake the other processes' waiters after a hand-off. Awaited by the
@@ -348,7 +381,7 @@ fn finish(
     row: &Option<Row>,
     state: LockState,
     sent: Instant,
-    handed_on: bool,
+    tell_others: bool,
 ) -> Vec<Result<Written>> {
     let state = Arc::new(state);
     outcomes
@@ -359,7 +392,7 @@ fn finish(
                 state: state.clone(),
                 sent,
                 applied,
-                handed_on,
+                tell_others,
             })
         })
         .collect()

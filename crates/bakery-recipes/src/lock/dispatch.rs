@@ -109,10 +109,10 @@ impl Drop for Registration {
 /// Hand `row` (just written by this process; it names `holder`) to the
 /// waiter it names, if that waiter waits in this process: its grant then
 /// costs it no round trip.
-pub(crate) fn deliver(store: &Arc<dyn VersionedStore>, key: &Key, holder: &str, row: &Row) {
-    if let Some(dispatcher) = DISPATCHERS.get(&slot(store, key, true)) {
-        dispatcher.forward(holder, row);
-    }
+pub(crate) fn deliver(store: &Arc<dyn VersionedStore>, key: &Key, holder: &str, row: &Row) -> bool {
+    DISPATCHERS
+        .get(&slot(store, key, true))
+        .is_some_and(|dispatcher| dispatcher.forward(holder, row))
 }
 
 impl Dispatcher {
@@ -148,19 +148,29 @@ impl Dispatcher {
     }
 
     /// Forward `row` to the waiter it names the holder, if it is ours and
-    /// the row is news.
-    fn forward(&self, holder: &str, row: &Row) {
-        if let Ok(mut newest) = self.newest.lock() {
-            if newest.is_some_and(|newest| row.version <= newest) {
-                return;
+    /// the row is news. True if that waiter is ours (the row reached it,
+    /// now or with an earlier forward of the same or a newer row).
+    fn forward(&self, holder: &str, row: &Row) -> bool {
+        let news = match self.newest.lock() {
+            Ok(mut newest) => {
+                let news = newest.is_none_or(|newest| row.version > newest);
+                if news {
+                    *newest = Some(row.version);
+                }
+                news
             }
-            *newest = Some(row.version);
+            Err(_) => true,
+        };
+        let Ok(waiters) = self.waiters.lock() else {
+            return false;
+        };
+        let Some(waiter) = waiters.get(holder) else {
+            return false;
+        };
+        if news {
+            waiter.wake_with_row(row.clone());
         }
-        if let Ok(waiters) = self.waiters.lock() {
-            if let Some(waiter) = waiters.get(holder) {
-                waiter.wake_with_row(row.clone());
-            }
-        }
+        true
     }
 
     /// Forward a row heard from the store: decoded once for the process.

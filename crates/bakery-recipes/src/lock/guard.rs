@@ -249,7 +249,7 @@ async fn release(shared: &Shared) -> Result<()> {
     };
     if written.applied {
         shared.status.send_replace(Status::Released);
-        if written.handed_on {
+        if written.tell_others {
             shared.lock.writer.notify_others().await;
         }
         return Ok(());

@@ -552,7 +552,7 @@ async fn withdraw(inner: &LockInner, id: &str) -> Result<()> {
         .writer
         .submit(Request::Withdraw(id.to_owned()), None)
         .await?;
-    if written.applied && written.handed_on {
+    if written.applied && written.tell_others {
         inner.writer.notify_others().await;
     }
     Ok(())
