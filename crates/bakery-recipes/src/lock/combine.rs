@@ -19,7 +19,9 @@
 
 use std::sync::{Arc, LazyLock, Mutex};
 
-use bakery_core::{Capabilities, Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
+use bakery_core::{
+    Bytes, Capabilities, Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore,
+};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -28,6 +30,20 @@ use super::local::{slot, PerRow};
 use super::state::{LockState, Waiter};
 
 static WRITERS: LazyLock<PerRow<Writer>> = LazyLock::new(PerRow::new);
+
+/// The state stored in `row` of lock `key`: from this process's writer's
+/// cache when it has that value, else decoded.
+pub(crate) fn decoded(
+    store: &Arc<dyn VersionedStore>,
+    key: &Key,
+    notifications: bool,
+    row: &Row,
+) -> Result<Arc<LockState>> {
+    match WRITERS.get(&slot(store, key, notifications)) {
+        Some(writer) => writer.decoded(row),
+        None => LockState::decode(row).map(Arc::new),
+    }
+}
 
 /// A change a client asks for.
 #[derive(Debug, Clone)]
@@ -111,6 +127,10 @@ pub(crate) struct Writer {
     key: Key,
     notifications: bool,
     queue: Mutex<Queue>,
+    /// The last row value decoded or written here, with its state: the
+    /// same row is read by the writer, the woken holder, the next acquire
+    /// and the listener, and decoding a long queue costs more than a copy.
+    decoded: Mutex<Option<(Bytes, Arc<LockState>)>>,
 }
 
 #[derive(Default)]
@@ -134,6 +154,7 @@ impl Writer {
                 key: key.clone(),
                 notifications,
                 queue: Mutex::new(Queue::default()),
+                decoded: Mutex::new(None),
             })
         })
     }
@@ -240,14 +261,13 @@ impl Writer {
         // Send time of the call that returned `current`; `None`: cached.
         let mut returned_at: Option<Instant> = None;
         loop {
-            let base = match &current {
-                Some(row) => match LockState::decode(row) {
+            let mut state = match &current {
+                Some(row) => match self.decode(row) {
                     Ok(state) => state,
                     Err(err) => return requests.iter().map(|_| Err(copy(&err))).collect(),
                 },
                 None => LockState::default(),
             };
-            let mut state = base;
             let mut outcomes = Vec::with_capacity(requests.len());
             let mut changed = false;
             let mut handed_on = false;
@@ -266,7 +286,7 @@ impl Writer {
             let sent = Instant::now();
             if !changed {
                 if let Some(at) = returned_at {
-                    return finish(outcomes, &current, state, at, false);
+                    return finish(outcomes, &current, Arc::new(state), at, false);
                 }
                 // Nothing to do, as the cache says: believe it only from
                 // the store.
@@ -285,6 +305,8 @@ impl Writer {
             let expected = current.as_ref().map(|row| row.version);
             match self.store.put_if_version(&self.key, expected, value).await {
                 Ok(PutOutcome::Applied(row)) => {
+                    let state = Arc::new(state);
+                    self.keep_decoded(&row.value, &state);
                     let current = Some(row);
                     self.remember(current.as_ref());
                     let tell_others = handed_on && !self.deliver(current.as_ref(), &state);
@@ -300,9 +322,43 @@ impl Writer {
         }
     }
 
+    /// The state stored in `row`; decoded once per distinct value.
+    pub(crate) fn decoded(&self, row: &Row) -> Result<Arc<LockState>> {
+        if let Ok(decoded) = self.decoded.lock() {
+            if let Some((value, state)) = decoded.as_ref() {
+                if *value == row.value {
+                    return Ok(state.clone());
+                }
+            }
+        }
+        let state = Arc::new(LockState::decode(row)?);
+        self.keep_decoded(&row.value, &state);
+        Ok(state)
+    }
+
+    /// The state stored in `row`, to change.
+    pub(crate) fn decode(&self, row: &Row) -> Result<LockState> {
+        self.decoded(row).map(|state| (*state).clone())
+    }
+
+    fn keep_decoded(&self, value: &Bytes, state: &Arc<LockState>) {
+        if let Ok(mut decoded) = self.decoded.lock() {
+            *decoded = Some((value.clone(), state.clone()));
+        }
+    }
+
     /// The newest row this process knows (a hint: it may be stale).
     pub(crate) fn newest(&self) -> Option<Row> {
         self.queue().newest.clone()
+    }
+
+    /// Is the lock free in the newest row this process knows (or is no row
+    /// known)? A hint, like [`Self::newest`].
+    pub(crate) fn seems_free(&self) -> bool {
+        match self.newest() {
+            Some(row) => self.decoded(&row).map_or(true, |state| state.is_free()),
+            None => true,
+        }
     }
 
     /// Note a row the store returned; an older one than known is ignored.
@@ -379,11 +435,10 @@ impl Drop for Turn {
 fn finish(
     outcomes: Vec<Result<bool>>,
     row: &Option<Row>,
-    state: LockState,
+    state: Arc<LockState>,
     sent: Instant,
     tell_others: bool,
 ) -> Vec<Result<Written>> {
-    let state = Arc::new(state);
     outcomes
         .into_iter()
         .map(|outcome| {

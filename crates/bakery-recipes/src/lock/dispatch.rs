@@ -19,10 +19,13 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use super::local::{slot, PerRow};
 use std::time::Duration;
 
-use bakery_core::{Capabilities, Change, Key, Row, Version, VersionedStore, Watch, WatchSender};
+use bakery_core::{
+    Capabilities, Change, Key, Result, Row, Version, VersionedStore, Watch, WatchSender,
+};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+use super::combine;
 use super::state::LockState;
 
 /// First poll delay of a dispatcher without notifications; doubled up to
@@ -173,8 +176,9 @@ impl Dispatcher {
         true
     }
 
-    /// Forward a row heard from the store: decoded once for the process.
-    fn forward_heard(&self, row: &Row) {
+    /// Forward a row heard from the store: decoded once for the process
+    /// (by `decoded`, which knows the rows this process wrote).
+    fn forward_heard(&self, row: &Row, decoded: impl FnOnce(&Row) -> Result<Arc<LockState>>) {
         if self
             .newest
             .lock()
@@ -182,7 +186,7 @@ impl Dispatcher {
         {
             return;
         }
-        match LockState::decode(row) {
+        match decoded(row) {
             Ok(state) => {
                 if let Some(holder) = &state.holder {
                     self.forward(&holder.id, row);
@@ -266,7 +270,9 @@ impl Source {
                     row
                 }
             };
-            dispatcher.forward_heard(&row);
+            dispatcher.forward_heard(&row, |row| {
+                combine::decoded(&self.store, &self.key, self.notifications, row)
+            });
         }
     }
 
