@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bakery::fence::{Fenced, FencedRead, FencedValue, FencedWrite};
-use bakery::lock::{Lock, LockGuard, LockState};
+use bakery::lock::{Lock, LockBuilder, LockGuard, LockState};
 use bakery::{ErrorKind, VersionedStore};
 use clap::{Args, Subcommand};
 use nix::sys::signal::{kill, Signal};
@@ -64,6 +64,9 @@ pub struct RunArgs {
     #[arg(long, value_parser = parse_duration)]
     pub timeout: Option<Duration>,
 
+    #[command(flatten)]
+    pub job: JobArgs,
+
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -79,9 +82,47 @@ pub struct TryArgs {
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub lease: Duration,
 
+    #[command(flatten)]
+    pub job: JobArgs,
+
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+/// Job-lock options of `bakery lock run` and `bakery lock try`.
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    /// Hold the lock at most this long: then release it and stop COMMAND
+    /// (SIGTERM, then SIGKILL), exit 1. E.g. `15m`.
+    #[arg(long, value_parser = parse_duration)]
+    pub at_most: Option<Duration>,
+
+    /// Hold the lock at least this long, even if COMMAND ends sooner (this
+    /// process waits, renewing the lease): a fast job then does not run
+    /// twice when another node's scheduler fires a little later. E.g. `30s`.
+    #[arg(long, value_parser = parse_duration)]
+    pub at_least: Option<Duration>,
+
+    /// A small value stored with the grant and shown by `bakery lock show`
+    /// (e.g. this node's address), at most 1024 bytes.
+    #[arg(long)]
+    pub data: Option<String>,
+}
+
+impl JobArgs {
+    fn apply(&self, mut builder: LockBuilder) -> LockBuilder {
+        if let Some(at_most) = self.at_most {
+            builder = builder.lock_at_most_for(at_most);
+        }
+        if let Some(at_least) = self.at_least {
+            builder = builder.lock_at_least_for(at_least);
+        }
+        if let Some(data) = &self.data {
+            builder = builder.data(data.clone());
+        }
+        builder
+    }
 }
 
 /// Arguments of `bakery lock show`.
@@ -141,13 +182,11 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
-fn build(store: Arc<dyn VersionedStore>, name: &str, lease: Duration) -> Result<Lock, CliError> {
-    Ok(Lock::builder(store, name).lease(lease).build()?)
-}
-
 /// `bakery lock run`.
 pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, CliError> {
-    let mut builder = Lock::builder(store, &args.name).lease(args.lease);
+    let mut builder = args
+        .job
+        .apply(Lock::builder(store, &args.name).lease(args.lease));
     if let Some(timeout) = args.timeout {
         builder = builder.acquire_timeout(timeout);
     }
@@ -165,7 +204,10 @@ pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, C
 
 /// `bakery lock try`.
 pub async fn try_run(store: Arc<dyn VersionedStore>, args: &TryArgs) -> Result<u8, CliError> {
-    let lock = build(store, &args.name, args.lease)?;
+    let lock = args
+        .job
+        .apply(Lock::builder(store, &args.name).lease(args.lease))
+        .build()?;
     match lock.try_acquire().await? {
         Some(guard) => hold_while_running(guard, &args.name, &args.command).await,
         None => {
@@ -296,6 +338,9 @@ fn write_state(out: &mut impl Write, name: &str, state: &LockState) -> std::io::
             humantime::format_duration(Duration::from_millis(holder.lease_ms))
         )?,
         None => writeln!(out, "holder: none (free)")?,
+    }
+    if let Some(data) = state.holder.as_ref().and_then(|h| h.data.as_ref()) {
+        writeln!(out, "data:   {data}")?;
     }
     writeln!(out, "queue:  {} waiting", state.queue.len())?;
     for (position, waiter) in state.queue.iter().enumerate() {

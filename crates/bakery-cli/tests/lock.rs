@@ -396,6 +396,66 @@ fn try_exits_75_when_busy_and_run_passes_status_and_token() {
     assert_eq!(text(&free.stdout).trim(), "3");
 }
 
+/// `--at-least` keeps the lock after a job that ended at once (a second
+/// scheduler's try is refused meanwhile), `--data` is shown with the holder,
+/// and `--at-most` stops a job that runs too long.
+#[test]
+fn job_flags_hold_at_least_at_most_and_show_data() {
+    let target = Target::sqlite();
+    let lock = unique("job");
+    let asked = Instant::now();
+    let fast = target.spawn(&[
+        "lock",
+        "try",
+        &lock,
+        "--at-least",
+        "3s",
+        "--data",
+        "node-a:8080",
+        "--",
+        "true",
+    ]);
+    let give_up = Instant::now() + PATIENCE;
+    let shown = loop {
+        let show = target.run(&["lock", "show", &lock]);
+        let shown = text(&show.stdout);
+        if shown.contains("data:") {
+            break shown;
+        }
+        assert!(Instant::now() < give_up, "never held: {shown}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(shown.contains("data:   node-a:8080"), "{shown}");
+    let second = target.run(&["lock", "try", &lock, "--", "sh", "-c", "touch \"$D/ran\""]);
+    assert_status(
+        &second,
+        75,
+        "second scheduler while the first keeps the lock",
+    );
+    assert!(!target.path("ran").exists(), "the job ran twice");
+    assert_status(&wait_with_patience(fast, "fast job"), 0, "fast job");
+    assert!(
+        asked.elapsed() >= Duration::from_secs(3),
+        "released after {:?}",
+        asked.elapsed()
+    );
+
+    let slow = target.run(&[
+        "lock",
+        "run",
+        &lock,
+        "--at-most",
+        "300ms",
+        "--",
+        "sleep",
+        "30",
+    ]);
+    assert_status(&slow, 1, "a job past --at-most");
+    assert_mentions(&slow.stderr, "lock_at_most_for");
+    let free = target.run(&["lock", "try", &lock, "--", "true"]);
+    assert_status(&free, 0, "free after --at-most released it");
+}
+
 #[test]
 fn bad_input_is_a_clear_error() {
     let target = Target::sqlite();

@@ -26,6 +26,10 @@ pub enum LostReason {
     LeaseExpired,
     /// The lock's row was deleted or became unreadable.
     RowGone,
+    /// The grant was held for its `lock_at_most_for` limit (see
+    /// [`LockBuilder::lock_at_most_for`](super::LockBuilder::lock_at_most_for)):
+    /// the guard released it.
+    HoldLimit,
 }
 
 impl fmt::Display for LostReason {
@@ -34,6 +38,7 @@ impl fmt::Display for LostReason {
             LostReason::Evicted => "evicted by another client after the lease ran out",
             LostReason::LeaseExpired => "heartbeats failed for a whole lease",
             LostReason::RowGone => "the lock's row was deleted or damaged",
+            LostReason::HoldLimit => "held for its lock_at_most_for limit and released",
         })
     }
 }
@@ -81,6 +86,11 @@ struct Shared {
     token: u64,
     held: Mutex<Held>,
     status: watch::Sender<Status>,
+    /// When the grant was written (sent): `lock_at_least_for` counts from
+    /// here.
+    granted: Instant,
+    /// When the hold must end (`lock_at_most_for`, moved by `extend`).
+    limit: watch::Sender<Option<Instant>>,
 }
 
 impl Shared {
@@ -144,6 +154,7 @@ impl fmt::Debug for LockGuard {
 impl LockGuard {
     pub(crate) fn start(lock: Arc<LockInner>, grant: Grant) -> LockGuard {
         let (status, _) = watch::channel(Status::Held);
+        let limit = lock.at_most.map(|at_most| grant.beat_sent + at_most);
         let shared = Arc::new(Shared {
             lock,
             id: grant.id,
@@ -153,6 +164,8 @@ impl LockGuard {
                 state: grant.state,
             }),
             status,
+            granted: grant.beat_sent,
+            limit: watch::Sender::new(limit),
         });
         let heartbeat = tokio::spawn(heartbeat(shared.clone(), grant.beat_sent));
         LockGuard {
@@ -193,17 +206,66 @@ impl LockGuard {
         }
     }
 
+    /// Hold the grant at most `at_most` from now (a job lock's manual
+    /// extend): replaces the limit set by
+    /// [`LockBuilder::lock_at_most_for`](super::LockBuilder::lock_at_most_for),
+    /// or sets one. The lease keeps being renewed until then.
+    ///
+    /// Errors with [`ErrorKind::Lost`] if the guard no longer holds the lock.
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use bakery_core::MemoryStore;
+    /// # use bakery_recipes::lock::Lock;
+    /// # #[tokio::main]
+    /// # async fn main() -> bakery_core::Result<()> {
+    /// let lock = Lock::builder(Arc::new(MemoryStore::new()), "nightly")
+    ///     .lock_at_most_for(Duration::from_secs(60))
+    ///     .build()?;
+    /// let guard = lock.acquire().await?;
+    /// // The job needs longer than planned: ten more minutes from now.
+    /// guard.extend(Duration::from_secs(600))?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn extend(&self, at_most: Duration) -> Result<()> {
+        if !self.is_held() {
+            return Err(lost_error(&self.shared));
+        }
+        self.shared
+            .limit
+            .send_replace(Some(Instant::now() + at_most));
+        Ok(())
+    }
+
     /// Release the lock, handing it to the first waiter in the same write.
+    /// With [`lock_at_least_for`](super::LockBuilder::lock_at_least_for), a
+    /// release earlier than that after the grant first waits out the rest
+    /// (still renewing the lease).
     ///
     /// Errors with [`ErrorKind::Lost`] if the lock was no longer this
-    /// guard's (its lease ran out and it was evicted): whatever was done
-    /// under it may have overlapped another holder — fencing tokens tell.
+    /// guard's (its lease ran out and it was evicted, or its
+    /// `lock_at_most_for` passed): whatever was done under it may have
+    /// overlapped another holder — fencing tokens tell.
     pub async fn release(mut self) -> Result<()> {
-        if let Some(task) = self.heartbeat.take() {
-            task.abort();
-        }
-        release(&self.shared).await
+        let heartbeat = self.heartbeat.take();
+        finish(&self.shared, heartbeat).await
     }
+}
+
+/// Keep the grant until `lock_at_least_for` has passed (or it is lost),
+/// then stop the heartbeat and release.
+async fn finish(shared: &Arc<Shared>, heartbeat: Option<JoinHandle<()>>) -> Result<()> {
+    let keep_until = shared.granted + shared.lock.at_least;
+    if Instant::now() < keep_until && *shared.status.borrow() == Status::Held {
+        let mut status = shared.status.subscribe();
+        let lost = status.wait_for(|status| *status != Status::Held);
+        let _ = tokio::time::timeout_at(keep_until, lost).await;
+    }
+    if let Some(task) = heartbeat {
+        task.abort();
+    }
+    release(shared).await
 }
 
 impl Drop for LockGuard {
@@ -211,12 +273,11 @@ impl Drop for LockGuard {
         let Some(task) = self.heartbeat.take() else {
             return; // released already
         };
-        task.abort();
         let shared = self.shared.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    if let Err(err) = release(&shared).await {
+                    if let Err(err) = finish(&shared, Some(task)).await {
                         tracing::debug!(error = %err, "release on drop failed; the lease will expire");
                     }
                 });
@@ -274,6 +335,33 @@ fn lost_error(shared: &Shared) -> Error {
     )
 }
 
+/// Sleep until `at`, or forever if `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The grant reached its `lock_at_most_for`: release it (handing it on),
+/// then report the loss to the job.
+async fn hold_limit(shared: &Shared) {
+    tracing::warn!(lock = %shared.lock.key.as_str(), token = shared.token, "lock_at_most_for reached; releasing");
+    match release(shared).await {
+        Ok(()) => {
+            shared
+                .status
+                .send_replace(Status::Lost(LostReason::HoldLimit));
+        }
+        // Lost already (`release` said why), or the write failed: renewals
+        // have stopped either way, so the lease ends the hold.
+        Err(err) => {
+            tracing::debug!(error = %err, "release at the hold limit failed");
+            shared.lose(LostReason::HoldLimit);
+        }
+    }
+}
+
 /// Renew the lease every lease/3 until the guard goes or the lock is lost.
 /// The lease is counted from the send time of the last applied heartbeat,
 /// which is never later than when any observer started counting.
@@ -282,8 +370,18 @@ async fn heartbeat(shared: Arc<Shared>, mut last_sent: Instant) {
     let period = lease / 3;
     let retry = (lease / 10).max(Duration::from_millis(5));
     let mut next = last_sent + period;
+    let mut limit = shared.limit.subscribe();
     loop {
-        tokio::time::sleep_until(next).await;
+        let until = *limit.borrow_and_update();
+        tokio::select! {
+            () = tokio::time::sleep_until(next) => {}
+            () = sleep_until_some(until) => {
+                hold_limit(&shared).await;
+                return;
+            }
+            // `extend` moved the limit: sleep again with the new one.
+            Ok(()) = limit.changed() => continue,
+        }
         let deadline = last_sent + lease;
         let (row, mut state) = match shared.held() {
             Ok(held) => (held.row.clone(), held.state.clone()),

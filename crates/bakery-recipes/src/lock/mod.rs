@@ -98,6 +98,10 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(25);
 /// Shortest lease accepted: the heartbeat runs every lease/3.
 pub const MIN_LEASE: Duration = Duration::from_millis(30);
 
+/// Longest [`LockBuilder::data`] accepted, in bytes: it is copied into the
+/// lock's row with every waiter.
+pub const MAX_DATA_LEN: usize = 1024;
+
 /// Configures a [`Lock`]; start with [`Lock::builder`].
 #[derive(Debug, Clone)]
 pub struct LockBuilder {
@@ -108,6 +112,9 @@ pub struct LockBuilder {
     poll_interval: Duration,
     owner: Option<String>,
     notifications: bool,
+    data: Option<String>,
+    at_most: Option<Duration>,
+    at_least: Option<Duration>,
 }
 
 bakery_core::setters! { LockBuilder {
@@ -128,6 +135,24 @@ bakery_core::setters! { LockBuilder {
     notifications(notifications: bool);
     /// The owner shown by `bakery lock show` (default `host:pid`).
     owner(owner: impl Into<String>) Some;
+    /// A small value stored with every grant of this handle (at most
+    /// [`MAX_DATA_LEN`] bytes), readable by everyone: [`Lock::holder`],
+    /// [`Lock::inspect`], `bakery lock show`. E.g. the address of the node
+    /// running the job, or the leader's endpoint.
+    data(data: impl Into<String>) Some;
+    /// Hold a grant at most this long (a job lock's `lockAtMostFor`): then
+    /// the guard stops renewing its lease, releases the lock and reports
+    /// [`LostReason::HoldLimit`] through [`LockGuard::lost`]. The job should
+    /// race its work against `lost()` and fence its writes; extend the
+    /// limit with [`LockGuard::extend`]. Default: no limit.
+    lock_at_most_for(at_most: Duration) Some;
+    /// Keep a grant at least this long (a job lock's `lockAtLeastFor`): a
+    /// release earlier than this after the grant keeps renewing the lease
+    /// and hands the lock on only when the time is up, so a job that ends
+    /// fast does not run again on a node whose scheduler fires a little
+    /// later. Held by this process: if it exits first, the lease ends the
+    /// hold. Default: zero.
+    lock_at_least_for(at_least: Duration) Some;
 }}
 
 impl LockBuilder {
@@ -145,6 +170,27 @@ impl LockBuilder {
         if self.poll_interval.is_zero() {
             return Err(Error::invalid_input("lock", "poll interval must be > 0"));
         }
+        if let Some(data) = &self.data {
+            if data.len() > MAX_DATA_LEN {
+                return Err(Error::invalid_input(
+                    "lock",
+                    format!(
+                        "lock data is {} bytes, at most {MAX_DATA_LEN} allowed",
+                        data.len()
+                    ),
+                ));
+            }
+        }
+        if let (Some(at_most), Some(at_least)) = (self.at_most, self.at_least) {
+            if at_least > at_most {
+                return Err(Error::invalid_input(
+                    "lock",
+                    format!(
+                        "lock_at_least_for ({at_least:?}) exceeds lock_at_most_for ({at_most:?})"
+                    ),
+                ));
+            }
+        }
         let owner = self.owner.unwrap_or_else(default_owner);
         let writer = Writer::for_row(&self.store, &key, self.notifications);
         Ok(Lock {
@@ -159,6 +205,10 @@ impl LockBuilder {
                 owner,
                 notifications: self.notifications,
                 writer,
+                data: self.data,
+                at_most: self.at_most,
+                at_least: self.at_least.unwrap_or_default(),
+                observed: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -202,6 +252,11 @@ pub(crate) struct LockInner {
     /// reading (a stale row only costs a conflict, which returns the
     /// current row).
     pub(crate) writer: Arc<Writer>,
+    data: Option<String>,
+    pub(crate) at_most: Option<Duration>,
+    pub(crate) at_least: Duration,
+    /// What this handle's `try_acquire` calls saw of the holder.
+    observed: std::sync::Mutex<Option<Observation>>,
 }
 
 impl Lock {
@@ -215,6 +270,9 @@ impl Lock {
             poll_interval: DEFAULT_POLL_INTERVAL,
             owner: None,
             notifications: true,
+            data: None,
+            at_most: None,
+            at_least: None,
         }
     }
 
@@ -276,9 +334,12 @@ impl Lock {
         }
     }
 
-    /// The soft form: take the lock only if nobody holds it and nobody waits;
-    /// otherwise `Ok(None)` at once. Never queues, never evicts (a crashed
-    /// holder is evicted by the next blocking [`acquire`](Self::acquire)).
+    /// The soft form (skip when busy): take the lock only if nobody holds it
+    /// and nobody waits; otherwise `Ok(None)` at once. Never queues. A holder
+    /// that this handle's tries saw silent (same heartbeat) for a whole
+    /// lease on this machine's clock is evicted, so a crashed job holder
+    /// does not block try-only schedulers forever; behind waiters, they
+    /// evict it.
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
         tokio::task::coop::consume_budget().await;
         let ticket = Ticket::new(&self.inner);
@@ -300,7 +361,14 @@ impl Lock {
                     continue;
                 }
                 self.inner.writer.remember(current.as_ref());
-                return Ok(None);
+                if !self.holder_expired(&state) {
+                    return Ok(None);
+                }
+                // Silent for a whole lease across our tries (a crashed job
+                // holder, with only try-lockers around): evict and take in
+                // one write.
+                tracing::info!(lock = %self.inner.name, "evicting a holder whose lease ran out");
+                state.hand_off()?;
             }
             state.take(&ticket.waiter)?;
             let sent = Instant::now();
@@ -314,6 +382,48 @@ impl Lock {
                     fresh = true;
                 }
             }
+        }
+    }
+
+    /// Has the holder of `state` (nobody waiting behind it) kept the same
+    /// heartbeat for a whole lease, as the tries of this handle saw it on
+    /// this machine's clock? Waiters evict holders themselves.
+    fn holder_expired(&self, state: &LockState) -> bool {
+        let Some(holder) = state.holder.as_ref() else {
+            return false;
+        };
+        let Ok(mut observed) = self.inner.observed.lock() else {
+            return false;
+        };
+        let seen = Observation::update(observed.take(), holder);
+        let expired = seen.expired() && state.queue.is_empty();
+        *observed = Some(seen);
+        expired
+    }
+
+    /// The current holder of the lock (with its data), read from the store.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use bakery_core::MemoryStore;
+    /// # use bakery_recipes::lock::Lock;
+    /// # #[tokio::main]
+    /// # async fn main() -> bakery_core::Result<()> {
+    /// let store = Arc::new(MemoryStore::new());
+    /// let lock = Lock::builder(store, "reports").data("10.0.0.7:8080").build()?;
+    /// let guard = lock.acquire().await?;
+    /// let holder = lock.holder().await?.expect("held");
+    /// assert_eq!(holder.data.as_deref(), Some("10.0.0.7:8080"));
+    /// guard.release().await?;
+    /// assert!(lock.holder().await?.is_none());
+    /// # Ok(()) }
+    /// ```
+    pub async fn holder(&self) -> Result<Option<Holder>> {
+        let row = self.inner.store.get(&self.inner.key).await?;
+        self.inner.writer.remember(row.as_ref());
+        match &row {
+            Some(row) => Ok(self.inner.writer.decoded(row)?.holder.clone()),
+            None => Ok(None),
         }
     }
 
@@ -518,6 +628,7 @@ impl Ticket {
                 id: uuid::Uuid::new_v4().simple().to_string()[..16].to_owned(),
                 owner: inner.owner.clone(),
                 lease_ms: inner.lease_ms,
+                data: inner.data.clone(),
             },
             enqueued: false,
             settled: false,

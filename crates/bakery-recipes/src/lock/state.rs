@@ -40,6 +40,10 @@ pub struct Holder {
     /// The holder's lease in milliseconds: an observer that sees the same
     /// (holder, beat) for this long on its own clock may evict it.
     pub lease_ms: u64,
+    /// The holder's data, set by [`LockBuilder::data`](super::LockBuilder::data)
+    /// (e.g. the address of the node that runs the job).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
 }
 
 /// A client waiting in a lock's queue.
@@ -52,6 +56,22 @@ pub struct Waiter {
     pub owner: String,
     /// The lease this waiter will hold the lock with.
     pub lease_ms: u64,
+    /// The data this waiter will hold the lock with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+}
+
+impl Holder {
+    /// The holder a grant to `waiter` makes, with heartbeat `beat`.
+    fn granted(waiter: Waiter, beat: u64) -> Holder {
+        Holder {
+            id: waiter.id,
+            owner: waiter.owner,
+            beat,
+            lease_ms: waiter.lease_ms,
+            data: waiter.data,
+        }
+    }
 }
 
 impl LockState {
@@ -97,12 +117,7 @@ impl LockState {
     /// Grant the lock to `waiter` directly, already claimed (beat 1).
     pub(crate) fn take(&mut self, waiter: &Waiter) -> Result<()> {
         self.token = next_token(self.token)?;
-        self.holder = Some(Holder {
-            id: waiter.id.clone(),
-            owner: waiter.owner.clone(),
-            beat: 1,
-            lease_ms: waiter.lease_ms,
-        });
+        self.holder = Some(Holder::granted(waiter.clone(), 1));
         Ok(())
     }
 
@@ -111,12 +126,7 @@ impl LockState {
         self.holder = match self.queue.pop_front() {
             Some(next) => {
                 self.token = next_token(self.token)?;
-                Some(Holder {
-                    id: next.id,
-                    owner: next.owner,
-                    beat: 0,
-                    lease_ms: next.lease_ms,
-                })
+                Some(Holder::granted(next, 0))
             }
             None => None,
         };
@@ -157,6 +167,7 @@ mod tests {
             id: id.into(),
             owner: "test".into(),
             lease_ms: 1000,
+            data: None,
         }
     }
 

@@ -501,6 +501,7 @@ impl Idempotency {
             owner: self.inner.owner.clone(),
             beat: 1,
             lease_ms: self.inner.lease_ms,
+            data: None,
         };
         // Assume the key is new: the claim is then one write, and a
         // conflict hands back the current row anyway.
