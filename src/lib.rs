@@ -10,6 +10,7 @@ pub use bakery_core::{
     VersionedStore, Watch, WatchSender,
 };
 pub use bakery_recipes::consumer::{self, Consumer, ConsumerBuilder, Processed};
+pub use bakery_recipes::election::{self, Election, ElectionBuilder, Leader, Leadership};
 pub use bakery_recipes::fence::{self, Fenced, FencedRead, FencedValue, FencedWrite};
 pub use bakery_recipes::keys;
 pub use bakery_recipes::lamport;

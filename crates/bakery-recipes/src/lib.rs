@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 pub mod consumer;
+pub mod election;
 pub mod fence;
 pub mod keys;
 pub mod lamport;

@@ -6,7 +6,9 @@ mod capabilities;
 mod cas;
 pub mod containers;
 pub mod corrupt;
+mod election;
 pub mod faults;
+mod job;
 mod lock;
 pub mod namespace;
 mod once;
@@ -49,6 +51,8 @@ pub fn cases() -> Vec<Case> {
     let mut all = cas::cases();
     all.extend(sequence::cases());
     all.extend(lock::cases());
+    all.extend(job::cases());
+    all.extend(election::cases());
     all.extend(once::cases());
     all.extend(verify::cases());
     all

@@ -1,0 +1,154 @@
+//! Leader election on a real store: one leader per term, terms increase,
+//! observers see each change, a silent leader is replaced.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bakery_core::VersionedStore;
+use bakery_recipes::election::{Election, ElectionBuilder};
+use tokio::time::Instant;
+
+use crate::faults::FaultStore;
+use crate::{case, unique_name, Case};
+
+/// Upper bound on waiting for something that must happen; reaching it means
+/// the behaviour is broken (never a speed check).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+pub(crate) fn cases() -> Vec<Case> {
+    vec![
+        case!("election", one_leader_at_a_time_and_terms_increase),
+        case!("election", observers_see_each_new_leader),
+        case!("election", silent_leader_is_replaced_with_a_new_term),
+    ]
+}
+
+fn candidate(store: &Arc<dyn VersionedStore>, name: &str, value: &str) -> ElectionBuilder {
+    Election::builder(store.clone(), name)
+        .value(value)
+        .campaign_timeout(PATIENCE)
+        .observe_interval(Duration::from_millis(50))
+}
+
+/// Four candidates campaign five times each: never two leaders at once,
+/// each leader reads itself (value and term) as the leader, and terms grow
+/// in the order leaderships began.
+async fn one_leader_at_a_time_and_terms_increase(store: Arc<dyn VersionedStore>) {
+    const CANDIDATES: usize = 4;
+    const ROUNDS: usize = 5;
+    let name = unique_name("elect");
+    let leading = Arc::new(AtomicBool::new(false));
+    let terms = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for c in 0..CANDIDATES {
+        let election = candidate(&store, &name, &format!("node-{c}"))
+            .build()
+            .expect("valid");
+        let (leading, terms) = (leading.clone(), terms.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let leadership = election.campaign().await.expect("campaign");
+                assert!(!leading.swap(true, Ordering::SeqCst), "two leaders at once");
+                terms.lock().expect("terms").push(leadership.term());
+                let leader = election.leader().await.expect("leader").expect("led");
+                assert_eq!(leader.term, leadership.term());
+                assert_eq!(leader.value, Some(format!("node-{c}")));
+                leading.store(false, Ordering::SeqCst);
+                leadership.resign().await.expect("resign");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("candidate");
+    }
+    let terms = terms.lock().expect("terms").clone();
+    assert_eq!(terms.len(), CANDIDATES * ROUNDS);
+    assert!(
+        terms.windows(2).all(|pair| pair[0] < pair[1]),
+        "terms not increasing in leadership order: {terms:?}"
+    );
+}
+
+/// An observer sees the first leader, then its successor with a larger
+/// term, then nobody.
+async fn observers_see_each_new_leader(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("observe");
+    let a = candidate(&store, &name, "a").build().expect("valid");
+    let b = candidate(&store, &name, "b").build().expect("valid");
+    let mut observer = candidate(&store, &name, "observer")
+        .build()
+        .expect("valid")
+        .observe();
+    let within = |what: &'static str| move |_| panic!("observer never saw {what}");
+
+    assert_eq!(
+        tokio::time::timeout(PATIENCE, observer.next())
+            .await
+            .unwrap_or_else(within("the start"))
+            .expect("observe"),
+        None
+    );
+    let leading_a = a.campaign().await.expect("campaign a");
+    let seen = tokio::time::timeout(PATIENCE, observer.next())
+        .await
+        .unwrap_or_else(within("a"))
+        .expect("observe")
+        .expect("a leads");
+    assert_eq!(
+        (seen.value.as_deref(), seen.term),
+        (Some("a"), leading_a.term())
+    );
+
+    let a_term = leading_a.term();
+    let waiting_b = tokio::spawn(async move { b.campaign().await });
+    leading_a.resign().await.expect("resign a");
+    let leading_b = waiting_b.await.expect("join").expect("campaign b");
+    let seen = tokio::time::timeout(PATIENCE, observer.next())
+        .await
+        .unwrap_or_else(within("b"))
+        .expect("observe")
+        .expect("b leads");
+    assert_eq!(
+        (seen.value.as_deref(), seen.term),
+        (Some("b"), leading_b.term())
+    );
+    assert!(leading_b.term() > a_term);
+
+    leading_b.resign().await.expect("resign b");
+    let seen = tokio::time::timeout(PATIENCE, observer.next())
+        .await
+        .unwrap_or_else(within("no leader"))
+        .expect("observe");
+    assert_eq!(seen, None);
+}
+
+/// A leader whose process stops (its store calls hang) is replaced by a
+/// waiting candidate after a lease of silence, with the next term.
+async fn silent_leader_is_replaced_with_a_new_term(store: Arc<dyn VersionedStore>) {
+    const LEASE: Duration = Duration::from_millis(300);
+    let name = unique_name("silent");
+    let frozen_store = Arc::new(FaultStore::new(store.clone()));
+    let frozen = Election::builder(frozen_store.clone() as Arc<dyn VersionedStore>, &name)
+        .value("frozen")
+        .lease(LEASE)
+        .build()
+        .expect("valid");
+    let old = frozen.campaign().await.expect("campaign");
+    frozen_store.pause();
+    let asked = Instant::now();
+    let next = candidate(&store, &name, "next")
+        .build()
+        .expect("valid")
+        .campaign()
+        .await
+        .expect("take over");
+    assert!(
+        asked.elapsed() >= LEASE,
+        "replaced after {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(next.term(), old.term() + 1);
+    next.resign().await.expect("resign");
+    drop(old); // its resignation (held by the pause) is never sent
+}
