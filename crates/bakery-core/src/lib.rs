@@ -8,7 +8,10 @@ pub mod error;
 mod key;
 mod layer;
 mod memory;
+#[cfg(feature = "metrics")]
+mod metrics;
 pub mod options;
+mod retry;
 mod store;
 pub mod uri;
 pub mod watchers;
@@ -19,6 +22,9 @@ pub use error::{BoxError, Error, ErrorKind, Operation, Result, Sent};
 pub use key::{validate_name, Key, MAX_KEY_LEN};
 pub use layer::{StoreLayer, TracedStore};
 pub use memory::MemoryStore;
+#[cfg(feature = "metrics")]
+pub use metrics::MetricsStore;
+pub use retry::{RetryPolicy, RetryStore};
 pub use store::{
     Capabilities, Change, DeleteOutcome, PutOutcome, Row, Stored, Version, VersionedStore, Watch,
     WatchSender,
