@@ -7,6 +7,13 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand}
 /// The most ids one `bakery seq next` may hand out.
 pub const MAX_COUNT: u64 = 10_000_000;
 
+/// `--retries` when not given: [`bakery_core::RetryPolicy`]'s default of
+/// five attempts in all.
+pub const DEFAULT_RETRIES: u32 = 4;
+
+/// The most `--retries` accepted (the 10 s limit ends them sooner anyway).
+pub const MAX_RETRIES: u32 = 100;
+
 /// Unique monotonic sequences and fair distributed locks on the database you
 /// already run, from the shell.
 ///
@@ -32,6 +39,22 @@ pub struct Cli {
     /// Print JSON instead of plain text.
     #[arg(long, global = true, display_order = 101)]
     pub json: bool,
+
+    /// Retry opening the store, and each store call, that failed before it
+    /// could take effect (connection refused or reset, server busy) up to N
+    /// times, with jittered exponential backoff from 50 ms to 2 s, none
+    /// starting after 10 s. 0: never retry. A write whose reply was lost
+    /// (its outcome unknown) is never retried. Not used by `bench`.
+    #[arg(
+        long,
+        global = true,
+        env = "BAKERY_RETRIES",
+        value_name = "N",
+        default_value_t = DEFAULT_RETRIES,
+        value_parser = clap::value_parser!(u32).range(0..=MAX_RETRIES as i64),
+        display_order = 102
+    )]
+    pub retries: u32,
 
     #[command(subcommand)]
     pub command: Command,
@@ -234,6 +257,25 @@ mod tests {
         assert!(parse(&["bakery", "seq", "next", "x", "--count", "10000001"]).is_err());
         assert!(parse(&["bakery", "seq", "next", "x", "--count", "10000000"]).is_ok());
         assert!(parse(&["bakery", "seq", "next", "x", "--block-size", "0"]).is_err());
+        assert!(parse(&["bakery", "--retries", "-1", "seq", "next", "x"]).is_err());
+        assert!(parse(&["bakery", "seq", "next", "x", "--retries", "101"]).is_err());
+        let retries = |args: &[&str]| {
+            parse(args)
+                .map(|cli| cli.retries)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            retries(&["bakery", "seq", "next", "x"]),
+            Ok(DEFAULT_RETRIES)
+        );
+        assert_eq!(
+            retries(&["bakery", "seq", "next", "x", "--retries", "0"]),
+            Ok(0)
+        );
+        assert_eq!(
+            retries(&["bakery", "--retries", "7", "lock", "show", "x"]),
+            Ok(7)
+        );
         let cli = parse(&["bakery", "seq", "next", "x", "--json"]).map_err(|e| e.to_string());
         match cli {
             Ok(Cli {
