@@ -37,6 +37,10 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("lock", watch_capability_matches_behaviour),
         case!("lock", time_service_never_goes_back),
         case!("lock", old_lock_baseline_excludes),
+        case!(
+            "lock",
+            reentrant_acquire_shares_the_grant_until_the_last_release
+        ),
     ]
 }
 
@@ -626,4 +630,57 @@ async fn old_lock_baseline_excludes(store: Arc<dyn VersionedStore>) {
         task.await.expect("client");
     }
     assert_eq!(done.load(Ordering::SeqCst), CLIENTS * ROUNDS);
+}
+
+/// A reentrant lock: the holding task's second acquire (and try) shares the
+/// grant at once with the same token, another task still queues, and the
+/// lock is free only after the last guard's release. Without reentrancy
+/// the second acquire waits for itself (here: times out).
+async fn reentrant_acquire_shares_the_grant_until_the_last_release(store: Arc<dyn VersionedStore>) {
+    const SHORT: Duration = Duration::from_millis(300);
+    let name = unique_name("reenter");
+    let reentrant = Lock::builder(store.clone(), &name)
+        .reentrant(true)
+        .acquire_timeout(SHORT)
+        .build()
+        .expect("valid");
+    let other = lock(&store, &name);
+    let outer = reentrant.acquire().await.expect("acquire");
+    let inner = reentrant.acquire().await.expect("reenter");
+    assert_eq!(inner.token(), outer.token());
+    let tried = reentrant
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("reenter");
+    assert_eq!(tried.token(), outer.token());
+    let elsewhere = {
+        let reentrant = reentrant.clone();
+        tokio::spawn(async move { reentrant.acquire().await.map(|guard| guard.token()) })
+    };
+    let err = elsewhere.await.expect("join").unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::TimedOut,
+        "another task shared the grant"
+    );
+
+    outer.release().await.expect("release outer");
+    tried.release().await.expect("release tried");
+    assert!(
+        other.try_acquire().await.expect("try").is_none(),
+        "freed early"
+    );
+    inner.release().await.expect("release inner");
+    let next = other.try_acquire().await.expect("try").expect("free");
+    next.release().await.expect("release");
+
+    let plain = Lock::builder(store.clone(), &name)
+        .acquire_timeout(SHORT)
+        .build()
+        .expect("valid");
+    let held = plain.acquire().await.expect("acquire");
+    let err = plain.acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "not reentrant by default");
+    held.release().await.expect("release");
 }

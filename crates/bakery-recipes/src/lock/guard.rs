@@ -1,8 +1,10 @@
 //! The holder's side: the guard, its heartbeat and the lost-lock signal.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bakery_core::{Error, ErrorKind, PutOutcome, Result, Row};
@@ -91,6 +93,11 @@ struct Shared {
     granted: Instant,
     /// When the hold must end (`lock_at_most_for`, moved by `extend`).
     limit: watch::Sender<Option<Instant>>,
+    /// Guards sharing this grant (more than one only for a reentrant lock):
+    /// the last to go releases.
+    holds: AtomicUsize,
+    /// The heartbeat task; taken by whoever releases.
+    heartbeat: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Shared {
@@ -138,7 +145,8 @@ impl Shared {
 /// ```
 pub struct LockGuard {
     shared: Arc<Shared>,
-    heartbeat: Option<JoinHandle<()>>,
+    /// This guard's hold was given back (released or dropped).
+    done: bool,
 }
 
 impl fmt::Debug for LockGuard {
@@ -166,12 +174,35 @@ impl LockGuard {
             status,
             granted: grant.beat_sent,
             limit: watch::Sender::new(limit),
+            holds: AtomicUsize::new(1),
+            heartbeat: Mutex::new(None),
         });
-        let heartbeat = tokio::spawn(heartbeat(shared.clone(), grant.beat_sent));
+        let task = tokio::spawn(heartbeat(shared.clone(), grant.beat_sent));
+        if let Ok(mut slot) = shared.heartbeat.lock() {
+            *slot = Some(task);
+        }
+        shared.lock.task_holds.record(&shared);
         LockGuard {
             shared,
-            heartbeat: Some(heartbeat),
+            done: false,
         }
+    }
+
+    /// Give this guard's hold back: `true` if it was the last one (the
+    /// caller then releases the grant).
+    fn give_back(&mut self) -> bool {
+        if std::mem::replace(&mut self.done, true) {
+            return false;
+        }
+        self.shared.holds.fetch_sub(1, Ordering::SeqCst) == 1
+    }
+
+    fn take_heartbeat(&self) -> Option<JoinHandle<()>> {
+        self.shared
+            .heartbeat
+            .lock()
+            .ok()
+            .and_then(|mut slot| slot.take())
     }
 
     /// The fencing token of this grant: larger than every earlier grant's of
@@ -247,9 +278,70 @@ impl LockGuard {
     /// guard's (its lease ran out and it was evicted, or its
     /// `lock_at_most_for` passed): whatever was done under it may have
     /// overlapped another holder — fencing tokens tell.
+    ///
+    /// A guard of a [reentrant](super::LockBuilder::reentrant) lock that
+    /// shares its grant with others releases only its own hold; the last
+    /// one releases the lock.
     pub async fn release(mut self) -> Result<()> {
-        let heartbeat = self.heartbeat.take();
+        if !self.give_back() {
+            return if self.is_held() {
+                Ok(())
+            } else {
+                Err(lost_error(&self.shared))
+            };
+        }
+        let heartbeat = self.take_heartbeat();
         finish(&self.shared, heartbeat).await
+    }
+}
+
+/// The grants that tasks of this process hold through one lock handle (and
+/// its clones), by task: what a reentrant acquire shares.
+#[derive(Default)]
+pub(crate) struct TaskHolds {
+    by_task: Mutex<HashMap<tokio::task::Id, Weak<Shared>>>,
+}
+
+impl TaskHolds {
+    fn record(&self, shared: &Arc<Shared>) {
+        let (Some(task), Ok(mut by_task)) = (tokio::task::try_id(), self.by_task.lock()) else {
+            return;
+        };
+        by_task.retain(|_, held| held.upgrade().is_some_and(|held| held.is_held()));
+        by_task.insert(task, Arc::downgrade(shared));
+    }
+
+    /// The grant the current task holds, if any.
+    fn current(&self) -> Option<Arc<Shared>> {
+        let task = tokio::task::try_id()?;
+        let by_task = self.by_task.lock().ok()?;
+        by_task
+            .get(&task)
+            .and_then(Weak::upgrade)
+            .filter(|held| held.is_held() && held.holds.load(Ordering::SeqCst) > 0)
+    }
+
+    /// For a reentrant lock: another guard on the grant the current task
+    /// holds. Otherwise `None`, with a warning if the task holds one (its
+    /// acquire will wait for itself, unless that guard moved to another
+    /// task that releases it).
+    pub(crate) fn reenter(&self, reentrant: bool, name: &str) -> Option<LockGuard> {
+        let held = self.current()?;
+        if !reentrant {
+            tracing::warn!(lock = %name, token = held.token, "this task already holds the lock: acquiring again waits for its own release (build the lock with .reentrant(true) to share the grant)");
+            return None;
+        }
+        held.holds.fetch_add(1, Ordering::SeqCst);
+        Some(LockGuard {
+            shared: held,
+            done: false,
+        })
+    }
+}
+
+impl Shared {
+    fn is_held(&self) -> bool {
+        *self.status.borrow() == Status::Held
     }
 }
 
@@ -270,8 +362,11 @@ async fn finish(shared: &Arc<Shared>, heartbeat: Option<JoinHandle<()>>) -> Resu
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        let Some(task) = self.heartbeat.take() else {
-            return; // released already
+        if !self.give_back() {
+            return; // released already, or other guards share the grant
+        }
+        let Some(task) = self.take_heartbeat() else {
+            return;
         };
         let shared = self.shared.clone();
         match tokio::runtime::Handle::try_current() {

@@ -83,7 +83,7 @@ pub use state::{Holder, LockState, Waiter};
 
 use combine::{Request, Writer};
 use dispatch::Registration;
-use guard::Grant;
+use guard::{Grant, TaskHolds};
 
 /// Key prefix of lock rows: the lock `jobs` is stored under `lock/jobs`.
 pub const KEY_PREFIX: &str = "lock";
@@ -115,6 +115,7 @@ pub struct LockBuilder {
     data: Option<String>,
     at_most: Option<Duration>,
     at_least: Option<Duration>,
+    reentrant: bool,
 }
 
 bakery_core::setters! { LockBuilder {
@@ -153,6 +154,15 @@ bakery_core::setters! { LockBuilder {
     /// later. Held by this process: if it exits first, the lease ends the
     /// hold. Default: zero.
     lock_at_least_for(at_least: Duration) Some;
+    /// Let a task that holds a grant of this handle (or a clone) acquire
+    /// again: it gets another guard on the same grant (same token) at once,
+    /// and the lock is released when the last of them is. Default `false`:
+    /// a second acquire queues behind the task's own grant (and waits for
+    /// it, logging a warning), since a guard may have moved to another task.
+    ///
+    /// A task is a tokio task; only opt in if the guards stay in the task
+    /// that acquired them.
+    reentrant(reentrant: bool);
 }}
 
 impl LockBuilder {
@@ -209,6 +219,8 @@ impl LockBuilder {
                 at_most: self.at_most,
                 at_least: self.at_least.unwrap_or_default(),
                 observed: std::sync::Mutex::new(None),
+                reentrant: self.reentrant,
+                task_holds: TaskHolds::default(),
             }),
         })
     }
@@ -257,6 +269,9 @@ pub(crate) struct LockInner {
     pub(crate) at_least: Duration,
     /// What this handle's `try_acquire` calls saw of the holder.
     observed: std::sync::Mutex<Option<Observation>>,
+    reentrant: bool,
+    /// The grants this handle's tasks hold (what a reentrant acquire shares).
+    pub(crate) task_holds: TaskHolds,
 }
 
 impl Lock {
@@ -273,6 +288,7 @@ impl Lock {
             data: None,
             at_most: None,
             at_least: None,
+            reentrant: false,
         }
     }
 
@@ -293,6 +309,9 @@ impl Lock {
     /// come (the request is withdrawn in the background, or expires with the
     /// lease). Dropping the future withdraws the request too.
     pub async fn acquire(&self) -> Result<LockGuard> {
+        if let Some(guard) = self.reenter() {
+            return Ok(guard);
+        }
         // A lock free as far as this process knows goes to whoever asks
         // first: let the other ready tasks of this thread ask before us, or
         // a client that releases and at once asks again takes it back before
@@ -341,6 +360,9 @@ impl Lock {
     /// does not block try-only schedulers forever; behind waiters, they
     /// evict it.
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
+        if let Some(guard) = self.reenter() {
+            return Ok(Some(guard));
+        }
         tokio::task::coop::consume_budget().await;
         let ticket = Ticket::new(&self.inner);
         // A cached row may say "free" (a stale one only costs a conflict),
@@ -383,6 +405,13 @@ impl Lock {
                 }
             }
         }
+    }
+
+    /// Another guard on the grant the current task holds (reentrant locks).
+    fn reenter(&self) -> Option<LockGuard> {
+        self.inner
+            .task_holds
+            .reenter(self.inner.reentrant, &self.inner.name)
     }
 
     /// Has the holder of `state` (nobody waiting behind it) kept the same
