@@ -73,6 +73,11 @@ pub enum Command {
     #[command(subcommand)]
     Lock(crate::lock::LockCommand),
 
+    /// Leader election: run a command while leading, candidates served in
+    /// the order they campaigned, each term a fencing token.
+    #[command(subcommand)]
+    Leader(crate::leader::LeaderCommand),
+
     /// Fenced values: writes carrying a lock's fencing token, refused when
     /// a newer holder has written.
     #[command(subcommand)]

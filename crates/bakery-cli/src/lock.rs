@@ -221,7 +221,7 @@ pub async fn try_run(store: Arc<dyn VersionedStore>, args: &TryArgs) -> Result<u
     }
 }
 
-async fn hold_while_running(
+pub(crate) async fn hold_while_running(
     guard: LockGuard,
     name: &str,
     command: &[OsString],

@@ -6,6 +6,7 @@
 mod bench;
 mod cli;
 mod lamport;
+mod leader;
 mod lock;
 mod migrate;
 mod once;
@@ -75,6 +76,20 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 LockCommand::Run(args) => lock::run(store, args).await?,
                 LockCommand::Try(args) => lock::try_run(store, args).await?,
                 LockCommand::Show(args) => return lock::show(&*store, args, cli.json).await,
+            };
+            match status {
+                0 => Ok(()),
+                code => Err(CliError::Exit(code)),
+            }
+        }
+        Command::Leader(command) => {
+            bakery::validate_name(command.name())?;
+            let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
+            let status = match command {
+                leader::LeaderCommand::Run(args) => leader::run(store, args).await?,
+                leader::LeaderCommand::Show(args) => {
+                    return leader::show(store, args, cli.json).await
+                }
             };
             match status {
                 0 => Ok(()),

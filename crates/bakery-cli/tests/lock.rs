@@ -456,6 +456,60 @@ fn job_flags_hold_at_least_at_most_and_show_data() {
     assert_status(&free, 0, "free after --at-most released it");
 }
 
+/// `bakery leader run` publishes its value with the term; a second
+/// candidate waits its turn and leads with the next term once the first
+/// command exits; `leader show` fails (exit 1) when nobody leads.
+#[test]
+fn leader_run_publishes_value_and_hands_over_with_the_next_term() {
+    let target = Target::sqlite();
+    let election = unique("leader");
+    let first = target.spawn(&[
+        "leader",
+        "run",
+        &election,
+        "--value",
+        "node-a:8080",
+        "--",
+        "sh",
+        "-c",
+        "echo $BAKERY_FENCING_TOKEN > \"$D/term-a\"; while [ ! -e \"$D/stop-a\" ]; do sleep 0.02; done",
+    ]);
+    wait_for_file(&target.path("term-a"));
+    let show = target.run(&["leader", "show", &election]);
+    assert_status(&show, 0, "leader show");
+    let shown = text(&show.stdout);
+    assert!(shown.contains("value:    node-a:8080"), "{shown}");
+    let term_a: u64 = std::fs::read_to_string(target.path("term-a"))
+        .expect("term")
+        .trim()
+        .parse()
+        .expect("a number");
+    assert!(shown.contains(&format!("term:     {term_a}")), "{shown}");
+
+    let second = target.spawn(&[
+        "leader",
+        "run",
+        &election,
+        "--value",
+        "node-b:8080",
+        "--timeout",
+        "60s",
+        "--",
+        "sh",
+        "-c",
+        "echo $BAKERY_FENCING_TOKEN",
+    ]);
+    std::fs::write(target.path("stop-a"), "").expect("stop the first leader");
+    assert_status(&wait_with_patience(first, "first leader"), 0, "first leader");
+    let second = wait_with_patience(second, "second leader");
+    assert_status(&second, 0, "second leader");
+    assert_eq!(text(&second.stdout).trim(), (term_a + 1).to_string());
+
+    let nobody = target.run(&["leader", "show", &election]);
+    assert_status(&nobody, 1, "leader show with no leader");
+    assert_mentions(&nobody.stderr, "no leader");
+}
+
 #[test]
 fn bad_input_is_a_clear_error() {
     let target = Target::sqlite();

@@ -242,6 +242,12 @@ impl Leadership {
         self.guard.lost()
     }
 
+    /// The lock grant underneath (its token is the term), e.g. to hold it
+    /// with code written for [`LockGuard`].
+    pub fn into_lock_guard(self) -> LockGuard {
+        self.guard
+    }
+
     /// Step down, handing leadership to the next candidate in one write.
     /// `ErrorKind::Lost` if it had already lost it.
     pub async fn resign(self) -> Result<()> {
