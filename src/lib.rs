@@ -4,10 +4,15 @@
 
 use std::sync::Arc;
 
+/// Store calls counted and timed through the `metrics` facade (feature
+/// `metrics`); the recipes' own metrics are listed in [`metrics`].
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub use bakery_core::MetricsStore;
 pub use bakery_core::{
     validate_name, Bytes, Capabilities, CountingStore, DeleteOutcome, Error, ErrorKind, Key,
-    MemoryStore, OpCounts, PutOutcome, Result, Row, StoreLayer, TracedStore, Version,
-    VersionedStore, Watch, WatchSender,
+    MemoryStore, OpCounts, PutOutcome, Result, RetryPolicy, RetryStore, Row, StoreLayer,
+    TracedStore, Version, VersionedStore, Watch, WatchSender,
 };
 pub use bakery_recipes::consumer::{self, Consumer, ConsumerBuilder, Processed};
 pub use bakery_recipes::election::{self, Election, ElectionBuilder, Leader, Leadership};
@@ -15,6 +20,7 @@ pub use bakery_recipes::fence::{self, Fenced, FencedRead, FencedValue, FencedWri
 pub use bakery_recipes::keys;
 pub use bakery_recipes::lamport;
 pub use bakery_recipes::lock::{self, Lock, LockBuilder, LockGuard, LockState, LostReason};
+pub use bakery_recipes::metrics;
 pub use bakery_recipes::once::{self, Execution, Idempotency, IdempotencyBuilder, RunError};
 pub use bakery_recipes::sequence::{self, IdBatch, Sequence, SequenceBuilder, SequenceState};
 pub use bakery_recipes::time::{self, TimeService};

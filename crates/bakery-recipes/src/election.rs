@@ -2,7 +2,7 @@
 //! each term numbered by a fencing token, the leader's value readable (and
 //! observable) by everyone.
 //!
-//! Built on the fair [`Lock`](crate::lock::Lock) named `election.NAME`: a
+//! Built on the fair [`Lock`] named `election.NAME`: a
 //! campaign is an acquire whose grant carries the candidate's value, the term
 //! is the grant's fencing token, resigning is a release (handing leadership
 //! to the next candidate in the same write), and a leader silent for a whole

@@ -7,6 +7,7 @@ pub mod fence;
 pub mod keys;
 pub mod lamport;
 pub mod lock;
+pub mod metrics;
 pub mod once;
 mod per_process;
 pub mod sequence;

@@ -105,6 +105,7 @@ impl Shared {
         self.status.send_if_modified(|status| {
             if *status == Status::Held {
                 tracing::warn!(lock = %self.lock.key.as_str(), token = self.token, %reason, "lock lost");
+                crate::metrics::lock_lost(&self.lock.name, reason);
                 *status = Status::Lost(reason);
                 true
             } else {
@@ -405,6 +406,11 @@ async fn release(shared: &Shared) -> Result<()> {
     };
     if written.applied {
         shared.status.send_replace(Status::Released);
+        crate::metrics::lock_released(
+            &shared.lock.name,
+            shared.granted.elapsed(),
+            written.state.holder.is_some(),
+        );
         if written.tell_others {
             shared.lock.writer.notify_others().await;
         }
@@ -447,6 +453,7 @@ async fn hold_limit(shared: &Shared) {
             shared
                 .status
                 .send_replace(Status::Lost(LostReason::HoldLimit));
+            crate::metrics::lock_lost(&shared.lock.name, LostReason::HoldLimit);
         }
         // Lost already (`release` said why), or the write failed: renewals
         // have stopped either way, so the lease ends the hold.

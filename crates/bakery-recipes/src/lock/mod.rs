@@ -251,7 +251,7 @@ impl fmt::Debug for Lock {
 
 pub(crate) struct LockInner {
     pub(crate) store: Arc<dyn VersionedStore>,
-    name: String,
+    pub(crate) name: String,
     pub(crate) key: Key,
     pub(crate) lease: Duration,
     lease_ms: u64,
@@ -312,6 +312,7 @@ impl Lock {
         if let Some(guard) = self.reenter() {
             return Ok(guard);
         }
+        let asked = Instant::now();
         // A lock free as far as this process knows goes to whoever asks
         // first: let the other ready tasks of this thread ask before us, or
         // a client that releases and at once asks again takes it back before
@@ -347,6 +348,7 @@ impl Lock {
         match outcome {
             Ok(grant) => {
                 ticket.settled = true;
+                crate::metrics::lock_acquired(&self.inner.name, asked.elapsed());
                 Ok(LockGuard::start(self.inner.clone(), grant))
             }
             Err(err) => Err(err),
@@ -390,12 +392,14 @@ impl Lock {
                 // holder, with only try-lockers around): evict and take in
                 // one write.
                 tracing::info!(lock = %self.inner.name, "evicting a holder whose lease ran out");
+                crate::metrics::lock_evicted(&self.inner.name);
                 state.hand_off()?;
             }
             state.take(&ticket.waiter)?;
             let sent = Instant::now();
             match self.put(current.as_ref(), &state).await? {
                 PutOutcome::Applied(row) => {
+                    crate::metrics::lock_acquired(&self.inner.name, Duration::ZERO);
                     let grant = Grant::new(ticket.waiter.id.clone(), &row, state, sent);
                     return Ok(Some(LockGuard::start(self.inner.clone(), grant)));
                 }
@@ -539,6 +543,7 @@ impl Lock {
                 if seen.expired() {
                     let sent = Instant::now();
                     tracing::info!(lock = %inner.name, holder = %holder.owner, "evicting a holder whose lease ran out");
+                    crate::metrics::lock_evicted(&inner.name);
                     state.hand_off()?;
                     let mine = state.held_by(&me);
                     if mine {

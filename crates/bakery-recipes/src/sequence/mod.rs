@@ -614,6 +614,7 @@ impl Inner {
             Some(pending) => {
                 if !pending.is_finished() {
                     self.stats.waits.fetch_add(1, Ordering::Relaxed);
+                    crate::metrics::sequence_waited(&self.name);
                 }
                 match pending.wait().await {
                     Ok(ids) => ids,
@@ -627,6 +628,7 @@ impl Inner {
             }
             None => {
                 self.stats.waits.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::sequence_waited(&self.name);
                 self.reserve(size).await?
             }
         };
@@ -685,6 +687,7 @@ impl Inner {
             match self.store.put_if_version(&self.key, expected, value).await {
                 Ok(PutOutcome::Applied(row)) => {
                     self.stats.reservations.fetch_add(1, Ordering::Relaxed);
+                    crate::metrics::sequence_reserved(&self.name, size);
                     self.lock_shared()?.row = Some(row);
                     return Ok(first..end);
                 }
