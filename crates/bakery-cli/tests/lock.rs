@@ -500,7 +500,11 @@ fn leader_run_publishes_value_and_hands_over_with_the_next_term() {
         "echo $BAKERY_FENCING_TOKEN",
     ]);
     std::fs::write(target.path("stop-a"), "").expect("stop the first leader");
-    assert_status(&wait_with_patience(first, "first leader"), 0, "first leader");
+    assert_status(
+        &wait_with_patience(first, "first leader"),
+        0,
+        "first leader",
+    );
     let second = wait_with_patience(second, "second leader");
     assert_status(&second, 0, "second leader");
     assert_eq!(text(&second.stdout).trim(), (term_a + 1).to_string());
