@@ -56,6 +56,19 @@ pub struct Cli {
     )]
     pub retries: u32,
 
+    /// Serve Prometheus metrics at http://ADDR/metrics while the command
+    /// runs (e.g. `127.0.0.1:9464`): the store calls (`bakery_store_*`) and
+    /// the recipes' (`bakery_lock_*`, `bakery_sequence_*`). For the
+    /// long-running commands: `lock run`, `leader run`, `outbox relay`.
+    #[arg(
+        long,
+        global = true,
+        env = "BAKERY_METRICS_ADDR",
+        value_name = "ADDR",
+        display_order = 103
+    )]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+
     #[command(subcommand)]
     pub command: Command,
 }

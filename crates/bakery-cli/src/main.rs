@@ -17,6 +17,7 @@ mod verify;
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bakery::VersionedStore;
@@ -57,6 +58,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), CliError> {
+    if let Some(addr) = cli.metrics_addr {
+        serve_metrics(addr)?;
+    }
     match &cli.command {
         Command::Backends => backends(cli.json),
         // Simulated processes only: no store is opened.
@@ -173,6 +177,19 @@ async fn run(cli: Cli) -> Result<(), CliError> {
 /// (tests/retry.rs).
 ///
 /// [`ErrorKind::Unavailable`]: bakery::ErrorKind::Unavailable
+/// Set once `--metrics-addr` serves metrics: stores are opened metered.
+static METRICS_SERVED: AtomicBool = AtomicBool::new(false);
+
+/// Serve Prometheus metrics at `addr` from this runtime.
+fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), CliError> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|e| CliError::Message(format!("cannot serve metrics at {addr}: {e}")))?;
+    METRICS_SERVED.store(true, Ordering::Relaxed);
+    Ok(())
+}
+
 async fn open(
     uri: Option<&str>,
     retries: u32,
@@ -189,8 +206,19 @@ async fn open(
         .retry(Operation::Open, || bakery::connect(&uri))
         .await
     {
-        Ok(store) if retries == 0 => Ok((store, shown)),
-        Ok(store) => Ok((Arc::new(RetryStore::new(store, policy)), shown)),
+        Ok(store) => {
+            // Metrics inside the retries: every attempt is counted.
+            let store: Arc<dyn VersionedStore> = if METRICS_SERVED.load(Ordering::Relaxed) {
+                Arc::new(bakery::MetricsStore::new(store))
+            } else {
+                store
+            };
+            if retries == 0 {
+                Ok((store, shown))
+            } else {
+                Ok((Arc::new(RetryStore::new(store, policy)), shown))
+            }
+        }
         Err(err) => Err(CliError::with_context(err, format!("store {shown}"))),
     }
 }

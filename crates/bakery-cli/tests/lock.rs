@@ -514,6 +514,51 @@ fn leader_run_publishes_value_and_hands_over_with_the_next_term() {
     assert_mentions(&nobody.stderr, "no leader");
 }
 
+/// `--metrics-addr` serves Prometheus text while `lock run` holds the
+/// lock: the store's calls and the lock's acquisition are in it.
+#[test]
+fn metrics_addr_serves_store_and_lock_metrics() {
+    use std::io::{Read, Write as _};
+    let target = Target::sqlite();
+    let lock = unique("metrics");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let holder = target.spawn(&[
+        "--metrics-addr",
+        &addr,
+        "lock",
+        "run",
+        &lock,
+        "--",
+        "sh",
+        "-c",
+        "touch \"$D/ready-m\"; while [ ! -e \"$D/stop-m\" ]; do sleep 0.02; done",
+    ]);
+    wait_for_file(&target.path("ready-m"));
+    let mut page = String::new();
+    let mut stream = std::net::TcpStream::connect(&addr).expect("metrics listener");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .expect("request");
+    stream.read_to_string(&mut page).expect("response");
+    std::fs::write(target.path("stop-m"), "").expect("stop holder");
+    assert_status(&wait_with_patience(holder, "holder"), 0, "holder");
+    assert!(page.contains("200 OK"), "{page}");
+    assert!(
+        page.contains(&format!(
+            "bakery_lock_acquisitions_total{{lock=\"{lock}\"}} 1"
+        )),
+        "{page}"
+    );
+    assert!(
+        page.contains("bakery_store_calls_total{backend=\"sqlite\",op=\"put_if_version\"}"),
+        "{page}"
+    );
+}
+
 #[test]
 fn bad_input_is_a_clear_error() {
     let target = Target::sqlite();
