@@ -10,5 +10,6 @@ pub mod lock;
 pub mod metrics;
 pub mod once;
 mod per_process;
+pub mod semaphore;
 pub mod sequence;
 pub mod time;

@@ -14,6 +14,7 @@ pub mod namespace;
 mod once;
 pub mod options;
 pub mod proxy;
+mod semaphore;
 mod sequence;
 mod verify;
 pub mod watch;
@@ -53,6 +54,7 @@ pub fn cases() -> Vec<Case> {
     all.extend(lock::cases());
     all.extend(job::cases());
     all.extend(election::cases());
+    all.extend(semaphore::cases());
     all.extend(once::cases());
     all.extend(verify::cases());
     all

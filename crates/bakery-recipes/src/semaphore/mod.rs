@@ -1,0 +1,760 @@
+//! A fair distributed counting semaphore: N leased permits, granted in FIFO
+//! order, each with a fencing token — on one row, written only with
+//! `put_if_version`.
+//!
+//! # How it works
+//! The row (`semaphore/NAME`) holds `{token, permits, holders, queue}`
+//! ([`SemaphoreState`]), like the [lock](crate::lock)'s row with a list of
+//! holders instead of one.
+//! - **Order without clocks.** `acquire` takes a free permit with one write
+//!   when nobody queues, or appends itself to the queue with one write. The
+//!   queue is in the order those writes applied, so grants are FIFO with no
+//!   clock involved, and a newcomer never overtakes a waiter.
+//! - **Direct hand-off.** A release (or an eviction) removes the holder and,
+//!   in the same write, grants freed permits to the head of the queue, each
+//!   with the next fencing token. The new holder learns it from a wake-up
+//!   (the store's watch where it has
+//!   [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH), else a poll
+//!   backing off from 1 ms to the poll interval); every waiter reads at
+//!   least every lease/4 either way. Its lease runs from its last request
+//!   before the hand-off, so taking a handed-over permit costs no write.
+//! - **Leases without synchronized clocks.** Each holder advances its own
+//!   heartbeat counter every lease/3. A waiter that sees the same
+//!   (holder, heartbeat) for a whole lease of that holder *on its own
+//!   monotonic clock* evicts it with a write conditioned on exactly that
+//!   row version. A handed-over permit that is not claimed within its lease
+//!   is evicted the same way.
+//! - **Fencing.** Every grant takes the next [`Permit::token`]. A lease
+//!   never guarantees the bound by itself (a paused holder outlives its
+//!   lease); a token checked where the protected resource is written does.
+//!
+//! # Limits
+//! The whole state is one row, rewritten by every grant, release and
+//! heartbeat: every holder and waiter adds about a hundred bytes to it, and
+//! the writes of all clients contend on it. Permits are capped at
+//! [`MAX_PERMITS`]; the queue is not capped. The number of permits is fixed
+//! by the first client that writes the row: a client configured with
+//! another number gets [`ErrorKind::Config`] (delete the row, when nobody
+//! uses it, to change it).
+//!
+//! # Example
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use bakery_core::MemoryStore;
+//! use bakery_recipes::semaphore::Semaphore;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> bakery_core::Result<()> {
+//! let store = Arc::new(MemoryStore::new());
+//! let exports = Semaphore::builder(store.clone(), "exports")
+//!     .permits(2)
+//!     .lease(Duration::from_secs(10))
+//!     .build()?;
+//!
+//! let first = exports.acquire().await?;
+//! let second = exports.acquire().await?;
+//! assert_eq!((first.token(), second.token()), (1, 2));
+//! // Both permits are held: the soft form refuses at once.
+//! assert!(exports.try_acquire().await?.is_none());
+//!
+//! first.release().await?;
+//! let third = exports.try_acquire().await?.expect("one permit is free");
+//! assert_eq!(third.token(), 3, "every grant gets a larger token");
+//!
+//! let state = Semaphore::inspect(&*store, "exports").await?.expect("written");
+//! assert_eq!((state.permits, state.holders.len()), (2, 2));
+//! # second.release().await?;
+//! # third.release().await?;
+//! # Ok(()) }
+//! ```
+
+mod permit;
+mod state;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bakery_core::{
+    Capabilities, Change, Error, ErrorKind, Key, PutOutcome, Result, Row, Version, VersionedStore,
+    Watch,
+};
+use tokio::time::Instant;
+
+pub use crate::lock::LostReason;
+pub use permit::Permit;
+pub use state::{Holder, SemaphoreState, Waiter};
+
+use permit::Grant;
+use state::RECIPE;
+
+/// Key prefix of semaphore rows: the semaphore `exports` is stored under
+/// `semaphore/exports`.
+pub const KEY_PREFIX: &str = "semaphore";
+
+/// Default lease: long enough for a heartbeat to survive a few slow round
+/// trips, short enough that a crashed holder's permit comes back quickly.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+
+/// Default longest delay between two polls of a waiter (without
+/// notifications).
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(25);
+
+/// Shortest lease accepted: the heartbeat runs every lease/3.
+pub const MIN_LEASE: Duration = Duration::from_millis(30);
+
+/// Most permits a semaphore may have: all holders live in its one row.
+pub const MAX_PERMITS: u32 = 1000;
+
+/// First poll delay of a waiter without notifications; doubled up to the
+/// poll interval while the row does not change.
+const FIRST_POLL: Duration = Duration::from_millis(1);
+
+/// Configures a [`Semaphore`]; start with [`Semaphore::builder`].
+#[derive(Debug, Clone)]
+pub struct SemaphoreBuilder {
+    store: Arc<dyn VersionedStore>,
+    name: String,
+    permits: Option<u32>,
+    lease: Duration,
+    acquire_timeout: Option<Duration>,
+    poll_interval: Duration,
+    owner: Option<String>,
+}
+
+bakery_core::setters! { SemaphoreBuilder {
+    /// How many permits the semaphore has (required; 1 to [`MAX_PERMITS`]).
+    /// Every client of the semaphore must use the same number: the row
+    /// keeps the first one, and a handle configured otherwise is refused
+    /// with [`ErrorKind::Config`].
+    permits(permits: u32) Some;
+    /// How long a permit survives its holder's silence (default 10 s). The
+    /// holder heartbeats every lease/3. At least 30 ms.
+    lease(lease: Duration);
+    /// Give up [`Semaphore::acquire`] after this long with
+    /// [`ErrorKind::TimedOut`] (leaving the queue first). Default: wait
+    /// forever.
+    acquire_timeout(acquire_timeout: Duration) Some;
+    /// Longest delay between two polls while waiting (default 25 ms). Polls
+    /// start at 1 ms and double while nothing changes. With store
+    /// notifications this is only the fallback.
+    poll_interval(poll_interval: Duration);
+    /// The owner stored with each holder and waiter (default `host:pid`).
+    owner(owner: impl Into<String>) Some;
+}}
+
+impl SemaphoreBuilder {
+    /// Check the settings and build the semaphore. No store call is made.
+    pub fn build(self) -> Result<Semaphore> {
+        let key = Key::with_prefix(KEY_PREFIX, &self.name)?;
+        let permits = match self.permits {
+            None => {
+                return Err(Error::invalid_input(
+                    RECIPE,
+                    "the number of permits is required: .permits(n)",
+                ))
+            }
+            Some(n) if n == 0 || n > MAX_PERMITS => {
+                return Err(Error::invalid_input(
+                    RECIPE,
+                    format!("permits must be 1 to {MAX_PERMITS}, got {n}"),
+                ))
+            }
+            Some(n) => n,
+        };
+        if self.lease < MIN_LEASE {
+            return Err(Error::invalid_input(
+                RECIPE,
+                format!("lease must be at least {MIN_LEASE:?}, got {:?}", self.lease),
+            ));
+        }
+        let lease_ms = u64::try_from(self.lease.as_millis())
+            .map_err(|_| Error::invalid_input(RECIPE, "lease too long"))?;
+        if self.poll_interval.is_zero() {
+            return Err(Error::invalid_input(RECIPE, "poll interval must be > 0"));
+        }
+        let watching = self.store.capabilities().contains(Capabilities::WATCH);
+        Ok(Semaphore {
+            inner: Arc::new(Inner {
+                store: self.store,
+                name: self.name,
+                key,
+                permits,
+                lease: Duration::from_millis(lease_ms),
+                lease_ms,
+                acquire_timeout: self.acquire_timeout,
+                poll_interval: self.poll_interval,
+                owner: self.owner.unwrap_or_else(crate::lock::default_owner),
+                watching,
+                newest: Mutex::new(None),
+                tried: Mutex::new(Observations::default()),
+            }),
+        })
+    }
+}
+
+/// A fair, leased counting semaphore stored in one row. Cheap to clone;
+/// clones (and concurrent `acquire` calls) are separate contenders. See the
+/// [module docs](self).
+#[derive(Clone)]
+pub struct Semaphore {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.inner.name)
+            .field("permits", &self.inner.permits)
+            .field("lease", &self.inner.lease)
+            .field("backend", &self.inner.store.backend())
+            .finish()
+    }
+}
+
+pub(crate) struct Inner {
+    store: Arc<dyn VersionedStore>,
+    name: String,
+    key: Key,
+    permits: u32,
+    lease: Duration,
+    lease_ms: u64,
+    acquire_timeout: Option<Duration>,
+    poll_interval: Duration,
+    owner: String,
+    /// The store can notify: releases that grant a permit tell the waiters.
+    watching: bool,
+    /// The newest row this handle saw: where an `acquire` starts instead of
+    /// reading (a stale row only costs a conflict, which returns the
+    /// current one).
+    newest: Mutex<Option<Row>>,
+    /// What this handle's `try_acquire` calls saw of the holders.
+    tried: Mutex<Observations>,
+}
+
+/// The result of [`Inner::update`].
+pub(crate) enum Updated<T> {
+    /// The change was written; `granted` are the waiters it granted a
+    /// permit to.
+    Applied { granted: T },
+    /// Nothing to change in `row`, the current row the store returned.
+    Unchanged { row: Option<Row> },
+}
+
+impl Inner {
+    /// The state of `row` (`None`: a semaphore never written), checked
+    /// against this handle's number of permits.
+    fn decode(&self, row: Option<&Row>) -> Result<SemaphoreState> {
+        match row {
+            Some(row) => SemaphoreState::decode_with(row, self.permits),
+            None => Ok(SemaphoreState::new(self.permits)),
+        }
+    }
+
+    fn newest(&self) -> Option<Row> {
+        self.newest
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Note a row the store returned; an older one than known is ignored.
+    fn remember(&self, row: Option<&Row>) {
+        let mut newest = self
+            .newest
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match row {
+            Some(row) if newest.as_ref().is_none_or(|n| n.version < row.version) => {
+                *newest = Some(row.clone());
+            }
+            Some(_) => {}
+            None => *newest = None,
+        }
+    }
+
+    async fn read(&self) -> Result<Option<Row>> {
+        let row = self.store.get(&self.key).await?;
+        self.remember(row.as_ref());
+        Ok(row)
+    }
+
+    /// Write `state` if the row is still `current`.
+    async fn put(&self, current: Option<&Row>, state: &SemaphoreState) -> Result<PutOutcome> {
+        let expected = current.map(|row| row.version);
+        let outcome = self
+            .store
+            .put_if_version(&self.key, expected, state.encode()?)
+            .await?;
+        match &outcome {
+            PutOutcome::Applied(row) => self.remember(Some(row)),
+            PutOutcome::Conflict(now) => self.remember(now.as_ref()),
+        }
+        Ok(outcome)
+    }
+
+    /// Apply `change` to the row, starting from `current` (a hint) and
+    /// re-applying it to the row a conflict returns. `change` returns
+    /// `None` when there is nothing to write.
+    async fn update<T>(
+        &self,
+        mut current: Option<Row>,
+        mut change: impl FnMut(&mut SemaphoreState) -> Result<Option<T>>,
+    ) -> Result<Updated<T>> {
+        loop {
+            let mut state = self.decode(current.as_ref())?;
+            let Some(granted) = change(&mut state)? else {
+                return Ok(Updated::Unchanged { row: current });
+            };
+            match self.put(current.as_ref(), &state).await? {
+                PutOutcome::Applied(_) => return Ok(Updated::Applied { granted }),
+                PutOutcome::Conflict(now) => current = now,
+            }
+        }
+    }
+
+    /// Subscribe to the row's changes, if the store can notify.
+    async fn subscribe(&self) -> Option<Watch> {
+        match self.store.watch(&self.key).await {
+            Ok(watch) => watch,
+            Err(err) => {
+                tracing::debug!(semaphore = %self.name, error = %err, "watch failed; polling");
+                None
+            }
+        }
+    }
+
+    /// Wake the waiters of other clients after a write that granted them a
+    /// permit. A failed notify only costs latency (waiters read at least
+    /// every lease/4).
+    async fn notify(&self) {
+        if !self.watching {
+            return;
+        }
+        if let Err(err) = self.store.notify(&self.key).await {
+            tracing::debug!(semaphore = %self.name, error = %err, "notify failed; waiters will read");
+        }
+    }
+}
+
+impl Semaphore {
+    /// Start configuring the semaphore `name` (letters, digits,
+    /// `_ - . : @ + =`). Set the number of permits with
+    /// [`SemaphoreBuilder::permits`].
+    pub fn builder(store: Arc<dyn VersionedStore>, name: &str) -> SemaphoreBuilder {
+        SemaphoreBuilder {
+            store,
+            name: name.to_owned(),
+            permits: None,
+            lease: DEFAULT_LEASE,
+            acquire_timeout: None,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            owner: None,
+        }
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The number of permits this handle is configured with.
+    pub fn permits(&self) -> u32 {
+        self.inner.permits
+    }
+
+    /// The lease this handle's permits are held with.
+    pub fn lease(&self) -> Duration {
+        self.inner.lease
+    }
+
+    /// Wait until a permit is granted, in FIFO order of request.
+    ///
+    /// Errors: [`ErrorKind::TimedOut`] after the builder's `acquire_timeout`
+    /// (the request is withdrawn from the queue first);
+    /// [`ErrorKind::Config`] if the stored semaphore has another number of
+    /// permits; [`ErrorKind::Corrupt`] if its row is not a semaphore; store
+    /// errors as they come (the request is then withdrawn in the
+    /// background, or its grant expires with the lease). Dropping the
+    /// future withdraws the request too.
+    pub async fn acquire(&self) -> Result<Permit> {
+        tokio::task::coop::consume_budget().await;
+        let mut ticket = Ticket::new(&self.inner);
+        let grant = match self.inner.acquire_timeout {
+            None => self.wait_for_grant(&mut ticket).await?,
+            Some(limit) => {
+                match tokio::time::timeout(limit, self.wait_for_grant(&mut ticket)).await {
+                    Ok(outcome) => outcome?,
+                    Err(_) => {
+                        ticket.withdraw().await?;
+                        return Err(Error::new(
+                            ErrorKind::TimedOut,
+                            RECIPE,
+                            format!(
+                                "no permit of semaphore {} granted within {limit:?}; request withdrawn",
+                                self.inner.name
+                            ),
+                        ));
+                    }
+                }
+            }
+        };
+        ticket.settled = true;
+        Ok(Permit::start(self.inner.clone(), grant))
+    }
+
+    /// The soft form: take a permit only if one is free and nobody waits;
+    /// otherwise `Ok(None)` at once. Never queues. A holder that this
+    /// handle's tries saw silent (same heartbeat) for a whole lease on this
+    /// machine's clock is evicted when nobody waits, so crashed holders do
+    /// not shut out try-only clients forever; behind waiters, they evict it.
+    pub async fn try_acquire(&self) -> Result<Option<Permit>> {
+        tokio::task::coop::consume_budget().await;
+        let inner = &self.inner;
+        let waiter = new_waiter(inner);
+        // A cached row may say "free" (a stale one only costs a conflict),
+        // but "full" is only believed from a fresh read.
+        let (mut current, mut fresh) = match inner.newest() {
+            Some(row) => (Some(row), false),
+            None => (inner.read().await?, true),
+        };
+        loop {
+            let mut state = inner.decode(current.as_ref())?;
+            if !state.can_take() {
+                if !fresh {
+                    current = inner.read().await?;
+                    fresh = true;
+                    continue;
+                }
+                let expired = if state.queue.is_empty() {
+                    inner
+                        .tried
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .update(&state)
+                } else {
+                    Vec::new()
+                };
+                if expired.is_empty() {
+                    return Ok(None);
+                }
+                tracing::info!(semaphore = %inner.name, holders = ?expired, "evicting holders whose lease ran out");
+                // Nobody queues: the freed permits stay free for us.
+                state.evict(&expired)?;
+            }
+            let token = state.take(&waiter)?;
+            let sent = Instant::now();
+            match inner.put(current.as_ref(), &state).await? {
+                PutOutcome::Applied(row) => {
+                    let grant = Grant {
+                        id: waiter.id,
+                        token,
+                        row,
+                        lease_from: sent,
+                    };
+                    return Ok(Some(Permit::start(inner.clone(), grant)));
+                }
+                PutOutcome::Conflict(now) => {
+                    current = now;
+                    fresh = true;
+                }
+            }
+        }
+    }
+
+    /// The stored state of semaphore `name` (permits, holders, queue,
+    /// last token), or `None` if it was never written. For `bakery
+    /// semaphore show`; checks nothing about the number of permits.
+    pub async fn inspect(store: &dyn VersionedStore, name: &str) -> Result<Option<SemaphoreState>> {
+        let key = Key::with_prefix(KEY_PREFIX, name)?;
+        match store.get(&key).await? {
+            Some(row) => SemaphoreState::decode(&row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The acquire loop: every step is one write decided from the row the
+    /// last call returned; only waiting re-reads.
+    async fn wait_for_grant(&self, ticket: &mut Ticket) -> Result<Grant> {
+        let inner = &self.inner;
+        let me = ticket.waiter.id.clone();
+        // Longest wait between two reads of our own (see `current_sent`).
+        let slowest = inner.lease / 4;
+        // Send time of the call that returned `current`, and of the last
+        // call whose result did NOT show us as a holder. A grant to us
+        // committed after the latter, so no observer can have started
+        // timing our (unclaimed) permit before it: our lease may safely
+        // run from there, and taking a handed-over permit needs no write.
+        // (A cached row predates this request, so "now" is safe for it.)
+        let mut current_sent = Instant::now();
+        let mut not_holder_at = current_sent;
+        let mut current = inner.newest();
+        if current.is_none() {
+            current = inner.read().await?;
+        }
+        let mut watch: Option<Watch> = None;
+        let mut subscribed = false;
+        let mut observed = Observations::default();
+        let mut poll = FIRST_POLL.min(inner.poll_interval);
+        loop {
+            let mut state = inner.decode(current.as_ref())?;
+            if let Some(holder) = state.holder(&me) {
+                let token = holder.token;
+                let row = current.ok_or_else(|| {
+                    Error::new(ErrorKind::Internal, RECIPE, "held permit without row")
+                })?;
+                return Ok(Grant {
+                    id: me,
+                    token,
+                    row,
+                    lease_from: not_holder_at,
+                });
+            }
+            not_holder_at = current_sent;
+            if !state.queued(&me) {
+                // One write: take a free permit, or join the queue.
+                let takes = state.can_take();
+                if !takes && !subscribed {
+                    // Subscribe BEFORE the enqueue write: a grant written
+                    // after it is then heard, and waiting needs no read first.
+                    watch = inner.subscribe().await;
+                    subscribed = true;
+                }
+                state.join(&ticket.waiter)?;
+                ticket.written = true;
+                let sent = Instant::now();
+                match inner.put(current.as_ref(), &state).await? {
+                    PutOutcome::Applied(row) => {
+                        if let (true, Some(holder)) = (takes, state.holder(&me)) {
+                            // Taken by this very write: the lease counts
+                            // from its send time.
+                            return Ok(Grant {
+                                id: me,
+                                token: holder.token,
+                                row,
+                                lease_from: sent,
+                            });
+                        }
+                        current = Some(row);
+                    }
+                    PutOutcome::Conflict(now) => current = now,
+                }
+                current_sent = sent;
+                continue;
+            }
+            // Queued: evict the holders that stayed silent for a whole lease
+            // of theirs on our clock, else wait.
+            let expired = observed.update(&state);
+            if !expired.is_empty() {
+                tracing::info!(semaphore = %inner.name, holders = ?expired, "evicting holders whose lease ran out");
+                let granted = state.evict(&expired)?;
+                let mine = granted.contains(&me);
+                if mine {
+                    state.beat(&me); // evict and claim in one write
+                }
+                let sent = Instant::now();
+                match inner.put(current.as_ref(), &state).await? {
+                    PutOutcome::Applied(row) => {
+                        if granted.iter().any(|id| *id != me) {
+                            inner.notify().await;
+                        }
+                        if let (true, Some(holder)) = (mine, state.holder(&me)) {
+                            return Ok(Grant {
+                                id: me,
+                                token: holder.token,
+                                row,
+                                lease_from: sent,
+                            });
+                        }
+                        current = Some(row);
+                    }
+                    PutOutcome::Conflict(now) => current = now,
+                }
+                current_sent = sent;
+                continue;
+            }
+            // Our grant arrives with a wake-up or a poll; we still read at
+            // least every lease/4, so the lease of a grant we learn of never
+            // counts from further back, and we see the holders' heartbeats.
+            let mut wake_at = current_sent + slowest;
+            if let Some(deadline) = observed.deadline() {
+                wake_at = wake_at.min(deadline);
+            }
+            let seen = current.as_ref().map(|row| row.version);
+            if let Some(row) = wait(&mut watch, wake_at, seen, poll).await {
+                // Newer than ours; our lease still counts from our last
+                // request (`current_sent`).
+                current = Some(row);
+                continue;
+            }
+            let sent = Instant::now();
+            let read = inner.read().await?;
+            // Never poll faster than the store answers: a slow store is
+            // not loaded further by its own waiters.
+            let floor = FIRST_POLL.max(sent.elapsed()).min(inner.poll_interval);
+            poll = if read.as_ref().map(|row| row.version) == seen {
+                (poll * 2).clamp(floor, inner.poll_interval)
+            } else {
+                floor
+            };
+            current = read;
+            current_sent = sent;
+        }
+    }
+}
+
+/// Wait for a row newer than `seen` from the store's notifications (`None`
+/// on a plain wake-up: read), or, without them, for the next poll; never
+/// past `until`.
+async fn wait(
+    watch: &mut Option<Watch>,
+    until: Instant,
+    seen: Option<Version>,
+    poll: Duration,
+) -> Option<Row> {
+    let Some(feed) = watch.as_mut() else {
+        tokio::time::sleep_until(until.min(Instant::now() + poll)).await;
+        return None;
+    };
+    let sleep = tokio::time::sleep_until(until);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            change = feed.next_change() => match change {
+                Some(Change::Row(row)) if seen < Some(row.version) => return Some(row),
+                // Old news.
+                Some(Change::Row(_)) => {}
+                Some(Change::Read) => return None,
+                None => {
+                    tracing::debug!("store notifications stopped; polling");
+                    *watch = None;
+                    return None;
+                }
+            },
+            () = &mut sleep => return None,
+        }
+    }
+}
+
+/// What a client saw of each holder's heartbeat, and since when (on its own
+/// clock).
+#[derive(Debug, Default)]
+struct Observations {
+    seen: HashMap<String, Observation>,
+}
+
+#[derive(Debug)]
+struct Observation {
+    beat: u64,
+    since: Instant,
+    lease: Duration,
+}
+
+impl Observations {
+    /// Note the holders of `state` (keeping the start time of those whose
+    /// heartbeat did not move) and return those silent for a whole lease.
+    fn update(&mut self, state: &SemaphoreState) -> Vec<String> {
+        let now = Instant::now();
+        self.seen.retain(|id, _| state.holder(id).is_some());
+        let mut expired = Vec::new();
+        for holder in &state.holders {
+            let seen = self
+                .seen
+                .entry(holder.id.clone())
+                .or_insert_with(|| Observation {
+                    beat: holder.beat,
+                    since: now,
+                    lease: Duration::from_millis(holder.lease_ms),
+                });
+            if seen.beat != holder.beat {
+                *seen = Observation {
+                    beat: holder.beat,
+                    since: now,
+                    lease: Duration::from_millis(holder.lease_ms),
+                };
+            }
+            if now >= seen.since + seen.lease {
+                expired.push(holder.id.clone());
+            }
+        }
+        expired
+    }
+
+    /// When the first observed holder's lease runs out, if nothing moves.
+    fn deadline(&self) -> Option<Instant> {
+        self.seen.values().map(|seen| seen.since + seen.lease).min()
+    }
+}
+
+fn new_waiter(inner: &Inner) -> Waiter {
+    Waiter {
+        id: uuid::Uuid::new_v4().simple().to_string()[..16].to_owned(),
+        owner: inner.owner.clone(),
+        lease_ms: inner.lease_ms,
+    }
+}
+
+/// One acquisition request. If dropped before it settles (the acquire
+/// future was cancelled, or failed) after a write that may have put it in
+/// the row, it withdraws itself in the background, so it does not block
+/// the waiters behind it.
+struct Ticket {
+    inner: Arc<Inner>,
+    waiter: Waiter,
+    written: bool,
+    settled: bool,
+}
+
+impl Ticket {
+    fn new(inner: &Arc<Inner>) -> Ticket {
+        Ticket {
+            inner: inner.clone(),
+            waiter: new_waiter(inner),
+            written: false,
+            settled: false,
+        }
+    }
+
+    async fn withdraw(&mut self) -> Result<()> {
+        self.settled = true;
+        withdraw(&self.inner, &self.waiter.id).await
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.settled || !self.written {
+            return;
+        }
+        let inner = self.inner.clone();
+        let id = self.waiter.id.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(err) = withdraw(&inner, &id).await {
+                        tracing::warn!(semaphore = %inner.name, error = %err, "could not withdraw a cancelled request; it expires with its lease");
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                semaphore = %inner.name,
+                "no runtime to withdraw a cancelled request; it expires with its lease"
+            ),
+        }
+    }
+}
+
+/// Remove request `id` from the queue, or give on the permit it was granted
+/// meanwhile. Decided on a fresh read, never a cached row.
+async fn withdraw(inner: &Inner, id: &str) -> Result<()> {
+    let current = inner.read().await?;
+    let updated = inner.update(current, |state| state.withdraw(id)).await?;
+    if let Updated::Applied { granted } = updated {
+        if !granted.is_empty() {
+            inner.notify().await;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,411 @@
+//! The counting semaphore on a real store: never more than N holders, FIFO
+//! grants, the soft form, eviction of a silent holder, withdrawal on
+//! timeout or cancel, and typed errors for rows it must not touch.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bakery_core::{ErrorKind, Key, VersionedStore};
+use bakery_recipes::lock::LostReason;
+use bakery_recipes::semaphore::{self, Semaphore, SemaphoreBuilder, SemaphoreState};
+use tokio::time::Instant;
+
+use crate::faults::FaultStore;
+use crate::{case, unique_name, Case};
+
+/// Upper bound on waiting for something that must happen; reaching it means
+/// the behaviour is broken (never a speed check).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+pub(crate) fn cases() -> Vec<Case> {
+    vec![
+        case!("semaphore", never_more_than_n_holders_at_once),
+        case!("semaphore", waiters_are_granted_in_queue_order),
+        case!("semaphore", try_acquire_refuses_when_full_or_queued),
+        case!("semaphore", paused_holder_is_evicted_after_its_lease),
+        case!("semaphore", acquire_timeout_withdraws_the_request),
+        case!("semaphore", cancelled_acquire_leaves_the_queue),
+        case!(
+            "semaphore",
+            corrupt_row_and_other_permit_count_are_typed_errors
+        ),
+    ]
+}
+
+fn semaphore(store: &Arc<dyn VersionedStore>, name: &str, permits: u32) -> SemaphoreBuilder {
+    Semaphore::builder(store.clone(), name)
+        .permits(permits)
+        .acquire_timeout(PATIENCE)
+}
+
+async fn inspect(store: &Arc<dyn VersionedStore>, name: &str) -> Option<SemaphoreState> {
+    Semaphore::inspect(&**store, name)
+        .await
+        .expect("inspect semaphore")
+}
+
+/// Wait (bounded) until the semaphore's stored state satisfies `done`.
+async fn wait_for_state(
+    store: &Arc<dyn VersionedStore>,
+    name: &str,
+    what: &str,
+    done: impl Fn(&SemaphoreState) -> bool,
+) -> SemaphoreState {
+    let give_up = Instant::now() + PATIENCE;
+    loop {
+        if let Some(state) = inspect(store, name).await {
+            if done(&state) {
+                return state;
+            }
+            assert!(Instant::now() < give_up, "never saw {what}: {state:?}");
+        } else {
+            assert!(Instant::now() < give_up, "never saw {what}: no row");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// 8 clients × 20 acquisitions of a 3-permit semaphore: the number of
+/// clients inside never exceeds 3 and every grant has its own token. It
+/// must not under-admit either: the stored row, sampled while the clients
+/// run, shows 3 holders at some point, and at least 2 clients are inside
+/// at once (a client learns of its grant a round trip or a poll after it
+/// is written and leaves before its release is, so 3 at once inside the
+/// clients is likely but not certain on a slow store).
+async fn never_more_than_n_holders_at_once(store: Arc<dyn VersionedStore>) {
+    const PERMITS: usize = 3;
+    const CLIENTS: usize = 8;
+    const ROUNDS: usize = 20;
+    let name = unique_name("sem-bound");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let running = Arc::new(AtomicUsize::new(CLIENTS));
+    let sampler = {
+        let (store, name, running) = (store.clone(), name.clone(), running.clone());
+        tokio::spawn(async move {
+            let mut most_stored = 0;
+            while running.load(Ordering::SeqCst) > 0 {
+                // Decoding refuses a row with more holders than permits.
+                if let Some(state) = inspect(&store, &name).await {
+                    most_stored = most_stored.max(state.holders.len());
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            most_stored
+        })
+    };
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let sem = semaphore(&store, &name, PERMITS as u32)
+            .owner(format!("client-{c}"))
+            .build()
+            .expect("valid");
+        let (inside, most, tokens) = (inside.clone(), most.clone(), tokens.clone());
+        let running = Running(running.clone());
+        tasks.push(tokio::spawn(async move {
+            let _running = running;
+            for round in 0..ROUNDS {
+                let permit = sem
+                    .acquire()
+                    .await
+                    .unwrap_or_else(|e| panic!("client {c}, round {round}: acquire: {e}"));
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                assert!(
+                    now <= PERMITS,
+                    "{now} clients inside a {PERMITS}-permit semaphore"
+                );
+                tokens.lock().expect("tokens").push(permit.token());
+                // The work done under the permit: long enough for grants to
+                // overlap (the bound above holds however long it is).
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                assert!(permit.is_held(), "permit lost during the work");
+                inside.fetch_sub(1, Ordering::SeqCst);
+                permit
+                    .release()
+                    .await
+                    .unwrap_or_else(|e| panic!("client {c}, round {round}: release: {e}"));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("client");
+    }
+    let most_stored = sampler.await.expect("sampler");
+    let tokens = tokens.lock().expect("tokens").clone();
+    let unique: BTreeSet<u64> = tokens.iter().copied().collect();
+    assert_eq!(tokens.len(), CLIENTS * ROUNDS);
+    assert_eq!(unique.len(), tokens.len(), "a token was granted twice");
+    assert_eq!(
+        most_stored, PERMITS,
+        "never {PERMITS} holders stored at once: the semaphore under-admits"
+    );
+    let most = most.load(Ordering::SeqCst);
+    assert!(most >= 2, "never 2 clients inside at once: under-admits");
+    let state = inspect(&store, &name).await.expect("row");
+    assert!(
+        state.holders.is_empty() && state.queue.is_empty(),
+        "{state:?}"
+    );
+    assert_eq!(state.token, (CLIENTS * ROUNDS) as u64);
+}
+
+/// Counts a client out when its task ends, however it ends.
+struct Running(Arc<AtomicUsize>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// With both permits held, four waiters queue one after another; they are
+/// granted in exactly that order (grant order is token order).
+async fn waiters_are_granted_in_queue_order(store: Arc<dyn VersionedStore>) {
+    const WAITERS: usize = 4;
+    let name = unique_name("sem-fifo");
+    let holders = semaphore(&store, &name, 2).build().expect("valid");
+    let first = holders.acquire().await.expect("first permit");
+    let second = holders.acquire().await.expect("second permit");
+    let granted = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let sem = semaphore(&store, &name, 2)
+            .owner(format!("waiter-{i}"))
+            .build()
+            .expect("valid");
+        let granted = granted.clone();
+        tasks.push(tokio::spawn(async move {
+            let permit = sem.acquire().await.expect("acquire");
+            granted.lock().expect("granted").push((i, permit.token()));
+            permit.release().await.expect("release");
+        }));
+        wait_for_state(&store, &name, "the waiter queued", |s| {
+            s.queue.len() == i + 1
+        })
+        .await;
+    }
+    let state = inspect(&store, &name).await.expect("row");
+    let queued: Vec<&str> = state.queue.iter().map(|w| w.owner.as_str()).collect();
+    assert_eq!(queued, ["waiter-0", "waiter-1", "waiter-2", "waiter-3"]);
+    first.release().await.expect("release");
+    second.release().await.expect("release");
+    for task in tasks {
+        task.await.expect("waiter");
+    }
+    let mut granted = granted.lock().expect("granted").clone();
+    granted.sort_unstable();
+    let tokens: Vec<u64> = granted.iter().map(|(_, token)| *token).collect();
+    assert_eq!(
+        tokens,
+        [3, 4, 5, 6],
+        "waiter i must get token 3 + i (FIFO): {granted:?}"
+    );
+}
+
+/// The soft form takes a free permit, and refuses while every permit is
+/// held, while someone queues, and after a release that handed the permit
+/// to that waiter.
+async fn try_acquire_refuses_when_full_or_queued(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("sem-try");
+    let sem = semaphore(&store, &name, 2).build().expect("valid");
+    let other = semaphore(&store, &name, 2).build().expect("valid");
+    let a = sem.try_acquire().await.expect("try").expect("free");
+    let b = sem
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("one more free");
+    assert_eq!((a.token(), b.token()), (1, 2));
+    assert!(other.try_acquire().await.expect("try").is_none(), "full");
+
+    let waiting = {
+        let sem = semaphore(&store, &name, 2).build().expect("valid");
+        tokio::spawn(async move { sem.acquire().await })
+    };
+    wait_for_state(&store, &name, "the waiter queued", |s| s.queue.len() == 1).await;
+    assert!(other.try_acquire().await.expect("try").is_none(), "queued");
+    a.release().await.expect("release");
+    // The release granted the freed permit to the waiter in the same write.
+    assert!(
+        other.try_acquire().await.expect("try").is_none(),
+        "handed on"
+    );
+    let c = waiting.await.expect("task").expect("waiter granted");
+    assert_eq!(c.token(), 3);
+    b.release().await.expect("release");
+    let d = other.try_acquire().await.expect("try").expect("free again");
+    assert_eq!(d.token(), 4);
+    c.release().await.expect("release");
+    d.release().await.expect("release");
+}
+
+/// Two holders with short leases; one freezes (its store calls held, like
+/// a stopped process). A waiter evicts the frozen one — after a whole lease
+/// of silence, with a larger token — and not the one that heartbeats; the
+/// frozen permit learns it lost, and its late release is refused.
+async fn paused_holder_is_evicted_after_its_lease(store: Arc<dyn VersionedStore>) {
+    const LEASE: Duration = Duration::from_millis(500);
+    let name = unique_name("sem-evict");
+    let frozen_store = Arc::new(FaultStore::new(store.clone()));
+    let live = semaphore(&store, &name, 2)
+        .lease(LEASE)
+        .build()
+        .expect("valid")
+        .acquire()
+        .await
+        .expect("live permit");
+    let frozen = semaphore(&(frozen_store.clone() as Arc<dyn VersionedStore>), &name, 2)
+        .lease(LEASE)
+        .build()
+        .expect("valid")
+        .acquire()
+        .await
+        .expect("frozen permit");
+    let frozen_lost = frozen.lost();
+    frozen_store.pause();
+
+    let asked = Instant::now();
+    let next = semaphore(&store, &name, 2)
+        .build()
+        .expect("valid")
+        .acquire()
+        .await
+        .expect("evict and acquire");
+    assert!(
+        asked.elapsed() >= LEASE,
+        "evicted after {:?}, before a lease of silence",
+        asked.elapsed()
+    );
+    assert!(next.token() > frozen.token() && next.token() > live.token());
+    let state = inspect(&store, &name).await.expect("row");
+    let tokens: BTreeSet<u64> = state.holders.iter().map(|h| h.token).collect();
+    assert_eq!(
+        tokens,
+        BTreeSet::from([live.token(), next.token()]),
+        "the heartbeating holder must keep its permit: {state:?}"
+    );
+    assert!(live.is_held());
+
+    let reason = tokio::time::timeout(PATIENCE, frozen_lost)
+        .await
+        .expect("the frozen permit learns it is lost");
+    assert!(
+        matches!(reason, LostReason::LeaseExpired | LostReason::Evicted),
+        "{reason:?}"
+    );
+    assert!(!frozen.is_held());
+    frozen_store.resume();
+    let err = frozen.release().await.expect_err("no longer held");
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+
+    live.release().await.expect("release");
+    next.release().await.expect("release");
+    let state = inspect(&store, &name).await.expect("row");
+    assert!(state.holders.is_empty(), "{state:?}");
+}
+
+/// A waiter that times out leaves the queue before it returns, so a later
+/// release does not hand the permit to a ghost.
+async fn acquire_timeout_withdraws_the_request(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("sem-timeout");
+    let held = semaphore(&store, &name, 1)
+        .build()
+        .expect("valid")
+        .acquire()
+        .await
+        .expect("acquire");
+    let impatient = Semaphore::builder(store.clone(), &name)
+        .permits(1)
+        .acquire_timeout(Duration::from_millis(300))
+        .build()
+        .expect("valid");
+    let err = impatient.acquire().await.expect_err("must time out");
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    let state = inspect(&store, &name).await.expect("row");
+    assert!(
+        state.queue.is_empty(),
+        "a timed-out request stayed queued: {state:?}"
+    );
+    held.release().await.expect("release");
+    let state = inspect(&store, &name).await.expect("row");
+    assert!(state.holders.is_empty(), "granted to a ghost: {state:?}");
+}
+
+/// Dropping a waiting acquire withdraws its request in the background.
+async fn cancelled_acquire_leaves_the_queue(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("sem-cancel");
+    let held = semaphore(&store, &name, 1)
+        .build()
+        .expect("valid")
+        .acquire()
+        .await
+        .expect("acquire");
+    let waiting = {
+        let sem = semaphore(&store, &name, 1).build().expect("valid");
+        tokio::spawn(async move { sem.acquire().await })
+    };
+    wait_for_state(&store, &name, "the waiter queued", |s| s.queue.len() == 1).await;
+    waiting.abort(); // drops the acquire future
+    wait_for_state(&store, &name, "the cancelled waiter leave", |s| {
+        s.queue.is_empty()
+    })
+    .await;
+    held.release().await.expect("release");
+    let state = inspect(&store, &name).await.expect("row");
+    assert!(state.holders.is_empty(), "granted to a ghost: {state:?}");
+}
+
+/// A row that is not a semaphore, and a semaphore stored with another
+/// number of permits, are typed errors; neither row is touched. Bad
+/// settings are refused before anything is sent.
+async fn corrupt_row_and_other_permit_count_are_typed_errors(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("sem-corrupt");
+    let key = Key::with_prefix(semaphore::KEY_PREFIX, &name).expect("key");
+    let _ = store
+        .put_if_version(&key, None, "{not a semaphore".into())
+        .await
+        .expect("seed garbage");
+    let sem = semaphore(&store, &name, 2).build().expect("valid");
+    let err = sem.acquire().await.expect_err("corrupt");
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    assert!(err.message().contains(key.as_str()), "{err}");
+    let err = sem.try_acquire().await.expect_err("corrupt");
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    let err = Semaphore::inspect(&*store, &name)
+        .await
+        .expect_err("corrupt");
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    let row = store.get(&key).await.expect("get").expect("kept");
+    assert_eq!(&row.value[..], b"{not a semaphore");
+
+    let name = unique_name("sem-permits");
+    let two = semaphore(&store, &name, 2).build().expect("valid");
+    let permit = two.acquire().await.expect("acquire");
+    let key = Key::with_prefix(semaphore::KEY_PREFIX, &name).expect("key");
+    let before = store.get(&key).await.expect("get").expect("row");
+    let three = semaphore(&store, &name, 3).build().expect("valid");
+    let err = three.acquire().await.expect_err("other permit count");
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    assert!(err.message().contains("2 permits"), "{err}");
+    let err = three.try_acquire().await.expect_err("other permit count");
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    let after = store.get(&key).await.expect("get").expect("row");
+    assert_eq!(after.version, before.version, "the row was rewritten");
+    assert_eq!(inspect(&store, &name).await.expect("row").permits, 2);
+    permit.release().await.expect("release");
+
+    for bad in [
+        Semaphore::builder(store.clone(), &name),
+        semaphore(&store, &name, 0),
+        semaphore(&store, &name, semaphore::MAX_PERMITS + 1),
+        semaphore(&store, &name, 1).lease(Duration::from_millis(1)),
+        semaphore(&store, "bad/name", 1),
+    ] {
+        let err = bad.build().expect_err("bad settings");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    }
+}
