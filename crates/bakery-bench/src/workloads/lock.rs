@@ -4,7 +4,8 @@
 //! Variants: the fair lock with store notifications (on backends that have
 //! them), the fair lock polling only, and the old try-and-back-off lock
 //! ([`OldLock`], the baseline: try, and sleep a random back-off while it is
-//! held; no queue). One operation is one acquire + release; the
+//! held; no queue), and leader election on the fair lock (campaign + resign:
+//! a leadership hand-over per operation). One operation is one acquire + release; the
 //! latency is the wait plus both writes. Besides throughput the table shows
 //! fairness: Jain's index over the clients' grants (from the runner) and the
 //! longest run of consecutive grants to one client. Every grant is checked
@@ -14,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use bakery::{Key, Lock, VersionedStore};
+use bakery::{Election, Key, Lock, VersionedStore};
 
 use crate::baseline::{self, OldLock};
 use crate::stats::LatencyHistogram;
@@ -28,6 +29,7 @@ pub struct LockWorkload;
 const FAIR: Variant = Variant::new("fair", "Lock (FIFO)");
 const FAIR_POLLING: Variant = Variant::new("fair-polling", "Lock (FIFO, no notify)");
 const OLD: Variant = Variant::new("old", "old lock (try and back off)");
+const ELECTION: Variant = Variant::new("election", "Election (campaign + resign)");
 
 /// Extra column: most consecutive grants to the same client.
 pub const LONGEST_RUN: &str = "longest run";
@@ -38,19 +40,24 @@ pub const HANDOFF_P50: &str = "hand-off p50 µs";
 pub const HANDOFF_P99: &str = "hand-off p99 µs";
 
 /// The `lock` workload as the registry lists it.
-pub const SPEC: WorkloadSpec =
-    WorkloadSpec::new("lock", "acq", &[FAIR, FAIR_POLLING, OLD], &LockWorkload)
-        .summary(
-            "Lock acquire + release: the fair lock (with and without store \
-             notifications) and the old try-and-back-off lock.",
-        )
-        .title(
-            "lock: acquire + release of one lock by every client (acquisitions/s; latency = wait \
+pub const SPEC: WorkloadSpec = WorkloadSpec::new(
+    "lock",
+    "acq",
+    &[FAIR, FAIR_POLLING, OLD, ELECTION],
+    &LockWorkload,
+)
+.summary(
+    "Lock acquire + release: the fair lock (with and without store \
+             notifications), the old try-and-back-off lock, and leader election's \
+             campaign + resign.",
+)
+.title(
+    "lock: acquire + release of one lock by every client (acquisitions/s; latency = wait \
              + both writes; fairness = Jain's index over per-client grants; longest run = most \
              consecutive grants to one client; hand-off = from the holder's release to the next \
              client's grant)",
-        )
-        .extra_columns(&[LONGEST_RUN, HANDOFF_P50, HANDOFF_P99]);
+)
+.extra_columns(&[LONGEST_RUN, HANDOFF_P50, HANDOFF_P99]);
 
 #[async_trait]
 impl Workload for LockWorkload {
@@ -64,11 +71,22 @@ impl Workload for LockWorkload {
         } else {
             bakery::lock::KEY_PREFIX
         };
-        let key = Key::with_prefix(prefix, &name).map_err(prepare_error)?;
+        let row_name = if cell.variant == ELECTION.id {
+            format!("{}{name}", bakery::election::LOCK_PREFIX)
+        } else {
+            name.clone()
+        };
+        let key = Key::with_prefix(prefix, &row_name).map_err(prepare_error)?;
         let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
         for index in 0..cell.clients {
             let kind = if cell.variant == OLD.id {
                 LockKind::Old(OldLock::new(counted.clone(), &name).map_err(prepare_error)?)
+            } else if cell.variant == ELECTION.id {
+                LockKind::Election(
+                    Election::builder(counted.clone(), &name)
+                        .build()
+                        .map_err(prepare_error)?,
+                )
             } else {
                 LockKind::Fair(
                     Lock::builder(counted.clone(), &name)
@@ -100,6 +118,7 @@ impl Workload for LockWorkload {
 enum LockKind {
     Fair(Lock),
     Old(OldLock),
+    Election(Election),
 }
 
 /// The order of grants as seen inside the critical section (so it is the
@@ -240,6 +259,12 @@ impl BenchClient for LockClient {
                 let guard = lock.acquire().await?;
                 let entered = self.grants.critical_section(self.index);
                 lock.release(guard).await?;
+                entered
+            }
+            LockKind::Election(election) => {
+                let leadership = election.campaign().await?;
+                let entered = self.grants.critical_section(self.index);
+                leadership.resign().await?;
                 entered
             }
         }
