@@ -91,6 +91,11 @@ pub enum Command {
     #[command(subcommand)]
     Leader(crate::leader::LeaderCommand),
 
+    /// Counting semaphores: run a command while holding one of N leased
+    /// permits, granted in the order requested, each with a fencing token.
+    #[command(subcommand)]
+    Semaphore(crate::semaphore::SemaphoreCommand),
+
     /// Fenced values: writes carrying a lock's fencing token, refused when
     /// a newer holder has written.
     #[command(subcommand)]

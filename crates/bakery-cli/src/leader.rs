@@ -10,7 +10,7 @@ use bakery::{ErrorKind, VersionedStore};
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::lock::{hold_while_running, parse_duration, EXIT_BUSY};
+use crate::lock::{parse_duration, run_while_held, EXIT_BUSY};
 use crate::output::{self, CliError};
 
 /// `bakery leader …`
@@ -87,7 +87,9 @@ pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, C
     // The lock underneath: its name is what BAKERY_LOCK_NAME and the
     // messages show (`bakery lock show` it for the queue of candidates).
     let lock_name = format!("{}{}", bakery::election::LOCK_PREFIX, args.name);
-    hold_while_running(leadership.into_lock_guard(), &lock_name, &args.command).await
+    let guard = leadership.into_lock_guard();
+    let (token, lost) = (guard.token(), guard.lost());
+    run_while_held(token, lost, || guard.release(), &lock_name, &args.command).await
 }
 
 /// `bakery leader show`.

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bakery::fence::{Fenced, FencedRead, FencedValue, FencedWrite};
-use bakery::lock::{Lock, LockBuilder, LockGuard, LockState};
+use bakery::lock::{Lock, LockBuilder, LockGuard, LockState, LostReason};
 use bakery::{ErrorKind, VersionedStore};
 use clap::{Args, Subcommand};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::json;
+use std::future::Future;
 use tokio::process::{Child, Command};
 
 use crate::output::{self, CliError};
@@ -221,30 +222,47 @@ pub async fn try_run(store: Arc<dyn VersionedStore>, args: &TryArgs) -> Result<u
     }
 }
 
-pub(crate) async fn hold_while_running(
+async fn hold_while_running(
     guard: LockGuard,
     name: &str,
     command: &[OsString],
 ) -> Result<u8, CliError> {
+    let (token, lost) = (guard.token(), guard.lost());
+    run_while_held(token, lost, || guard.release(), name, command).await
+}
+
+/// Run COMMAND while a grant with `token` is held (a lock guard, a
+/// leadership, a permit): stop it if `lost` completes, pass stop signals
+/// on, then `release`. `name` is exported as BAKERY_LOCK_NAME.
+pub(crate) async fn run_while_held<R, F>(
+    token: u64,
+    lost: impl Future<Output = LostReason>,
+    release: R,
+    name: &str,
+    command: &[OsString],
+) -> Result<u8, CliError>
+where
+    R: FnOnce() -> F,
+    F: Future<Output = bakery::Result<()>>,
+{
     let (program, args) = command
         .split_first()
         .ok_or_else(|| CliError::Message("no COMMAND given after --".into()))?;
     let mut child = match Command::new(program)
         .args(args)
-        .env("BAKERY_FENCING_TOKEN", guard.token().to_string())
+        .env("BAKERY_FENCING_TOKEN", token.to_string())
         .env("BAKERY_LOCK_NAME", name)
         .spawn()
     {
         Ok(child) => child,
         Err(err) => {
-            let _ = guard.release().await;
+            let _ = release().await;
             return Err(CliError::Message(format!(
                 "cannot run {}: {err}",
                 program.to_string_lossy()
             )));
         }
     };
-    let lost = guard.lost();
     let mut terminate = signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = signal(tokio::signal::unix::SignalKind::interrupt())?;
     tokio::pin!(lost);
@@ -264,7 +282,7 @@ pub(crate) async fn hold_while_running(
             _ = interrupt.recv() => forward(&child, Signal::SIGINT),
         }
     };
-    match guard.release().await {
+    match release().await {
         Ok(()) => Ok(exit_code(status)),
         Err(err) if err.kind() == ErrorKind::Lost => {
             output::report(&CliError::Message(format!(

@@ -12,6 +12,7 @@ mod migrate;
 mod once;
 mod outbox;
 mod output;
+mod semaphore;
 mod seq;
 mod verify;
 
@@ -93,6 +94,20 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 leader::LeaderCommand::Run(args) => leader::run(store, args).await?,
                 leader::LeaderCommand::Show(args) => {
                     return leader::show(store, args, cli.json).await
+                }
+            };
+            match status {
+                0 => Ok(()),
+                code => Err(CliError::Exit(code)),
+            }
+        }
+        Command::Semaphore(command) => {
+            bakery::validate_name(command.name())?;
+            let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
+            let status = match command {
+                semaphore::SemaphoreCommand::Run(args) => semaphore::run(store, args).await?,
+                semaphore::SemaphoreCommand::Show(args) => {
+                    return semaphore::show(&*store, args, cli.json).await
                 }
             };
             match status {

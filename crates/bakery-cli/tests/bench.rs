@@ -461,7 +461,7 @@ fn lock_workload_reports_fairness_and_native_locks() {
     let mut targets = vec!["memory", "sqlite"];
     targets.extend(servers.iter().map(|(_, target, _)| *target));
     for target in targets {
-        for variant in ["fair", "fair-polling", "old", "election"] {
+        for variant in ["fair", "fair-polling", "old", "election", "semaphore"] {
             let cell = cell(&report, "lock", target, variant, 3);
             assert_clean_cell(cell);
             let fairness = cell["fairness"].as_f64().unwrap_or(-1.0);

@@ -559,6 +559,58 @@ fn metrics_addr_serves_store_and_lock_metrics() {
     );
 }
 
+/// Four `bakery semaphore run --permits 2` processes: never more than two
+/// commands inside at once (each counts the markers present after adding
+/// its own, and removes its marker before its permit is released), all
+/// succeed, and `semaphore show` reports the permits free afterwards.
+#[test]
+fn semaphore_run_admits_at_most_n_processes() {
+    let target = Target::sqlite();
+    let name = unique("sem");
+    let script = "touch \"$D/in.$$\"; ls \"$D\" | grep -c '^in\\.' >> \"$D/counts\"; \
+                  sleep 0.3; rm \"$D/in.$$\"";
+    let children: Vec<Child> = (0..4)
+        .map(|_| {
+            target.spawn(&[
+                "semaphore",
+                "run",
+                &name,
+                "--permits",
+                "2",
+                "--timeout",
+                "60s",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+        })
+        .collect();
+    for child in children {
+        assert_status(
+            &wait_with_patience(child, "semaphore run"),
+            0,
+            "semaphore run",
+        );
+    }
+    let counts = std::fs::read_to_string(target.path("counts")).expect("counts");
+    let counts: Vec<u32> = counts
+        .lines()
+        .map(|line| line.trim().parse().expect("a count"))
+        .collect();
+    assert_eq!(counts.len(), 4, "{counts:?}");
+    assert!(
+        counts.iter().all(|&n| (1..=2).contains(&n)),
+        "more than 2 inside at once: {counts:?}"
+    );
+    let show = target.run(&["semaphore", "show", &name]);
+    assert_status(&show, 0, "semaphore show");
+    assert_mentions(&show.stdout, "permits:   2 (0 held)");
+    let other = target.run(&["semaphore", "run", &name, "--permits", "3", "--", "true"]);
+    assert_status(&other, 1, "another permit count");
+    assert_mentions(&other.stderr, "permits");
+}
+
 #[test]
 fn bad_input_is_a_clear_error() {
     let target = Target::sqlite();

@@ -4,8 +4,10 @@
 //! Variants: the fair lock with store notifications (on backends that have
 //! them), the fair lock polling only, and the old try-and-back-off lock
 //! ([`OldLock`], the baseline: try, and sleep a random back-off while it is
-//! held; no queue), and leader election on the fair lock (campaign + resign:
-//! a leadership hand-over per operation). One operation is one acquire + release; the
+//! held; no queue), leader election on the fair lock (campaign + resign:
+//! a leadership hand-over per operation) and a one-permit semaphore (its
+//! own row and algorithm, without the lock's per-process writer). One
+//! operation is one acquire + release; the
 //! latency is the wait plus both writes. Besides throughput the table shows
 //! fairness: Jain's index over the clients' grants (from the runner) and the
 //! longest run of consecutive grants to one client. Every grant is checked
@@ -15,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use bakery::{Election, Key, Lock, VersionedStore};
+use bakery::{Election, Key, Lock, Semaphore, VersionedStore};
 
 use crate::baseline::{self, OldLock};
 use crate::stats::LatencyHistogram;
@@ -30,6 +32,7 @@ const FAIR: Variant = Variant::new("fair", "Lock (FIFO)");
 const FAIR_POLLING: Variant = Variant::new("fair-polling", "Lock (FIFO, no notify)");
 const OLD: Variant = Variant::new("old", "old lock (try and back off)");
 const ELECTION: Variant = Variant::new("election", "Election (campaign + resign)");
+const SEMAPHORE: Variant = Variant::new("semaphore", "Semaphore (1 permit)");
 
 /// Extra column: most consecutive grants to the same client.
 pub const LONGEST_RUN: &str = "longest run";
@@ -43,13 +46,13 @@ pub const HANDOFF_P99: &str = "hand-off p99 µs";
 pub const SPEC: WorkloadSpec = WorkloadSpec::new(
     "lock",
     "acq",
-    &[FAIR, FAIR_POLLING, OLD, ELECTION],
+    &[FAIR, FAIR_POLLING, OLD, ELECTION, SEMAPHORE],
     &LockWorkload,
 )
 .summary(
     "Lock acquire + release: the fair lock (with and without store \
-             notifications), the old try-and-back-off lock, and leader election's \
-             campaign + resign.",
+             notifications), the old try-and-back-off lock, leader election's \
+             campaign + resign, and a one-permit semaphore.",
 )
 .title(
     "lock: acquire + release of one lock by every client (acquisitions/s; latency = wait \
@@ -68,6 +71,8 @@ impl Workload for LockWorkload {
         let grants = Arc::new(GrantLog::default());
         let prefix = if cell.variant == OLD.id {
             baseline::KEY_PREFIX
+        } else if cell.variant == SEMAPHORE.id {
+            bakery::semaphore::KEY_PREFIX
         } else {
             bakery::lock::KEY_PREFIX
         };
@@ -81,6 +86,13 @@ impl Workload for LockWorkload {
         for index in 0..cell.clients {
             let kind = if cell.variant == OLD.id {
                 LockKind::Old(OldLock::new(counted.clone(), &name).map_err(prepare_error)?)
+            } else if cell.variant == SEMAPHORE.id {
+                LockKind::Semaphore(
+                    Semaphore::builder(counted.clone(), &name)
+                        .permits(1)
+                        .build()
+                        .map_err(prepare_error)?,
+                )
             } else if cell.variant == ELECTION.id {
                 LockKind::Election(
                     Election::builder(counted.clone(), &name)
@@ -119,6 +131,7 @@ enum LockKind {
     Fair(Lock),
     Old(OldLock),
     Election(Election),
+    Semaphore(Semaphore),
 }
 
 /// The order of grants as seen inside the critical section (so it is the
@@ -259,6 +272,12 @@ impl BenchClient for LockClient {
                 let guard = lock.acquire().await?;
                 let entered = self.grants.critical_section(self.index);
                 lock.release(guard).await?;
+                entered
+            }
+            LockKind::Semaphore(semaphore) => {
+                let permit = semaphore.acquire().await?;
+                let entered = self.grants.critical_section(self.index);
+                permit.release().await?;
                 entered
             }
             LockKind::Election(election) => {
