@@ -22,6 +22,7 @@ pub use bakery_recipes::lamport;
 pub use bakery_recipes::lock::{self, Lock, LockBuilder, LockGuard, LockState, LostReason};
 pub use bakery_recipes::metrics;
 pub use bakery_recipes::once::{self, Execution, Idempotency, IdempotencyBuilder, RunError};
+pub use bakery_recipes::rwlock::{self, ReadGuard, RwLock, RwLockBuilder, WriteGuard};
 pub use bakery_recipes::semaphore::{self, Permit, Semaphore, SemaphoreBuilder};
 pub use bakery_recipes::sequence::{self, IdBatch, Sequence, SequenceBuilder, SequenceState};
 pub use bakery_recipes::time::{self, TimeService};

@@ -96,6 +96,12 @@ pub enum Command {
     #[command(subcommand)]
     Semaphore(crate::semaphore::SemaphoreCommand),
 
+    /// Read-write locks: run a command while holding a lock shared with
+    /// other readers, or exclusively as the writer (writers are not
+    /// starved), each grant with a lease and a fencing token.
+    #[command(subcommand)]
+    Rwlock(crate::rwlock::RwlockCommand),
+
     /// Fenced values: writes carrying a lock's fencing token, refused when
     /// a newer holder has written.
     #[command(subcommand)]

@@ -12,6 +12,7 @@ mod migrate;
 mod once;
 mod outbox;
 mod output;
+mod rwlock;
 mod semaphore;
 mod seq;
 mod verify;
@@ -108,6 +109,21 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 semaphore::SemaphoreCommand::Run(args) => semaphore::run(store, args).await?,
                 semaphore::SemaphoreCommand::Show(args) => {
                     return semaphore::show(&*store, args, cli.json).await
+                }
+            };
+            match status {
+                0 => Ok(()),
+                code => Err(CliError::Exit(code)),
+            }
+        }
+        Command::Rwlock(command) => {
+            bakery::validate_name(command.name())?;
+            let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
+            let status = match command {
+                rwlock::RwlockCommand::Read(args) => rwlock::run(store, args, false).await?,
+                rwlock::RwlockCommand::Write(args) => rwlock::run(store, args, true).await?,
+                rwlock::RwlockCommand::Show(args) => {
+                    return rwlock::show(&*store, args, cli.json).await
                 }
             };
             match status {

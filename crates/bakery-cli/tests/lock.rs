@@ -646,3 +646,59 @@ fn bad_input_is_a_clear_error() {
     assert_eq!(read["value"], "new");
     assert_eq!(read["token"], 6, "the fenced read raised it");
 }
+
+#[test]
+fn rwlock_read_and_write_never_overlap_across_processes() {
+    let target = Target::sqlite();
+    let name = unique("rw");
+    // Each side fails (exit 3) if it sees the other side's marker while it
+    // holds the lock, at its start or its end.
+    let reader = "touch \"$D/r.$$\"; \
+                  ls \"$D\" | grep -q '^w\\.' && exit 3; \
+                  sleep 0.5; ls \"$D\" | grep -c '^r\\.' >> \"$D/readers\"; \
+                  ls \"$D\" | grep -q '^w\\.' && exit 3; \
+                  rm \"$D/r.$$\"";
+    let writer = "touch \"$D/w.$$\"; \
+                  ls \"$D\" | grep -q '^r\\.' && exit 3; \
+                  sleep 0.3; \
+                  ls \"$D\" | grep -q '^r\\.' && exit 3; \
+                  rm \"$D/w.$$\"; echo done >> \"$D/writer\"";
+    let children: Vec<(&str, Child)> = ["read", "read", "write", "read"]
+        .into_iter()
+        .map(|mode| {
+            let script = if mode == "write" { writer } else { reader };
+            let child = target.spawn(&[
+                "rwlock",
+                mode,
+                &name,
+                "--timeout",
+                "60s",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ]);
+            (mode, child)
+        })
+        .collect();
+    for (mode, child) in children {
+        let what = format!("rwlock {mode}");
+        assert_status(&wait_with_patience(child, &what), 0, &what);
+    }
+    let writer_runs = std::fs::read_to_string(target.path("writer")).expect("writer ran");
+    assert_eq!(writer_runs.lines().count(), 1);
+    let readers = std::fs::read_to_string(target.path("readers")).expect("readers ran");
+    let readers: Vec<u32> = readers
+        .lines()
+        .map(|line| line.trim().parse().expect("a count"))
+        .collect();
+    assert_eq!(readers.len(), 3, "{readers:?}");
+    assert!(
+        readers.iter().any(|&n| n >= 2),
+        "readers never held the lock together: {readers:?}"
+    );
+    let show = target.run(&["rwlock", "show", &name]);
+    assert_status(&show, 0, "rwlock show");
+    assert_mentions(&show.stdout, "held by: 0 readers");
+    assert_mentions(&show.stdout, "token:   4");
+}

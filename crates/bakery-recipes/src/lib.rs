@@ -10,6 +10,7 @@ pub mod lock;
 pub mod metrics;
 pub mod once;
 mod per_process;
+pub mod rwlock;
 pub mod semaphore;
 pub mod sequence;
 pub mod time;

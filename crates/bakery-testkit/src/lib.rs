@@ -14,6 +14,7 @@ pub mod namespace;
 mod once;
 pub mod options;
 pub mod proxy;
+mod rwlock;
 mod semaphore;
 mod sequence;
 mod verify;
@@ -55,6 +56,7 @@ pub fn cases() -> Vec<Case> {
     all.extend(job::cases());
     all.extend(election::cases());
     all.extend(semaphore::cases());
+    all.extend(rwlock::cases());
     all.extend(once::cases());
     all.extend(verify::cases());
     all

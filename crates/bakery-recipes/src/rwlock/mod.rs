@@ -1,0 +1,771 @@
+//! A fair distributed read-write lock: many readers or one writer, granted
+//! in FIFO order with writer preference, leased, each grant with a fencing
+//! token — on one row, written only with `put_if_version`.
+//!
+//! # How it works
+//! The row (`rwlock/NAME`) holds `{token, holders, queue}` ([`RwLockState`]),
+//! like the [semaphore](crate::semaphore)'s row, with a mode (read or
+//! write) on every holder and waiter.
+//! - **Many readers or one writer.** A writer is never stored together with
+//!   another holder; a row that says otherwise is refused as
+//!   [`ErrorKind::Corrupt`].
+//! - **Writer-preferring FIFO.** A request takes the lock with one write
+//!   when nobody queues and the holders allow it (a reader joins current
+//!   readers, a writer needs nobody); otherwise it appends itself to the
+//!   queue with one write. A reader never joins the current readers while
+//!   anyone queues, so a queued writer is not starved by a stream of new
+//!   readers. Grants follow the queue order: when the holders leave, the
+//!   head is granted, and if it is a reader so is every reader right
+//!   behind it up to the next writer — in the same write, each with the
+//!   next fencing token.
+//! - **Direct hand-off.** The new holders learn of their grant from a
+//!   wake-up (the store's watch where it has
+//!   [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH), else a poll
+//!   backing off from 1 ms to the poll interval); every waiter reads at
+//!   least every lease/4 either way.
+//! - **Leases without synchronized clocks.** Each holder advances its own
+//!   heartbeat counter every lease/3. A waiter that sees the same
+//!   (holder, heartbeat) for a whole lease of that holder *on its own
+//!   monotonic clock* evicts it with a write conditioned on exactly that
+//!   row version (a handed-over grant not claimed within its lease too).
+//! - **Fencing.** Every grant takes the next token ([`ReadGuard::token`],
+//!   [`WriteGuard::token`]). A lease never guarantees exclusion by itself
+//!   (a paused writer outlives its lease); a token checked where the
+//!   protected resource is written does.
+//!
+//! # No upgrade (yet)
+//! A read guard cannot be turned into a write guard. The naive upgrade
+//! ("a reader waits until it is the only holder, then becomes the writer")
+//! deadlocks as soon as two readers upgrade at once: each waits for the
+//! other to leave, and neither does. Releasing the read and queueing for
+//! the write is not an upgrade either (another writer may come between).
+//! A safe upgrade needs a third mode, an *upgradeable read* (shares with
+//! readers, excludes writers and other upgradeable readers, and alone may
+//! become the writer once the plain readers drain), as DistributedLock
+//! offers. That mode is left for later; until then release and take
+//! [`RwLock::write`], and re-check what was read.
+//!
+//! # Limits
+//! The whole state is one row, rewritten by every grant, release and
+//! heartbeat: every holder and waiter adds about a hundred bytes to it, and
+//! all clients' writes contend on it (many readers heartbeating make many
+//! conflicts). The queue is not capped. Not reentrant: a second `read()` or
+//! `write()` by the same holder is a separate request (and a `write()` by a
+//! reader waits for itself until its timeout).
+//!
+//! # Example
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use bakery_core::MemoryStore;
+//! use bakery_recipes::rwlock::RwLock;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> bakery_core::Result<()> {
+//! let store = Arc::new(MemoryStore::new());
+//! let config = RwLock::builder(store.clone(), "config")
+//!     .lease(Duration::from_secs(10))
+//!     .build()?;
+//!
+//! let a = config.read().await?;
+//! let b = config.read().await?;
+//! assert_eq!((a.token(), b.token()), (1, 2), "readers share the lock");
+//! // Readers hold: a writer would have to wait, so the soft form refuses.
+//! assert!(config.try_write().await?.is_none());
+//!
+//! a.release().await?;
+//! b.release().await?;
+//! let w = config.try_write().await?.expect("nobody holds the lock");
+//! assert_eq!(w.token(), 3, "every grant gets a larger token");
+//! assert!(config.try_read().await?.is_none(), "a writer excludes readers");
+//!
+//! let state = RwLock::inspect(&*store, "config").await?.expect("written");
+//! assert!(state.has_writer());
+//! w.release().await?;
+//! # Ok(()) }
+//! ```
+
+mod guard;
+mod state;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bakery_core::{
+    Capabilities, Change, Error, ErrorKind, Key, PutOutcome, Result, Row, Version, VersionedStore,
+    Watch,
+};
+use tokio::time::Instant;
+
+pub use crate::lock::LostReason;
+pub use guard::{ReadGuard, WriteGuard};
+pub use state::{Holder, Mode, RwLockState, Waiter};
+
+use guard::{Grant, Guard};
+use state::RECIPE;
+
+/// Key prefix of read-write lock rows: the lock `config` is stored under
+/// `rwlock/config`.
+pub const KEY_PREFIX: &str = "rwlock";
+
+/// Default lease: long enough for a heartbeat to survive a few slow round
+/// trips, short enough that a crashed holder's lock comes back quickly.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+
+/// Default longest delay between two polls of a waiter (without
+/// notifications).
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(25);
+
+/// Shortest lease accepted: the heartbeat runs every lease/3.
+pub const MIN_LEASE: Duration = Duration::from_millis(30);
+
+/// First poll delay of a waiter without notifications; doubled up to the
+/// poll interval while the row does not change.
+const FIRST_POLL: Duration = Duration::from_millis(1);
+
+/// Configures a [`RwLock`]; start with [`RwLock::builder`].
+#[derive(Debug, Clone)]
+pub struct RwLockBuilder {
+    store: Arc<dyn VersionedStore>,
+    name: String,
+    lease: Duration,
+    acquire_timeout: Option<Duration>,
+    poll_interval: Duration,
+    owner: Option<String>,
+}
+
+bakery_core::setters! { RwLockBuilder {
+    /// How long a hold survives its holder's silence (default 10 s). The
+    /// holder heartbeats every lease/3. At least 30 ms.
+    lease(lease: Duration);
+    /// Give up [`RwLock::read`] and [`RwLock::write`] after this long with
+    /// [`ErrorKind::TimedOut`] (leaving the queue first). Default: wait
+    /// forever.
+    acquire_timeout(acquire_timeout: Duration) Some;
+    /// Longest delay between two polls while waiting (default 25 ms). Polls
+    /// start at 1 ms and double while nothing changes. With store
+    /// notifications this is only the fallback.
+    poll_interval(poll_interval: Duration);
+    /// The owner stored with each holder and waiter (default `host:pid`).
+    owner(owner: impl Into<String>) Some;
+}}
+
+impl RwLockBuilder {
+    /// Check the settings and build the lock. No store call is made.
+    pub fn build(self) -> Result<RwLock> {
+        let key = Key::with_prefix(KEY_PREFIX, &self.name)?;
+        if self.lease < MIN_LEASE {
+            return Err(Error::invalid_input(
+                RECIPE,
+                format!("lease must be at least {MIN_LEASE:?}, got {:?}", self.lease),
+            ));
+        }
+        let lease_ms = u64::try_from(self.lease.as_millis())
+            .map_err(|_| Error::invalid_input(RECIPE, "lease too long"))?;
+        if self.poll_interval.is_zero() {
+            return Err(Error::invalid_input(RECIPE, "poll interval must be > 0"));
+        }
+        let watching = self.store.capabilities().contains(Capabilities::WATCH);
+        Ok(RwLock {
+            inner: Arc::new(Inner {
+                store: self.store,
+                name: self.name,
+                key,
+                lease: Duration::from_millis(lease_ms),
+                lease_ms,
+                acquire_timeout: self.acquire_timeout,
+                poll_interval: self.poll_interval,
+                owner: self.owner.unwrap_or_else(crate::lock::default_owner),
+                watching,
+                newest: Mutex::new(None),
+                tried: Mutex::new(Observations::default()),
+            }),
+        })
+    }
+}
+
+/// A fair, leased read-write lock stored in one row. Cheap to clone; clones
+/// (and concurrent `read`/`write` calls) are separate contenders. See the
+/// [module docs](self).
+#[derive(Clone)]
+pub struct RwLock {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLock")
+            .field("name", &self.inner.name)
+            .field("lease", &self.inner.lease)
+            .field("backend", &self.inner.store.backend())
+            .finish()
+    }
+}
+
+pub(crate) struct Inner {
+    store: Arc<dyn VersionedStore>,
+    name: String,
+    key: Key,
+    lease: Duration,
+    lease_ms: u64,
+    acquire_timeout: Option<Duration>,
+    poll_interval: Duration,
+    owner: String,
+    /// The store can notify: releases that grant the lock tell the waiters.
+    watching: bool,
+    /// The newest row this handle saw: where a request starts instead of
+    /// reading (a stale row only costs a conflict, which returns the
+    /// current one).
+    newest: Mutex<Option<Row>>,
+    /// What this handle's `try_*` calls saw of the holders.
+    tried: Mutex<Observations>,
+}
+
+/// The result of [`Inner::update`].
+pub(crate) enum Updated<T> {
+    /// The change was written; `granted` are the waiters it granted.
+    Applied { granted: T },
+    /// Nothing to change in `row`, the current row the store returned.
+    Unchanged { row: Option<Row> },
+}
+
+impl Inner {
+    /// The state of `row` (`None`: a lock never written).
+    fn decode(&self, row: Option<&Row>) -> Result<RwLockState> {
+        match row {
+            Some(row) => RwLockState::decode(row),
+            None => Ok(RwLockState::new()),
+        }
+    }
+
+    fn newest(&self) -> Option<Row> {
+        self.newest
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Note a row the store returned; an older one than known is ignored.
+    fn remember(&self, row: Option<&Row>) {
+        let mut newest = self
+            .newest
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match row {
+            Some(row) if newest.as_ref().is_none_or(|n| n.version < row.version) => {
+                *newest = Some(row.clone());
+            }
+            Some(_) => {}
+            None => *newest = None,
+        }
+    }
+
+    async fn read(&self) -> Result<Option<Row>> {
+        let row = self.store.get(&self.key).await?;
+        self.remember(row.as_ref());
+        Ok(row)
+    }
+
+    /// Write `state` if the row is still `current`.
+    async fn put(&self, current: Option<&Row>, state: &RwLockState) -> Result<PutOutcome> {
+        let expected = current.map(|row| row.version);
+        let outcome = self
+            .store
+            .put_if_version(&self.key, expected, state.encode()?)
+            .await?;
+        match &outcome {
+            PutOutcome::Applied(row) => self.remember(Some(row)),
+            PutOutcome::Conflict(now) => self.remember(now.as_ref()),
+        }
+        Ok(outcome)
+    }
+
+    /// Apply `change` to the row, starting from `current` (a hint) and
+    /// re-applying it to the row a conflict returns. `change` returns
+    /// `None` when there is nothing to write.
+    async fn update<T>(
+        &self,
+        mut current: Option<Row>,
+        mut change: impl FnMut(&mut RwLockState) -> Result<Option<T>>,
+    ) -> Result<Updated<T>> {
+        loop {
+            let mut state = self.decode(current.as_ref())?;
+            let Some(granted) = change(&mut state)? else {
+                return Ok(Updated::Unchanged { row: current });
+            };
+            match self.put(current.as_ref(), &state).await? {
+                PutOutcome::Applied(_) => return Ok(Updated::Applied { granted }),
+                PutOutcome::Conflict(now) => current = now,
+            }
+        }
+    }
+
+    /// Subscribe to the row's changes, if the store can notify.
+    async fn subscribe(&self) -> Option<Watch> {
+        match self.store.watch(&self.key).await {
+            Ok(watch) => watch,
+            Err(err) => {
+                tracing::debug!(rwlock = %self.name, error = %err, "watch failed; polling");
+                None
+            }
+        }
+    }
+
+    /// Wake the waiters of other clients after a write that granted them
+    /// the lock. A failed notify only costs latency (waiters read at least
+    /// every lease/4).
+    async fn notify(&self) {
+        if !self.watching {
+            return;
+        }
+        if let Err(err) = self.store.notify(&self.key).await {
+            tracing::debug!(rwlock = %self.name, error = %err, "notify failed; waiters will read");
+        }
+    }
+}
+
+impl RwLock {
+    /// Start configuring the read-write lock `name` (letters, digits,
+    /// `_ - . : @ + =`).
+    pub fn builder(store: Arc<dyn VersionedStore>, name: &str) -> RwLockBuilder {
+        RwLockBuilder {
+            store,
+            name: name.to_owned(),
+            lease: DEFAULT_LEASE,
+            acquire_timeout: None,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            owner: None,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The lease this handle's holds are taken with.
+    pub fn lease(&self) -> Duration {
+        self.inner.lease
+    }
+
+    /// Wait until the lock is granted for reading (shared with other
+    /// readers), in FIFO order of request: behind any writer that asked
+    /// earlier.
+    ///
+    /// Errors: [`ErrorKind::TimedOut`] after the builder's `acquire_timeout`
+    /// (the request is withdrawn from the queue first);
+    /// [`ErrorKind::Corrupt`] if the row is not a read-write lock; store
+    /// errors as they come (the request is then withdrawn in the
+    /// background, or its grant expires with the lease). Dropping the
+    /// future withdraws the request too.
+    pub async fn read(&self) -> Result<ReadGuard> {
+        self.acquire(Mode::Read).await.map(ReadGuard)
+    }
+
+    /// Wait until the lock is granted for writing (nobody else holds it),
+    /// in FIFO order of request. Errors as [`RwLock::read`].
+    pub async fn write(&self) -> Result<WriteGuard> {
+        self.acquire(Mode::Write).await.map(WriteGuard)
+    }
+
+    /// The soft form of [`RwLock::read`]: take the lock for reading only if
+    /// no writer holds it and nobody queues; otherwise `Ok(None)` at once.
+    /// Never queues.
+    pub async fn try_read(&self) -> Result<Option<ReadGuard>> {
+        Ok(self.try_acquire(Mode::Read).await?.map(ReadGuard))
+    }
+
+    /// The soft form of [`RwLock::write`]: take the lock for writing only
+    /// if nobody holds it and nobody queues; otherwise `Ok(None)` at once.
+    /// Never queues. A holder that this handle's tries saw silent (same
+    /// heartbeat) for a whole lease on this machine's clock is evicted when
+    /// nobody waits (for `try_read` too), so crashed holders do not shut
+    /// out try-only clients forever.
+    pub async fn try_write(&self) -> Result<Option<WriteGuard>> {
+        Ok(self.try_acquire(Mode::Write).await?.map(WriteGuard))
+    }
+
+    /// The stored state of lock `name` (holders, queue, last token), or
+    /// `None` if it was never written. For `bakery rwlock show`.
+    pub async fn inspect(store: &dyn VersionedStore, name: &str) -> Result<Option<RwLockState>> {
+        let key = Key::with_prefix(KEY_PREFIX, name)?;
+        match store.get(&key).await? {
+            Some(row) => RwLockState::decode(&row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn acquire(&self, mode: Mode) -> Result<Guard> {
+        tokio::task::coop::consume_budget().await;
+        let mut ticket = Ticket::new(&self.inner, mode);
+        let grant = match self.inner.acquire_timeout {
+            None => self.wait_for_grant(&mut ticket).await?,
+            Some(limit) => {
+                match tokio::time::timeout(limit, self.wait_for_grant(&mut ticket)).await {
+                    Ok(outcome) => outcome?,
+                    Err(_) => {
+                        ticket.withdraw().await?;
+                        return Err(Error::new(
+                            ErrorKind::TimedOut,
+                            RECIPE,
+                            format!(
+                                "rwlock {} not granted for {mode} within {limit:?}; request withdrawn",
+                                self.inner.name
+                            ),
+                        ));
+                    }
+                }
+            }
+        };
+        ticket.settled = true;
+        Ok(Guard::start(self.inner.clone(), grant))
+    }
+
+    async fn try_acquire(&self, mode: Mode) -> Result<Option<Guard>> {
+        tokio::task::coop::consume_budget().await;
+        let inner = &self.inner;
+        let waiter = new_waiter(inner, mode);
+        // A cached row may say "free" (a stale one only costs a conflict),
+        // but "busy" is only believed from a fresh read.
+        let (mut current, mut fresh) = match inner.newest() {
+            Some(row) => (Some(row), false),
+            None => (inner.read().await?, true),
+        };
+        loop {
+            let mut state = inner.decode(current.as_ref())?;
+            if !state.can_take(mode) {
+                if !fresh {
+                    current = inner.read().await?;
+                    fresh = true;
+                    continue;
+                }
+                let expired = if state.queue.is_empty() {
+                    inner
+                        .tried
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .update(&state)
+                } else {
+                    Vec::new()
+                };
+                if expired.is_empty() {
+                    return Ok(None);
+                }
+                tracing::info!(rwlock = %inner.name, holders = ?expired, "evicting holders whose lease ran out");
+                // Nobody queues: eviction grants nobody else.
+                state.evict(&expired)?;
+                if !state.can_take(mode) {
+                    // Live holders remain that we must not join.
+                    return Ok(None);
+                }
+            }
+            let token = state.take(&waiter)?;
+            let sent = Instant::now();
+            match inner.put(current.as_ref(), &state).await? {
+                PutOutcome::Applied(row) => {
+                    let grant = Grant {
+                        id: waiter.id,
+                        mode,
+                        token,
+                        row,
+                        lease_from: sent,
+                    };
+                    return Ok(Some(Guard::start(inner.clone(), grant)));
+                }
+                PutOutcome::Conflict(now) => {
+                    current = now;
+                    fresh = true;
+                }
+            }
+        }
+    }
+
+    /// The acquire loop: every step is one write decided from the row the
+    /// last call returned; only waiting re-reads.
+    async fn wait_for_grant(&self, ticket: &mut Ticket) -> Result<Grant> {
+        let inner = &self.inner;
+        let me = ticket.waiter.id.clone();
+        // Longest wait between two reads of our own (see `current_sent`).
+        let slowest = inner.lease / 4;
+        // Send time of the call that returned `current`, and of the last
+        // call whose result did NOT show us as a holder. A grant to us
+        // committed after the latter, so no observer can have started
+        // timing our (unclaimed) grant before it: our lease may safely
+        // run from there, and taking a handed-over grant needs no write.
+        // (A cached row predates this request, so "now" is safe for it.)
+        let mut current_sent = Instant::now();
+        let mut not_holder_at = current_sent;
+        let mut current = inner.newest();
+        if current.is_none() {
+            current = inner.read().await?;
+        }
+        let mut watch: Option<Watch> = None;
+        let mut subscribed = false;
+        let mut observed = Observations::default();
+        let mut poll = FIRST_POLL.min(inner.poll_interval);
+        loop {
+            let mut state = inner.decode(current.as_ref())?;
+            if let Some(holder) = state.holder(&me) {
+                let token = holder.token;
+                let row = current.ok_or_else(|| {
+                    Error::new(ErrorKind::Internal, RECIPE, "held lock without row")
+                })?;
+                return Ok(Grant {
+                    id: me,
+                    mode: ticket.waiter.mode,
+                    token,
+                    row,
+                    lease_from: not_holder_at,
+                });
+            }
+            not_holder_at = current_sent;
+            if !state.queued(&me) {
+                // One write: take the lock, or join the queue.
+                let takes = state.can_take(ticket.waiter.mode);
+                if !takes && !subscribed {
+                    // Subscribe BEFORE the enqueue write: a grant written
+                    // after it is then heard, and waiting needs no read first.
+                    watch = inner.subscribe().await;
+                    subscribed = true;
+                }
+                state.join(&ticket.waiter)?;
+                ticket.written = true;
+                let sent = Instant::now();
+                match inner.put(current.as_ref(), &state).await? {
+                    PutOutcome::Applied(row) => {
+                        if let (true, Some(holder)) = (takes, state.holder(&me)) {
+                            // Taken by this very write: the lease counts
+                            // from its send time.
+                            return Ok(Grant {
+                                id: me,
+                                mode: ticket.waiter.mode,
+                                token: holder.token,
+                                row,
+                                lease_from: sent,
+                            });
+                        }
+                        current = Some(row);
+                    }
+                    PutOutcome::Conflict(now) => current = now,
+                }
+                current_sent = sent;
+                continue;
+            }
+            // Queued: evict the holders that stayed silent for a whole lease
+            // of theirs on our clock, else wait.
+            let expired = observed.update(&state);
+            if !expired.is_empty() {
+                tracing::info!(rwlock = %inner.name, holders = ?expired, "evicting holders whose lease ran out");
+                let granted = state.evict(&expired)?;
+                let mine = granted.contains(&me);
+                if mine {
+                    state.beat(&me); // evict and claim in one write
+                }
+                let sent = Instant::now();
+                match inner.put(current.as_ref(), &state).await? {
+                    PutOutcome::Applied(row) => {
+                        if granted.iter().any(|id| *id != me) {
+                            inner.notify().await;
+                        }
+                        if let (true, Some(holder)) = (mine, state.holder(&me)) {
+                            return Ok(Grant {
+                                id: me,
+                                mode: ticket.waiter.mode,
+                                token: holder.token,
+                                row,
+                                lease_from: sent,
+                            });
+                        }
+                        current = Some(row);
+                    }
+                    PutOutcome::Conflict(now) => current = now,
+                }
+                current_sent = sent;
+                continue;
+            }
+            // Our grant arrives with a wake-up or a poll; we still read at
+            // least every lease/4, so the lease of a grant we learn of never
+            // counts from further back, and we see the holders' heartbeats.
+            let mut wake_at = current_sent + slowest;
+            if let Some(deadline) = observed.deadline() {
+                wake_at = wake_at.min(deadline);
+            }
+            let seen = current.as_ref().map(|row| row.version);
+            if let Some(row) = wait(&mut watch, wake_at, seen, poll).await {
+                // Newer than ours; our lease still counts from our last
+                // request (`current_sent`).
+                current = Some(row);
+                continue;
+            }
+            let sent = Instant::now();
+            let read = inner.read().await?;
+            // Never poll faster than the store answers: a slow store is
+            // not loaded further by its own waiters.
+            let floor = FIRST_POLL.max(sent.elapsed()).min(inner.poll_interval);
+            poll = if read.as_ref().map(|row| row.version) == seen {
+                (poll * 2).clamp(floor, inner.poll_interval)
+            } else {
+                floor
+            };
+            current = read;
+            current_sent = sent;
+        }
+    }
+}
+
+/// Wait for a row newer than `seen` from the store's notifications (`None`
+/// on a plain wake-up: read), or, without them, for the next poll; never
+/// past `until`.
+async fn wait(
+    watch: &mut Option<Watch>,
+    until: Instant,
+    seen: Option<Version>,
+    poll: Duration,
+) -> Option<Row> {
+    let Some(feed) = watch.as_mut() else {
+        tokio::time::sleep_until(until.min(Instant::now() + poll)).await;
+        return None;
+    };
+    let sleep = tokio::time::sleep_until(until);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            change = feed.next_change() => match change {
+                Some(Change::Row(row)) if seen < Some(row.version) => return Some(row),
+                // Old news.
+                Some(Change::Row(_)) => {}
+                Some(Change::Read) => return None,
+                None => {
+                    tracing::debug!("store notifications stopped; polling");
+                    *watch = None;
+                    return None;
+                }
+            },
+            () = &mut sleep => return None,
+        }
+    }
+}
+
+/// What a client saw of each holder's heartbeat, and since when (on its own
+/// clock).
+#[derive(Debug, Default)]
+struct Observations {
+    seen: HashMap<String, Observation>,
+}
+
+#[derive(Debug)]
+struct Observation {
+    beat: u64,
+    since: Instant,
+    lease: Duration,
+}
+
+impl Observations {
+    /// Note the holders of `state` (keeping the start time of those whose
+    /// heartbeat did not move) and return those silent for a whole lease.
+    fn update(&mut self, state: &RwLockState) -> Vec<String> {
+        let now = Instant::now();
+        self.seen.retain(|id, _| state.holder(id).is_some());
+        let mut expired = Vec::new();
+        for holder in &state.holders {
+            let seen = self
+                .seen
+                .entry(holder.id.clone())
+                .or_insert_with(|| Observation {
+                    beat: holder.beat,
+                    since: now,
+                    lease: Duration::from_millis(holder.lease_ms),
+                });
+            if seen.beat != holder.beat {
+                *seen = Observation {
+                    beat: holder.beat,
+                    since: now,
+                    lease: Duration::from_millis(holder.lease_ms),
+                };
+            }
+            if now >= seen.since + seen.lease {
+                expired.push(holder.id.clone());
+            }
+        }
+        expired
+    }
+
+    /// When the first observed holder's lease runs out, if nothing moves.
+    fn deadline(&self) -> Option<Instant> {
+        self.seen.values().map(|seen| seen.since + seen.lease).min()
+    }
+}
+
+fn new_waiter(inner: &Inner, mode: Mode) -> Waiter {
+    Waiter {
+        id: uuid::Uuid::new_v4().simple().to_string()[..16].to_owned(),
+        owner: inner.owner.clone(),
+        mode,
+        lease_ms: inner.lease_ms,
+    }
+}
+
+/// One acquisition request. If dropped before it settles (the acquire
+/// future was cancelled, or failed) after a write that may have put it in
+/// the row, it withdraws itself in the background, so it does not block
+/// the waiters behind it.
+struct Ticket {
+    inner: Arc<Inner>,
+    waiter: Waiter,
+    written: bool,
+    settled: bool,
+}
+
+impl Ticket {
+    fn new(inner: &Arc<Inner>, mode: Mode) -> Ticket {
+        Ticket {
+            inner: inner.clone(),
+            waiter: new_waiter(inner, mode),
+            written: false,
+            settled: false,
+        }
+    }
+
+    async fn withdraw(&mut self) -> Result<()> {
+        self.settled = true;
+        withdraw(&self.inner, &self.waiter.id).await
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.settled || !self.written {
+            return;
+        }
+        let inner = self.inner.clone();
+        let id = self.waiter.id.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(err) = withdraw(&inner, &id).await {
+                        tracing::warn!(rwlock = %inner.name, error = %err, "could not withdraw a cancelled request; it expires with its lease");
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                rwlock = %inner.name,
+                "no runtime to withdraw a cancelled request; it expires with its lease"
+            ),
+        }
+    }
+}
+
+/// Remove request `id` from the queue, or give on the grant it was given
+/// meanwhile. Decided on a fresh read, never a cached row.
+async fn withdraw(inner: &Inner, id: &str) -> Result<()> {
+    let current = inner.read().await?;
+    let updated = inner.update(current, |state| state.withdraw(id)).await?;
+    if let Updated::Applied { granted } = updated {
+        if !granted.is_empty() {
+            inner.notify().await;
+        }
+    }
+    Ok(())
+}

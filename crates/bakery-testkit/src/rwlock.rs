@@ -1,0 +1,497 @@
+//! The read-write lock on a real store: never a writer with anyone, many
+//! readers together, writer preference, readers queued behind a writer
+//! granted together, eviction of a paused writer, withdrawal on timeout or
+//! cancel, and typed errors for rows it must not touch.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bakery_core::{ErrorKind, Key, VersionedStore};
+use bakery_recipes::lock::LostReason;
+use bakery_recipes::rwlock::{self, Mode, RwLock, RwLockBuilder, RwLockState};
+use tokio::time::Instant;
+
+use crate::faults::FaultStore;
+use crate::{case, unique_name, Case};
+
+/// Upper bound on waiting for something that must happen; reaching it means
+/// the behaviour is broken (never a speed check).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+pub(crate) fn cases() -> Vec<Case> {
+    vec![
+        case!("rwlock", never_a_writer_with_anyone),
+        case!("rwlock", queued_writer_blocks_new_readers),
+        case!("rwlock", readers_behind_a_writer_are_granted_together),
+        case!("rwlock", paused_writer_is_evicted_after_its_lease),
+        case!("rwlock", acquire_timeout_withdraws_the_request),
+        case!("rwlock", cancelled_acquire_leaves_the_queue),
+        case!("rwlock", corrupt_row_is_a_typed_error_and_kept),
+    ]
+}
+
+fn rwlock(store: &Arc<dyn VersionedStore>, name: &str) -> RwLockBuilder {
+    RwLock::builder(store.clone(), name).acquire_timeout(PATIENCE)
+}
+
+async fn inspect(store: &Arc<dyn VersionedStore>, name: &str) -> Option<RwLockState> {
+    RwLock::inspect(&**store, name)
+        .await
+        .expect("inspect rwlock")
+}
+
+/// Wait (bounded) until the lock's stored state satisfies `done`.
+async fn wait_for_state(
+    store: &Arc<dyn VersionedStore>,
+    name: &str,
+    what: &str,
+    done: impl Fn(&RwLockState) -> bool,
+) -> RwLockState {
+    let give_up = Instant::now() + PATIENCE;
+    loop {
+        if let Some(state) = inspect(store, name).await {
+            if done(&state) {
+                return state;
+            }
+            assert!(Instant::now() < give_up, "never saw {what}: {state:?}");
+        } else {
+            assert!(Instant::now() < give_up, "never saw {what}: no row");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Counts a client out when its task ends, however it ends.
+struct Running(Arc<AtomicUsize>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// 4 readers and 2 writers × 15 rounds each. Inside every critical
+/// section a shared (readers inside, writer inside) pair is checked: a
+/// writer never finds anyone inside, a reader never finds a writer. It is
+/// not a mutex either: the stored row, sampled while the clients run, shows
+/// several readers holding at once. Every grant has its own token.
+async fn never_a_writer_with_anyone(store: Arc<dyn VersionedStore>) {
+    const READERS: usize = 4;
+    const WRITERS: usize = 2;
+    const ROUNDS: usize = 15;
+    let name = unique_name("rw-excl");
+    let readers_inside = Arc::new(AtomicUsize::new(0));
+    let writer_inside = Arc::new(AtomicBool::new(false));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let running = Arc::new(AtomicUsize::new(READERS + WRITERS));
+    let sampler = {
+        let (store, name, running) = (store.clone(), name.clone(), running.clone());
+        tokio::spawn(async move {
+            let mut most_readers = 0;
+            while running.load(Ordering::SeqCst) > 0 {
+                // Decoding refuses a row with a writer and anyone else.
+                if let Some(state) = inspect(&store, &name).await {
+                    most_readers = most_readers.max(state.readers());
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            most_readers
+        })
+    };
+    let mut tasks = Vec::new();
+    for c in 0..READERS + WRITERS {
+        let mode = if c < READERS { Mode::Read } else { Mode::Write };
+        let lock = rwlock(&store, &name)
+            .owner(format!("{mode}-{c}"))
+            .build()
+            .expect("valid");
+        let (readers_inside, writer_inside, tokens) = (
+            readers_inside.clone(),
+            writer_inside.clone(),
+            tokens.clone(),
+        );
+        let running = Running(running.clone());
+        tasks.push(tokio::spawn(async move {
+            let _running = running;
+            for round in 0..ROUNDS {
+                let what = format!("{mode} client {c}, round {round}");
+                match mode {
+                    Mode::Read => {
+                        let guard = lock
+                            .read()
+                            .await
+                            .unwrap_or_else(|e| panic!("{what}: read: {e}"));
+                        readers_inside.fetch_add(1, Ordering::SeqCst);
+                        assert!(
+                            !writer_inside.load(Ordering::SeqCst),
+                            "{what}: a writer inside"
+                        );
+                        tokens.lock().expect("tokens").push(guard.token());
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        assert!(
+                            !writer_inside.load(Ordering::SeqCst),
+                            "{what}: a writer came in"
+                        );
+                        assert!(guard.is_held(), "{what}: lost during the work");
+                        readers_inside.fetch_sub(1, Ordering::SeqCst);
+                        guard
+                            .release()
+                            .await
+                            .unwrap_or_else(|e| panic!("{what}: release: {e}"));
+                    }
+                    Mode::Write => {
+                        let guard = lock
+                            .write()
+                            .await
+                            .unwrap_or_else(|e| panic!("{what}: write: {e}"));
+                        assert!(
+                            !writer_inside.swap(true, Ordering::SeqCst),
+                            "{what}: another writer inside"
+                        );
+                        assert_eq!(
+                            readers_inside.load(Ordering::SeqCst),
+                            0,
+                            "{what}: readers inside"
+                        );
+                        tokens.lock().expect("tokens").push(guard.token());
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        assert_eq!(
+                            readers_inside.load(Ordering::SeqCst),
+                            0,
+                            "{what}: a reader came in"
+                        );
+                        assert!(guard.is_held(), "{what}: lost during the work");
+                        writer_inside.store(false, Ordering::SeqCst);
+                        guard
+                            .release()
+                            .await
+                            .unwrap_or_else(|e| panic!("{what}: release: {e}"));
+                    }
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("client");
+    }
+    let most_readers = sampler.await.expect("sampler");
+    let tokens = tokens.lock().expect("tokens").clone();
+    let unique: BTreeSet<u64> = tokens.iter().copied().collect();
+    let grants = (READERS + WRITERS) * ROUNDS;
+    assert_eq!(tokens.len(), grants);
+    assert_eq!(unique.len(), grants, "a token was granted twice");
+    assert!(
+        most_readers >= 2,
+        "never 2 readers stored as holders at once: it behaves as a mutex"
+    );
+    let state = inspect(&store, &name).await.expect("row");
+    assert!(
+        state.holders.is_empty() && state.queue.is_empty(),
+        "{state:?}"
+    );
+    assert_eq!(state.token, grants as u64);
+}
+
+/// With a reader holding, a queued writer blocks new readers: `try_read`
+/// refuses, a `read()` queues behind the writer, and the writer is granted
+/// (and done) before that reader.
+async fn queued_writer_blocks_new_readers(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("rw-pref");
+    let lock = rwlock(&store, &name).build().expect("valid");
+    let first = lock.read().await.expect("first reader");
+    let second = lock
+        .try_read()
+        .await
+        .expect("try_read")
+        .expect("readers share while nobody queues");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let writer = {
+        let lock = rwlock(&store, &name)
+            .owner("writer")
+            .build()
+            .expect("valid");
+        let order = order.clone();
+        tokio::spawn(async move {
+            let guard = lock.write().await.expect("write");
+            order.lock().expect("order").push(("writer", guard.token()));
+            guard.release().await.expect("release");
+        })
+    };
+    wait_for_state(&store, &name, "the writer queued", |s| s.queue.len() == 1).await;
+    let other = rwlock(&store, &name).build().expect("valid");
+    assert!(
+        other.try_read().await.expect("try_read").is_none(),
+        "a reader joined the readers in front of a queued writer"
+    );
+    assert!(other.try_write().await.expect("try_write").is_none());
+    let reader = {
+        let lock = rwlock(&store, &name)
+            .owner("late-reader")
+            .build()
+            .expect("valid");
+        let order = order.clone();
+        tokio::spawn(async move {
+            let guard = lock.read().await.expect("read");
+            order.lock().expect("order").push(("reader", guard.token()));
+            guard.release().await.expect("release");
+        })
+    };
+    let state = wait_for_state(&store, &name, "the reader queued", |s| s.queue.len() == 2).await;
+    let queued: Vec<(&str, Mode)> = state
+        .queue
+        .iter()
+        .map(|w| (w.owner.as_str(), w.mode))
+        .collect();
+    assert_eq!(
+        queued,
+        [("writer", Mode::Write), ("late-reader", Mode::Read)]
+    );
+    assert_eq!(state.readers(), 2);
+    first.release().await.expect("release");
+    let state = inspect(&store, &name).await.expect("row");
+    assert_eq!(
+        state.queue.len(),
+        2,
+        "granted while a reader still holds: {state:?}"
+    );
+    second.release().await.expect("release");
+    tokio::time::timeout(PATIENCE, writer)
+        .await
+        .expect("writer granted")
+        .expect("writer task");
+    tokio::time::timeout(PATIENCE, reader)
+        .await
+        .expect("reader granted")
+        .expect("reader task");
+    let order = order.lock().expect("order").clone();
+    assert_eq!(
+        order,
+        [("writer", 3), ("reader", 4)],
+        "writer first, in FIFO order"
+    );
+}
+
+/// Two readers queued behind a writer are both granted by its release, in
+/// the same write: distinct tokens, held at the same time.
+async fn readers_behind_a_writer_are_granted_together(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("rw-batch");
+    let writer = rwlock(&store, &name)
+        .build()
+        .expect("valid")
+        .write()
+        .await
+        .expect("write");
+    let both_in = Arc::new(tokio::sync::Barrier::new(2));
+    let mut readers = Vec::new();
+    for i in 0..2 {
+        let lock = rwlock(&store, &name)
+            .owner(format!("reader-{i}"))
+            .build()
+            .expect("valid");
+        let both_in = both_in.clone();
+        readers.push(tokio::spawn(async move {
+            let guard = lock.read().await.expect("read");
+            // Both must be inside at once: a lock that let them in one
+            // after the other never passes this barrier.
+            tokio::time::timeout(PATIENCE, both_in.wait())
+                .await
+                .expect("the other reader holds at the same time");
+            assert!(guard.is_held());
+            let token = guard.token();
+            (guard, token)
+        }));
+        wait_for_state(&store, &name, "the reader queued", |s| {
+            s.queue.len() == i + 1
+        })
+        .await;
+    }
+    assert_eq!(writer.token(), 1);
+    writer.release().await.expect("release");
+    let state = wait_for_state(&store, &name, "both readers granted", |s| s.readers() == 2).await;
+    assert!(state.queue.is_empty(), "{state:?}");
+    let mut guards = Vec::new();
+    let mut tokens = BTreeSet::new();
+    for reader in readers {
+        let (guard, token) = tokio::time::timeout(PATIENCE, reader)
+            .await
+            .expect("reader granted")
+            .expect("reader task");
+        tokens.insert(token);
+        guards.push(guard);
+    }
+    assert_eq!(
+        tokens,
+        BTreeSet::from([2, 3]),
+        "one new token each, after the writer's"
+    );
+    for guard in guards {
+        guard.release().await.expect("release");
+    }
+    let state = inspect(&store, &name).await.expect("row");
+    assert!(state.holders.is_empty(), "{state:?}");
+}
+
+/// A writer with a short lease freezes (its store calls held, like a
+/// stopped process). A reader evicts it after a whole lease of silence and
+/// is granted with a larger token; the frozen guard learns it lost, and its
+/// late release is refused with `Lost`.
+async fn paused_writer_is_evicted_after_its_lease(store: Arc<dyn VersionedStore>) {
+    const LEASE: Duration = Duration::from_millis(500);
+    let name = unique_name("rw-evict");
+    let frozen_store = Arc::new(FaultStore::new(store.clone()));
+    let frozen = rwlock(&(frozen_store.clone() as Arc<dyn VersionedStore>), &name)
+        .lease(LEASE)
+        .build()
+        .expect("valid")
+        .write()
+        .await
+        .expect("frozen writer");
+    let frozen_lost = frozen.lost();
+    frozen_store.pause();
+
+    let asked = Instant::now();
+    let next = rwlock(&store, &name)
+        .build()
+        .expect("valid")
+        .read()
+        .await
+        .expect("evict and read");
+    assert!(
+        asked.elapsed() >= LEASE,
+        "evicted after {:?}, before a lease of silence",
+        asked.elapsed()
+    );
+    assert!(next.token() > frozen.token());
+    let state = inspect(&store, &name).await.expect("row");
+    assert!(!state.has_writer(), "{state:?}");
+
+    let reason = tokio::time::timeout(PATIENCE, frozen_lost)
+        .await
+        .expect("the frozen writer learns it is lost");
+    assert!(
+        matches!(reason, LostReason::LeaseExpired | LostReason::Evicted),
+        "{reason:?}"
+    );
+    assert!(!frozen.is_held());
+    frozen_store.resume();
+    let err = frozen.release().await.expect_err("no longer held");
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    assert!(next.is_held());
+    next.release().await.expect("release");
+    let state = inspect(&store, &name).await.expect("row");
+    assert!(state.holders.is_empty(), "{state:?}");
+}
+
+/// A writer that times out leaves the queue before it returns: readers are
+/// not kept out by a ghost writer, and a later release grants nobody.
+async fn acquire_timeout_withdraws_the_request(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("rw-timeout");
+    let held = rwlock(&store, &name)
+        .build()
+        .expect("valid")
+        .read()
+        .await
+        .expect("read");
+    let impatient = RwLock::builder(store.clone(), &name)
+        .acquire_timeout(Duration::from_millis(300))
+        .build()
+        .expect("valid");
+    let err = impatient.write().await.expect_err("must time out");
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    let state = inspect(&store, &name).await.expect("row");
+    assert!(
+        state.queue.is_empty(),
+        "a timed-out request stayed queued: {state:?}"
+    );
+    let reader = impatient
+        .try_read()
+        .await
+        .expect("try_read")
+        .expect("no writer queues any more");
+    reader.release().await.expect("release");
+    held.release().await.expect("release");
+    let state = inspect(&store, &name).await.expect("row");
+    assert!(state.holders.is_empty(), "granted to a ghost: {state:?}");
+}
+
+/// Dropping a waiting `write()` withdraws its request in the background.
+async fn cancelled_acquire_leaves_the_queue(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("rw-cancel");
+    let held = rwlock(&store, &name)
+        .build()
+        .expect("valid")
+        .read()
+        .await
+        .expect("read");
+    let waiting = {
+        let lock = rwlock(&store, &name).build().expect("valid");
+        tokio::spawn(async move { lock.write().await })
+    };
+    wait_for_state(&store, &name, "the writer queued", |s| s.queue.len() == 1).await;
+    waiting.abort(); // drops the write future
+    wait_for_state(&store, &name, "the cancelled writer leave", |s| {
+        s.queue.is_empty()
+    })
+    .await;
+    held.release().await.expect("release");
+    let state = inspect(&store, &name).await.expect("row");
+    assert!(state.holders.is_empty(), "granted to a ghost: {state:?}");
+}
+
+/// A row that is not a read-write lock, or one holding a writer together
+/// with a reader, is a typed error naming the key; the row is not touched.
+/// Bad settings are refused before anything is sent.
+async fn corrupt_row_is_a_typed_error_and_kept(store: Arc<dyn VersionedStore>) {
+    for (label, value) in [
+        ("garbage", "{not an rwlock".to_owned()),
+        (
+            "mixed",
+            r#"{"token":2,"holders":[
+                {"id":"a","owner":"o","mode":"write","token":1,"beat":1,"lease_ms":1000},
+                {"id":"b","owner":"o","mode":"read","token":2,"beat":1,"lease_ms":1000}]}"#
+                .to_owned(),
+        ),
+    ] {
+        let name = unique_name(&format!("rw-corrupt-{label}"));
+        let key = Key::with_prefix(rwlock::KEY_PREFIX, &name).expect("key");
+        let seeded = match store
+            .put_if_version(&key, None, value.clone().into())
+            .await
+            .expect("seed")
+        {
+            bakery_core::PutOutcome::Applied(row) => row,
+            other => panic!("seed: {other:?}"),
+        };
+        let lock = rwlock(&store, &name).build().expect("valid");
+        let errors = [
+            lock.read().await.map(|_| ()).expect_err("read"),
+            lock.write().await.map(|_| ()).expect_err("write"),
+            lock.try_read().await.map(|_| ()).expect_err("try_read"),
+            lock.try_write().await.map(|_| ()).expect_err("try_write"),
+            RwLock::inspect(&*store, &name)
+                .await
+                .map(|_| ())
+                .expect_err("inspect"),
+        ];
+        for err in errors {
+            assert_eq!(err.kind(), ErrorKind::Corrupt, "{label}: {err}");
+            assert!(err.message().contains(key.as_str()), "{label}: {err}");
+        }
+        let row = store.get(&key).await.expect("get").expect("kept");
+        assert_eq!(
+            row.version, seeded.version,
+            "{label}: the row was rewritten"
+        );
+        assert_eq!(&row.value[..], value.as_bytes());
+    }
+    for bad in [
+        rwlock(&store, "x").lease(Duration::from_millis(1)),
+        rwlock(&store, "x").poll_interval(Duration::ZERO),
+        rwlock(&store, "bad/name"),
+    ] {
+        let err = bad.build().expect_err("bad settings");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    }
+}
