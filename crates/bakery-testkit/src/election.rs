@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use bakery_core::VersionedStore;
 use bakery_recipes::election::{Election, ElectionBuilder};
+use bakery_recipes::fence::FencedValue;
+use bakery_recipes::lock::LostReason;
 use tokio::time::Instant;
 
 use crate::faults::FaultStore;
@@ -124,7 +126,9 @@ async fn observers_see_each_new_leader(store: Arc<dyn VersionedStore>) {
 }
 
 /// A leader whose process stops (its store calls hang) is replaced by a
-/// waiting candidate after a lease of silence, with the next term.
+/// waiting candidate after a lease of silence, with the next term; when the
+/// old leader resumes, `lost()` fires and its write fenced with the old term
+/// is refused once the new leader has written.
 async fn silent_leader_is_replaced_with_a_new_term(store: Arc<dyn VersionedStore>) {
     const LEASE: Duration = Duration::from_millis(300);
     let name = unique_name("silent");
@@ -149,6 +153,26 @@ async fn silent_leader_is_replaced_with_a_new_term(store: Arc<dyn VersionedStore
         asked.elapsed()
     );
     assert_eq!(next.term(), old.term() + 1);
+    let fenced = FencedValue::new(store.clone(), &name).expect("valid");
+    let written = fenced
+        .write(next.term(), "new leader".into())
+        .await
+        .expect("write");
+    assert!(written.is_accepted());
+    frozen_store.resume();
+    let reason = tokio::time::timeout(PATIENCE, old.lost())
+        .await
+        .expect("the old leader learns it lost");
+    assert!(
+        matches!(reason, LostReason::Evicted | LostReason::LeaseExpired),
+        "{reason:?}"
+    );
+    let late = FencedValue::new(frozen_store.clone() as Arc<dyn VersionedStore>, &name)
+        .expect("valid")
+        .write(old.term(), "old leader".into())
+        .await
+        .expect("write");
+    assert!(!late.is_accepted(), "the old term's write was accepted");
     next.resign().await.expect("resign");
-    drop(old); // its resignation (held by the pause) is never sent
+    drop(old);
 }
