@@ -31,6 +31,7 @@ use crate::output::CliError;
 
 fn main() -> ExitCode {
     output::install_panic_hook();
+    install_logging();
     let cli = cli::parse();
     // Benchmark clients run in parallel on every core, as separate client
     // processes would; everything else is one thread.
@@ -208,6 +209,29 @@ async fn run(cli: Cli) -> Result<(), CliError> {
 /// (tests/retry.rs).
 ///
 /// [`ErrorKind::Unavailable`]: bakery::ErrorKind::Unavailable
+/// With `BAKERY_LOG` set (e.g. `warn`, `bakery=debug`), log to stderr what
+/// the library reports through `tracing`: retries, lost locks, evictions.
+/// Off by default, so an error stays one line on stderr.
+fn install_logging() {
+    let Ok(directives) = std::env::var("BAKERY_LOG") else {
+        return;
+    };
+    let filter = match tracing_subscriber::EnvFilter::try_new(&directives) {
+        Ok(filter) => filter,
+        Err(err) => {
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "bakery: BAKERY_LOG={directives:?} is not a log filter ({err}); logging off"
+            );
+            return;
+        }
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 /// Set once `--metrics-addr` serves metrics: stores are opened metered.
 static METRICS_SERVED: AtomicBool = AtomicBool::new(false);
 

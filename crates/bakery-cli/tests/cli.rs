@@ -469,3 +469,48 @@ fn backends_lists_compiled_schemes() {
         .as_array()
         .is_some_and(|s| s.iter().any(|x| x == "sqlite")));
 }
+
+/// `BAKERY_LOG` shows the library's events (here, the retries of a refused
+/// connection) on stderr; without it an error stays one line; a bad filter
+/// is reported and logging stays off.
+#[test]
+fn bakery_log_shows_retries_and_is_off_by_default() {
+    let home = Sandbox::new();
+    let refused = [
+        "--uri",
+        "postgres://postgres@127.0.0.1:1/x",
+        "--retries",
+        "1",
+    ];
+    let args = [&refused[..], &["seq", "next", "x"]].concat();
+    let quiet = home.bare().args(&args).output().expect("run bakery");
+    let quiet_err = stderr(&quiet);
+    if quiet_err.contains("not compiled in") {
+        eprintln!("postgres is not compiled into this build: skipped");
+        return;
+    }
+    assert_one_line_error(&quiet, 1);
+
+    let logged = home
+        .bare()
+        .env("BAKERY_LOG", "warn")
+        .args(&args)
+        .output()
+        .expect("run bakery");
+    let err = stderr(&logged);
+    assert_eq!(logged.status.code(), Some(1), "{err}");
+    assert!(err.contains("retrying"), "{err}");
+    assert!(err.lines().count() > 1, "{err}");
+
+    let bad = home
+        .bare()
+        .env("BAKERY_LOG", "bakery=[")
+        .args(&args)
+        .output()
+        .expect("run bakery");
+    assert!(
+        stderr(&bad).contains("is not a log filter"),
+        "{}",
+        stderr(&bad)
+    );
+}
