@@ -123,9 +123,10 @@ mod tests {
         };
         let report = run(plan).await.expect("run");
         assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);
-        // 1 store × 2 client counts × (2 cas + 2 sequence + 3 lock + 2 once
-        // + 2 consumer variants); the outbox skipped.
-        assert_eq!(report.results.len(), 2 * 11);
+        // 1 store × 2 client counts × (2 cas + 2 sequence + 5 lock (fair,
+        // polling, old, election, semaphore) + 2 once + 2 consumer
+        // variants); the outbox skipped.
+        assert_eq!(report.results.len(), 2 * 13);
         assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
         assert_eq!(report.skipped[0].workload, "outbox");
         assert!(
