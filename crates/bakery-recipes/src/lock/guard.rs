@@ -300,12 +300,30 @@ impl LockGuard {
 /// its clones), by task: what a reentrant acquire shares.
 #[derive(Default)]
 pub(crate) struct TaskHolds {
-    by_task: Mutex<HashMap<tokio::task::Id, Weak<Shared>>>,
+    by_task: Mutex<HashMap<Caller, Weak<Shared>>>,
+}
+
+/// Who is asking: a tokio task, or the future a runtime's `block_on` runs
+/// on the calling thread (which has no task id and never moves).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Caller {
+    Task(tokio::task::Id),
+    Thread(std::thread::ThreadId),
+}
+
+impl Caller {
+    fn current() -> Caller {
+        match tokio::task::try_id() {
+            Some(task) => Caller::Task(task),
+            None => Caller::Thread(std::thread::current().id()),
+        }
+    }
 }
 
 impl TaskHolds {
     fn record(&self, shared: &Arc<Shared>) {
-        let (Some(task), Ok(mut by_task)) = (tokio::task::try_id(), self.by_task.lock()) else {
+        let task = Caller::current();
+        let Ok(mut by_task) = self.by_task.lock() else {
             return;
         };
         by_task.retain(|_, held| held.upgrade().is_some_and(|held| held.is_held()));
@@ -314,7 +332,7 @@ impl TaskHolds {
 
     /// The grant the current task holds, if any.
     fn current(&self) -> Option<Arc<Shared>> {
-        let task = tokio::task::try_id()?;
+        let task = Caller::current();
         let by_task = self.by_task.lock().ok()?;
         by_task
             .get(&task)

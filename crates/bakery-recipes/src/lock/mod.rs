@@ -160,8 +160,8 @@ bakery_core::setters! { LockBuilder {
     /// a second acquire queues behind the task's own grant (and waits for
     /// it, logging a warning), since a guard may have moved to another task.
     ///
-    /// A task is a tokio task; only opt in if the guards stay in the task
-    /// that acquired them.
+    /// A task is a tokio task (or the future a runtime's `block_on` runs);
+    /// only opt in if the guards stay in the task that acquired them.
     reentrant(reentrant: bool);
 }}
 
