@@ -9,6 +9,7 @@
 //! | `bakery_lock_wait_seconds` | histogram | `lock` | from the call of `acquire` to its grant |
 //! | `bakery_lock_hold_seconds` | histogram | `lock` | from a grant to its release |
 //! | `bakery_lock_handoffs_total` | counter | `lock` | releases that handed the lock to a waiter in the same write |
+//! | `bakery_lock_handoff_seconds` | histogram | `lock` | from a release's send to the grant of the waiter it handed the lock to, when both are in this process (across processes it would need synchronized clocks) |
 //! | `bakery_lock_lost_total` | counter | `lock`, `reason` | grants lost: `evicted`, `lease_expired`, `row_gone`, `hold_limit` |
 //! | `bakery_lock_evictions_total` | counter | `lock` | holders this process evicted after a lease of silence |
 //! | `bakery_sequence_reservations_total` | counter | `sequence` | blocks reserved (one conditional write each) |
@@ -48,6 +49,17 @@ pub(crate) fn lock_released(name: &str, held: Duration, handed_on: bool) {
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (name, held, handed_on);
+}
+
+/// A waiter of lock `name` got the grant a release of this process sent
+/// `after` ago.
+#[inline]
+pub(crate) fn lock_handed_over(name: &str, after: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("bakery_lock_handoff_seconds", "lock" => name.to_owned())
+        .record(after.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, after);
 }
 
 /// A grant of lock `name` was lost.
@@ -178,6 +190,7 @@ mod tests {
         assert_eq!(count(&values, "bakery_lock_wait_seconds{lock=jobs}"), 2);
         assert_eq!(count(&values, "bakery_lock_hold_seconds{lock=jobs}"), 2);
         assert_eq!(count(&values, "bakery_lock_handoffs_total{lock=jobs}"), 1);
+        assert_eq!(count(&values, "bakery_lock_handoff_seconds{lock=jobs}"), 1);
         assert_eq!(
             count(&values, "bakery_lock_lost_total{lock=jobs,reason=evicted}"),
             0

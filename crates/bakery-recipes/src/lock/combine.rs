@@ -131,6 +131,10 @@ pub(crate) struct Writer {
     /// same row is read by the writer, the woken holder, the next acquire
     /// and the listener, and decoding a long queue costs more than a copy.
     decoded: Mutex<Option<(Bytes, Arc<LockState>)>>,
+    /// The last release here that handed the lock on: to whom, and when
+    /// it was sent (a hand-off's time is measured only within a process:
+    /// across processes it would need synchronized clocks).
+    handed: Mutex<Option<(String, Instant)>>,
 }
 
 #[derive(Default)]
@@ -155,6 +159,7 @@ impl Writer {
                 notifications,
                 queue: Mutex::new(Queue::default()),
                 decoded: Mutex::new(None),
+                handed: Mutex::new(None),
             })
         })
     }
@@ -344,6 +349,26 @@ impl Writer {
     fn keep_decoded(&self, value: &Bytes, state: &Arc<LockState>) {
         if let Ok(mut decoded) = self.decoded.lock() {
             *decoded = Some((value.clone(), state.clone()));
+        }
+    }
+
+    /// A release sent at `sent` handed the lock to request `to`.
+    pub(crate) fn handed_on(&self, to: &str, sent: Instant) {
+        if let Ok(mut handed) = self.handed.lock() {
+            *handed = Some((to.to_owned(), sent));
+        }
+    }
+
+    /// How long ago a release of this process handed the lock to `id`.
+    pub(crate) fn handed_to(&self, id: &str) -> Option<std::time::Duration> {
+        let mut handed = self.handed.lock().ok()?;
+        match handed.as_ref() {
+            Some((to, sent)) if to == id => {
+                let elapsed = sent.elapsed();
+                *handed = None;
+                Some(elapsed)
+            }
+            _ => None,
         }
     }
 

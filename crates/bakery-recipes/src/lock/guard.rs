@@ -413,6 +413,7 @@ async fn release(shared: &Shared) -> Result<()> {
     // Through the process's writer: the release shares a write with the
     // enqueues of this process's other clients instead of conflicting with
     // them; it hands the lock on and tells the next holder.
+    let sent = Instant::now();
     let written = match shared.lock.writer.submit(request, Some(&row)).await {
         Ok(written) => written,
         Err(err) => {
@@ -424,6 +425,9 @@ async fn release(shared: &Shared) -> Result<()> {
     };
     if written.applied {
         shared.status.send_replace(Status::Released);
+        if let Some(next) = &written.state.holder {
+            shared.lock.writer.handed_on(&next.id, sent);
+        }
         crate::metrics::lock_released(
             &shared.lock.name,
             shared.granted.elapsed(),

@@ -349,6 +349,9 @@ impl Lock {
             Ok(grant) => {
                 ticket.settled = true;
                 crate::metrics::lock_acquired(&self.inner.name, asked.elapsed());
+                if let Some(handoff) = self.inner.writer.handed_to(&ticket.waiter.id) {
+                    crate::metrics::lock_handed_over(&self.inner.name, handoff);
+                }
                 Ok(LockGuard::start(self.inner.clone(), grant))
             }
             Err(err) => Err(err),
