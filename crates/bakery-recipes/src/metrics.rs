@@ -16,12 +16,91 @@
 //! | `bakery_sequence_reserved_ids_total` | counter | `sequence` | ids in those blocks |
 //! | `bakery_sequence_waits_total` | counter | `sequence` | `next()` calls that waited for the store |
 //!
+//! | `bakery_semaphore_acquisitions_total`, `bakery_rwlock_acquisitions_total` | counter | `semaphore` / `rwlock` | permits and read or write grants received |
+//! | `bakery_semaphore_hold_seconds`, `bakery_rwlock_hold_seconds` | histogram | `semaphore` / `rwlock` | from a grant to its release |
+//! | `bakery_semaphore_lost_total`, `bakery_rwlock_lost_total` | counter | `semaphore` / `rwlock`, `reason` | grants lost, as for the lock |
+//!
 //! The `lock` label is the lock's name (`election.NAME` for an election),
 //! `sequence` the sequence's name: keep the number of names bounded.
 
 use std::time::Duration;
 
 use crate::lock::LostReason;
+
+/// A recipe with its own row that reports grants, holds and losses.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Recipe {
+    Semaphore,
+    RwLock,
+}
+
+#[cfg(feature = "metrics")]
+impl Recipe {
+    /// Label, acquisitions, hold time, losses.
+    fn names(self) -> (&'static str, &'static str, &'static str, &'static str) {
+        match self {
+            Recipe::Semaphore => (
+                "semaphore",
+                "bakery_semaphore_acquisitions_total",
+                "bakery_semaphore_hold_seconds",
+                "bakery_semaphore_lost_total",
+            ),
+            Recipe::RwLock => (
+                "rwlock",
+                "bakery_rwlock_acquisitions_total",
+                "bakery_rwlock_hold_seconds",
+                "bakery_rwlock_lost_total",
+            ),
+        }
+    }
+}
+
+/// `recipe` `name` granted a permit or guard here.
+#[inline]
+pub(crate) fn acquired(recipe: Recipe, name: &str) {
+    #[cfg(feature = "metrics")]
+    {
+        let (label, acquisitions, _, _) = recipe.names();
+        metrics::counter!(acquisitions, label => name.to_owned()).increment(1);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (recipe, name);
+}
+
+/// A grant of `recipe` `name` released after `held`.
+#[inline]
+pub(crate) fn released(recipe: Recipe, name: &str, held: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        let (label, _, hold, _) = recipe.names();
+        metrics::histogram!(hold, label => name.to_owned()).record(held.as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (recipe, name, held);
+}
+
+/// A grant of `recipe` `name` was lost.
+#[inline]
+pub(crate) fn lost(recipe: Recipe, name: &str, reason: LostReason) {
+    #[cfg(feature = "metrics")]
+    {
+        let (label, _, _, lost) = recipe.names();
+        metrics::counter!(lost, label => name.to_owned(), "reason" => reason_label(reason))
+            .increment(1);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (recipe, name, reason);
+}
+
+#[cfg(feature = "metrics")]
+fn reason_label(reason: LostReason) -> &'static str {
+    match reason {
+        LostReason::Evicted => "evicted",
+        LostReason::LeaseExpired => "lease_expired",
+        LostReason::RowGone => "row_gone",
+        LostReason::HoldLimit => "hold_limit",
+    }
+}
 
 /// A grant of lock `name` after waiting `wait` (zero for a try).
 #[inline]
@@ -67,12 +146,7 @@ pub(crate) fn lock_handed_over(name: &str, after: Duration) {
 pub(crate) fn lock_lost(name: &str, reason: LostReason) {
     #[cfg(feature = "metrics")]
     {
-        let reason = match reason {
-            LostReason::Evicted => "evicted",
-            LostReason::LeaseExpired => "lease_expired",
-            LostReason::RowGone => "row_gone",
-            LostReason::HoldLimit => "hold_limit",
-        };
+        let reason = reason_label(reason);
         metrics::counter!("bakery_lock_lost_total", "lock" => name.to_owned(), "reason" => reason)
             .increment(1);
     }
@@ -120,6 +194,8 @@ mod tests {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
     use crate::lock::Lock;
+    use crate::rwlock::RwLock;
+    use crate::semaphore::Semaphore;
     use crate::sequence::Sequence;
 
     /// Run `body` on a current-thread runtime with a recorder local to this
@@ -180,6 +256,30 @@ mod tests {
             let next = waiting.await.expect("join").expect("granted");
             next.release().await.expect("release"); // frees
 
+            let exports = Semaphore::builder(store.clone(), "exports")
+                .permits(2)
+                .build()
+                .expect("valid");
+            let permit = exports.acquire().await.expect("permit");
+            permit.release().await.expect("release");
+            let config = RwLock::builder(store.clone(), "config")
+                .build()
+                .expect("valid");
+            config
+                .read()
+                .await
+                .expect("read")
+                .release()
+                .await
+                .expect("release");
+            config
+                .write()
+                .await
+                .expect("write")
+                .release()
+                .await
+                .expect("release");
+
             let ids = Sequence::builder(store, "orders").build().expect("valid");
             ids.next().await.expect("an id");
         });
@@ -211,5 +311,11 @@ mod tests {
             count(&values, "bakery_sequence_waits_total{sequence=orders}"),
             1
         );
+        let semaphore = |metric: &str| count(&values, &format!("{metric}{{semaphore=exports}}"));
+        assert_eq!(semaphore("bakery_semaphore_acquisitions_total"), 1);
+        assert_eq!(semaphore("bakery_semaphore_hold_seconds"), 1);
+        let rwlock = |metric: &str| count(&values, &format!("{metric}{{rwlock=config}}"));
+        assert_eq!(rwlock("bakery_rwlock_acquisitions_total"), 2);
+        assert_eq!(rwlock("bakery_rwlock_hold_seconds"), 2);
     }
 }

@@ -45,6 +45,8 @@ struct Shared {
     /// or the release starts (a stale one costs a conflict).
     row: Mutex<Row>,
     status: watch::Sender<Status>,
+    /// When the grant was handed over here (for the hold-time metric).
+    started: Instant,
 }
 
 impl Shared {
@@ -53,6 +55,7 @@ impl Shared {
             if *status == Status::Held {
                 tracing::warn!(rwlock = %self.sem.key.as_str(), token = self.token, %reason, "rwlock hold lost");
                 *status = Status::Lost(reason);
+                crate::metrics::lost(crate::metrics::Recipe::RwLock, &self.sem.name, reason);
                 true
             } else {
                 false
@@ -105,7 +108,9 @@ impl Guard {
             token: grant.token,
             row: Mutex::new(grant.row),
             status,
+            started: Instant::now(),
         });
+        crate::metrics::acquired(crate::metrics::Recipe::RwLock, &shared.sem.name);
         let heartbeat = tokio::spawn(heartbeat(shared.clone(), grant.lease_from));
         Guard {
             shared,
@@ -188,6 +193,11 @@ async fn release(shared: &Shared) -> Result<()> {
     match updated {
         Ok(Updated::Applied { granted, .. }) => {
             shared.status.send_replace(Status::Released);
+            crate::metrics::released(
+                crate::metrics::Recipe::RwLock,
+                &shared.sem.name,
+                shared.started.elapsed(),
+            );
             if !granted.is_empty() {
                 shared.sem.notify().await;
             }

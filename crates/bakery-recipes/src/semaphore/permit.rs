@@ -42,6 +42,8 @@ struct Shared {
     /// or the release starts (a stale one costs a conflict).
     row: Mutex<Row>,
     status: watch::Sender<Status>,
+    /// When the grant was handed over here (for the hold-time metric).
+    started: Instant,
 }
 
 impl Shared {
@@ -50,6 +52,7 @@ impl Shared {
             if *status == Status::Held {
                 tracing::warn!(semaphore = %self.sem.key.as_str(), token = self.token, %reason, "permit lost");
                 *status = Status::Lost(reason);
+                crate::metrics::lost(crate::metrics::Recipe::Semaphore, &self.sem.name, reason);
                 true
             } else {
                 false
@@ -122,7 +125,9 @@ impl Permit {
             token: grant.token,
             row: Mutex::new(grant.row),
             status,
+            started: Instant::now(),
         });
+        crate::metrics::acquired(crate::metrics::Recipe::Semaphore, &shared.sem.name);
         let heartbeat = tokio::spawn(heartbeat(shared.clone(), grant.lease_from));
         Permit {
             shared,
@@ -224,6 +229,11 @@ async fn release(shared: &Shared) -> Result<()> {
     match updated {
         Ok(Updated::Applied { granted, .. }) => {
             shared.status.send_replace(Status::Released);
+            crate::metrics::released(
+                crate::metrics::Recipe::Semaphore,
+                &shared.sem.name,
+                shared.started.elapsed(),
+            );
             if !granted.is_empty() {
                 shared.sem.notify().await;
             }
