@@ -4,6 +4,7 @@
 pub mod consumer;
 pub mod election;
 pub mod fence;
+mod held;
 pub mod keys;
 pub mod lamport;
 pub mod lock;

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use bakery_core::{Error, ErrorKind, PutOutcome, Result, Row};
 use tokio::sync::watch;
+
+use crate::held::Status;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -43,14 +45,6 @@ impl fmt::Display for LostReason {
             LostReason::HoldLimit => "held for its lock_at_most_for limit and released",
         })
     }
-}
-
-/// Status shared by the guard, its heartbeat task and `lost()` futures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Status {
-    Held,
-    Released,
-    Lost(LostReason),
 }
 
 /// A grant as the acquire loop hands it over.
@@ -224,18 +218,7 @@ impl LockGuard {
     /// The future is independent of the guard (`'static`), so it can be
     /// raced against the critical section.
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
-        let mut status = self.shared.status.subscribe();
-        async move {
-            loop {
-                if let Status::Lost(reason) = *status.borrow_and_update() {
-                    return reason;
-                }
-                if status.changed().await.is_err() {
-                    // Every sender is gone without a loss: never completes.
-                    std::future::pending::<()>().await;
-                }
-            }
-        }
+        crate::held::lost(&self.shared.status)
     }
 
     /// Hold the grant at most `at_most` from now (a job lock's manual

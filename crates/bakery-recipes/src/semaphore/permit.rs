@@ -7,20 +7,14 @@ use std::time::Duration;
 
 use bakery_core::{Error, ErrorKind, PutOutcome, Result, Row};
 use tokio::sync::watch;
+
+use crate::held::Status;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::state::{SemaphoreState, RECIPE};
 use super::{Inner, Updated};
 use crate::lock::LostReason;
-
-/// Status shared by the permit, its heartbeat task and `lost()` futures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Status {
-    Held,
-    Released,
-    Lost(LostReason),
-}
 
 /// A grant as the acquire loop hands it over.
 pub(crate) struct Grant {
@@ -157,18 +151,7 @@ impl Permit {
     /// independent of the permit (`'static`), so it can be raced against
     /// the work done under it.
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
-        let mut status = self.shared.status.subscribe();
-        async move {
-            loop {
-                if let Status::Lost(reason) = *status.borrow_and_update() {
-                    return reason;
-                }
-                if status.changed().await.is_err() {
-                    // Every sender is gone without a loss: never completes.
-                    std::future::pending::<()>().await;
-                }
-            }
-        }
+        crate::held::lost(&self.shared.status)
     }
 
     /// Give the permit back; in the same write, the first waiter in the
