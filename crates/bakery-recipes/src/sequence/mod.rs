@@ -216,6 +216,7 @@ impl SequenceBuilder {
                     pending: None,
                     block: first,
                     installed_at: None,
+                    served_to: 0,
                     row: None,
                 }),
                 stats: Counters::default(),
@@ -321,6 +322,11 @@ struct Shared {
     /// Current block size (moves within `bounds` when adaptive).
     block: u64,
     installed_at: Option<Instant>,
+    /// The end of the last installed block: no block below it is ever
+    /// installed, so a prefetch that lost a race to a newer reservation
+    /// (its trigger claimer was descheduled until the refill had begun)
+    /// is dropped as a gap instead of served after higher ids.
+    served_to: u64,
     /// The last row seen, so a reservation starts with a CAS, not a read.
     row: Option<Row>,
 }
@@ -582,6 +588,13 @@ impl Inner {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return; // no runtime to run it on: the refill will reserve inline
         };
+        // A refill under way reserves the next block itself: a prefetch
+        // beside it (its trigger claimer descheduled until the block ran
+        // out) would race it for the row. Held until `pending` is set, so
+        // a refill starting now finds this prefetch and waits for it.
+        let Ok(_no_refill) = self.refill.try_lock() else {
+            return;
+        };
         let Ok(mut shared) = self.lock_shared() else {
             return;
         };
@@ -632,8 +645,36 @@ impl Inner {
                 self.reserve(size).await?
             }
         };
+        let served_to = self.lock_shared()?.served_to;
+        let ids = if ids.start < served_to {
+            tracing::debug!(
+                sequence = %self.name,
+                stale = ?ids,
+                served_to,
+                "prefetched block is older than the one served: dropped as a gap"
+            );
+            self.reserve(size).await?
+        } else {
+            ids
+        };
+        if ids.start < served_to {
+            // A fresh reservation starts at the stored `next`, which only
+            // grows: below what this client served, the row went backwards.
+            return Err(Error::corrupt(
+                "sequence",
+                format!(
+                    "sequence {} reserved {ids:?} below ids it already handed out \
+                     (up to {served_to}): its row was lowered",
+                    self.name
+                ),
+            ));
+        }
         let trigger = self.trigger_for(ids.end - ids.start);
-        self.lock_shared()?.installed_at = Some(Instant::now());
+        {
+            let mut shared = self.lock_shared()?;
+            shared.installed_at = Some(Instant::now());
+            shared.served_to = ids.end;
+        }
         self.segments.install(ids, trigger);
         Ok(())
     }
@@ -729,5 +770,64 @@ impl Inner {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bakery_core::MemoryStore;
+
+    fn sequence(name: &str) -> Sequence {
+        Sequence::builder(Arc::new(MemoryStore::new()), name)
+            .block_size(3)
+            .prefetch(false) // prefetches are started by hand below
+            .build()
+            .expect("valid")
+    }
+
+    /// The prefetch's trigger claimer can be descheduled until its block
+    /// has run out and a refill is reserving the next one: a prefetch
+    /// started then would race that refill for the row. It is not started.
+    #[tokio::test]
+    async fn a_prefetch_does_not_start_beside_a_refill() {
+        let seq = sequence("no-prefetch-beside-refill");
+        assert_eq!(seq.next().await.expect("id"), 1);
+        {
+            let _refilling = seq.inner.refill.lock().await;
+            seq.inner.start_prefetch();
+            assert_eq!(seq.stats().prefetches, 0);
+            assert!(seq.inner.lock_shared().expect("state").pending.is_none());
+        }
+        seq.inner.start_prefetch();
+        assert_eq!(seq.stats().prefetches, 1);
+        seq.prefetched().await;
+        assert_eq!(
+            [seq.next().await, seq.next().await, seq.next().await].map(|id| id.expect("id")),
+            [2, 3, 4],
+            "the prefetched block follows the installed one"
+        );
+    }
+
+    /// A block reserved before the one being served (a prefetch that lost
+    /// the race above, parked in `pending`) is dropped as a gap: the client
+    /// never hands out an id below one it handed out before.
+    #[tokio::test]
+    async fn an_older_parked_block_is_never_served_after_newer_ids() {
+        let seq = sequence("older-block-dropped");
+        for want in 1..=3 {
+            assert_eq!(seq.next().await.expect("id"), want);
+        }
+        let stale = seq.inner.reserve(3).await.expect("reserve");
+        assert_eq!(stale, 4..7);
+        // The refill, not seeing the stale block, reserves its own.
+        assert_eq!(seq.next().await.expect("id"), 7);
+        seq.inner.lock_shared().expect("state").pending = Some(Pending::Ready(Ok(stale)));
+        let mut ids = vec![7];
+        for _ in 0..4 {
+            ids.push(seq.next().await.expect("id"));
+        }
+        assert_eq!(ids, [7, 8, 9, 10, 11], "4..7 must not come after 9");
+        assert_eq!(seq.stats().reservations, 4, "1..4, 4..7, 7..10, 10..13");
     }
 }
