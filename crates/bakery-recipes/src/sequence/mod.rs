@@ -217,6 +217,7 @@ impl SequenceBuilder {
                     block: first,
                     installed_at: None,
                     served_to: 0,
+                    reserving_inline: false,
                     row: None,
                 }),
                 stats: Counters::default(),
@@ -327,6 +328,9 @@ struct Shared {
     /// (its trigger claimer was descheduled until the refill had begun)
     /// is dropped as a gap instead of served after higher ids.
     served_to: u64,
+    /// A refill is reserving the next block itself (no prefetch was
+    /// parked): no prefetch starts beside it.
+    reserving_inline: bool,
     /// The last row seen, so a reservation starts with a CAS, not a read.
     row: Option<Row>,
 }
@@ -527,6 +531,18 @@ impl Sequence {
     }
 }
 
+/// Ends a refill's inline reservation however the refill ends (returned,
+/// failed or cancelled), so prefetches start again.
+struct InlineReservation<'a>(&'a Inner);
+
+impl Drop for InlineReservation<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut shared) = self.0.lock_shared() {
+            shared.reserving_inline = false;
+        }
+    }
+}
+
 impl Pending {
     fn is_finished(&self) -> bool {
         match self {
@@ -588,17 +604,13 @@ impl Inner {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return; // no runtime to run it on: the refill will reserve inline
         };
-        // A refill under way reserves the next block itself: a prefetch
-        // beside it (its trigger claimer descheduled until the block ran
-        // out) would race it for the row. Held until `pending` is set, so
-        // a refill starting now finds this prefetch and waits for it.
-        let Ok(_no_refill) = self.refill.try_lock() else {
-            return;
-        };
         let Ok(mut shared) = self.lock_shared() else {
             return;
         };
-        if shared.pending.is_some() {
+        // A refill reserving inline gets the next block itself: a prefetch
+        // beside it (its trigger claimer descheduled until the block ran
+        // out) would race it for the row.
+        if shared.pending.is_some() || shared.reserving_inline {
             return;
         }
         let size = shared.block;
@@ -618,11 +630,13 @@ impl Inner {
         self.adapt_block_size()?;
         let (pending, size) = {
             let mut shared = self.lock_shared()?;
-            (
-                shared.pending.take(),
-                shared.block.max(wanted.min(MAX_SEGMENT)),
-            )
+            let pending = shared.pending.take();
+            // Set with the take, under one lock: a prefetch that did not
+            // start by now does not start until this refill is done.
+            shared.reserving_inline = pending.is_none();
+            (pending, shared.block.max(wanted.min(MAX_SEGMENT)))
         };
+        let _inline = InlineReservation(self);
         let ids = match pending {
             Some(pending) => {
                 if !pending.is_finished() {
@@ -635,6 +649,7 @@ impl Inner {
                     // so the caller sees the error only if the store is down.
                     Err(e) => {
                         tracing::debug!(sequence = %self.name, error = %e, "prefetch failed");
+                        self.lock_shared()?.reserving_inline = true;
                         self.reserve(size).await?
                     }
                 }
@@ -653,6 +668,7 @@ impl Inner {
                 served_to,
                 "prefetched block is older than the one served: dropped as a gap"
             );
+            self.lock_shared()?.reserving_inline = true;
             self.reserve(size).await?
         } else {
             ids
@@ -674,6 +690,9 @@ impl Inner {
             let mut shared = self.lock_shared()?;
             shared.installed_at = Some(Instant::now());
             shared.served_to = ids.end;
+            // Before the install: the claim that crosses the new block's
+            // trigger may come at once, from another thread.
+            shared.reserving_inline = false;
         }
         self.segments.install(ids, trigger);
         Ok(())
@@ -794,7 +813,8 @@ mod tests {
         let seq = sequence("no-prefetch-beside-refill");
         assert_eq!(seq.next().await.expect("id"), 1);
         {
-            let _refilling = seq.inner.refill.lock().await;
+            let _refilling = InlineReservation(&seq.inner);
+            seq.inner.lock_shared().expect("state").reserving_inline = true;
             seq.inner.start_prefetch();
             assert_eq!(seq.stats().prefetches, 0);
             assert!(seq.inner.lock_shared().expect("state").pending.is_none());
