@@ -14,9 +14,12 @@
 //!   printed id;
 //! - a `bakery lock run` already waiting when the holder's `bakery` is
 //!   killed gets the lock (within a bound) with the next fencing token, and
-//!   only once the dead holder's lease has run out: at least half a lease
-//!   after the kill (heartbeats come every third of a lease, and a waiter
-//!   evicts a holder whose heartbeat it has seen standing for a whole one);
+//!   only once the dead holder's lease has run out: at least a lease after
+//!   a look at the lock that still showed an older heartbeat than the
+//!   holder's last (a waiter evicts a holder whose heartbeat it has seen
+//!   standing for a whole lease on its own clock, which starts when it
+//!   first sees that heartbeat: after the heartbeat was written, so after
+//!   that look, whenever the heartbeats came);
 //! - the dead holder's command, still running, is refused when it then
 //!   writes with the dead holder's token, and the value keeps the new
 //!   holder's write.
@@ -43,8 +46,9 @@ const KILLED_PER_WAVE: usize = 3;
 const COUNT: usize = 300;
 const BLOCK: &str = "10";
 
-/// The lock holders' lease, and holders killed per target.
-const LEASE: Duration = Duration::from_secs(1);
+/// The lock holders' lease (long enough to outlast a heartbeat delayed by
+/// a loaded machine while processes start), and holders killed per target.
+const LEASE: Duration = Duration::from_secs(4);
 const HOLDERS: usize = 2;
 
 struct Target {
@@ -102,7 +106,7 @@ impl Target {
         finish(child, &format!("{}: bakery {}", self.label, args.join(" ")))
     }
 
-    /// `bakery lock run LOCK --lease 1s OPTIONS… -- sh -c SCRIPT`.
+    /// `bakery lock run LOCK --lease LEASE OPTIONS… -- sh -c SCRIPT`.
     fn lock_run(&self, scratch: &Path, lock: &str, options: &[&str], script: &str) -> Child {
         let lease = format!("{}ms", LEASE.as_millis());
         let head = ["lock", "run", lock, "--lease", &lease];
@@ -331,7 +335,22 @@ fn lock_state(target: &Target, scratch: &Path, lock: &str) -> (u64, usize) {
     (state["token"].as_u64().expect("a token"), queued)
 }
 
-/// A holder (`lock run --lease 1s`) writes the fenced value, then waits; a
+/// The holder's request id and heartbeat, from `bakery --json lock show`.
+fn holder_beat(target: &Target, scratch: &Path, lock: &str) -> (String, u64) {
+    let out = target.run(scratch, &["--json", "lock", "show", lock]);
+    assert!(
+        out.status.success(),
+        "{}: lock show: {}",
+        target.label,
+        text(&out.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("lock show json");
+    let holder = &shown["state"]["holder"];
+    let id = holder["id"].as_str().expect("a holder").to_owned();
+    (id, holder["beat"].as_u64().expect("a heartbeat"))
+}
+
+/// A holder (`lock run --lease 4s`) writes the fenced value, then waits; a
 /// second `lock run` queues behind it; the holder's `bakery` is SIGKILLed
 /// at a random moment of its heartbeats, its command left running. The
 /// waiter takes over after the lease and writes; the orphaned command's
@@ -369,8 +388,27 @@ fn a_killed_holder_is_replaced_after_its_lease_and_fenced_off() {
             within("the waiter queued", || {
                 (lock_state(target, &d, &lock).1 == 1).then_some(())
             });
-            // A random moment of the holder's heartbeats (every lease/3).
-            std::thread::sleep(rng.before(LEASE));
+            // Watch the holder's heartbeat move: `beat_after` is the start
+            // of the last look that still saw the older one. The holder's
+            // last heartbeat before the kill is that newer one or a later
+            // one, written after `beat_after`; the waiter's clock for it
+            // starts when it reads it, later still, so no correct waiter
+            // evicts the dead holder before `beat_after` + LEASE, however
+            // the heartbeats were spread.
+            let (holder_id, mut seen) = holder_beat(target, &d, &lock);
+            let mut look = SystemTime::now();
+            let beat_after = within("a heartbeat of the holder", || {
+                let next_look = SystemTime::now();
+                let (id, beat) = holder_beat(target, &d, &lock);
+                assert_eq!(id, holder_id, "{}: the holder changed", target.label);
+                if beat > seen {
+                    return Some(look);
+                }
+                (seen, look) = (beat, next_look);
+                None
+            });
+            // Then a random moment of its heartbeats (every lease/3).
+            std::thread::sleep(rng.before(LEASE / 3));
             kill(holder_pid, Signal::SIGKILL).expect("kill -9 the holder's bakery");
             let killed_at = SystemTime::now();
             // (Not its output: the orphaned command holds the pipes open.)
@@ -408,10 +446,17 @@ fn a_killed_holder_is_replaced_after_its_lease_and_fenced_off() {
                 .duration_since(UNIX_EPOCH)
                 .expect("clock")
                 .as_nanos();
+            let beat_after_ns = beat_after
+                .duration_since(UNIX_EPOCH)
+                .expect("clock")
+                .as_nanos();
             let waited = Duration::from_nanos(granted_ns.saturating_sub(killed_ns) as u64);
+            let since_beat = Duration::from_nanos(granted_ns.saturating_sub(beat_after_ns) as u64);
             assert!(
-                granted_ns >= killed_ns + LEASE.as_nanos() / 2,
-                "{} (seed {seed}): the waiter ran {waited:?} after the kill, before the dead holder's lease ran out",
+                granted_ns >= beat_after_ns + LEASE.as_nanos(),
+                "{} (seed {seed}): the waiter ran {since_beat:?} after a look that saw the holder's \
+                 heartbeat not yet at its last ({waited:?} after the kill): before the dead holder's \
+                 lease of {LEASE:?} ran out",
                 target.label
             );
             waits.push(waited);

@@ -6,7 +6,7 @@
 //! runs `bakery seq next` through it:
 //! - every connection reset until the fault is lifted: `--retries 0` fails
 //!   at once, the default gives up after 5 attempts and says so, and a call
-//!   started while the fault is on succeeds once it is lifted;
+//!   that met the fault (it logged a retry) succeeds once it is lifted;
 //! - half of the connections reset (how issue 17 measured 126 failures in
 //!   240 calls): far fewer calls fail with retries, and only when all their
 //!   attempts drew a reset;
@@ -23,7 +23,8 @@
 //! fails.
 
 use std::collections::HashSet;
-use std::process::Output;
+use std::io::BufRead;
+use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +33,9 @@ use bakery_testkit::proxy::{self, Proxy, Toxic, Toxiproxy};
 use tempfile::TempDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_bakery");
+
+/// Bound on waiting for something that must happen (failure, not speed).
+const PATIENCE: Duration = Duration::from_secs(60);
 
 /// A PostgreSQL server behind a fresh proxy, and a HOME for the processes.
 struct Setup {
@@ -66,19 +70,26 @@ async fn setup(case: &str) -> Option<Setup> {
 impl Setup {
     /// `bakery [--retries N] --uri <proxy> seq next NAME`, with a clean
     /// environment (`None`: the default retries).
-    fn seq_next(&self, name: &str, retries: Option<u32>) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new(BIN);
+    fn seq_next_std(&self, name: &str, retries: Option<u32>) -> std::process::Command {
+        let mut cmd = std::process::Command::new(BIN);
         cmd.env_remove("BAKERY_URI")
             .env_remove("BAKERY_RETRIES")
+            .env_remove("BAKERY_LOG")
             .env_remove("RUST_BACKTRACE")
             .env("HOME", self.home.path())
             .env("XDG_DATA_HOME", self.home.path())
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true);
+            .stdin(Stdio::null());
         if let Some(retries) = retries {
             cmd.arg("--retries").arg(retries.to_string());
         }
         cmd.args(["--uri", &self.uri, "seq", "next", name]);
+        cmd
+    }
+
+    /// [`Self::seq_next_std`] for tokio, killed if dropped.
+    fn seq_next(&self, name: &str, retries: Option<u32>) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::from(self.seq_next_std(name, retries));
+        cmd.kill_on_drop(true);
         cmd
     }
 
@@ -205,20 +216,60 @@ async fn a_reset_while_connecting_is_retried_until_it_passes() {
         }
         other => panic!("expected an unavailable store, got {other:?}"),
     }
-    // A call started while every connection is reset succeeds once the
-    // fault is lifted: its retries go on for at least 750 ms.
-    let call = setup.seq_next(&name, None).output();
-    let lift = async {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        setup.proxy.remove(&reset).await.expect("lift the reset");
+    // A call that met the reset succeeds once the fault is lifted. The
+    // fault is lifted as soon as the call logs its first retry (so it
+    // surely met it), and the call may retry for the policy's 10 s (the
+    // default 4 retries span only 0.75 s to 1.5 s, which a slow lift on a
+    // loaded machine can outlast).
+    let mut child = setup
+        .seq_next_std(&name, Some(LIFT_RETRIES))
+        .env("BAKERY_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run bakery");
+    let (retried_tx, retried) = tokio::sync::oneshot::channel();
+    let stderr = child.stderr.take().expect("stderr piped");
+    let reader = std::thread::spawn(move || {
+        let mut said = String::new();
+        let mut retried_tx = Some(retried_tx);
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.expect("read stderr");
+            if line.contains("retrying") {
+                if let Some(tx) = retried_tx.take() {
+                    let _ = tx.send(());
+                }
+            }
+            said.push_str(&line);
+            said.push('\n');
+        }
+        said
+    });
+    let met = tokio::time::timeout(PATIENCE, retried).await;
+    setup.proxy.remove(&reset).await.expect("lift the reset");
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("join")
+        .expect("run bakery");
+    let said = reader.join().expect("stderr reader");
+    assert!(
+        matches!(met, Ok(Ok(()))),
+        "the call never retried (status {:?}): {said}",
+        out.status
+    );
+    let out = Output {
+        stderr: said.into_bytes(),
+        ..out
     };
-    let (out, ()) = tokio::join!(call, lift);
-    let out = out.expect("run bakery");
     match Outcome::of(&out) {
         Outcome::Ids(ids) => assert_eq!(ids, vec![1], "the sequence's first id"),
         other => panic!("expected the call to ride out the reset, got {other:?}"),
     }
 }
+
+/// `--retries` of the call that rides out a lifted fault: more than fit in
+/// the retry policy's 10 s, which then bounds it.
+const LIFT_RETRIES: u32 = 50;
 
 #[tokio::test]
 async fn half_the_connections_reset() {
