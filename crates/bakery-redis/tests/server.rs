@@ -297,88 +297,158 @@ async fn wrong_type_is_corrupt() {
     }
 }
 
-/// The server stalls (a busy Lua script on another connection) longer than
-/// the store's timeout: a write that was sent is `Unknown` — and indeed it
-/// applies once the server resumes — while a read is `Unavailable`. The
-/// store recovers afterwards.
+/// The replies stop coming (held back by a proxy between the store and
+/// the server, for as long as the test says) while calls outlast the
+/// store's timeout: a write that was sent is `Unknown` — and indeed it
+/// applied — while a read is `Unavailable`, and the watch strategy's write,
+/// stuck before its EXEC, is `Unavailable` with nothing applied. Once the
+/// replies flow again (the stale ones first) the same store works again and
+/// reads what the server holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lost_reply_is_unknown_for_writes_and_unavailable_for_reads() {
     let Some(uri) = server_uri("lost_reply_is_unknown") else {
         return;
     };
+    let config = RedisConfig::from_uri(&uri).unwrap();
+    if config.tls() {
+        // The proxy's address is not the name the certificate is for.
+        eprintln!("lost_reply_is_unknown: skipped (TLS)");
+        return;
+    }
+    let proxy = Proxy::start(format!("{}:{}", config.host(), config.port())).await;
     for strategy in STRATEGIES {
-        let store = store_with(&uri, "stall", |c| {
-            c.with_cas(strategy)
-                .with_timeout(Duration::from_millis(150))
+        // Setup and verification straight to the server, default timeout.
+        let direct = store(&uri, "stall", strategy).await;
+        // The store under test, through the proxy. Its timeout only decides
+        // how long a held call waits: the replies are held until released.
+        let through = RedisConfig::from_uri(&via(&uri, proxy.addr))
+            .unwrap()
+            .with_prefix(direct.config().prefix())
+            .with_cas(strategy)
+            .with_timeout(Duration::from_millis(500));
+        let stalled = retried("open through the proxy", || {
+            RedisStore::open(through.clone())
         })
         .await;
         let k = key("stalled");
-        let row = store
+        let row = direct
             .put_if_version(&k, None, "before".into())
             .await
             .unwrap()
             .applied()
             .unwrap();
-        // Block the server for ~700 ms (well under lua-time-limit, so other
-        // clients wait instead of getting BUSY).
-        let mut blocker = raw(&uri).await;
-        let stall = tokio::spawn(async move {
-            let _: redis::Value = redis::cmd("EVAL")
-                .arg(
-                    "local t = redis.call('TIME'); local s = t[1] * 1000000 + t[2]; \
-                     repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - s > 700000; \
-                     return 1",
-                )
-                .arg(0)
-                .query_async(&mut blocker)
-                .await
-                .unwrap();
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let started = Instant::now();
-        let read = store.get(&k).await.unwrap_err();
+
+        // From here no reply reaches `stalled` until `release`.
+        proxy.hold();
+        let read = stalled.get(&k).await.unwrap_err();
         assert_eq!(read.kind(), ErrorKind::Unavailable, "{strategy}: {read}");
-        assert!(started.elapsed() < Duration::from_millis(400));
-        let write = store
+        let write = stalled
             .put_if_version(&k, Some(row.version), "during".into())
             .await
             .unwrap_err();
         match strategy {
-            // The EVALSHA was sent: it may run once the server resumes.
+            // The EVALSHA was sent: it may have run (it did, see below).
             CasStrategy::Script => {
                 assert_eq!(write.kind(), ErrorKind::Unknown, "{strategy}: {write}");
                 assert!(write.outcome_unknown());
                 assert!(write.message().contains("may or may not"), "{write}");
             }
-            // The stall hit the WATCH/HMGET step: no MULTI/EXEC was ever
-            // sent, so the write certainly did not apply.
+            // The held reply is the WATCH/HMGET step's: no MULTI/EXEC was
+            // ever sent, so the write certainly did not apply.
             _ => {
                 assert_eq!(write.kind(), ErrorKind::Unavailable, "{strategy}: {write}");
                 assert!(write.message().contains("nothing was applied"), "{write}");
             }
         }
-        stall.await.unwrap();
 
-        // After the stall: the script's EVALSHA was queued and ran, so the
-        // "unknown" write did apply (which is why it must not be reported
-        // as not applied); the watch transaction's connection was closed
-        // before EXEC, so nothing changed. Either way the store works again.
-        let now = store.get(&k).await.unwrap().unwrap();
-        match strategy {
+        // What the server holds: the script's EVALSHA reached it and ran,
+        // so the "unknown" write did apply (which is why it must not be
+        // reported as not applied); the watch transaction's connection was
+        // closed before EXEC, so nothing changed.
+        let now = match strategy {
             CasStrategy::Script => {
-                assert_eq!((&now.value[..], now.version), (&b"during"[..], 2))
+                let during = |now: &Option<bakery_core::Row>| {
+                    now.as_ref()
+                        .is_some_and(|now| (&now.value[..], now.version) == (&b"during"[..], 2))
+                };
+                let mut now = direct.get(&k).await.unwrap();
+                let applied_by = Instant::now() + HANG_GUARD;
+                while !during(&now) && Instant::now() < applied_by {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    now = direct.get(&k).await.unwrap();
+                }
+                assert!(
+                    during(&now),
+                    "{strategy}: the sent write never applied: {now:?}"
+                );
+                now.unwrap()
             }
-            _ => assert_eq!(now, row),
-        }
-        let next = store
-            .put_if_version(&k, Some(now.version), "after".into())
-            .await
-            .unwrap()
-            .applied()
-            .unwrap();
-        assert_eq!(next.version, now.version + 1);
-        cleanup(&uri, &store).await;
+            _ => {
+                let now = direct.get(&k).await.unwrap().unwrap();
+                assert_eq!(now, row, "{strategy}");
+                now
+            }
+        };
+
+        // The replies flow again, the held (stale) ones first: the same
+        // store reads what the server holds — not a stale reply — and
+        // writes again. (Retried while a call misses its timeout on a busy
+        // machine; the first answer must be right.)
+        proxy.release();
+        let seen = retried("get after the stall", || stalled.get(&k)).await;
+        assert_eq!(seen, Some(now.clone()), "{strategy}");
+        let next = retried("put after the stall", || async {
+            match stalled
+                .put_if_version(&k, Some(now.version), "after".into())
+                .await?
+            {
+                bakery_core::PutOutcome::Applied(next) => Ok(next),
+                // An earlier try that timed out after sending did apply.
+                bakery_core::PutOutcome::Conflict(Some(current))
+                    if &current.value[..] == b"after" =>
+                {
+                    Ok(current)
+                }
+                other => panic!("{strategy}: put after the stall: {other:?}"),
+            }
+        })
+        .await;
+        assert_eq!(next.version, now.version + 1, "{strategy}");
+        assert_eq!(direct.get(&k).await.unwrap(), Some(next), "{strategy}");
+        cleanup(&uri, &direct).await;
     }
+}
+
+/// How long a test waits for what must happen (a bound against hangs, not
+/// a speed check).
+const HANG_GUARD: Duration = Duration::from_secs(30);
+
+/// `call` until it succeeds; a temporary error (a call that missed its
+/// timeout on a busy machine) is retried for up to [`HANG_GUARD`].
+async fn retried<T, F, Fut>(what: &str, mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bakery_core::Result<T>>,
+{
+    let until = Instant::now() + HANG_GUARD;
+    loop {
+        match call().await {
+            Ok(done) => return done,
+            Err(e) if e.is_temporary() && Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+}
+
+/// `uri` with its host and port replaced by `addr`; credentials, database
+/// and options are kept.
+fn via(uri: &str, addr: std::net::SocketAddr) -> String {
+    let (scheme, rest) = uri.split_once("://").expect("a redis URI");
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    let credentials = authority.rfind('@').map_or("", |at| &authority[..=at]);
+    format!("{scheme}://{credentials}{addr}{tail}")
 }
 
 /// Wrong credentials and a database the server lacks are `Config` errors;
@@ -500,10 +570,12 @@ async fn dropping_the_last_watch_of_a_key_unsubscribes() {
     assert!(next_wake(&mut again).await);
 }
 
-/// A loopback TCP proxy to the test server whose connections can be cut.
+/// A loopback TCP proxy to the test server whose connections can be cut,
+/// and which can hold back the server's replies.
 struct Proxy {
     addr: std::net::SocketAddr,
     cut: tokio::sync::watch::Sender<u64>,
+    held: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -512,28 +584,72 @@ impl Proxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (cut, cuts) = tokio::sync::watch::channel(0u64);
+        let (held, holds) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                let Ok(mut server) = tokio::net::TcpStream::connect(&target).await else {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&target).await else {
                     continue;
                 };
                 let mut cuts = cuts.clone();
                 cuts.mark_unchanged();
+                let holds = holds.clone();
                 tokio::spawn(async move {
+                    let (mut from_client, to_client) = client.into_split();
+                    let (from_server, mut to_server) = server.into_split();
+                    let requests = async {
+                        let _ = tokio::io::copy(&mut from_client, &mut to_server).await;
+                        let _ = tokio::io::AsyncWriteExt::shutdown(&mut to_server).await;
+                    };
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = async { tokio::join!(requests, replies(from_server, to_client, holds)) } => {}
                         _ = cuts.changed() => {}
                     }
                 });
             }
         });
-        Proxy { addr, cut, task }
+        Proxy {
+            addr,
+            cut,
+            held,
+            task,
+        }
     }
 
     /// Close every connection made so far (new ones are still accepted).
     fn cut(&self) {
         self.cut.send_modify(|n| *n += 1);
     }
+
+    /// Hold back every reply from now on (on every connection, also new
+    /// ones), until [`Proxy::release`].
+    fn hold(&self) {
+        self.held.send_replace(true);
+    }
+
+    /// Pass the held replies on, and every later one.
+    fn release(&self) {
+        self.held.send_replace(false);
+    }
+}
+
+/// Copy the server's replies to the client, none while `holds` says so.
+async fn replies(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut holds: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if holds.wait_for(|held| !held).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+    let _ = to.shutdown().await;
 }
 
 impl Drop for Proxy {
