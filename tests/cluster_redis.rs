@@ -38,11 +38,11 @@
 
 mod common;
 
-use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use bakery::backends::redis::redis;
-use bakery::{Capabilities, ErrorKind, Sequence};
+use bakery::{Capabilities, ErrorKind, FencedValue, Sequence, VersionedStore};
 use bakery_testkit::proxy::with_option;
 use bakery_verify::checks::{check_fence, check_sequence};
 use bakery_verify::linearizability::{self, Verdict};
@@ -102,6 +102,29 @@ async fn replicaof(replica: &str, args: [&str; 2]) {
     assert!(answer.starts_with("OK"), "REPLICAOF {args:?}: {answer}");
 }
 
+/// Whether the lock clients get fenced writes accepted within `bound`: the
+/// fenced value `name` is seen holding two different writes' data. The
+/// first of them had returned before the second holder got the lock, and
+/// its writer's raise of the fence returned before it wrote: the clients'
+/// recorded fenced calls then include accepted ones, whatever a fault does
+/// to the calls still in flight.
+async fn fenced_writes_seen(store: Arc<dyn VersionedStore>, name: &str, bound: Duration) -> bool {
+    let value = FencedValue::new(store, name).expect("fenced value");
+    let start = Instant::now();
+    let mut first = None;
+    while start.elapsed() < bound {
+        if let Ok(Some(now)) = value.read().await {
+            match &first {
+                None => first = Some(now.data),
+                Some(first) if *first != now.data => return true,
+                Some(_) => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
 fn failover(mode: Mode, partitioned: bool) {
     let Some(primary) = fault_tests_uri("redis_primary", "BAKERY_REDIS_PRIMARY_URI") else {
         return;
@@ -151,6 +174,12 @@ fn failover(mode: Mode, partitioned: bool) {
         assert!(
             eventually(RECOVERY_BOUND, || acked_after(&history, 0) >= ACKS_PER_PHASE).await,
             "{label}: no writes acknowledged before the fault"
+        );
+        // The lock clients are under way too (the phase's length is the
+        // counters'): the workload ran on both sides of the failover.
+        assert!(
+            fenced_writes_seen(store.clone(), &plan.lock, RECOVERY_BOUND).await,
+            "{label}: no fenced writes accepted before the fault"
         );
 
         // The fault: (the replica is cut off, then) the primary dies, and

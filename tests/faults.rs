@@ -24,7 +24,7 @@ mod common;
 
 use common::{backends, fault_tests_uri as enabled};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -124,11 +124,13 @@ struct LockTally {
 }
 
 /// One lock client: acquire, read the fenced counter, write it + 1 with the
-/// grant's token, release — until `stop`, through the outage.
+/// grant's token, release — until `stop`, through the outage. Each accepted
+/// increment is also counted in `accepted` as it happens.
 async fn lock_client(
     store: Arc<dyn VersionedStore>,
     name: String,
     stop: Arc<AtomicBool>,
+    accepted: Arc<AtomicU64>,
 ) -> LockTally {
     let mut tally = LockTally::default();
     let lock = Lock::builder(store.clone(), &name)
@@ -174,7 +176,10 @@ async fn lock_client(
         )
         .await;
         match write {
-            Ok(Ok(FencedWrite::Accepted(_))) => tally.accepted += 1,
+            Ok(Ok(FencedWrite::Accepted(_))) => {
+                tally.accepted += 1;
+                accepted.fetch_add(1, Ordering::SeqCst);
+            }
             Ok(Ok(FencedWrite::Rejected { .. })) => tally.rejected += 1,
             Ok(Err(e)) => {
                 if e.kind() == ErrorKind::Unknown {
@@ -246,8 +251,12 @@ fn restart_mid_run(backend: &str, var: &str) {
             clients.push(tokio::spawn(client(store.clone(), key.clone(), seq, stop.clone())));
         }
         let lock_name = format!("faults-lock-{suffix}");
+        let fenced_so_far = Arc::new(AtomicU64::new(0));
         let lock_clients: Vec<_> = (0..2)
-            .map(|_| tokio::spawn(lock_client(store.clone(), lock_name.clone(), stop.clone())))
+            .map(|_| {
+                let client = lock_client(store.clone(), lock_name.clone(), stop.clone(), fenced_so_far.clone());
+                tokio::spawn(client)
+            })
             .collect();
         // Let work start, stop the server, keep going, start it again.
         let probe = Sequence::builder(store.clone(), &name).block_size(1).build().expect("probe");
@@ -263,6 +272,16 @@ fn restart_mid_run(backend: &str, var: &str) {
                 Err(e) if e.is_temporary() && warm_up.elapsed() < RECOVERY_BOUND => in_a_row = 0,
                 Err(e) => panic!("server not healthy before the fault: {e}"),
             }
+        }
+        // The lock clients are under way too: a fenced increment accepted
+        // before the fault (so the checks below see the lock at work, not
+        // only the outage).
+        while fenced_so_far.load(Ordering::SeqCst) == 0 {
+            assert!(
+                warm_up.elapsed() < RECOVERY_BOUND,
+                "no fenced increment accepted in {RECOVERY_BOUND:?} before the fault"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let name_owned = backend.to_string();
         tokio::task::spawn_blocking(move || backends("stop", &name_owned)).await.expect("stop");

@@ -1,6 +1,6 @@
 //! Network faults from a real TCP fault proxy (Toxiproxy) between the client
 //! and each server backend: latency with jitter, connection resets, a
-//! blackhole, a bandwidth stall, and a cut timed to land after the requests
+//! blackhole, a bandwidth stall, and a cut that lands after the requests
 //! were sent (so replies of applied writes are lost — unknown outcomes on
 //! purpose).
 //!
@@ -16,7 +16,8 @@
 //!   acknowledged plus the unknown-outcome ones (`Unavailable` promises
 //!   "not applied", and is held to it);
 //! - the cut, which loses the replies of requests the server received,
-//!   produces unknown outcomes;
+//!   produces unknown outcomes — and a put seen applied on the server while
+//!   every reply is swallowed is one;
 //! - no sequence id is handed out twice over all faults, and each handle's
 //!   ids increase;
 //! - every store call, recorded over all faults (bakery-verify's
@@ -66,26 +67,80 @@ const WORKERS: usize = 4;
 const HANDLES: usize = 3;
 
 /// Rounds of the cut: each sends a batch of puts and cuts the connections
-/// while their replies are held back.
-const CUT_ROUNDS: u32 = 6;
+/// while their replies are held back (each kind of [`CutRound`] twice).
+const CUT_ROUNDS: u32 = 8;
 
-/// How long the proxy holds back every reply during the cut. Round `r`
-/// cuts `(r % 3 + ½)` of it after sending: within the first, second or
-/// third round trip of the calls (a put is one round trip on most
-/// backends, a read and then an insert on FerretDB, more on a fresh
-/// connection), when the request has reached the server and its reply is
-/// held back.
+/// More rounds, only while no put of the cut was reported `Unknown` yet
+/// (FerretDB's insert is the second round trip of its call: a
+/// [`CutRound::Slowed`] round loses its reply only if it went out before
+/// the deadline). A bound, not a retry of a check: each round's outcomes
+/// are checked like the others'.
+const MAX_CUT_ROUNDS: u32 = 3 * CUT_ROUNDS;
+
+/// How long the proxy holds back every reply in the timed rounds of the
+/// cut.
 const CUT_HOLD: Duration = Duration::from_millis(200);
 
-fn cut_after(round: u32) -> Duration {
-    CUT_HOLD * (2 * (round % 3) + 1) / 2
+/// The hold of a [`CutRound::Slowed`] round: more than a third of the
+/// client's deadline, so no call of three round trips finishes within it.
+const SLOWED: Duration = Duration::from_millis(TIMEOUT_MS * 4 / 10);
+
+/// How one round of the cut holds the replies back, and when it cuts (a
+/// put is one round trip on most backends; on FerretDB a read, then an
+/// insert, then a confirming read; more on a fresh connection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CutRound {
+    /// Every reply is swallowed (a blackhole); the cut comes once a put of
+    /// the batch is seen applied on the server (or every put has given
+    /// up). That put's reply certainly never came: it must be `Unknown`.
+    Swallowed,
+    /// Every reply is held back for [`SLOWED`]: a call of three round
+    /// trips cannot finish within its deadline — FerretDB's write: a read,
+    /// the insert, a confirming read — so once its insert went out, its
+    /// outcome is lost whenever the cut comes. The cut comes once a put is
+    /// seen applied (or every put has given up).
+    Slowed,
+    /// Every reply is held back for [`CUT_HOLD`]; the cut comes `n / 2`
+    /// of it after sending: within the calls' second (3) or third (5)
+    /// round trip — a sequence's reservation after its read, FerretDB's
+    /// insert or its confirming read (timed: which calls it catches, and
+    /// where, varies).
+    Timed(u32),
 }
 
-/// After the cut, the replies the proxy still holds are written to closed
-/// connections within [`CUT_HOLD`]; removing the toxic before then makes
-/// Toxiproxy (2.12) wait 5 s per connection to flush them. So it is
-/// removed once they are out.
-const CUT_DRAIN: Duration = Duration::from_millis(300);
+impl CutRound {
+    fn of(round: u32) -> CutRound {
+        match round % 4 {
+            0 => CutRound::Swallowed,
+            1 => CutRound::Timed(3),
+            2 => CutRound::Slowed,
+            _ => CutRound::Timed(5),
+        }
+    }
+
+    fn hold(self) -> Toxic {
+        match self {
+            CutRound::Swallowed => Toxic::timeout(Duration::ZERO),
+            CutRound::Slowed => Toxic::latency(SLOWED, Duration::ZERO),
+            CutRound::Timed(_) => Toxic::latency(CUT_HOLD, Duration::ZERO),
+        }
+        .named("hold")
+    }
+
+    /// After the cut, the replies the proxy still holds are written to
+    /// closed connections once their latency has passed; removing the
+    /// toxic before then makes Toxiproxy (2.12) wait 5 s per connection to
+    /// flush them. So it is removed once they are out (a swallowed reply
+    /// is not held).
+    fn drain(self) -> Duration {
+        let margin = Duration::from_millis(100);
+        match self {
+            CutRound::Swallowed => margin,
+            CutRound::Slowed => SLOWED + margin,
+            CutRound::Timed(_) => CUT_HOLD + margin,
+        }
+    }
+}
 
 /// How long the workers run before a free-running fault is put in place,
 /// so each knows the counter's row when it starts.
@@ -366,6 +421,9 @@ async fn works_again(ctx: &str, store: &Arc<dyn VersionedStore>, key: &Key) -> O
 struct Backend {
     name: &'static str,
     store: Arc<dyn VersionedStore>,
+    /// A store straight to the server (not recorded): sees which requests
+    /// of the cut reached it.
+    direct: Arc<dyn VersionedStore>,
     proxy: Proxy,
     handles: Vec<Arc<Sequence>>,
     /// Every id each handle has handed out, in order.
@@ -419,7 +477,7 @@ impl Backend {
             backend: self.name.to_owned(),
             setup: "one server behind Toxiproxy".into(),
             fault: match fault {
-                Fault::Cut => format!("{} ({CUT_ROUNDS} rounds)", fault.name()),
+                Fault::Cut => format!("{} ({CUT_ROUNDS}+ rounds)", fault.name()),
                 _ => format!("{} for {WINDOW:?}", fault.name()),
             },
             counts: Counts {
@@ -492,17 +550,22 @@ impl Backend {
         tally
     }
 
-    /// [`CUT_ROUNDS`] rounds: increment each counter with no fault; make the
-    /// proxy hold back every reply for [`CUT_HOLD`]; send a batch of puts,
-    /// one per counter, and a call of each sequence handle; [`cut_after`]
-    /// later, when requests have reached the server and their replies are
-    /// held, disable the proxy: every connection is cut, the replies lost.
-    /// One tally per counter.
+    /// [`CUT_ROUNDS`] rounds (more, up to [`MAX_CUT_ROUNDS`], while none
+    /// had an `Unknown` put): increment each counter with no fault; make
+    /// the proxy hold back every reply ([`CutRound`]); send a batch of
+    /// puts, one per counter, and a call of each sequence handle; when the
+    /// round says, disable the proxy: every connection is cut, the replies
+    /// lost. One tally per counter.
     async fn cut(&mut self, ctx: &Arc<str>, keys: &[Key]) -> Vec<Tally> {
         let mut tallies = vec![Tally::default(); keys.len()];
-        for round in 0..CUT_ROUNDS {
+        let mut round = 0;
+        while round < CUT_ROUNDS
+            || (tallies.iter().all(|t| t.unknown == 0) && round < MAX_CUT_ROUNDS)
+        {
+            let kind = CutRound::of(round);
+            round += 1;
             // One increment of each counter at once, with no fault: the
-            // batch below then finds as many connections open, with their
+            // batch below then finds connections open, with their
             // statements prepared, and its puts are sent at once.
             let warm: Vec<_> = keys
                 .iter()
@@ -516,11 +579,9 @@ impl Backend {
                 tally.add(&part);
                 rows.push(row);
             }
-            let hold = self
-                .proxy
-                .add(Toxic::latency(CUT_HOLD, Duration::ZERO).named("hold"))
-                .await
-                .expect("add toxic");
+            let known: Vec<Option<u64>> =
+                rows.iter().map(|r| r.as_ref().map(|r| r.version)).collect();
+            let hold = self.proxy.add(kind.hold()).await.expect("add toxic");
             let puts: Vec<_> = keys
                 .iter()
                 .zip(rows)
@@ -534,23 +595,42 @@ impl Backend {
                     })
                 })
                 .collect();
-            let sequences: Vec<_> = self
-                .handles
-                .iter()
-                .map(|seq| {
-                    let seq = seq.clone();
-                    tokio::spawn(async move { seq.next().await })
-                })
-                .collect();
-            // Times the cut inside a round trip of the calls.
-            tokio::time::sleep(cut_after(round)).await;
+            let take_ids = |handles: &[Arc<Sequence>]| -> Vec<_> {
+                handles
+                    .iter()
+                    .map(|seq| {
+                        let seq = seq.clone();
+                        tokio::spawn(async move { seq.next().await })
+                    })
+                    .collect()
+            };
+            let (sequences, seen) = match kind {
+                CutRound::Timed(halves) => {
+                    let sequences = take_ids(&self.handles);
+                    // Times the cut inside a round trip of the calls.
+                    tokio::time::sleep(CUT_HOLD * halves / 2).await;
+                    (sequences, Vec::new())
+                }
+                // The sequence calls start after the puts have had the
+                // open connections (a pool hands them out in order).
+                _ => {
+                    let seen = self.seen_applied(ctx, keys, &known, &puts).await;
+                    (take_ids(&self.handles), seen)
+                }
+            };
             self.proxy.disable().await.expect("disable proxy");
-            for (tally, put) in tallies.iter_mut().zip(puts) {
+            for (i, (tally, put)) in tallies.iter_mut().zip(puts).enumerate() {
                 tally.puts += 1;
-                match bounded(ctx, "put_if_version", put)
+                let outcome = bounded(ctx, "put_if_version", put)
                     .await
-                    .expect("put panicked")
-                {
+                    .expect("put panicked");
+                if kind == CutRound::Swallowed && seen.contains(&i) {
+                    assert!(
+                        matches!(&outcome, Err(e) if e.kind() == ErrorKind::Unknown),
+                        "{ctx}: put {i} applied on the server and its reply was swallowed, yet it returned {outcome:?}"
+                    );
+                }
+                match outcome {
                     Ok(PutOutcome::Applied(_)) => tally.acked += 1,
                     Ok(PutOutcome::Conflict(_)) => tally.conflicts += 1,
                     Err(e) => tally.put_failed(ctx, &e),
@@ -571,11 +651,44 @@ impl Backend {
                     }
                 }
             }
-            tokio::time::sleep(CUT_DRAIN).await;
+            tokio::time::sleep(kind.drain()).await;
             self.proxy.remove(&hold).await.expect("remove toxic");
             self.proxy.enable().await.expect("enable proxy");
         }
         tallies
+    }
+
+    /// Waits until a put of the batch has applied on the server (the
+    /// counter of key `i` moved past `known[i]`, read straight from the
+    /// server) or every put has returned, within [`CALL_BOUND`]; the
+    /// indexes of the counters seen moved.
+    async fn seen_applied<T>(
+        &self,
+        ctx: &str,
+        keys: &[Key],
+        known: &[Option<u64>],
+        puts: &[tokio::task::JoinHandle<T>],
+    ) -> Vec<usize> {
+        let start = Instant::now();
+        loop {
+            let mut seen = Vec::new();
+            for (i, (key, known)) in keys.iter().zip(known).enumerate() {
+                // A failed read is only one look less.
+                if let Ok(Ok(row)) = tokio::time::timeout(CALL_BOUND, self.direct.get(key)).await {
+                    if row.map(|r| r.version) != *known {
+                        seen.push(i);
+                    }
+                }
+            }
+            if !seen.is_empty() || puts.iter().all(|put| put.is_finished()) {
+                return seen;
+            }
+            assert!(
+                start.elapsed() < CALL_BOUND,
+                "{ctx}: no put of the cut applied or returned within {CALL_BOUND:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Each handle hands out ids again after the fault.
@@ -628,6 +741,7 @@ fn through_proxy(backend: &'static str, var: &str) {
         // Opening is bounded by the short `timeout_ms` on some backends; a
         // busy machine may need a second try (bounded like a recovery).
         let store = recovered(&who, "connect through the proxy", || bakery::connect(&proxied)).await;
+        let direct = recovered(&who, "connect to the server", || bakery::connect(&uri)).await;
 
         // The proxy is in the path: with it disabled, calls fail.
         proxy.disable().await.expect("disable proxy");
@@ -653,6 +767,7 @@ fn through_proxy(backend: &'static str, var: &str) {
         let mut backend = Backend {
             name: backend,
             store,
+            direct,
             proxy,
             handles,
             ids: vec![Vec::new(); HANDLES],
@@ -678,7 +793,7 @@ fn through_proxy(backend: &'static str, var: &str) {
             .map_or(0, |(_, n)| *n);
         assert!(
             cut_unknown > 0,
-            "{who}: the cut lost the replies of puts in flight in {CUT_ROUNDS} rounds, yet none was reported Unknown"
+            "{who}: the cut lost the replies of puts in flight in up to {MAX_CUT_ROUNDS} rounds, yet none was reported Unknown"
         );
         let report = linearizability::check(&history);
         println!("{who}: recorded history: {report}");
