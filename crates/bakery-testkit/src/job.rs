@@ -137,7 +137,10 @@ async fn at_most_releases_and_tells_the_holder(store: Arc<dyn VersionedStore>) {
 /// original `lock_at_most_for`, a waiter times out, and a lost guard cannot
 /// be extended.
 async fn extend_moves_the_hold_limit(store: Arc<dyn VersionedStore>) {
-    const AT_MOST: Duration = Duration::from_millis(200);
+    // Counted from the grant write's send: long beside a slow store's
+    // acquire (a Cassandra LWT can take hundreds of ms, more under load),
+    // so the original limit is still ahead when `extend` replaces it.
+    const AT_MOST: Duration = Duration::from_secs(3);
     let name = unique_name("extend");
     let job = builder(&store, &name)
         .lock_at_most_for(AT_MOST)
@@ -145,15 +148,19 @@ async fn extend_moves_the_hold_limit(store: Arc<dyn VersionedStore>) {
         .expect("valid");
     let guard = job.acquire().await.expect("acquire");
     guard.extend(PATIENCE).expect("extend while held");
+    // Waits past the original limit (which ends before AT_MOST from now)
+    // by as much again: without the extension it would be handed the lock.
     let waiter = Lock::builder(store.clone(), &name)
-        .acquire_timeout(AT_MOST * 3)
+        .acquire_timeout(AT_MOST * 2)
         .build()
         .expect("valid");
     let err = waiter.acquire().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
     assert!(guard.is_held(), "held past the original limit");
     // Back to a short limit: it ends the hold.
-    guard.extend(AT_MOST).expect("extend while held");
+    guard
+        .extend(Duration::from_millis(100))
+        .expect("extend while held");
     let reason = tokio::time::timeout(PATIENCE, guard.lost())
         .await
         .expect("the new limit ends the hold");
@@ -164,37 +171,54 @@ async fn extend_moves_the_hold_limit(store: Arc<dyn VersionedStore>) {
 
 /// A job that ends at once still keeps the lock for `lock_at_least_for`:
 /// a try-lock during the rest is refused, the release returns only after
-/// it, and the lock is free then.
+/// it, and the lock is free then. The try only shows something if it
+/// finished inside the window (counted from the grant write's send, after
+/// `asked`); a run whose acquire and try outlasted it (a slow store, a
+/// loaded machine) is repeated with a longer window.
 async fn at_least_keeps_the_lock_after_an_early_release(store: Arc<dyn VersionedStore>) {
-    // Counted from the grant write's send: long beside a slow store's
-    // acquire (a Cassandra LWT can take hundreds of ms here).
-    const AT_LEAST: Duration = Duration::from_secs(2);
-    let name = unique_name("at-least");
-    let job = builder(&store, &name)
-        .lock_at_least_for(AT_LEAST)
-        .build()
-        .expect("valid");
-    let other = builder(&store, &name).build().expect("valid");
-    // The limit counts from the grant write's send, after this.
-    let asked = Instant::now();
-    let guard = job.acquire().await.expect("acquire");
-    let releasing = tokio::spawn(guard.release());
-    assert!(
-        other.try_acquire().await.expect("try").is_none(),
-        "a fast job's lock was free again before lock_at_least_for"
-    );
-    releasing.await.expect("join").expect("release");
-    assert!(
-        asked.elapsed() >= AT_LEAST,
-        "released after {:?}",
-        asked.elapsed()
-    );
-    let next = other
-        .try_acquire()
-        .await
-        .expect("try")
-        .expect("free after lock_at_least_for");
-    next.release().await.expect("release");
+    let mut at_least = Duration::from_secs(1);
+    loop {
+        let name = unique_name("at-least");
+        let job = builder(&store, &name)
+            .lock_at_least_for(at_least)
+            .build()
+            .expect("valid");
+        let other = builder(&store, &name).build().expect("valid");
+        // The limit counts from the grant write's send, after this.
+        let asked = Instant::now();
+        let guard = job.acquire().await.expect("acquire");
+        let releasing = tokio::spawn(guard.release());
+        let tried = other.try_acquire().await.expect("try");
+        let tried_after = asked.elapsed();
+        assert!(
+            tried.is_none() || tried_after >= at_least,
+            "a fast job's lock was free again {tried_after:?} after it was asked for, \
+             before lock_at_least_for ({at_least:?})"
+        );
+        releasing.await.expect("join").expect("release");
+        assert!(
+            asked.elapsed() >= at_least,
+            "released after {:?}, before lock_at_least_for ({at_least:?})",
+            asked.elapsed()
+        );
+        if let Some(late) = tried {
+            // The try came after the window: inconclusive, go again.
+            late.release().await.expect("release");
+            at_least *= 2;
+            assert!(
+                at_least <= PATIENCE,
+                "no try-lock ever finished inside lock_at_least_for"
+            );
+            continue;
+        }
+        let next = other
+            .try_acquire()
+            .await
+            .expect("try")
+            .expect("free after lock_at_least_for");
+        next.release().await.expect("release");
+        return;
+    }
 }
 
 /// Schedulers that only try (skip when busy) must not be locked out forever

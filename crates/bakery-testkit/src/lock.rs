@@ -19,6 +19,11 @@ use crate::{case, unique_name, Case};
 /// the behaviour is broken (never a speed check).
 const PATIENCE: Duration = Duration::from_secs(30);
 
+/// Lease of the locks whose store calls are counted: its heartbeat (every
+/// lease/3, 20 s) never falls inside a counted hold, however slow the
+/// machine.
+const COUNTED_LEASE: Duration = Duration::from_secs(60);
+
 pub(crate) fn cases() -> Vec<Case> {
     vec![
         case!("lock", fenced_counter_eight_clients_fifty_each),
@@ -439,7 +444,10 @@ async fn plain_write(store: &dyn VersionedStore, key: &Key, value: u64) {
 async fn uncontended_acquire_and_release_are_one_write_each(store: Arc<dyn VersionedStore>) {
     let name = unique_name("cost");
     let counting = Arc::new(bakery_core::CountingStore::new(store));
+    // A heartbeat (every lease/3) would be one more write: the lease is long
+    // beside any hold here, however slow the machine.
     let lock = Lock::builder(counting.clone(), &name)
+        .lease(COUNTED_LEASE)
         .build()
         .expect("settings");
     lock.acquire()
@@ -475,7 +483,13 @@ async fn clients_of_one_process_never_conflict(store: Arc<dyn VersionedStore>) {
     let inside = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
-        let lock = lock(&store, &name);
+        // A heartbeat racing an enqueue would conflict: the lease is long
+        // beside any hold here, however slow the machine.
+        let lock = Lock::builder(store.clone(), &name)
+            .lease(COUNTED_LEASE)
+            .acquire_timeout(PATIENCE)
+            .build()
+            .expect("valid lock settings");
         let inside = inside.clone();
         clients.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
@@ -635,13 +649,16 @@ async fn old_lock_baseline_excludes(store: Arc<dyn VersionedStore>) {
 /// A reentrant lock: the holding task's second acquire (and try) shares the
 /// grant at once with the same token, another task still queues, and the
 /// lock is free only after the last guard's release. Without reentrancy
-/// the second acquire waits for itself (here: times out).
+/// the second acquire waits for itself: its request queues behind its own
+/// grant. Every handle waits with PATIENCE (an uncontended acquire on a
+/// slow store can take hundreds of ms); the acquires that must block are
+/// watched until their request is in the queue, then dropped, which
+/// withdraws it.
 async fn reentrant_acquire_shares_the_grant_until_the_last_release(store: Arc<dyn VersionedStore>) {
-    const SHORT: Duration = Duration::from_millis(300);
     let name = unique_name("reenter");
     let reentrant = Lock::builder(store.clone(), &name)
         .reentrant(true)
-        .acquire_timeout(SHORT)
+        .acquire_timeout(PATIENCE)
         .build()
         .expect("valid");
     let other = lock(&store, &name);
@@ -654,16 +671,21 @@ async fn reentrant_acquire_shares_the_grant_until_the_last_release(store: Arc<dy
         .expect("try")
         .expect("reenter");
     assert_eq!(tried.token(), outer.token());
-    let elsewhere = {
+    let mut elsewhere = {
         let reentrant = reentrant.clone();
         tokio::spawn(async move { reentrant.acquire().await.map(|guard| guard.token()) })
     };
-    let err = elsewhere.await.expect("join").unwrap_err();
-    assert_eq!(
-        err.kind(),
-        ErrorKind::TimedOut,
-        "another task shared the grant"
-    );
+    tokio::select! {
+        shared = &mut elsewhere => panic!("another task shared the grant: {shared:?}"),
+        _ = wait_for_state(&store, &name, "the other task's request queued", |s| {
+            s.queue.len() == 1
+        }) => {}
+    }
+    elsewhere.abort(); // drops its acquire future
+    wait_for_state(&store, &name, "the other task's request withdrawn", |s| {
+        s.queue.is_empty()
+    })
+    .await;
 
     outer.release().await.expect("release outer");
     tried.release().await.expect("release tried");
@@ -675,12 +697,17 @@ async fn reentrant_acquire_shares_the_grant_until_the_last_release(store: Arc<dy
     let next = other.try_acquire().await.expect("try").expect("free");
     next.release().await.expect("release");
 
-    let plain = Lock::builder(store.clone(), &name)
-        .acquire_timeout(SHORT)
-        .build()
-        .expect("valid");
+    let plain = lock(&store, &name);
     let held = plain.acquire().await.expect("acquire");
-    let err = plain.acquire().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::TimedOut, "not reentrant by default");
+    tokio::select! {
+        again = plain.acquire() => panic!("not reentrant by default, yet acquired again: {again:?}"),
+        _ = wait_for_state(&store, &name, "the second acquire queued behind its own grant", |s| {
+            s.queue.len() == 1
+        }) => {}
+    } // the second acquire's future is dropped here
+    wait_for_state(&store, &name, "the dropped request withdrawn", |s| {
+        s.queue.is_empty()
+    })
+    .await;
     held.release().await.expect("release");
 }

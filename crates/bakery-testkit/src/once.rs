@@ -126,26 +126,38 @@ async fn completed_key_replays_and_other_payload_is_refused(store: Arc<dyn Versi
     }
 }
 
+/// A worker that heartbeats keeps its key however long it runs: a caller
+/// that fails when busy is refused, and a patient one waits for the result
+/// instead of taking the key over. The operation runs until the patient
+/// caller has demonstrably found the claim (its claim write conflicted) and
+/// then watched it for two whole leases, far longer than a silent worker
+/// would have been left alone.
 async fn busy_key_waits_or_fails_as_asked(store: Arc<dyn VersionedStore>) {
     let scope = unique_name("once-busy");
-    let lease = Duration::from_millis(150);
+    // Long beside a heartbeat's gap on a loaded machine (it beats every
+    // lease/3): only a worker that stopped beating loses the key here.
+    let lease = Duration::from_secs(2);
     let worker = Idempotency::builder(store.clone(), &scope)
         .lease(lease)
         .build()
         .expect("settings");
     let (started_tx, started) = tokio::sync::oneshot::channel();
+    let (finish_tx, finish) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(async move {
         let ran: Ran = worker
             .run("k", b"p", |_| async move {
                 let _ = started_tx.send(());
-                // Three leases: the heartbeat must keep the claim alive.
-                tokio::time::sleep(lease * 3).await;
+                // Runs until the test lets it finish (several leases).
+                let _ = finish.await;
                 Ok(1)
             })
             .await;
         ran
     });
-    started.await.expect("started");
+    tokio::time::timeout(PATIENCE, started)
+        .await
+        .expect("the worker never started")
+        .expect("started");
     let impatient = Idempotency::builder(store.clone(), &scope)
         .on_busy(OnBusy::Fail)
         .build()
@@ -155,20 +167,60 @@ async fn busy_key_waits_or_fails_as_asked(store: Arc<dyn VersionedStore>) {
         matches!(busy, Err(RunError::InProgress { attempt: 1, .. })),
         "{busy:?}"
     );
-    let patient = Idempotency::builder(store.clone(), &scope)
+    let watched = Arc::new(CountingStore::new(store.clone()));
+    let patient = Idempotency::builder(watched.clone(), &scope)
         .lease(lease)
         .build()
         .expect("settings");
-    let waited: Ran = tokio::time::timeout(PATIENCE, patient.run("k", b"p", |_| async { Ok(3) }))
+    let mut waiting = tokio::spawn(async move {
+        let ran: Ran = patient.run("k", b"p", |_| async { Ok(3) }).await;
+        ran
+    });
+    // The patient caller's claim write conflicted (or it read the row
+    // back): it has seen the claim and times the worker's heartbeat from
+    // now on.
+    let give_up = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let seen = watched.counts();
+        if seen.conflicts + seen.gets > 0 {
+            break;
+        }
+        if waiting.is_finished() {
+            panic!(
+                "the waiter returned without finding the claim: {:?}",
+                waiting.await
+            );
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the waiter never found the claim"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Keep the worker running for two leases of the waiter's watching: it
+    // must not return (nor take over) while the heartbeat goes on.
+    tokio::select! {
+        early = &mut waiting => panic!(
+            "a live worker (heartbeating) must not be taken over: the waiter returned {early:?}"
+        ),
+        () = tokio::time::sleep(lease * 2) => {}
+    }
+    let _ = finish_tx.send(());
+    let waited: Ran = tokio::time::timeout(PATIENCE, waiting)
         .await
-        .expect("the waiter never got the result");
+        .expect("the waiter never got the result")
+        .expect("task");
     assert_eq!(
         waited.expect("waited"),
         Execution::Replayed(1),
         "a live worker (heartbeating) must not be taken over"
     );
     assert_eq!(
-        running.await.expect("task").expect("ran"),
+        tokio::time::timeout(PATIENCE, running)
+            .await
+            .expect("the worker never finished")
+            .expect("task")
+            .expect("ran"),
         Execution::Executed(1)
     );
 }
@@ -316,22 +368,41 @@ async fn failure_is_released_or_recorded(store: Arc<dyn VersionedStore>) {
     assert_eq!(fresh.expect("runs after forget"), Execution::Executed(5));
 }
 
+/// A finished record is replayed inside its expiry window and runs again
+/// after it. The replay is only evidence while the record has not expired
+/// yet: a run whose completion, inspection and replay outlasted the window
+/// (a slow store, a loaded machine) proves nothing about it and is repeated
+/// with a longer window.
 async fn expired_record_runs_again(store: Arc<dyn VersionedStore>) {
-    let window = Duration::from_millis(300);
-    let once = Idempotency::builder(store.clone(), &unique_name("once-expire"))
-        .expire_after(window)
-        .build()
-        .expect("settings");
-    let first: Ran = once.run("k", b"p", |a| async move { Ok(a.token()) }).await;
-    assert_eq!(first.expect("first"), Execution::Executed(1));
-    let record = once.inspect("k").await.expect("inspect").expect("stored");
-    assert!(record.expires_at_ms.is_some(), "an expiry is stored");
-    let replay: Ran = once.run("k", b"p", |_| async { Ok(0) }).await;
-    assert_eq!(
-        replay.expect("replay"),
-        Execution::Replayed(1),
-        "not expired yet"
-    );
+    let mut window = Duration::from_millis(300);
+    let (once, record) = loop {
+        let once = Idempotency::builder(store.clone(), &unique_name("once-expire"))
+            .expire_after(window)
+            .build()
+            .expect("settings");
+        let first: Ran = once.run("k", b"p", |a| async move { Ok(a.token()) }).await;
+        assert_eq!(first.expect("first"), Execution::Executed(1));
+        let record = once.inspect("k").await.expect("inspect").expect("stored");
+        assert!(record.expires_at_ms.is_some(), "an expiry is stored");
+        let replay: Ran = once.run("k", b"p", |_| async { Ok(0) }).await;
+        let expired_by_then = expired_now(&record);
+        match replay.expect("replay") {
+            Execution::Replayed(1) => break (once, record),
+            ran @ Execution::Executed(_) if !expired_by_then => {
+                panic!("not expired yet, yet the key ran again: {ran:?}")
+            }
+            Execution::Executed(_) => {
+                // The record expired before the replay returned: retry
+                // with a window that outlasts this machine's round trips.
+                window *= 4;
+                assert!(
+                    window <= PATIENCE,
+                    "no replay ever came back within the expiry window"
+                );
+            }
+            other => panic!("a replay must return the stored result 1: {other:?}"),
+        }
+    };
     // Wait (bounded) until the wall clock passes the stored expiry.
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while !expired_now(&record) {

@@ -121,7 +121,7 @@ async fn never_more_than_n_holders_at_once(store: Arc<dyn VersionedStore>) {
                 tokens.lock().expect("tokens").push(permit.token());
                 // Until the semaphore has shown it admits PERMITS at once
                 // (in the clients and in the stored row), hold the permit.
-                let give_up = Instant::now() + Duration::from_secs(10);
+                let give_up = Instant::now() + PATIENCE;
                 while (most.load(Ordering::SeqCst) < PERMITS
                     || most_stored.load(Ordering::SeqCst) < PERMITS)
                     && Instant::now() < give_up
@@ -256,23 +256,29 @@ async fn try_acquire_refuses_when_full_or_queued(store: Arc<dyn VersionedStore>)
     d.release().await.expect("release");
 }
 
-/// Two holders with short leases; one freezes (its store calls held, like
-/// a stopped process). A waiter evicts the frozen one — after a whole lease
-/// of silence, with a larger token — and not the one that heartbeats; the
+/// Two leased holders; one freezes (its store calls held, like a stopped
+/// process). A waiter evicts the frozen one — after a whole lease of
+/// silence, with a larger token — and not the one that heartbeats; the
 /// frozen permit learns it lost, and its late release is refused.
+/// Eviction counts each holder's own lease. The live holder's is long
+/// beside a heartbeat's gap on a loaded machine (it beats every lease/3),
+/// and shorter than the frozen one's: by the time the waiter may evict the
+/// frozen holder it has watched the live one for more than a whole lease,
+/// so only its heartbeat can have kept its permit.
 async fn paused_holder_is_evicted_after_its_lease(store: Arc<dyn VersionedStore>) {
-    const LEASE: Duration = Duration::from_millis(500);
+    const LIVE_LEASE: Duration = Duration::from_secs(3);
+    const FROZEN_LEASE: Duration = Duration::from_secs(4);
     let name = unique_name("sem-evict");
     let frozen_store = Arc::new(FaultStore::new(store.clone()));
     let live = semaphore(&store, &name, 2)
-        .lease(LEASE)
+        .lease(LIVE_LEASE)
         .build()
         .expect("valid")
         .acquire()
         .await
         .expect("live permit");
     let frozen = semaphore(&(frozen_store.clone() as Arc<dyn VersionedStore>), &name, 2)
-        .lease(LEASE)
+        .lease(FROZEN_LEASE)
         .build()
         .expect("valid")
         .acquire()
@@ -289,7 +295,7 @@ async fn paused_holder_is_evicted_after_its_lease(store: Arc<dyn VersionedStore>
         .await
         .expect("evict and acquire");
     assert!(
-        asked.elapsed() >= LEASE,
+        asked.elapsed() >= FROZEN_LEASE,
         "evicted after {:?}, before a lease of silence",
         asked.elapsed()
     );
