@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use bakery::backends::mongodb::mongodb::bson::spec::BinarySubtype;
 use bakery::backends::mongodb::mongodb::bson::{doc, Binary, Document};
 use bakery::backends::mongodb::mongodb::error::Error;
+use bakery::backends::mongodb::mongodb::options::CollectionOptions;
 use bakery::backends::mongodb::mongodb::{Client, Collection};
+use bakery::backends::mongodb::MongoConfig;
 
 /// A bakery mongodb `uri` as the driver takes it: without bakery's `cas`
 /// option.
@@ -27,7 +29,9 @@ pub fn driver_uri(uri: &str) -> String {
 /// A conditional write through the raw driver: one insert of an immutable
 /// document under a unique `_id` (what `cas=insert` does; a duplicate
 /// `_id` is the conflict), into a collection of its own in database
-/// `bakery`.
+/// `bakery`, acknowledged as bakery's writes are (the URI's write concern,
+/// else `w=majority` and `journal=true`): the comparison is of the same
+/// durable write, not of a write a crash may forget.
 #[derive(Debug)]
 pub struct RawInsert {
     collection: Collection<Document>,
@@ -37,9 +41,15 @@ pub struct RawInsert {
 impl RawInsert {
     /// Connect to the server of `uri` and use the collection `name`.
     pub async fn connect(uri: &str, name: &str) -> Result<RawInsert, Error> {
+        let concern = MongoConfig::from_uri(uri)
+            .map_err(|e| Error::custom(format!("{uri}: {e}")))?
+            .write_concern();
         let client = Client::with_uri_str(driver_uri(uri)).await?;
+        let options = CollectionOptions::builder().write_concern(concern).build();
         Ok(RawInsert {
-            collection: client.database("bakery").collection(name),
+            collection: client
+                .database("bakery")
+                .collection_with_options(name, options),
             next: AtomicI64::new(1),
         })
     }
