@@ -8,15 +8,15 @@
 mod common;
 
 use std::error::Error as _;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bakery_core::{ErrorKind, Operation, Sent, VersionedStore};
 use bakery_postgres::PostgresStore;
 use common::{
     applied, drop_tables, get_retrying, key, raw_client, raw_row, server_uri, tcp_target,
-    unique_table, with_options,
+    unique_table, with_options, Relay,
 };
 
 /// The driver error behind a store error.
@@ -195,7 +195,7 @@ async fn a_connection_lost_after_the_statement_was_sent_is_unknown_for_writes() 
     let Some((target, base)) = tcp_target(&uri, "lost_after_send").await else {
         return;
     };
-    let relay = HoldingRelay::start(target).await;
+    let relay = Relay::start(target).await;
     let table = unique_table("bk_lost");
     let relayed = format!(
         "postgres://{}@{}/{}?table={table}&timeout_ms=20000&pool_size=1&sslmode=disable",
@@ -252,136 +252,4 @@ async fn a_connection_lost_after_the_statement_was_sent_is_unknown_for_writes() 
         "the held write never reached the server"
     );
     drop_tables(&uri, &[&table]).await;
-}
-
-/// The extended protocol's Sync message, which ends every statement the
-/// driver sends (Bind, Execute, Sync).
-const SYNC: [u8; 5] = [b'S', 0, 0, 0, 4];
-
-/// A TCP relay on loopback that can hold what the clients send (a stalled
-/// network: nothing reaches the server, so no reply comes back), keeps
-/// what each connection had held, and cuts every connection (the network
-/// gone).
-struct HoldingRelay {
-    addr: std::net::SocketAddr,
-    hold: Arc<AtomicBool>,
-    held: Held,
-    links: Arc<Mutex<tokio::task::JoinSet<()>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl HoldingRelay {
-    async fn start(target: std::net::SocketAddr) -> HoldingRelay {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let hold = Arc::new(AtomicBool::new(false));
-        let held = Arc::new(Mutex::new(Vec::new()));
-        let links = Arc::new(Mutex::new(tokio::task::JoinSet::new()));
-        let task = {
-            let (hold, held, links) = (hold.clone(), held.clone(), links.clone());
-            tokio::spawn(async move {
-                while let Ok((client, _)) = listener.accept().await {
-                    let Ok(server) = tokio::net::TcpStream::connect(target).await else {
-                        continue;
-                    };
-                    let link = {
-                        let mut held = held.lock().unwrap();
-                        held.push(Vec::new());
-                        held.len() - 1
-                    };
-                    let (hold, held) = (hold.clone(), held.clone());
-                    links.lock().unwrap().spawn(async move {
-                        let (cr, cw) = client.into_split();
-                        let (sr, sw) = server.into_split();
-                        let requests = pump(cr, sw, Some(Holding { hold, held, link }));
-                        tokio::join!(requests, pump(sr, cw, None));
-                    });
-                }
-            })
-        };
-        HoldingRelay {
-            addr,
-            hold,
-            held,
-            links,
-            task,
-        }
-    }
-
-    /// Wait (bounded) until `n` connections have a whole statement held.
-    async fn sent_statements(&self, n: usize) {
-        let sent = || {
-            let held = self.held.lock().unwrap();
-            held.iter().filter(|bytes| bytes.ends_with(&SYNC)).count()
-        };
-        tokio::time::timeout(Duration::from_secs(30), async {
-            while sent() < n {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "{} of {n} connections sent a statement: held {:?}",
-                sent(),
-                self.held.lock().unwrap()
-            )
-        });
-    }
-
-    /// Drop every relayed connection: each client sees its stream end.
-    fn cut(&self) {
-        self.links.lock().unwrap().abort_all();
-    }
-}
-
-impl Drop for HoldingRelay {
-    fn drop(&mut self) {
-        self.task.abort();
-        self.cut();
-    }
-}
-
-/// Per connection of a [`HoldingRelay`], in the order accepted: the bytes
-/// it sent while held.
-type Held = Arc<Mutex<Vec<Vec<u8>>>>;
-
-/// What a connection sends: held while `hold` is set, and noted in
-/// `held[link]`.
-struct Holding {
-    hold: Arc<AtomicBool>,
-    held: Held,
-    link: usize,
-}
-
-/// Copy `from` to `to`; with `hold`, while it is set, keep what arrives
-/// (and note it as the link's held bytes) instead of passing it on.
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    hold: Option<Holding>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let Ok(n) = from.read(&mut buf).await else {
-            return;
-        };
-        if n == 0 {
-            return;
-        }
-        if let Some(Holding { hold, held, link }) = &hold {
-            if hold.load(Ordering::SeqCst) {
-                held.lock().unwrap()[*link].extend_from_slice(&buf[..n]);
-                // A stalled network: the bytes wait (bounded by the test's
-                // life: the cut aborts this task).
-                while hold.load(Ordering::SeqCst) {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            }
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
 }

@@ -271,34 +271,53 @@ pub async fn tcp_target(uri: &str, test: &str) -> Option<(SocketAddr, tokio_post
     Some((target, base))
 }
 
-/// A TCP relay on loopback that can hold what the client sends (a stalled
-/// network: nothing reaches the server, so no reply comes back) and cut
-/// every connection (the network gone).
+/// A TCP relay on loopback that can hold what the clients send (a stalled
+/// network: nothing reaches the server, so no reply comes back), keeps
+/// what each connection had held, and cuts every connection (the network
+/// gone).
 pub struct Relay {
     pub addr: SocketAddr,
     pub hold: Arc<AtomicBool>,
+    /// Per connection, in the order accepted: the bytes it sent while held.
+    held: Held,
     links: Arc<std::sync::Mutex<tokio::task::JoinSet<()>>>,
     task: tokio::task::JoinHandle<()>,
 }
+
+type Held = Arc<std::sync::Mutex<Vec<Vec<u8>>>>;
+
+/// The extended protocol's Sync message, which ends every statement the
+/// driver sends (Bind, Execute, Sync).
+const SYNC: [u8; 5] = [b'S', 0, 0, 0, 4];
 
 impl Relay {
     pub async fn start(target: SocketAddr) -> Relay {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let hold = Arc::new(AtomicBool::new(false));
+        let held: Held = Arc::new(std::sync::Mutex::new(Vec::new()));
         let links = Arc::new(std::sync::Mutex::new(tokio::task::JoinSet::new()));
         let task = {
-            let (hold, links) = (hold.clone(), links.clone());
+            let (hold, held, links) = (hold.clone(), held.clone(), links.clone());
             tokio::spawn(async move {
                 while let Ok((client, _)) = listener.accept().await {
                     let Ok(server) = tokio::net::TcpStream::connect(target).await else {
                         continue;
                     };
-                    let hold = hold.clone();
+                    let link = {
+                        let mut held = held.lock().unwrap();
+                        held.push(Vec::new());
+                        held.len() - 1
+                    };
+                    let holding = Holding {
+                        hold: hold.clone(),
+                        held: held.clone(),
+                        link,
+                    };
                     links.lock().unwrap().spawn(async move {
                         let (cr, cw) = client.into_split();
                         let (sr, sw) = server.into_split();
-                        tokio::join!(pump(cr, sw, Some(hold)), pump(sr, cw, None));
+                        tokio::join!(pump(cr, sw, Some(holding)), pump(sr, cw, None));
                     });
                 }
             })
@@ -306,9 +325,31 @@ impl Relay {
         Relay {
             addr,
             hold,
+            held,
             links,
             task,
         }
+    }
+
+    /// Wait (bounded) until `n` connections have a whole statement held.
+    pub async fn sent_statements(&self, n: usize) {
+        let sent = || {
+            let held = self.held.lock().unwrap();
+            held.iter().filter(|bytes| bytes.ends_with(&SYNC)).count()
+        };
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while sent() < n {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} of {n} connections sent a statement: held {:?}",
+                sent(),
+                self.held.lock().unwrap()
+            )
+        });
     }
 
     /// Drop every relayed connection: each client sees its stream end.
@@ -324,10 +365,20 @@ impl Drop for Relay {
     }
 }
 
+/// What a connection sends: held while `hold` is set, and noted in
+/// `held[link]`.
+struct Holding {
+    hold: Arc<AtomicBool>,
+    held: Held,
+    link: usize,
+}
+
+/// Copy `from` to `to`; with `hold`, while it is set, keep what arrives
+/// (noted as the link's held bytes) instead of passing it on.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    hold: Option<Arc<AtomicBool>>,
+    hold: Option<Holding>,
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut buf = vec![0u8; 16 * 1024];
@@ -338,9 +389,15 @@ async fn pump(
         if n == 0 {
             return;
         }
-        // A stalled network: hold the bytes (bounded by the test's life).
-        while hold.as_ref().is_some_and(|h| h.load(Ordering::Relaxed)) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        if let Some(Holding { hold, held, link }) = &hold {
+            if hold.load(Ordering::SeqCst) {
+                held.lock().unwrap()[*link].extend_from_slice(&buf[..n]);
+                // A stalled network: hold the bytes (bounded by the test's
+                // life: the cut aborts this task).
+                while hold.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
         }
         if to.write_all(&buf[..n]).await.is_err() {
             return;
