@@ -154,9 +154,9 @@ impl Leader {
     fn of(state: &LockState) -> Option<Leader> {
         state.holder.as_ref().map(|holder| Leader {
             term: state.token,
-            value: holder.data.clone(),
-            owner: holder.owner.clone(),
-            id: holder.id.clone(),
+            value: holder.data.as_deref().map(str::to_owned),
+            owner: holder.owner.to_string(),
+            id: holder.id.to_string(),
         })
     }
 }

@@ -453,7 +453,7 @@ async fn observe_queue(
         if let Ok(Some(state)) = Lock::inspect(&*store, &name).await {
             let now = clock.ns();
             for waiter in state.queue {
-                first_seen.entry(waiter.owner).or_insert(now);
+                first_seen.entry(waiter.owner.to_string()).or_insert(now);
             }
         }
         tokio::task::yield_now().await;

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use super::dispatch;
 use super::local::{slot, PerRow};
-use super::state::{LockState, Waiter};
+use super::state::{Fragments, LockState, Waiter};
 
 static WRITERS: LazyLock<PerRow<Writer>> = LazyLock::new(PerRow::new);
 
@@ -54,11 +54,11 @@ pub(crate) enum Request {
     /// already holding or queued).
     Join(Waiter),
     /// Hand the lock on, if `id` still holds it with `token`.
-    Release { id: String, token: u64 },
+    Release { id: Arc<str>, token: u64 },
     /// Take request `id` out of the queue, or pass the lock on if it was
     /// handed to it. Written after any request of the same id still
     /// waiting here, so a cancelled enqueue cannot land after its withdrawal.
-    Withdraw(String),
+    Withdraw(Arc<str>),
 }
 
 impl Request {
@@ -135,6 +135,9 @@ pub(crate) struct Writer {
     /// it was sent (a hand-off's time is measured only within a process:
     /// across processes it would need synchronized clocks).
     handed: Mutex<Option<(String, Instant)>>,
+    /// The queued waiters' JSON: only the entries that changed are encoded
+    /// (one write at a time, so this lock is never contended).
+    fragments: Mutex<Fragments>,
 }
 
 #[derive(Default)]
@@ -160,6 +163,7 @@ impl Writer {
                 queue: Mutex::new(Queue::default()),
                 decoded: Mutex::new(None),
                 handed: Mutex::new(None),
+                fragments: Mutex::new(Fragments::default()),
             })
         })
     }
@@ -303,7 +307,11 @@ impl Writer {
                 self.remember(current.as_ref());
                 continue;
             }
-            let value = match state.encode() {
+            let encoded = match self.fragments.lock() {
+                Ok(mut fragments) => state.encode_with(&mut fragments),
+                Err(_) => state.encode(),
+            };
+            let value = match encoded {
                 Ok(value) => value,
                 Err(err) => return requests.iter().map(|_| Err(copy(&err))).collect(),
             };

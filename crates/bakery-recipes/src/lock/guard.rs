@@ -49,17 +49,17 @@ impl fmt::Display for LostReason {
 
 /// A grant as the acquire loop hands it over.
 pub(crate) struct Grant {
-    id: String,
+    id: Arc<str>,
     token: u64,
     row: Row,
-    state: LockState,
+    state: Arc<LockState>,
     /// Send time of the write that granted or claimed the lock: the lease
     /// is counted from here, never from the reply.
     beat_sent: Instant,
 }
 
 impl Grant {
-    pub(crate) fn new(id: String, row: &Row, state: LockState, beat_sent: Instant) -> Grant {
+    pub(crate) fn new(id: Arc<str>, row: &Row, state: Arc<LockState>, beat_sent: Instant) -> Grant {
         Grant {
             id,
             token: state.token,
@@ -73,12 +73,13 @@ impl Grant {
 /// The holder's latest view of its row.
 struct Held {
     row: Row,
-    state: LockState,
+    /// Shared with the writer's cache of decoded rows: cloned only to beat.
+    state: Arc<LockState>,
 }
 
 struct Shared {
     lock: Arc<LockInner>,
-    id: String,
+    id: Arc<str>,
     token: u64,
     held: Mutex<Held>,
     status: watch::Sender<Status>,
@@ -491,7 +492,7 @@ async fn heartbeat(shared: Arc<Shared>, mut last_sent: Instant) {
         }
         let deadline = last_sent + lease;
         let (row, mut state) = match shared.held() {
-            Ok(held) => (held.row.clone(), held.state.clone()),
+            Ok(held) => (held.row.clone(), LockState::clone(&held.state)),
             Err(_) => return,
         };
         if !state.held_by(&shared.id) {
@@ -513,14 +514,20 @@ async fn heartbeat(shared: Arc<Shared>, mut last_sent: Instant) {
                 last_sent = sent;
                 next = sent + period;
                 if let Ok(mut held) = shared.held() {
-                    *held = Held { row, state };
+                    *held = Held {
+                        row,
+                        state: Arc::new(state),
+                    };
                 }
             }
             Ok(PutOutcome::Conflict(Some(row))) => match LockState::decode(&row) {
                 Ok(now) if now.held_by(&shared.id) && now.token == shared.token => {
                     // Someone joined the queue: renew again on the new row now.
                     if let Ok(mut held) = shared.held() {
-                        *held = Held { row, state: now };
+                        *held = Held {
+                            row,
+                            state: Arc::new(now),
+                        };
                     }
                     next = Instant::now();
                 }

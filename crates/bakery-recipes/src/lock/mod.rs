@@ -212,10 +212,10 @@ impl LockBuilder {
                 lease_ms,
                 acquire_timeout: self.acquire_timeout,
                 poll_interval: self.poll_interval,
-                owner,
+                owner: owner.into(),
                 notifications: self.notifications,
                 writer,
-                data: self.data,
+                data: self.data.map(Into::into),
                 at_most: self.at_most,
                 at_least: self.at_least.unwrap_or_default(),
                 observed: std::sync::Mutex::new(None),
@@ -257,14 +257,14 @@ pub(crate) struct LockInner {
     lease_ms: u64,
     acquire_timeout: Option<Duration>,
     poll_interval: Duration,
-    owner: String,
+    owner: Arc<str>,
     notifications: bool,
     /// This process's writer for the row (shared with its other handles).
     /// The newest row it knows is where an `acquire` starts instead of
     /// reading (a stale row only costs a conflict, which returns the
     /// current row).
     pub(crate) writer: Arc<Writer>,
-    data: Option<String>,
+    data: Option<Arc<str>>,
     pub(crate) at_most: Option<Duration>,
     pub(crate) at_least: Duration,
     /// What this handle's `try_acquire` calls saw of the holder.
@@ -403,7 +403,7 @@ impl Lock {
             match self.put(current.as_ref(), &state).await? {
                 PutOutcome::Applied(row) => {
                     crate::metrics::lock_acquired(&self.inner.name, Duration::ZERO);
-                    let grant = Grant::new(ticket.waiter.id.clone(), &row, state, sent);
+                    let grant = Grant::new(ticket.waiter.id.clone(), &row, Arc::new(state), sent);
                     return Ok(Some(LockGuard::start(self.inner.clone(), grant)));
                 }
                 PutOutcome::Conflict(now) => {
@@ -499,10 +499,16 @@ impl Lock {
             current = inner.store.get(&inner.key).await?;
         }
         let mut observed: Option<Observation> = None;
+        // The state of `current` when the call that returned it had it
+        // decoded already (a long queue costs more to decode than to share).
+        let mut current_state: Option<Arc<LockState>> = None;
         loop {
-            let mut state = match &current {
-                Some(row) => inner.writer.decode(row)?,
-                None => LockState::default(),
+            // Shared with the writer's cache: a long queue is copied only
+            // by the rare eviction that changes it here.
+            let state = match (current_state.take(), &current) {
+                (Some(state), _) => state,
+                (None, Some(row)) => inner.writer.decoded(row)?,
+                (None, None) => Arc::new(LockState::default()),
             };
             if state.held_by(&me) {
                 let row = current.ok_or_else(|| {
@@ -547,11 +553,13 @@ impl Lock {
                     let sent = Instant::now();
                     tracing::info!(lock = %inner.name, holder = %holder.owner, "evicting a holder whose lease ran out");
                     crate::metrics::lock_evicted(&inner.name);
+                    let mut state = LockState::clone(&state);
                     state.hand_off()?;
                     let mine = state.held_by(&me);
                     if mine {
                         state.beat(); // evict and take in one write
                     }
+                    let state = Arc::new(state);
                     let outcome = self.put(current.as_ref(), &state).await?;
                     if let PutOutcome::Applied(row) = &outcome {
                         inner.writer.remember(Some(row));
@@ -594,10 +602,10 @@ impl Lock {
                 let row = written.row.ok_or_else(|| {
                     Error::new(ErrorKind::Internal, "lock", "granted lock without row")
                 })?;
-                let state = Arc::unwrap_or_clone(written.state);
-                return Ok(Grant::new(me, &row, state, written.sent));
+                return Ok(Grant::new(me, &row, written.state, written.sent));
             }
             current = written.row;
+            current_state = Some(written.state);
             current_sent = written.sent;
         }
     }
@@ -618,7 +626,7 @@ pub(crate) async fn put_state(
 /// What a waiter saw of the holder, and since when (on its own clock).
 #[derive(Debug, Clone)]
 struct Observation {
-    id: String,
+    id: Arc<str>,
     beat: u64,
     since: Instant,
     lease: Duration,
@@ -662,7 +670,7 @@ impl Ticket {
         Ticket {
             inner: inner.clone(),
             waiter: Waiter {
-                id: uuid::Uuid::new_v4().simple().to_string()[..16].to_owned(),
+                id: uuid::Uuid::new_v4().simple().to_string()[..16].into(),
                 owner: inner.owner.clone(),
                 lease_ms: inner.lease_ms,
                 data: inner.data.clone(),
@@ -704,10 +712,10 @@ impl Drop for Ticket {
 /// Remove request `id` from the queue, or pass the lock on if it was handed
 /// to it meanwhile. Through the process's writer, so it is written after
 /// this request's enqueue if that is still waiting there.
-async fn withdraw(inner: &LockInner, id: &str) -> Result<()> {
+async fn withdraw(inner: &LockInner, id: &Arc<str>) -> Result<()> {
     let written = inner
         .writer
-        .submit(Request::Withdraw(id.to_owned()), None)
+        .submit(Request::Withdraw(id.clone()), None)
         .await?;
     if written.applied && written.tell_others {
         inner.writer.notify_others().await;

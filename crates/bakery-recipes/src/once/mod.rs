@@ -497,8 +497,8 @@ impl Idempotency {
     ) -> std::result::Result<std::result::Result<Claim, Bytes>, RunError<E>> {
         let store = &self.inner.store;
         let me = Worker {
-            id: uuid::Uuid::new_v4().simple().to_string(),
-            owner: self.inner.owner.clone(),
+            id: uuid::Uuid::new_v4().simple().to_string().into(),
+            owner: self.inner.owner.as_str().into(),
             beat: 1,
             lease_ms: self.inner.lease_ms,
             data: None,
@@ -507,7 +507,7 @@ impl Idempotency {
         // conflict hands back the current row anyway.
         let mut current: Option<Row> = None;
         // The running worker as first seen: (id, beat, when).
-        let mut observed: Option<(String, u64, Instant)> = None;
+        let mut observed: Option<(Arc<str>, u64, Instant)> = None;
         let mut wakeup: Option<Wakeup> = None;
         loop {
             let record = current.as_ref().map(OnceRecord::decode).transpose()?;
@@ -536,7 +536,7 @@ impl Idempotency {
                         if self.inner.on_busy == OnBusy::Fail {
                             return Err(RunError::InProgress {
                                 key: key.to_owned(),
-                                owner: worker.owner.clone(),
+                                owner: worker.owner.to_string(),
                                 attempt: rec.attempt,
                             });
                         }
