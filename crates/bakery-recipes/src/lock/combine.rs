@@ -350,7 +350,7 @@ impl Writer {
     }
 
     /// The state stored in `row`, to change.
-    pub(crate) fn decode(&self, row: &Row) -> Result<LockState> {
+    fn decode(&self, row: &Row) -> Result<LockState> {
         self.decoded(row).map(|state| (*state).clone())
     }
 

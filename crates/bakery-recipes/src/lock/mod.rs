@@ -377,18 +377,22 @@ impl Lock {
             None => (self.inner.store.get(&self.inner.key).await?, true),
         };
         loop {
-            let mut state = match &current {
-                Some(row) => self.inner.writer.decode(row)?,
-                None => LockState::default(),
+            // Read shared; copied only below, to change it (a busy lock's
+            // queue is not copied just to say no).
+            let seen = match &current {
+                Some(row) => self.inner.writer.decoded(row)?,
+                None => Arc::new(LockState::default()),
             };
-            if !state.is_free() {
+            let mut state = if seen.is_free() {
+                LockState::clone(&seen)
+            } else {
                 if !fresh {
                     current = self.inner.store.get(&self.inner.key).await?;
                     fresh = true;
                     continue;
                 }
                 self.inner.writer.remember(current.as_ref());
-                if !self.holder_expired(&state) {
+                if !self.holder_expired(&seen) {
                     return Ok(None);
                 }
                 // Silent for a whole lease across our tries (a crashed job
@@ -396,8 +400,10 @@ impl Lock {
                 // one write.
                 tracing::info!(lock = %self.inner.name, "evicting a holder whose lease ran out");
                 crate::metrics::lock_evicted(&self.inner.name);
+                let mut state = LockState::clone(&seen);
                 state.hand_off()?;
-            }
+                state
+            };
             state.take(&ticket.waiter)?;
             let sent = Instant::now();
             match self.put(current.as_ref(), &state).await? {
