@@ -508,6 +508,10 @@ impl Lock {
         // The state of `current` when the call that returned it had it
         // decoded already (a long queue costs more to decode than to share).
         let mut current_state: Option<Arc<LockState>> = None;
+        // `current` is the row our own applied enqueue left (and it does
+        // not name us the holder), so we are in its queue: no need to scan
+        // a long queue for our id.
+        let mut joined_current = false;
         loop {
             // Shared with the writer's cache: a long queue is copied only
             // by the rare eviction that changes it here.
@@ -526,7 +530,10 @@ impl Lock {
             not_holder_at = current_sent;
             let request = if state.is_free() {
                 Request::Take(ticket.waiter.clone())
-            } else if !state.queued(&me) {
+            } else if !std::mem::take(&mut joined_current)
+                // Ids are unique per acquire: never sent, never queued.
+                && (!ticket.enqueued || !state.queued(&me))
+            {
                 // Register BEFORE the enqueue write: every change after it
                 // is then heard, and waiting needs no read first.
                 if registration.is_none() {
@@ -601,6 +608,7 @@ impl Lock {
             };
             // Through this process's writer: its other clients' requests
             // share the write instead of conflicting with it.
+            let joining = matches!(request, Request::Join(_));
             let written = inner.writer.submit(request, current.as_ref()).await?;
             if written.applied && written.state.held_by(&me) {
                 // Taken (or queued and handed over) by this very write: the
@@ -610,6 +618,7 @@ impl Lock {
                 })?;
                 return Ok(Grant::new(me, &row, written.state, written.sent));
             }
+            joined_current = joining && written.applied;
             current = written.row;
             current_state = Some(written.state);
             current_sent = written.sent;

@@ -121,9 +121,9 @@ impl LockState {
                 if i > 0 {
                     out.push(b',');
                 }
-                let json = fragment(&mut cached, waiter)?;
-                out.extend_from_slice(&json);
-                kept.push_back((waiter.clone(), json));
+                let entry = fragment(&mut cached, waiter)?;
+                out.extend_from_slice(&entry.1);
+                kept.push_back(entry);
             }
             out.push(b']');
         }
@@ -199,15 +199,18 @@ pub(crate) struct Fragments {
 /// One encoded waiter, with the entry it encodes.
 type Fragment = (Waiter, Vec<u8>);
 
-/// The JSON of `waiter`: the next cached fragment of the same entry (those
-/// before it left the queue), else freshly encoded.
-fn fragment(cached: &mut impl Iterator<Item = Fragment>, waiter: &Waiter) -> Result<Vec<u8>> {
+/// The fragment of `waiter`: the next cached one of the same entry (those
+/// before it left the queue), moved rather than cloned (a clone costs an
+/// atomic increment per string, and these cache lines are shared between
+/// threads), else freshly encoded.
+fn fragment(cached: &mut impl Iterator<Item = Fragment>, waiter: &Waiter) -> Result<Fragment> {
     for (seen, json) in cached.by_ref() {
         if same_entry(&seen, waiter) {
-            return Ok(json);
+            return Ok((seen, json));
         }
     }
-    serde_json::to_vec(waiter).map_err(encode_error)
+    let json = serde_json::to_vec(waiter).map_err(encode_error)?;
+    Ok((waiter.clone(), json))
 }
 
 /// Is `a` the entry `b`? Clones of one entry share their strings, so this
