@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 pub mod consumer;
+mod dispatch;
 pub mod election;
 pub mod fence;
 mod held;

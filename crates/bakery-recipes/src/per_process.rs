@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, Weak};
 
-use bakery_core::VersionedStore;
+use bakery_core::{Key, VersionedStore};
 
 /// The store's identity: its address. A shared value keeps its store alive,
 /// so the address is not reused while the entry lives.
@@ -51,3 +51,16 @@ impl<S: Hash + Eq, T> PerProcess<S, T> {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
+
+/// One row of one store, as a recipe sees it: the store (by address), the
+/// key, and whether it listens to the store's notifications (a handle that
+/// polls must not share a listener that subscribes).
+pub(crate) type Slot = (usize, Key, bool);
+
+/// The slot of `key` in `store`.
+pub(crate) fn slot(store: &Arc<dyn VersionedStore>, key: &Key, notifications: bool) -> Slot {
+    (store_address(store), key.clone(), notifications)
+}
+
+/// One value per process and row.
+pub(crate) type PerRow<T> = PerProcess<Slot, T>;

@@ -25,9 +25,9 @@ use bakery_core::{
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::dispatch;
-use super::local::{slot, PerRow};
 use super::state::{Fragments, LockState, Waiter};
+use crate::dispatch;
+use crate::per_process::{slot, PerRow};
 
 static WRITERS: LazyLock<PerRow<Writer>> = LazyLock::new(PerRow::new);
 
@@ -43,6 +43,24 @@ pub(crate) fn decoded(
         Some(writer) => writer.decoded(row),
         None => LockState::decode(row).map(Arc::new),
     }
+}
+
+/// The waiter a lock row grants, for the process's dispatcher: its holder,
+/// decoded through the process's writer (which knows the rows it wrote).
+pub(crate) fn grantees(
+    store: &Arc<dyn VersionedStore>,
+    key: &Key,
+    notifications: bool,
+) -> dispatch::Grantees {
+    let (store, key) = (store.clone(), key.clone());
+    Arc::new(move |row| {
+        let state = decoded(&store, &key, notifications, row)?;
+        Ok(state
+            .holder
+            .iter()
+            .map(|holder| holder.id.clone())
+            .collect())
+    })
 }
 
 /// A change a client asks for.
@@ -418,7 +436,9 @@ impl Writer {
             return false;
         }
         match (row, &state.holder) {
-            (Some(row), Some(holder)) => dispatch::deliver(&self.store, &self.key, &holder.id, row),
+            (Some(row), Some(holder)) => {
+                dispatch::deliver(&self.store, &self.key, [&*holder.id], row)
+            }
             _ => false,
         }
     }

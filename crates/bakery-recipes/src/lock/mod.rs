@@ -66,9 +66,7 @@
 //! ```
 
 mod combine;
-mod dispatch;
 mod guard;
-mod local;
 mod state;
 
 use std::fmt;
@@ -81,8 +79,8 @@ use tokio::time::Instant;
 pub use guard::{LockGuard, LostReason};
 pub use state::{Holder, LockState, Waiter};
 
+use crate::dispatch::Registration;
 use combine::{Request, Writer};
-use dispatch::Registration;
 use guard::{Grant, TaskHolds};
 
 /// Key prefix of lock rows: the lock `jobs` is stored under `lock/jobs`.
@@ -544,6 +542,7 @@ impl Lock {
                             inner.notifications,
                             inner.poll_interval,
                             &me,
+                            || combine::grantees(&inner.store, &inner.key, inner.notifications),
                         )
                         .await,
                     );

@@ -1,22 +1,22 @@
 //! How a queued waiter learns of its grant: one listener per process and
-//! lock row hands each row to the waiter it names the holder, and nobody
-//! else.
+//! row hands each row to the waiters it grants, and nobody else. Shared by
+//! the queue recipes (the lock, the semaphore and the rwlock); each says
+//! which waiters a row grants ([`Grantees`]).
 //!
 //! Every waiter listening to the store itself would wake the whole queue on
 //! every change (n wake-ups, n decodes, and on a store that cannot hand over
 //! rows n reads per hand-off). Instead the process keeps one [`Dispatcher`]
-//! per (store, lock row) while it has waiters there. It subscribes to the
+//! per (store, row) while it has waiters there. It subscribes to the
 //! store's notifications once (or, without them, polls the row once for the
-//! whole process) and forwards a row only to the registered waiter it names
-//! the holder. A release made in this process hands the new row to the
-//! dispatcher directly ([`deliver`]): the next holder learns of its grant
+//! whole process) and forwards a row only to the registered waiters it
+//! grants. A write made in this process hands the new row to the
+//! dispatcher directly ([`deliver`]): the waiters it grants learn of it
 //! without a store round trip, and waiters in other processes through the
 //! store's notification.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
-use super::local::{slot, PerRow};
 use std::time::Duration;
 
 use bakery_core::{
@@ -25,8 +25,12 @@ use bakery_core::{
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
-use super::combine;
-use super::state::LockState;
+use crate::per_process::{slot, PerRow};
+
+/// Which waiters a row grants (the lock: its holder; the semaphore and the
+/// rwlock: every holder). Asked once per row heard from the store, by the
+/// process's one dispatcher of that row.
+pub(crate) type Grantees = Arc<dyn Fn(&Row) -> Result<Vec<Arc<str>>> + Send + Sync>;
 
 /// First poll delay of a dispatcher without notifications; doubled up to
 /// the poll interval while the row does not change.
@@ -34,7 +38,7 @@ const FIRST_POLL: Duration = Duration::from_millis(1);
 
 static DISPATCHERS: LazyLock<PerRow<Dispatcher>> = LazyLock::new(PerRow::new);
 
-/// The process's listener on one lock row; alive while a waiter holds a
+/// The process's listener on one row; alive while a waiter holds a
 /// [`Registration`].
 pub(crate) struct Dispatcher {
     waiters: Mutex<HashMap<String, WatchSender>>,
@@ -56,15 +60,17 @@ pub(crate) struct Registration {
 impl Registration {
     /// Register waiter `id` for rows of `key`, and return once the
     /// dispatcher hears every change made from now on: call it BEFORE the
-    /// write that puts `id` in the queue.
+    /// write that puts `id` in the queue. `grantees` is called only if this
+    /// process has no dispatcher for the row yet.
     pub(crate) async fn join(
         store: &Arc<dyn VersionedStore>,
         key: &Key,
         notifications: bool,
         poll_interval: Duration,
         id: &str,
+        grantees: impl FnOnce() -> Grantees,
     ) -> Registration {
-        let dispatcher = Dispatcher::for_row(store, key, notifications, poll_interval);
+        let dispatcher = Dispatcher::for_row(store, key, notifications, poll_interval, grantees);
         let (sender, rows) = Watch::channel();
         if let Ok(mut waiters) = dispatcher.waiters.lock() {
             waiters.insert(id.to_owned(), sender);
@@ -79,7 +85,7 @@ impl Registration {
         }
     }
 
-    /// Wait for a row newer than `seen` that names this waiter the holder,
+    /// Wait for a row newer than `seen` that grants this waiter,
     /// until `until`. `None` at `until` (or if the dispatcher stopped): the
     /// caller reads the row itself.
     pub(crate) async fn wait(&mut self, until: Instant, seen: Option<Version>) -> Option<Row> {
@@ -109,13 +115,20 @@ impl Drop for Registration {
     }
 }
 
-/// Hand `row` (just written by this process; it names `holder`) to the
-/// waiter it names, if that waiter waits in this process: its grant then
-/// costs it no round trip.
-pub(crate) fn deliver(store: &Arc<dyn VersionedStore>, key: &Key, holder: &str, row: &Row) -> bool {
-    DISPATCHERS
-        .get(&slot(store, key, true))
-        .is_some_and(|dispatcher| dispatcher.forward(holder, row))
+/// Hand `row` (just written by this process; it grants `granted`) to
+/// those of them that wait in this process: their grant then costs them no
+/// round trip. True if every one of them waits here (nobody else needs to
+/// be told).
+pub(crate) fn deliver<'a>(
+    store: &Arc<dyn VersionedStore>,
+    key: &Key,
+    granted: impl IntoIterator<Item = &'a str>,
+    row: &Row,
+) -> bool {
+    match DISPATCHERS.get(&slot(store, key, true)) {
+        Some(dispatcher) => dispatcher.forward(granted, row),
+        None => granted.into_iter().next().is_none(),
+    }
 }
 
 impl Dispatcher {
@@ -125,6 +138,7 @@ impl Dispatcher {
         key: &Key,
         notifications: bool,
         poll_interval: Duration,
+        grantees: impl FnOnce() -> Grantees,
     ) -> Arc<Dispatcher> {
         DISPATCHERS.get_or_create(slot(store, key, notifications), || {
             let (stop, stopped) = oneshot::channel();
@@ -144,16 +158,17 @@ impl Dispatcher {
                 key: key.clone(),
                 notifications,
                 poll_interval,
+                grantees: grantees(),
             };
             tokio::spawn(source.run(Arc::downgrade(&dispatcher), set_ready, stopped));
             dispatcher
         })
     }
 
-    /// Forward `row` to the waiter it names the holder, if it is ours and
-    /// the row is news. True if that waiter is ours (the row reached it,
-    /// now or with an earlier forward of the same or a newer row).
-    fn forward(&self, holder: &str, row: &Row) -> bool {
+    /// Forward `row` to those of `granted` that wait here, if the row is
+    /// news. True if every one of them is ours (the row reached them, now or
+    /// with an earlier forward of the same or a newer row).
+    fn forward<'a>(&self, granted: impl IntoIterator<Item = &'a str>, row: &Row) -> bool {
         let news = match self.newest.lock() {
             Ok(mut newest) => {
                 let news = newest.is_none_or(|newest| row.version > newest);
@@ -167,18 +182,22 @@ impl Dispatcher {
         let Ok(waiters) = self.waiters.lock() else {
             return false;
         };
-        let Some(waiter) = waiters.get(holder) else {
-            return false;
-        };
-        if news {
-            waiter.wake_with_row(row.clone());
+        let mut all_ours = true;
+        for id in granted {
+            match waiters.get(id) {
+                Some(waiter) if news => {
+                    waiter.wake_with_row(row.clone());
+                }
+                Some(_) => {}
+                None => all_ours = false,
+            }
         }
-        true
+        all_ours
     }
 
-    /// Forward a row heard from the store: decoded once for the process
-    /// (by `decoded`, which knows the rows this process wrote).
-    fn forward_heard(&self, row: &Row, decoded: impl FnOnce(&Row) -> Result<Arc<LockState>>) {
+    /// Forward a row heard from the store to the waiters it grants (asked
+    /// of the recipe once for the whole process).
+    fn forward_heard(&self, row: &Row, grantees: &Grantees) {
         if self
             .newest
             .lock()
@@ -186,14 +205,12 @@ impl Dispatcher {
         {
             return;
         }
-        match decoded(row) {
-            Ok(state) => {
-                if let Some(holder) = &state.holder {
-                    self.forward(&holder.id, row);
-                }
+        match grantees(row) {
+            Ok(granted) => {
+                self.forward(granted.iter().map(|id| &**id), row);
             }
             // The waiters' own reads report it.
-            Err(err) => tracing::debug!(error = %err, "lock dispatcher: undecodable row"),
+            Err(err) => tracing::debug!(error = %err, "dispatcher: undecodable row"),
         }
     }
 }
@@ -214,6 +231,7 @@ struct Source {
     key: Key,
     notifications: bool,
     poll_interval: Duration,
+    grantees: Grantees,
 }
 
 impl Source {
@@ -227,7 +245,7 @@ impl Source {
             match self.store.watch(&self.key).await {
                 Ok(watch) => watch,
                 Err(err) => {
-                    tracing::debug!(lock = %self.key.as_str(), error = %err, "watch failed; polling");
+                    tracing::debug!(row = %self.key.as_str(), error = %err, "watch failed; polling");
                     None
                 }
             }
@@ -270,9 +288,7 @@ impl Source {
                     row
                 }
             };
-            dispatcher.forward_heard(&row, |row| {
-                combine::decoded(&self.store, &self.key, self.notifications, row)
-            });
+            dispatcher.forward_heard(&row, &self.grantees);
         }
     }
 
@@ -286,7 +302,7 @@ impl Source {
             Some(Change::Row(row)) => Heard::Row(row),
             Some(Change::Read) => Heard::Read,
             None => {
-                tracing::debug!(lock = %self.key.as_str(), "store notifications stopped; polling");
+                tracing::debug!(row = %self.key.as_str(), "store notifications stopped; polling");
                 *watch = None;
                 Heard::Polled
             }
@@ -297,7 +313,7 @@ impl Source {
         match self.store.get(&self.key).await {
             Ok(row) => row,
             Err(err) => {
-                tracing::debug!(lock = %self.key.as_str(), error = %err, "lock dispatcher read failed");
+                tracing::debug!(row = %self.key.as_str(), error = %err, "dispatcher read failed");
                 None
             }
         }
