@@ -23,6 +23,7 @@ pub(crate) fn cases() -> Vec<Case> {
     vec![
         case!("semaphore", never_more_than_n_holders_at_once),
         case!("semaphore", waiters_are_granted_in_queue_order),
+        case!("semaphore", clients_of_one_process_never_conflict),
         case!("semaphore", try_acquire_refuses_when_full_or_queued),
         case!("semaphore", paused_holder_is_evicted_after_its_lease),
         case!("semaphore", acquire_timeout_withdraws_the_request),
@@ -217,6 +218,49 @@ async fn waiters_are_granted_in_queue_order(store: Arc<dyn VersionedStore>) {
         [3, 4, 5, 6],
         "waiter i must get token 3 + i (FIFO): {granted:?}"
     );
+}
+
+/// Eight handles of one process contend for one permit: they write in the
+/// process's turn, each deciding on the row the last write left, so none
+/// conflicts with another at the store, and every one is served (a client
+/// re-joining after its release must not keep the others from joining).
+async fn clients_of_one_process_never_conflict(store: Arc<dyn VersionedStore>) {
+    const CLIENTS: u64 = 8;
+    const ROUNDS: u64 = 10;
+    let name = unique_name("sem-turn");
+    let counting = Arc::new(bakery_core::CountingStore::new(store));
+    let store: Arc<dyn VersionedStore> = counting.clone();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        // A heartbeat is a write of its own: the lease is long beside any
+        // hold here, however slow the machine.
+        let sem = semaphore(&store, &name, 1)
+            .lease(Duration::from_secs(600))
+            .build()
+            .expect("valid");
+        let inside = inside.clone();
+        clients.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let permit = sem.acquire().await.expect("acquire");
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await.expect("release");
+            }
+        }));
+    }
+    for client in clients {
+        client.await.expect("client task");
+    }
+    let spent = counting.counts();
+    assert_eq!(spent.conflicts, 0, "{spent:?}");
+    assert!(
+        spent.puts <= 2 * CLIENTS * ROUNDS,
+        "at most one write per take or enqueue and one per release: {spent:?}"
+    );
+    let state = inspect(&store, &name).await.expect("row");
+    assert_eq!(state.token, CLIENTS * ROUNDS, "one token per grant");
 }
 
 /// The soft form takes a free permit, and refuses while every permit is

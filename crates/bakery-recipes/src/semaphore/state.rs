@@ -193,14 +193,14 @@ impl SemaphoreState {
         Ok(self.token)
     }
 
-    /// Take a free permit if nobody queues, else join the queue.
-    pub(crate) fn join(&mut self, waiter: &Waiter) -> Result<()> {
+    /// Take a free permit if nobody queues (its token), else join the
+    /// queue (`None`).
+    pub(crate) fn join(&mut self, waiter: &Waiter) -> Result<Option<u64>> {
         if self.can_take() {
-            self.take(waiter)?;
-        } else {
-            self.queue.push_back(waiter.clone());
+            return self.take(waiter).map(Some);
         }
-        Ok(())
+        self.queue.push_back(waiter.clone());
+        Ok(None)
     }
 
     /// Grant free permits to the head of the queue (unclaimed, beat 0),
