@@ -16,3 +16,4 @@ pub mod rwlock;
 pub mod semaphore;
 pub mod sequence;
 pub mod time;
+mod turn;

@@ -77,7 +77,7 @@ mod state;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bakery_core::{Capabilities, Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
@@ -88,7 +88,7 @@ pub use permit::Permit;
 pub use state::{Holder, SemaphoreState, Waiter};
 
 use crate::dispatch::{self, Grantees, Registration};
-use crate::per_process::{slot, PerRow};
+use crate::turn::{self, WriteTurn};
 use permit::Grant;
 use state::RECIPE;
 
@@ -174,7 +174,7 @@ impl SemaphoreBuilder {
             return Err(Error::invalid_input(RECIPE, "poll interval must be > 0"));
         }
         let watching = self.store.capabilities().contains(Capabilities::WATCH);
-        let turn = TURNS.get_or_create(slot(&self.store, &key, true), Arc::default);
+        let turn = WriteTurn::for_row(&self.store, &key);
         Ok(Semaphore {
             inner: Arc::new(Inner {
                 store: self.store,
@@ -236,19 +236,6 @@ pub(crate) struct Inner {
     turn: Arc<WriteTurn>,
 }
 
-/// One process's writes of one semaphore row, one at a time, and the row
-/// the last of them left. Clients of one process that wrote at once would
-/// mostly conflict with each other (a join after every release, a storm of
-/// joins when many start together), each conflict a wasted round trip; in
-/// turn, a write that a write of this process already outdated is refused
-/// here with the newer row, as the store would refuse it.
-#[derive(Default)]
-struct WriteTurn {
-    newest: tokio::sync::Mutex<Option<Row>>,
-}
-
-static TURNS: LazyLock<PerRow<WriteTurn>> = LazyLock::new(PerRow::new);
-
 /// The result of [`Inner::update`].
 pub(crate) enum Updated<T> {
     /// The change was written (`row`, by a call sent at `sent`); `granted`
@@ -300,15 +287,10 @@ impl Inner {
     async fn put(&self, current: Option<&Row>, state: &SemaphoreState) -> Result<PutOutcome> {
         let expected = current.map(|row| row.version);
         let value = state.encode()?;
-        let mut newest = self.turn.newest.lock().await;
-        if let Some(known) = newest
-            .as_ref()
-            .filter(|known| Some(known.version) > expected)
-        {
-            // Versions only grow (a deleted row keeps its last one), so the
-            // store would refuse this write; the row it would return is at
-            // least as new as this one, returned after our call began.
-            let known = known.clone();
+        let mut newest = self.turn.take().await;
+        if let Some(known) = turn::outdated(newest.as_ref(), expected) {
+            // The store would refuse this write; the row it would return is
+            // at least as new as this one, returned after our call began.
             drop(newest);
             self.remember(Some(&known));
             return Ok(PutOutcome::Conflict(Some(known)));
@@ -341,12 +323,8 @@ impl Inner {
         current: Option<Row>,
         mut change: impl FnMut(&mut SemaphoreState) -> Result<Option<T>>,
     ) -> Result<Updated<T>> {
-        let mut turn = self.turn.newest.lock().await;
-        let mut current = match (current, turn.as_ref()) {
-            (Some(hint), Some(known)) if known.version > hint.version => Some(known.clone()),
-            (None, Some(known)) => Some(known.clone()),
-            (hint, _) => hint,
-        };
+        let mut last = self.turn.take().await;
+        let mut current = turn::newer(current, last.as_ref());
         loop {
             let mut state = self.decode(current.as_ref())?;
             let Some(granted) = change(&mut state)? else {
@@ -360,12 +338,12 @@ impl Inner {
                 .await?;
             match outcome {
                 PutOutcome::Applied(row) => {
-                    *turn = Some(row.clone());
+                    *last = Some(row.clone());
                     self.remember(Some(&row));
                     return Ok(Updated::Applied { granted, row, sent });
                 }
                 PutOutcome::Conflict(now) => {
-                    turn.clone_from(&now);
+                    last.clone_from(&now);
                     self.remember(now.as_ref());
                     current = now;
                 }
