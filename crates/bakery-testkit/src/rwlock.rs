@@ -23,6 +23,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 pub(crate) fn cases() -> Vec<Case> {
     vec![
         case!("rwlock", never_a_writer_with_anyone),
+        case!("rwlock", clients_of_one_process_never_conflict),
         case!("rwlock", queued_writer_blocks_new_readers),
         case!("rwlock", readers_behind_a_writer_are_granted_together),
         case!("rwlock", paused_writer_is_evicted_after_its_lease),
@@ -213,6 +214,53 @@ async fn never_a_writer_with_anyone(store: Arc<dyn VersionedStore>) {
         "{state:?}"
     );
     assert_eq!(state.token, grants as u64);
+}
+
+/// Eight handles of one process, each alternating write and read grants:
+/// they write the row in the process's turn, each deciding on the row the
+/// last write left, so none conflicts with another at the store.
+async fn clients_of_one_process_never_conflict(store: Arc<dyn VersionedStore>) {
+    const CLIENTS: u64 = 8;
+    const ROUNDS: u64 = 6;
+    let name = unique_name("rw-turn");
+    let counting = Arc::new(bakery_core::CountingStore::new(store));
+    let store: Arc<dyn VersionedStore> = counting.clone();
+    let writing = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        // A heartbeat is a write of its own: the lease is long beside any
+        // hold here, however slow the machine.
+        let lock = rwlock(&store, &name)
+            .lease(Duration::from_secs(600))
+            .build()
+            .expect("valid");
+        let writing = writing.clone();
+        clients.push(tokio::spawn(async move {
+            for round in 0..ROUNDS {
+                if round % 2 == 0 {
+                    let guard = lock.write().await.expect("write");
+                    assert!(!writing.swap(true, Ordering::SeqCst), "two writers");
+                    tokio::task::yield_now().await;
+                    writing.store(false, Ordering::SeqCst);
+                    guard.release().await.expect("release");
+                } else {
+                    let guard = lock.read().await.expect("read");
+                    assert!(!writing.load(Ordering::SeqCst), "a reader beside a writer");
+                    tokio::task::yield_now().await;
+                    guard.release().await.expect("release");
+                }
+            }
+        }));
+    }
+    for client in clients {
+        client.await.expect("client task");
+    }
+    let spent = counting.counts();
+    assert_eq!(spent.conflicts, 0, "{spent:?}");
+    assert!(
+        spent.puts <= 2 * CLIENTS * ROUNDS,
+        "at most one write per take or enqueue and one per release: {spent:?}"
+    );
 }
 
 /// With a reader holding, a queued writer blocks new readers: `try_read`

@@ -174,16 +174,14 @@ async fn release(shared: &Shared) -> Result<()> {
         .update(Some(shared.row()), |state| state.release(id, token))
         .await;
     match updated {
-        Ok(Updated::Applied { granted, .. }) => {
+        Ok(Updated::Applied { granted, row, .. }) => {
             shared.status.send_replace(Status::Released);
             crate::metrics::released(
                 crate::metrics::Recipe::RwLock,
                 &shared.sem.name,
                 shared.started.elapsed(),
             );
-            if !granted.is_empty() {
-                shared.sem.notify().await;
-            }
+            shared.sem.announce(&granted, &row).await;
             Ok(())
         }
         Ok(Updated::Unchanged { row }) => {

@@ -18,11 +18,13 @@
 //!   head is granted, and if it is a reader so is every reader right
 //!   behind it up to the next writer — in the same write, each with the
 //!   next fencing token.
-//! - **Direct hand-off.** The new holders learn of their grant from a
-//!   wake-up (the store's watch where it has
-//!   [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH), else a poll
-//!   backing off from 1 ms to the poll interval); every waiter reads at
-//!   least every lease/4 either way.
+//! - **Direct hand-off.** The new holders learn of their grant from their
+//!   process's one listener on the row, which wakes only the waiters a row
+//!   grants: directly when the grant was written in the same process,
+//!   else from the store's watch where it has
+//!   [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH), else from
+//!   one poll for the whole process, backing off from 1 ms to the poll
+//!   interval. Every waiter reads at least every lease/4 either way.
 //! - **Leases without synchronized clocks.** Each holder advances its own
 //!   heartbeat counter every lease/3. A waiter that sees the same
 //!   (holder, heartbeat) for a whole lease of that holder *on its own
@@ -93,16 +95,15 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bakery_core::{
-    Capabilities, Change, Error, ErrorKind, Key, PutOutcome, Result, Row, Version, VersionedStore,
-    Watch,
-};
+use bakery_core::{Capabilities, Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
 use tokio::time::Instant;
 
 pub use crate::lock::LostReason;
 pub use guard::{ReadGuard, WriteGuard};
 pub use state::{Holder, Mode, RwLockState, Waiter};
 
+use crate::dispatch::{self, Grantees, Registration};
+use crate::turn::{self, WriteTurn};
 use guard::{Grant, Guard};
 use state::RECIPE;
 
@@ -120,10 +121,6 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(25);
 
 /// Shortest lease accepted: the heartbeat runs every lease/3.
 pub const MIN_LEASE: Duration = Duration::from_millis(30);
-
-/// First poll delay of a waiter without notifications; doubled up to the
-/// poll interval while the row does not change.
-const FIRST_POLL: Duration = Duration::from_millis(1);
 
 /// Configures a [`RwLock`]; start with [`RwLock::builder`].
 #[derive(Debug, Clone)]
@@ -168,6 +165,7 @@ impl RwLockBuilder {
             return Err(Error::invalid_input(RECIPE, "poll interval must be > 0"));
         }
         let watching = self.store.capabilities().contains(Capabilities::WATCH);
+        let turn = WriteTurn::for_row(&self.store, &key);
         Ok(RwLock {
             inner: Arc::new(Inner {
                 store: self.store,
@@ -181,6 +179,7 @@ impl RwLockBuilder {
                 watching,
                 newest: Mutex::new(None),
                 tried: Mutex::new(Observations::default()),
+                turn,
             }),
         })
     }
@@ -221,12 +220,15 @@ pub(crate) struct Inner {
     newest: Mutex<Option<Row>>,
     /// What this handle's `try_*` calls saw of the holders.
     tried: Mutex<Observations>,
+    /// This process's turn to write the row, shared by all its handles.
+    turn: Arc<WriteTurn>,
 }
 
 /// The result of [`Inner::update`].
 pub(crate) enum Updated<T> {
-    /// The change was written; `granted` are the waiters it granted.
-    Applied { granted: T },
+    /// The change was written (`row`, by a call sent at `sent`); `granted`
+    /// are the waiters it granted.
+    Applied { granted: T, row: Row, sent: Instant },
     /// Nothing to change in `row`, the current row the store returned.
     Unchanged { row: Option<Row> },
 }
@@ -268,13 +270,27 @@ impl Inner {
         Ok(row)
     }
 
-    /// Write `state` if the row is still `current`.
+    /// Write `state` if the row is still `current`, in this process's turn.
     async fn put(&self, current: Option<&Row>, state: &RwLockState) -> Result<PutOutcome> {
         let expected = current.map(|row| row.version);
+        let value = state.encode()?;
+        let mut newest = self.turn.take().await;
+        if let Some(known) = turn::outdated(newest.as_ref(), expected) {
+            // The store would refuse this write; the row it would return is
+            // at least as new as this one, returned after our call began.
+            drop(newest);
+            self.remember(Some(&known));
+            return Ok(PutOutcome::Conflict(Some(known)));
+        }
         let outcome = self
             .store
-            .put_if_version(&self.key, expected, state.encode()?)
+            .put_if_version(&self.key, expected, value)
             .await?;
+        *newest = match &outcome {
+            PutOutcome::Applied(row) => Some(row.clone()),
+            PutOutcome::Conflict(now) => now.clone(),
+        };
+        drop(newest);
         match &outcome {
             PutOutcome::Applied(row) => self.remember(Some(row)),
             PutOutcome::Conflict(now) => self.remember(now.as_ref()),
@@ -282,35 +298,71 @@ impl Inner {
         Ok(outcome)
     }
 
-    /// Apply `change` to the row, starting from `current` (a hint) and
-    /// re-applying it to the row a conflict returns. `change` returns
-    /// `None` when there is nothing to write.
+    /// Apply `change` to the row in this process's turn, starting from
+    /// `current` (a hint) or the row the last write here left, whichever
+    /// is newer, and re-applying it to the row a conflict returns. `change`
+    /// returns `None` when there is nothing to write. Deciding in the turn
+    /// keeps the order of requests (see the semaphore's `update`).
     async fn update<T>(
         &self,
-        mut current: Option<Row>,
+        current: Option<Row>,
         mut change: impl FnMut(&mut RwLockState) -> Result<Option<T>>,
     ) -> Result<Updated<T>> {
+        let mut last = self.turn.take().await;
+        let mut current = turn::newer(current, last.as_ref());
         loop {
             let mut state = self.decode(current.as_ref())?;
             let Some(granted) = change(&mut state)? else {
                 return Ok(Updated::Unchanged { row: current });
             };
-            match self.put(current.as_ref(), &state).await? {
-                PutOutcome::Applied(_) => return Ok(Updated::Applied { granted }),
-                PutOutcome::Conflict(now) => current = now,
+            let expected = current.as_ref().map(|row| row.version);
+            let sent = Instant::now();
+            let outcome = self
+                .store
+                .put_if_version(&self.key, expected, state.encode()?)
+                .await?;
+            match outcome {
+                PutOutcome::Applied(row) => {
+                    *last = Some(row.clone());
+                    self.remember(Some(&row));
+                    return Ok(Updated::Applied { granted, row, sent });
+                }
+                PutOutcome::Conflict(now) => {
+                    last.clone_from(&now);
+                    self.remember(now.as_ref());
+                    current = now;
+                }
             }
         }
     }
 
-    /// Subscribe to the row's changes, if the store can notify.
-    async fn subscribe(&self) -> Option<Watch> {
-        match self.store.watch(&self.key).await {
-            Ok(watch) => watch,
-            Err(err) => {
-                tracing::debug!(rwlock = %self.name, error = %err, "watch failed; polling");
-                None
-            }
+    /// The waiters a row grants, for the process's dispatcher: every
+    /// holder.
+    fn grantees() -> Grantees {
+        Arc::new(|row| {
+            let state = RwLockState::decode(row)?;
+            Ok(state
+                .holders
+                .iter()
+                .map(|h| Arc::from(h.id.as_str()))
+                .collect())
+        })
+    }
+
+    /// Tell the waiters a write (`row`) granted the lock to: directly those
+    /// waiting in this process, through the store the others.
+    async fn announce(&self, granted: &[String], row: &Row) {
+        if granted.is_empty()
+            || dispatch::deliver(
+                &self.store,
+                &self.key,
+                granted.iter().map(String::as_str),
+                row,
+            )
+        {
+            return;
         }
+        self.notify().await;
     }
 
     /// Wake the waiters of other clients after a write that granted them
@@ -501,10 +553,9 @@ impl RwLock {
         if current.is_none() {
             current = inner.read().await?;
         }
-        let mut watch: Option<Watch> = None;
-        let mut subscribed = false;
+        // Set up on the first wait only: an uncontended acquire is one write.
+        let mut registration: Option<Registration> = None;
         let mut observed = Observations::default();
-        let mut poll = FIRST_POLL.min(inner.poll_interval);
         loop {
             let mut state = inner.decode(current.as_ref())?;
             if let Some(holder) = state.holder(&me) {
@@ -523,34 +574,64 @@ impl RwLock {
             not_holder_at = current_sent;
             if !state.queued(&me) {
                 // One write: take the lock, or join the queue.
-                let takes = state.can_take(ticket.waiter.mode);
-                if !takes && !subscribed {
-                    // Subscribe BEFORE the enqueue write: a grant written
+                if !state.can_take(ticket.waiter.mode) && registration.is_none() {
+                    // Register BEFORE the enqueue write: a grant written
                     // after it is then heard, and waiting needs no read first.
-                    watch = inner.subscribe().await;
-                    subscribed = true;
+                    registration = Some(
+                        Registration::join(
+                            &inner.store,
+                            &inner.key,
+                            true,
+                            inner.poll_interval,
+                            &me,
+                            Inner::grantees,
+                        )
+                        .await,
+                    );
                 }
-                state.join(&ticket.waiter)?;
+                // Decided in the process's turn, on its newest row: a
+                // waiter that has not registered only takes the lock.
+                let waiter = &ticket.waiter;
+                let may_queue = registration.is_some();
                 ticket.written = true;
-                let sent = Instant::now();
-                match inner.put(current.as_ref(), &state).await? {
-                    PutOutcome::Applied(row) => {
-                        if let (true, Some(holder)) = (takes, state.holder(&me)) {
-                            // Taken by this very write: the lease counts
-                            // from its send time.
-                            return Ok(Grant {
-                                id: me,
-                                mode: ticket.waiter.mode,
-                                token: holder.token,
-                                row,
-                                lease_from: sent,
-                            });
+                let updated = inner
+                    .update(current.take(), |state| {
+                        let settled =
+                            state.holder(&waiter.id).is_some() || state.queued(&waiter.id);
+                        if settled || !(may_queue || state.can_take(waiter.mode)) {
+                            return Ok(None);
                         }
-                        current = Some(row);
+                        state.join(waiter).map(Some)
+                    })
+                    .await?;
+                match updated {
+                    // Taken by this very write: the lease counts from its
+                    // send time.
+                    Updated::Applied {
+                        granted: Some(token),
+                        row,
+                        sent,
+                    } => {
+                        return Ok(Grant {
+                            id: me,
+                            mode: ticket.waiter.mode,
+                            token,
+                            row,
+                            lease_from: sent,
+                        })
                     }
-                    PutOutcome::Conflict(now) => current = now,
+                    Updated::Applied {
+                        granted: None,
+                        row,
+                        sent,
+                    } => {
+                        current = Some(row);
+                        current_sent = sent;
+                    }
+                    // Nothing written: `current_sent` stays (an earlier
+                    // time only makes a lease count from earlier).
+                    Updated::Unchanged { row } => current = row,
                 }
-                current_sent = sent;
                 continue;
             }
             // Queued: evict the holders that stayed silent for a whole lease
@@ -558,7 +639,7 @@ impl RwLock {
             let expired = observed.update(&state);
             if !expired.is_empty() {
                 tracing::info!(rwlock = %inner.name, holders = ?expired, "evicting holders whose lease ran out");
-                let granted = state.evict(&expired)?;
+                let mut granted = state.evict(&expired)?;
                 let mine = granted.contains(&me);
                 if mine {
                     state.beat(&me); // evict and claim in one write
@@ -566,9 +647,8 @@ impl RwLock {
                 let sent = Instant::now();
                 match inner.put(current.as_ref(), &state).await? {
                     PutOutcome::Applied(row) => {
-                        if granted.iter().any(|id| *id != me) {
-                            inner.notify().await;
-                        }
+                        granted.retain(|id| *id != me);
+                        inner.announce(&granted, &row).await;
                         if let (true, Some(holder)) = (mine, state.holder(&me)) {
                             return Ok(Grant {
                                 id: me,
@@ -585,65 +665,25 @@ impl RwLock {
                 current_sent = sent;
                 continue;
             }
-            // Our grant arrives with a wake-up or a poll; we still read at
-            // least every lease/4, so the lease of a grant we learn of never
+            // Our grant arrives from the dispatcher; we still read at least
+            // every lease/4, so the lease of a grant we learn of never
             // counts from further back, and we see the holders' heartbeats.
+            let registration = registration.as_mut().ok_or_else(|| {
+                Error::new(ErrorKind::Internal, RECIPE, "queued without a registration")
+            })?;
             let mut wake_at = current_sent + slowest;
             if let Some(deadline) = observed.deadline() {
                 wake_at = wake_at.min(deadline);
             }
             let seen = current.as_ref().map(|row| row.version);
-            if let Some(row) = wait(&mut watch, wake_at, seen, poll).await {
-                // Newer than ours; our lease still counts from our last
+            if let Some(row) = registration.wait(wake_at, seen).await {
+                // It grants us; our lease still counts from our last
                 // request (`current_sent`).
                 current = Some(row);
                 continue;
             }
-            let sent = Instant::now();
-            let read = inner.read().await?;
-            // Never poll faster than the store answers: a slow store is
-            // not loaded further by its own waiters.
-            let floor = FIRST_POLL.max(sent.elapsed()).min(inner.poll_interval);
-            poll = if read.as_ref().map(|row| row.version) == seen {
-                (poll * 2).clamp(floor, inner.poll_interval)
-            } else {
-                floor
-            };
-            current = read;
-            current_sent = sent;
-        }
-    }
-}
-
-/// Wait for a row newer than `seen` from the store's notifications (`None`
-/// on a plain wake-up: read), or, without them, for the next poll; never
-/// past `until`.
-async fn wait(
-    watch: &mut Option<Watch>,
-    until: Instant,
-    seen: Option<Version>,
-    poll: Duration,
-) -> Option<Row> {
-    let Some(feed) = watch.as_mut() else {
-        tokio::time::sleep_until(until.min(Instant::now() + poll)).await;
-        return None;
-    };
-    let sleep = tokio::time::sleep_until(until);
-    tokio::pin!(sleep);
-    loop {
-        tokio::select! {
-            change = feed.next_change() => match change {
-                Some(Change::Row(row)) if seen < Some(row.version) => return Some(row),
-                // Old news.
-                Some(Change::Row(_)) => {}
-                Some(Change::Read) => return None,
-                None => {
-                    tracing::debug!("store notifications stopped; polling");
-                    *watch = None;
-                    return None;
-                }
-            },
-            () = &mut sleep => return None,
+            current_sent = Instant::now();
+            current = inner.read().await?;
         }
     }
 }
@@ -762,10 +802,8 @@ impl Drop for Ticket {
 async fn withdraw(inner: &Inner, id: &str) -> Result<()> {
     let current = inner.read().await?;
     let updated = inner.update(current, |state| state.withdraw(id)).await?;
-    if let Updated::Applied { granted } = updated {
-        if !granted.is_empty() {
-            inner.notify().await;
-        }
+    if let Updated::Applied { granted, row, .. } = updated {
+        inner.announce(&granted, &row).await;
     }
     Ok(())
 }

@@ -211,14 +211,14 @@ impl RwLockState {
         Ok(self.token)
     }
 
-    /// Take the lock if possible now, else join the queue.
-    pub(crate) fn join(&mut self, waiter: &Waiter) -> Result<()> {
+    /// Take the lock if possible now (its token), else join the queue
+    /// (`None`).
+    pub(crate) fn join(&mut self, waiter: &Waiter) -> Result<Option<u64>> {
         if self.can_take(waiter.mode) {
-            self.take(waiter)?;
-        } else {
-            self.queue.push_back(waiter.clone());
+            return self.take(waiter).map(Some);
         }
-        Ok(())
+        self.queue.push_back(waiter.clone());
+        Ok(None)
     }
 
     /// Grant the head of the queue while it is compatible with the holders
