@@ -1,5 +1,6 @@
 //! One process's writes of one row, one at a time, and the row the last of
-//! them left: shared by the handles of the semaphore and the rwlock.
+//! them left: shared by the handles of the semaphore and the rwlock, with
+//! the rest of what their rows have in common ([`TurnRow`]).
 //!
 //! Clients of one process that wrote at once would mostly conflict with
 //! each other (a join after every release, a storm of joins when many start
@@ -10,9 +11,11 @@
 
 use std::sync::{Arc, LazyLock};
 
-use bakery_core::{Key, Row, VersionedStore};
+use bakery_core::{Bytes, Key, PutOutcome, Result, Row, Version, VersionedStore};
 use tokio::sync::{Mutex, MutexGuard};
+use tokio::time::Instant;
 
+use crate::dispatch;
 use crate::per_process::{slot, PerRow};
 
 static TURNS: LazyLock<PerRow<WriteTurn>> = LazyLock::new(PerRow::new);
@@ -49,8 +52,167 @@ pub(crate) fn newer(hint: Option<Row>, known: Option<&Row>) -> Option<Row> {
 
 /// The newer row the turn knows, if it outdates `expected`: a write
 /// expecting `expected` would be refused by the store.
-pub(crate) fn outdated(known: Option<&Row>, expected: Option<bakery_core::Version>) -> Option<Row> {
+pub(crate) fn outdated(known: Option<&Row>, expected: Option<Version>) -> Option<Row> {
     known
         .filter(|known| Some(known.version) > expected)
         .cloned()
+}
+
+/// The result of [`TurnRow::update`].
+pub(crate) enum Updated<T> {
+    /// The change was written (`row`, by a call sent at `sent`); `granted`
+    /// are the waiters it granted.
+    Applied { granted: T, row: Row, sent: Instant },
+    /// Nothing to change in `row`: the newest row known here, or the
+    /// current one the store returned.
+    Unchanged { row: Option<Row> },
+}
+
+/// One handle's view of a queue recipe's row: the store, the newest row
+/// this handle saw, and the process's turn to write it.
+pub(crate) struct TurnRow {
+    store: Arc<dyn VersionedStore>,
+    key: Key,
+    /// The store can notify: writes that grant tell the other processes.
+    watching: bool,
+    /// The newest row this handle saw: where a request starts instead of
+    /// reading (a stale row only costs a conflict, which returns the
+    /// current one).
+    newest: std::sync::Mutex<Option<Row>>,
+    turn: Arc<WriteTurn>,
+}
+
+impl TurnRow {
+    pub(crate) fn new(store: &Arc<dyn VersionedStore>, key: &Key) -> TurnRow {
+        TurnRow {
+            store: store.clone(),
+            key: key.clone(),
+            watching: store
+                .capabilities()
+                .contains(bakery_core::Capabilities::WATCH),
+            newest: std::sync::Mutex::new(None),
+            turn: WriteTurn::for_row(store, key),
+        }
+    }
+
+    /// The newest row this handle saw (no store call).
+    pub(crate) fn newest(&self) -> Option<Row> {
+        self.newest
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Note a row the store returned; an older one than known is ignored.
+    fn remember(&self, row: Option<&Row>) {
+        let mut newest = self
+            .newest
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match row {
+            Some(row) if newest.as_ref().is_none_or(|n| n.version < row.version) => {
+                *newest = Some(row.clone());
+            }
+            Some(_) => {}
+            None => *newest = None,
+        }
+    }
+
+    /// Read the row from the store.
+    pub(crate) async fn read(&self) -> Result<Option<Row>> {
+        let row = self.store.get(&self.key).await?;
+        self.remember(row.as_ref());
+        Ok(row)
+    }
+
+    /// Write `value` if the row is still `current`, in this process's turn.
+    pub(crate) async fn put(&self, current: Option<&Row>, value: Bytes) -> Result<PutOutcome> {
+        let expected = current.map(|row| row.version);
+        let mut last = self.turn.take().await;
+        if let Some(known) = outdated(last.as_ref(), expected) {
+            // The store would refuse this write; the row it would return is
+            // at least as new as this one, returned after our call began.
+            drop(last);
+            self.remember(Some(&known));
+            return Ok(PutOutcome::Conflict(Some(known)));
+        }
+        let outcome = self
+            .store
+            .put_if_version(&self.key, expected, value)
+            .await?;
+        *last = match &outcome {
+            PutOutcome::Applied(row) => Some(row.clone()),
+            PutOutcome::Conflict(now) => now.clone(),
+        };
+        drop(last);
+        match &outcome {
+            PutOutcome::Applied(row) => self.remember(Some(row)),
+            PutOutcome::Conflict(now) => self.remember(now.as_ref()),
+        }
+        Ok(outcome)
+    }
+
+    /// Apply `change` to the row's state in this process's turn, starting
+    /// from `current` (a hint) or the row the last write here left,
+    /// whichever is newer, and re-applying it to the row a conflict
+    /// returns. `change` returns `None` when there is nothing to write.
+    /// Deciding in the turn keeps the order of requests: a client whose row
+    /// a write of this process outdated does not lose its turn to the next
+    /// one (a releaser re-joining would otherwise overtake every waiter
+    /// still joining).
+    pub(crate) async fn update<S, T>(
+        &self,
+        current: Option<Row>,
+        decode: impl Fn(Option<&Row>) -> Result<S>,
+        encode: impl Fn(&S) -> Result<Bytes>,
+        mut change: impl FnMut(&mut S) -> Result<Option<T>>,
+    ) -> Result<Updated<T>> {
+        let mut last = self.turn.take().await;
+        let mut current = newer(current, last.as_ref());
+        loop {
+            let mut state = decode(current.as_ref())?;
+            let Some(granted) = change(&mut state)? else {
+                return Ok(Updated::Unchanged { row: current });
+            };
+            let expected = current.as_ref().map(|row| row.version);
+            let sent = Instant::now();
+            let outcome = self
+                .store
+                .put_if_version(&self.key, expected, encode(&state)?)
+                .await?;
+            match outcome {
+                PutOutcome::Applied(row) => {
+                    *last = Some(row.clone());
+                    self.remember(Some(&row));
+                    return Ok(Updated::Applied { granted, row, sent });
+                }
+                PutOutcome::Conflict(now) => {
+                    last.clone_from(&now);
+                    self.remember(now.as_ref());
+                    current = now;
+                }
+            }
+        }
+    }
+
+    /// Tell the waiters a write (`row`) granted: directly those waiting in
+    /// this process, through the store (where it can notify) the others. A
+    /// failed notify only costs latency (waiters read at least every
+    /// lease/4).
+    pub(crate) async fn announce(&self, granted: &[String], row: &Row) {
+        if granted.is_empty()
+            || dispatch::deliver(
+                &self.store,
+                &self.key,
+                granted.iter().map(String::as_str),
+                row,
+            )
+            || !self.watching
+        {
+            return;
+        }
+        if let Err(err) = self.store.notify(&self.key).await {
+            tracing::debug!(row = %self.key.as_str(), error = %err, "notify failed; waiters will read");
+        }
+    }
 }

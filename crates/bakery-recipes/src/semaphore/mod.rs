@@ -80,15 +80,15 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bakery_core::{Capabilities, Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
+use bakery_core::{Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
 use tokio::time::Instant;
 
 pub use crate::lock::LostReason;
 pub use permit::Permit;
 pub use state::{Holder, SemaphoreState, Waiter};
 
-use crate::dispatch::{self, Grantees, Registration};
-use crate::turn::{self, WriteTurn};
+use crate::dispatch::{Grantees, Registration};
+use crate::turn::{TurnRow, Updated};
 use permit::Grant;
 use state::RECIPE;
 
@@ -173,8 +173,7 @@ impl SemaphoreBuilder {
         if self.poll_interval.is_zero() {
             return Err(Error::invalid_input(RECIPE, "poll interval must be > 0"));
         }
-        let watching = self.store.capabilities().contains(Capabilities::WATCH);
-        let turn = WriteTurn::for_row(&self.store, &key);
+        let row = TurnRow::new(&self.store, &key);
         Ok(Semaphore {
             inner: Arc::new(Inner {
                 store: self.store,
@@ -186,10 +185,8 @@ impl SemaphoreBuilder {
                 acquire_timeout: self.acquire_timeout,
                 poll_interval: self.poll_interval,
                 owner: self.owner.unwrap_or_else(crate::lock::default_owner),
-                watching,
-                newest: Mutex::new(None),
+                row,
                 tried: Mutex::new(Observations::default()),
-                turn,
             }),
         })
     }
@@ -224,25 +221,10 @@ pub(crate) struct Inner {
     acquire_timeout: Option<Duration>,
     poll_interval: Duration,
     owner: String,
-    /// The store can notify: releases that grant a permit tell the waiters.
-    watching: bool,
-    /// The newest row this handle saw: where an `acquire` starts instead of
-    /// reading (a stale row only costs a conflict, which returns the
-    /// current one).
-    newest: Mutex<Option<Row>>,
+    /// The row as this handle sees it, written in the process's turn.
+    row: TurnRow,
     /// What this handle's `try_acquire` calls saw of the holders.
     tried: Mutex<Observations>,
-    /// This process's turn to write the row, shared by all its handles.
-    turn: Arc<WriteTurn>,
-}
-
-/// The result of [`Inner::update`].
-pub(crate) enum Updated<T> {
-    /// The change was written (`row`, by a call sent at `sent`); `granted`
-    /// are the waiters it granted a permit to.
-    Applied { granted: T, row: Row, sent: Instant },
-    /// Nothing to change in `row`, the current row the store returned.
-    Unchanged { row: Option<Row> },
 }
 
 impl Inner {
@@ -255,100 +237,26 @@ impl Inner {
         }
     }
 
-    fn newest(&self) -> Option<Row> {
-        self.newest
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
-    }
-
-    /// Note a row the store returned; an older one than known is ignored.
-    fn remember(&self, row: Option<&Row>) {
-        let mut newest = self
-            .newest
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        match row {
-            Some(row) if newest.as_ref().is_none_or(|n| n.version < row.version) => {
-                *newest = Some(row.clone());
-            }
-            Some(_) => {}
-            None => *newest = None,
-        }
-    }
-
-    async fn read(&self) -> Result<Option<Row>> {
-        let row = self.store.get(&self.key).await?;
-        self.remember(row.as_ref());
-        Ok(row)
-    }
-
     /// Write `state` if the row is still `current`, in this process's turn.
     async fn put(&self, current: Option<&Row>, state: &SemaphoreState) -> Result<PutOutcome> {
-        let expected = current.map(|row| row.version);
-        let value = state.encode()?;
-        let mut newest = self.turn.take().await;
-        if let Some(known) = turn::outdated(newest.as_ref(), expected) {
-            // The store would refuse this write; the row it would return is
-            // at least as new as this one, returned after our call began.
-            drop(newest);
-            self.remember(Some(&known));
-            return Ok(PutOutcome::Conflict(Some(known)));
-        }
-        let outcome = self
-            .store
-            .put_if_version(&self.key, expected, value)
-            .await?;
-        *newest = match &outcome {
-            PutOutcome::Applied(row) => Some(row.clone()),
-            PutOutcome::Conflict(now) => now.clone(),
-        };
-        drop(newest);
-        match &outcome {
-            PutOutcome::Applied(row) => self.remember(Some(row)),
-            PutOutcome::Conflict(now) => self.remember(now.as_ref()),
-        }
-        Ok(outcome)
+        self.row.put(current, state.encode()?).await
     }
 
-    /// Apply `change` to the row in this process's turn, starting from
-    /// `current` (a hint) or the row the last write here left, whichever
-    /// is newer, and re-applying it to the row a conflict returns. `change`
-    /// returns `None` when there is nothing to write. Deciding in the turn
-    /// keeps the order of requests: a client whose row a write of this
-    /// process outdated does not lose its turn to the next one (a releaser
-    /// re-joining would otherwise overtake every waiter still joining).
+    /// Apply `change` to the row's state in this process's turn
+    /// ([`TurnRow::update`]).
     async fn update<T>(
         &self,
         current: Option<Row>,
-        mut change: impl FnMut(&mut SemaphoreState) -> Result<Option<T>>,
+        change: impl FnMut(&mut SemaphoreState) -> Result<Option<T>>,
     ) -> Result<Updated<T>> {
-        let mut last = self.turn.take().await;
-        let mut current = turn::newer(current, last.as_ref());
-        loop {
-            let mut state = self.decode(current.as_ref())?;
-            let Some(granted) = change(&mut state)? else {
-                return Ok(Updated::Unchanged { row: current });
-            };
-            let expected = current.as_ref().map(|row| row.version);
-            let sent = Instant::now();
-            let outcome = self
-                .store
-                .put_if_version(&self.key, expected, state.encode()?)
-                .await?;
-            match outcome {
-                PutOutcome::Applied(row) => {
-                    *last = Some(row.clone());
-                    self.remember(Some(&row));
-                    return Ok(Updated::Applied { granted, row, sent });
-                }
-                PutOutcome::Conflict(now) => {
-                    last.clone_from(&now);
-                    self.remember(now.as_ref());
-                    current = now;
-                }
-            }
-        }
+        self.row
+            .update(
+                current,
+                |row| self.decode(row),
+                SemaphoreState::encode,
+                change,
+            )
+            .await
     }
 
     /// The waiters a row grants, for the process's dispatcher: every
@@ -363,34 +271,6 @@ impl Inner {
                 .map(|h| Arc::from(h.id.as_str()))
                 .collect())
         })
-    }
-
-    /// Tell the waiters a write (`row`) granted a permit to: directly those
-    /// waiting in this process, through the store the others.
-    async fn announce(&self, granted: &[String], row: &Row) {
-        if granted.is_empty()
-            || dispatch::deliver(
-                &self.store,
-                &self.key,
-                granted.iter().map(String::as_str),
-                row,
-            )
-        {
-            return;
-        }
-        self.notify().await;
-    }
-
-    /// Wake the waiters of other clients after a write that granted them a
-    /// permit. A failed notify only costs latency (waiters read at least
-    /// every lease/4).
-    async fn notify(&self) {
-        if !self.watching {
-            return;
-        }
-        if let Err(err) = self.store.notify(&self.key).await {
-            tracing::debug!(semaphore = %self.name, error = %err, "notify failed; waiters will read");
-        }
     }
 }
 
@@ -471,15 +351,15 @@ impl Semaphore {
         let waiter = new_waiter(inner);
         // A cached row may say "free" (a stale one only costs a conflict),
         // but "full" is only believed from a fresh read.
-        let (mut current, mut fresh) = match inner.newest() {
+        let (mut current, mut fresh) = match inner.row.newest() {
             Some(row) => (Some(row), false),
-            None => (inner.read().await?, true),
+            None => (inner.row.read().await?, true),
         };
         loop {
             let mut state = inner.decode(current.as_ref())?;
             if !state.can_take() {
                 if !fresh {
-                    current = inner.read().await?;
+                    current = inner.row.read().await?;
                     fresh = true;
                     continue;
                 }
@@ -545,9 +425,9 @@ impl Semaphore {
         // (A cached row predates this request, so "now" is safe for it.)
         let mut current_sent = Instant::now();
         let mut not_holder_at = current_sent;
-        let mut current = inner.newest();
+        let mut current = inner.row.newest();
         if current.is_none() {
-            current = inner.read().await?;
+            current = inner.row.read().await?;
         }
         // Set up on the first wait only: an uncontended acquire is one write.
         let mut registration: Option<Registration> = None;
@@ -642,7 +522,7 @@ impl Semaphore {
                 match inner.put(current.as_ref(), &state).await? {
                     PutOutcome::Applied(row) => {
                         granted.retain(|id| *id != me);
-                        inner.announce(&granted, &row).await;
+                        inner.row.announce(&granted, &row).await;
                         if let (true, Some(holder)) = (mine, state.holder(&me)) {
                             return Ok(Grant {
                                 id: me,
@@ -676,7 +556,7 @@ impl Semaphore {
                 continue;
             }
             current_sent = Instant::now();
-            current = inner.read().await?;
+            current = inner.row.read().await?;
         }
     }
 }
@@ -792,10 +672,10 @@ impl Drop for Ticket {
 /// Remove request `id` from the queue, or give on the permit it was granted
 /// meanwhile. Decided on a fresh read, never a cached row.
 async fn withdraw(inner: &Inner, id: &str) -> Result<()> {
-    let current = inner.read().await?;
+    let current = inner.row.read().await?;
     let updated = inner.update(current, |state| state.withdraw(id)).await?;
     if let Updated::Applied { granted, row, .. } = updated {
-        inner.announce(&granted, &row).await;
+        inner.row.announce(&granted, &row).await;
     }
     Ok(())
 }

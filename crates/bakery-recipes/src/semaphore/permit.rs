@@ -217,7 +217,7 @@ async fn release(shared: &Shared) -> Result<()> {
                 &shared.sem.name,
                 shared.started.elapsed(),
             );
-            shared.sem.announce(&granted, &row).await;
+            shared.sem.row.announce(&granted, &row).await;
             Ok(())
         }
         Ok(Updated::Unchanged { row }) => {
