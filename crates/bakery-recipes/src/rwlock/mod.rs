@@ -49,9 +49,11 @@
 //!
 //! # Limits
 //! The whole state is one row, rewritten by every grant, release and
-//! heartbeat: every holder and waiter adds about a hundred bytes to it, and
-//! all clients' writes contend on it (many readers heartbeating make many
-//! conflicts). The queue is not capped. Not reentrant: a second `read()` or
+//! heartbeat: every holder and waiter adds about a hundred bytes to it.
+//! The clients of one process write it in turn, each deciding on the row
+//! the last of them left, so they never conflict with each other; clients
+//! in different processes contend on it (many readers heartbeating in
+//! different processes make many conflicts). The queue is not capped. Not reentrant: a second `read()` or
 //! `write()` by the same holder is a separate request (and a `write()` by a
 //! reader waits for itself until its timeout).
 //!

@@ -33,8 +33,10 @@
 //!
 //! # Limits
 //! The whole state is one row, rewritten by every grant, release and
-//! heartbeat: every holder and waiter adds about a hundred bytes to it, and
-//! the writes of all clients contend on it. Permits are capped at
+//! heartbeat: every holder and waiter adds about a hundred bytes to it.
+//! The clients of one process write it in turn, each deciding on the row
+//! the last of them left, so they never conflict with each other; clients
+//! in different processes contend on it. Permits are capped at
 //! [`MAX_PERMITS`]; the queue is not capped. The number of permits is fixed
 //! by the first client that writes the row: a client configured with
 //! another number gets [`ErrorKind::Config`] (delete the row, when nobody
