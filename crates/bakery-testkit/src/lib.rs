@@ -304,6 +304,18 @@ pub fn assert_mentions(text: impl std::fmt::Display, needles: &[&str]) {
     assert!(missing.is_empty(), "{missing:?} missing from: {text}");
 }
 
+/// The store calls of `grants` acquisitions (each released) by clients of
+/// one process: none conflicted with another, and each grant cost at most
+/// one write to take or enqueue and one to release.
+#[track_caller]
+pub(crate) fn assert_clients_took_turns(spent: bakery_core::OpCounts, grants: u64) {
+    assert_eq!(spent.conflicts, 0, "{spent:?}");
+    assert!(
+        spent.puts <= 2 * grants,
+        "at most one write per take or enqueue and one per release: {spent:?}"
+    );
+}
+
 /// A runtime of `workers` threads, for tests that run async cases from a
 /// plain `#[test]` (to repeat them, or to restart a server in between).
 pub fn runtime(workers: usize) -> tokio::runtime::Runtime {
