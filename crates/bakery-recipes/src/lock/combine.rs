@@ -337,10 +337,14 @@ impl Writer {
             match self.store.put_if_version(&self.key, expected, value).await {
                 Ok(PutOutcome::Applied(row)) => {
                     let state = Arc::new(state);
-                    self.keep_decoded(&row.value, &state);
+                    // The state this write replaced is dropped only after
+                    // the new holder was handed its row: with a long queue
+                    // the drop costs as much as the rest of the write.
+                    let replaced = self.keep_decoded(&row.value, &state);
                     let current = Some(row);
                     self.remember(current.as_ref());
                     let tell_others = handed_on && !self.deliver(current.as_ref(), &state);
+                    drop(replaced);
                     return finish(outcomes, &current, state, sent, tell_others);
                 }
                 Ok(PutOutcome::Conflict(now)) => {
@@ -357,7 +361,7 @@ impl Writer {
     pub(crate) fn decoded(&self, row: &Row) -> Result<Arc<LockState>> {
         if let Ok(decoded) = self.decoded.lock() {
             if let Some((value, state)) = decoded.as_ref() {
-                if *value == row.value {
+                if same_bytes(value, &row.value) {
                     return Ok(state.clone());
                 }
             }
@@ -372,10 +376,15 @@ impl Writer {
         self.decoded(row).map(|state| (*state).clone())
     }
 
-    fn keep_decoded(&self, value: &Bytes, state: &Arc<LockState>) {
-        if let Ok(mut decoded) = self.decoded.lock() {
-            *decoded = Some((value.clone(), state.clone()));
-        }
+    /// Cache `state` as the decoding of `value`; returns the entry it
+    /// replaced, for the caller to drop when it suits.
+    fn keep_decoded(
+        &self,
+        value: &Bytes,
+        state: &Arc<LockState>,
+    ) -> Option<(Bytes, Arc<LockState>)> {
+        let mut decoded = self.decoded.lock().ok()?;
+        decoded.replace((value.clone(), state.clone()))
     }
 
     /// A release sent at `sent` handed the lock to request `to`.
@@ -504,6 +513,12 @@ fn finish(
             })
         })
         .collect()
+}
+
+/// Are `a` and `b` the same bytes? Clones of one row share their buffer, so
+/// this rarely compares a long queue byte by byte.
+fn same_bytes(a: &Bytes, b: &Bytes) -> bool {
+    (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
 }
 
 /// The same error for every request of a failed batch.
