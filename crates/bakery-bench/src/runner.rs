@@ -2,7 +2,7 @@
 //! operation into HDR histograms and counting store round trips.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,28 +22,6 @@ const ERROR_PAUSE: Duration = Duration::from_millis(10);
 /// that never wait (a cached `next()`) would otherwise keep a worker thread
 /// to themselves and starve the other clients and the background prefetch.
 const YIELD_EVERY: u32 = 256;
-
-/// The start signal of a cell. The clients wait for it awake, yielding in
-/// a loop, rather than asleep on a barrier: a barrier wakes them all into
-/// one worker's queue, and on the 2-worker runtime one woken client was
-/// seen running alone for up to 5 ms (hundreds of lock grants, with 1 of
-/// 64 clients past the barrier) before the others were polled, which made
-/// a fair lock look unfair. Clients that spin are always on some worker's
-/// queue, so each sees the start within one pass of the scheduler.
-#[derive(Default)]
-struct StartSignal(AtomicBool);
-
-impl StartSignal {
-    fn give(&self) {
-        self.0.store(true, Ordering::Release);
-    }
-
-    async fn wait(&self) {
-        while !self.0.load(Ordering::Acquire) {
-            tokio::task::yield_now().await;
-        }
-    }
-}
 
 /// How long after the end of a cell a client may take to finish its last
 /// operation before it is abandoned (and counted as an error).
@@ -137,7 +115,7 @@ pub async fn measure(
     let PreparedCell { clients, finish } = cell;
     let count = clients.len();
     let warm = Arc::new(Barrier::new(count + 1));
-    let go = Arc::new(StartSignal::default());
+    let go = Arc::new(Barrier::new(count + 1));
     let mut tasks = Vec::with_capacity(count);
     for client in clients {
         let (warm, go) = (warm.clone(), go.clone());
@@ -146,7 +124,7 @@ pub async fn measure(
     warm.wait().await;
     let (trips_before, conflicts_before) = counter.snapshot();
     let started = Instant::now();
-    go.give();
+    go.wait().await;
 
     let mut latency = LatencyHistogram::new()?;
     let mut ops_per_client = Vec::with_capacity(count);
@@ -212,7 +190,7 @@ pub async fn measure(
 async fn run_client(
     mut client: Box<dyn BenchClient>,
     warm: Arc<Barrier>,
-    go: Arc<StartSignal>,
+    go: Arc<Barrier>,
     duration: Duration,
 ) -> Result<ClientOutcome, BenchError> {
     let mut outcome = ClientOutcome {
