@@ -398,7 +398,7 @@ async fn release(shared: &Shared) -> Result<()> {
     // enqueues of this process's other clients instead of conflicting with
     // them; it hands the lock on and tells the next holder.
     let sent = Instant::now();
-    let written = match shared.lock.writer.submit(request, Some(&row)).await {
+    let written = match shared.lock.writer.submit(request, Some(&row), None).await {
         Ok(written) => written,
         Err(err) => {
             if err.kind() == ErrorKind::Corrupt {

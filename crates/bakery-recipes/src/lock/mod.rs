@@ -16,7 +16,11 @@
 //!   of one lock go through one writer, which applies the requests waiting
 //!   together to the newest row in one conditional write (in order, so FIFO
 //!   holds). Clients in one process never conflict with each other, and a
-//!   release often carries the next enqueues.
+//!   release often carries the next enqueues. Their first requests reach
+//!   the writer in the order they called `acquire`: a client that releases
+//!   and asks again at once waits behind those that asked before it, even
+//!   when the runtime has not run them since (one that is not polled for
+//!   100 ms loses its place).
 //! - **Leases without synchronized clocks.** The holder advances a heartbeat
 //!   counter every lease/3. A waiter that sees the same (holder, heartbeat)
 //!   for a whole lease *on its own monotonic clock* evicts the holder with a
@@ -80,7 +84,7 @@ pub use guard::{LockGuard, LostReason};
 pub use state::{Holder, LockState, Waiter};
 
 use crate::dispatch::Registration;
-use combine::{Request, Writer};
+use combine::{Arrival, Request, Writer};
 use guard::{Grant, TaskHolds};
 
 /// Key prefix of lock rows: the lock `jobs` is stored under `lock/jobs`.
@@ -311,6 +315,9 @@ impl Lock {
             return Ok(guard);
         }
         let asked = Instant::now();
+        // Our place among this process's acquisitions: our first request
+        // goes to the writer after those of the clients that asked before.
+        let mut arrival = self.inner.writer.arrive();
         // A lock free as far as this process knows goes to whoever asks
         // first: let the other ready tasks of this thread ask before us, or
         // a client that releases and at once asks again takes it back before
@@ -325,9 +332,11 @@ impl Lock {
         }
         let mut ticket = Ticket::new(&self.inner);
         let outcome = match self.inner.acquire_timeout {
-            None => self.wait_for_grant(&mut ticket).await,
+            None => self.wait_for_grant(&mut ticket, &mut arrival).await,
             Some(limit) => {
-                match tokio::time::timeout(limit, self.wait_for_grant(&mut ticket)).await {
+                match tokio::time::timeout(limit, self.wait_for_grant(&mut ticket, &mut arrival))
+                    .await
+                {
                     Ok(outcome) => outcome,
                     Err(_) => {
                         ticket.withdraw().await?;
@@ -483,7 +492,7 @@ impl Lock {
 
     /// The acquire loop: every step is one write decided from the row the
     /// last call returned; only waiting re-reads.
-    async fn wait_for_grant(&self, ticket: &mut Ticket) -> Result<Grant> {
+    async fn wait_for_grant(&self, ticket: &mut Ticket, arrival: &mut Arrival) -> Result<Grant> {
         let inner = &self.inner;
         let me = ticket.waiter.id.clone();
         // Set up on the first wait only: an uncontended acquire is one write.
@@ -608,7 +617,10 @@ impl Lock {
             // Through this process's writer: its other clients' requests
             // share the write instead of conflicting with it.
             let joining = matches!(request, Request::Join(_));
-            let written = inner.writer.submit(request, current.as_ref()).await?;
+            let written = inner
+                .writer
+                .submit(request, current.as_ref(), Some(&mut *arrival))
+                .await?;
             if written.applied && written.state.held_by(&me) {
                 // Taken (or queued and handed over) by this very write: the
                 // lease counts from its send time.
@@ -729,10 +741,83 @@ impl Drop for Ticket {
 async fn withdraw(inner: &LockInner, id: &Arc<str>) -> Result<()> {
     let written = inner
         .writer
-        .submit(Request::Withdraw(id.clone()), None)
+        .submit(Request::Withdraw(id.clone()), None, None)
         .await?;
     if written.applied && written.tell_others {
         inner.writer.notify_others().await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::{pin, Pin};
+    use std::task::Poll;
+
+    use bakery_core::MemoryStore;
+
+    use super::*;
+
+    /// Poll `future` once, with this task's waker.
+    async fn poll_once<F: Future>(future: Pin<&mut F>) -> Poll<F::Output> {
+        let mut future = Some(future);
+        std::future::poll_fn(|cx| match future.take() {
+            Some(future) => Poll::Ready(future.poll(cx)),
+            None => Poll::Pending,
+        })
+        .await
+    }
+
+    fn two_clients() -> (Lock, Lock) {
+        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
+        let lock = |_| Lock::builder(store.clone(), "order").build().expect("lock");
+        (lock(0), lock(1))
+    }
+
+    /// A client that asked first is served first, though its task did not
+    /// run again before another client released the lock and asked anew
+    /// (a worker thread preempted by the OS leaves its tasks unpolled).
+    #[tokio::test]
+    async fn a_client_that_asked_first_is_served_first_though_not_polled_since() {
+        let (a, b) = two_clients();
+        a.acquire().await.unwrap().release().await.unwrap();
+        let mut b_acquire = pin!(b.acquire());
+        assert!(poll_once(b_acquire.as_mut()).await.is_pending());
+        let mut a_acquire = pin!(a.acquire());
+        for _ in 0..10 {
+            assert!(
+                poll_once(a_acquire.as_mut()).await.is_pending(),
+                "the client that asked second took the free lock first"
+            );
+            tokio::task::yield_now().await;
+        }
+        let b_guard = b_acquire.await.unwrap();
+        assert!(poll_once(a_acquire.as_mut()).await.is_pending());
+        let b_token = b_guard.token();
+        b_guard.release().await.unwrap();
+        let a_guard = a_acquire.await.unwrap();
+        assert_eq!(a_guard.token(), b_token + 1);
+        a_guard.release().await.unwrap();
+    }
+
+    /// An acquire future that is kept but never polled again holds the
+    /// others back for `ARRIVAL_PATIENCE` at most, once.
+    #[tokio::test(start_paused = true)]
+    async fn an_abandoned_acquire_holds_the_others_back_only_briefly() {
+        let (a, b) = two_clients();
+        let mut b_acquire = pin!(b.acquire());
+        assert!(poll_once(b_acquire.as_mut()).await.is_pending());
+        let started = Instant::now();
+        a.acquire().await.unwrap().release().await.unwrap();
+        let waited = started.elapsed();
+        assert!(waited >= combine::ARRIVAL_PATIENCE, "waited {waited:?}");
+        let again = Instant::now();
+        a.acquire().await.unwrap().release().await.unwrap();
+        assert!(again.elapsed() < combine::ARRIVAL_PATIENCE, "waited again");
+        // B kept its request: it is still served, after A.
+        let b_guard = b_acquire.await.unwrap();
+        assert_eq!(b_guard.token(), 3);
+        b_guard.release().await.unwrap();
+    }
 }
