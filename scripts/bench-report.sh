@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 out=target/bench-report
 
 # (assigned first: `set -e` would not see a failure inside `eval "$(…)"`)
-server_env=$(scripts/backends.sh start all)
+server_env=$(scripts/backends.sh start postgres redis etcd mongodb cassandra)
 eval "$server_env"
 for var in BAKERY_POSTGRES_URI BAKERY_REDIS_URI BAKERY_ETCD_URI BAKERY_MONGODB_URI BAKERY_CASSANDRA_URI; do
     if [[ -z ${!var:-} ]]; then
