@@ -71,8 +71,10 @@ pub(crate) enum Request {
     /// Take the lock if it is free; otherwise change nothing.
     Take(Waiter),
     /// Take the lock if it is free, else join the queue (nothing if
-    /// already holding or queued).
-    Join(Waiter),
+    /// already holding or queued). `sent_before`: false for the first
+    /// request of an acquisition, which cannot be queued yet (ids are
+    /// unique per acquire), so a long queue is not searched for it.
+    Join { waiter: Waiter, sent_before: bool },
     /// Hand the lock on, if `id` still holds it with `token`.
     Release { id: Arc<str>, token: u64 },
     /// Take request `id` out of the queue, or pass the lock on if it was
@@ -91,8 +93,11 @@ impl Request {
                 }
                 state.take(waiter)?;
             }
-            Request::Join(waiter) => {
-                if state.held_by(&waiter.id) || state.queued(&waiter.id) {
+            Request::Join {
+                waiter,
+                sent_before,
+            } => {
+                if state.held_by(&waiter.id) || (*sent_before && state.queued(&waiter.id)) {
                     return Ok(false);
                 }
                 if state.is_free() {
@@ -290,7 +295,7 @@ impl Writer {
     ) -> Result<Written> {
         let (reply, answer) = oneshot::channel();
         let mut reply = Some(reply);
-        let joins = matches!(request, Request::Join(_));
+        let joins = matches!(request, Request::Join { .. });
         let alone = {
             let mut queue = self.after_earlier(arrival).await;
             if let Some(known) = known {
@@ -430,6 +435,7 @@ impl Writer {
                     // the new holder was handed its row: with a long queue
                     // the drop costs as much as the rest of the write.
                     let replaced = self.keep_decoded(&row.value, &state);
+                    dispatch::wrote(&self.store, &self.key, &row);
                     let current = Some(row);
                     self.remember(current.as_ref());
                     let tell_others = handed_on && !self.deliver(current.as_ref(), &state);
@@ -460,8 +466,21 @@ impl Writer {
         Ok(state)
     }
 
-    /// The state stored in `row`, to change.
+    /// The state stored in `row`, to change. Taken out of the cache when
+    /// the cache holds the only reference (the usual case: a holder gives
+    /// its copy up before it releases, a waiter before it waits), so a long
+    /// queue is changed in place, not copied and then dropped.
     fn decode(&self, row: &Row) -> Result<LockState> {
+        if let Ok(mut decoded) = self.decoded.lock() {
+            if let Some((value, state)) = decoded.take() {
+                if same_bytes(&value, &row.value) && Arc::strong_count(&state) == 1 {
+                    // Nobody else can take a reference: they all come
+                    // from this cache, under this mutex.
+                    return Ok(Arc::try_unwrap(state).unwrap_or_else(|state| (*state).clone()));
+                }
+                *decoded = Some((value, state));
+            }
+        }
         self.decoded(row).map(|state| (*state).clone())
     }
 

@@ -52,29 +52,28 @@ pub(crate) struct Grant {
     id: Arc<str>,
     token: u64,
     row: Row,
-    state: Arc<LockState>,
     /// Send time of the write that granted or claimed the lock: the lease
     /// is counted from here, never from the reply.
     beat_sent: Instant,
 }
 
 impl Grant {
-    pub(crate) fn new(id: Arc<str>, row: &Row, state: Arc<LockState>, beat_sent: Instant) -> Grant {
+    /// `state` is `row`'s; only its token is kept (a guard holding the
+    /// decoded state would make the writer copy it to release).
+    pub(crate) fn new(id: Arc<str>, row: &Row, state: &LockState, beat_sent: Instant) -> Grant {
         Grant {
             id,
             token: state.token,
             row: row.clone(),
-            state,
             beat_sent,
         }
     }
 }
 
-/// The holder's latest view of its row.
+/// The holder's latest view of its row (decoded through the writer's
+/// cache when it beats).
 struct Held {
     row: Row,
-    /// Shared with the writer's cache of decoded rows: cloned only to beat.
-    state: Arc<LockState>,
 }
 
 struct Shared {
@@ -163,10 +162,7 @@ impl LockGuard {
             lock,
             id: grant.id,
             token: grant.token,
-            held: Mutex::new(Held {
-                row: grant.row,
-                state: grant.state,
-            }),
+            held: Mutex::new(Held { row: grant.row }),
             status,
             granted: grant.beat_sent,
             limit: watch::Sender::new(limit),
@@ -491,9 +487,15 @@ async fn heartbeat(shared: Arc<Shared>, mut last_sent: Instant) {
             Ok(()) = limit.changed() => continue,
         }
         let deadline = last_sent + lease;
-        let (row, mut state) = match shared.held() {
-            Ok(held) => (held.row.clone(), LockState::clone(&held.state)),
-            Err(_) => return,
+        let Ok(row) = shared.held().map(|held| held.row.clone()) else {
+            return;
+        };
+        let mut state = match shared.lock.writer.decoded(&row) {
+            Ok(state) => LockState::clone(&state),
+            Err(_) => {
+                shared.lose(LostReason::RowGone);
+                return;
+            }
         };
         if !state.held_by(&shared.id) {
             shared.lose(LostReason::Evicted);
@@ -514,20 +516,14 @@ async fn heartbeat(shared: Arc<Shared>, mut last_sent: Instant) {
                 last_sent = sent;
                 next = sent + period;
                 if let Ok(mut held) = shared.held() {
-                    *held = Held {
-                        row,
-                        state: Arc::new(state),
-                    };
+                    *held = Held { row };
                 }
             }
             Ok(PutOutcome::Conflict(Some(row))) => match LockState::decode(&row) {
                 Ok(now) if now.held_by(&shared.id) && now.token == shared.token => {
                     // Someone joined the queue: renew again on the new row now.
                     if let Ok(mut held) = shared.held() {
-                        *held = Held {
-                            row,
-                            state: Arc::new(now),
-                        };
+                        *held = Held { row };
                     }
                     next = Instant::now();
                 }

@@ -416,7 +416,7 @@ impl Lock {
             match self.put(current.as_ref(), &state).await? {
                 PutOutcome::Applied(row) => {
                     crate::metrics::lock_acquired(&self.inner.name, Duration::ZERO);
-                    let grant = Grant::new(ticket.waiter.id.clone(), &row, Arc::new(state), sent);
+                    let grant = Grant::new(ticket.waiter.id.clone(), &row, &state, sent);
                     return Ok(Some(LockGuard::start(self.inner.clone(), grant)));
                 }
                 PutOutcome::Conflict(now) => {
@@ -532,7 +532,7 @@ impl Lock {
                     Error::new(ErrorKind::Internal, "lock", "held lock without row")
                 })?;
                 inner.writer.remember(Some(&row));
-                return Ok(Grant::new(me, &row, state, not_holder_at));
+                return Ok(Grant::new(me, &row, &state, not_holder_at));
             }
             not_holder_at = current_sent;
             let request = if state.is_free() {
@@ -556,8 +556,10 @@ impl Lock {
                         .await,
                     );
                 }
-                ticket.enqueued = true;
-                Request::Join(ticket.waiter.clone())
+                Request::Join {
+                    waiter: ticket.waiter.clone(),
+                    sent_before: std::mem::replace(&mut ticket.enqueued, true),
+                }
             } else {
                 // Waiting behind a holder: evict it if it stayed silent for a
                 // whole lease of ours to observe, else wait.
@@ -585,7 +587,7 @@ impl Lock {
                     if let PutOutcome::Applied(row) = &outcome {
                         inner.writer.remember(Some(row));
                         if mine {
-                            return Ok(Grant::new(me, row, state, sent));
+                            return Ok(Grant::new(me, row, &state, sent));
                         }
                         inner.writer.announce(row, &state).await;
                     }
@@ -604,6 +606,9 @@ impl Lock {
                 // holder's heartbeat).
                 let wake_at = (current_sent + slowest).min(deadline);
                 let seen = current.as_ref().map(|row| row.version);
+                // Not kept while waiting: the writer changes a state
+                // nobody else holds in place instead of copying it.
+                drop(state);
                 if let Some(row) = registration.wait(wake_at, seen).await {
                     // It names us the holder; our lease still counts from
                     // our last request (`current_sent`).
@@ -616,7 +621,7 @@ impl Lock {
             };
             // Through this process's writer: its other clients' requests
             // share the write instead of conflicting with it.
-            let joining = matches!(request, Request::Join(_));
+            let joining = matches!(request, Request::Join { .. });
             let written = inner
                 .writer
                 .submit(request, current.as_ref(), Some(&mut *arrival))
@@ -627,7 +632,7 @@ impl Lock {
                 let row = written.row.ok_or_else(|| {
                     Error::new(ErrorKind::Internal, "lock", "granted lock without row")
                 })?;
-                return Ok(Grant::new(me, &row, written.state, written.sent));
+                return Ok(Grant::new(me, &row, &written.state, written.sent));
             }
             joined_current = joining && written.applied;
             current = written.row;

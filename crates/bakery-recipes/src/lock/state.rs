@@ -100,10 +100,13 @@ impl LockState {
             .map_err(encode_error)
     }
 
-    /// The same bytes as [`Self::encode`], with each waiter's JSON taken
+    /// The same bytes as [`Self::encode`], with the queue's JSON taken
     /// from `fragments` (and kept there): a waiter's entry never changes
-    /// while it queues, and re-encoding a long queue on every write costs
-    /// more than the rest of the write on a fast store.
+    /// while it queues, and a queue usually only loses its head and gains
+    /// entries at its end, so the queue's JSON is one slice of the cached
+    /// buffer plus the new entries. Re-encoding (or even re-assembling) a
+    /// long queue on every write costs more than the rest of the write on a
+    /// fast store.
     pub(crate) fn encode_with(&self, fragments: &mut Fragments) -> Result<bakery_core::Bytes> {
         // The field order and skips of the derived `Serialize` above.
         let mut out = Vec::with_capacity(fragments.last_len);
@@ -113,22 +116,16 @@ impl LockState {
             out.extend_from_slice(b",\"holder\":");
             serde_json::to_writer(&mut out, holder).map_err(encode_error)?;
         }
-        let mut cached = std::mem::take(&mut fragments.queue).into_iter();
-        let mut kept = VecDeque::with_capacity(self.queue.len());
         if !self.queue.is_empty() {
+            fragments.follow(&self.queue)?;
             out.extend_from_slice(b",\"queue\":[");
-            for (i, waiter) in self.queue.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                let entry = fragment(&mut cached, waiter)?;
-                out.extend_from_slice(&entry.1);
-                kept.push_back(entry);
-            }
+            // Every entry is stored with a leading comma.
+            out.extend_from_slice(&fragments.json[fragments.start + 1..]);
             out.push(b']');
+        } else {
+            fragments.clear();
         }
         out.push(b'}');
-        fragments.queue = kept;
         fragments.last_len = out.len();
         Ok(out.into())
     }
@@ -187,30 +184,99 @@ impl LockState {
 }
 
 /// The JSON of the waiters in the queue a writer encoded last, in queue
-/// order. A queue only loses entries and gains them at its end, so the next
-/// queue finds its entries in the same order: one pass matches them.
+/// order, as one buffer: `json[start..]` is the queue's entries, each with
+/// a leading comma, and `entries` says which waiter ends where.
 #[derive(Debug, Default)]
 pub(crate) struct Fragments {
-    queue: VecDeque<Fragment>,
+    /// The waiters whose JSON `json` holds, with the end of each entry.
+    /// Moved here from the queue that was encoded, not cloned (a clone
+    /// costs an atomic increment per string, on cache lines shared between
+    /// threads), and compared by pointer.
+    entries: VecDeque<(Waiter, usize)>,
+    json: Vec<u8>,
+    /// Where the first entry of `entries` starts in `json`.
+    start: usize,
     /// Length of the last encoded state: the next one's capacity.
     last_len: usize,
 }
 
-/// One encoded waiter, with the entry it encodes.
-type Fragment = (Waiter, Vec<u8>);
-
-/// The fragment of `waiter`: the next cached one of the same entry (those
-/// before it left the queue), moved rather than cloned (a clone costs an
-/// atomic increment per string, and these cache lines are shared between
-/// threads), else freshly encoded.
-fn fragment(cached: &mut impl Iterator<Item = Fragment>, waiter: &Waiter) -> Result<Fragment> {
-    for (seen, json) in cached.by_ref() {
-        if same_entry(&seen, waiter) {
-            return Ok((seen, json));
-        }
+impl Fragments {
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.json.clear();
+        self.start = 0;
     }
-    let json = serde_json::to_vec(waiter).map_err(encode_error)?;
-    Ok((waiter.clone(), json))
+
+    /// Make `json[start..]` the entries of `queue`. The cached entries
+    /// before `queue`'s head left the queue (a hand-off): they are dropped.
+    /// When the rest is `queue`'s beginning, only the new waiters at its
+    /// end are encoded; anything else (a waiter withdrawn from the middle,
+    /// a queue decoded from another process's write) is re-assembled from
+    /// the entries that match, in one pass, since a queue keeps its order.
+    fn follow(&mut self, queue: &VecDeque<Waiter>) -> Result<()> {
+        if let Some(head) = queue.front() {
+            while let Some((cached, end)) = self.entries.front() {
+                if same_entry(cached, head) {
+                    break;
+                }
+                self.start = *end;
+                self.entries.pop_front();
+            }
+        }
+        let kept = self
+            .entries
+            .iter()
+            .zip(queue)
+            .take_while(|((cached, _), waiter)| same_entry(cached, waiter))
+            .count();
+        if kept < self.entries.len() {
+            return self.rebuild(queue);
+        }
+        for waiter in queue.iter().skip(kept) {
+            self.json.push(b',');
+            serde_json::to_writer(&mut self.json, waiter).map_err(encode_error)?;
+            self.entries.push_back((waiter.clone(), self.json.len()));
+        }
+        // Keep the buffer from growing without bound as heads leave.
+        if self.start > 4096 && self.start > self.json.len() / 2 {
+            self.json.drain(..self.start);
+            for (_, end) in &mut self.entries {
+                *end -= self.start;
+            }
+            self.start = 0;
+        }
+        Ok(())
+    }
+
+    /// Encode `queue` afresh, reusing the cached JSON of the entries that
+    /// match in order.
+    fn rebuild(&mut self, queue: &VecDeque<Waiter>) -> Result<()> {
+        let old = std::mem::take(self);
+        let mut cached = old
+            .entries
+            .into_iter()
+            .scan(old.start, |start, (waiter, end)| {
+                let range = *start..end;
+                *start = end;
+                Some((waiter, range))
+            });
+        for waiter in queue {
+            let found = cached.by_ref().find(|(seen, _)| same_entry(seen, waiter));
+            match found {
+                Some((seen, range)) => {
+                    self.json.extend_from_slice(&old.json[range]);
+                    self.entries.push_back((seen, self.json.len()));
+                }
+                None => {
+                    self.json.push(b',');
+                    serde_json::to_writer(&mut self.json, waiter).map_err(encode_error)?;
+                    self.entries.push_back((waiter.clone(), self.json.len()));
+                }
+            }
+        }
+        self.last_len = old.last_len;
+        Ok(())
+    }
 }
 
 /// Is `a` the entry `b`? Clones of one entry share their strings, so this
@@ -330,7 +396,28 @@ mod tests {
             };
             assert_eq!(LockState::decode(&row).unwrap(), s);
         }
-        assert_eq!(fragments.queue.len(), s.queue.len());
+        assert_eq!(fragments.entries.len(), s.queue.len());
+    }
+
+    #[test]
+    fn the_cached_queue_json_stays_bounded_as_heads_leave() {
+        let mut fragments = Fragments::default();
+        let mut s = LockState::default();
+        s.take(&waiter("holder")).unwrap();
+        for round in 0..2000 {
+            s.queue.push_back(waiter(&format!("w{round}")));
+            if s.queue.len() > 3 {
+                s.hand_off().unwrap();
+            }
+            assert_eq!(
+                s.encode_with(&mut fragments).unwrap(),
+                s.encode().unwrap(),
+                "round {round}"
+            );
+        }
+        // 2000 entries of ~50 bytes went through; the buffer is compacted.
+        assert!(fragments.json.len() < 3 * 4096, "{}", fragments.json.len());
+        assert_eq!(fragments.entries.len(), 3);
     }
 
     #[test]
