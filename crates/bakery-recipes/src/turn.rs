@@ -146,7 +146,10 @@ impl TurnRow {
         };
         drop(last);
         match &outcome {
-            PutOutcome::Applied(row) => self.remember(Some(row)),
+            PutOutcome::Applied(row) => {
+                dispatch::wrote(&self.store, &self.key, row);
+                self.remember(Some(row));
+            }
             PutOutcome::Conflict(now) => self.remember(now.as_ref()),
         }
         Ok(outcome)
@@ -183,6 +186,7 @@ impl TurnRow {
             match outcome {
                 PutOutcome::Applied(row) => {
                     *last = Some(row.clone());
+                    dispatch::wrote(&self.store, &self.key, &row);
                     self.remember(Some(&row));
                     return Ok(Updated::Applied { granted, row, sent });
                 }
