@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod arrival;
 pub mod consumer;
 mod dispatch;
 pub mod election;

@@ -15,6 +15,7 @@ use bakery_core::{Bytes, Key, PutOutcome, Result, Row, Version, VersionedStore};
 use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
+use crate::arrival::{Arrival, Arrivals};
 use crate::dispatch;
 use crate::per_process::{slot, PerRow};
 
@@ -24,6 +25,9 @@ static TURNS: LazyLock<PerRow<WriteTurn>> = LazyLock::new(PerRow::new);
 #[derive(Default)]
 pub(crate) struct WriteTurn {
     newest: Mutex<Option<Row>>,
+    /// The acquisitions of this process that have not taken their first
+    /// turn yet: they take it in the order they were called.
+    arrivals: Arc<Arrivals>,
 }
 
 impl WriteTurn {
@@ -95,6 +99,12 @@ impl TurnRow {
         }
     }
 
+    /// A new acquisition of this process: its first [`Self::update`] takes
+    /// the turn after those of the acquisitions called before it.
+    pub(crate) fn arrive(&self) -> Arrival {
+        self.turn.arrivals.arrive()
+    }
+
     /// The newest row this handle saw (no store call).
     pub(crate) fn newest(&self) -> Option<Row> {
         self.newest
@@ -162,21 +172,34 @@ impl TurnRow {
     /// Deciding in the turn keeps the order of requests: a client whose row
     /// a write of this process outdated does not lose its turn to the next
     /// one (a releaser re-joining would otherwise overtake every waiter
-    /// still joining).
+    /// still joining). An acquisition's first update passes its `arrival`:
+    /// it takes the turn after the process's earlier acquisitions took
+    /// theirs.
     pub(crate) async fn update<S, T>(
         &self,
         current: Option<Row>,
+        mut arrival: Option<&mut Arrival>,
         decode: impl Fn(Option<&Row>) -> Result<S>,
         encode: impl Fn(&S) -> Result<Bytes>,
         mut change: impl FnMut(&mut S) -> Result<Option<T>>,
     ) -> Result<Updated<T>> {
+        if let Some(arrival) = arrival.as_deref_mut() {
+            arrival.earlier_gone().await;
+        }
         let mut last = self.turn.take().await;
         let mut current = newer(current, last.as_ref());
         loop {
             let mut state = decode(current.as_ref())?;
             let Some(granted) = change(&mut state)? else {
+                // Nothing placed (a waiter that must first listen for its
+                // grant): the later acquisitions keep waiting for it.
                 return Ok(Updated::Unchanged { row: current });
             };
+            // Placed, in the turn: the later acquisitions may queue for
+            // the turn behind it.
+            if let Some(arrival) = arrival.take() {
+                arrival.depart();
+            }
             let expected = current.as_ref().map(|row| row.version);
             let sent = Instant::now();
             let outcome = self

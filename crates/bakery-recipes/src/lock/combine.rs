@@ -17,17 +17,16 @@
 //! its release then shares the enqueue's write (in a closed loop of
 //! acquire and release, one write per acquisition instead of two).
 
-use std::collections::BTreeSet;
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use bakery_core::{
     Bytes, Capabilities, Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore,
 };
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::state::{Fragments, LockState, Waiter};
+use crate::arrival::{Arrival, Arrivals};
 use crate::dispatch;
 use crate::per_process::{slot, PerRow};
 
@@ -163,8 +162,9 @@ pub(crate) struct Writer {
     /// The queued waiters' JSON: only the entries that changed are encoded
     /// (one write at a time, so this lock is never contended).
     fragments: Mutex<Fragments>,
-    /// Signalled whenever an [`Arrival`] sends its first request or ends.
-    departed: Notify,
+    /// The acquisitions of this process that have not sent their first
+    /// request yet.
+    arrivals: Arc<Arrivals>,
 }
 
 #[derive(Default)]
@@ -173,41 +173,6 @@ struct Queue {
     writing: bool,
     /// The newest row known here: the next write expects its version.
     newest: Option<Row>,
-    /// The acquisitions of this process that began and have not sent their
-    /// first request yet ([`Arrival`]), by number.
-    arrivals: BTreeSet<u64>,
-    next_arrival: u64,
-}
-
-/// How long a first request waits for the earlier acquisitions of its
-/// process to send theirs. One not polled for this long (a future kept but
-/// no longer polled) loses its place rather than stall the process.
-pub(crate) const ARRIVAL_PATIENCE: Duration = Duration::from_millis(100);
-
-/// An acquisition of this process that has begun and not yet sent its
-/// first request. Until it has, the later acquisitions of the process wait
-/// before sending theirs, so requests reach the writer, and the lock's
-/// queue, in the order the process's clients asked: a client that releases
-/// a free lock and at once asks again cannot take it back from clients
-/// that asked before it but have not run since. The runtime can leave those
-/// unpolled for milliseconds (a worker thread the OS preempted, with tasks
-/// no other worker may take): on the memory store, 4 clients on 2 worker
-/// threads, one client re-took the lock 245 to 918 times in a row while
-/// the three others waited inside `acquire`.
-pub(crate) struct Arrival {
-    writer: Arc<Writer>,
-    number: u64,
-    /// Its first request reached the writer (or it lost its place).
-    sent: bool,
-}
-
-impl Drop for Arrival {
-    fn drop(&mut self) {
-        if !self.sent {
-            self.writer.queue().arrivals.remove(&self.number);
-            self.writer.departed.notify_waiters();
-        }
-    }
 }
 
 impl Writer {
@@ -226,7 +191,7 @@ impl Writer {
                 decoded: Mutex::new(None),
                 handed: Mutex::new(None),
                 fragments: Mutex::new(Fragments::default()),
-                departed: Notify::new(),
+                arrivals: Arc::default(),
             })
         })
     }
@@ -238,49 +203,8 @@ impl Writer {
     }
 
     /// A new acquisition of this process: its place in the process's order.
-    pub(crate) fn arrive(self: &Arc<Self>) -> Arrival {
-        let mut queue = self.queue();
-        let number = queue.next_arrival;
-        queue.next_arrival += 1;
-        queue.arrivals.insert(number);
-        Arrival {
-            writer: self.clone(),
-            number,
-            sent: false,
-        }
-    }
-
-    /// The writer's queue, once every acquisition of this process that
-    /// began before `arrival` has sent its first request; `arrival` then
-    /// counts as sent (the caller sends under the returned guard).
-    async fn after_earlier(&self, arrival: Option<&mut Arrival>) -> MutexGuard<'_, Queue> {
-        let Some(arrival) = arrival.filter(|arrival| !arrival.sent) else {
-            return self.queue();
-        };
-        let mut patience = None;
-        loop {
-            let departed = self.departed.notified();
-            tokio::pin!(departed);
-            departed.as_mut().enable();
-            {
-                let mut queue = self.queue();
-                let earlier = queue
-                    .arrivals
-                    .first()
-                    .is_some_and(|first| *first < arrival.number);
-                if !earlier {
-                    queue.arrivals.remove(&arrival.number);
-                    arrival.sent = true;
-                    self.departed.notify_waiters();
-                    return queue;
-                }
-            }
-            let until = *patience.get_or_insert_with(|| Instant::now() + ARRIVAL_PATIENCE);
-            if tokio::time::timeout_at(until, departed).await.is_err() {
-                let mine = arrival.number;
-                self.queue().arrivals.retain(|number| *number >= mine);
-            }
-        }
+    pub(crate) fn arrive(&self) -> Arrival {
+        self.arrivals.arrive()
     }
 
     /// Apply `request` in the next write; `known` is the newest row the
@@ -296,8 +220,12 @@ impl Writer {
         let (reply, answer) = oneshot::channel();
         let mut reply = Some(reply);
         let joins = matches!(request, Request::Join { .. });
+        let mut arrival = arrival;
+        if let Some(arrival) = arrival.as_deref_mut() {
+            arrival.earlier_gone().await;
+        }
         let alone = {
-            let mut queue = self.after_earlier(arrival).await;
+            let mut queue = self.queue();
             if let Some(known) = known {
                 if queue
                     .newest
@@ -321,6 +249,10 @@ impl Writer {
                 None
             }
         };
+        // Placed: the process's later acquisitions may send theirs.
+        if let Some(arrival) = arrival {
+            arrival.depart();
+        }
         if let Some(mut newest) = alone {
             // Nobody else is writing: write from this task. Dropped midway,
             // the turn still passes on (only this request was in it).

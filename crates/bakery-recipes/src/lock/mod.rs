@@ -83,8 +83,9 @@ use tokio::time::Instant;
 pub use guard::{LockGuard, LostReason};
 pub use state::{Holder, LockState, Waiter};
 
+use crate::arrival::Arrival;
 use crate::dispatch::Registration;
-use combine::{Arrival, Request, Writer};
+use combine::{Request, Writer};
 use guard::{Grant, TaskHolds};
 
 /// Key prefix of lock rows: the lock `jobs` is stored under `lock/jobs`.
@@ -756,23 +757,12 @@ async fn withdraw(inner: &LockInner, id: &Arc<str>) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use std::future::Future;
-    use std::pin::{pin, Pin};
-    use std::task::Poll;
+    use std::pin::pin;
 
     use bakery_core::MemoryStore;
 
     use super::*;
-
-    /// Poll `future` once, with this task's waker.
-    async fn poll_once<F: Future>(future: Pin<&mut F>) -> Poll<F::Output> {
-        let mut future = Some(future);
-        std::future::poll_fn(|cx| match future.take() {
-            Some(future) => Poll::Ready(future.poll(cx)),
-            None => Poll::Pending,
-        })
-        .await
-    }
+    use crate::arrival::poll_once;
 
     fn two_clients() -> (Lock, Lock) {
         let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
@@ -816,10 +806,16 @@ mod tests {
         let started = Instant::now();
         a.acquire().await.unwrap().release().await.unwrap();
         let waited = started.elapsed();
-        assert!(waited >= combine::ARRIVAL_PATIENCE, "waited {waited:?}");
+        assert!(
+            waited >= crate::arrival::ARRIVAL_PATIENCE,
+            "waited {waited:?}"
+        );
         let again = Instant::now();
         a.acquire().await.unwrap().release().await.unwrap();
-        assert!(again.elapsed() < combine::ARRIVAL_PATIENCE, "waited again");
+        assert!(
+            again.elapsed() < crate::arrival::ARRIVAL_PATIENCE,
+            "waited again"
+        );
         // B kept its request: it is still served, after A.
         let b_guard = b_acquire.await.unwrap();
         assert_eq!(b_guard.token(), 3);

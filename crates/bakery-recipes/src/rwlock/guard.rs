@@ -171,7 +171,7 @@ async fn release(shared: &Shared) -> Result<()> {
     let (id, token) = (shared.id.as_str(), shared.token);
     let updated = shared
         .sem
-        .update(Some(shared.row()), |state| state.release(id, token))
+        .update(Some(shared.row()), None, |state| state.release(id, token))
         .await;
     match updated {
         Ok(Updated::Applied { granted, row, .. }) => {

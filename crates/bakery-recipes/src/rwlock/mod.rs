@@ -104,6 +104,7 @@ pub use crate::lock::LostReason;
 pub use guard::{ReadGuard, WriteGuard};
 pub use state::{Holder, Mode, RwLockState, Waiter};
 
+use crate::arrival::Arrival;
 use crate::dispatch::{Grantees, Registration};
 use crate::turn::{TurnRow, Updated};
 use guard::{Grant, Guard};
@@ -236,10 +237,17 @@ impl Inner {
     async fn update<T>(
         &self,
         current: Option<Row>,
+        arrival: Option<&mut Arrival>,
         change: impl FnMut(&mut RwLockState) -> Result<Option<T>>,
     ) -> Result<Updated<T>> {
         self.row
-            .update(current, |row| self.decode(row), RwLockState::encode, change)
+            .update(
+                current,
+                arrival,
+                |row| self.decode(row),
+                RwLockState::encode,
+                change,
+            )
             .await
     }
 
@@ -329,8 +337,10 @@ impl RwLock {
     }
 
     async fn acquire(&self, mode: Mode) -> Result<Guard> {
-        tokio::task::coop::consume_budget().await;
+        // Its place in the process's order is taken when called, before
+        // anything can yield.
         let mut ticket = Ticket::new(&self.inner, mode);
+        tokio::task::coop::consume_budget().await;
         let grant = match self.inner.acquire_timeout {
             None => self.wait_for_grant(&mut ticket).await?,
             Some(limit) => {
@@ -474,7 +484,7 @@ impl RwLock {
                 let may_queue = registration.is_some();
                 ticket.written = true;
                 let updated = inner
-                    .update(current.take(), |state| {
+                    .update(current.take(), Some(&mut ticket.arrival), |state| {
                         let settled =
                             state.holder(&waiter.id).is_some() || state.queued(&waiter.id);
                         if settled || !(may_queue || state.can_take(waiter.mode)) {
@@ -633,6 +643,8 @@ fn new_waiter(inner: &Inner, mode: Mode) -> Waiter {
 struct Ticket {
     inner: Arc<Inner>,
     waiter: Waiter,
+    /// Its place among the process's acquisitions, until its first write.
+    arrival: Arrival,
     written: bool,
     settled: bool,
 }
@@ -642,6 +654,7 @@ impl Ticket {
         Ticket {
             inner: inner.clone(),
             waiter: new_waiter(inner, mode),
+            arrival: inner.row.arrive(),
             written: false,
             settled: false,
         }
@@ -680,9 +693,55 @@ impl Drop for Ticket {
 /// meanwhile. Decided on a fresh read, never a cached row.
 async fn withdraw(inner: &Inner, id: &str) -> Result<()> {
     let current = inner.row.read().await?;
-    let updated = inner.update(current, |state| state.withdraw(id)).await?;
+    let updated = inner
+        .update(current, None, |state| state.withdraw(id))
+        .await?;
     if let Updated::Applied { granted, row, .. } = updated {
         inner.row.announce(&granted, &row).await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::pin;
+
+    use bakery_core::MemoryStore;
+
+    use super::*;
+    use crate::arrival::poll_once;
+
+    /// A writer that asked first is served first, though its task did not
+    /// run again before another writer released the lock and asked anew
+    /// (a worker thread preempted by the OS leaves its tasks unpolled).
+    #[tokio::test]
+    async fn a_writer_that_asked_first_is_served_first_though_not_polled_since() {
+        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
+        let client = || {
+            RwLock::builder(store.clone(), "order")
+                .build()
+                .expect("rwlock")
+        };
+        let (a, b) = (client(), client());
+        let held = a.write().await.unwrap();
+        // B begins (it waits to listen for its grant) and is not run again.
+        let mut b_write = pin!(b.write());
+        assert!(poll_once(b_write.as_mut()).await.is_pending());
+        held.release().await.unwrap();
+        let mut a_write = pin!(a.write());
+        for _ in 0..10 {
+            assert!(
+                poll_once(a_write.as_mut()).await.is_pending(),
+                "the writer that asked second took the free lock first"
+            );
+            tokio::task::yield_now().await;
+        }
+        let b_guard = b_write.await.unwrap();
+        assert!(poll_once(a_write.as_mut()).await.is_pending());
+        let b_token = b_guard.token();
+        b_guard.release().await.unwrap();
+        let a_guard = a_write.await.unwrap();
+        assert_eq!(a_guard.token(), b_token + 1);
+        a_guard.release().await.unwrap();
+    }
 }

@@ -89,6 +89,7 @@ pub use crate::lock::LostReason;
 pub use permit::Permit;
 pub use state::{Holder, SemaphoreState, Waiter};
 
+use crate::arrival::Arrival;
 use crate::dispatch::{Grantees, Registration};
 use crate::turn::{TurnRow, Updated};
 use permit::Grant;
@@ -249,11 +250,13 @@ impl Inner {
     async fn update<T>(
         &self,
         current: Option<Row>,
+        arrival: Option<&mut Arrival>,
         change: impl FnMut(&mut SemaphoreState) -> Result<Option<T>>,
     ) -> Result<Updated<T>> {
         self.row
             .update(
                 current,
+                arrival,
                 |row| self.decode(row),
                 SemaphoreState::encode,
                 change,
@@ -317,8 +320,10 @@ impl Semaphore {
     /// background, or its grant expires with the lease). Dropping the
     /// future withdraws the request too.
     pub async fn acquire(&self) -> Result<Permit> {
-        tokio::task::coop::consume_budget().await;
+        // Its place in the process's order is taken when called, before
+        // anything can yield.
         let mut ticket = Ticket::new(&self.inner);
+        tokio::task::coop::consume_budget().await;
         let grant = match self.inner.acquire_timeout {
             None => self.wait_for_grant(&mut ticket).await?,
             Some(limit) => {
@@ -472,7 +477,7 @@ impl Semaphore {
                 let may_queue = registration.is_some();
                 ticket.written = true;
                 let updated = inner
-                    .update(current.take(), |state| {
+                    .update(current.take(), Some(&mut ticket.arrival), |state| {
                         let settled =
                             state.holder(&waiter.id).is_some() || state.queued(&waiter.id);
                         if settled || !(may_queue || state.can_take()) {
@@ -628,6 +633,8 @@ fn new_waiter(inner: &Inner) -> Waiter {
 struct Ticket {
     inner: Arc<Inner>,
     waiter: Waiter,
+    /// Its place among the process's acquisitions, until its first write.
+    arrival: Arrival,
     written: bool,
     settled: bool,
 }
@@ -637,6 +644,7 @@ impl Ticket {
         Ticket {
             inner: inner.clone(),
             waiter: new_waiter(inner),
+            arrival: inner.row.arrive(),
             written: false,
             settled: false,
         }
@@ -675,9 +683,56 @@ impl Drop for Ticket {
 /// meanwhile. Decided on a fresh read, never a cached row.
 async fn withdraw(inner: &Inner, id: &str) -> Result<()> {
     let current = inner.row.read().await?;
-    let updated = inner.update(current, |state| state.withdraw(id)).await?;
+    let updated = inner
+        .update(current, None, |state| state.withdraw(id))
+        .await?;
     if let Updated::Applied { granted, row, .. } = updated {
         inner.row.announce(&granted, &row).await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::pin;
+
+    use bakery_core::MemoryStore;
+
+    use super::*;
+    use crate::arrival::poll_once;
+
+    /// A client that asked first is served first, though its task did not
+    /// run again before another client released the permit and asked anew
+    /// (a worker thread preempted by the OS leaves its tasks unpolled).
+    #[tokio::test]
+    async fn a_client_that_asked_first_is_served_first_though_not_polled_since() {
+        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
+        let client = || {
+            Semaphore::builder(store.clone(), "order")
+                .permits(1)
+                .build()
+                .expect("semaphore")
+        };
+        let (a, b) = (client(), client());
+        let held = a.acquire().await.unwrap();
+        // B begins (it waits to listen for its grant) and is not run again.
+        let mut b_acquire = pin!(b.acquire());
+        assert!(poll_once(b_acquire.as_mut()).await.is_pending());
+        held.release().await.unwrap();
+        let mut a_acquire = pin!(a.acquire());
+        for _ in 0..10 {
+            assert!(
+                poll_once(a_acquire.as_mut()).await.is_pending(),
+                "the client that asked second took the free permit first"
+            );
+            tokio::task::yield_now().await;
+        }
+        let b_permit = b_acquire.await.unwrap();
+        assert!(poll_once(a_acquire.as_mut()).await.is_pending());
+        let b_token = b_permit.token();
+        b_permit.release().await.unwrap();
+        let a_permit = a_acquire.await.unwrap();
+        assert_eq!(a_permit.token(), b_token + 1);
+        a_permit.release().await.unwrap();
+    }
 }
