@@ -116,16 +116,74 @@ impl Drop for Arrival {
     }
 }
 
-/// Poll `future` once, with this task's waker (for tests that leave an
-/// acquisition begun but not polled again).
+/// The scenario every queue recipe must pass, for its unit tests.
 #[cfg(test)]
-pub(crate) async fn poll_once<F: std::future::Future>(
-    future: std::pin::Pin<&mut F>,
-) -> std::task::Poll<F::Output> {
-    let mut future = Some(future);
-    std::future::poll_fn(|cx| match future.take() {
-        Some(future) => std::task::Poll::Ready(future.poll(cx)),
-        None => std::task::Poll::Pending,
-    })
-    .await
+pub(crate) mod order {
+    use std::future::Future;
+    use std::pin::{pin, Pin};
+    use std::task::Poll;
+
+    use bakery_core::Result;
+
+    /// What the scenario needs of a grant: its fencing token, and its
+    /// release.
+    pub(crate) trait Held {
+        fn token(&self) -> u64;
+        fn give_back(self) -> impl Future<Output = Result<()>>;
+    }
+
+    /// Poll `future` once, with this task's waker.
+    pub(crate) async fn poll_once<F: Future>(future: Pin<&mut F>) -> Poll<F::Output> {
+        let mut future = Some(future);
+        std::future::poll_fn(|cx| match future.take() {
+            Some(future) => Poll::Ready(future.poll(cx)),
+            None => Poll::Pending,
+        })
+        .await
+    }
+
+    /// A client that asked first is served first, though its task did not
+    /// run again before another client released and asked anew (a worker
+    /// thread preempted by the OS leaves its tasks unpolled). `a` and `b`
+    /// acquire the same exclusive grant for two clients of one process; B
+    /// begins while A holds the grant (`b_begins_while_held`: B waits to
+    /// listen for its grant), or after A held and released it (the recipe
+    /// yields before it takes a free grant).
+    pub(crate) async fn asked_first_is_served_first<H, FA, FB>(
+        a: impl Fn() -> FA,
+        b: impl FnOnce() -> FB,
+        b_begins_while_held: bool,
+    ) where
+        H: Held,
+        FA: Future<Output = Result<H>>,
+        FB: Future<Output = Result<H>>,
+    {
+        let mut held = Some(a().await.unwrap());
+        if !b_begins_while_held {
+            if let Some(held) = held.take() {
+                held.give_back().await.unwrap();
+            }
+        }
+        // B begins and is not run again.
+        let mut b_acquire = pin!(b());
+        assert!(poll_once(b_acquire.as_mut()).await.is_pending());
+        if let Some(held) = held {
+            held.give_back().await.unwrap();
+        }
+        let mut a_acquire = pin!(a());
+        for _ in 0..10 {
+            assert!(
+                poll_once(a_acquire.as_mut()).await.is_pending(),
+                "the client that asked second was served first"
+            );
+            tokio::task::yield_now().await;
+        }
+        let b_held = b_acquire.await.unwrap();
+        assert!(poll_once(a_acquire.as_mut()).await.is_pending());
+        let b_token = b_held.token();
+        b_held.give_back().await.unwrap();
+        let a_held = a_acquire.await.unwrap();
+        assert_eq!(a_held.token(), b_token + 1);
+        a_held.give_back().await.unwrap();
+    }
 }

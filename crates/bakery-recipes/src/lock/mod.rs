@@ -762,7 +762,7 @@ mod tests {
     use bakery_core::MemoryStore;
 
     use super::*;
-    use crate::arrival::poll_once;
+    use crate::arrival::order::{self, poll_once};
 
     fn two_clients() -> (Lock, Lock) {
         let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
@@ -770,30 +770,22 @@ mod tests {
         (lock(0), lock(1))
     }
 
-    /// A client that asked first is served first, though its task did not
-    /// run again before another client released the lock and asked anew
-    /// (a worker thread preempted by the OS leaves its tasks unpolled).
+    impl order::Held for LockGuard {
+        fn token(&self) -> u64 {
+            LockGuard::token(self)
+        }
+        async fn give_back(self) -> Result<()> {
+            self.release().await
+        }
+    }
+
     #[tokio::test]
     async fn a_client_that_asked_first_is_served_first_though_not_polled_since() {
-        let (a, b) = two_clients();
-        a.acquire().await.unwrap().release().await.unwrap();
-        let mut b_acquire = pin!(b.acquire());
-        assert!(poll_once(b_acquire.as_mut()).await.is_pending());
-        let mut a_acquire = pin!(a.acquire());
-        for _ in 0..10 {
-            assert!(
-                poll_once(a_acquire.as_mut()).await.is_pending(),
-                "the client that asked second took the free lock first"
-            );
-            tokio::task::yield_now().await;
+        for b_begins_while_held in [false, true] {
+            let (a, b) = two_clients();
+            order::asked_first_is_served_first(|| a.acquire(), || b.acquire(), b_begins_while_held)
+                .await;
         }
-        let b_guard = b_acquire.await.unwrap();
-        assert!(poll_once(a_acquire.as_mut()).await.is_pending());
-        let b_token = b_guard.token();
-        b_guard.release().await.unwrap();
-        let a_guard = a_acquire.await.unwrap();
-        assert_eq!(a_guard.token(), b_token + 1);
-        a_guard.release().await.unwrap();
     }
 
     /// An acquire future that is kept but never polled again holds the

@@ -704,16 +704,20 @@ async fn withdraw(inner: &Inner, id: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use std::pin::pin;
-
     use bakery_core::MemoryStore;
 
     use super::*;
-    use crate::arrival::poll_once;
+    use crate::arrival::order;
 
-    /// A writer that asked first is served first, though its task did not
-    /// run again before another writer released the lock and asked anew
-    /// (a worker thread preempted by the OS leaves its tasks unpolled).
+    impl order::Held for WriteGuard {
+        fn token(&self) -> u64 {
+            WriteGuard::token(self)
+        }
+        async fn give_back(self) -> Result<()> {
+            self.release().await
+        }
+    }
+
     #[tokio::test]
     async fn a_writer_that_asked_first_is_served_first_though_not_polled_since() {
         let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
@@ -723,25 +727,6 @@ mod tests {
                 .expect("rwlock")
         };
         let (a, b) = (client(), client());
-        let held = a.write().await.unwrap();
-        // B begins (it waits to listen for its grant) and is not run again.
-        let mut b_write = pin!(b.write());
-        assert!(poll_once(b_write.as_mut()).await.is_pending());
-        held.release().await.unwrap();
-        let mut a_write = pin!(a.write());
-        for _ in 0..10 {
-            assert!(
-                poll_once(a_write.as_mut()).await.is_pending(),
-                "the writer that asked second took the free lock first"
-            );
-            tokio::task::yield_now().await;
-        }
-        let b_guard = b_write.await.unwrap();
-        assert!(poll_once(a_write.as_mut()).await.is_pending());
-        let b_token = b_guard.token();
-        b_guard.release().await.unwrap();
-        let a_guard = a_write.await.unwrap();
-        assert_eq!(a_guard.token(), b_token + 1);
-        a_guard.release().await.unwrap();
+        order::asked_first_is_served_first(|| a.write(), || b.write(), true).await;
     }
 }

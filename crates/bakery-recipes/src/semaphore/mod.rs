@@ -694,16 +694,20 @@ async fn withdraw(inner: &Inner, id: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use std::pin::pin;
-
     use bakery_core::MemoryStore;
 
     use super::*;
-    use crate::arrival::poll_once;
+    use crate::arrival::order;
 
-    /// A client that asked first is served first, though its task did not
-    /// run again before another client released the permit and asked anew
-    /// (a worker thread preempted by the OS leaves its tasks unpolled).
+    impl order::Held for Permit {
+        fn token(&self) -> u64 {
+            Permit::token(self)
+        }
+        async fn give_back(self) -> Result<()> {
+            self.release().await
+        }
+    }
+
     #[tokio::test]
     async fn a_client_that_asked_first_is_served_first_though_not_polled_since() {
         let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
@@ -714,25 +718,6 @@ mod tests {
                 .expect("semaphore")
         };
         let (a, b) = (client(), client());
-        let held = a.acquire().await.unwrap();
-        // B begins (it waits to listen for its grant) and is not run again.
-        let mut b_acquire = pin!(b.acquire());
-        assert!(poll_once(b_acquire.as_mut()).await.is_pending());
-        held.release().await.unwrap();
-        let mut a_acquire = pin!(a.acquire());
-        for _ in 0..10 {
-            assert!(
-                poll_once(a_acquire.as_mut()).await.is_pending(),
-                "the client that asked second took the free permit first"
-            );
-            tokio::task::yield_now().await;
-        }
-        let b_permit = b_acquire.await.unwrap();
-        assert!(poll_once(a_acquire.as_mut()).await.is_pending());
-        let b_token = b_permit.token();
-        b_permit.release().await.unwrap();
-        let a_permit = a_acquire.await.unwrap();
-        assert_eq!(a_permit.token(), b_token + 1);
-        a_permit.release().await.unwrap();
+        order::asked_first_is_served_first(|| a.acquire(), || b.acquire(), true).await;
     }
 }
