@@ -173,8 +173,9 @@ pub fn render(report: &Report, charts: &[String]) -> String {
          — met when ≤ 2: the release's write and the next holder's wake-up. In one \
          process the release hands its row to the next holder directly; other \
          processes hear it through the store's notification, or poll (the `no \
-         notify` variant polls only: one poll for the whole process, every 1 ms to \
-         25 ms, so its hand-off is a timer tick, not a round trip).\n\
+         notify` variant polls only: one poll for the whole process, at the next \
+         1 ms timer tick after a change, backing off to 25 ms while the row does not \
+         change, so its hand-off is a timer tick, not a round trip).\n\
          - **Cached `next()` ≥ 0.5 × `fetch_add`** and **`put_if_version` ≤ 1.15 × the raw \
          driver operation** need nanosecond-level, statistically careful timing: the \
          criterion suites measure them — `cargo bench --bench sequence` and \

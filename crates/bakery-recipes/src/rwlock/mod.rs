@@ -23,8 +23,9 @@
 //!   grants: directly when the grant was written in the same process,
 //!   else from the store's watch where it has
 //!   [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH), else from
-//!   one poll for the whole process, backing off from 1 ms to the poll
-//!   interval. Every waiter reads at least every lease/4 either way.
+//!   one poll for the whole process: at the next timer tick (1 ms) after
+//!   another process changed the row, backing off to the poll interval
+//!   while it does not. Every waiter reads at least every lease/4 either way.
 //! - **Leases without synchronized clocks.** Each holder advances its own
 //!   heartbeat counter every lease/3. A waiter that sees the same
 //!   (holder, heartbeat) for a whole lease of that holder *on its own

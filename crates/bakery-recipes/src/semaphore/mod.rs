@@ -17,8 +17,9 @@
 //!   grants: directly when the grant was written in the same process,
 //!   else from the store's watch where it has
 //!   [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH), else from
-//!   one poll for the whole process, backing off from 1 ms to the poll
-//!   interval. Every waiter reads at least every lease/4 either way. Its
+//!   one poll for the whole process: at the next timer tick (1 ms) after
+//!   another process changed the row, backing off to the poll interval
+//!   while it does not. Every waiter reads at least every lease/4 either way. Its
 //!   lease runs from its last request before the hand-off, so taking a
 //!   handed-over permit costs no write.
 //! - **Leases without synchronized clocks.** Each holder advances its own
