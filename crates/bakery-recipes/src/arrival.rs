@@ -125,13 +125,6 @@ pub(crate) mod order {
 
     use bakery_core::Result;
 
-    /// What the scenario needs of a grant: its fencing token, and its
-    /// release.
-    pub(crate) trait Held {
-        fn token(&self) -> u64;
-        fn give_back(self) -> impl Future<Output = Result<()>>;
-    }
-
     /// Poll `future` once, with this task's waker.
     pub(crate) async fn poll_once<F: Future>(future: Pin<&mut F>) -> Poll<F::Output> {
         let mut future = Some(future);
@@ -149,26 +142,29 @@ pub(crate) mod order {
     /// begins while A holds the grant (`b_begins_while_held`: B waits to
     /// listen for its grant), or after A held and released it (the recipe
     /// yields before it takes a free grant).
-    pub(crate) async fn asked_first_is_served_first<H, FA, FB>(
+    /// `token` and `release` are the grant's own.
+    pub(crate) async fn asked_first_is_served_first<H, FA, FB, FR>(
         a: impl Fn() -> FA,
         b: impl FnOnce() -> FB,
+        token: impl Fn(&H) -> u64,
+        release: impl Fn(H) -> FR,
         b_begins_while_held: bool,
     ) where
-        H: Held,
         FA: Future<Output = Result<H>>,
         FB: Future<Output = Result<H>>,
+        FR: Future<Output = Result<()>>,
     {
         let mut held = Some(a().await.unwrap());
         if !b_begins_while_held {
             if let Some(held) = held.take() {
-                held.give_back().await.unwrap();
+                release(held).await.unwrap();
             }
         }
         // B begins and is not run again.
         let mut b_acquire = pin!(b());
         assert!(poll_once(b_acquire.as_mut()).await.is_pending());
         if let Some(held) = held {
-            held.give_back().await.unwrap();
+            release(held).await.unwrap();
         }
         let mut a_acquire = pin!(a());
         for _ in 0..10 {
@@ -180,10 +176,10 @@ pub(crate) mod order {
         }
         let b_held = b_acquire.await.unwrap();
         assert!(poll_once(a_acquire.as_mut()).await.is_pending());
-        let b_token = b_held.token();
-        b_held.give_back().await.unwrap();
+        let b_token = token(&b_held);
+        release(b_held).await.unwrap();
         let a_held = a_acquire.await.unwrap();
-        assert_eq!(a_held.token(), b_token + 1);
-        a_held.give_back().await.unwrap();
+        assert_eq!(token(&a_held), b_token + 1);
+        release(a_held).await.unwrap();
     }
 }

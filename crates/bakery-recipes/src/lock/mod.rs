@@ -770,21 +770,18 @@ mod tests {
         (lock(0), lock(1))
     }
 
-    impl order::Held for LockGuard {
-        fn token(&self) -> u64 {
-            LockGuard::token(self)
-        }
-        async fn give_back(self) -> Result<()> {
-            self.release().await
-        }
-    }
-
     #[tokio::test]
     async fn a_client_that_asked_first_is_served_first_though_not_polled_since() {
         for b_begins_while_held in [false, true] {
             let (a, b) = two_clients();
-            order::asked_first_is_served_first(|| a.acquire(), || b.acquire(), b_begins_while_held)
-                .await;
+            order::asked_first_is_served_first(
+                || a.acquire(),
+                || b.acquire(),
+                LockGuard::token,
+                LockGuard::release,
+                b_begins_while_held,
+            )
+            .await;
         }
     }
 

@@ -710,15 +710,6 @@ mod tests {
     use super::*;
     use crate::arrival::order;
 
-    impl order::Held for WriteGuard {
-        fn token(&self) -> u64 {
-            WriteGuard::token(self)
-        }
-        async fn give_back(self) -> Result<()> {
-            self.release().await
-        }
-    }
-
     #[tokio::test]
     async fn a_writer_that_asked_first_is_served_first_though_not_polled_since() {
         let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
@@ -728,6 +719,13 @@ mod tests {
                 .expect("rwlock")
         };
         let (a, b) = (client(), client());
-        order::asked_first_is_served_first(|| a.write(), || b.write(), true).await;
+        order::asked_first_is_served_first(
+            || a.write(),
+            || b.write(),
+            WriteGuard::token,
+            WriteGuard::release,
+            true,
+        )
+        .await;
     }
 }

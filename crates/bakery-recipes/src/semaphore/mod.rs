@@ -700,15 +700,6 @@ mod tests {
     use super::*;
     use crate::arrival::order;
 
-    impl order::Held for Permit {
-        fn token(&self) -> u64 {
-            Permit::token(self)
-        }
-        async fn give_back(self) -> Result<()> {
-            self.release().await
-        }
-    }
-
     #[tokio::test]
     async fn a_client_that_asked_first_is_served_first_though_not_polled_since() {
         let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
@@ -719,6 +710,13 @@ mod tests {
                 .expect("semaphore")
         };
         let (a, b) = (client(), client());
-        order::asked_first_is_served_first(|| a.acquire(), || b.acquire(), true).await;
+        order::asked_first_is_served_first(
+            || a.acquire(),
+            || b.acquire(),
+            Permit::token,
+            Permit::release,
+            true,
+        )
+        .await;
     }
 }
