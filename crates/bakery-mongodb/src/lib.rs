@@ -11,7 +11,7 @@ pub use config::{
     CasStrategy, MongoConfig, ALLOW_UNPROVEN_UPDATE, DEFAULT_COLLECTION, DEFAULT_DATABASE,
     DEFAULT_TIMEOUT, MAX_COLLECTION_LEN, MAX_TIMEOUT,
 };
-pub use store::{MongoStore, ServerInfo, ServerKind};
+pub use store::{MongoStore, ServerInfo, ServerKind, LAYOUT_ID};
 
 /// The driver this backend is built on, re-exported so benchmarks, tests and
 /// advanced users can issue raw commands with the same version.

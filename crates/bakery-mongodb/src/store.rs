@@ -20,9 +20,11 @@ use mongodb::{Client, Collection, IndexModel};
 use crate::error::{self, is_duplicate_key, map_err, Stage};
 use crate::{CasStrategy, MongoConfig, BACKEND};
 
+mod layout;
 mod server;
 mod versions;
 
+pub use layout::LAYOUT_ID;
 pub use server::{ServerInfo, ServerKind};
 
 /// How many times one call re-runs when what it read disagrees with what
@@ -112,12 +114,14 @@ impl MongoStore {
     /// timeout, identify the server (`buildInfo`, `hello`; see
     /// [`ServerInfo`]), choose the strategy (the URI's, or the server's
     /// default: `update` on MongoDB, `insert` elsewhere), check the write
-    /// concern's durability, and for `insert` create the `{k: 1, ver: -1}`
-    /// index. A server that cannot be reached is
+    /// concern's durability, check or claim the collection's layout marker
+    /// (one document, `_id: "#bakery-layout"`, naming the strategy), and for
+    /// `insert` create the `{k: 1, ver: -1}` index. A server that cannot be reached is
     /// [`ErrorKind::Unavailable`]; bad credentials or options, an explicit
     /// `cas=update` on a server other than MongoDB (without
-    /// `allow_unproven_update=true`) and a write concern that can lose
-    /// acknowledged writes (without `accept_data_loss=true`) are
+    /// `allow_unproven_update=true`), a write concern that can lose
+    /// acknowledged writes (without `accept_data_loss=true`) and a
+    /// collection marked or written with the other strategy are
     /// [`ErrorKind::Config`].
     pub async fn open(config: MongoConfig) -> Result<Self> {
         Self::open_checked(config)
@@ -172,7 +176,7 @@ impl MongoStore {
             }),
         };
         let prepare = async {
-            store.refuse_the_other_layout().await?;
+            store.claim_layout().await?;
             if strategy == CasStrategy::Insert {
                 store.create_versions_index().await?;
             }
@@ -183,45 +187,6 @@ impl MongoStore {
             Err(_) => return Err(error::timed_out(OP, false, timeout)),
         }
         Ok(store)
-    }
-
-    /// The two strategies keep different documents (crate docs): a store
-    /// opened with one on a collection the other wrote would start every key
-    /// afresh, and a sequence would hand out its ids again. Since the
-    /// strategy can follow the server (`cas=auto`), look for one document of
-    /// the other layout and refuse.
-    async fn refuse_the_other_layout(&self) -> Result<()> {
-        let (other, filter) = match self.strategy() {
-            // `insert` documents carry `k`; `update` documents never do.
-            CasStrategy::Update => (CasStrategy::Insert, doc! {"k": {"$exists": true}}),
-            CasStrategy::Insert => (CasStrategy::Update, doc! {"k": {"$exists": false}}),
-        };
-        let found = self
-            .inner
-            .coll
-            .find_one(filter)
-            .projection(doc! {"_id": 1})
-            .await
-            .map_err(|e| map_err(e, Operation::Open, Stage::Read))?;
-        match found {
-            None => Ok(()),
-            Some(_) => Err(Error::config(
-                BACKEND,
-                format!(
-                    "collection {:?} holds rows written with cas={other}, but this store would use cas={} on {}: \
-                     every key would start afresh and a sequence would hand out its ids again. \
-                     Open it with cas={other}{}, or use another collection (`collection=`)",
-                    self.collection_name(),
-                    self.strategy(),
-                    self.server(),
-                    if other == CasStrategy::Update && !self.server().update_is_proven() {
-                        " and allow_unproven_update=true (only if concurrent writers are impossible or the server is verified atomic)"
-                    } else {
-                        ""
-                    }
-                ),
-            )),
-        }
     }
 
     async fn create_versions_index(&self) -> Result<()> {

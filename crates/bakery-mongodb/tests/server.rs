@@ -14,9 +14,11 @@ use std::time::{Duration, Instant};
 
 use bakery_core::{Capabilities, DeleteOutcome, ErrorKind, Key, PutOutcome, VersionedStore};
 use bakery_mongodb::mongodb::bson::{doc, Bson, Document};
-use bakery_mongodb::{CasStrategy, MongoStore};
+use bakery_mongodb::{CasStrategy, MongoStore, LAYOUT_ID};
 use bakery_testkit::{applied, corrupt};
-use common::{drop_collection, raw, server_uri, store, with_options, Mode, Proxy};
+use common::{
+    drop_collection, raw, server_uri, store, unique_collection, with_options, Mode, Proxy,
+};
 
 const STRATEGIES: [&str; 2] = ["update", "insert"];
 
@@ -229,6 +231,7 @@ async fn corrupt_documents_are_typed_errors() {
     for cas in STRATEGIES {
         let store = store(&uri, cas, "bk_corrupt").await;
         let coll = raw(&uri, &store).await;
+        let before = coll.count_documents(doc! {}).await.unwrap();
         let id = |k: &str| match cas {
             "update" => k.to_string(),
             _ => format!("{k}#00000000000000000001"),
@@ -251,34 +254,9 @@ async fn corrupt_documents_are_typed_errors() {
             corrupt::rejected(&store, "mongodb", name, &[Some(7), None], 7, stored).await;
         }
         // Nothing was changed.
-        assert_eq!(coll.count_documents(doc! {}).await.unwrap(), 4);
+        assert_eq!(coll.count_documents(doc! {}).await.unwrap(), before + 4);
         drop_collection(&uri, &store).await;
     }
-}
-
-/// Both strategies can share a collection: their documents never meet.
-#[tokio::test]
-async fn strategies_do_not_see_each_other() {
-    let Some(uri) = server_uri("strategies_do_not_see_each_other") else {
-        return;
-    };
-    let update = store(&uri, "update", "bk_mixed").await;
-    let insert = MongoStore::connect(&with_options(
-        &uri,
-        &[
-            "cas=insert",
-            &format!("collection={}", update.config().collection()),
-        ],
-    ))
-    .await
-    .unwrap();
-    let k = key("shared");
-    applied(&update, &k, None, "u").await;
-    assert_eq!(insert.get(&k).await.unwrap(), None);
-    let row = applied(&insert, &k, None, "i").await;
-    assert_eq!(&row.value[..], b"i");
-    assert_eq!(&update.get(&k).await.unwrap().unwrap().value[..], b"u");
-    drop_collection(&uri, &update).await;
 }
 
 fn upstream(uri: &str) -> SocketAddr {
@@ -488,10 +466,24 @@ async fn a_collection_of_the_other_layout_is_refused() {
         assert_eq!(err.kind(), ErrorKind::Config, "{err}");
         let message = err.to_string();
         assert!(
-            message.contains(&format!("holds rows written with cas={written}")),
+            message.contains(&format!("is marked as written with cas={written}")),
             "{message}"
         );
         assert!(message.contains("hand out its ids again"), "{message}");
+        // Without its marker (a collection from before markers), the row
+        // of the other layout is found and refused all the same.
+        let coll = raw(&uri, &first).await;
+        let removed = coll.delete_one(doc! {"_id": LAYOUT_ID}).await.unwrap();
+        assert_eq!(removed.deleted_count, 1, "the first open left no marker");
+        let err = MongoStore::connect(&reopen)
+            .await
+            .expect_err("an unmarked collection of the other layout must be refused");
+        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        assert!(
+            err.to_string()
+                .contains(&format!("holds rows written with cas={written}")),
+            "{err}"
+        );
         // The same strategy still opens it.
         let again = with_options(
             &uri,
@@ -504,4 +496,79 @@ async fn a_collection_of_the_other_layout_is_refused() {
         MongoStore::connect(&again).await.unwrap();
         drop_collection(&uri, &first).await;
     }
+}
+
+/// Stores of both strategies opening one empty collection at once: the
+/// layout marker's unique `_id` lets exactly one strategy claim it, and
+/// every store of the other is refused, before anyone wrote a row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_strategy_claims_an_empty_collection() {
+    let Some(uri) = server_uri("one_strategy_claims_an_empty_collection") else {
+        return;
+    };
+    let collection = format!("collection={}", unique_collection("bk_claim"));
+    let opens: Vec<_> = (0..8)
+        .map(|i| {
+            let cas = format!("cas={}", STRATEGIES[i % 2]);
+            let uri = with_options(&uri, &[&collection, &cas, "allow_unproven_update=true"]);
+            tokio::spawn(async move { MongoStore::connect(&uri).await })
+        })
+        .collect();
+    let mut opened = Vec::new();
+    let mut refused = Vec::new();
+    for open in opens {
+        match open.await.expect("open task") {
+            Ok(store) => opened.push(store),
+            Err(e) => refused.push(e),
+        }
+    }
+    let winner = opened.first().expect("no store opened").strategy();
+    assert!(
+        opened.iter().all(|s| s.strategy() == winner),
+        "stores of both strategies opened one collection"
+    );
+    assert_eq!((opened.len(), refused.len()), (4, 4), "{refused:?}");
+    for err in &refused {
+        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        assert!(
+            err.to_string()
+                .contains(&format!("is marked as written with cas={winner}")),
+            "{err}"
+        );
+    }
+    drop_collection(&uri, &opened[0]).await;
+}
+
+/// A damaged layout marker fails the open with a typed error naming it, and
+/// is left as it was.
+#[tokio::test]
+async fn a_damaged_layout_marker_is_a_typed_error() {
+    let Some(uri) = server_uri("a_damaged_layout_marker_is_a_typed_error") else {
+        return;
+    };
+    let first = store(&uri, "insert", "bk_marker").await;
+    let coll = raw(&uri, &first).await;
+    let reopen = with_options(
+        &uri,
+        &[
+            "cas=insert",
+            &format!("collection={}", first.config().collection()),
+        ],
+    );
+    for damage in [doc! {"cas": 42_i32}, doc! {"cas": "upsert"}, doc! {}] {
+        let marker = doc! {"_id": LAYOUT_ID};
+        let mut replacement = damage.clone();
+        replacement.insert("_id", LAYOUT_ID);
+        coll.replace_one(marker.clone(), replacement.clone())
+            .await
+            .unwrap();
+        let err = MongoStore::connect(&reopen)
+            .await
+            .expect_err("a damaged marker must fail the open");
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{damage}: {err}");
+        assert!(err.to_string().contains(LAYOUT_ID), "{err}");
+        let kept = coll.find_one(marker).await.unwrap();
+        assert_eq!(kept, Some(replacement), "the marker was changed");
+    }
+    drop_collection(&uri, &first).await;
 }
