@@ -139,6 +139,14 @@ pub(crate) fn is_duplicate_key(e: &DriverError) -> bool {
     }
 }
 
+/// The server's error code, when `e` is a command's refusal.
+pub(crate) fn command_code(e: &DriverError) -> Option<i32> {
+    match e.kind.as_ref() {
+        DriverKind::Command(c) => Some(c.code),
+        _ => None,
+    }
+}
+
 /// Map a driver error of store call `op` at `stage` to a bakery error: the
 /// one mapper of this crate. The driver error is kept as `source()` only;
 /// the message is one line, never the URI or a password.

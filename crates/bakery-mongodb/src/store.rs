@@ -120,8 +120,9 @@ impl MongoStore {
     /// [`ErrorKind::Unavailable`]; bad credentials or options, an explicit
     /// `cas=update` on a server other than MongoDB (without
     /// `allow_unproven_update=true`), a write concern that can lose
-    /// acknowledged writes (without `accept_data_loss=true`) and a
-    /// collection marked or written with the other strategy are
+    /// acknowledged writes (without `accept_data_loss=true`), a
+    /// collection marked or written with the other strategy, and an index
+    /// that clashes with bakery's (the same keys under another name) are
     /// [`ErrorKind::Config`].
     pub async fn open(config: MongoConfig) -> Result<Self> {
         Self::open_checked(config)
@@ -198,12 +199,24 @@ impl MongoStore {
                     .build(),
             )
             .build();
-        self.inner
-            .coll
-            .create_index(index)
-            .await
-            .map_err(|e| map_err(e, Operation::Open, Stage::Connect))?;
-        Ok(())
+        match self.inner.coll.create_index(index).await {
+            Ok(_) => Ok(()),
+            // IndexOptionsConflict, IndexKeySpecsConflict: someone made an
+            // index bakery's clashes with; only its owner may drop it.
+            Err(e) if error::command_code(&e).is_some_and(|code| matches!(code, 85 | 86)) => {
+                let detail = error::driver_message(&e);
+                Err(Error::config(
+                    BACKEND,
+                    format!(
+                        "collection {:?} has an index that clashes with bakery's {VERSIONS_INDEX:?} on {{k: 1, ver: -1}} ({detail}): \
+                         drop that index, or use another collection (`collection=`)",
+                        self.collection_name()
+                    ),
+                )
+                .with_source(e))
+            }
+            Err(e) => Err(map_err(e, Operation::Open, Stage::Connect)),
+        }
     }
 
     /// The configuration this store was opened with.

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use bakery_core::{Capabilities, DeleteOutcome, ErrorKind, Key, PutOutcome, VersionedStore};
 use bakery_mongodb::mongodb::bson::{doc, Bson, Document};
+use bakery_mongodb::mongodb::options::IndexOptions;
+use bakery_mongodb::mongodb::IndexModel;
 use bakery_mongodb::{CasStrategy, MongoStore, LAYOUT_ID};
 use bakery_testkit::{applied, corrupt};
 use common::{
@@ -570,5 +572,35 @@ async fn a_damaged_layout_marker_is_a_typed_error() {
         let kept = coll.find_one(marker).await.unwrap();
         assert_eq!(kept, Some(replacement), "the marker was changed");
     }
+    drop_collection(&uri, &first).await;
+}
+
+/// An index of someone else's that clashes with bakery's (the same keys
+/// under another name) fails the open with a typed error naming the
+/// collection, and is left alone.
+#[tokio::test]
+async fn a_clashing_index_is_a_config_error() {
+    let Some(uri) = server_uri("a_clashing_index_is_a_config_error") else {
+        return;
+    };
+    let first = store(&uri, "insert", "bk_index").await;
+    let coll = raw(&uri, &first).await;
+    coll.drop_index("bakery_k_ver").await.unwrap();
+    let theirs = IndexModel::builder()
+        .keys(doc! {"k": 1, "ver": -1})
+        .options(IndexOptions::builder().name("theirs".to_string()).build())
+        .build();
+    coll.create_index(theirs).await.unwrap();
+    let collection = first.config().collection().to_string();
+    let reopen = with_options(&uri, &["cas=insert", &format!("collection={collection}")]);
+    let err = MongoStore::connect(&reopen)
+        .await
+        .expect_err("a clashing index must fail the open");
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    let message = err.to_string();
+    assert!(message.contains("clashes with bakery's"), "{message}");
+    assert!(message.contains(&collection), "{message}");
+    let names = coll.list_index_names().await.unwrap();
+    assert!(names.contains(&"theirs".to_string()), "{names:?}");
     drop_collection(&uri, &first).await;
 }
