@@ -562,7 +562,7 @@ mod tests {
                 // One conditional write per message.
                 ("consumer", "partition-per-client") => assert_eq!(m.round_trips, m.ops),
                 // Claim and completion, plus the completion's notify on a
-                // store with WATCH (memory; none on SQLite).
+                // store with WATCH (memory, a SQLite file).
                 ("once", "new") => {
                     assert!(notifies == m.ops || notifies == 0, "{cell:?}");
                     assert_eq!(m.round_trips, 2 * m.ops + notifies, "{cell:?}");

@@ -114,6 +114,19 @@ impl WatchSender {
         !self.wakes.is_closed()
     }
 
+    /// True once the [`Watch`] was dropped: a backend may forget this
+    /// sender without waking it.
+    ///
+    /// ```
+    /// let (sender, watch) = bakery_core::Watch::channel();
+    /// assert!(!sender.is_closed());
+    /// drop(watch);
+    /// assert!(sender.is_closed());
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        self.wakes.is_closed()
+    }
+
     /// Completes when the [`Watch`] is dropped.
     pub async fn closed(&self) {
         self.wakes.closed().await

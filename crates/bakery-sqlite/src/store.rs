@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bakery_core::{
     async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, Operation, PutOutcome,
-    Result, Row, Version, VersionedStore,
+    Result, Row, Version, VersionedStore, Watch,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Params, TransactionBehavior};
@@ -13,6 +13,7 @@ use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use crate::error::{join_error, map_err, Phase};
+use crate::notify::Feed;
 use crate::{Location, SqliteConfig, BACKEND};
 
 /// A [`VersionedStore`] on one table of a SQLite database.
@@ -57,6 +58,8 @@ pub struct SqliteStore {
 struct Statements {
     create: String,
     select: String,
+    /// The version and liveness only, for the change feed.
+    probe: String,
     insert: String,
     update: String,
     tombstone: String,
@@ -72,6 +75,7 @@ impl Statements {
                 "CREATE TABLE IF NOT EXISTS {t} (key TEXT PRIMARY KEY NOT NULL, value BLOB, version INTEGER NOT NULL) WITHOUT ROWID"
             ),
             select: format!("SELECT value, version FROM {t} WHERE key = ?1"),
+            probe: format!("SELECT version, value IS NOT NULL FROM {t} WHERE key = ?1"),
             insert: format!("INSERT INTO {t} (key, value, version) VALUES (?1, ?2, ?3)"),
             update: format!(
                 "UPDATE {t} SET value = ?2, version = ?3 WHERE key = ?1 AND version = ?4"
@@ -94,6 +98,8 @@ struct Inner {
     /// Queued here instead, the next write starts the moment the last
     /// ends (other processes still meet the busy handler).
     writes: Semaphore,
+    /// The watches of a file database and the thread that feeds them.
+    feed: Arc<Feed>,
 }
 
 impl Inner {
@@ -141,6 +147,7 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        self.feed.close();
         let conns = std::mem::take(self.idle.get_mut().unwrap_or_else(PoisonError::into_inner));
         if conns.is_empty() {
             return;
@@ -210,6 +217,7 @@ impl SqliteStore {
                 permits,
                 idle: Mutex::new(vec![first]),
                 writes: Semaphore::new(1),
+                feed: Arc::default(),
             }),
         })
     }
@@ -268,7 +276,10 @@ impl VersionedStore for SqliteStore {
     fn capabilities(&self) -> Capabilities {
         match self.inner.config.location() {
             Location::File(_) => {
-                Capabilities::PERSISTENT | Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+                Capabilities::PERSISTENT
+                    | Capabilities::SHARED
+                    | Capabilities::LINEARIZABLE_READS
+                    | Capabilities::WATCH
             }
             Location::Memory => Capabilities::LINEARIZABLE_READS,
         }
@@ -292,8 +303,9 @@ impl VersionedStore for SqliteStore {
     ) -> Result<PutOutcome> {
         let key = key.clone();
         let _writing = self.write_turn(Operation::Put).await?;
+        let feed = Arc::clone(&self.inner.feed);
         self.run(Operation::Put, move |conn, sql| {
-            put(conn, sql, key, expected, value)
+            put(conn, sql, &feed, key, expected, value)
         })
         .await
     }
@@ -301,24 +313,56 @@ impl VersionedStore for SqliteStore {
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         let key = key.clone();
         let _writing = self.write_turn(Operation::Delete).await?;
+        let feed = Arc::clone(&self.inner.feed);
         self.run(Operation::Delete, move |conn, sql| {
-            delete(conn, sql, &key, expected)
+            delete(conn, sql, &feed, &key, expected)
         })
         .await
+    }
+
+    /// A file database: fed by the store's change-feed thread (see the
+    /// crate docs, "Capabilities"). `:memory:` has no other connection to
+    /// hear from: `None`.
+    async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
+        if self.inner.config.is_memory() {
+            return Ok(None);
+        }
+        let key = key.clone();
+        let feed = Arc::clone(&self.inner.feed);
+        let config = self.inner.config.clone();
+        self.run(Operation::Watch, move |conn, sql| {
+            let seen = read(conn, &sql.select, &key, Operation::Watch)?.map(|s| s.seen());
+            feed.watch(&config, &sql.select, &sql.probe, &key, seen)
+                .map(Some)
+        })
+        .await
+    }
+
+    /// Asks the change feed to look now, so this process's watchers hear of
+    /// the write at once; other processes' feeds see it at their next check.
+    async fn notify(&self, key: &Key) -> Result<()> {
+        let _ = key;
+        self.inner.feed.kick();
+        Ok(())
     }
 }
 
 /// A stored row, decoded and checked. `value: None` is a tombstone.
-struct Stored {
+pub(crate) struct Stored {
     value: Option<Bytes>,
-    version: Version,
+    pub(crate) version: Version,
     /// The version as stored, for binding back into SQL.
     raw_version: i64,
 }
 
 impl Stored {
+    /// As the change feed tracks it: the version, and whether it is live.
+    pub(crate) fn seen(&self) -> crate::notify::Seen {
+        (self.version, self.value.is_some())
+    }
+
     /// The row as the API shows it: `None` for a tombstone.
-    fn live(&self, key: &Key) -> Option<Row> {
+    pub(crate) fn live(&self, key: &Key) -> Option<Row> {
         Row::live(key, self.value.clone(), self.version)
     }
 }
@@ -369,7 +413,12 @@ fn decode(key: &Key, value: ValueRef<'_>, version: ValueRef<'_>) -> Result<Store
 }
 
 /// Read the stored row of `key`, tombstone included, for the call `op`.
-fn read(conn: &Connection, select: &str, key: &Key, op: Operation) -> Result<Option<Stored>> {
+pub(crate) fn read(
+    conn: &Connection,
+    select: &str,
+    key: &Key,
+    op: Operation,
+) -> Result<Option<Stored>> {
     let failed = |e| map_err(e, op, Phase::Read);
     let mut stmt = conn.prepare_cached(select).map_err(failed)?;
     let mut rows = stmt.query([key.as_str()]).map_err(failed)?;
@@ -426,6 +475,7 @@ fn end_read_only(tx: rusqlite::Transaction<'_>) {
 fn put(
     conn: &mut Connection,
     sql: &Statements,
+    feed: &Feed,
     key: Key,
     expected: Option<Version>,
     value: Bytes,
@@ -473,6 +523,7 @@ fn put(
         }
     };
     commit(tx, op)?;
+    feed.wrote(&key, stored.as_ref().map(Stored::seen), (version, true));
     tracing::debug!(version, "applied");
     Ok(PutOutcome::Applied(Row {
         key,
@@ -484,6 +535,7 @@ fn put(
 fn delete(
     conn: &mut Connection,
     sql: &Statements,
+    feed: &Feed,
     key: &Key,
     expected: Version,
 ) -> Result<DeleteOutcome> {
@@ -502,12 +554,13 @@ fn delete(
     // Keep the row as a tombstone: a re-create continues above its version.
     write_one(&tx, op, &sql.tombstone, key, (key.as_str(), raw_version))?;
     commit(tx, op)?;
+    feed.wrote(key, Some((expected, true)), (expected, false));
     tracing::debug!("deleted");
     Ok(DeleteOutcome::Deleted)
 }
 
 /// Open one connection with the per-connection settings, for the call `op`.
-fn open_connection(config: &SqliteConfig, op: Operation) -> Result<Connection> {
+pub(crate) fn open_connection(config: &SqliteConfig, op: Operation) -> Result<Connection> {
     let failed = |e| map_err(e, op, Phase::Open);
     let conn = match config.location() {
         Location::Memory => Connection::open_in_memory(),

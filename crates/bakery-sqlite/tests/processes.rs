@@ -88,3 +88,81 @@ async fn processes_share_one_file() {
         (total, total)
     );
 }
+
+const WRITER_DB: &str = "BAKERY_SQLITE_TEST_WRITER_DB";
+const WRITER_KEY: &str = "BAKERY_SQLITE_TEST_WRITER_KEY";
+
+#[test]
+#[ignore = "helper: run as a child process by `a_write_in_another_process_wakes_its_key_s_watches`"]
+fn child_writer() {
+    let (Ok(path), Ok(key)) = (std::env::var(WRITER_DB), std::env::var(WRITER_KEY)) else {
+        return; // run by hand with --ignored: nothing to do
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = SqliteStore::open(SqliteConfig::new(&path)).await.unwrap();
+        let key = Key::new(key).unwrap();
+        let written = store
+            .put_if_version(&key, None, "from the child".into())
+            .await
+            .unwrap();
+        assert!(written.applied().is_some(), "the key was already written");
+    });
+}
+
+/// Write `key` once from a child process (no `notify`: another process's
+/// notify cannot reach this one anyway).
+async fn write_in_a_child(path: &Path, key: &str) {
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(exe);
+    child
+        .args(["child_writer", "--exact", "--ignored", "--test-threads=1"])
+        .env(WRITER_DB, path)
+        .env(WRITER_KEY, key);
+    let output = tokio::task::spawn_blocking(move || child.output().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "the child failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The change feed: a watch in this process wakes, with the row, when
+/// another process writes its key, and stays quiet when it writes another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_in_another_process_wakes_its_key_s_watches() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("watched.db");
+    let store = SqliteStore::open(SqliteConfig::new(&path)).await.unwrap();
+    let watched = Key::new("watched").unwrap();
+    let mut watch = store
+        .watch(&watched)
+        .await
+        .unwrap()
+        .expect("a file database has a change feed");
+
+    write_in_a_child(&path, "other").await;
+    assert!(
+        bakery_testkit::watch::is_quiet(&mut watch).await,
+        "a write of another key woke the watch"
+    );
+
+    write_in_a_child(&path, "watched").await;
+    let change = tokio::time::timeout(bakery_testkit::watch::WAKE_LIMIT, watch.next_change())
+        .await
+        .expect("no wake-up after another process wrote the key")
+        .expect("the watch ended");
+    match change {
+        bakery_core::Change::Row(row) => {
+            assert_eq!((&row.value[..], row.version), (&b"from the child"[..], 1));
+        }
+        other => panic!("expected the row the child wrote, got {other:?}"),
+    }
+}

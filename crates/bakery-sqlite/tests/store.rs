@@ -415,7 +415,10 @@ async fn capabilities_and_backend() {
     assert_eq!(file.backend(), "sqlite");
     assert_eq!(
         file.capabilities(),
-        Capabilities::PERSISTENT | Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+        Capabilities::PERSISTENT
+            | Capabilities::SHARED
+            | Capabilities::LINEARIZABLE_READS
+            | Capabilities::WATCH
     );
     let memory = SqliteStore::connect("sqlite::memory:").await.unwrap();
     assert_eq!(memory.backend(), "sqlite");
