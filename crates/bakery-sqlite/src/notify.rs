@@ -92,36 +92,35 @@ impl Feed {
             !std::mem::replace(&mut state.running, true)
         };
         if start {
-            // Its own connection: `data_version` counts the commits of
-            // every other one, this store's pool included.
-            let conn = match crate::store::open_connection(config, Operation::Watch) {
-                Ok(conn) => conn,
-                Err(err) => {
-                    let mut state = self.state();
-                    state.running = false;
-                    state.watches.remove(key.as_str());
-                    return Err(err);
-                }
-            };
-            let feed = Arc::clone(self);
-            let select = select.to_owned();
-            let probe = probe.to_owned();
-            let spawned = std::thread::Builder::new()
-                .name("bakery-sqlite-feed".into())
-                .spawn(move || feed.run(conn, &select, &probe));
-            if let Err(e) = spawned {
+            if let Err(err) = self.start(config, select, probe) {
+                // Not fed: the watches of `key` end (their watchers poll).
                 let mut state = self.state();
                 state.running = false;
                 state.watches.remove(key.as_str());
-                return Err(bakery_core::Error::new(
+                return Err(err);
+            }
+        }
+        Ok(watch)
+    }
+
+    /// Start the thread, with its own connection: `data_version` counts
+    /// the commits of every other one, this store's pool included.
+    fn start(self: &Arc<Self>, config: &SqliteConfig, select: &str, probe: &str) -> Result<()> {
+        let conn = crate::store::open_connection(config, Operation::Watch)?;
+        let feed = Arc::clone(self);
+        let (select, probe) = (select.to_owned(), probe.to_owned());
+        std::thread::Builder::new()
+            .name("bakery-sqlite-feed".into())
+            .spawn(move || feed.run(conn, &select, &probe))
+            .map(drop)
+            .map_err(|e| {
+                bakery_core::Error::new(
                     bakery_core::ErrorKind::Unavailable,
                     crate::BACKEND,
                     format!("cannot start the change feed thread: {e}"),
                 )
-                .during(Operation::Watch));
-            }
-        }
-        Ok(watch)
+                .during(Operation::Watch)
+            })
     }
 
     /// Check now: a write this process made should reach its watchers
