@@ -10,6 +10,9 @@
 # Environment:
 #   BAKERY_BENCH_DURATION  timed part of each cell (default 2s)
 #   BAKERY_BENCH_CLIENTS   client counts (default 1,4,16,64)
+#   BAKERY_BENCH_ROUNDS    interleaved rounds of every cell, each cell shown
+#                          by its median round (default 3: on a machine the
+#                          servers share, one 2 s cell can be off by a third)
 #
 # A run in which any operation failed exits non-zero and leaves
 # docs/BENCHMARKS.md alone (the results stay in target/bench-report/).
@@ -43,6 +46,7 @@ cargo run --release -p bakery-cli --features all-backends -- bench --workload al
     --uri "sqlite://$scratch/bench.db" \
     --duration "${BAKERY_BENCH_DURATION:-2s}" \
     --clients "${BAKERY_BENCH_CLIENTS:-1,4,16,64}" \
+    --rounds "${BAKERY_BENCH_ROUNDS:-3}" \
     --out "$out" \
     "$@"
 

@@ -212,10 +212,23 @@ fn lock_scaling(results: &[CellResult]) -> Check {
             })?;
             let ratio = many.ops_per_sec / few.ops_per_sec;
             let target = format!("{} ({})", many.target, many.variant);
-            Some(Worst::Lowest.cell(LOCK_SCALING, target, 64, ratio))
+            let mut cell = Worst::Lowest.cell(LOCK_SCALING, target, 64, ratio);
+            if many.rounds_ops_per_sec.len() > 1 {
+                cell.round_ratios = many
+                    .rounds_ops_per_sec
+                    .iter()
+                    .zip(&few.rounds_ops_per_sec)
+                    .filter(|(_, few)| **few > 0.0)
+                    .map(|(many, few)| many / few)
+                    .collect();
+            }
+            Some(cell)
         })
         .collect();
-    conclude("lock-scaling", target, cells, Worst::Lowest)
+    // Two decimals: the limit is 0.8, and 0.75 must not read as "0.8×".
+    conclude_with("lock-scaling", target, cells, Worst::Lowest, |ratio| {
+        format!("{ratio:.2}×")
+    })
 }
 
 fn lock_handoff(results: &[CellResult]) -> Check {
@@ -264,6 +277,7 @@ impl Worst {
             clients,
             ratio,
             met,
+            round_ratios: Vec::new(),
         }
     }
 }
@@ -306,8 +320,19 @@ fn conclude_with(
             missed.push(&cell.target);
         }
     }
+    let spread = worst_cell
+        .round_ratios
+        .iter()
+        .copied()
+        .fold(None, |range: Option<(f64, f64)>, ratio| match range {
+            Some((low, high)) => Some((low.min(ratio), high.max(ratio))),
+            None => Some((ratio, ratio)),
+        })
+        .map_or_else(String::new, |(low, high)| {
+            format!(" (its rounds: {} to {})", show(low), show(high))
+        });
     let worst_text = format!(
-        "worst: {} {} at {} client{}",
+        "worst: {} {}{spread} at {} client{}",
         worst_cell.target,
         show(worst_cell.ratio),
         worst_cell.clients,
@@ -356,6 +381,7 @@ mod tests {
             elapsed_s: 1.0,
             ops: rate as u64,
             ops_per_sec: rate,
+            rounds_ops_per_sec: vec![rate],
             latency: LatencySummary {
                 p50_ns: 50,
                 p999_ns: if target == "postgres" { 5_000 } else { 400 },
@@ -444,6 +470,35 @@ mod tests {
         assert_eq!(scaling.status, CheckStatus::NotMet);
         assert!((scaling.cells[0].ratio - 0.85).abs() < 1e-9);
         assert!(scaling.cells[0].met && !scaling.cells[1].met);
+        assert!(scaling.cells[0].round_ratios.is_empty(), "one round");
+        assert!(scaling.summary.contains("0.70×"), "{}", scaling.summary);
+    }
+
+    /// With several rounds the check still compares the reported (median)
+    /// figures, and shows the spread of the per-round ratios beside them.
+    #[test]
+    fn lock_scaling_shows_the_spread_of_its_rounds() {
+        let mut few = lock_cell("fair", 4, 1000.0, 1.0);
+        few.rounds_ops_per_sec = vec![900.0, 1000.0, 1100.0];
+        let mut many = lock_cell("fair", 64, 790.0, 1.0);
+        many.rounds_ops_per_sec = vec![855.0, 790.0, 660.0];
+        let checks = evaluate(&[few, many]);
+        let scaling = &checks[3];
+        assert_eq!(scaling.status, CheckStatus::NotMet);
+        let cell = &scaling.cells[0];
+        assert!((cell.ratio - 0.79).abs() < 1e-9);
+        let expected = [0.95, 0.79, 0.6];
+        assert_eq!(cell.round_ratios.len(), 3);
+        for (got, want) in cell.round_ratios.iter().zip(expected) {
+            assert!((got - want).abs() < 1e-9, "{:?}", cell.round_ratios);
+        }
+        assert!(
+            scaling
+                .summary
+                .contains("0.79× (its rounds: 0.60× to 0.95×)"),
+            "{}",
+            scaling.summary
+        );
     }
 
     /// A hand-off is measured in the same store's round trips: half its

@@ -14,6 +14,7 @@
 //!     uris: Vec::new(), // memory:// and a throwaway SQLite file
 //!     clients: vec![1, 4],
 //!     duration: Duration::from_secs(1),
+//!     rounds: 1,
 //!     block_size: 1000,
 //!     command: "example".into(),
 //!     progress: false,
@@ -117,6 +118,7 @@ mod tests {
             uris: vec!["memory://".into()],
             clients: vec![1, 2],
             duration: Duration::from_millis(20),
+            rounds: 1,
             block_size: 10,
             command: "bakery bench --test".into(),
             progress: false,

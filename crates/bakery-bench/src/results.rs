@@ -54,6 +54,9 @@ pub struct Settings {
     pub clients: Vec<usize>,
     /// Timed part of each cell, in milliseconds.
     pub duration_ms: u64,
+    /// How many times each cell ran, in interleaved rounds; its figures
+    /// are those of its median round (by operations/s).
+    pub rounds: usize,
     /// Sequence block size (and CACHE of the cached `nextval()` peer).
     pub block_size: u64,
     /// Background prefetch of sequences (always on).
@@ -115,6 +118,9 @@ pub struct CellResult {
     pub ops: u64,
     /// `ops / elapsed_s`.
     pub ops_per_sec: f64,
+    /// Operations/s of every round, in round order (the figures above are
+    /// the median round's; its errors are every round's).
+    pub rounds_ops_per_sec: Vec<f64>,
     /// Latency of the successful operations, nanoseconds.
     pub latency: LatencySummary,
     /// Latency at increasing quantiles, for the distribution charts.
@@ -166,6 +172,7 @@ impl Report {
             workloads,
             clients,
             duration,
+            rounds,
             block_size,
             command,
             started_at,
@@ -186,6 +193,7 @@ impl Report {
                 workloads: workloads.iter().map(|w| w.name.to_string()).collect(),
                 clients,
                 duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+                rounds,
                 block_size,
                 prefetch: true,
                 warmup_ops_per_client: 1,
@@ -239,6 +247,7 @@ impl CellResult {
             } else {
                 0.0
             },
+            rounds_ops_per_sec: cell.round_rates,
             latency: m.latency.summary(),
             distribution: m.latency.distribution(),
             round_trips: m.round_trips,
@@ -303,6 +312,11 @@ pub struct CheckCell {
     pub clients: usize,
     /// The measured ratio.
     pub ratio: f64,
+    /// The same ratio in each round (both cells' figures from one round),
+    /// when the run had more than one: the spread the noise of the
+    /// machine puts on `ratio`. Empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub round_ratios: Vec<f64>,
     /// Whether it meets the target.
     pub met: bool,
 }

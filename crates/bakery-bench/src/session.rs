@@ -38,6 +38,11 @@ pub struct Plan {
     pub clients: Vec<usize>,
     /// Timed part of each cell.
     pub duration: Duration,
+    /// How many times every cell runs (at least once). The rounds are
+    /// interleaved (every cell once, then every cell again, …), so a burst
+    /// of load on a shared machine lands in one round of many cells rather
+    /// than in every round of one; each cell reports its median round.
+    pub rounds: usize,
     /// Sequence block size (and the CACHE of the cached `nextval()` peer).
     pub block_size: u64,
     /// The command line that asked for the run, passwords hidden (shown in
@@ -55,6 +60,8 @@ pub struct Run {
     pub clients: Vec<usize>,
     /// Timed part of each cell.
     pub duration: Duration,
+    /// Rounds each cell ran ([`Plan::rounds`]).
+    pub rounds: usize,
     /// Sequence block size.
     pub block_size: u64,
     /// The command line, passwords hidden.
@@ -103,8 +110,11 @@ pub struct CellRun {
     pub label: String,
     /// Concurrent clients.
     pub clients: usize,
-    /// What the runner measured.
+    /// What the runner measured in the cell's median round (by
+    /// operations/s), with the errors of every round.
     pub measurement: Measurement,
+    /// Operations/s of every round the cell ran, in round order.
+    pub round_rates: Vec<f64>,
 }
 
 /// A plan checked against this build, its defaults filled in.
@@ -330,49 +340,67 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
         }
     }
 
-    show_cells(&progress, cells.len());
+    let rounds = plan.rounds.max(1);
+    show_cells(&progress, cells.len() * rounds);
     let run_id = run_id();
-    let mut results = Vec::with_capacity(cells.len());
+    // Every round's measurement of each cell, by cell index.
+    let mut measured: Vec<Vec<Measurement>> = cells.iter().map(|_| Vec::new()).collect();
     let mut skipped: Vec<Skipped> = Vec::new();
-    for (index, (target, subject, clients)) in cells.iter().enumerate() {
-        let workload = subject.workload_name();
-        if skipped
-            .iter()
-            .any(|s| s.workload == workload && s.target == target.label)
-        {
-            progress.inc(1);
-            continue;
-        }
-        let spec = CellSpec {
-            tag: format!("{run_id}-{index}"),
-            clients: *clients,
-            variant: subject.variant_id(),
-            block_size: plan.block_size,
-            postgres: postgres.clone(),
-        };
-        let label = subject.label();
-        progress.set_message(format!(
-            "{} · {} · {label} · {clients} clients",
-            subject.workload_name(),
-            target.label
-        ));
-        let (prepared, counter) = subject.prepare(target, &spec).await;
-        // A cell that cannot be set up (a peer refused by the server, …) is
-        // reported as a failed cell; the other cells still run.
-        // One that cannot run on this target is skipped, its reason kept.
-        let measurement = match prepared {
-            Ok(prepared) => runner::measure(prepared, &counter, plan.duration).await?,
-            Err(BenchError::Unavailable(reason)) => {
-                skipped.push(Skipped {
-                    workload: workload.to_string(),
-                    target: target.label.clone(),
-                    reason,
-                });
+    for round in 0..rounds {
+        for (index, (target, subject, clients)) in cells.iter().enumerate() {
+            let workload = subject.workload_name();
+            if skipped
+                .iter()
+                .any(|s| s.workload == workload && s.target == target.label)
+            {
                 progress.inc(1);
                 continue;
             }
-            Err(err) => Measurement::failed(err.to_string())?,
+            let spec = CellSpec {
+                tag: cell_tag(&run_id, index, round),
+                clients: *clients,
+                variant: subject.variant_id(),
+                block_size: plan.block_size,
+                postgres: postgres.clone(),
+            };
+            let label = subject.label();
+            let of_rounds = if rounds > 1 {
+                format!("round {}/{rounds} · ", round + 1)
+            } else {
+                String::new()
+            };
+            progress.set_message(format!(
+                "{of_rounds}{workload} · {} · {label} · {clients} clients",
+                target.label
+            ));
+            let (prepared, counter) = subject.prepare(target, &spec).await;
+            // A cell that cannot be set up (a peer refused by the server, …)
+            // is reported as a failed cell; the other cells still run.
+            // One that cannot run on this target is skipped, its reason kept.
+            let measurement = match prepared {
+                Ok(prepared) => runner::measure(prepared, &counter, plan.duration).await?,
+                Err(BenchError::Unavailable(reason)) => {
+                    skipped.push(Skipped {
+                        workload: workload.to_string(),
+                        target: target.label.clone(),
+                        reason,
+                    });
+                    progress.inc(1);
+                    continue;
+                }
+                Err(err) => Measurement::failed(err.to_string())?,
+            };
+            measured[index].push(measurement);
+            progress.inc(1);
+        }
+    }
+    let mut results = Vec::with_capacity(cells.len());
+    for ((target, subject, clients), measurements) in cells.iter().zip(measured) {
+        let round_rates: Vec<f64> = measurements.iter().map(rate).collect();
+        let Some(measurement) = median_round(measurements) else {
+            continue; // skipped in every round
         };
+        let label = subject.label();
         results.push(CellRun {
             workload: subject.workload_name(),
             target: target.label.clone(),
@@ -385,8 +413,8 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
             label,
             clients: *clients,
             measurement,
+            round_rates,
         });
-        progress.inc(1);
     }
     drop(progress);
     drop(cells);
@@ -398,6 +426,7 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
         workloads,
         clients,
         duration: plan.duration,
+        rounds,
         block_size: plan.block_size,
         command: plan.command,
         started_at,
@@ -479,6 +508,39 @@ fn show_cells(bar: &ProgressBar, cells: usize) {
     bar.set_length(cells as u64);
 }
 
+/// The tag of cell `index` in round `round` (0-based): unique in the run,
+/// so a round never meets the rows, keys or slots an earlier one left.
+fn cell_tag(run_id: &str, index: usize, round: usize) -> String {
+    match round {
+        0 => format!("{run_id}-{index}"),
+        _ => format!("{run_id}-{index}r{round}"),
+    }
+}
+
+/// Operations per second of one round.
+fn rate(measurement: &Measurement) -> f64 {
+    let seconds = measurement.elapsed.as_secs_f64();
+    if seconds > 0.0 {
+        measurement.ops as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
+/// The round with the median rate (the slower of the two middle ones for an
+/// even count), carrying the errors of every round: a failure in any round
+/// stays visible, whichever round is shown. `None` without rounds.
+fn median_round(mut rounds: Vec<Measurement>) -> Option<Measurement> {
+    let errors: u64 = rounds.iter().map(|m| m.errors).sum();
+    let first_error = rounds.iter().find_map(|m| m.first_error.clone());
+    rounds.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
+    let middle = rounds.len().checked_sub(1)? / 2;
+    let mut median = rounds.into_iter().nth(middle)?;
+    median.errors = errors;
+    median.first_error = first_error;
+    Some(median)
+}
+
 /// A name part unique to this run (lowercase hex of the time and the
 /// process id), so runs sharing a server never touch each other's rows.
 fn run_id() -> String {
@@ -502,6 +564,7 @@ mod tests {
             uris: uris.iter().map(|u| u.to_string()).collect(),
             clients: vec![4, 1, 4],
             duration: Duration::from_millis(10),
+            rounds: 1,
             block_size: 10,
             command: "test".into(),
             progress: false,
@@ -575,6 +638,68 @@ mod tests {
                 _ => {}
             }
         }
+    }
+
+    /// Several rounds: every cell runs once per round and shows its median
+    /// round, keeping every round's rate.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_cell_runs_once_per_round_and_shows_its_median() {
+        let mut plan = plan(&["cas"], &["memory://"]);
+        plan.rounds = 3;
+        let run = execute(plan).await.expect("run");
+        assert_eq!(run.rounds, 3);
+        // 2 variants × 2 client counts, each once however many rounds.
+        assert_eq!(run.cells.len(), 4);
+        for cell in &run.cells {
+            assert_eq!(cell.measurement.errors, 0, "{cell:?}");
+            assert_eq!(cell.round_rates.len(), 3, "{cell:?}");
+            let mut sorted = cell.round_rates.clone();
+            sorted.sort_by(f64::total_cmp);
+            assert_eq!(rate(&cell.measurement), sorted[1], "{cell:?}");
+        }
+    }
+
+    fn measured(ops: u64, errors: u64) -> Measurement {
+        Measurement {
+            elapsed: Duration::from_secs(1),
+            ops,
+            ops_per_client: vec![ops],
+            errors,
+            first_error: (errors > 0).then(|| format!("failed in the round of {ops}")),
+            latency: crate::stats::LatencyHistogram::new().expect("histogram"),
+            round_trips: ops,
+            conflicts: 0,
+            extras: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_median_round_carries_every_round_s_errors() {
+        assert!(median_round(Vec::new()).is_none());
+        let rounds = vec![
+            measured(100, 0),
+            measured(300, 2),
+            measured(200, 0),
+            measured(50, 1),
+        ];
+        let median = median_round(rounds).expect("median");
+        // Of an even count, the slower middle round.
+        assert_eq!(median.ops, 100);
+        assert_eq!(median.round_trips, 100);
+        assert_eq!(median.errors, 3);
+        assert_eq!(
+            median.first_error.as_deref(),
+            Some("failed in the round of 300")
+        );
+        let one = median_round(vec![measured(7, 0)]).expect("one round");
+        assert_eq!((one.ops, one.errors), (7, 0));
+    }
+
+    #[test]
+    fn round_tags_are_unique_and_the_first_round_keeps_the_plain_tag() {
+        assert_eq!(cell_tag("ab-1", 3, 0), "ab-1-3");
+        assert_eq!(cell_tag("ab-1", 3, 2), "ab-1-3r2");
+        assert_ne!(cell_tag("ab-1", 13, 1), cell_tag("ab-1", 1, 31));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

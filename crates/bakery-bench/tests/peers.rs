@@ -75,6 +75,7 @@ async fn postgres_consumer_peers_and_outbox() {
         uris: vec![uri],
         clients: vec![1, 2],
         duration: std::time::Duration::from_millis(100),
+        rounds: 1,
         block_size: 10,
         command: "test".into(),
         progress: false,

@@ -17,6 +17,8 @@ use crate::output::{self, CliError};
 
 /// The most clients one cell may have.
 const MAX_CLIENTS: u32 = 1024;
+/// The most rounds of cells one run may have.
+const MAX_ROUNDS: i64 = 25;
 /// The shortest and longest `--duration`.
 const MIN_DURATION: Duration = Duration::from_millis(10);
 const MAX_DURATION: Duration = Duration::from_secs(3600);
@@ -27,7 +29,8 @@ Benchmark stores side by side: the same workloads, clients and duration on \
 every --uri, with native peers as reference.
 
 Each cell (store × workload × --clients count) runs for --duration after one \
-untimed warm-up operation per client, and reports throughput, latency \
+untimed warm-up operation per client (--rounds times, interleaved, reporting \
+its median round), and reports throughput, latency \
 p50/p99/p999 (every operation timed into an HDR histogram), store round trips \
 per operation (the store is wrapped in a CountingStore), conflicts per \
 operation, errors, and the fairness of the clients' shares. Workloads: `cas` \
@@ -112,6 +115,19 @@ pub struct BenchArgs {
     #[arg(long, default_value = "1s", value_name = "D", value_parser = parse_duration)]
     pub duration: Duration,
 
+    /// Run every cell N times, in interleaved rounds (every cell once, then
+    /// every cell again, …), and report each cell's median round; the
+    /// results keep every round's rate, and the lock-scaling target shows
+    /// its spread. For a shared or noisy machine: a burst of load then
+    /// spoils one round of many cells, not the one run of a cell.
+    #[arg(
+        long,
+        default_value_t = 1,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=MAX_ROUNDS)
+    )]
+    pub rounds: u32,
+
     /// The CACHE of the cached `nextval()` peer (bakery's sequence runs
     /// with its default, adaptive block).
     #[arg(
@@ -191,6 +207,7 @@ fn plan(args: &BenchArgs) -> Plan {
         uris,
         clients: args.clients.iter().map(|&n| n as usize).collect(),
         duration: args.duration,
+        rounds: args.rounds as usize,
         block_size: args.block_size,
         command: command_line(),
         progress: true,

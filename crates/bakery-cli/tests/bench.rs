@@ -255,6 +255,30 @@ fn json_flag_prints_the_report_on_stdout() {
     assert!(results(&report).iter().all(|r| r["workload"] == "sequence"));
 }
 
+#[test]
+fn rounds_run_every_cell_again_and_keep_each_round_s_rate() {
+    let home = TempDir::new().expect("temp dir");
+    let out = run(bakery(home.path())
+        .args(["--uri", "memory://"])
+        .args(ONE_SHORT_CAS)
+        .args(["--rounds", "3"]));
+    assert_ok(&out);
+    let report = json(&out);
+    assert_eq!(report["settings"]["rounds"], 3);
+    for variant in ["shared-key", "own-key"] {
+        let cas = cell(&report, "cas", "memory", variant, 1);
+        assert_clean_cell(cas);
+        let rates = cas["rounds_ops_per_sec"].as_array().expect("rates");
+        assert_eq!(rates.len(), 3, "{cas}");
+        // The cell shows its median round.
+        let mut sorted: Vec<f64> = rates.iter().filter_map(Value::as_f64).collect();
+        sorted.sort_by(f64::total_cmp);
+        let shown = cas["ops_per_sec"].as_f64().expect("rate");
+        assert!((shown - sorted[1]).abs() <= 1e-6 * shown, "{cas}");
+    }
+    assert_eq!(results(&report).len(), 2, "one row per cell, not per round");
+}
+
 /// `bakery bench --json` of one `workload`, with `clients` (a list) and
 /// `duration`; more arguments can follow.
 fn bench_json(home: &Path, workload: &str, clients: &str, duration: &str) -> Command {
@@ -312,6 +336,8 @@ fn usage_errors_exit_2_with_a_clear_first_line() {
         (&["bench", "--duration", "soon"], "--duration"),
         (&["bench", "--duration", "0s"], "--duration"),
         (&["bench", "--block-size", "0"], "--block-size"),
+        (&["bench", "--rounds", "0"], "--rounds"),
+        (&["bench", "--rounds", "26"], "--rounds"),
     ] {
         let out = run(bakery(home.path()).args(args));
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));

@@ -97,6 +97,13 @@ pub fn render(report: &Report, charts: &[String]) -> String {
         humantime::format_duration(std::time::Duration::from_millis(s.duration_ms)),
         s.warmup_ops_per_client
     );
+    if s.rounds > 1 {
+        let _ = writeln!(
+            md,
+            "| rounds | {}, interleaved: every cell ran once per round, in table order; each row shows its cell's median round (by throughput), with the errors of all its rounds |",
+            s.rounds
+        );
+    }
     let _ = writeln!(
         md,
         "| sequence | default settings: block adapting from 1,000 to 1,000,000 ids, background \
@@ -166,7 +173,11 @@ pub fn render(report: &Report, charts: &[String]) -> String {
          wakes only the next holder). Clients in different processes still conflict \
          on the lock's one row. That row holds the whole queue, so every write \
          carries it: at 64 clients it is about 64 times larger than at 1, and its \
-         encoding, transfer and decoding set the limit on the fast stores.\n\
+         encoding, transfer and decoding set the limit on the fast stores. With \
+         several rounds the ratio is that of the two cells' median rounds, and the \
+         worst cell also shows the ratio in each round (both cells from the same \
+         round): two cells a few seconds apart on a shared machine can differ by \
+         more than the code does.\n\
          - **Lock hand-off**: the median time from a holder's release to the next \
          client's grant (the `hand-off p50 µs` column), divided by one store round trip \
          of the same store and variant — half its single-client acquire + release p50 \

@@ -23,9 +23,13 @@ pub struct Written<'a> {
 pub fn render(report: &Report, written: Option<Written<'_>>) -> String {
     let mut out = String::new();
     // `write!` into a String cannot fail; the results are ignored.
+    let rounds = match report.settings.rounds {
+        0 | 1 => String::new(),
+        n => format!(", median of {n} rounds"),
+    };
     let _ = writeln!(
         out,
-        "bakery bench: {} per cell; {}",
+        "bakery bench: {} per cell{rounds}; {}",
         humantime::format_duration(Duration::from_millis(report.settings.duration_ms)),
         report.machine.one_line()
     );
