@@ -54,6 +54,11 @@ struct Watched {
     /// row it replaced to the row it left. A check that finds exactly that
     /// change wakes nobody: the writer told its process's waiters itself.
     own: Option<(Option<Seen>, Seen)>,
+    /// A `notify` of the key came since the last check: its watches wake
+    /// at the next check whatever the row, like a NOTIFY elsewhere (the
+    /// thread may have seen this store's write before the notify, and
+    /// kept quiet about it as an own write).
+    notified: bool,
     senders: Vec<WatchSender>,
 }
 
@@ -85,6 +90,7 @@ impl Feed {
                 .or_insert(Watched {
                     seen,
                     own: None,
+                    notified: false,
                     senders: Vec::new(),
                 });
             watched.senders.push(sender);
@@ -123,11 +129,16 @@ impl Feed {
             })
     }
 
-    /// Check now: a write this process made should reach its watchers
-    /// without waiting for the interval.
-    pub(crate) fn kick(&self) {
+    /// Wake the watches of `key` at a check made now: a write this
+    /// process made should reach its watchers without waiting for the
+    /// interval.
+    pub(crate) fn kick(&self, key: &Key) {
         let mut state = self.state();
-        if state.running {
+        if !state.running {
+            return;
+        }
+        if let Some(watched) = state.watches.get_mut(key.as_str()) {
+            watched.notified = true;
             state.kicked = true;
             self.kick.notify_one();
         }
@@ -159,7 +170,6 @@ impl Feed {
         // is not missed.
         let mut last: Option<i64> = None;
         let mut interval = FAST;
-        let mut kicked;
         loop {
             let keys: Vec<String> = {
                 let mut state = self.state();
@@ -189,7 +199,7 @@ impl Feed {
                     state.running = false;
                     return;
                 }
-                kicked = std::mem::take(&mut state.kicked);
+                let kicked = std::mem::take(&mut state.kicked);
                 let now = Some(data_version(&conn));
                 if now == last && !kicked {
                     interval = (interval * 2).min(SLOW);
@@ -217,7 +227,7 @@ impl Feed {
                         continue;
                     }
                 };
-                if !self.is_news(&name, now, kicked) {
+                if !self.is_news(&name, now) {
                     continue;
                 }
                 news = true;
@@ -237,15 +247,16 @@ impl Feed {
     }
 
     /// Note that `name`'s row is `now`; true if its watches must hear of
-    /// it: it changed, and not just by this store's own writes (unless a
-    /// `notify` asked for them to be told).
-    fn is_news(&self, name: &str, now: Option<Seen>, notified: bool) -> bool {
+    /// it: a `notify` of the key asked for it, or the row changed, and not
+    /// just by this store's own writes.
+    fn is_news(&self, name: &str, now: Option<Seen>) -> bool {
         let mut state = self.state();
         let Some(watched) = state.watches.get_mut(name) else {
             return false;
         };
+        let notified = std::mem::take(&mut watched.notified);
         if watched.seen == now {
-            return false;
+            return notified;
         }
         let before = std::mem::replace(&mut watched.seen, now);
         let own = watched.own.take();

@@ -338,11 +338,11 @@ impl VersionedStore for SqliteStore {
         .await
     }
 
-    /// Asks the change feed to look now, so this process's watchers hear of
-    /// the write at once; other processes' feeds see it at their next check.
+    /// Asks the change feed to look now and wake this process's watches of
+    /// `key` (whatever it finds: a notify always wakes, as elsewhere);
+    /// other processes' feeds see the write at their next check.
     async fn notify(&self, key: &Key) -> Result<()> {
-        let _ = key;
-        self.inner.feed.kick();
+        self.inner.feed.kick(key);
         Ok(())
     }
 }

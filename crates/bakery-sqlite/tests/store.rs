@@ -462,3 +462,26 @@ async fn bad_uris_fail_before_touching_the_disk() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Config);
 }
+
+/// A `notify` wakes the key's watches even when the change feed already
+/// saw the write it follows and, the write being this store's own, kept
+/// quiet about it. The pause lets the feed (checking every 2 ms at most)
+/// see the write first: the order that once lost the wake-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notify_after_the_feed_saw_the_write_still_wakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = file_store(&dir).await;
+    let k = key("notified");
+    let mut watch = store.watch(&k).await.unwrap().expect("a file has WATCH");
+    applied(&store, &k, None, "v1").await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        bakery_testkit::watch::is_quiet(&mut watch).await,
+        "an own write woke the watch before any notify"
+    );
+    store.notify(&k).await.unwrap();
+    assert!(bakery_testkit::watch::next_wake(&mut watch).await);
+    // A notify of another key wakes nobody here.
+    store.notify(&key("other")).await.unwrap();
+    assert!(bakery_testkit::watch::is_quiet(&mut watch).await);
+}
