@@ -14,7 +14,7 @@
 //! without a store round trip, and waiters in other processes through the
 //! store's notification.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use std::time::Duration;
@@ -43,12 +43,23 @@ const FIRST_POLL: Duration = Duration::from_micros(100);
 
 static DISPATCHERS: LazyLock<PerRow<Dispatcher>> = LazyLock::new(PerRow::new);
 
+/// How many of the last waiters woken a dispatcher remembers (see
+/// [`Dispatcher::woken`]): a grantee leaves within a few writes of its wake.
+const WOKEN_KEPT: usize = 16;
+
 /// The process's listener on one row; alive while a waiter holds a
 /// [`Registration`].
 pub(crate) struct Dispatcher {
     waiters: Mutex<HashMap<String, WatchSender>>,
     /// The newest version forwarded: an older row is not news to anyone.
     newest: Mutex<Option<Version>>,
+    /// The last waiters woken here with a row that grants them. On a store
+    /// whose watch reports every write (etcd), a grantee may hear of its
+    /// grant from the store, and leave, before the process's own write
+    /// hands the row over ([`deliver`]); it still waited here, so nobody
+    /// else needs telling. Ids are unique per request, so an id found here
+    /// is a waiter of this process.
+    woken: Mutex<VecDeque<String>>,
     /// The newest version this process wrote ([`wrote`]).
     written: Mutex<Option<Version>>,
     /// Set once the store subscription is live (or known to be absent).
@@ -170,6 +181,7 @@ impl Dispatcher {
             let dispatcher = Arc::new(Dispatcher {
                 waiters: Mutex::new(HashMap::new()),
                 newest: Mutex::new(None),
+                woken: Mutex::new(VecDeque::with_capacity(WOKEN_KEPT)),
                 written: Mutex::new(None),
                 ready,
                 _stop: stop,
@@ -203,13 +215,23 @@ impl Dispatcher {
         let Ok(waiters) = self.waiters.lock() else {
             return false;
         };
+        let Ok(mut woken) = self.woken.lock() else {
+            return false;
+        };
         let mut all_ours = true;
         for id in granted {
             match waiters.get(id) {
                 Some(waiter) if news => {
                     waiter.wake_with_row(row.clone());
+                    if woken.len() == WOKEN_KEPT {
+                        woken.pop_front();
+                    }
+                    woken.push_back(id.to_owned());
                 }
                 Some(_) => {}
+                // Gone, but woken here (by the store's report of this very
+                // write, say): ours.
+                None if woken.iter().any(|w| w == id) => {}
                 None => all_ours = false,
             }
         }
@@ -353,5 +375,52 @@ impl Source {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bakery_core::{Bytes, MemoryStore, PutOutcome};
+
+    use super::*;
+
+    /// A grantee that heard of its grant from the store's own report of a
+    /// write and left before the writing process handed the row over is
+    /// still known to be of this process: no other process needs telling.
+    /// A grantee never seen here is not.
+    #[tokio::test]
+    async fn a_grantee_woken_here_and_gone_still_counts_as_ours() {
+        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
+        let key = Key::new("dispatch/woken").expect("key");
+        let grants_a: Grantees = Arc::new(|_| Ok(vec![Arc::from("a")]));
+        let join = |id: &'static str| {
+            let grantees = grants_a.clone();
+            Registration::join(&store, &key, true, Duration::from_secs(1), id, move || {
+                grantees
+            })
+        };
+        // "z" keeps the dispatcher alive, as the rest of a queue would.
+        let _z = join("z").await;
+        let mut a = join("a").await;
+        let row = match store
+            .put_if_version(&key, None, Bytes::from_static(b"a holds it"))
+            .await
+            .expect("put")
+        {
+            PutOutcome::Applied(row) => row,
+            PutOutcome::Conflict(_) => panic!("a fresh key"),
+        };
+        // The store's report reaches "a" first; it takes its grant and goes.
+        let heard = a
+            .wait(Instant::now() + Duration::from_secs(5), None)
+            .await
+            .expect("the store's report of the write");
+        assert_eq!(heard.version, row.version);
+        drop(a);
+        assert!(deliver(&store, &key, ["a"], &row), "woken here: ours");
+        assert!(
+            !deliver(&store, &key, ["b"], &row),
+            "never here: another process's"
+        );
     }
 }

