@@ -242,11 +242,7 @@ impl CellResult {
             clients: cell.clients,
             elapsed_s: seconds,
             ops: m.ops,
-            ops_per_sec: if seconds > 0.0 {
-                m.ops as f64 / seconds
-            } else {
-                0.0
-            },
+            ops_per_sec: m.ops_per_sec(),
             rounds_ops_per_sec: cell.round_rates,
             latency: m.latency.summary(),
             distribution: m.latency.distribution(),

@@ -109,6 +109,17 @@ pub struct Measurement {
 }
 
 impl Measurement {
+    /// Successful operations per second of wall time (0 for a cell that
+    /// never started).
+    pub fn ops_per_sec(&self) -> f64 {
+        let seconds = self.elapsed.as_secs_f64();
+        if seconds > 0.0 {
+            self.ops as f64 / seconds
+        } else {
+            0.0
+        }
+    }
+
     /// A cell that could not even start: no operation, one error.
     pub fn failed(message: String) -> Result<Measurement, BenchError> {
         Ok(Measurement {

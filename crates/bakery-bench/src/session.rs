@@ -396,7 +396,7 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
     }
     let mut results = Vec::with_capacity(cells.len());
     for ((target, subject, clients), measurements) in cells.iter().zip(measured) {
-        let round_rates: Vec<f64> = measurements.iter().map(rate).collect();
+        let round_rates: Vec<f64> = measurements.iter().map(Measurement::ops_per_sec).collect();
         let Some(measurement) = median_round(measurements) else {
             continue; // skipped in every round
         };
@@ -517,23 +517,13 @@ fn cell_tag(run_id: &str, index: usize, round: usize) -> String {
     }
 }
 
-/// Operations per second of one round.
-fn rate(measurement: &Measurement) -> f64 {
-    let seconds = measurement.elapsed.as_secs_f64();
-    if seconds > 0.0 {
-        measurement.ops as f64 / seconds
-    } else {
-        0.0
-    }
-}
-
 /// The round with the median rate (the slower of the two middle ones for an
 /// even count), carrying the errors of every round: a failure in any round
 /// stays visible, whichever round is shown. `None` without rounds.
 fn median_round(mut rounds: Vec<Measurement>) -> Option<Measurement> {
     let errors: u64 = rounds.iter().map(|m| m.errors).sum();
     let first_error = rounds.iter().find_map(|m| m.first_error.clone());
-    rounds.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
+    rounds.sort_by(|a, b| a.ops_per_sec().total_cmp(&b.ops_per_sec()));
     let middle = rounds.len().checked_sub(1)? / 2;
     let mut median = rounds.into_iter().nth(middle)?;
     median.errors = errors;
@@ -655,7 +645,7 @@ mod tests {
             assert_eq!(cell.round_rates.len(), 3, "{cell:?}");
             let mut sorted = cell.round_rates.clone();
             sorted.sort_by(f64::total_cmp);
-            assert_eq!(rate(&cell.measurement), sorted[1], "{cell:?}");
+            assert_eq!(cell.measurement.ops_per_sec(), sorted[1], "{cell:?}");
         }
     }
 

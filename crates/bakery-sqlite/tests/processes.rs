@@ -73,13 +73,7 @@ async fn processes_share_one_file() {
         let output = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
             .await
             .unwrap();
-        assert!(
-            output.status.success(),
-            "a child failed ({}):\n{}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_child_succeeded(&output);
     }
     let row = store.get(&counter()).await.unwrap().unwrap();
     let total = (CHILDREN + 1) * PER_CHILD;
@@ -125,13 +119,7 @@ async fn write_in_a_child(path: &Path, key: &str) {
     let output = tokio::task::spawn_blocking(move || child.output().unwrap())
         .await
         .unwrap();
-    assert!(
-        output.status.success(),
-        "the child failed ({}):\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_child_succeeded(&output);
 }
 
 /// The change feed: a watch in this process wakes, with the row, when
@@ -165,4 +153,15 @@ async fn a_write_in_another_process_wakes_its_key_s_watches() {
         }
         other => panic!("expected the row the child wrote, got {other:?}"),
     }
+}
+
+/// A child process exited cleanly; otherwise fail with what it printed.
+fn assert_child_succeeded(output: &std::process::Output) {
+    assert!(
+        output.status.success(),
+        "a child failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
