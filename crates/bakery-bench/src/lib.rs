@@ -125,10 +125,10 @@ mod tests {
         };
         let report = run(plan).await.expect("run");
         assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);
-        // 1 store × 2 client counts × (2 cas + 2 sequence + 5 lock (fair,
+        // 1 store × 2 client counts × (3 cas + 2 sequence + 5 lock (fair,
         // polling, old, election, semaphore) + 2 once + 2 consumer
         // variants); the outbox skipped.
-        assert_eq!(report.results.len(), 2 * 13);
+        assert_eq!(report.results.len(), 2 * 14);
         assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
         assert_eq!(report.skipped[0].workload, "outbox");
         assert!(
@@ -165,5 +165,12 @@ mod tests {
             let text = std::fs::read_to_string(dir.path().join(file)).expect(file);
             assert!(!text.is_empty(), "{file}");
         }
+        // The cas cells at 1 client give the store's cost of a larger row.
+        let markdown =
+            std::fs::read_to_string(dir.path().join(report::markdown::FILE)).expect("markdown");
+        assert!(
+            markdown.contains("- **Row size**: a conditional write of a 4 KiB row runs at"),
+            "{markdown}"
+        );
     }
 }

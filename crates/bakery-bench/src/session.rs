@@ -638,8 +638,8 @@ mod tests {
         plan.rounds = 3;
         let run = execute(plan).await.expect("run");
         assert_eq!(run.rounds, 3);
-        // 2 variants × 2 client counts, each once however many rounds.
-        assert_eq!(run.cells.len(), 4);
+        // 3 variants × 2 client counts, each once however many rounds.
+        assert_eq!(run.cells.len(), 6);
         for cell in &run.cells {
             assert_eq!(cell.measurement.errors, 0, "{cell:?}");
             assert_eq!(cell.round_rates.len(), 3, "{cell:?}");
@@ -699,8 +699,8 @@ mod tests {
             .expect("run");
         let labels: Vec<&str> = run.targets.iter().map(|t| t.label.as_str()).collect();
         assert_eq!(labels, ["memory-1", "memory-2"]);
-        // 2 targets × 2 variants × 2 client counts.
-        assert_eq!(run.cells.len(), 8);
+        // 2 targets × 3 variants × 2 client counts.
+        assert_eq!(run.cells.len(), 12);
         for cell in &run.cells {
             assert_eq!(cell.measurement.errors, 0, "{cell:?}");
             assert!(cell.measurement.ops > 0, "{cell:?}");

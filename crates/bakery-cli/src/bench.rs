@@ -34,13 +34,14 @@ its median round), and reports throughput, latency \
 p50/p99/p999 (every operation timed into an HDR histogram), store round trips \
 per operation (the store is wrapped in a CountingStore), conflicts per \
 operation, errors, and the fairness of the clients' shares. Workloads: `cas` \
-(read-modify-write increments with put_if_version, on one shared key and on a \
-key per client) and `sequence` (next() from a Sequence handle per client with \
+(read-modify-write increments with put_if_version, on one shared key, on a \
+key per client, and on a key per client with 4 KiB rows: what the store \
+charges for a larger row) and `sequence` (next() from a Sequence handle per client with \
 the default settings, in one process and as a node each) and `lock` (acquire + \
 release of one lock by every client: the fair FIFO lock with and without store \
 notifications, and the old try-and-back-off lock; fairness is Jain's \
 index over the clients' grants, plus the longest run of grants to one \
-client), `once` (Idempotency::run on a new key and on a completed one), \
+client and the mean size of the rows written), `once` (Idempotency::run on a new key and on a completed one), \
 `consumer` (Consumer::process of increasing keys, a partition per client \
 and one shared partition) and `outbox` (a message emitted in its own \
 PostgreSQL transaction until the relay applied it to a consumer on the \

@@ -154,7 +154,7 @@ fn default_run_prints_tables_and_writes_every_output() {
     assert_eq!(targets, ["memory", "sqlite"]);
     for target in ["memory", "sqlite"] {
         for clients in [1, 2] {
-            for variant in ["shared-key", "own-key"] {
+            for variant in ["shared-key", "own-key", "own-key-4k"] {
                 assert_clean_cell(cell(&report, "cas", target, variant, clients));
             }
             assert_clean_cell(cell(&report, "sequence", target, "nodes", clients));
@@ -172,8 +172,8 @@ fn default_run_prints_tables_and_writes_every_output() {
         .iter()
         .filter(|r| r["workload"] == "cas" || r["workload"] == "sequence")
         .count();
-    // 2 stores × 2 client counts × (2 cas variants + 2 sequence variants).
-    assert_eq!(ours, 2 * 2 * 4);
+    // 2 stores × 2 client counts × (3 cas variants + 2 sequence variants).
+    assert_eq!(ours, 2 * 2 * 5);
     let checks = report["checks"].as_array().expect("checks");
     let check = |id: &str| {
         checks
@@ -265,7 +265,7 @@ fn rounds_run_every_cell_again_and_keep_each_round_s_rate() {
     assert_ok(&out);
     let report = json(&out);
     assert_eq!(report["settings"]["rounds"], 3);
-    for variant in ["shared-key", "own-key"] {
+    for variant in ["shared-key", "own-key", "own-key-4k"] {
         let cas = cell(&report, "cas", "memory", variant, 1);
         assert_clean_cell(cas);
         let rates = cas["rounds_ops_per_sec"].as_array().expect("rates");
@@ -276,7 +276,7 @@ fn rounds_run_every_cell_again_and_keep_each_round_s_rate() {
         let shown = cas["ops_per_sec"].as_f64().expect("rate");
         assert!((shown - sorted[1]).abs() <= 1e-6 * shown, "{cas}");
     }
-    assert_eq!(results(&report).len(), 2, "one row per cell, not per round");
+    assert_eq!(results(&report).len(), 3, "one row per cell, not per round");
 }
 
 /// `bakery bench --json` of one `workload`, with `clients` (a list) and
@@ -496,7 +496,22 @@ fn lock_workload_reports_fairness_and_native_locks() {
                 cell["extras"]["longest run"].as_u64().unwrap_or(0) >= 1,
                 "{cell:#}"
             );
+            assert!(
+                cell["extras"]["row bytes"].as_u64().unwrap_or(0) >= 1,
+                "{cell:#}"
+            );
         }
+        // The fair lock's queue lives in its row: waiters make it larger.
+        let row_bytes = |clients| {
+            let cell = cell(&report, "lock", target, "fair", clients);
+            cell["extras"]["row bytes"].as_u64().unwrap_or(0)
+        };
+        assert!(
+            row_bytes(3) > row_bytes(1),
+            "{target}: row bytes {} at 3 clients, {} at 1",
+            row_bytes(3),
+            row_bytes(1)
+        );
     }
     for (_, target, peer) in &servers {
         let native = cell(&report, "lock", target, peer, 3);

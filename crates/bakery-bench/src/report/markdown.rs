@@ -225,7 +225,11 @@ pub fn render(report: &Report, charts: &[String]) -> String {
          - **waits** (`sequence`): `next()` calls that had to wait for the store because no \
          block was ready; **reservations**: blocks reserved.\n\
          - **cas**, *shared key*: every client increments the same counter (contention); \
-         *key per client*: no contention, the store's plain conditional-write rate.\n\
+         *key per client*: no contention, the store's plain conditional-write rate; \
+         *key per client, 4 KiB rows*: the same with every row 4 KiB (about a lock row with \
+         64 waiters), so the two side by side show what the store charges for a larger row.\n\
+         - **row bytes** (`lock`): the mean size of the rows the recipe wrote; the fair \
+         lock's queue lives in its row.\n\
          - **sequence**: each client has its own `Sequence` handle on the same name, as \
          separate processes would; all handles share the target's one store (connection \
          pool). Native peers use one connection per client.\n\
@@ -306,6 +310,7 @@ fn choosing(md: &mut String, report: &Report) {
             ranked(&cas)
         );
     }
+    row_size(md, report);
     let one = ranking(report, "sequence", &["next"], 1);
     let nodes = ranking(report, "sequence", &["nodes"], 64);
     if !one.is_empty() {
@@ -354,6 +359,36 @@ fn choosing(md: &mut String, report: &Report) {
          and unfair as soon as several contend (see its fairness and longest-run \
          columns). MongoDB here is FerretDB on PostgreSQL, a stand-in much slower than a \
          real MongoDB replica set.\n"
+    );
+}
+
+/// What each store charges for a larger row, from the `cas` cells.
+fn row_size(md: &mut String, report: &Report) {
+    let mut costs: Vec<(&str, f64)> = Vec::new();
+    for cell in &report.results {
+        let store = cell.target.as_str();
+        if costs.iter().all(|(seen, _)| *seen != store) {
+            if let Some(cost) = crate::checks::row_size_cost(&report.results, store) {
+                costs.push((store, cost));
+            }
+        }
+    }
+    if costs.is_empty() {
+        return;
+    }
+    costs.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let shown: Vec<String> = costs
+        .iter()
+        .map(|(store, cost)| format!("{store} {cost:.2}×"))
+        .collect();
+    let _ = writeln!(
+        md,
+        "- **Row size**: a conditional write of a {} KiB row runs at this share of a small \
+         row's rate (cas, key per client, 1 client): {}. A recipe writes its whole row every \
+         time, and the fair lock's row holds its queue (its row bytes column), so where \
+         the store charges for size the lock slows down as waiters queue.",
+        crate::workloads::cas::LARGE_ROW / 1024,
+        shown.join(", ")
     );
 }
 

@@ -7,7 +7,12 @@
 //! - **shared key**: every client increments the same counter, so the
 //!   conflicts per successful increment show what contention costs;
 //! - **own key**: one counter per client, no contention: the store's
-//!   plain conditional-write rate.
+//!   plain conditional-write rate;
+//! - **own key, 4 KiB rows**: the same with every row padded to
+//!   [`LARGE_ROW`] bytes, about the size of a lock row with 64 waiters in
+//!   its queue: set side by side with *own key*, it shows what the store
+//!   itself charges for a larger row (a fsync of more pages, a larger
+//!   replicated log entry), which no recipe built on one row can avoid.
 //!
 //! Afterwards the counters are read back: their sum must equal the
 //! successful increments (a lost update would show here).
@@ -28,18 +33,26 @@ const MAX_CONFLICTS_PER_OP: u32 = 100_000;
 pub struct CasWorkload;
 
 const SHARED: Variant = Variant::new("shared-key", "put_if_version, shared key");
-const OWN: Variant = Variant::new("own-key", "put_if_version, key per client");
+pub(crate) const OWN: Variant = Variant::new("own-key", "put_if_version, key per client");
+pub(crate) const OWN_LARGE: Variant =
+    Variant::new("own-key-4k", "put_if_version, key per client, 4 KiB rows");
+
+/// The row size of the [`OWN_LARGE`] variant, in bytes.
+pub const LARGE_ROW: usize = 4096;
 
 /// The `cas` workload as the registry lists it.
-pub const SPEC: WorkloadSpec = WorkloadSpec::new("cas", "ops", &[SHARED, OWN], &CasWorkload)
-    .summary("Increments with put_if_version.")
-    .title("cas: read-modify-write increments with put_if_version (ops/s = successful increments)");
+pub const SPEC: WorkloadSpec =
+    WorkloadSpec::new("cas", "ops", &[SHARED, OWN, OWN_LARGE], &CasWorkload)
+        .summary("Increments with put_if_version.")
+        .title(
+            "cas: read-modify-write increments with put_if_version (ops/s = successful increments)",
+        );
 
 #[async_trait]
 impl Workload for CasWorkload {
     async fn setup(&self, store: &CellStore, cell: &CellSpec) -> Result<PreparedCell, BenchError> {
         let key_of = |name: String| Key::new(name).map_err(prepare_error("cas", store));
-        let keys: Vec<Key> = if cell.variant == OWN.id {
+        let keys: Vec<Key> = if cell.variant == OWN.id || cell.variant == OWN_LARGE.id {
             (0..cell.clients)
                 .map(|i| key_of(format!("bench/{}/counter-{i}", cell.tag)))
                 .collect::<Result<_, _>>()?
@@ -55,6 +68,11 @@ impl Workload for CasWorkload {
                     key: keys[i % keys.len()].clone(),
                     current: None,
                     fresh: false,
+                    row_size: if cell.variant == OWN_LARGE.id {
+                        LARGE_ROW
+                    } else {
+                        0
+                    },
                     applied: applied.clone(),
                 }) as Box<dyn BenchClient>
             })
@@ -79,6 +97,8 @@ struct CasClient {
     /// False until the first read, and again after an error (whose write
     /// may or may not have applied), so the next increment re-reads.
     fresh: bool,
+    /// The size every written row is padded to (0: no padding).
+    row_size: usize,
     /// Successful increments of the whole cell.
     applied: Arc<AtomicU64>,
 }
@@ -105,7 +125,7 @@ impl CasClient {
                 Some(row) => (decode(row)?, Some(row.version)),
                 None => (0, None),
             };
-            let next = Bytes::from((count + 1).to_string());
+            let next = encode(count + 1, self.row_size);
             match self.store.put_if_version(&self.key, expected, next).await? {
                 PutOutcome::Applied(row) => {
                     self.current = Some(row);
@@ -123,11 +143,35 @@ impl CasClient {
     }
 }
 
-/// The counter a row holds (ASCII decimal).
+/// The row of counter `count`: ASCII decimal, then (when `row_size` is
+/// larger) a space and filler up to `row_size` bytes. The filler varies
+/// like real data does, so a store that compresses its values (PostgreSQL
+/// compresses any over 2 KiB) still writes about `row_size` bytes.
+fn encode(count: u64, row_size: usize) -> Bytes {
+    let mut row = count.to_string().into_bytes();
+    if row.len() < row_size {
+        row.push(b' ');
+        // xorshift64 seeded by the counter: printable, and not a repeat
+        // of the previous row's filler.
+        let mut state = count.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        while row.len() < row_size {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            row.push(FILLER[(state % FILLER.len() as u64) as usize]);
+        }
+    }
+    Bytes::from(row)
+}
+
+const FILLER: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// The counter a row holds (ASCII decimal, maybe followed by a space and
+/// filler).
 fn decode(row: &Row) -> Result<u64, OpError> {
     std::str::from_utf8(&row.value)
         .ok()
-        .and_then(|text| text.parse().ok())
+        .and_then(|text| text.split(' ').next()?.parse().ok())
         .ok_or_else(|| OpError(format!("row {} does not hold a counter", row.key)))
 }
 
@@ -161,5 +205,36 @@ impl Finish for CasFinish {
             ));
         }
         problems
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(value: Bytes) -> Row {
+        Row::new(&Key::new("bench/t/counter").expect("key"), value, 1)
+    }
+
+    #[test]
+    fn a_padded_row_has_the_large_size_and_reads_back_its_counter() {
+        let padded = encode(42, LARGE_ROW);
+        assert_eq!(padded.len(), LARGE_ROW);
+        assert_eq!(decode(&row(padded.clone())).expect("counter"), 42);
+        assert!(!padded.ends_with(b"    "), "filler, not spaces");
+        assert_ne!(
+            encode(43, LARGE_ROW)[3..],
+            padded[3..],
+            "each row its own filler"
+        );
+        let plain = encode(42, 0);
+        assert_eq!(&plain[..], b"42");
+        assert_eq!(decode(&row(plain)).expect("counter"), 42);
+    }
+
+    #[test]
+    fn a_row_without_a_counter_is_reported() {
+        let err = decode(&row(Bytes::from_static(b"x 12"))).expect_err("not a counter");
+        assert!(err.0.contains("does not hold a counter"), "{}", err.0);
     }
 }

@@ -11,13 +11,19 @@
 //! latency is the wait plus both writes. Besides throughput the table shows
 //! fairness: Jain's index over the clients' grants (from the runner) and the
 //! longest run of consecutive grants to one client. Every grant is checked
-//! for overlap with another (a violation is counted as an error).
+//! for overlap with another (a violation is counted as an error). The row
+//! bytes column is the mean size of the rows the recipe wrote: the fair
+//! lock's queue lives in its row, so the row grows with the waiters, and
+//! every write pays for its size (see the `cas` workload's 4 KiB rows).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use bakery::{Election, Key, Lock, Semaphore, VersionedStore};
+use bakery::{
+    Bytes, Election, Key, Lock, PutOutcome, Result as StoreResult, Semaphore, StoreLayer, Version,
+    VersionedStore,
+};
 
 use crate::baseline::{self, OldLock};
 use crate::stats::LatencyHistogram;
@@ -41,6 +47,8 @@ pub const LONGEST_RUN: &str = "longest run";
 pub const HANDOFF_P50: &str = "hand-off p50 µs";
 /// Extra column: 99th percentile of the hand-off (µs, rounded up).
 pub const HANDOFF_P99: &str = "hand-off p99 µs";
+/// Extra column: mean size of the rows the recipe wrote (bytes).
+pub const ROW_BYTES: &str = "row bytes";
 
 /// The `lock` workload as the registry lists it.
 pub const SPEC: WorkloadSpec = WorkloadSpec::new(
@@ -60,14 +68,15 @@ pub const SPEC: WorkloadSpec = WorkloadSpec::new(
              consecutive grants to one client; hand-off = from the holder's release to the next \
              client's grant)",
 )
-.extra_columns(&[LONGEST_RUN, HANDOFF_P50, HANDOFF_P99]);
+.extra_columns(&[LONGEST_RUN, HANDOFF_P50, HANDOFF_P99, ROW_BYTES]);
 
 #[async_trait]
 impl Workload for LockWorkload {
     async fn setup(&self, store: &CellStore, cell: &CellSpec) -> Result<PreparedCell, BenchError> {
         let name = cell.recipe_name();
         let prepare_error = prepare_error("lock", store);
-        let counted: Arc<dyn VersionedStore> = store.counted.clone();
+        let written = Arc::new(WrittenBytes::new(store.counted.clone()));
+        let counted: Arc<dyn VersionedStore> = written.clone();
         let grants = Arc::new(GrantLog::default());
         let prefix = if cell.variant == OLD.id {
             baseline::KEY_PREFIX
@@ -111,6 +120,7 @@ impl Workload for LockWorkload {
                 index,
                 kind,
                 grants: grants.clone(),
+                written: written.clone(),
                 store: counted.clone(),
                 key: key.clone(),
                 warmed: false,
@@ -244,6 +254,8 @@ struct LockClient {
     index: usize,
     kind: LockKind,
     grants: Arc<GrantLog>,
+    /// The sizes of the rows the cell's recipes wrote.
+    written: Arc<WrittenBytes>,
     /// For the warm-up read.
     store: Arc<dyn VersionedStore>,
     key: Key,
@@ -290,7 +302,56 @@ impl BenchClient for LockClient {
     }
 
     fn extras(&self) -> Vec<(&'static str, u64)> {
-        self.grants.extras(self.index)
+        let mut extras = self.grants.extras(self.index);
+        // A cell-wide figure, like the grant log's: client 0 reports it.
+        if let (0, Some(mean)) = (self.index, self.written.mean()) {
+            extras.push((ROW_BYTES, mean));
+        }
+        extras
+    }
+}
+
+/// A store layer that adds up the sizes of the rows written through it.
+#[derive(Debug)]
+struct WrittenBytes {
+    inner: Arc<dyn VersionedStore>,
+    bytes: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl WrittenBytes {
+    fn new(inner: Arc<dyn VersionedStore>) -> Self {
+        WrittenBytes {
+            inner,
+            bytes: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+        }
+    }
+
+    /// The mean size of the rows written so far, rounded (`None` before
+    /// the first write).
+    fn mean(&self) -> Option<u64> {
+        let writes = self.writes.load(Ordering::Relaxed);
+        let bytes = self.bytes.load(Ordering::Relaxed);
+        (writes > 0).then(|| (bytes + writes / 2) / writes)
+    }
+}
+
+#[async_trait]
+impl StoreLayer for WrittenBytes {
+    fn inner(&self) -> &dyn VersionedStore {
+        self.inner.as_ref()
+    }
+
+    async fn put_if_version(
+        &self,
+        key: &Key,
+        expected: Option<Version>,
+        value: Bytes,
+    ) -> StoreResult<PutOutcome> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(value.len() as u64, Ordering::Relaxed);
+        self.inner.put_if_version(key, expected, value).await
     }
 }
 

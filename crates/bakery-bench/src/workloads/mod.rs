@@ -5,7 +5,7 @@
 //! [`WorkloadSpec`] (as `SPEC`) and implementing
 //! [`Workload`](crate::model::Workload), plus one line in [`registry`].
 
-mod cas;
+pub(crate) mod cas;
 mod cleanup;
 mod consumer;
 pub mod lock;
