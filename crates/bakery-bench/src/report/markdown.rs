@@ -364,15 +364,14 @@ fn choosing(md: &mut String, report: &Report) {
 
 /// What each store charges for a larger row, from the `cas` cells.
 fn row_size(md: &mut String, report: &Report) {
-    let mut costs: Vec<(&str, f64)> = Vec::new();
-    for cell in &report.results {
-        let store = cell.target.as_str();
-        if costs.iter().all(|(seen, _)| *seen != store) {
-            if let Some(cost) = crate::checks::row_size_cost(&report.results, store) {
-                costs.push((store, cost));
-            }
-        }
-    }
+    let mut costs: Vec<(&str, f64)> = report
+        .targets
+        .iter()
+        .filter_map(|target| {
+            let cost = crate::checks::row_size_cost(&report.results, &target.label)?;
+            Some((target.label.as_str(), cost))
+        })
+        .collect();
     if costs.is_empty() {
         return;
     }
