@@ -25,29 +25,29 @@ use bakery_core::{
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::state::{Fragments, LockState, Waiter};
+use super::state::{Fragments, Head, LockState, Waiter};
 use crate::arrival::{Arrival, Arrivals};
 use crate::dispatch;
 use crate::per_process::{slot, PerRow};
 
 static WRITERS: LazyLock<PerRow<Writer>> = LazyLock::new(PerRow::new);
 
-/// The state stored in `row` of lock `key`: from this process's writer's
-/// cache when it has that value, else decoded.
-pub(crate) fn decoded(
+/// The token and holder stored in `row` of lock `key`: from this process's
+/// writer's cache when it has that value, else decoded without the queue.
+fn head(
     store: &Arc<dyn VersionedStore>,
     key: &Key,
     notifications: bool,
     row: &Row,
-) -> Result<Arc<LockState>> {
+) -> Result<Head> {
     match WRITERS.get(&slot(store, key, notifications)) {
-        Some(writer) => writer.decoded(row),
-        None => LockState::decode(row).map(Arc::new),
+        Some(writer) => writer.head(row),
+        None => LockState::decode_head(row),
     }
 }
 
 /// The waiter a lock row grants, for the process's dispatcher: its holder,
-/// decoded through the process's writer (which knows the rows it wrote).
+/// read through the process's writer (which knows the rows it wrote).
 pub(crate) fn grantees(
     store: &Arc<dyn VersionedStore>,
     key: &Key,
@@ -55,12 +55,8 @@ pub(crate) fn grantees(
 ) -> dispatch::Grantees {
     let (store, key) = (store.clone(), key.clone());
     Arc::new(move |row| {
-        let state = decoded(&store, &key, notifications, row)?;
-        Ok(state
-            .holder
-            .iter()
-            .map(|holder| holder.id.clone())
-            .collect())
+        let head = head(&store, &key, notifications, row)?;
+        Ok(head.holder.iter().map(|holder| holder.id.clone()).collect())
     })
 }
 
@@ -128,8 +124,9 @@ impl Request {
 pub(crate) struct Written {
     /// `None`: the row does not exist.
     pub(crate) row: Option<Row>,
-    /// The state of `row`, shared by every request of the batch.
-    pub(crate) state: Arc<LockState>,
+    /// The token and holder of `row` (not its queue: a client that kept
+    /// the whole state would make the next write copy it).
+    pub(crate) head: Head,
     /// Send time of the call that returned `row`.
     pub(crate) sent: Instant,
     /// Whether this request changed the state (false: nothing to do, or
@@ -347,7 +344,7 @@ impl Writer {
             let sent = Instant::now();
             if !changed {
                 if let Some(at) = returned_at {
-                    return finish(outcomes, &current, Arc::new(state), at, false);
+                    return finish(outcomes, &current, state.head(), at, false);
                 }
                 // Nothing to do, as the cache says: believe it only from
                 // the store.
@@ -370,6 +367,7 @@ impl Writer {
             let expected = current.as_ref().map(|row| row.version);
             match self.store.put_if_version(&self.key, expected, value).await {
                 Ok(PutOutcome::Applied(row)) => {
+                    let head = state.head();
                     let state = Arc::new(state);
                     // The state this write replaced is dropped only after
                     // the new holder was handed its row: with a long queue
@@ -380,7 +378,7 @@ impl Writer {
                     self.remember(current.as_ref());
                     let tell_others = handed_on && !self.deliver(current.as_ref(), &state);
                     drop(replaced);
-                    return finish(outcomes, &current, state, sent, tell_others);
+                    return finish(outcomes, &current, head, sent, tell_others);
                 }
                 Ok(PutOutcome::Conflict(now)) => {
                     current = now;
@@ -404,6 +402,20 @@ impl Writer {
         let state = Arc::new(LockState::decode(row)?);
         self.keep_decoded(&row.value, &state);
         Ok(state)
+    }
+
+    /// The token and holder stored in `row`: from the cache when it has
+    /// that value, else without decoding the queue (the row a woken holder
+    /// was handed is often older than the cache by then).
+    pub(crate) fn head(&self, row: &Row) -> Result<Head> {
+        if let Ok(decoded) = self.decoded.lock() {
+            if let Some((value, state)) = decoded.as_ref() {
+                if same_bytes(value, &row.value) {
+                    return Ok(state.head());
+                }
+            }
+        }
+        LockState::decode_head(row)
     }
 
     /// The state stored in `row`, to change. Taken out of the cache when
@@ -545,7 +557,7 @@ impl Drop for Turn {
 fn finish(
     outcomes: Vec<Result<bool>>,
     row: &Option<Row>,
-    state: Arc<LockState>,
+    head: Head,
     sent: Instant,
     tell_others: bool,
 ) -> Vec<Result<Written>> {
@@ -554,7 +566,7 @@ fn finish(
         .map(|outcome| {
             outcome.map(|applied| Written {
                 row: row.clone(),
-                state: state.clone(),
+                head: head.clone(),
                 sent,
                 applied,
                 tell_others,

@@ -58,12 +58,12 @@ pub(crate) struct Grant {
 }
 
 impl Grant {
-    /// `state` is `row`'s; only its token is kept (a guard holding the
-    /// decoded state would make the writer copy it to release).
-    pub(crate) fn new(id: Arc<str>, row: &Row, state: &LockState, beat_sent: Instant) -> Grant {
+    /// `token` is `row`'s (a guard holding the decoded state would make
+    /// the writer copy it to release).
+    pub(crate) fn new(id: Arc<str>, row: &Row, token: u64, beat_sent: Instant) -> Grant {
         Grant {
             id,
-            token: state.token,
+            token,
             row: row.clone(),
             beat_sent,
         }
@@ -405,13 +405,13 @@ async fn release(shared: &Shared) -> Result<()> {
     };
     if written.applied {
         shared.status.send_replace(Status::Released);
-        if let Some(next) = &written.state.holder {
+        if let Some(next) = &written.head.holder {
             shared.lock.writer.handed_on(&next.id, sent);
         }
         crate::metrics::lock_released(
             &shared.lock.name,
             shared.granted.elapsed(),
-            written.state.holder.is_some(),
+            written.head.holder.is_some(),
         );
         if written.tell_others {
             shared.lock.writer.notify_others().await;

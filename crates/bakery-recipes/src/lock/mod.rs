@@ -81,6 +81,7 @@ use bakery_core::{Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore
 use tokio::time::Instant;
 
 pub use guard::{LockGuard, LostReason};
+use state::Head;
 pub use state::{Holder, LockState, Waiter};
 
 use crate::arrival::Arrival;
@@ -417,7 +418,7 @@ impl Lock {
             match self.put(current.as_ref(), &state).await? {
                 PutOutcome::Applied(row) => {
                     crate::metrics::lock_acquired(&self.inner.name, Duration::ZERO);
-                    let grant = Grant::new(ticket.waiter.id.clone(), &row, &state, sent);
+                    let grant = Grant::new(ticket.waiter.id.clone(), &row, state.token, sent);
                     return Ok(Some(LockGuard::start(self.inner.clone(), grant)));
                 }
                 PutOutcome::Conflict(now) => {
@@ -513,34 +514,35 @@ impl Lock {
             current = inner.store.get(&inner.key).await?;
         }
         let mut observed: Option<Observation> = None;
-        // The state of `current` when the call that returned it had it
-        // decoded already (a long queue costs more to decode than to share).
-        let mut current_state: Option<Arc<LockState>> = None;
+        // The head of `current` when the call that returned it had it
+        // already.
+        let mut current_head: Option<Head> = None;
         // `current` is the row our own applied enqueue left (and it does
         // not name us the holder), so we are in its queue: no need to scan
         // a long queue for our id.
         let mut joined_current = false;
         loop {
-            // Shared with the writer's cache: a long queue is copied only
-            // by the rare eviction that changes it here.
-            let state = match (current_state.take(), &current) {
-                (Some(state), _) => state,
-                (None, Some(row)) => inner.writer.decoded(row)?,
-                (None, None) => Arc::new(LockState::default()),
+            // Only the head: the queue is read (through the writer's
+            // cache) by the rare paths that need it, so a waiter never
+            // holds on to a long queue the writer would then have to copy.
+            let head = match (current_head.take(), &current) {
+                (Some(head), _) => head,
+                (None, Some(row)) => inner.writer.head(row)?,
+                (None, None) => Head::default(),
             };
-            if state.held_by(&me) {
+            if head.held_by(&me) {
                 let row = current.ok_or_else(|| {
                     Error::new(ErrorKind::Internal, "lock", "held lock without row")
                 })?;
                 inner.writer.remember(Some(&row));
-                return Ok(Grant::new(me, &row, &state, not_holder_at));
+                return Ok(Grant::new(me, &row, head.token, not_holder_at));
             }
             not_holder_at = current_sent;
-            let request = if state.is_free() {
+            let request = if head.is_free() {
                 Request::Take(ticket.waiter.clone())
             } else if !std::mem::take(&mut joined_current)
                 // Ids are unique per acquire: never sent, never queued.
-                && (!ticket.enqueued || !state.queued(&me))
+                && (!ticket.enqueued || !inner.writer.decoded(held_row(&current)?)?.queued(&me))
             {
                 // Register BEFORE the enqueue write: every change after it
                 // is then heard, and waiting needs no read first.
@@ -569,7 +571,7 @@ impl Lock {
                 let registration = registration.as_mut().ok_or_else(|| {
                     Error::new(ErrorKind::Internal, "lock", "queued without a registration")
                 })?;
-                let holder = state.holder.clone().ok_or_else(|| {
+                let holder = head.holder.clone().ok_or_else(|| {
                     Error::new(ErrorKind::Internal, "lock", "queued lock without holder")
                 })?;
                 let seen = Observation::update(observed.take(), &holder);
@@ -577,7 +579,7 @@ impl Lock {
                     let sent = Instant::now();
                     tracing::info!(lock = %inner.name, holder = %holder.owner, "evicting a holder whose lease ran out");
                     crate::metrics::lock_evicted(&inner.name);
-                    let mut state = LockState::clone(&state);
+                    let mut state = LockState::clone(&*inner.writer.decoded(held_row(&current)?)?);
                     state.hand_off()?;
                     let mine = state.held_by(&me);
                     if mine {
@@ -588,7 +590,7 @@ impl Lock {
                     if let PutOutcome::Applied(row) = &outcome {
                         inner.writer.remember(Some(row));
                         if mine {
-                            return Ok(Grant::new(me, row, &state, sent));
+                            return Ok(Grant::new(me, row, state.token, sent));
                         }
                         inner.writer.announce(row, &state).await;
                     }
@@ -607,9 +609,6 @@ impl Lock {
                 // holder's heartbeat).
                 let wake_at = (current_sent + slowest).min(deadline);
                 let seen = current.as_ref().map(|row| row.version);
-                // Not kept while waiting: the writer changes a state
-                // nobody else holds in place instead of copying it.
-                drop(state);
                 if let Some(row) = registration.wait(wake_at, seen).await {
                     // It names us the holder; our lease still counts from
                     // our last request (`current_sent`).
@@ -627,20 +626,27 @@ impl Lock {
                 .writer
                 .submit(request, current.as_ref(), Some(&mut *arrival))
                 .await?;
-            if written.applied && written.state.held_by(&me) {
+            if written.applied && written.head.held_by(&me) {
                 // Taken (or queued and handed over) by this very write: the
                 // lease counts from its send time.
                 let row = written.row.ok_or_else(|| {
                     Error::new(ErrorKind::Internal, "lock", "granted lock without row")
                 })?;
-                return Ok(Grant::new(me, &row, &written.state, written.sent));
+                return Ok(Grant::new(me, &row, written.head.token, written.sent));
             }
             joined_current = joining && written.applied;
             current = written.row;
-            current_state = Some(written.state);
+            current_head = Some(written.head);
             current_sent = written.sent;
         }
     }
+}
+
+/// The row of a lock that has a holder (a row without one decodes free).
+fn held_row(current: &Option<Row>) -> Result<&Row> {
+    current
+        .as_ref()
+        .ok_or_else(|| Error::new(ErrorKind::Internal, "lock", "held lock without row"))
 }
 
 pub(crate) async fn put_state(

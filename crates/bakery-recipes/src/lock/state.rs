@@ -62,6 +62,41 @@ pub struct Waiter {
     pub data: Option<Arc<str>>,
 }
 
+/// What most readers of a lock row need: the fencing token and the holder.
+/// Unlike a [`LockState`] it holds no queue, so keeping or dropping one
+/// costs the same at any queue length (a waiter that held on to the whole
+/// state made the writer copy it for its next write, and then dropped the
+/// old copy itself).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Head {
+    pub(crate) token: u64,
+    pub(crate) holder: Option<Holder>,
+}
+
+impl Head {
+    /// Is `id` the holder?
+    pub(crate) fn held_by(&self, id: &str) -> bool {
+        self.holder.as_ref().is_some_and(|h| &*h.id == id)
+    }
+
+    /// Nobody holds the lock.
+    pub(crate) fn is_free(&self) -> bool {
+        self.holder.is_none()
+    }
+}
+
+/// The stored form of a [`Head`]: the queue is skipped as JSON (its
+/// entries are checked by the full decode of the next write).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredHead {
+    token: u64,
+    #[serde(default)]
+    holder: Option<Holder>,
+    #[serde(default, rename = "queue")]
+    _queue: Option<serde::de::IgnoredAny>,
+}
+
 impl Holder {
     /// The holder a grant to `waiter` makes, with heartbeat `beat`.
     fn granted(waiter: Waiter, beat: u64) -> Holder {
@@ -92,6 +127,32 @@ impl LockState {
             ));
         }
         Ok(state)
+    }
+
+    /// The head of a stored row (token and holder), without building its
+    /// queue: a woken waiter only needs to know whether the row names it
+    /// the holder, and at 64 waiters decoding (and later dropping) the
+    /// queue cost it more than the rest of its grant. A row that is not a
+    /// lock's JSON is [`ErrorKind::Corrupt`] here too.
+    pub(crate) fn decode_head(row: &Row) -> Result<Head> {
+        let head: StoredHead = serde_json::from_slice(&row.value).map_err(|e| {
+            Error::corrupt(
+                "lock",
+                format!("row {} is not a bakery lock: {e}", row.key.as_str()),
+            )
+        })?;
+        Ok(Head {
+            token: head.token,
+            holder: head.holder,
+        })
+    }
+
+    /// Its token and holder.
+    pub(crate) fn head(&self) -> Head {
+        Head {
+            token: self.token,
+            holder: self.holder.clone(),
+        }
     }
 
     pub(crate) fn encode(&self) -> Result<bakery_core::Bytes> {
@@ -366,6 +427,47 @@ mod tests {
             LockState::decode(&foreign).unwrap_err().kind(),
             ErrorKind::Corrupt
         );
+    }
+
+    #[test]
+    fn a_row_s_head_is_its_token_and_holder_without_the_queue() {
+        let mut s = LockState::default();
+        s.take(&waiter("a")).unwrap();
+        s.hand_off().unwrap();
+        s.take(&waiter("b")).unwrap();
+        s.queue.push_back(waiter("c"));
+        s.queue.push_back(waiter("d"));
+        let row = Row {
+            key: bakery_core::Key::new("lock/x").unwrap(),
+            value: s.encode().unwrap(),
+            version: 7,
+        };
+        let head = LockState::decode_head(&row).unwrap();
+        assert_eq!(head.token, 2);
+        assert_eq!(head.holder, s.holder);
+        assert!(head.held_by("b") && !head.held_by("c") && !head.is_free());
+        let free = Row {
+            value: LockState::default().encode().unwrap(),
+            ..row.clone()
+        };
+        assert!(LockState::decode_head(&free).unwrap().is_free());
+        // Not a lock's JSON, even where only the skipped queue is damaged.
+        for damaged in [
+            &b"not json"[..],
+            br#"{"token":1,"holder":{"id":"a","owner":"o","beat":1,"lease_ms":1},"queue":[{"id":"#,
+            br#"{"token":1,"stranger":2}"#,
+        ] {
+            let row = Row {
+                value: damaged.into(),
+                ..row.clone()
+            };
+            assert_eq!(
+                LockState::decode_head(&row).unwrap_err().kind(),
+                ErrorKind::Corrupt,
+                "{}",
+                String::from_utf8_lossy(damaged)
+            );
+        }
     }
 
     #[test]
