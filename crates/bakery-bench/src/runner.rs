@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bakery::CountingStore;
@@ -35,13 +35,20 @@ const YIELD_EVERY: u32 = 256;
 struct StartSignal {
     waiting: AtomicUsize,
     given: AtomicBool,
+    /// When to stop; set before `given`.
+    stop: OnceLock<Stop>,
 }
 
 impl StartSignal {
-    /// A client: wait (awake) for the start.
-    async fn wait(&self) {
+    /// A client: wait (awake) for the start; then when to stop.
+    async fn wait(&self) -> &Stop {
         self.waiting.fetch_add(1, Ordering::AcqRel);
-        while !self.given.load(Ordering::Acquire) {
+        loop {
+            if self.given.load(Ordering::Acquire) {
+                if let Some(stop) = self.stop.get() {
+                    return stop;
+                }
+            }
             tokio::task::yield_now().await;
         }
     }
@@ -53,7 +60,9 @@ impl StartSignal {
         }
     }
 
-    fn give(&self) {
+    fn give(&self, stop: Stop) {
+        // Set once, by the one runner of the cell.
+        let _ = self.stop.set(stop);
         self.given.store(true, Ordering::Release);
     }
 }
@@ -61,6 +70,38 @@ impl StartSignal {
 /// How long after the end of a cell a client may take to finish its last
 /// operation before it is abandoned (and counted as an error).
 const STRAGGLER_GRACE: Duration = Duration::from_secs(60);
+
+/// How far past its duration a cell may run to reach its workload's
+/// operations per client ([`WorkloadSpec::min_ops_per_client`]), as a
+/// multiple of the duration.
+///
+/// [`WorkloadSpec::min_ops_per_client`]: crate::model::WorkloadSpec::min_ops_per_client
+pub const MAX_EXTENSION: u32 = 5;
+
+/// When a cell's clients stop: at the duration, or later if the cell has
+/// fewer operations than it needs, but never after the cap.
+struct Stop {
+    deadline: Instant,
+    cap: Instant,
+    needed: u64,
+    done: AtomicU64,
+}
+
+impl Stop {
+    fn new(started: Instant, duration: Duration, needed: u64) -> Stop {
+        Stop {
+            deadline: started + duration,
+            cap: started + duration * MAX_EXTENSION,
+            needed,
+            done: AtomicU64::new(0),
+        }
+    }
+
+    fn reached(&self, now: Instant) -> bool {
+        now >= self.deadline
+            && (self.done.load(Ordering::Relaxed) >= self.needed || now >= self.cap)
+    }
+}
 
 /// Where a cell's round trips (and conflicts) are counted.
 #[derive(Debug, Clone)]
@@ -146,32 +187,36 @@ struct ClientOutcome {
     stopped: Instant,
 }
 
-/// Run `cell` for `duration`.
+/// Run `cell` for `duration`, or until its clients did `min_ops_per_client`
+/// operations on average if that is later (at most [`MAX_EXTENSION`] ×
+/// `duration`).
 ///
 /// Each client first does one untimed warm-up operation (connections, the
 /// first block of a sequence, the first read of a counter); once all are
 /// warm, the round-trip counters are read and the clients run until
-/// `duration` has passed, each timing every operation. A last operation
-/// that straddles the end is finished and counted; `elapsed` includes it.
+/// the end, each timing every operation. A last operation that straddles
+/// the end is finished and counted; `elapsed` includes it.
 pub async fn measure(
     cell: PreparedCell,
     counter: &RoundTripCounter,
     duration: Duration,
+    min_ops_per_client: u64,
 ) -> Result<Measurement, BenchError> {
     let PreparedCell { clients, finish } = cell;
     let count = clients.len();
     let warm = Arc::new(Barrier::new(count + 1));
     let go = Arc::new(StartSignal::default());
+    let needed = min_ops_per_client.saturating_mul(count as u64);
     let mut tasks = Vec::with_capacity(count);
     for client in clients {
         let (warm, go) = (warm.clone(), go.clone());
-        tasks.push(tokio::spawn(run_client(client, warm, go, duration)));
+        tasks.push(tokio::spawn(run_client(client, warm, go)));
     }
     warm.wait().await;
     go.all_waiting(count).await;
     let (trips_before, conflicts_before) = counter.snapshot();
     let started = Instant::now();
-    go.give();
+    go.give(Stop::new(started, duration, needed));
 
     let mut latency = LatencyHistogram::new()?;
     let mut ops_per_client = Vec::with_capacity(count);
@@ -179,7 +224,7 @@ pub async fn measure(
     let mut first_error = None;
     let mut extras = BTreeMap::new();
     let mut stopped = started;
-    let give_up_at = started + duration + STRAGGLER_GRACE;
+    let give_up_at = started + duration * MAX_EXTENSION + STRAGGLER_GRACE;
     for mut task in tasks {
         let outcome = match tokio::time::timeout_at(give_up_at, &mut task).await {
             Ok(Ok(outcome)) => outcome?,
@@ -238,7 +283,6 @@ async fn run_client(
     mut client: Box<dyn BenchClient>,
     warm: Arc<Barrier>,
     go: Arc<StartSignal>,
-    duration: Duration,
 ) -> Result<ClientOutcome, BenchError> {
     let mut outcome = ClientOutcome {
         ops: 0,
@@ -253,12 +297,11 @@ async fn run_client(
         outcome.first_error = Some(format!("warm-up: {}", err.0));
     }
     warm.wait().await;
-    go.wait().await;
-    let deadline = Instant::now() + duration;
+    let stop = go.wait().await;
     let mut since_yield = 0u32;
     loop {
         let begun = Instant::now();
-        if begun >= deadline {
+        if stop.reached(begun) {
             break;
         }
         let result = client.op().await;
@@ -267,6 +310,7 @@ async fn run_client(
             Ok(()) => {
                 outcome.latency.record(took);
                 outcome.ops += 1;
+                stop.done.fetch_add(1, Ordering::Relaxed);
             }
             Err(err) => {
                 outcome.errors += 1;
@@ -283,4 +327,69 @@ async fn run_client(
     outcome.stopped = Instant::now();
     outcome.extras = client.extras();
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::OpError;
+
+    /// A client whose operation waits `each` (a slow store's round trip).
+    struct Slow {
+        each: Duration,
+    }
+
+    #[async_trait::async_trait]
+    impl BenchClient for Slow {
+        async fn op(&mut self) -> Result<(), OpError> {
+            tokio::time::sleep(self.each).await;
+            Ok(())
+        }
+    }
+
+    fn cell(clients: usize, each: Duration) -> PreparedCell {
+        PreparedCell {
+            clients: (0..clients)
+                .map(|_| Box::new(Slow { each }) as Box<dyn BenchClient>)
+                .collect(),
+            finish: None,
+        }
+    }
+
+    fn counter() -> RoundTripCounter {
+        RoundTripCounter::Native(Arc::new(AtomicU64::new(0)))
+    }
+
+    #[tokio::test]
+    async fn a_cell_runs_past_its_duration_until_it_has_its_operations() {
+        let (duration, each) = (Duration::from_millis(30), Duration::from_millis(20));
+        let needed = 6;
+        let measured = measure(cell(3, each), &counter(), duration, needed)
+            .await
+            .unwrap();
+        assert!(
+            measured.ops >= needed * 3,
+            "{} operations, needed {}",
+            measured.ops,
+            needed * 3
+        );
+        assert!(measured.elapsed >= duration);
+    }
+
+    #[tokio::test]
+    async fn the_extension_stops_at_its_cap() {
+        let (duration, each) = (Duration::from_millis(20), Duration::from_millis(10));
+        // Unreachable in 5 × 20 ms at 10 ms an operation.
+        let needed = 1_000;
+        let measured = measure(cell(2, each), &counter(), duration, needed)
+            .await
+            .unwrap();
+        assert!(measured.ops > 0);
+        assert!(
+            measured.ops < needed * 2,
+            "ran to {} operations instead of stopping at the cap",
+            measured.ops
+        );
+        assert!(measured.elapsed >= duration * MAX_EXTENSION);
+    }
 }

@@ -209,10 +209,14 @@ enum Subject<'a> {
 }
 
 impl Subject<'_> {
-    fn workload_name(&self) -> &'static str {
+    fn workload(&self) -> &'static WorkloadSpec {
         match self {
-            Subject::Bakery { workload, .. } | Subject::Native { workload, .. } => workload.name,
+            Subject::Bakery { workload, .. } | Subject::Native { workload, .. } => workload,
         }
+    }
+
+    fn workload_name(&self) -> &'static str {
+        self.workload().name
     }
 
     fn implementation(&self) -> Implementation {
@@ -378,7 +382,10 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
             // is reported as a failed cell; the other cells still run.
             // One that cannot run on this target is skipped, its reason kept.
             let measurement = match prepared {
-                Ok(prepared) => runner::measure(prepared, &counter, plan.duration).await?,
+                Ok(prepared) => {
+                    let min_ops = subject.workload().min_ops_per_client;
+                    runner::measure(prepared, &counter, plan.duration, min_ops).await?
+                }
                 Err(BenchError::Unavailable(reason)) => {
                     skipped.push(Skipped {
                         workload: workload.to_string(),

@@ -112,7 +112,9 @@ pub struct BenchArgs {
     )]
     pub clients: Vec<u32>,
 
-    /// Timed part of each cell: `500ms`, `2s`, `1m` (10ms to 1h).
+    /// Timed part of each cell: `500ms`, `2s`, `1m` (10ms to 1h). A lock
+    /// cell runs on until its clients have 5 grants each on average (at
+    /// most 5 × D): fewer cannot show whether the lock is fair.
     #[arg(long, default_value = "1s", value_name = "D", value_parser = parse_duration)]
     pub duration: Duration,
 

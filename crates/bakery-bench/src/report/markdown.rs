@@ -93,9 +93,11 @@ pub fn render(report: &Report, charts: &[String]) -> String {
     );
     let _ = writeln!(
         md,
-        "| duration | {} per cell (backend × workload × clients), after {} untimed warm-up operation per client |",
+        "| duration | {} per cell (backend × workload × clients), after {} untimed warm-up operation per client; a lock cell runs on until its clients have {} grants each on average, for at most {} × as long (the fairness index cannot judge fewer) |",
         humantime::format_duration(std::time::Duration::from_millis(s.duration_ms)),
-        s.warmup_ops_per_client
+        s.warmup_ops_per_client,
+        crate::workloads::lock::SPEC.min_ops_per_client,
+        crate::runner::MAX_EXTENSION
     );
     if s.rounds > 1 {
         let _ = writeln!(
