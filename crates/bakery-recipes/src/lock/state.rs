@@ -2,6 +2,7 @@
 //! the FIFO queue. Every transition is a pure function on this value; the
 //! caller writes the result with one `put_if_version`.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -85,16 +86,31 @@ impl Head {
     }
 }
 
-/// The stored form of a [`Head`]: the queue is skipped as JSON (its
-/// entries are checked by the full decode of the next write).
+/// The stored form of a [`Head`]. The queue is checked as the full decode
+/// checks it (a row [`LockState::decode`] refuses must not grant anyone the
+/// lock) but not built: its strings are borrowed from the row.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct StoredHead {
+struct StoredHead<'a> {
     token: u64,
     #[serde(default)]
     holder: Option<Holder>,
-    #[serde(default, rename = "queue")]
-    _queue: Option<serde::de::IgnoredAny>,
+    #[serde(default, borrow)]
+    queue: Vec<CheckedWaiter<'a>>,
+}
+
+/// A [`Waiter`] as stored, read only to check it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // Its fields are only type-checked.
+struct CheckedWaiter<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    #[serde(borrow)]
+    owner: Cow<'a, str>,
+    lease_ms: u64,
+    #[serde(default, borrow)]
+    data: Option<Cow<'a, str>>,
 }
 
 impl Holder {
@@ -121,10 +137,7 @@ impl LockState {
         })?;
         if state.holder.is_none() && !state.queue.is_empty() {
             // Cannot be written by this code; refuse rather than guess.
-            return Err(Error::corrupt(
-                "lock",
-                format!("row {} has waiters but no holder", row.key.as_str()),
-            ));
+            return Err(waiters_without_holder(row));
         }
         Ok(state)
     }
@@ -132,8 +145,8 @@ impl LockState {
     /// The head of a stored row (token and holder), without building its
     /// queue: a woken waiter only needs to know whether the row names it
     /// the holder, and at 64 waiters decoding (and later dropping) the
-    /// queue cost it more than the rest of its grant. A row that is not a
-    /// lock's JSON is [`ErrorKind::Corrupt`] here too.
+    /// queue cost it more than the rest of its grant. A row the full
+    /// decode refuses is [`ErrorKind::Corrupt`] here too.
     pub(crate) fn decode_head(row: &Row) -> Result<Head> {
         let head: StoredHead = serde_json::from_slice(&row.value).map_err(|e| {
             Error::corrupt(
@@ -141,6 +154,9 @@ impl LockState {
                 format!("row {} is not a bakery lock: {e}", row.key.as_str()),
             )
         })?;
+        if head.holder.is_none() && !head.queue.is_empty() {
+            return Err(waiters_without_holder(row));
+        }
         Ok(Head {
             token: head.token,
             holder: head.holder,
@@ -353,6 +369,13 @@ fn same_entry(a: &Waiter, b: &Waiter) -> bool {
     (shared && a.lease_ms == b.lease_ms) || a == b
 }
 
+fn waiters_without_holder(row: &Row) -> Error {
+    Error::corrupt(
+        "lock",
+        format!("row {} has waiters but no holder", row.key.as_str()),
+    )
+}
+
 fn encode_error(e: serde_json::Error) -> Error {
     Error::new(ErrorKind::Internal, "lock", format!("encode state: {e}"))
 }
@@ -451,23 +474,54 @@ mod tests {
             ..row.clone()
         };
         assert!(LockState::decode_head(&free).unwrap().is_free());
-        // Not a lock's JSON, even where only the skipped queue is damaged.
-        for damaged in [
-            &b"not json"[..],
-            br#"{"token":1,"holder":{"id":"a","owner":"o","beat":1,"lease_ms":1},"queue":[{"id":"#,
-            br#"{"token":1,"stranger":2}"#,
-        ] {
+    }
+
+    #[test]
+    fn the_head_decode_refuses_what_the_full_decode_refuses() {
+        let holder = r#""holder":{"id":"a","owner":"o","beat":1,"lease_ms":1}"#;
+        let waiter = r#"{"id":"b","owner":"o","lease_ms":1}"#;
+        let rows = [
+            format!(r#"{{"token":1,{holder},"queue":[{waiter},{waiter}]}}"#),
+            format!(
+                r#"{{"token":1,{holder},"queue":[{{"id":"b\"q","owner":"o","lease_ms":1,"data":"d"}}]}}"#
+            ),
+            format!(r#"{{"token":1,{holder}}}"#),
+            r#"{"token":1}"#.to_string(),
+            "not json".to_string(),
+            format!(r#"{{"token":1,{holder},"queue":[{{"id":"#),
+            r#"{"token":1,"stranger":2}"#.to_string(),
+            format!(r#"{{"token":1,{holder},"queue":null}}"#),
+            format!(r#"{{"token":1,{holder},"queue":5}}"#),
+            format!(r#"{{"token":1,{holder},"queue":[42]}}"#),
+            format!(r#"{{"token":1,{holder},"queue":[{{"id":"b","owner":"o"}}]}}"#),
+            format!(
+                r#"{{"token":1,{holder},"queue":[{{"id":"b","owner":"o","lease_ms":1,"new":0}}]}}"#
+            ),
+            format!(r#"{{"token":1,{holder},"queue":[{{"id":7,"owner":"o","lease_ms":1}}]}}"#),
+            format!(r#"{{"token":1,"queue":[{waiter}]}}"#),
+        ];
+        let mut refused = 0;
+        for value in rows {
             let row = Row {
-                value: damaged.into(),
-                ..row.clone()
+                key: bakery_core::Key::new("lock/x").unwrap(),
+                value: value.clone().into_bytes().into(),
+                version: 1,
             };
-            assert_eq!(
-                LockState::decode_head(&row).unwrap_err().kind(),
-                ErrorKind::Corrupt,
-                "{}",
-                String::from_utf8_lossy(damaged)
-            );
+            let full = LockState::decode(&row);
+            let head = LockState::decode_head(&row);
+            assert_eq!(head.is_ok(), full.is_ok(), "{value}");
+            match (full, head) {
+                (Ok(full), Ok(head)) => {
+                    assert_eq!((head.token, head.holder), (full.token, full.holder))
+                }
+                (Err(_), Err(head)) => {
+                    refused += 1;
+                    assert_eq!(head.kind(), ErrorKind::Corrupt, "{value}");
+                }
+                _ => unreachable!(),
+            }
         }
+        assert_eq!(refused, 10, "the table's damaged rows");
     }
 
     #[test]
