@@ -172,5 +172,13 @@ mod tests {
             markdown.contains("- **Row size**: a conditional write of a 4 KiB row runs at"),
             "{markdown}"
         );
+        // Only the lock's cells may run past the duration, and it says so.
+        assert!(
+            markdown.contains("; a lock cell runs on until its clients did 5 operations each"),
+            "{markdown}"
+        );
+        assert!(!markdown.contains("; a cas cell runs on"), "{markdown}");
+        let json = std::fs::read_to_string(dir.path().join(report::json::FILE)).expect("json");
+        assert!(json.contains("\"max_extension\": 5"), "{json}");
     }
 }

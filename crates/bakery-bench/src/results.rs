@@ -63,6 +63,9 @@ pub struct Settings {
     pub prefetch: bool,
     /// Untimed operations each client does before a cell's timed part.
     pub warmup_ops_per_client: u32,
+    /// How far past its duration a cell may run to reach its workload's
+    /// `min_ops_per_client`, as a multiple of the duration.
+    pub max_extension: u32,
     /// Worker threads of the async runtime the clients run on.
     pub runtime_worker_threads: usize,
     /// Unit of every latency figure.
@@ -93,6 +96,9 @@ pub struct WorkloadInfo {
     pub unit: String,
     /// Its extra counters, in column order.
     pub extra_columns: Vec<String>,
+    /// The operations per client (on average) its cells ran to, past the
+    /// duration if need be (0: the duration alone).
+    pub min_ops_per_client: u64,
 }
 
 /// One cell: a workload variant or peer, on one target, with N clients.
@@ -197,6 +203,7 @@ impl Report {
                 block_size,
                 prefetch: true,
                 warmup_ops_per_client: 1,
+                max_extension: crate::runner::MAX_EXTENSION,
                 runtime_worker_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
                 latency_unit: "ns",
             },
@@ -216,6 +223,7 @@ impl Report {
                     title: w.title_for(block_size),
                     unit: w.unit.to_string(),
                     extra_columns: w.extra_columns.iter().map(|c| c.to_string()).collect(),
+                    min_ops_per_client: w.min_ops_per_client,
                 })
                 .collect(),
             results: cells.into_iter().map(CellResult::from_run).collect(),

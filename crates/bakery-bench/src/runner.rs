@@ -224,7 +224,12 @@ pub async fn measure(
     let mut first_error = None;
     let mut extras = BTreeMap::new();
     let mut stopped = started;
-    let give_up_at = started + duration * MAX_EXTENSION + STRAGGLER_GRACE;
+    let end = if needed == 0 {
+        duration
+    } else {
+        duration * MAX_EXTENSION
+    };
+    let give_up_at = started + end + STRAGGLER_GRACE;
     for mut task in tasks {
         let outcome = match tokio::time::timeout_at(give_up_at, &mut task).await {
             Ok(Ok(outcome)) => outcome?,
@@ -360,23 +365,27 @@ mod tests {
         RoundTripCounter::Native(Arc::new(AtomicU64::new(0)))
     }
 
-    #[tokio::test]
+    // On a paused clock: time moves only when every task sleeps, so the
+    // operations take exactly their 20 ms and the stops are exact.
+    #[tokio::test(start_paused = true)]
     async fn a_cell_runs_past_its_duration_until_it_has_its_operations() {
         let (duration, each) = (Duration::from_millis(30), Duration::from_millis(20));
-        let needed = 6;
-        let measured = measure(cell(3, each), &counter(), duration, needed)
+        let measured = measure(cell(3, each), &counter(), duration, 0)
             .await
             .unwrap();
-        assert!(
-            measured.ops >= needed * 3,
-            "{} operations, needed {}",
-            measured.ops,
-            needed * 3
-        );
-        assert!(measured.elapsed >= duration);
+        // Started at 0 and 20 ms, finished by 40 ms.
+        assert_eq!(measured.ops, 2 * 3);
+        let measured = measure(cell(3, each), &counter(), duration, 6)
+            .await
+            .unwrap();
+        // Six each by 120 ms; a client that checked before the others
+        // counted their sixth may begin a seventh. Well before the cap
+        // (150 ms) either way.
+        assert!((6 * 3..=7 * 3).contains(&measured.ops), "{}", measured.ops);
+        assert!(measured.elapsed <= each * 7, "{:?}", measured.elapsed);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn the_extension_stops_at_its_cap() {
         let (duration, each) = (Duration::from_millis(20), Duration::from_millis(10));
         // Unreachable in 5 × 20 ms at 10 ms an operation.
@@ -390,6 +399,8 @@ mod tests {
             "ran to {} operations instead of stopping at the cap",
             measured.ops
         );
-        assert!(measured.elapsed >= duration * MAX_EXTENSION);
+        // The last operation that began before the cap (100 ms) ends at it.
+        assert_eq!(measured.ops, 10 * 2);
+        assert_eq!(measured.elapsed, duration * MAX_EXTENSION);
     }
 }

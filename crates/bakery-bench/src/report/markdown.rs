@@ -91,13 +91,24 @@ pub fn render(report: &Report, charts: &[String]) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    // Workloads whose cells may run past the duration, and to what.
+    let extended: Vec<String> = report
+        .workloads
+        .iter()
+        .filter(|w| w.min_ops_per_client > 0)
+        .map(|w| {
+            format!(
+                "; a {} cell runs on until its clients did {} operations each on average, for at most {} × as long (an index over per-client counts cannot judge fewer)",
+                w.name, w.min_ops_per_client, s.max_extension
+            )
+        })
+        .collect();
     let _ = writeln!(
         md,
-        "| duration | {} per cell (backend × workload × clients), after {} untimed warm-up operation per client; a lock cell runs on until its clients have {} grants each on average, for at most {} × as long (the fairness index cannot judge fewer) |",
+        "| duration | {} per cell (backend × workload × clients), after {} untimed warm-up operation per client{} |",
         humantime::format_duration(std::time::Duration::from_millis(s.duration_ms)),
         s.warmup_ops_per_client,
-        crate::workloads::lock::SPEC.min_ops_per_client,
-        crate::runner::MAX_EXTENSION
+        extended.concat()
     );
     if s.rounds > 1 {
         let _ = writeln!(
