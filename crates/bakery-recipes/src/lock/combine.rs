@@ -392,12 +392,8 @@ impl Writer {
 
     /// The state stored in `row`; decoded once per distinct value.
     pub(crate) fn decoded(&self, row: &Row) -> Result<Arc<LockState>> {
-        if let Ok(decoded) = self.decoded.lock() {
-            if let Some((value, state)) = decoded.as_ref() {
-                if same_bytes(value, &row.value) {
-                    return Ok(state.clone());
-                }
-            }
+        if let Some(state) = self.cached(row) {
+            return Ok(state);
         }
         let state = Arc::new(LockState::decode(row)?);
         self.keep_decoded(&row.value, &state);
@@ -408,14 +404,17 @@ impl Writer {
     /// that value, else without decoding the queue (the row a woken holder
     /// was handed is often older than the cache by then).
     pub(crate) fn head(&self, row: &Row) -> Result<Head> {
-        if let Ok(decoded) = self.decoded.lock() {
-            if let Some((value, state)) = decoded.as_ref() {
-                if same_bytes(value, &row.value) {
-                    return Ok(state.head());
-                }
-            }
+        match self.cached(row) {
+            Some(state) => Ok(state.head()),
+            None => LockState::decode_head(row),
         }
-        LockState::decode_head(row)
+    }
+
+    /// The cached state, if it is `row`'s.
+    fn cached(&self, row: &Row) -> Option<Arc<LockState>> {
+        let decoded = self.decoded.lock().ok()?;
+        let (value, state) = decoded.as_ref()?;
+        same_bytes(value, &row.value).then(|| state.clone())
     }
 
     /// The state stored in `row`, to change. Taken out of the cache when

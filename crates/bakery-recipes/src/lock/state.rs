@@ -129,12 +129,7 @@ impl Holder {
 impl LockState {
     /// Decode a stored row; a foreign or damaged value is [`ErrorKind::Corrupt`].
     pub(crate) fn decode(row: &Row) -> Result<LockState> {
-        let state: LockState = serde_json::from_slice(&row.value).map_err(|e| {
-            Error::corrupt(
-                "lock",
-                format!("row {} is not a bakery lock: {e}", row.key.as_str()),
-            )
-        })?;
+        let state: LockState = parse(row)?;
         if state.holder.is_none() && !state.queue.is_empty() {
             // Cannot be written by this code; refuse rather than guess.
             return Err(waiters_without_holder(row));
@@ -148,12 +143,7 @@ impl LockState {
     /// queue cost it more than the rest of its grant. A row the full
     /// decode refuses is [`ErrorKind::Corrupt`] here too.
     pub(crate) fn decode_head(row: &Row) -> Result<Head> {
-        let head: StoredHead = serde_json::from_slice(&row.value).map_err(|e| {
-            Error::corrupt(
-                "lock",
-                format!("row {} is not a bakery lock: {e}", row.key.as_str()),
-            )
-        })?;
+        let head: StoredHead = parse(row)?;
         if head.holder.is_none() && !head.queue.is_empty() {
             return Err(waiters_without_holder(row));
         }
@@ -367,6 +357,16 @@ fn same_entry(a: &Waiter, b: &Waiter) -> bool {
             _ => false,
         };
     (shared && a.lease_ms == b.lease_ms) || a == b
+}
+
+/// `row`'s JSON as `T`; anything else is [`ErrorKind::Corrupt`].
+fn parse<'a, T: Deserialize<'a>>(row: &'a Row) -> Result<T> {
+    serde_json::from_slice(&row.value).map_err(|e| {
+        Error::corrupt(
+            "lock",
+            format!("row {} is not a bakery lock: {e}", row.key.as_str()),
+        )
+    })
 }
 
 fn waiters_without_holder(row: &Row) -> Error {
