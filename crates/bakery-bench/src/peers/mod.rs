@@ -13,6 +13,7 @@
 //! | postgres | lock | `pg_advisory_lock` + `pg_advisory_unlock` |
 //! | postgres | consumer | a "processed keys" table beside the state: `BEGIN`, `INSERT … ON CONFLICT DO NOTHING`, `UPDATE` if inserted, `COMMIT` (four requests); the same as one CTE statement (one request) |
 //! | etcd | lock | etcd's `Lock` + `Unlock` (a lease per client) |
+//! | memory | lock | `tokio::sync::Mutex` (in-process, FIFO; the runtime's own hand-off) |
 //!
 //! Raw clients (criterion only): a conditional update per backend —
 //! PostgreSQL `UPDATE … WHERE version = $n`, a Redis Lua compare-and-set,
@@ -27,6 +28,7 @@ pub mod cassandra;
 mod driver;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod memory;
 #[cfg(feature = "mongodb")]
 pub mod mongodb;
 #[cfg(feature = "postgres")]
@@ -60,6 +62,7 @@ pub fn for_target(backend: &str, uri: &str, block_size: u64) -> Vec<Box<dyn Peer
         "etcd" => vec![Box::new(etcd::EtcdLock::new(uri))],
         #[cfg(feature = "redis")]
         "redis" => vec![Box::new(redis::Incrby::new(uri))],
+        "memory" => vec![Box::new(memory::TokioMutex::new())],
         _ => Vec::new(),
     }
 }
