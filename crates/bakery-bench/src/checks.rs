@@ -23,6 +23,11 @@
 //!   round trip is half the same store's single-client acquire + release
 //!   p50 (two writes); per store and variant, every client count above 1
 //!   (needs a 1-client cell in the run).
+//! - **Lock under contention**: the fair lock with notifications (the
+//!   default) at 4, 16 and 64 clients ≥ 1/3 of the same store's
+//!   single-client acquisitions/s.
+//! - **Lock round trips**: store calls per acquisition of the fair lock
+//!   ≤ 4 at every client count, both variants.
 //! - **Consumer round trips**: `Consumer::process` with a partition per
 //!   client ≤ 1 store round trip per message, on every store.
 //! - **Once round trips**: `Idempotency::run` on a new key ≤ 2 store round
@@ -48,6 +53,11 @@ pub const LOCK_FAIRNESS: f64 = 0.95;
 pub const LOCK_SCALING: f64 = 0.8;
 /// The most store round trips a fair-lock hand-off may take (median).
 pub const LOCK_HANDOFF_ROUND_TRIPS: f64 = 2.0;
+/// The least share of its single-client rate the fair lock keeps when
+/// contended (with notifications).
+pub const LOCK_CONTENDED_SHARE: f64 = 1.0 / 3.0;
+/// The most store round trips per fair-lock acquisition.
+pub const LOCK_ROUND_TRIPS: f64 = 4.0;
 /// The most store round trips per message of an uncontended consumer.
 pub const CONSUMER_ROUND_TRIPS: f64 = 1.0;
 /// The most store round trips of `Idempotency::run` on a new key.
@@ -91,6 +101,8 @@ pub fn evaluate(results: &[CellResult]) -> Vec<Check> {
             "once: store round trips per Idempotency::run on a new key ≤ 2",
         ),
         lock_handoff(results),
+        lock_contended(results),
+        lock_round_trips(results),
     ]
 }
 
@@ -328,6 +340,54 @@ fn lock_handoff(results: &[CellResult]) -> Check {
     check
 }
 
+fn lock_contended(results: &[CellResult]) -> Check {
+    let target = "fair lock (notifications on, the default): acquisitions/s at 4, 16 and 64 \
+                  clients ≥ 1/3 × at 1 client, same store"
+        .to_string();
+    let cells: Vec<CheckCell> = fair_lock_cells(results)
+        .filter(|cell| cell.variant == "fair" && cell.clients > 1)
+        .filter_map(|many| {
+            let single = fair_lock_cells(results).find(|c| {
+                c.clients == 1
+                    && c.target == many.target
+                    && c.variant == many.variant
+                    && c.ops_per_sec > 0.0
+            })?;
+            let ratio = many.ops_per_sec / single.ops_per_sec;
+            Some(Worst::Lowest.cell(
+                LOCK_CONTENDED_SHARE,
+                many.target.clone(),
+                many.clients,
+                ratio,
+            ))
+        })
+        .collect();
+    // Two decimals: 0.33 must not read as "0.3×".
+    conclude_with("lock-contended", target, cells, Worst::Lowest, |ratio| {
+        format!("{ratio:.2}×")
+    })
+}
+
+fn lock_round_trips(results: &[CellResult]) -> Check {
+    let target = format!(
+        "fair lock: store round trips per acquisition ≤ {LOCK_ROUND_TRIPS} at every client count"
+    );
+    let cells: Vec<CheckCell> = fair_lock_cells(results)
+        .filter_map(|cell| {
+            let target = format!("{} ({})", cell.target, cell.variant);
+            Some(Worst::Highest.cell(
+                LOCK_ROUND_TRIPS,
+                target,
+                cell.clients,
+                cell.round_trips_per_op?,
+            ))
+        })
+        .collect();
+    conclude_with("lock-round-trips", target, cells, Worst::Highest, |ratio| {
+        format!("{ratio:.2} round trips/op")
+    })
+}
+
 /// The hand-off p50 of the lock cell `many`, in round trips of its store:
 /// half the p50 of the same store's single-client fair-lock cell of
 /// `variant` (an acquire and a release, two writes).
@@ -423,7 +483,10 @@ fn conclude_with(
     let (status, summary) = if missed.is_empty() {
         (
             CheckStatus::Met,
-            format!("met in all {} cells; {worst_text}", cells.len()),
+            match cells.len() {
+                1 => format!("met in its one cell; {worst_text}"),
+                n => format!("met in all {n} cells; {worst_text}"),
+            },
         )
     } else {
         (
@@ -618,6 +681,57 @@ mod tests {
             "{}",
             scaling.summary
         );
+    }
+
+    /// Contended cells are set against the same store's single client, with
+    /// notifications only; round trips are judged in every fair-lock cell.
+    #[test]
+    fn lock_contention_and_round_trips_have_their_own_targets() {
+        let with_trips = |variant: &str, clients: usize, rate: f64, trips: f64| {
+            let mut cell = lock_cell(variant, clients, rate, 1.0);
+            cell.round_trips_per_op = Some(trips);
+            cell
+        };
+        let results = vec![
+            with_trips("fair", 1, 3000.0, 2.0),
+            with_trips("fair", 4, 1200.0, 1.0), // 0.40: met
+            with_trips("fair", 64, 900.0, 1.1), // 0.30: not met
+            with_trips("fair-polling", 1, 3000.0, 2.0),
+            with_trips("fair-polling", 4, 30.0, 4.5), // polls: not judged for speed
+            with_trips("old", 4, 10.0, 9.0),          // the baseline: never judged
+        ];
+        let checks = evaluate(&results);
+        let contended = checks
+            .iter()
+            .find(|c| c.id == "lock-contended")
+            .expect("the contention check");
+        assert_eq!(contended.cells.len(), 2, "{:?}", contended.cells);
+        assert!(contended.cells[0].met && !contended.cells[1].met);
+        assert_eq!(contended.status, CheckStatus::NotMet);
+        assert!(
+            contended.summary.contains("0.30× at 64 clients"),
+            "{}",
+            contended.summary
+        );
+        let trips = checks
+            .iter()
+            .find(|c| c.id == "lock-round-trips")
+            .expect("the round-trip check");
+        assert_eq!(trips.cells.len(), 5, "the old lock is not judged");
+        assert_eq!(trips.status, CheckStatus::NotMet);
+        assert!(
+            trips
+                .summary
+                .contains("not met on sqlite (fair-polling); worst: sqlite (fair-polling) 4.50"),
+            "{}",
+            trips.summary
+        );
+        let met = evaluate(&results[..3]);
+        let trips = met
+            .iter()
+            .find(|c| c.id == "lock-round-trips")
+            .expect("the round-trip check");
+        assert_eq!(trips.status, CheckStatus::Met, "{}", trips.summary);
     }
 
     /// A hand-off is measured in the same store's round trips: half its

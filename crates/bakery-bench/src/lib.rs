@@ -145,7 +145,7 @@ mod tests {
             "{:?}",
             report.skipped
         );
-        assert_eq!(report.checks.len(), 9);
+        assert_eq!(report.checks.len(), 11);
         assert_eq!(report.checks[4].status, results::CheckStatus::SeeCriterion);
 
         let text = report::text::render(&report, None);

@@ -200,6 +200,16 @@ pub fn render(report: &Report, charts: &[String]) -> String {
          notify` variant polls only: one poll for the whole process, at the next \
          1 ms timer tick after a change, backing off to 25 ms while the row does not \
          change, so its hand-off is a timer tick, not a round trip).\n\
+         - **Lock under contention**: the fair lock's acquisitions/s at 4, 16 and 64 \
+         clients divided by the same store's at 1 client, with notifications (the \
+         default), met when ≥ 1/3: a contended acquisition costs about one write \
+         (the release that hands the lock on, sharing its write with the enqueues \
+         beside it) where an uncontended one costs two (take and release). The `no \
+         notify` variant waits for a poll, a timer tick, and is not held to it.\n\
+         - **Lock round trips**: store calls per acquisition of the fair lock, both \
+         variants, met when ≤ 4 in every cell (the `round trips/op` column; the \
+         dispatcher's polls and reads are counted, so a store without notifications \
+         pays its polls here).\n\
          - **Cached `next()` ≥ 0.5 × `fetch_add`** and **`put_if_version` ≤ 1.15 × the raw \
          driver operation** need nanosecond-level, statistically careful timing: the \
          criterion suites measure them — `cargo bench --bench sequence` and \
