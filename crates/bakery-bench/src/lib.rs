@@ -134,7 +134,7 @@ mod tests {
             report
                 .results
                 .iter()
-                .any(|r| r.label == "tokio::sync::Mutex" && r.errors == 0 && r.ops_per_sec > 0.0),
+                .any(|r| r.label == "tokio::sync::Mutex" && r.errors == 0 && r.ops > 0),
             "{:#?}",
             report.results
         );
@@ -187,6 +187,10 @@ mod tests {
             "{markdown}"
         );
         assert!(!markdown.contains("; a cas cell runs on"), "{markdown}");
+        assert!(
+            markdown.contains("; any cell runs on until its clients did 1 operation each"),
+            "{markdown}"
+        );
         let json = std::fs::read_to_string(dir.path().join(report::json::FILE)).expect("json");
         assert!(json.contains("\"max_extension\": 5"), "{json}");
     }

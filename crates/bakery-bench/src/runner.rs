@@ -78,6 +78,12 @@ const STRAGGLER_GRACE: Duration = Duration::from_secs(60);
 /// [`WorkloadSpec::min_ops_per_client`]: crate::model::WorkloadSpec::min_ops_per_client
 pub const MAX_EXTENSION: u32 = 5;
 
+/// The operations per client (on average) every cell runs to, whatever its
+/// workload asks (within [`MAX_EXTENSION`]): a client that a busy machine
+/// did not run before the duration ended would otherwise leave a cell of no
+/// operations, a rate of 0 that measures nothing.
+pub const MIN_OPS_PER_CLIENT: u64 = 1;
+
 /// When a cell's clients stop: at the duration, or later if the cell has
 /// fewer operations than it needs, but never after the cap.
 struct Stop {

@@ -383,7 +383,10 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
             // One that cannot run on this target is skipped, its reason kept.
             let measurement = match prepared {
                 Ok(prepared) => {
-                    let min_ops = subject.workload().min_ops_per_client;
+                    let min_ops = subject
+                        .workload()
+                        .min_ops_per_client
+                        .max(runner::MIN_OPS_PER_CLIENT);
                     runner::measure(prepared, &counter, plan.duration, min_ops).await?
                 }
                 Err(BenchError::Unavailable(reason)) => {

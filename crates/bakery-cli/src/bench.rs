@@ -113,9 +113,10 @@ pub struct BenchArgs {
     )]
     pub clients: Vec<u32>,
 
-    /// Timed part of each cell: `500ms`, `2s`, `1m` (10ms to 1h). A lock
-    /// cell runs on until its clients have 5 grants each on average (at
-    /// most 5 × D): fewer cannot show whether the lock is fair.
+    /// Timed part of each cell: `500ms`, `2s`, `1m` (10ms to 1h). A cell
+    /// runs on until its clients did one operation each on average, a lock
+    /// cell until they have 5 grants each (at most 5 × D): fewer cannot
+    /// show whether the lock is fair.
     #[arg(long, default_value = "1s", value_name = "D", value_parser = parse_duration)]
     pub duration: Duration,
 

@@ -91,18 +91,26 @@ pub fn render(report: &Report, charts: &[String]) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    // Workloads whose cells may run past the duration, and to what.
-    let extended: Vec<String> = report
+    // Cells may run past the duration: any, to its floor; some workloads'
+    // further.
+    let floor = crate::runner::MIN_OPS_PER_CLIENT;
+    let further = report
         .workloads
         .iter()
-        .filter(|w| w.min_ops_per_client > 0)
+        .filter(|w| w.min_ops_per_client > floor)
         .map(|w| {
             format!(
                 "; a {} cell runs on until its clients did {} operations each on average, for at most {} × as long (an index over per-client counts cannot judge fewer)",
                 w.name, w.min_ops_per_client, s.max_extension
             )
-        })
-        .collect();
+        });
+    let extended: Vec<String> = std::iter::once(format!(
+        "; any cell runs on until its clients did {floor} operation each on average, for at \
+         most {} × as long (a busy machine may not run a client before the duration ends)",
+        s.max_extension
+    ))
+    .chain(further)
+    .collect();
     let _ = writeln!(
         md,
         "| duration | {} per cell (backend × workload × clients), after {} untimed warm-up operation per client{} |",
