@@ -253,15 +253,23 @@ fn lock_scaling(results: &[CellResult]) -> Check {
         .iter()
         .filter_map(|store| Some(format!("{store} {:.2}×", row_size_cost(results, store)?)))
         .collect();
-    if !costs.is_empty() {
-        check.summary.push_str(&format!(
-            "; the store's own write of a {} KiB row, against a small one (cas, key per \
-             client, 1 client): {}",
-            LARGE_ROW / 1024,
-            costs.join(", ")
-        ));
-    }
+    let beside = format!(
+        "the store's own write of a {} KiB row, against a small one (cas, key per client, \
+         1 client)",
+        LARGE_ROW / 1024
+    );
+    add_beside(&mut check, &beside, &costs);
     check
+}
+
+/// Append to a check's summary, beside its misses, what the same run
+/// measured without bakery (`what`: one figure per store that missed).
+fn add_beside(check: &mut Check, what: &str, figures: &[String]) {
+    if !figures.is_empty() {
+        check
+            .summary
+            .push_str(&format!("; {what}: {}", figures.join(", ")));
+    }
 }
 
 /// What `target` itself charges for a larger row: the rate of its
@@ -331,12 +339,11 @@ fn lock_handoff(results: &[CellResult]) -> Check {
             ))
         })
         .collect();
-    if !natives.is_empty() {
-        check.summary.push_str(&format!(
-            "; the store's own lock in the same run, in the same round trips (its worst cell): {}",
-            natives.join(", ")
-        ));
-    }
+    add_beside(
+        &mut check,
+        "the store's own lock in the same run, in the same round trips (its worst cell)",
+        &natives,
+    );
     check
 }
 
