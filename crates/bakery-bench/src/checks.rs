@@ -228,11 +228,13 @@ fn lock_scaling(results: &[CellResult]) -> Check {
                     && c.ops_per_sec > 0.0
             })?;
             let ratio = many.ops_per_sec / few.ops_per_sec;
-            let target = format!("{} ({})", many.target, many.variant);
-            let mut cell = Worst::Lowest.cell(LOCK_SCALING, target, 64, ratio);
-            if !cell.met && !missed_stores.contains(&many.target.as_str()) {
-                missed_stores.push(&many.target);
-            }
+            let mut cell = judged(
+                &Worst::Lowest,
+                LOCK_SCALING,
+                many,
+                ratio,
+                &mut missed_stores,
+            );
             if many.rounds_ops_per_sec.len() > 1 {
                 cell.round_ratios = many
                     .rounds_ops_per_sec
@@ -260,6 +262,23 @@ fn lock_scaling(results: &[CellResult]) -> Check {
     );
     add_beside(&mut check, &beside, &costs);
     check
+}
+
+/// The check cell of fair-lock cell `lock` (named `store (variant)`) with
+/// `ratio`; its store is added to `missed` if the cell misses `limit`.
+fn judged<'a>(
+    worst: &Worst,
+    limit: f64,
+    lock: &'a CellResult,
+    ratio: f64,
+    missed: &mut Vec<&'a str>,
+) -> CheckCell {
+    let target = format!("{} ({})", lock.target, lock.variant);
+    let cell = worst.cell(limit, target, lock.clients, ratio);
+    if !cell.met && !missed.contains(&lock.target.as_str()) {
+        missed.push(&lock.target);
+    }
+    cell
 }
 
 /// Append to a check's summary, beside its misses, what the same run
@@ -306,12 +325,13 @@ fn lock_handoff(results: &[CellResult]) -> Check {
         .filter(|cell| cell.clients > 1)
         .filter_map(|many| {
             let ratio = handoff_round_trips(results, many, &many.variant)?;
-            let target = format!("{} ({})", many.target, many.variant);
-            let cell = Worst::Highest.cell(LOCK_HANDOFF_ROUND_TRIPS, target, many.clients, ratio);
-            if !cell.met && !missed_stores.contains(&many.target.as_str()) {
-                missed_stores.push(&many.target);
-            }
-            Some(cell)
+            Some(judged(
+                &Worst::Highest,
+                LOCK_HANDOFF_ROUND_TRIPS,
+                many,
+                ratio,
+                &mut missed_stores,
+            ))
         })
         .collect();
     let mut check = conclude_with("lock-handoff", target, cells, Worst::Highest, |ratio| {
