@@ -193,8 +193,11 @@ pub fn render(report: &Report, charts: &[String]) -> String {
          so they do not conflict with each other) and its one listener (a hand-off \
          wakes only the next holder). Clients in different processes still conflict \
          on the lock's one row. That row holds the whole queue, so every write \
-         carries it: at 64 clients it is about 64 times larger than at 1, and its \
-         encoding, transfer and decoding set the limit on the fast stores. With \
+         carries it: at 64 clients 63 waiters (about 26 bytes each when they are one \
+         process's, as here, since a waiter stores only its id when it repeats the \
+         owner and lease of the one before it; about 60 when each is another \
+         process's), and its encoding, transfer and decoding set the limit on the fast \
+         stores. With \
          several rounds the ratio is that of the two cells' median rounds, and the \
          worst cell also shows the ratio in each round (both cells from the same \
          round): two cells a few seconds apart on a shared machine can differ by \
@@ -258,7 +261,7 @@ pub fn render(report: &Report, charts: &[String]) -> String {
          - **cas**, *shared key*: every client increments the same counter (contention); \
          *key per client*: no contention, the store's plain conditional-write rate; \
          *key per client, 4 KiB rows*: the same with every row 4 KiB (about a lock row with \
-         64 waiters), so the two side by side show what the store charges for a larger row.\n\
+         64 waiters of as many processes), so the two side by side show what the store charges for a larger row.\n\
          - **row bytes** (`lock`): the mean size of the rows the recipe wrote; the fair \
          lock's queue lives in its row.\n\
          - **sequence**: each client has its own `Sequence` handle on the same name, as \
@@ -415,9 +418,9 @@ fn row_size(md: &mut String, report: &Report) {
         md,
         "- **Row size**: a conditional write of a {} KiB row runs at this share of a small \
          row's rate (cas, key per client, 1 client): {}. A recipe writes its whole row every \
-         time, and the fair lock's row holds its queue (its row bytes column: about 4 KiB \
-         with 64 waiters), so each of its writes at 64 clients pays this before any cost \
-         of the lock's own.",
+         time, and the fair lock's row holds its queue (its row bytes column; 4 KiB is \
+         64 waiters of as many processes), so each of its writes at 64 clients pays a \
+         share of this before any cost of the lock's own.",
         crate::workloads::cas::LARGE_ROW / 1024,
         shown.join(", ")
     );

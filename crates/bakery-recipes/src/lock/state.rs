@@ -14,8 +14,14 @@ use serde::{Deserialize, Serialize};
 /// Invariant kept by every transition: when nobody holds the lock the queue
 /// is empty (a release hands the lock to the head of the queue in the same
 /// write).
+///
+/// Serialized, every waiter is whole. In the row, a queued waiter whose
+/// owner and lease are those of the entry before it (the holder, for the
+/// first) leaves both out (`{"id":"…"}`): waiters of one process repeat
+/// them, and at 64 waiters they were 60 % of the row every write carries.
+/// Deserializing accepts both forms.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "StoredState")]
 pub struct LockState {
     /// The fencing token of the latest grant (0: never granted). It grows by
     /// one with every grant and is never reset, not even by a release.
@@ -86,6 +92,69 @@ impl Head {
     }
 }
 
+/// A lock row as stored (see [`LockState`]): a queued waiter may leave out
+/// the owner and lease it shares with the entry before it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredState {
+    token: u64,
+    #[serde(default)]
+    holder: Option<Holder>,
+    #[serde(default)]
+    queue: VecDeque<StoredWaiter>,
+}
+
+/// A queued [`Waiter`] as stored: owner and lease both, or neither.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredWaiter {
+    id: Arc<str>,
+    #[serde(default)]
+    owner: Option<Arc<str>>,
+    #[serde(default)]
+    lease_ms: Option<u64>,
+    #[serde(default)]
+    data: Option<Arc<str>>,
+}
+
+impl TryFrom<StoredState> for LockState {
+    type Error = String;
+
+    fn try_from(stored: StoredState) -> std::result::Result<LockState, String> {
+        let mut before = stored
+            .holder
+            .as_ref()
+            .map(|holder| (holder.owner.clone(), holder.lease_ms));
+        let mut queue = VecDeque::with_capacity(stored.queue.len());
+        for waiter in stored.queue {
+            let (owner, lease_ms) = match (waiter.owner, waiter.lease_ms) {
+                (Some(owner), Some(lease_ms)) => (owner, lease_ms),
+                (None, None) => before.clone().ok_or_else(|| {
+                    format!("waiter {} repeats an entry that is not there", waiter.id)
+                })?,
+                _ => {
+                    return Err(format!(
+                        "waiter {} has only one of owner and lease_ms",
+                        waiter.id
+                    ))
+                }
+            };
+            before = Some((owner.clone(), lease_ms));
+            queue.push_back(Waiter {
+                id: waiter.id,
+                owner,
+                lease_ms,
+                data: waiter.data,
+            });
+        }
+        Ok(LockState {
+            token: stored.token,
+            holder: stored.holder,
+            queue,
+        })
+    }
+}
+
 /// The stored form of a [`Head`]. The queue is checked as the full decode
 /// checks it (a row [`LockState::decode`] refuses must not grant anyone the
 /// lock) but not built: its strings are borrowed from the row.
@@ -106,9 +175,10 @@ struct StoredHead<'a> {
 struct CheckedWaiter<'a> {
     #[serde(borrow)]
     id: Cow<'a, str>,
-    #[serde(borrow)]
-    owner: Cow<'a, str>,
-    lease_ms: u64,
+    #[serde(default, borrow)]
+    owner: Option<Cow<'a, str>>,
+    #[serde(default)]
+    lease_ms: Option<u64>,
     #[serde(default, borrow)]
     data: Option<Cow<'a, str>>,
 }
@@ -147,6 +217,20 @@ impl LockState {
         if head.holder.is_none() && !head.queue.is_empty() {
             return Err(waiters_without_holder(row));
         }
+        if let Some(half) = head
+            .queue
+            .iter()
+            .find(|w| w.owner.is_some() != w.lease_ms.is_some())
+        {
+            return Err(Error::corrupt(
+                "lock",
+                format!(
+                    "row {} is not a bakery lock: waiter {} has only one of owner and lease_ms",
+                    row.key.as_str(),
+                    half.id
+                ),
+            ));
+        }
         Ok(Head {
             token: head.token,
             holder: head.holder,
@@ -161,10 +245,10 @@ impl LockState {
         }
     }
 
+    /// The row's bytes: the serialized state, with the repeated owners and
+    /// leases of the queue left out (see [`LockState`]).
     pub(crate) fn encode(&self) -> Result<bakery_core::Bytes> {
-        serde_json::to_vec(self)
-            .map(Into::into)
-            .map_err(encode_error)
+        self.encode_with(&mut Fragments::default())
     }
 
     /// The same bytes as [`Self::encode`], with the queue's JSON taken
@@ -184,7 +268,7 @@ impl LockState {
             serde_json::to_writer(&mut out, holder).map_err(encode_error)?;
         }
         if !self.queue.is_empty() {
-            fragments.follow(&self.queue)?;
+            fragments.follow(self.holder.as_ref(), &self.queue)?;
             out.extend_from_slice(b",\"queue\":[");
             // Every entry is stored with a leading comma.
             out.extend_from_slice(&fragments.json[fragments.start + 1..]);
@@ -259,12 +343,84 @@ pub(crate) struct Fragments {
     /// Moved here from the queue that was encoded, not cloned (a clone
     /// costs an atomic increment per string, on cache lines shared between
     /// threads), and compared by pointer.
-    entries: VecDeque<(Waiter, usize)>,
+    entries: VecDeque<Fragment>,
     json: Vec<u8>,
     /// Where the first entry of `entries` starts in `json`.
     start: usize,
     /// Length of the last encoded state: the next one's capacity.
     last_len: usize,
+}
+
+/// One cached entry of [`Fragments`].
+#[derive(Debug)]
+struct Fragment {
+    waiter: Waiter,
+    /// Where its JSON ends in the buffer.
+    end: usize,
+    /// Stored without owner and lease (they repeat the entry before it):
+    /// valid only behind an entry with the same.
+    short: bool,
+}
+
+impl Fragment {
+    /// Its JSON is right behind `before`.
+    fn fits(&self, before: Option<Before<'_>>) -> bool {
+        self.short == repeats(&self.waiter, before)
+    }
+}
+
+/// The owner and lease of the entry before a queued waiter.
+#[derive(Clone, Copy)]
+struct Before<'a> {
+    owner: &'a Arc<str>,
+    lease_ms: u64,
+}
+
+impl<'a> From<&'a Holder> for Before<'a> {
+    fn from(holder: &'a Holder) -> Self {
+        Before {
+            owner: &holder.owner,
+            lease_ms: holder.lease_ms,
+        }
+    }
+}
+
+impl<'a> From<&'a Waiter> for Before<'a> {
+    fn from(waiter: &'a Waiter) -> Self {
+        Before {
+            owner: &waiter.owner,
+            lease_ms: waiter.lease_ms,
+        }
+    }
+}
+
+/// Does `waiter` repeat the owner and lease of the entry before it?
+fn repeats(waiter: &Waiter, before: Option<Before<'_>>) -> bool {
+    before.is_some_and(|before| {
+        before.lease_ms == waiter.lease_ms
+            && (Arc::ptr_eq(before.owner, &waiter.owner) || before.owner == &waiter.owner)
+    })
+}
+
+/// Append `waiter`'s stored entry, with a leading comma; `true` if it left
+/// out the owner and lease it repeats. The field order is the derived
+/// `Serialize`'s.
+fn write_entry(out: &mut Vec<u8>, waiter: &Waiter, before: Option<Before<'_>>) -> Result<bool> {
+    let short = repeats(waiter, before);
+    out.extend_from_slice(b",{\"id\":");
+    serde_json::to_writer(&mut *out, &waiter.id).map_err(encode_error)?;
+    if !short {
+        out.extend_from_slice(b",\"owner\":");
+        serde_json::to_writer(&mut *out, &waiter.owner).map_err(encode_error)?;
+        out.extend_from_slice(b",\"lease_ms\":");
+        out.extend_from_slice(waiter.lease_ms.to_string().as_bytes());
+    }
+    if let Some(data) = &waiter.data {
+        out.extend_from_slice(b",\"data\":");
+        serde_json::to_writer(&mut *out, data).map_err(encode_error)?;
+    }
+    out.push(b'}');
+    Ok(short)
 }
 
 impl Fragments {
@@ -280,13 +436,17 @@ impl Fragments {
     /// end are encoded; anything else (a waiter withdrawn from the middle,
     /// a queue decoded from another process's write) is re-assembled from
     /// the entries that match, in one pass, since a queue keeps its order.
-    fn follow(&mut self, queue: &VecDeque<Waiter>) -> Result<()> {
+    ///
+    /// An entry's JSON depends on the entry before it (`holder` for the
+    /// first): the kept entries keep theirs, and a hand-off makes the old
+    /// head the holder, so only the new head's fit is checked.
+    fn follow(&mut self, holder: Option<&Holder>, queue: &VecDeque<Waiter>) -> Result<()> {
         if let Some(head) = queue.front() {
-            while let Some((cached, end)) = self.entries.front() {
-                if same_entry(cached, head) {
+            while let Some(cached) = self.entries.front() {
+                if same_entry(&cached.waiter, head) {
                     break;
                 }
-                self.start = *end;
+                self.start = cached.end;
                 self.entries.pop_front();
             }
         }
@@ -294,21 +454,28 @@ impl Fragments {
             .entries
             .iter()
             .zip(queue)
-            .take_while(|((cached, _), waiter)| same_entry(cached, waiter))
+            .take_while(|(cached, waiter)| same_entry(&cached.waiter, waiter))
             .count();
-        if kept < self.entries.len() {
-            return self.rebuild(queue);
+        let head_fits = self
+            .entries
+            .front()
+            .is_none_or(|head| head.fits(holder.map(Before::from)));
+        if kept < self.entries.len() || !head_fits {
+            return self.rebuild(holder, queue);
         }
-        for waiter in queue.iter().skip(kept) {
-            self.json.push(b',');
-            serde_json::to_writer(&mut self.json, waiter).map_err(encode_error)?;
-            self.entries.push_back((waiter.clone(), self.json.len()));
+        for (at, waiter) in queue.iter().enumerate().skip(kept) {
+            let short = write_entry(&mut self.json, waiter, before(holder, queue, at))?;
+            self.entries.push_back(Fragment {
+                waiter: waiter.clone(),
+                end: self.json.len(),
+                short,
+            });
         }
         // Keep the buffer from growing without bound as heads leave.
         if self.start > 4096 && self.start > self.json.len() / 2 {
             self.json.drain(..self.start);
-            for (_, end) in &mut self.entries {
-                *end -= self.start;
+            for cached in &mut self.entries {
+                cached.end -= self.start;
             }
             self.start = 0;
         }
@@ -317,32 +484,50 @@ impl Fragments {
 
     /// Encode `queue` afresh, reusing the cached JSON of the entries that
     /// match in order.
-    fn rebuild(&mut self, queue: &VecDeque<Waiter>) -> Result<()> {
+    fn rebuild(&mut self, holder: Option<&Holder>, queue: &VecDeque<Waiter>) -> Result<()> {
         let old = std::mem::take(self);
-        let mut cached = old
-            .entries
-            .into_iter()
-            .scan(old.start, |start, (waiter, end)| {
-                let range = *start..end;
-                *start = end;
-                Some((waiter, range))
-            });
-        for waiter in queue {
-            let found = cached.by_ref().find(|(seen, _)| same_entry(seen, waiter));
+        let mut cached = old.entries.into_iter().scan(old.start, |start, cached| {
+            let range = *start..cached.end;
+            *start = cached.end;
+            Some((cached, range))
+        });
+        for (at, waiter) in queue.iter().enumerate() {
+            let before = before(holder, queue, at);
+            let found = cached
+                .by_ref()
+                .find(|(seen, _)| same_entry(&seen.waiter, waiter));
             match found {
-                Some((seen, range)) => {
+                Some((seen, range)) if seen.fits(before) => {
                     self.json.extend_from_slice(&old.json[range]);
-                    self.entries.push_back((seen, self.json.len()));
+                    self.entries.push_back(Fragment {
+                        end: self.json.len(),
+                        ..seen
+                    });
                 }
-                None => {
-                    self.json.push(b',');
-                    serde_json::to_writer(&mut self.json, waiter).map_err(encode_error)?;
-                    self.entries.push_back((waiter.clone(), self.json.len()));
+                _ => {
+                    let short = write_entry(&mut self.json, waiter, before)?;
+                    self.entries.push_back(Fragment {
+                        waiter: waiter.clone(),
+                        end: self.json.len(),
+                        short,
+                    });
                 }
             }
         }
         self.last_len = old.last_len;
         Ok(())
+    }
+}
+
+/// The entry before `queue[at]`: the one ahead of it, or the holder.
+fn before<'a>(
+    holder: Option<&'a Holder>,
+    queue: &'a VecDeque<Waiter>,
+    at: usize,
+) -> Option<Before<'a>> {
+    match at.checked_sub(1) {
+        Some(ahead) => queue.get(ahead).map(Before::from),
+        None => holder.map(Before::from),
     }
 }
 
@@ -499,6 +684,10 @@ mod tests {
             ),
             format!(r#"{{"token":1,{holder},"queue":[{{"id":7,"owner":"o","lease_ms":1}}]}}"#),
             format!(r#"{{"token":1,"queue":[{waiter}]}}"#),
+            // The stored short form: owner and lease as the entry before.
+            format!(r#"{{"token":1,{holder},"queue":[{{"id":"b"}},{{"id":"c","data":"d"}}]}}"#),
+            format!(r#"{{"token":1,{holder},"queue":[{{"id":"b","lease_ms":1}}]}}"#),
+            r#"{"token":1,"queue":[{"id":"b"}]}"#.to_string(),
         ];
         let mut refused = 0;
         for value in rows {
@@ -521,7 +710,7 @@ mod tests {
                 _ => unreachable!(),
             }
         }
-        assert_eq!(refused, 10, "the table's damaged rows");
+        assert_eq!(refused, 12, "the table's damaged rows");
     }
 
     #[test]
@@ -530,11 +719,14 @@ mod tests {
         let mut s = LockState::default();
         assert_eq!(s.encode_with(&mut fragments).unwrap(), s.encode().unwrap());
         s.take(&waiter("a")).unwrap();
+        let mut shorts = 0;
         for round in 0..200 {
             let mut w = waiter(&format!("w{round}"));
             // Escapes, unicode and data, so the hand-made framing is tested
-            // against serde's own.
-            w.owner = format!("h\"ost\\{round}:é\n").into();
+            // against serde's own; runs of one owner and lease, so entries
+            // are stored short, behind entries that come and go.
+            w.owner = format!("h\"ost\\{}:é\n", round / 4).into();
+            w.lease_ms = 1000 + round / 10;
             w.data = (round % 3 == 0).then(|| format!("d{round}\u{1}").into());
             s.queue.push_back(w);
             if round % 2 == 1 {
@@ -551,8 +743,41 @@ mod tests {
                 version: 1,
             };
             assert_eq!(LockState::decode(&row).unwrap(), s);
+            shorts += fragments.entries.iter().filter(|e| e.short).count();
         }
         assert_eq!(fragments.entries.len(), s.queue.len());
+        assert!(shorts > 100, "entries stored short: {shorts}");
+    }
+
+    /// Waiters of one process are stored with their id only; rows written
+    /// whole (every entry with its owner and lease) still decode.
+    #[test]
+    fn repeated_owners_and_leases_are_stored_once() {
+        let mut s = LockState::default();
+        s.take(&waiter("a")).unwrap();
+        for id in ["b", "c", "d"] {
+            s.queue.push_back(waiter(id));
+        }
+        let mut other = waiter("e");
+        other.owner = "elsewhere".into();
+        s.queue.push_back(other);
+        s.queue.push_back(waiter("f"));
+        let stored = s.encode().unwrap();
+        let text = std::str::from_utf8(&stored).unwrap();
+        assert_eq!(
+            text,
+            r#"{"token":1,"holder":{"id":"a","owner":"test","beat":1,"lease_ms":1000},"queue":[{"id":"b"},{"id":"c"},{"id":"d"},{"id":"e","owner":"elsewhere","lease_ms":1000},{"id":"f","owner":"test","lease_ms":1000}]}"#
+        );
+        let whole = serde_json::to_vec(&s).unwrap();
+        assert!(stored.len() < whole.len());
+        for value in [stored, whole.into()] {
+            let row = Row {
+                key: bakery_core::Key::new("lock/x").unwrap(),
+                value,
+                version: 1,
+            };
+            assert_eq!(LockState::decode(&row).unwrap(), s);
+        }
     }
 
     #[test]
