@@ -202,6 +202,18 @@ fn fair_lock_cells(results: &[CellResult]) -> impl Iterator<Item = &CellResult> 
     })
 }
 
+/// The fair-lock cell of `cell`'s store, of `variant`, at `clients`
+/// clients: what a cell is compared with.
+fn fair_lock_cell<'a>(
+    results: &'a [CellResult],
+    cell: &CellResult,
+    variant: &str,
+    clients: usize,
+) -> Option<&'a CellResult> {
+    fair_lock_cells(results)
+        .find(|c| c.clients == clients && c.target == cell.target && c.variant == variant)
+}
+
 fn lock_fairness(results: &[CellResult]) -> Check {
     let target = format!(
         "fair lock: Jain's index over per-client grants ≥ {LOCK_FAIRNESS} at 16 and 64 clients"
@@ -224,12 +236,8 @@ fn lock_scaling(results: &[CellResult]) -> Check {
     let cells: Vec<CheckCell> = fair_lock_cells(results)
         .filter(|cell| cell.clients == 64)
         .filter_map(|many| {
-            let few = fair_lock_cells(results).find(|c| {
-                c.clients == 4
-                    && c.target == many.target
-                    && c.variant == many.variant
-                    && c.ops_per_sec > 0.0
-            })?;
+            let few =
+                fair_lock_cell(results, many, &many.variant, 4).filter(|c| c.ops_per_sec > 0.0)?;
             let ratio = many.ops_per_sec / few.ops_per_sec;
             let mut cell = judged(
                 &Worst::Lowest,
@@ -377,12 +385,8 @@ fn lock_contended(results: &[CellResult]) -> Check {
     let cells: Vec<CheckCell> = fair_lock_cells(results)
         .filter(|cell| cell.variant == "fair" && cell.clients > 1)
         .filter_map(|many| {
-            let single = fair_lock_cells(results).find(|c| {
-                c.clients == 1
-                    && c.target == many.target
-                    && c.variant == many.variant
-                    && c.ops_per_sec > 0.0
-            })?;
+            let single =
+                fair_lock_cell(results, many, &many.variant, 1).filter(|c| c.ops_per_sec > 0.0)?;
             let ratio = many.ops_per_sec / single.ops_per_sec;
             Some(Worst::Lowest.cell(
                 LOCK_CONTENDED_SHARE,
@@ -423,9 +427,7 @@ fn lock_round_trips(results: &[CellResult]) -> Check {
 /// `variant` (an acquire and a release, two writes).
 fn handoff_round_trips(results: &[CellResult], many: &CellResult, variant: &str) -> Option<f64> {
     let p50_us = *many.extras.get(crate::workloads::lock::HANDOFF_P50)?;
-    let single = fair_lock_cells(results).find(|c| {
-        c.clients == 1 && c.target == many.target && c.variant == variant && c.latency.p50_ns > 0
-    })?;
+    let single = fair_lock_cell(results, many, variant, 1).filter(|c| c.latency.p50_ns > 0)?;
     let round_trip_ns = single.latency.p50_ns as f64 / 2.0;
     Some((p50_us * 1000) as f64 / round_trip_ns)
 }
