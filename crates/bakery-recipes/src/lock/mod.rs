@@ -511,10 +511,11 @@ impl Lock {
         // row predates this request, so "now" is safe for it.)
         let mut current_sent = Instant::now();
         let mut not_holder_at = current_sent;
+        // Nothing cached (this process's first acquire of the row): no
+        // read, the first write asks as if the lock were free and a
+        // conflict returns the row. Many tasks starting at once then
+        // share one write through the writer instead of each reading.
         let mut current = inner.writer.newest();
-        if current.is_none() {
-            current = inner.store.get(&inner.key).await?;
-        }
         let mut observed: Option<Observation> = None;
         // The head of `current` when the call that returned it had it
         // already.
