@@ -238,11 +238,15 @@ impl Dispatcher {
         all_ours
     }
 
-    /// Was `row` written by this process (see [`wrote`])?
+    /// Is `row` no newer than this process's newest write (see [`wrote`])?
+    /// Then that write was made on it or on a later row, and handed the
+    /// lock's news to its waiters here: a poll that finds it, though
+    /// this process wrote again while the poll was under way, is no
+    /// sign of another process at work.
     fn wrote(&self, row: &Row) -> bool {
         self.written
             .lock()
-            .is_ok_and(|written| *written == Some(row.version))
+            .is_ok_and(|written| written.is_some_and(|written| row.version <= written))
     }
 
     /// Forward a row heard from the store to the waiters it grants (asked
