@@ -143,9 +143,45 @@ pub(crate) fn deliver<'a>(
     granted: impl IntoIterator<Item = &'a str>,
     row: &Row,
 ) -> bool {
+    deliver_later(store, key, granted, row).0
+}
+
+/// [`deliver`], the wake-ups themselves sent when the returned [`Wakes`]
+/// is dropped: the writer chooses when the new holder runs (see
+/// `Writer::drain`). The row is marked delivered at once, so the
+/// dispatcher does not forward it meanwhile.
+pub(crate) fn deliver_later<'a>(
+    store: &Arc<dyn VersionedStore>,
+    key: &Key,
+    granted: impl IntoIterator<Item = &'a str>,
+    row: &Row,
+) -> (bool, Wakes) {
     match DISPATCHERS.get(&slot(store, key, true)) {
         Some(dispatcher) => dispatcher.forward(granted, row),
-        None => granted.into_iter().next().is_none(),
+        None => (granted.into_iter().next().is_none(), Wakes::default()),
+    }
+}
+
+/// Rows to hand to waiters, handed over when this is dropped (however the
+/// holder ends: a wake-up is never lost).
+#[derive(Default)]
+#[must_use = "the waiters are woken when this is dropped"]
+pub(crate) struct Wakes {
+    to: Vec<(WatchSender, Row)>,
+}
+
+impl Wakes {
+    /// Nobody to wake.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.to.is_empty()
+    }
+}
+
+impl Drop for Wakes {
+    fn drop(&mut self) {
+        for (waiter, row) in self.to.drain(..) {
+            waiter.wake_with_row(row);
+        }
     }
 }
 
@@ -201,7 +237,8 @@ impl Dispatcher {
     /// Forward `row` to those of `granted` that wait here, if the row is
     /// news. True if every one of them is ours (the row reached them, now or
     /// with an earlier forward of the same or a newer row).
-    fn forward<'a>(&self, granted: impl IntoIterator<Item = &'a str>, row: &Row) -> bool {
+    fn forward<'a>(&self, granted: impl IntoIterator<Item = &'a str>, row: &Row) -> (bool, Wakes) {
+        let mut wakes = Wakes::default();
         let news = match self.newest.lock() {
             Ok(mut newest) => {
                 let news = newest.is_none_or(|newest| row.version > newest);
@@ -213,16 +250,16 @@ impl Dispatcher {
             Err(_) => true,
         };
         let Ok(waiters) = self.waiters.lock() else {
-            return false;
+            return (false, wakes);
         };
         let Ok(mut woken) = self.woken.lock() else {
-            return false;
+            return (false, wakes);
         };
         let mut all_ours = true;
         for id in granted {
             match waiters.get(id) {
                 Some(waiter) if news => {
-                    waiter.wake_with_row(row.clone());
+                    wakes.to.push((waiter.clone(), row.clone()));
                     if woken.len() == WOKEN_KEPT {
                         woken.pop_front();
                     }
@@ -235,7 +272,7 @@ impl Dispatcher {
                 None => all_ours = false,
             }
         }
-        all_ours
+        (all_ours, wakes)
     }
 
     /// Is `row` no newer than this process's newest write (see [`wrote`])?
@@ -261,7 +298,8 @@ impl Dispatcher {
         }
         match grantees(row) {
             Ok(granted) => {
-                self.forward(granted.iter().map(|id| &**id), row);
+                // Woken here and now: the listener answers nobody.
+                drop(self.forward(granted.iter().map(|id| &**id), row));
             }
             // The waiters' own reads report it.
             Err(err) => tracing::debug!(error = %err, "dispatcher: undecodable row"),
@@ -426,5 +464,33 @@ mod tests {
             !deliver(&store, &key, ["b"], &row),
             "never here: another process's"
         );
+    }
+
+    /// A delivery held back reaches its waiter when the writer lets it go,
+    /// not before, and the dispatcher does not forward the row meanwhile.
+    #[tokio::test]
+    async fn a_held_back_delivery_wakes_its_waiter_when_dropped() {
+        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
+        let key = Key::new("dispatch/later").expect("key");
+        let grants_a: Grantees = Arc::new(|_| Ok(vec![Arc::from("a")]));
+        let mut a = Registration::join(&store, &key, true, Duration::from_secs(60), "a", || {
+            grants_a
+        })
+        .await;
+        let row = Row {
+            key: key.clone(),
+            value: Bytes::from_static(b"a holds it"),
+            version: 7,
+        };
+        let (ours, wakes) = deliver_later(&store, &key, ["a"], &row);
+        assert!(ours, "a waits here");
+        assert!(!wakes.is_empty());
+        let soon = || Instant::now() + Duration::from_millis(50);
+        assert!(a.wait(soon(), None).await.is_none(), "held back");
+        drop(wakes);
+        let heard = a.wait(soon(), None).await.expect("woken once dropped");
+        assert_eq!(heard.version, 7);
+        let (_, again) = deliver_later(&store, &key, ["a"], &row);
+        assert!(again.is_empty(), "the same row is not news twice");
     }
 }

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use super::state::{Fragments, Head, LockState, Waiter};
 use crate::arrival::{Arrival, Arrivals};
-use crate::dispatch;
+use crate::dispatch::{self, Wakes};
 use crate::per_process::{slot, PerRow};
 
 static WRITERS: LazyLock<PerRow<Writer>> = LazyLock::new(PerRow::new);
@@ -141,6 +141,16 @@ pub(crate) struct Written {
 }
 
 type Reply = oneshot::Sender<Result<Written>>;
+
+/// What a write leaves to do, in this order (fields drop in declaration
+/// order): wake the new holder waiting in this process, then drop the state
+/// the write replaced (with a long queue the drop costs as much as the rest
+/// of the write).
+#[derive(Default)]
+struct Handover {
+    wakes: Wakes,
+    replaced: Option<(Bytes, Arc<LockState>)>,
+}
 
 /// This process's writer for one lock row.
 pub(crate) struct Writer {
@@ -277,8 +287,11 @@ impl Writer {
                     return answer.await.unwrap_or_else(|_| Err(abandoned()));
                 }
             }
-            let mut replies = self.write(vec![request], newest).await;
+            let (mut replies, handover) = self.write(vec![request], newest).await;
             drop(turn);
+            // Wakes the new holder: it runs next on this thread once this
+            // task yields.
+            drop(handover);
             return replies.pop().unwrap_or_else(|| Err(abandoned()));
         }
         answer.await.unwrap_or_else(|_| Err(abandoned()))
@@ -296,11 +309,25 @@ impl Writer {
                 (std::mem::take(&mut queue.requests), queue.newest.clone())
             };
             let (requests, replies): (Vec<Request>, Vec<Reply>) = batch.into_iter().unzip();
-            let results = self.write(requests, newest).await;
+            let (results, Handover { wakes, replaced }) = self.write(requests, newest).await;
+            if !wakes.is_empty() {
+                // The new holder waits in this process: let it run before
+                // the batch's callers are answered. Its release then
+                // reaches the queue while this turn lasts, and shares the
+                // next write with the enqueues of the clients answered
+                // now. Answered first, they often wrote alone, before the
+                // release (closed acquire/release loop, Cassandra: 1.05 to
+                // 1.07 writes per acquisition at 4 and 64 clients became
+                // 1.001, and 7 % more acquisitions/s; PostgreSQL and Redis
+                // 1.007 to 1.017 became 1.000 to 1.001).
+                drop(wakes);
+                tokio::task::yield_now().await;
+            }
             for (reply, result) in replies.into_iter().zip(results) {
                 // A caller that gave up is not waiting for its answer.
                 let _ = reply.send(result);
             }
+            drop(replaced);
             // Let the clients just answered (and the holder the write
             // woke) run before the next batch is taken: a releaser asks
             // again at once, and the next holder releases; taken now, the
@@ -314,7 +341,15 @@ impl Writer {
 
     /// Apply `requests` in order to the newest row and write them in one
     /// conditional write, re-applying on conflict. One result per request.
-    async fn write(&self, requests: Vec<Request>, newest: Option<Row>) -> Vec<Result<Written>> {
+    async fn write(
+        &self,
+        requests: Vec<Request>,
+        newest: Option<Row>,
+    ) -> (Vec<Result<Written>>, Handover) {
+        let failed = |err: &Error| {
+            let results = requests.iter().map(|_| Err(copy(err))).collect();
+            (results, Handover::default())
+        };
         let mut current = newest;
         // Send time of the call that returned `current`; `None`: cached.
         let mut returned_at: Option<Instant> = None;
@@ -322,7 +357,7 @@ impl Writer {
             let mut state = match &current {
                 Some(row) => match self.decode(row) {
                     Ok(state) => state,
-                    Err(err) => return requests.iter().map(|_| Err(copy(&err))).collect(),
+                    Err(err) => return failed(&err),
                 },
                 None => LockState::default(),
             };
@@ -344,13 +379,14 @@ impl Writer {
             let sent = Instant::now();
             if !changed {
                 if let Some(at) = returned_at {
-                    return finish(outcomes, &current, state.head(), at, false);
+                    let results = finish(outcomes, &current, state.head(), at, false);
+                    return (results, Handover::default());
                 }
                 // Nothing to do, as the cache says: believe it only from
                 // the store.
                 current = match self.store.get(&self.key).await {
                     Ok(row) => row,
-                    Err(err) => return requests.iter().map(|_| Err(copy(&err))).collect(),
+                    Err(err) => return failed(&err),
                 };
                 returned_at = Some(sent);
                 self.remember(current.as_ref());
@@ -362,30 +398,28 @@ impl Writer {
             };
             let value = match encoded {
                 Ok(value) => value,
-                Err(err) => return requests.iter().map(|_| Err(copy(&err))).collect(),
+                Err(err) => return failed(&err),
             };
             let expected = current.as_ref().map(|row| row.version);
             match self.store.put_if_version(&self.key, expected, value).await {
                 Ok(PutOutcome::Applied(row)) => {
                     let head = state.head();
                     let state = Arc::new(state);
-                    // The state this write replaced is dropped only after
-                    // the new holder was handed its row: with a long queue
-                    // the drop costs as much as the rest of the write.
                     let replaced = self.keep_decoded(&row.value, &state);
                     dispatch::wrote(&self.store, &self.key, &row);
                     let current = Some(row);
                     self.remember(current.as_ref());
-                    let tell_others = handed_on && !self.deliver(current.as_ref(), &state);
-                    drop(replaced);
-                    return finish(outcomes, &current, head, sent, tell_others);
+                    let (delivered, wakes) = self.deliver_later(current.as_ref(), &state);
+                    let tell_others = handed_on && !delivered;
+                    let results = finish(outcomes, &current, head, sent, tell_others);
+                    return (results, Handover { wakes, replaced });
                 }
                 Ok(PutOutcome::Conflict(now)) => {
                     current = now;
                     returned_at = Some(sent);
                     self.remember(current.as_ref());
                 }
-                Err(err) => return requests.iter().map(|_| Err(copy(&err))).collect(),
+                Err(err) => return failed(&err),
             }
         }
     }
@@ -500,14 +534,20 @@ impl Writer {
     /// Hand the new row to the new holder if it waits in this process;
     /// true if it does.
     fn deliver(&self, row: Option<&Row>, state: &LockState) -> bool {
+        self.deliver_later(row, state).0
+    }
+
+    /// [`Self::deliver`], the wake-up sent when the returned [`Wakes`] is
+    /// dropped.
+    fn deliver_later(&self, row: Option<&Row>, state: &LockState) -> (bool, Wakes) {
         if !self.notifications {
-            return false;
+            return (false, Wakes::default());
         }
         match (row, &state.holder) {
             (Some(row), Some(holder)) => {
-                dispatch::deliver(&self.store, &self.key, [&*holder.id], row)
+                dispatch::deliver_later(&self.store, &self.key, [&*holder.id], row)
             }
-            _ => false,
+            _ => (false, Wakes::default()),
         }
     }
 
