@@ -14,7 +14,7 @@
 //! store, 4 clients on 2 worker threads, one client re-took the lock 245 to
 //! 918 times in a row while the three others waited inside `acquire`.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -31,14 +31,27 @@ pub(crate) const ARRIVAL_PATIENCE: Duration = Duration::from_millis(100);
 #[derive(Default)]
 pub(crate) struct Arrivals {
     waiting: Mutex<Waiting>,
-    /// Signalled whenever an [`Arrival`] departs.
-    departed: Notify,
 }
 
+/// The numbers not yet departed, each with the signal that tells it it is
+/// first. Only the new first is woken when the first departs: waking every
+/// waiting acquisition on each departure made the process's CPU per grant
+/// grow with its number of clients (memory store, 64 clients on one worker
+/// thread: a quarter of the time in the wake-ups and their timers).
 #[derive(Default)]
 struct Waiting {
-    numbers: BTreeSet<u64>,
+    numbers: BTreeMap<u64, Arc<Notify>>,
     next: u64,
+}
+
+impl Waiting {
+    /// Tell the first number, if any, that nobody is before it.
+    fn wake_first(&self) {
+        if let Some(first) = self.numbers.values().next() {
+            // A stored permit if it is not waiting yet: never lost.
+            first.notify_one();
+        }
+    }
 }
 
 /// An acquisition that has begun and not yet sent its first request; it
@@ -46,6 +59,8 @@ struct Waiting {
 pub(crate) struct Arrival {
     arrivals: Arc<Arrivals>,
     number: u64,
+    /// Signalled when this arrival may be first.
+    first: Arc<Notify>,
     /// Departed: its first request was placed (or it lost its place).
     departed: bool,
 }
@@ -62,10 +77,12 @@ impl Arrivals {
         let mut waiting = self.waiting();
         let number = waiting.next;
         waiting.next += 1;
-        waiting.numbers.insert(number);
+        let first = Arc::new(Notify::new());
+        waiting.numbers.insert(number, first.clone());
         Arrival {
             arrivals: self.clone(),
             number,
+            first,
             departed: false,
         }
     }
@@ -82,21 +99,25 @@ impl Arrival {
         let arrivals = &*self.arrivals;
         let mut patience = None;
         loop {
-            let departed = arrivals.departed.notified();
-            tokio::pin!(departed);
-            departed.as_mut().enable();
+            let turn = self.first.notified();
+            tokio::pin!(turn);
+            turn.as_mut().enable();
             let earlier = arrivals
                 .waiting()
                 .numbers
-                .first()
+                .keys()
+                .next()
                 .is_some_and(|first| *first < self.number);
             if !earlier {
                 return;
             }
             let until = *patience.get_or_insert_with(|| Instant::now() + ARRIVAL_PATIENCE);
-            if tokio::time::timeout_at(until, departed).await.is_err() {
+            if tokio::time::timeout_at(until, turn).await.is_err() {
                 let mine = self.number;
-                arrivals.waiting().numbers.retain(|number| *number >= mine);
+                arrivals
+                    .waiting()
+                    .numbers
+                    .retain(|number, _| *number >= mine);
             }
         }
     }
@@ -104,8 +125,13 @@ impl Arrival {
     /// The first request is placed: later acquisitions may place theirs.
     pub(crate) fn depart(&mut self) {
         if !std::mem::replace(&mut self.departed, true) {
-            self.arrivals.waiting().numbers.remove(&self.number);
-            self.arrivals.departed.notify_waiters();
+            let mut waiting = self.arrivals.waiting();
+            let was_first = waiting.numbers.keys().next() == Some(&self.number);
+            waiting.numbers.remove(&self.number);
+            // Only the first's departure lets anyone go: the next one.
+            if was_first {
+                waiting.wake_first();
+            }
         }
     }
 }
