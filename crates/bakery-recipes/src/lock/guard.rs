@@ -14,6 +14,7 @@ use crate::held::Status;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::beats::{Due, Ticket};
 use super::combine::Request;
 use super::state::LockState;
 use super::{put_state, LockInner};
@@ -90,8 +91,24 @@ struct Shared {
     /// Guards sharing this grant (more than one only for a reentrant lock):
     /// the last to go releases.
     holds: AtomicUsize,
-    /// The heartbeat task; taken by whoever releases.
-    heartbeat: Mutex<Option<JoinHandle<()>>>,
+    /// The heartbeat: scheduled, running, or stopped by whoever releases.
+    heartbeat: Mutex<Heartbeat>,
+}
+
+/// Where a grant's heartbeat is.
+enum Heartbeat {
+    /// Not started, and not scheduled yet (only while the guard is built).
+    Waiting,
+    /// To start when its first beat is due ([`Beats`]).
+    Scheduled(Ticket),
+    Running(JoinHandle<()>),
+    Stopped,
+}
+
+impl Due for Shared {
+    fn start(self: Arc<Self>) {
+        self.start_heartbeat();
+    }
 }
 
 impl Shared {
@@ -106,6 +123,33 @@ impl Shared {
                 false
             }
         });
+    }
+
+    fn heartbeat(&self) -> std::sync::MutexGuard<'_, Heartbeat> {
+        self.heartbeat
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Start the heartbeat now if it has not started (nor stopped).
+    fn start_heartbeat(self: &Arc<Self>) {
+        let mut heartbeat = self.heartbeat();
+        if let Heartbeat::Waiting | Heartbeat::Scheduled(_) = *heartbeat {
+            if let Heartbeat::Scheduled(ticket) = *heartbeat {
+                self.lock.beats.cancel(ticket);
+            }
+            let task = tokio::spawn(heartbeat_task(self.clone(), self.granted));
+            *heartbeat = Heartbeat::Running(task);
+        }
+    }
+
+    /// Stop the heartbeat for good (the grant is being given back).
+    fn stop_heartbeat(&self) {
+        match std::mem::replace(&mut *self.heartbeat(), Heartbeat::Stopped) {
+            Heartbeat::Scheduled(ticket) => self.lock.beats.cancel(ticket),
+            Heartbeat::Running(task) => task.abort(),
+            Heartbeat::Waiting | Heartbeat::Stopped => {}
+        }
     }
 
     fn held(&self) -> Result<std::sync::MutexGuard<'_, Held>> {
@@ -167,12 +211,18 @@ impl LockGuard {
             granted: grant.beat_sent,
             limit: watch::Sender::new(limit),
             holds: AtomicUsize::new(1),
-            heartbeat: Mutex::new(None),
+            heartbeat: Mutex::new(Heartbeat::Waiting),
         });
-        let task = tokio::spawn(heartbeat(shared.clone(), grant.beat_sent));
-        if let Ok(mut slot) = shared.heartbeat.lock() {
-            *slot = Some(task);
+        // The first beat, or the hold limit if that comes first.
+        let first = grant.beat_sent + shared.lock.lease / 3;
+        let due = limit.map_or(first, |limit| limit.min(first));
+        let entry: Weak<dyn Due> = Arc::downgrade(&shared) as Weak<Shared>;
+        let ticket = shared.lock.beats.start_at(entry, due);
+        let mut heartbeat = shared.heartbeat();
+        if let Heartbeat::Waiting = *heartbeat {
+            *heartbeat = Heartbeat::Scheduled(ticket);
         }
+        drop(heartbeat);
         shared.lock.task_holds.record(&shared);
         LockGuard {
             shared,
@@ -187,14 +237,6 @@ impl LockGuard {
             return false;
         }
         self.shared.holds.fetch_sub(1, Ordering::SeqCst) == 1
-    }
-
-    fn take_heartbeat(&self) -> Option<JoinHandle<()>> {
-        self.shared
-            .heartbeat
-            .lock()
-            .ok()
-            .and_then(|mut slot| slot.take())
     }
 
     /// The fencing token of this grant: larger than every earlier grant's of
@@ -247,6 +289,9 @@ impl LockGuard {
         self.shared
             .limit
             .send_replace(Some(Instant::now() + at_most));
+        // The running heartbeat follows the limit; one not started yet
+        // might start too late for it.
+        self.shared.start_heartbeat();
         Ok(())
     }
 
@@ -271,8 +316,7 @@ impl LockGuard {
                 Err(lost_error(&self.shared))
             };
         }
-        let heartbeat = self.take_heartbeat();
-        finish(&self.shared, heartbeat).await
+        finish(&self.shared).await
     }
 }
 
@@ -346,16 +390,14 @@ impl Shared {
 
 /// Keep the grant until `lock_at_least_for` has passed (or it is lost),
 /// then stop the heartbeat and release.
-async fn finish(shared: &Arc<Shared>, heartbeat: Option<JoinHandle<()>>) -> Result<()> {
+async fn finish(shared: &Arc<Shared>) -> Result<()> {
     let keep_until = shared.granted + shared.lock.at_least;
     if Instant::now() < keep_until && *shared.status.borrow() == Status::Held {
         let mut status = shared.status.subscribe();
         let lost = status.wait_for(|status| *status != Status::Held);
         let _ = tokio::time::timeout_at(keep_until, lost).await;
     }
-    if let Some(task) = heartbeat {
-        task.abort();
-    }
+    shared.stop_heartbeat();
     release(shared).await
 }
 
@@ -364,22 +406,22 @@ impl Drop for LockGuard {
         if !self.give_back() {
             return; // released already, or other guards share the grant
         }
-        let Some(task) = self.take_heartbeat() else {
-            return;
-        };
         let shared = self.shared.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    if let Err(err) = finish(&shared, Some(task)).await {
+                    if let Err(err) = finish(&shared).await {
                         tracing::debug!(error = %err, "release on drop failed; the lease will expire");
                     }
                 });
             }
-            Err(_) => tracing::warn!(
-                lock = %shared.lock.key.as_str(),
-                "guard dropped outside a runtime; the lock frees when its lease expires"
-            ),
+            Err(_) => {
+                shared.stop_heartbeat();
+                tracing::warn!(
+                    lock = %shared.lock.key.as_str(),
+                    "guard dropped outside a runtime; the lock frees when its lease expires"
+                );
+            }
         }
     }
 }
@@ -469,7 +511,7 @@ async fn hold_limit(shared: &Shared) {
 /// Renew the lease every lease/3 until the guard goes or the lock is lost.
 /// The lease is counted from the send time of the last applied heartbeat,
 /// which is never later than when any observer started counting.
-async fn heartbeat(shared: Arc<Shared>, mut last_sent: Instant) {
+async fn heartbeat_task(shared: Arc<Shared>, mut last_sent: Instant) {
     let lease = shared.lock.lease;
     let period = lease / 3;
     let retry = (lease / 10).max(Duration::from_millis(5));

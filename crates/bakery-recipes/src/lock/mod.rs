@@ -71,6 +71,7 @@
 //! # Ok(()) }
 //! ```
 
+mod beats;
 mod combine;
 mod guard;
 mod state;
@@ -88,6 +89,7 @@ pub use state::{Holder, LockState, Waiter};
 
 use crate::arrival::Arrival;
 use crate::dispatch::Registration;
+use beats::Beats;
 use combine::{Request, Writer};
 use guard::{Grant, TaskHolds};
 
@@ -227,6 +229,7 @@ impl LockBuilder {
                 observed: std::sync::Mutex::new(None),
                 reentrant: self.reentrant,
                 task_holds: TaskHolds::default(),
+                beats: Beats::new(Duration::from_millis(lease_ms) / 3),
             }),
         })
     }
@@ -278,6 +281,8 @@ pub(crate) struct LockInner {
     reentrant: bool,
     /// The grants this handle's tasks hold (what a reentrant acquire shares).
     pub(crate) task_holds: TaskHolds,
+    /// Its grants' heartbeats, started when due.
+    pub(crate) beats: Arc<Beats>,
 }
 
 impl Lock {
