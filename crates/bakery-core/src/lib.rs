@@ -26,8 +26,8 @@ pub use memory::MemoryStore;
 pub use metrics::MetricsStore;
 pub use retry::{RetryPolicy, RetryStore};
 pub use store::{
-    Capabilities, Change, DeleteOutcome, PutOutcome, Row, Stored, Version, VersionedStore, Watch,
-    WatchSender,
+    Capabilities, Change, DeleteOutcome, OwnWrite, OwnWrites, PutOutcome, Row, Stored, Version,
+    VersionedStore, Watch, WatchSender,
 };
 
 /// Re-exported so backend crates implement the trait with the same macro.

@@ -31,6 +31,9 @@ use crate::{Key, Result};
 #[derive(Debug)]
 pub struct Watch {
     wakes: tokio::sync::watch::Receiver<Pending>,
+    /// For [`Watch::own_writes`] (weak: the watch never keeps its feed
+    /// open).
+    sender: std::sync::Weak<tokio::sync::watch::Sender<Pending>>,
 }
 
 /// The backend's end of a [`Watch`]: call [`WatchSender::wake`] whenever the
@@ -56,6 +59,9 @@ pub enum Change {
 struct Pending {
     change: Change,
     newest: Option<Version>,
+    /// The value of a write the watcher's process is making and hands over
+    /// itself ([`OwnWrites::writing`]).
+    own: Option<Bytes>,
 }
 
 impl Watch {
@@ -64,13 +70,22 @@ impl Watch {
         let (sender, wakes) = tokio::sync::watch::channel(Pending {
             change: Change::Read,
             newest: None,
+            own: None,
         });
-        (
-            WatchSender {
-                wakes: std::sync::Arc::new(sender),
-            },
-            Watch { wakes },
-        )
+        let sender = std::sync::Arc::new(sender);
+        let watch = Watch {
+            wakes,
+            sender: std::sync::Arc::downgrade(&sender),
+        };
+        (WatchSender { wakes: sender }, watch)
+    }
+
+    /// A handle for the watcher's process to mark the writes it makes and
+    /// reports itself: see [`OwnWrites::writing`].
+    pub fn own_writes(&self) -> OwnWrites {
+        OwnWrites {
+            sender: self.sender.clone(),
+        }
     }
 
     /// Wait for the next wake-up. `false` means the backend stopped
@@ -107,9 +122,16 @@ impl WatchSender {
             if pending.newest.is_some_and(|newest| row.version <= newest) {
                 return false;
             }
+            let own = pending
+                .own
+                .as_ref()
+                .is_some_and(|own| same_buffer(own, &row.value));
             pending.newest = Some(row.version);
             pending.change = Change::Row(row);
-            true
+            // The watcher's own write, reported by an in-process store
+            // before the write even returned: kept (an older row is still
+            // no news), but nobody is woken for it.
+            !own
         });
         !self.wakes.is_closed()
     }
@@ -131,6 +153,94 @@ impl WatchSender {
     pub async fn closed(&self) {
         self.wakes.closed().await
     }
+}
+
+/// The writes a watcher's own process makes and hands over itself, from
+/// [`Watch::own_writes`]: their reports need not wake the watcher.
+///
+/// An in-process store (such as [`MemoryStore`](crate::MemoryStore)) wakes
+/// a key's watchers inside the write itself. A process whose writer tells
+/// its own waiters what it wrote would then be woken for news it already
+/// has, and on a multi-threaded runtime that wake-up costs more than the
+/// write. While the [`OwnWrite`] lives, a report whose row holds that very
+/// value (the same buffer, not merely equal bytes) updates the watch
+/// without waking it. Any other report, and every report of a store that
+/// sends its rows from elsewhere (a server), wakes it as before.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> bakery_core::Result<()> {
+/// use std::time::Duration;
+/// use bakery_core::{Bytes, Key, MemoryStore, PutOutcome, VersionedStore};
+///
+/// let store = MemoryStore::new();
+/// let key = Key::new("doc/own-writes")?;
+/// let mut watch = store.watch(&key).await?.expect("memory watches");
+/// let own = watch.own_writes();
+/// let value = Bytes::from_static(b"mine");
+/// let marked = own.writing(&value);
+/// store.put_if_version(&key, None, value).await?;
+/// drop(marked);
+/// let woken = tokio::time::timeout(Duration::from_millis(20), watch.changed()).await;
+/// assert!(woken.is_err(), "its own write woke nobody");
+/// store.put_if_version(&key, Some(1), Bytes::from_static(b"theirs")).await?;
+/// assert!(watch.changed().await, "another write does");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct OwnWrites {
+    sender: std::sync::Weak<tokio::sync::watch::Sender<Pending>>,
+}
+
+impl OwnWrites {
+    /// Mark `value` as a write this process is making and will hand to its
+    /// own waiters: until the returned mark is dropped, the store's report
+    /// of it wakes nobody. Take it just before the write and drop it when
+    /// the write returned.
+    pub fn writing(&self, value: &Bytes) -> OwnWrite {
+        if let Some(sender) = self.sender.upgrade() {
+            sender.send_if_modified(|pending| {
+                pending.own = Some(value.clone());
+                false
+            });
+        }
+        OwnWrite {
+            sender: self.sender.clone(),
+            value: value.clone(),
+        }
+    }
+}
+
+/// A write marked by [`OwnWrites::writing`]; the mark ends when this is
+/// dropped.
+#[derive(Debug)]
+#[must_use = "the mark ends when this is dropped"]
+pub struct OwnWrite {
+    sender: std::sync::Weak<tokio::sync::watch::Sender<Pending>>,
+    value: Bytes,
+}
+
+impl Drop for OwnWrite {
+    fn drop(&mut self) {
+        if let Some(sender) = self.sender.upgrade() {
+            sender.send_if_modified(|pending| {
+                if pending
+                    .own
+                    .as_ref()
+                    .is_some_and(|own| same_buffer(own, &self.value))
+                {
+                    pending.own = None;
+                }
+                false
+            });
+        }
+    }
+}
+
+/// The same buffer (not merely equal bytes): a report carries the very
+/// value handed to an in-process store's write.
+fn same_buffer(a: &Bytes, b: &Bytes) -> bool {
+    a.as_ptr() == b.as_ptr() && a.len() == b.len()
 }
 
 /// A row version. Strictly increasing per key on every backend, and never
@@ -372,5 +482,56 @@ pub trait VersionedStore: Send + Sync + fmt::Debug {
     async fn notify(&self, key: &Key) -> Result<()> {
         let _ = key;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn row(value: &Bytes, version: Version) -> Row {
+        Row {
+            key: Key::new("own/writes").expect("key"),
+            value: value.clone(),
+            version,
+        }
+    }
+
+    async fn woken(watch: &mut Watch) -> bool {
+        tokio::time::timeout(Duration::from_millis(20), watch.changed())
+            .await
+            .is_ok()
+    }
+
+    /// Only the marked buffer is held back: equal bytes in another buffer
+    /// (another writer's row that happens to match) still wake, and so does
+    /// the marked buffer once the mark is gone.
+    #[tokio::test]
+    async fn only_the_marked_buffer_is_held_back() {
+        let (sender, mut watch) = Watch::channel();
+        let ours = Bytes::from(b"state".to_vec());
+        let mark = watch.own_writes().writing(&ours);
+        sender.wake_with_row(row(&ours, 1));
+        assert!(!woken(&mut watch).await, "our own write");
+        let equal = Bytes::from(b"state".to_vec());
+        sender.wake_with_row(row(&equal, 2));
+        assert!(woken(&mut watch).await, "another buffer, equal bytes");
+        drop(mark);
+        sender.wake_with_row(row(&ours, 3));
+        assert!(woken(&mut watch).await, "unmarked");
+    }
+
+    /// A held-back report still counts as handed over: an older row after
+    /// it is no news.
+    #[tokio::test]
+    async fn a_held_back_row_still_makes_older_ones_old_news() {
+        let (sender, mut watch) = Watch::channel();
+        let ours = Bytes::from_static(b"ours");
+        let _mark = watch.own_writes().writing(&ours);
+        sender.wake_with_row(row(&ours, 5));
+        sender.wake_with_row(row(&Bytes::from_static(b"older"), 4));
+        assert!(!woken(&mut watch).await);
     }
 }

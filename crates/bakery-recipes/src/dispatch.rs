@@ -20,7 +20,8 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
 use bakery_core::{
-    Capabilities, Change, Key, Result, Row, Version, VersionedStore, Watch, WatchSender,
+    Bytes, Capabilities, Change, Key, OwnWrite, OwnWrites, Result, Row, Version, VersionedStore,
+    Watch, WatchSender,
 };
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
@@ -62,6 +63,8 @@ pub(crate) struct Dispatcher {
     woken: Mutex<VecDeque<String>>,
     /// The newest version this process wrote ([`wrote`]).
     written: Mutex<Option<Version>>,
+    /// Marks this process's writes on the store subscription ([`writing`]).
+    own_writes: Mutex<Option<OwnWrites>>,
     /// Set once the store subscription is live (or known to be absent).
     ready: watch::Receiver<bool>,
     /// Dropped with the dispatcher: stops its task.
@@ -198,6 +201,22 @@ pub(crate) fn wrote(store: &Arc<dyn VersionedStore>, key: &Key, row: &Row) {
     }
 }
 
+/// Mark `value`, which this process's writer is about to write to `key`
+/// and will hand to its waiters itself ([`deliver_later`]): an in-process
+/// store's report of that write then does not wake the dispatcher (on two
+/// worker threads that wake-up, for news the writer delivers anyway, made
+/// the idle worker steal the new holder). Hold the mark until the write
+/// returns.
+pub(crate) fn writing(
+    store: &Arc<dyn VersionedStore>,
+    key: &Key,
+    value: &Bytes,
+) -> Option<OwnWrite> {
+    let dispatcher = DISPATCHERS.get(&slot(store, key, true))?;
+    let own_writes = dispatcher.own_writes.lock().ok()?.clone()?;
+    Some(own_writes.writing(value))
+}
+
 impl Dispatcher {
     /// This process's dispatcher for the row, started if there is none.
     fn for_row(
@@ -219,6 +238,7 @@ impl Dispatcher {
                 newest: Mutex::new(None),
                 woken: Mutex::new(VecDeque::with_capacity(WOKEN_KEPT)),
                 written: Mutex::new(None),
+                own_writes: Mutex::new(None),
                 ready,
                 _stop: stop,
             });
@@ -344,6 +364,11 @@ impl Source {
         } else {
             None
         };
+        if let (Some(watch), Some(dispatcher)) = (&watch, dispatcher.upgrade()) {
+            if let Ok(mut own_writes) = dispatcher.own_writes.lock() {
+                *own_writes = Some(watch.own_writes());
+            }
+        }
         set_ready.send_replace(true);
         let mut next_poll = FIRST_POLL.min(self.poll_interval);
         let mut last_polled: Option<Version> = None;

@@ -401,7 +401,13 @@ impl Writer {
                 Err(err) => return failed(&err),
             };
             let expected = current.as_ref().map(|row| row.version);
-            match self.store.put_if_version(&self.key, expected, value).await {
+            let own = match self.notifications {
+                true => dispatch::writing(&self.store, &self.key, &value),
+                false => None,
+            };
+            let outcome = self.store.put_if_version(&self.key, expected, value).await;
+            drop(own);
+            match outcome {
                 Ok(PutOutcome::Applied(row)) => {
                     let head = state.head();
                     let state = Arc::new(state);
