@@ -401,9 +401,10 @@ impl Writer {
                 Err(err) => return failed(&err),
             };
             let expected = current.as_ref().map(|row| row.version);
-            let own = match self.notifications {
-                true => dispatch::writing(&self.store, &self.key, &value),
-                false => None,
+            let own = if self.notifications {
+                dispatch::writing(&self.store, &self.key, &value)
+            } else {
+                None
             };
             let outcome = self.store.put_if_version(&self.key, expected, value).await;
             drop(own);

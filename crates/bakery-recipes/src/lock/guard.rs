@@ -134,13 +134,13 @@ impl Shared {
     /// Start the heartbeat now if it has not started (nor stopped).
     fn start_heartbeat(self: &Arc<Self>) {
         let mut heartbeat = self.heartbeat();
-        if let Heartbeat::Waiting | Heartbeat::Scheduled(_) = *heartbeat {
-            if let Heartbeat::Scheduled(ticket) = *heartbeat {
-                self.lock.beats.cancel(ticket);
-            }
-            let task = tokio::spawn(heartbeat_task(self.clone(), self.granted));
-            *heartbeat = Heartbeat::Running(task);
+        match *heartbeat {
+            Heartbeat::Waiting => {}
+            Heartbeat::Scheduled(ticket) => self.lock.beats.cancel(ticket),
+            Heartbeat::Running(_) | Heartbeat::Stopped => return,
         }
+        let task = tokio::spawn(heartbeat_task(self.clone(), self.granted));
+        *heartbeat = Heartbeat::Running(task);
     }
 
     /// Stop the heartbeat for good (the grant is being given back).
