@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bakery_core::{CountingStore, ErrorKind, Key, VersionedStore};
+use bakery_core::{Capabilities, CountingStore, ErrorKind, Key, VersionedStore};
 use bakery_recipes::consumer::{Consumer, Processed};
 use bakery_recipes::keys;
 use bakery_recipes::once::{Execution, Idempotency, OnBusy, OnFailure, RunError, Status};
@@ -28,6 +28,7 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("once", lost_replies_still_run_once),
         case!("once", corrupt_record_is_a_typed_error_and_kept),
         case!("once", new_key_costs_two_round_trips),
+        case!("once", a_listening_waiter_marks_the_claim_and_is_notified),
         case!("consumer", duplicates_and_reordering_apply_once),
         case!("consumer", lost_reply_is_resolved_by_reading_back),
         case!("consumer", one_round_trip_per_message),
@@ -43,6 +44,32 @@ fn once(store: &Arc<dyn VersionedStore>, scope: &str) -> Idempotency {
 }
 
 type Ran = Result<Execution<u64>, RunError<String>>;
+
+/// Run key "k" (payload "p") on `worker` with an operation that returns 1
+/// once the returned sender is used (or dropped); returns when it started.
+async fn run_until_told(
+    worker: Idempotency,
+) -> (
+    tokio::task::JoinHandle<Ran>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let (finish_tx, finish) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        worker
+            .run("k", b"p", |_| async move {
+                let _ = started_tx.send(());
+                let _ = finish.await;
+                Ok(1)
+            })
+            .await
+    });
+    tokio::time::timeout(PATIENCE, started)
+        .await
+        .expect("the worker never started")
+        .expect("started");
+    (running, finish_tx)
+}
 
 async fn concurrent_duplicates_run_once(store: Arc<dyn VersionedStore>) {
     let scope = unique_name("once-dup");
@@ -141,23 +168,8 @@ async fn busy_key_waits_or_fails_as_asked(store: Arc<dyn VersionedStore>) {
         .lease(lease)
         .build()
         .expect("settings");
-    let (started_tx, started) = tokio::sync::oneshot::channel();
-    let (finish_tx, finish) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        let ran: Ran = worker
-            .run("k", b"p", |_| async move {
-                let _ = started_tx.send(());
-                // Runs until the test lets it finish (several leases).
-                let _ = finish.await;
-                Ok(1)
-            })
-            .await;
-        ran
-    });
-    tokio::time::timeout(PATIENCE, started)
-        .await
-        .expect("the worker never started")
-        .expect("started");
+    // Runs until the test lets it finish (several leases).
+    let (running, finish_tx) = run_until_told(worker).await;
     let impatient = Idempotency::builder(store.clone(), &scope)
         .on_busy(OnBusy::Fail)
         .build()
@@ -504,9 +516,77 @@ async fn new_key_costs_two_round_trips(store: Arc<dyn VersionedStore>) {
     assert!(ran.expect("ran").executed());
     let c = counting.counts();
     assert_eq!(
-        (c.gets, c.puts, c.deletes),
-        (0, 2, 0),
-        "claim + completion: {c:?}"
+        (c.gets, c.puts, c.deletes, c.notifies),
+        (0, 2, 0, 0),
+        "claim + completion, and no notify (nobody waited): {c:?}"
+    );
+}
+
+async fn a_listening_waiter_marks_the_claim_and_is_notified(store: Arc<dyn VersionedStore>) {
+    let listens = store.capabilities().contains(Capabilities::WATCH);
+    let scope = unique_name("once-told");
+    // A waiter that listens reads on its own only every lease/4: with this
+    // lease, one that missed the notification would outlast PATIENCE.
+    let lease = PATIENCE * 8;
+    let counting = Arc::new(CountingStore::new(store.clone()));
+    let worker = Idempotency::builder(counting.clone(), &scope)
+        .lease(lease)
+        .build()
+        .expect("settings");
+    let (running, finish_tx) = run_until_told(worker).await;
+    let waiter = Idempotency::builder(store.clone(), &scope)
+        .lease(lease)
+        .build()
+        .expect("settings");
+    let waiting = tokio::spawn(async move {
+        let ran: Ran = waiter.run("k", b"p", |_| async { Ok(2) }).await;
+        ran
+    });
+    let inspector = Idempotency::builder(store.clone(), &scope)
+        .build()
+        .expect("settings");
+    if listens {
+        // The waiter marks the claim before it waits.
+        let give_up = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let record = inspector.inspect("k").await.expect("inspect");
+            if record.as_ref().is_some_and(|r| r.awaited) {
+                assert_eq!(record.map(|r| r.attempt), Some(1), "still the first claim");
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < give_up,
+                "the waiter never marked the claim"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let _ = finish_tx.send(());
+    let ran = tokio::time::timeout(PATIENCE, running)
+        .await
+        .expect("the worker never finished")
+        .expect("task");
+    assert_eq!(ran.expect("ran"), Execution::Executed(1));
+    let waited = tokio::time::timeout(PATIENCE, waiting)
+        .await
+        .expect("the waiter was not told of the completion")
+        .expect("task");
+    assert_eq!(waited.expect("waited"), Execution::Replayed(1));
+    let c = counting.counts();
+    assert_eq!(
+        c.notifies,
+        u64::from(listens),
+        "the worker notifies a marked claim's end (where the store can notify): {c:?}"
+    );
+    let record = inspector
+        .inspect("k")
+        .await
+        .expect("inspect")
+        .expect("stored");
+    assert_eq!(
+        (record.status, record.awaited),
+        (Status::Completed, false),
+        "the finished record carries no mark"
     );
 }
 

@@ -11,6 +11,12 @@
 //! - **Complete.** The winner runs the operation and writes `completed`
 //!   with the result, conditioned on its own claim still being there. A new
 //!   key therefore costs two store round trips.
+//! - **Waiting.** A waiter that listens for store notifications first marks
+//!   the claim ([`OnceRecord::awaited`], a write conditioned on the claim),
+//!   and the worker notifies at its end only if the claim it finishes is
+//!   marked: a key nobody waits for costs no notify call. A mark made
+//!   after the worker's last write makes that write conflict, so the worker
+//!   learns of it before it finishes; its heartbeat carries the mark on.
 //! - **Replay.** A completed key returns the stored result without running
 //!   the operation again; a key reused with a different payload is refused
 //!   ([`RunError::PayloadMismatch`]): the payload's SHA-256 is kept.
@@ -558,6 +564,23 @@ impl Idempotency {
                                     Duration::from_millis(self.inner.lease_ms),
                                 ));
                             }
+                            let listening = wakeup.as_ref().is_some_and(Wakeup::listening);
+                            if listening && !rec.awaited {
+                                // Tell the worker someone listens (it
+                                // notifies only then), before waiting.
+                                let marked = rec.marked_awaited().encode()?;
+                                let expected = current.as_ref().map(|r| r.version);
+                                current =
+                                    match store.put_if_version(row_key, expected, marked).await {
+                                        Ok(PutOutcome::Applied(row)) => Some(row),
+                                        Ok(PutOutcome::Conflict(now)) => now,
+                                        Err(e) if e.outcome_unknown() => store.get(row_key).await?,
+                                        Err(e) => return Err(e.into()),
+                                    };
+                                // Decide again on the row as it is now: it
+                                // may be ours (marked), finished or taken.
+                                continue;
+                            }
                             let seen = current.as_ref().map(|r| r.version);
                             let pushed = match wakeup.as_mut() {
                                 Some(w) => w.wait(since + lease, seen).await,
@@ -642,7 +665,7 @@ impl Idempotency {
             };
             let now = match result {
                 Ok(None) => {
-                    self.notify(row_key).await;
+                    self.notify_waiters(&claim, row_key).await;
                     return Ok(());
                 }
                 Ok(Some(now)) => now,
@@ -668,7 +691,7 @@ impl Idempotency {
                     claim.record = rec;
                 }
                 (_, Some(f)) if rec.status == f.status => {
-                    self.notify(row_key).await;
+                    self.notify_waiters(&claim, row_key).await;
                     return Ok(());
                 }
                 _ => {
@@ -679,6 +702,14 @@ impl Idempotency {
                     )))
                 }
             }
+        }
+    }
+
+    /// Wake the waiters of `claim` after its completion or release, if any
+    /// marked it: nobody else listens for its end.
+    async fn notify_waiters(&self, claim: &Claim, row_key: &Key) {
+        if claim.record.awaited {
+            self.notify(row_key).await;
         }
     }
 
@@ -712,8 +743,8 @@ impl Heartbeat {
         let claim = Arc::new(Mutex::new(claim));
         let shared = claim.clone();
         let task = tokio::spawn(async move {
+            tokio::time::sleep(period).await;
             loop {
-                tokio::time::sleep(period).await;
                 let Some((version, next)) = shared
                     .lock()
                     .ok()
@@ -732,13 +763,26 @@ impl Heartbeat {
                             *c = Claim { row, record: next };
                         }
                     }
+                    Ok(PutOutcome::Conflict(Some(row))) => {
+                        // Still our claim, marked by a waiter: beat on
+                        // from that row (at once: this beat is due).
+                        let ours = OnceRecord::decode(&row)
+                            .ok()
+                            .filter(|record| record.same_claim(&next));
+                        let Some(record) = ours else { return };
+                        if let Ok(mut c) = shared.lock() {
+                            *c = Claim { row, record };
+                        }
+                        continue;
+                    }
                     // Taken over (or finished by an operator): stop; the
                     // completion write finds out and reports it.
-                    Ok(PutOutcome::Conflict(_)) => return,
+                    Ok(PutOutcome::Conflict(None)) => return,
                     Err(e) => {
                         tracing::debug!(key = %row_key, error = %e, "once: heartbeat failed; retrying")
                     }
                 }
+                tokio::time::sleep(period).await;
             }
         });
         Heartbeat { task, claim }

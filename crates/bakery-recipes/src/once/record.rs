@@ -44,6 +44,11 @@ pub struct OnceRecord {
     /// Unix milliseconds after which a finished record is ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
+    /// Someone waits for this claim's end and listens for a notification
+    /// (in progress only): set by the first such waiter before it waits,
+    /// so that a worker nobody waits for finishes without a notify call.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaited: bool,
 }
 
 impl OnceRecord {
@@ -56,7 +61,25 @@ impl OnceRecord {
             result: None,
             error: None,
             expires_at_ms: None,
+            awaited: false,
         }
+    }
+
+    /// The same claim, marked as waited for.
+    pub(crate) fn marked_awaited(&self) -> OnceRecord {
+        OnceRecord {
+            awaited: true,
+            ..self.clone()
+        }
+    }
+
+    /// Is `other` this same claim (attempt and worker), perhaps with
+    /// another heartbeat or mark?
+    pub(crate) fn same_claim(&self, other: &OnceRecord) -> bool {
+        self.status == Status::InProgress
+            && other.status == Status::InProgress
+            && self.attempt == other.attempt
+            && self.worker.as_ref().map(|w| &w.id) == other.worker.as_ref().map(|w| &w.id)
     }
 
     /// The same claim with its heartbeat advanced.
@@ -77,6 +100,7 @@ impl OnceRecord {
             result: Some(base64::engine::general_purpose::STANDARD.encode(result)),
             error: None,
             expires_at_ms,
+            awaited: false,
         }
     }
 
@@ -89,6 +113,7 @@ impl OnceRecord {
             result: None,
             error: Some(message.to_owned()),
             expires_at_ms,
+            awaited: false,
         }
     }
 
@@ -108,8 +133,8 @@ impl OnceRecord {
         })?;
         let consistent = match rec.status {
             Status::InProgress => rec.worker.is_some() && rec.result.is_none(),
-            Status::Completed => rec.worker.is_none() && rec.result.is_some(),
-            Status::Failed => rec.worker.is_none() && rec.result.is_none(),
+            Status::Completed => rec.worker.is_none() && rec.result.is_some() && !rec.awaited,
+            Status::Failed => rec.worker.is_none() && rec.result.is_none() && !rec.awaited,
         };
         if !consistent || rec.attempt == 0 || rec.payload_sha256.len() != 64 {
             return Err(Error::corrupt(
@@ -152,4 +177,44 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(value: Bytes) -> Row {
+        Row {
+            key: Key::new("once/s/k").expect("key"),
+            value,
+            version: 1,
+        }
+    }
+
+    fn worker() -> Worker {
+        Worker {
+            id: "w".into(),
+            owner: "o".into(),
+            beat: 1,
+            lease_ms: 1000,
+            data: None,
+        }
+    }
+
+    #[test]
+    fn the_mark_is_stored_only_while_set_and_only_in_progress() {
+        let claim = OnceRecord::in_progress(&payload_hash(b"p"), 1, worker());
+        let plain = claim.encode().expect("encode");
+        assert!(!String::from_utf8_lossy(&plain).contains("awaited"));
+        let marked = claim.marked_awaited();
+        assert!(marked.same_claim(&claim.beaten()));
+        let decoded = OnceRecord::decode(&row(marked.encode().expect("encode"))).expect("decode");
+        assert!(decoded.awaited);
+        let done = marked.completed(b"1", None);
+        assert!(!done.awaited, "a finished record is not waited for");
+        let mut forged = done.clone();
+        forged.awaited = true;
+        let err = OnceRecord::decode(&row(forged.encode().expect("encode"))).expect_err("refused");
+        assert_eq!(err.kind(), ErrorKind::Corrupt);
+    }
 }

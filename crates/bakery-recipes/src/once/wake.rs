@@ -31,6 +31,11 @@ impl Wakeup {
         }
     }
 
+    /// Does this waiter listen for notifications (rather than poll)?
+    pub(crate) fn listening(&self) -> bool {
+        self.watch.is_some()
+    }
+
     /// Wait until a notification, the next poll, or `deadline` (the moment
     /// the running worker's lease runs out), whichever comes first. Returns
     /// the row a notification handed over if it is newer than `seen` (the
