@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod arrival;
+mod beats;
 pub mod consumer;
 mod dispatch;
 pub mod election;

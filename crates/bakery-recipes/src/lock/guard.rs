@@ -10,11 +10,10 @@ use std::time::Duration;
 use bakery_core::{Error, ErrorKind, PutOutcome, Result, Row};
 use tokio::sync::watch;
 
+use crate::beats::{Due, Heartbeat};
 use crate::held::Status;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::beats::{Due, Ticket};
 use super::combine::Request;
 use super::state::LockState;
 use super::{put_state, LockInner};
@@ -92,17 +91,7 @@ struct Shared {
     /// the last to go releases.
     holds: AtomicUsize,
     /// The heartbeat: scheduled, running, or stopped by whoever releases.
-    heartbeat: Mutex<Heartbeat>,
-}
-
-/// Where a grant's heartbeat is.
-enum Heartbeat {
-    /// Not started, and not scheduled yet (only while the guard is built).
-    Waiting,
-    /// To start when its first beat is due ([`Beats`]).
-    Scheduled(Ticket),
-    Running(JoinHandle<()>),
-    Stopped,
+    heartbeat: Heartbeat,
 }
 
 impl Due for Shared {
@@ -125,30 +114,16 @@ impl Shared {
         });
     }
 
-    fn heartbeat(&self) -> std::sync::MutexGuard<'_, Heartbeat> {
-        self.heartbeat
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     /// Start the heartbeat now if it has not started (nor stopped).
     fn start_heartbeat(self: &Arc<Self>) {
-        let mut heartbeat = self.heartbeat();
-        match *heartbeat {
-            Heartbeat::Waiting => {}
-            Heartbeat::Scheduled(ticket) => self.lock.beats.cancel(ticket),
-            Heartbeat::Running(_) | Heartbeat::Stopped => return,
-        }
-        let task = tokio::spawn(heartbeat_task(self.clone(), self.granted));
-        *heartbeat = Heartbeat::Running(task);
+        self.heartbeat
+            .start(|| tokio::spawn(heartbeat_task(self.clone(), self.granted)));
     }
 
     /// Stop the heartbeat for good (the grant is being given back).
     fn stop_heartbeat(&self) {
-        match std::mem::replace(&mut *self.heartbeat(), Heartbeat::Stopped) {
-            Heartbeat::Scheduled(ticket) => self.lock.beats.cancel(ticket),
-            Heartbeat::Running(task) => task.abort(),
-            Heartbeat::Waiting | Heartbeat::Stopped => {}
+        if let Some(task) = self.heartbeat.stop() {
+            task.abort();
         }
     }
 
@@ -202,6 +177,7 @@ impl LockGuard {
     pub(crate) fn start(lock: Arc<LockInner>, grant: Grant) -> LockGuard {
         let (status, _) = watch::channel(Status::Held);
         let limit = lock.at_most.map(|at_most| grant.beat_sent + at_most);
+        let heartbeat = Heartbeat::new(lock.beats.clone());
         let shared = Arc::new(Shared {
             lock,
             id: grant.id,
@@ -211,18 +187,13 @@ impl LockGuard {
             granted: grant.beat_sent,
             limit: watch::Sender::new(limit),
             holds: AtomicUsize::new(1),
-            heartbeat: Mutex::new(Heartbeat::Waiting),
+            heartbeat,
         });
         // The first beat, or the hold limit if that comes first.
         let first = grant.beat_sent + shared.lock.lease / 3;
         let due = limit.map_or(first, |limit| limit.min(first));
-        let entry: Weak<dyn Due> = Arc::downgrade(&shared) as Weak<Shared>;
-        let ticket = shared.lock.beats.start_at(entry, due);
-        let mut heartbeat = shared.heartbeat();
-        if let Heartbeat::Waiting = *heartbeat {
-            *heartbeat = Heartbeat::Scheduled(ticket);
-        }
-        drop(heartbeat);
+        let entry: Weak<Shared> = Arc::downgrade(&shared);
+        shared.heartbeat.schedule(entry, due);
         shared.lock.task_holds.record(&shared);
         LockGuard {
             shared,

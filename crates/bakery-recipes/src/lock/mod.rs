@@ -71,7 +71,6 @@
 //! # Ok(()) }
 //! ```
 
-mod beats;
 mod combine;
 mod guard;
 mod state;
@@ -88,8 +87,8 @@ use state::Head;
 pub use state::{Holder, LockState, Waiter};
 
 use crate::arrival::Arrival;
+use crate::beats::Beats;
 use crate::dispatch::Registration;
-use beats::Beats;
 use combine::{Request, Writer};
 use guard::{Grant, TaskHolds};
 

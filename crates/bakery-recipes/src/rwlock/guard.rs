@@ -3,14 +3,14 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bakery_core::{Error, ErrorKind, PutOutcome, Result, Row};
 use tokio::sync::watch;
 
+use crate::beats::{Due, Heartbeat};
 use crate::held::Status;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::state::{Mode, RwLockState, RECIPE};
@@ -41,6 +41,17 @@ struct Shared {
     status: watch::Sender<Status>,
     /// When the grant was handed over here (for the hold-time metric).
     started: Instant,
+    /// Where the lease counts from until the first heartbeat.
+    lease_from: Instant,
+    /// Scheduled, running, or stopped by whoever gives the hold back.
+    heartbeat: Heartbeat,
+}
+
+impl Due for Shared {
+    fn start(self: Arc<Self>) {
+        self.heartbeat
+            .start(|| tokio::spawn(heartbeat(self.clone(), self.lease_from)));
+    }
 }
 
 impl Shared {
@@ -78,7 +89,8 @@ impl Shared {
 /// The common part of both guards.
 pub(crate) struct Guard {
     shared: Arc<Shared>,
-    heartbeat: Option<JoinHandle<()>>,
+    /// Given back already (released).
+    done: bool,
 }
 
 impl fmt::Debug for Guard {
@@ -95,6 +107,7 @@ impl fmt::Debug for Guard {
 impl Guard {
     pub(crate) fn start(sem: Arc<Inner>, grant: Grant) -> Guard {
         let (status, _) = watch::channel(Status::Held);
+        let heartbeat = Heartbeat::new(sem.beats.clone());
         let shared = Arc::new(Shared {
             sem,
             id: grant.id,
@@ -103,12 +116,16 @@ impl Guard {
             row: Mutex::new(grant.row),
             status,
             started: Instant::now(),
+            lease_from: grant.lease_from,
+            heartbeat,
         });
         crate::metrics::acquired(crate::metrics::Recipe::RwLock, &shared.sem.name);
-        let heartbeat = tokio::spawn(heartbeat(shared.clone(), grant.lease_from));
+        let first_beat = grant.lease_from + shared.sem.lease / 3;
+        let entry: Weak<Shared> = Arc::downgrade(&shared);
+        shared.heartbeat.schedule(entry, first_beat);
         Guard {
             shared,
-            heartbeat: Some(heartbeat),
+            done: false,
         }
     }
 
@@ -125,30 +142,31 @@ impl Guard {
     }
 
     pub(crate) async fn release(mut self) -> Result<()> {
-        if let Some(task) = self.heartbeat.take() {
-            stop(task).await;
-        }
+        self.done = true;
+        stop_heartbeat(&self.shared).await;
         release(&self.shared).await
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let Some(task) = self.heartbeat.take() else {
+        if std::mem::replace(&mut self.done, true) {
             return; // released already
-        };
+        }
         let shared = self.shared.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    stop(task).await;
+                    stop_heartbeat(&shared).await;
                     if let Err(err) = release(&shared).await {
                         tracing::debug!(error = %err, "release on drop failed; the lease will expire");
                     }
                 });
             }
             Err(_) => {
-                task.abort();
+                if let Some(task) = shared.heartbeat.stop() {
+                    task.abort();
+                }
                 tracing::warn!(
                     rwlock = %shared.sem.key.as_str(),
                     "guard dropped outside a runtime; it frees when its lease expires"
@@ -160,11 +178,13 @@ impl Drop for Guard {
 
 /// Stop the heartbeat and wait until it is gone: no heartbeat write is in
 /// flight once this returns (the release then starts from the newest row).
-async fn stop(task: JoinHandle<()>) {
-    task.abort();
-    // Cancelled (or finished, if it had found the hold lost): either way
-    // it is over.
-    let _ = task.await;
+async fn stop_heartbeat(shared: &Shared) {
+    if let Some(task) = shared.heartbeat.stop() {
+        task.abort();
+        // Cancelled (or finished, if it had found the hold lost): either
+        // way it is over.
+        let _ = task.await;
+    }
 }
 
 async fn release(shared: &Shared) -> Result<()> {

@@ -106,6 +106,7 @@ pub use guard::{ReadGuard, WriteGuard};
 pub use state::{Holder, Mode, RwLockState, Waiter};
 
 use crate::arrival::Arrival;
+use crate::beats::Beats;
 use crate::dispatch::{Grantees, Registration};
 use crate::turn::{TurnRow, Updated};
 use guard::{Grant, Guard};
@@ -181,6 +182,7 @@ impl RwLockBuilder {
                 owner: self.owner.unwrap_or_else(crate::lock::default_owner),
                 row,
                 tried: Mutex::new(Observations::default()),
+                beats: Beats::new(Duration::from_millis(lease_ms) / 3),
             }),
         })
     }
@@ -217,6 +219,8 @@ pub(crate) struct Inner {
     row: TurnRow,
     /// What this handle's `try_*` calls saw of the holders.
     tried: Mutex<Observations>,
+    /// Its grants' heartbeats, started when due.
+    pub(crate) beats: Arc<Beats>,
 }
 
 impl Inner {

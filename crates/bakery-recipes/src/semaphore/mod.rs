@@ -91,6 +91,7 @@ pub use permit::Permit;
 pub use state::{Holder, SemaphoreState, Waiter};
 
 use crate::arrival::Arrival;
+use crate::beats::Beats;
 use crate::dispatch::{Grantees, Registration};
 use crate::turn::{TurnRow, Updated};
 use permit::Grant;
@@ -191,6 +192,7 @@ impl SemaphoreBuilder {
                 owner: self.owner.unwrap_or_else(crate::lock::default_owner),
                 row,
                 tried: Mutex::new(Observations::default()),
+                beats: Beats::new(Duration::from_millis(lease_ms) / 3),
             }),
         })
     }
@@ -229,6 +231,8 @@ pub(crate) struct Inner {
     row: TurnRow,
     /// What this handle's `try_acquire` calls saw of the holders.
     tried: Mutex<Observations>,
+    /// Its grants' heartbeats, started when due.
+    pub(crate) beats: Arc<Beats>,
 }
 
 impl Inner {

@@ -1,12 +1,14 @@
 //! Heartbeats that start when they are due, not at the grant.
 //!
-//! A grant first renews its lease a third of a lease after it was written
-//! (or ends at its hold limit), and most grants are released long before.
-//! A heartbeat task spawned at every grant and aborted at its release cost
-//! two task wake-ups and a timer per acquisition for nothing: on the
-//! in-process store, a third of an uncontended acquire + release. Instead,
-//! each lock handle keeps one timer task, which starts a grant's heartbeat
-//! task when the grant's first beat is due and the grant is still held.
+//! A grant (of a lock, a semaphore permit or a read/write lock) first
+//! renews its lease a third of a lease after it was written (or ends at its
+//! hold limit), and most grants are released long before. A heartbeat task
+//! spawned at every grant and stopped at its release cost two task
+//! wake-ups and a timer per acquisition for nothing: on the in-process
+//! store, a third of an uncontended acquire + release. Instead, each handle
+//! keeps one timer task ([`Beats`]), which starts a grant's heartbeat task
+//! when the grant's first beat is due and the grant is still held
+//! ([`Heartbeat`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -29,7 +31,7 @@ pub(crate) struct Ticket {
     id: u64,
 }
 
-/// One lock handle's pending heartbeat starts and the task that runs them.
+/// One handle's pending heartbeat starts and the task that runs them.
 pub(crate) struct Beats {
     schedule: Mutex<Schedule>,
     changed: Arc<Notify>,
@@ -74,7 +76,7 @@ impl Beats {
     /// Start `entry` at `at` (at once if `at` has passed). Needs a tokio
     /// runtime: the timer task runs on the caller's (and moves to the next
     /// caller's if that one was shut down).
-    pub(crate) fn start_at(self: &Arc<Self>, entry: Weak<dyn Due>, at: Instant) -> Ticket {
+    fn start_at(self: &Arc<Self>, entry: Weak<dyn Due>, at: Instant) -> Ticket {
         let mut schedule = self.schedule();
         let ticket = Ticket {
             at,
@@ -97,7 +99,7 @@ impl Beats {
     }
 
     /// Forget a start that is no longer needed (the grant ended first).
-    pub(crate) fn cancel(&self, ticket: Ticket) {
+    fn cancel(&self, ticket: Ticket) {
         self.schedule().due.remove(&ticket);
     }
 
@@ -130,6 +132,75 @@ impl Drop for Beats {
     fn drop(&mut self) {
         if let Some(task) = self.schedule().task.take() {
             task.abort();
+        }
+    }
+}
+
+/// Where one grant's heartbeat is: scheduled on its handle's [`Beats`],
+/// running, or stopped by whoever gives the grant back.
+pub(crate) struct Heartbeat {
+    beats: Arc<Beats>,
+    state: Mutex<State>,
+}
+
+enum State {
+    /// Not started, and not scheduled yet (only while the grant is built:
+    /// a start due at once may come before its ticket is stored).
+    Waiting,
+    /// To start when its first beat is due.
+    Scheduled(Ticket),
+    Running(JoinHandle<()>),
+    Stopped,
+}
+
+impl Heartbeat {
+    /// A heartbeat not scheduled yet, on `beats`.
+    pub(crate) fn new(beats: Arc<Beats>) -> Heartbeat {
+        Heartbeat {
+            beats,
+            state: Mutex::new(State::Waiting),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Have `grant` started at `at` ([`Due::start`] then calls
+    /// [`Self::start`]). Called once, when the grant is built.
+    pub(crate) fn schedule(&self, grant: Weak<dyn Due>, at: Instant) {
+        let ticket = self.beats.start_at(grant, at);
+        let mut state = self.state();
+        if let State::Waiting = *state {
+            *state = State::Scheduled(ticket);
+        }
+    }
+
+    /// Start the heartbeat task now (`spawn` spawns it), unless it started
+    /// or stopped already.
+    pub(crate) fn start(&self, spawn: impl FnOnce() -> JoinHandle<()>) {
+        let mut state = self.state();
+        match *state {
+            State::Waiting => {}
+            State::Scheduled(ticket) => self.beats.cancel(ticket),
+            State::Running(_) | State::Stopped => return,
+        }
+        *state = State::Running(spawn());
+    }
+
+    /// Stop for good (the grant is being given back). Returns the task if
+    /// it had started, for the caller to abort (and to wait for, if no
+    /// beat may be in flight after this).
+    pub(crate) fn stop(&self) -> Option<JoinHandle<()>> {
+        match std::mem::replace(&mut *self.state(), State::Stopped) {
+            State::Scheduled(ticket) => {
+                self.beats.cancel(ticket);
+                None
+            }
+            State::Running(task) => Some(task),
+            State::Waiting | State::Stopped => None,
         }
     }
 }
@@ -223,5 +294,56 @@ mod tests {
         beats.start_at(kept_entry, Instant::now() + Duration::from_millis(20));
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(kept.0.load(Ordering::SeqCst), 1);
+    }
+
+    /// A grant whose heartbeat task only counts its starts.
+    struct Grant {
+        heartbeat: Heartbeat,
+        started: AtomicUsize,
+    }
+
+    impl Due for Grant {
+        fn start(self: Arc<Self>) {
+            self.heartbeat.start(|| {
+                self.started.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async {})
+            });
+        }
+    }
+
+    fn grant(beats: &Arc<Beats>, at: Instant) -> Arc<Grant> {
+        let grant = Arc::new(Grant {
+            heartbeat: Heartbeat::new(beats.clone()),
+            started: AtomicUsize::new(0),
+        });
+        let weak: Weak<Grant> = Arc::downgrade(&grant);
+        grant.heartbeat.schedule(weak, at);
+        grant
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_heartbeat_starts_once_when_due_or_when_started_early() {
+        let beats = Beats::new(Duration::from_secs(1));
+        let due = grant(&beats, Instant::now() + Duration::from_secs(1));
+        let early = grant(&beats, Instant::now() + Duration::from_secs(1));
+        // Started before its time (an extended hold): not again when due.
+        early.clone().start();
+        assert_eq!(early.started.load(Ordering::SeqCst), 1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(due.started.load(Ordering::SeqCst), 1);
+        assert_eq!(early.started.load(Ordering::SeqCst), 1);
+        due.clone().start();
+        assert_eq!(due.started.load(Ordering::SeqCst), 1, "running already");
+        assert!(due.heartbeat.stop().is_some(), "the running task");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stopped_heartbeat_never_starts() {
+        let beats = Beats::new(Duration::from_secs(1));
+        let released = grant(&beats, Instant::now() + Duration::from_secs(1));
+        assert!(released.heartbeat.stop().is_none(), "nothing ran yet");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        released.clone().start();
+        assert_eq!(released.started.load(Ordering::SeqCst), 0);
     }
 }
