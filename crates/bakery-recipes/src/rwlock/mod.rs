@@ -225,10 +225,10 @@ pub(crate) struct Inner {
 
 impl Inner {
     /// The state of `row` (`None`: a lock never written).
-    fn decode(&self, row: Option<&Row>) -> Result<RwLockState> {
+    fn decode(&self, row: Option<&Row>) -> Result<Arc<RwLockState>> {
         match row {
-            Some(row) => RwLockState::decode(row),
-            None => Ok(RwLockState::new()),
+            Some(row) => self.row.state(row, RwLockState::decode),
+            None => Ok(Arc::new(RwLockState::new())),
         }
     }
 
@@ -258,9 +258,10 @@ impl Inner {
 
     /// The waiters a row grants, for the process's dispatcher: every
     /// holder.
-    fn grantees() -> Grantees {
-        Arc::new(|row| {
-            let state = RwLockState::decode(row)?;
+    fn grantees(&self) -> Grantees {
+        let decoded = self.row.decoded();
+        Arc::new(move |row| {
+            let state = decoded.state(row, RwLockState::decode)?;
             Ok(state
                 .holders
                 .iter()
@@ -380,7 +381,7 @@ impl RwLock {
             None => (inner.row.read().await?, true),
         };
         loop {
-            let mut state = inner.decode(current.as_ref())?;
+            let mut state = Arc::unwrap_or_clone(inner.decode(current.as_ref())?);
             if !state.can_take(mode) {
                 if !fresh {
                     current = inner.row.read().await?;
@@ -451,7 +452,7 @@ impl RwLock {
         let mut registration: Option<Registration> = None;
         let mut observed = Observations::default();
         loop {
-            let mut state = inner.decode(current.as_ref())?;
+            let state = inner.decode(current.as_ref())?;
             if let Some(holder) = state.holder(&me) {
                 let token = holder.token;
                 let row = current.ok_or_else(|| {
@@ -478,7 +479,7 @@ impl RwLock {
                             true,
                             inner.poll_interval,
                             &me,
-                            Inner::grantees,
+                            || inner.grantees(),
                         )
                         .await,
                     );
@@ -533,6 +534,7 @@ impl RwLock {
             let expired = observed.update(&state);
             if !expired.is_empty() {
                 tracing::info!(rwlock = %inner.name, holders = ?expired, "evicting holders whose lease ran out");
+                let mut state = Arc::unwrap_or_clone(state);
                 let mut granted = state.evict(&expired)?;
                 let mine = granted.contains(&me);
                 if mine {

@@ -238,10 +238,14 @@ pub(crate) struct Inner {
 impl Inner {
     /// The state of `row` (`None`: a semaphore never written), checked
     /// against this handle's number of permits.
-    fn decode(&self, row: Option<&Row>) -> Result<SemaphoreState> {
+    fn decode(&self, row: Option<&Row>) -> Result<Arc<SemaphoreState>> {
         match row {
-            Some(row) => SemaphoreState::decode_with(row, self.permits),
-            None => Ok(SemaphoreState::new(self.permits)),
+            Some(row) => {
+                let state = self.row.state(row, SemaphoreState::decode)?;
+                state.check_permits(row, self.permits)?;
+                Ok(state)
+            }
+            None => Ok(Arc::new(SemaphoreState::new(self.permits))),
         }
     }
 
@@ -273,8 +277,10 @@ impl Inner {
     /// holder.
     fn grantees(&self) -> Grantees {
         let permits = self.permits;
+        let decoded = self.row.decoded();
         Arc::new(move |row| {
-            let state = SemaphoreState::decode_with(row, permits)?;
+            let state = decoded.state(row, SemaphoreState::decode)?;
+            state.check_permits(row, permits)?;
             Ok(state
                 .holders
                 .iter()
@@ -368,7 +374,7 @@ impl Semaphore {
             None => (inner.row.read().await?, true),
         };
         loop {
-            let mut state = inner.decode(current.as_ref())?;
+            let mut state = Arc::unwrap_or_clone(inner.decode(current.as_ref())?);
             if !state.can_take() {
                 if !fresh {
                     current = inner.row.read().await?;
@@ -445,7 +451,7 @@ impl Semaphore {
         let mut registration: Option<Registration> = None;
         let mut observed = Observations::default();
         loop {
-            let mut state = inner.decode(current.as_ref())?;
+            let state = inner.decode(current.as_ref())?;
             if let Some(holder) = state.holder(&me) {
                 let token = holder.token;
                 let row = current.ok_or_else(|| {
@@ -525,6 +531,7 @@ impl Semaphore {
             let expired = observed.update(&state);
             if !expired.is_empty() {
                 tracing::info!(semaphore = %inner.name, holders = ?expired, "evicting holders whose lease ran out");
+                let mut state = Arc::unwrap_or_clone(state);
                 let mut granted = state.evict(&expired)?;
                 let mine = granted.contains(&me);
                 if mine {

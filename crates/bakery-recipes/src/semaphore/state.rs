@@ -120,23 +120,22 @@ impl SemaphoreState {
         }
     }
 
-    /// Decode a row and check that it has `permits` permits: a semaphore
+    /// Check that this state (of `row`) has `permits` permits: a semaphore
     /// configured with another number is refused ([`ErrorKind::Config`]),
     /// not reinterpreted.
-    pub(crate) fn decode_with(row: &Row, permits: u32) -> Result<SemaphoreState> {
-        let state = SemaphoreState::decode(row)?;
-        if state.permits != permits {
+    pub(crate) fn check_permits(&self, row: &Row, permits: u32) -> Result<()> {
+        if self.permits != permits {
             return Err(Error::config(
                 RECIPE,
                 format!(
                     "semaphore row {} has {} permits but this handle is configured with {permits}; \
                      every client must use the same number (the stored row is left as is)",
                     row.key.as_str(),
-                    state.permits
+                    self.permits
                 ),
             ));
         }
-        Ok(state)
+        Ok(())
     }
 
     fn has_duplicate_ids(&self) -> bool {
@@ -366,8 +365,10 @@ mod tests {
         let mut s = SemaphoreState::new(3);
         s.join(&waiter("a")).unwrap();
         let stored = row(std::str::from_utf8(&s.encode().unwrap()).unwrap());
-        assert_eq!(SemaphoreState::decode_with(&stored, 3).unwrap(), s);
-        let err = SemaphoreState::decode_with(&stored, 2).unwrap_err();
+        let decoded = SemaphoreState::decode(&stored).unwrap();
+        assert_eq!(decoded, s);
+        decoded.check_permits(&stored, 3).unwrap();
+        let err = decoded.check_permits(&stored, 2).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Config);
         assert!(err.message().contains("3 permits"), "{err}");
     }
