@@ -108,8 +108,7 @@ pub use state::{Holder, Mode, RwLockState, Waiter};
 use crate::arrival::Arrival;
 use crate::beats::Beats;
 use crate::dispatch::{Grantees, Registration};
-use crate::turn::{TurnRow, Updated};
-use guard::{Grant, Guard};
+use crate::turn::{Grant, Hold, TurnRecipe, TurnRow, Updated};
 use state::RECIPE;
 
 /// Key prefix of read-write lock rows: the lock `config` is stored under
@@ -223,39 +222,36 @@ pub(crate) struct Inner {
     pub(crate) beats: Arc<Beats>,
 }
 
-impl Inner {
-    /// The state of `row` (`None`: a lock never written).
+impl TurnRecipe for Inner {
+    type State = RwLockState;
+    const RECIPE: &'static str = RECIPE;
+    const METRIC: crate::metrics::Recipe = crate::metrics::Recipe::RwLock;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn row(&self) -> &TurnRow {
+        &self.row
+    }
+
+    fn beats(&self) -> &Arc<Beats> {
+        &self.beats
+    }
+
     fn decode(&self, row: Option<&Row>) -> Result<Arc<RwLockState>> {
         match row {
             Some(row) => self.row.state(row, RwLockState::decode),
             None => Ok(Arc::new(RwLockState::new())),
         }
     }
+}
 
-    /// Write `state` if the row is still `current`, in this process's turn.
-    async fn put(&self, current: Option<&Row>, state: &RwLockState) -> Result<PutOutcome> {
-        self.row.put(current, state.encode()?).await
-    }
-
-    /// Apply `change` to the row's state in this process's turn
-    /// ([`TurnRow::update`]).
-    async fn update<T>(
-        &self,
-        current: Option<Row>,
-        arrival: Option<&mut Arrival>,
-        change: impl FnMut(&mut RwLockState) -> Result<Option<T>>,
-    ) -> Result<Updated<T>> {
-        self.row
-            .update(
-                current,
-                arrival,
-                |row| self.decode(row),
-                RwLockState::encode,
-                change,
-            )
-            .await
-    }
-
+impl Inner {
     /// The waiters a row grants, for the process's dispatcher: every
     /// holder.
     fn grantees(&self) -> Grantees {
@@ -342,7 +338,7 @@ impl RwLock {
         }
     }
 
-    async fn acquire(&self, mode: Mode) -> Result<Guard> {
+    async fn acquire(&self, mode: Mode) -> Result<Hold<Inner>> {
         // Its place in the process's order is taken when called, before
         // anything can yield.
         let mut ticket = Ticket::new(&self.inner, mode);
@@ -367,10 +363,10 @@ impl RwLock {
             }
         };
         ticket.settled = true;
-        Ok(Guard::start(self.inner.clone(), grant))
+        Ok(Hold::start(self.inner.clone(), grant, mode.held()))
     }
 
-    async fn try_acquire(&self, mode: Mode) -> Result<Option<Guard>> {
+    async fn try_acquire(&self, mode: Mode) -> Result<Option<Hold<Inner>>> {
         tokio::task::coop::consume_budget().await;
         let inner = &self.inner;
         let waiter = new_waiter(inner, mode);
@@ -414,12 +410,11 @@ impl RwLock {
                 PutOutcome::Applied(row) => {
                     let grant = Grant {
                         id: waiter.id,
-                        mode,
                         token,
                         row,
                         lease_from: sent,
                     };
-                    return Ok(Some(Guard::start(inner.clone(), grant)));
+                    return Ok(Some(Hold::start(inner.clone(), grant, mode.held())));
                 }
                 PutOutcome::Conflict(now) => {
                     current = now;
@@ -460,7 +455,6 @@ impl RwLock {
                 })?;
                 return Ok(Grant {
                     id: me,
-                    mode: ticket.waiter.mode,
                     token,
                     row,
                     lease_from: not_holder_at,
@@ -509,7 +503,6 @@ impl RwLock {
                     } => {
                         return Ok(Grant {
                             id: me,
-                            mode: ticket.waiter.mode,
                             token,
                             row,
                             lease_from: sent,
@@ -548,7 +541,6 @@ impl RwLock {
                         if let (true, Some(holder)) = (mine, state.holder(&me)) {
                             return Ok(Grant {
                                 id: me,
-                                mode: ticket.waiter.mode,
                                 token: holder.token,
                                 row,
                                 lease_from: sent,

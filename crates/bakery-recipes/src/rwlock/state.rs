@@ -9,6 +9,8 @@ use std::fmt;
 use bakery_core::{Error, ErrorKind, Result, Row};
 use serde::{Deserialize, Serialize};
 
+use crate::turn::TurnState;
+
 /// Name used in this recipe's errors.
 pub(crate) const RECIPE: &str = "rwlock";
 
@@ -20,6 +22,16 @@ pub enum Mode {
     Read,
     /// Exclusive: one writer, nobody else.
     Write,
+}
+
+impl Mode {
+    /// What a grant in this mode is, for messages.
+    pub(crate) fn held(self) -> &'static str {
+        match self {
+            Mode::Read => "read hold",
+            Mode::Write => "write hold",
+        }
+    }
 }
 
 impl fmt::Display for Mode {
@@ -286,6 +298,24 @@ fn next_token(token: u64) -> Result<u64> {
     token
         .checked_add(1)
         .ok_or_else(|| Error::new(ErrorKind::Exhausted, RECIPE, "fencing token overflow"))
+}
+
+impl TurnState for RwLockState {
+    fn encode(&self) -> Result<bakery_core::Bytes> {
+        RwLockState::encode(self)
+    }
+
+    fn holds(&self, id: &str, token: u64) -> bool {
+        RwLockState::holds(self, id, token)
+    }
+
+    fn beat(&mut self, id: &str) -> bool {
+        RwLockState::beat(self, id)
+    }
+
+    fn release(&mut self, id: &str, token: u64) -> Result<Option<Vec<String>>> {
+        RwLockState::release(self, id, token)
+    }
 }
 
 #[cfg(test)]

@@ -93,8 +93,7 @@ pub use state::{Holder, SemaphoreState, Waiter};
 use crate::arrival::Arrival;
 use crate::beats::Beats;
 use crate::dispatch::{Grantees, Registration};
-use crate::turn::{TurnRow, Updated};
-use permit::Grant;
+use crate::turn::{Grant, Hold, TurnRecipe, TurnRow, Updated};
 use state::RECIPE;
 
 /// Key prefix of semaphore rows: the semaphore `exports` is stored under
@@ -235,9 +234,27 @@ pub(crate) struct Inner {
     pub(crate) beats: Arc<Beats>,
 }
 
-impl Inner {
-    /// The state of `row` (`None`: a semaphore never written), checked
-    /// against this handle's number of permits.
+impl TurnRecipe for Inner {
+    type State = SemaphoreState;
+    const RECIPE: &'static str = RECIPE;
+    const METRIC: crate::metrics::Recipe = crate::metrics::Recipe::Semaphore;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn row(&self) -> &TurnRow {
+        &self.row
+    }
+
+    fn beats(&self) -> &Arc<Beats> {
+        &self.beats
+    }
+
     fn decode(&self, row: Option<&Row>) -> Result<Arc<SemaphoreState>> {
         match row {
             Some(row) => {
@@ -248,31 +265,9 @@ impl Inner {
             None => Ok(Arc::new(SemaphoreState::new(self.permits))),
         }
     }
+}
 
-    /// Write `state` if the row is still `current`, in this process's turn.
-    async fn put(&self, current: Option<&Row>, state: &SemaphoreState) -> Result<PutOutcome> {
-        self.row.put(current, state.encode()?).await
-    }
-
-    /// Apply `change` to the row's state in this process's turn
-    /// ([`TurnRow::update`]).
-    async fn update<T>(
-        &self,
-        current: Option<Row>,
-        arrival: Option<&mut Arrival>,
-        change: impl FnMut(&mut SemaphoreState) -> Result<Option<T>>,
-    ) -> Result<Updated<T>> {
-        self.row
-            .update(
-                current,
-                arrival,
-                |row| self.decode(row),
-                SemaphoreState::encode,
-                change,
-            )
-            .await
-    }
-
+impl Inner {
     /// The waiters a row grants, for the process's dispatcher: every
     /// holder.
     fn grantees(&self) -> Grantees {
@@ -355,7 +350,7 @@ impl Semaphore {
             }
         };
         ticket.settled = true;
-        Ok(Permit::start(self.inner.clone(), grant))
+        Ok(Permit(Hold::start(self.inner.clone(), grant, "permit")))
     }
 
     /// The soft form: take a permit only if one is free and nobody waits;
@@ -407,7 +402,7 @@ impl Semaphore {
                         row,
                         lease_from: sent,
                     };
-                    return Ok(Some(Permit::start(inner.clone(), grant)));
+                    return Ok(Some(Permit(Hold::start(inner.clone(), grant, "permit"))));
                 }
                 PutOutcome::Conflict(now) => {
                     current = now;

@@ -8,6 +8,8 @@ use std::collections::VecDeque;
 use bakery_core::{Error, ErrorKind, Result, Row};
 use serde::{Deserialize, Serialize};
 
+use crate::turn::TurnState;
+
 /// Name used in this recipe's errors.
 pub(crate) const RECIPE: &str = "semaphore";
 
@@ -266,6 +268,24 @@ fn next_token(token: u64) -> Result<u64> {
     token
         .checked_add(1)
         .ok_or_else(|| Error::new(ErrorKind::Exhausted, RECIPE, "fencing token overflow"))
+}
+
+impl TurnState for SemaphoreState {
+    fn encode(&self) -> Result<bakery_core::Bytes> {
+        SemaphoreState::encode(self)
+    }
+
+    fn holds(&self, id: &str, token: u64) -> bool {
+        SemaphoreState::holds(self, id, token)
+    }
+
+    fn beat(&mut self, id: &str) -> bool {
+        SemaphoreState::beat(self, id)
+    }
+
+    fn release(&mut self, id: &str, token: u64) -> Result<Option<Vec<String>>> {
+        SemaphoreState::release(self, id, token)
+    }
 }
 
 #[cfg(test)]

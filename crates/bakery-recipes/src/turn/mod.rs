@@ -14,17 +14,24 @@
 //! write itself on a fast store, and every client of the process would
 //! parse the same row.
 
+mod hold;
+
 use std::any::Any;
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use bakery_core::{Bytes, Key, PutOutcome, Result, Row, Version, VersionedStore};
 use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use crate::arrival::{Arrival, Arrivals};
+use crate::beats::Beats;
 use crate::dispatch;
 use crate::per_process::{slot, PerRow};
+
+pub(crate) use hold::{Grant, Hold};
 
 static TURNS: LazyLock<PerRow<WriteTurn>> = LazyLock::new(PerRow::new);
 
@@ -144,6 +151,73 @@ pub(crate) fn outdated(known: Option<&Row>, expected: Option<Version>) -> Option
         .cloned()
 }
 
+/// The stored state of a turn recipe, as the code they share needs it.
+pub(crate) trait TurnState: Clone + Send + Sync + 'static {
+    /// The row's bytes.
+    fn encode(&self) -> Result<Bytes>;
+    /// `id` holds a grant with `token`.
+    fn holds(&self, id: &str, token: u64) -> bool;
+    /// Advance the heartbeat of holder `id`; false if it holds nothing.
+    fn beat(&mut self, id: &str) -> bool;
+    /// Give up the grant `id` holds with `token`, granting the waiters it
+    /// frees (their ids); `None` if `id` does not hold it.
+    fn release(&mut self, id: &str, token: u64) -> Result<Option<Vec<String>>>;
+}
+
+/// A handle of a turn recipe (the semaphore, the rwlock): what its writes
+/// and its holds ([`Hold`]) need of it.
+pub(crate) trait TurnRecipe: Send + Sync + Sized + 'static {
+    /// The row's state.
+    type State: TurnState;
+    /// The recipe's name in errors.
+    const RECIPE: &'static str;
+    /// The recipe in the metrics.
+    const METRIC: crate::metrics::Recipe;
+
+    /// The name the handle was built with.
+    fn name(&self) -> &str;
+    /// The lease its grants are held with.
+    fn lease(&self) -> Duration;
+    /// The row, as this handle sees it.
+    fn row(&self) -> &TurnRow;
+    /// The timer of its grants' heartbeats.
+    fn beats(&self) -> &Arc<Beats>;
+    /// The state of `row` (`None`: never written), parsed at most once per
+    /// process ([`TurnRow::state`]) and checked against this handle's
+    /// settings.
+    fn decode(&self, row: Option<&Row>) -> Result<Arc<Self::State>>;
+
+    /// Write `state` if the row is still `current`, in this process's turn.
+    fn put(
+        &self,
+        current: Option<&Row>,
+        state: &Self::State,
+    ) -> impl Future<Output = Result<PutOutcome>> + Send {
+        async move { self.row().put(current, state.encode()?).await }
+    }
+
+    /// Apply `change` to the row's state in this process's turn
+    /// ([`TurnRow::update`]).
+    fn update<T: Send>(
+        &self,
+        current: Option<Row>,
+        arrival: Option<&mut Arrival>,
+        change: impl FnMut(&mut Self::State) -> Result<Option<T>> + Send,
+    ) -> impl Future<Output = Result<Updated<T>>> + Send {
+        async move {
+            self.row()
+                .update(
+                    current,
+                    arrival,
+                    |row| self.decode(row),
+                    Self::State::encode,
+                    change,
+                )
+                .await
+        }
+    }
+}
+
 /// The result of [`TurnRow::update`].
 pub(crate) enum Updated<T> {
     /// The change was written (`row`, by a call sent at `sent`); `granted`
@@ -185,6 +259,11 @@ impl TurnRow {
     /// the turn after those of the acquisitions called before it.
     pub(crate) fn arrive(&self) -> Arrival {
         self.turn.arrivals.arrive()
+    }
+
+    /// The row's key.
+    pub(crate) fn key(&self) -> &Key {
+        &self.key
     }
 
     /// The process's decoded states of this row, for the dispatcher's
