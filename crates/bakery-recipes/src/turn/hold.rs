@@ -139,7 +139,7 @@ impl<R: TurnRecipe> Hold<R> {
         self.shared.token
     }
 
-    /// The row this hold's writes last saw (its recipe's key).
+    /// The key of the held row.
     pub(crate) fn key(&self) -> &str {
         self.shared.key()
     }
