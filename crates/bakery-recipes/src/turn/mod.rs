@@ -17,7 +17,6 @@
 mod hold;
 
 use std::any::Any;
-use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -42,7 +41,7 @@ pub(crate) struct WriteTurn {
     /// The acquisitions of this process that have not taken their first
     /// turn yet: they take it in the order they were called.
     arrivals: Arc<Arrivals>,
-    /// The state of the row this process last decoded or wrote.
+    /// The states of the row this process last decoded or wrote.
     decoded: Arc<Decoded>,
 }
 
@@ -71,8 +70,8 @@ const DECODED_KEPT: usize = 4;
 /// five times (its decisions, its wait, the process's dispatcher).
 #[derive(Default)]
 pub(crate) struct Decoded {
-    /// At most [`DECODED_KEPT`], the newest versions.
-    kept: std::sync::Mutex<VecDeque<DecodedRow>>,
+    /// At most [`DECODED_KEPT`], the newest versions, in no order.
+    kept: std::sync::Mutex<Vec<DecodedRow>>,
 }
 
 struct DecodedRow {
@@ -99,7 +98,7 @@ impl Decoded {
         Ok(state)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<DecodedRow>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<DecodedRow>> {
         self.kept.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -122,10 +121,10 @@ impl Decoded {
             }
             let oldest = (0..kept.len()).min_by_key(|&at| kept[at].version);
             if let Some(oldest) = oldest {
-                kept.remove(oldest);
+                kept.swap_remove(oldest);
             }
         }
-        kept.push_back(DecodedRow {
+        kept.push(DecodedRow {
             version: row.version,
             value: row.value.clone(),
             state,
