@@ -45,6 +45,10 @@ struct FeedState {
     kicked: bool,
     /// The store is gone: the thread ends.
     closed: bool,
+    /// Writes of this store that are committing, by key, with the row
+    /// each leaves: a check that finds that row may have caught the write
+    /// committed but not yet recorded as own, so it is judged later.
+    committing: HashMap<String, Vec<Seen>>,
 }
 
 struct Watched {
@@ -60,6 +64,20 @@ struct Watched {
     /// kept quiet about it as an own write).
     notified: bool,
     senders: Vec<WatchSender>,
+}
+
+impl FeedState {
+    /// Forget one committing write of `key` that leaves `to`.
+    fn no_longer_committing(&mut self, key: &Key, to: Seen) {
+        if let Some(rows) = self.committing.get_mut(key.as_str()) {
+            if let Some(at) = rows.iter().position(|&row| row == to) {
+                rows.swap_remove(at);
+            }
+            if rows.is_empty() {
+                self.committing.remove(key.as_str());
+            }
+        }
+    }
 }
 
 /// A row's version and whether it is live (a delete keeps the version).
@@ -144,10 +162,29 @@ impl Feed {
         }
     }
 
-    /// This store changed `key` from `from` to `to` (and tells its own
-    /// waiters itself).
-    pub(crate) fn wrote(&self, key: &Key, from: Option<Seen>, to: Seen) {
+    /// This store is about to commit a write that leaves `key`'s row at
+    /// `to`: until the returned mark says how it ended, the thread does not
+    /// judge a change of the key to `to` (it could be this write, committed
+    /// but not yet recorded as own).
+    pub(crate) fn committing<'a>(&'a self, key: &'a Key, to: Seen) -> Committing<'a> {
+        self.state()
+            .committing
+            .entry(key.as_str().to_owned())
+            .or_default()
+            .push(to);
+        Committing {
+            feed: self,
+            key,
+            to,
+            ended: false,
+        }
+    }
+
+    /// A write of `key` committed, changing its row from `from` to `to`:
+    /// record that as this store's own (it tells its own waiters itself).
+    fn committed(&self, key: &Key, from: Option<Seen>, to: Seen) {
         let mut state = self.state();
+        state.no_longer_committing(key, to);
         if let Some(watched) = state.watches.get_mut(key.as_str()) {
             watched.own = match watched.own {
                 // Consecutive writes of ours: one span.
@@ -170,6 +207,10 @@ impl Feed {
         // is not missed.
         let mut last: Option<i64> = None;
         let mut interval = FAST;
+        // A change was put off while the write that made it was being
+        // recorded: check again at the next interval even if nothing else
+        // commits.
+        let mut put_off = false;
         loop {
             let keys: Vec<String> = {
                 let mut state = self.state();
@@ -201,7 +242,7 @@ impl Feed {
                 }
                 let kicked = std::mem::take(&mut state.kicked);
                 let now = Some(data_version(&conn));
-                if now == last && !kicked {
+                if now == last && !kicked && !std::mem::take(&mut put_off) {
                     interval = (interval * 2).min(SLOW);
                     continue;
                 }
@@ -227,10 +268,14 @@ impl Feed {
                         continue;
                     }
                 };
-                if !self.is_news(&name, now) {
-                    continue;
+                match self.judge(&name, now) {
+                    Change::Quiet => continue,
+                    Change::PutOff => {
+                        put_off = true;
+                        continue;
+                    }
+                    Change::News => news = true,
                 }
-                news = true;
                 match crate::store::read(&conn, select, &key, Operation::Watch) {
                     Ok(stored) => {
                         let row = stored.and_then(|stored| stored.live(&key));
@@ -242,25 +287,43 @@ impl Feed {
                     }
                 }
             }
-            interval = if news { FAST } else { (interval * 2).min(SLOW) };
+            interval = if news || put_off {
+                FAST
+            } else {
+                (interval * 2).min(SLOW)
+            };
         }
     }
 
-    /// Note that `name`'s row is `now`; true if its watches must hear of
-    /// it: a `notify` of the key asked for it, or the row changed, and not
-    /// just by this store's own writes.
-    fn is_news(&self, name: &str, now: Option<Seen>) -> bool {
+    /// Note that `name`'s row is `now`, and whether its watches must hear
+    /// of it: a `notify` of the key asked for it, or the row changed, and
+    /// not just by this store's own writes. Put off when the row is what a
+    /// write of this store that is committing leaves: that write may have
+    /// committed and not yet been recorded as own.
+    fn judge(&self, name: &str, now: Option<Seen>) -> Change {
         let mut state = self.state();
+        let committing = state.committing.get(name);
+        if now.is_some_and(|now| committing.is_some_and(|rows| rows.contains(&now))) {
+            return Change::PutOff;
+        }
         let Some(watched) = state.watches.get_mut(name) else {
-            return false;
+            return Change::Quiet;
         };
         let notified = std::mem::take(&mut watched.notified);
         if watched.seen == now {
-            return notified;
+            return if notified {
+                Change::News
+            } else {
+                Change::Quiet
+            };
         }
         let before = std::mem::replace(&mut watched.seen, now);
         let own = watched.own.take();
-        notified || !matches!(own, Some((from, to)) if from == before && Some(to) == now)
+        if notified || !matches!(own, Some((from, to)) if from == before && Some(to) == now) {
+            Change::News
+        } else {
+            Change::Quiet
+        }
     }
 
     /// Wake the watches of `name`, with the row it has now if known.
@@ -282,6 +345,45 @@ impl Feed {
     }
 }
 
+/// What a check found of one watched key.
+#[derive(Debug, PartialEq, Eq)]
+enum Change {
+    /// Nothing its watches must hear of.
+    Quiet,
+    /// A change, or a `notify`: wake its watches.
+    News,
+    /// The row a write of this store leaves, before the write is recorded:
+    /// judge it at the next check.
+    PutOff,
+}
+
+/// A write about to commit (from [`Feed::committing`]). Say how it ended
+/// with [`Committing::wrote`]; dropped without that (the commit failed),
+/// it records nothing, so whatever the row became is news.
+pub(crate) struct Committing<'a> {
+    feed: &'a Feed,
+    key: &'a Key,
+    to: Seen,
+    ended: bool,
+}
+
+impl Committing<'_> {
+    /// The write committed, changing the row from `from` (`None`: no
+    /// row) to the row given to [`Feed::committing`].
+    pub(crate) fn wrote(mut self, from: Option<Seen>) {
+        self.ended = true;
+        self.feed.committed(self.key, from, self.to);
+    }
+}
+
+impl Drop for Committing<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.feed.state().no_longer_committing(self.key, self.to);
+        }
+    }
+}
+
 /// The version of `key`'s row and whether it is live, without its value.
 fn probe_row(conn: &Connection, probe: &str, key: &Key) -> rusqlite::Result<Option<Seen>> {
     use rusqlite::OptionalExtension;
@@ -299,4 +401,68 @@ fn probe_row(conn: &Connection, probe: &str, key: &Key) -> rusqlite::Result<Opti
 fn data_version(conn: &Connection) -> i64 {
     conn.query_row("PRAGMA data_version", [], |row| row.get(0))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A feed (no thread) watching `key`, whose row it last saw as `seen`.
+    fn watching(key: &Key, seen: Option<Seen>) -> Feed {
+        let feed = Feed::default();
+        feed.state().watches.insert(
+            key.as_str().to_owned(),
+            Watched {
+                seen,
+                own: None,
+                notified: false,
+                senders: Vec::new(),
+            },
+        );
+        feed
+    }
+
+    #[test]
+    fn an_own_write_seen_before_it_is_recorded_is_put_off_then_quiet() {
+        let key = Key::new("k").unwrap();
+        let feed = watching(&key, None);
+        let committing = feed.committing(&key, (1, true));
+        // The check ran between the commit and the record.
+        assert_eq!(feed.judge("k", Some((1, true))), Change::PutOff);
+        committing.wrote(None);
+        assert_eq!(feed.judge("k", Some((1, true))), Change::Quiet);
+        // Another process's write after it is news.
+        assert_eq!(feed.judge("k", Some((2, true))), Change::News);
+    }
+
+    #[test]
+    fn a_failed_commit_records_nothing() {
+        let key = Key::new("k").unwrap();
+        let feed = watching(&key, Some((1, true)));
+        drop(feed.committing(&key, (2, true)));
+        assert!(feed.state().committing.is_empty());
+        // Whoever wrote version 2, it was not this store.
+        assert_eq!(feed.judge("k", Some((2, true))), Change::News);
+    }
+
+    #[test]
+    fn another_row_than_the_committing_write_s_is_judged_at_once() {
+        let key = Key::new("k").unwrap();
+        let feed = watching(&key, Some((1, true)));
+        let committing = feed.committing(&key, (3, true));
+        // Version 2 is not what the committing write leaves: not put off.
+        assert_eq!(feed.judge("k", Some((2, true))), Change::News);
+        committing.wrote(Some((2, true)));
+        assert_eq!(feed.judge("k", Some((3, true))), Change::Quiet);
+    }
+
+    #[test]
+    fn a_notify_wakes_even_an_unchanged_row() {
+        let key = Key::new("k").unwrap();
+        let feed = watching(&key, Some((1, true)));
+        feed.state().running = true;
+        feed.kick(&key);
+        assert_eq!(feed.judge("k", Some((1, true))), Change::News);
+        assert_eq!(feed.judge("k", Some((1, true))), Change::Quiet);
+    }
 }

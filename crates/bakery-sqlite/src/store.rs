@@ -522,8 +522,10 @@ fn put(
             next.unsigned_abs()
         }
     };
+    // Marked before the commit, so the feed cannot take it for another's.
+    let committing = feed.committing(&key, (version, true));
     commit(tx, op)?;
-    feed.wrote(&key, stored.as_ref().map(Stored::seen), (version, true));
+    committing.wrote(stored.as_ref().map(Stored::seen));
     tracing::debug!(version, "applied");
     Ok(PutOutcome::Applied(Row {
         key,
@@ -553,8 +555,9 @@ fn delete(
     };
     // Keep the row as a tombstone: a re-create continues above its version.
     write_one(&tx, op, &sql.tombstone, key, (key.as_str(), raw_version))?;
+    let committing = feed.committing(key, (expected, false));
     commit(tx, op)?;
-    feed.wrote(key, Some((expected, true)), (expected, false));
+    committing.wrote(Some((expected, true)));
     tracing::debug!("deleted");
     Ok(DeleteOutcome::Deleted)
 }
