@@ -9,7 +9,7 @@ use std::fmt;
 use bakery_core::{Error, ErrorKind, Result, Row};
 use serde::{Deserialize, Serialize};
 
-use crate::turn::TurnState;
+use crate::turn::{Beating, TurnState};
 
 /// Name used in this recipe's errors.
 pub(crate) const RECIPE: &str = "rwlock";
@@ -300,13 +300,48 @@ fn next_token(token: u64) -> Result<u64> {
         .ok_or_else(|| Error::new(ErrorKind::Exhausted, RECIPE, "fencing token overflow"))
 }
 
+// Delegation: the state's own methods, for the code turn recipes share.
 impl TurnState for RwLockState {
+    type Waiter = Waiter;
+
+    fn id_of(waiter: &Waiter) -> &str {
+        &waiter.id
+    }
+
     fn encode(&self) -> Result<bakery_core::Bytes> {
         RwLockState::encode(self)
     }
 
-    fn holds(&self, id: &str, token: u64) -> bool {
-        RwLockState::holds(self, id, token)
+    fn holders(&self) -> impl Iterator<Item = Beating<'_>> {
+        self.holders.iter().map(|h| Beating {
+            id: &h.id,
+            beat: h.beat,
+            lease_ms: h.lease_ms,
+        })
+    }
+
+    fn token_of(&self, id: &str) -> Option<u64> {
+        self.holder(id).map(|h| h.token)
+    }
+
+    fn queued(&self, id: &str) -> bool {
+        RwLockState::queued(self, id)
+    }
+
+    fn nobody_queues(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    fn can_take(&self, waiter: &Waiter) -> bool {
+        RwLockState::can_take(self, waiter.mode)
+    }
+
+    fn take(&mut self, waiter: &Waiter) -> Result<u64> {
+        RwLockState::take(self, waiter)
+    }
+
+    fn join(&mut self, waiter: &Waiter) -> Result<Option<u64>> {
+        RwLockState::join(self, waiter)
     }
 
     fn beat(&mut self, id: &str) -> bool {
@@ -315,6 +350,14 @@ impl TurnState for RwLockState {
 
     fn release(&mut self, id: &str, token: u64) -> Result<Option<Vec<String>>> {
         RwLockState::release(self, id, token)
+    }
+
+    fn evict(&mut self, ids: &[String]) -> Result<Vec<String>> {
+        RwLockState::evict(self, ids)
+    }
+
+    fn withdraw(&mut self, id: &str) -> Result<Option<Vec<String>>> {
+        RwLockState::withdraw(self, id)
     }
 }
 

@@ -78,22 +78,19 @@
 mod permit;
 mod state;
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bakery_core::{Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
-use tokio::time::Instant;
+#[cfg(doc)]
+use bakery_core::ErrorKind;
+use bakery_core::{Error, Key, Result, Row, VersionedStore};
 
 pub use crate::lock::LostReason;
 pub use permit::Permit;
 pub use state::{Holder, SemaphoreState, Waiter};
 
-use crate::arrival::Arrival;
-use crate::beats::Beats;
-use crate::dispatch::{Grantees, Registration};
-use crate::turn::{Grant, Hold, TurnRecipe, TurnRow, Updated};
+use crate::turn::{self, Hold, TurnHandle, TurnRecipe, TurnSettings};
 use state::RECIPE;
 
 /// Key prefix of semaphore rows: the semaphore `exports` is stored under
@@ -109,7 +106,7 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(25);
 
 /// Shortest lease accepted: the heartbeat runs every lease/3.
-pub const MIN_LEASE: Duration = Duration::from_millis(30);
+pub const MIN_LEASE: Duration = turn::MIN_LEASE;
 
 /// Most permits a semaphore may have: all holders live in its one row.
 pub const MAX_PERMITS: u32 = 1000;
@@ -150,7 +147,6 @@ bakery_core::setters! { SemaphoreBuilder {
 impl SemaphoreBuilder {
     /// Check the settings and build the semaphore. No store call is made.
     pub fn build(self) -> Result<Semaphore> {
-        let key = Key::with_prefix(KEY_PREFIX, &self.name)?;
         let permits = match self.permits {
             None => {
                 return Err(Error::invalid_input(
@@ -166,32 +162,18 @@ impl SemaphoreBuilder {
             }
             Some(n) => n,
         };
-        if self.lease < MIN_LEASE {
-            return Err(Error::invalid_input(
-                RECIPE,
-                format!("lease must be at least {MIN_LEASE:?}, got {:?}", self.lease),
-            ));
-        }
-        let lease_ms = u64::try_from(self.lease.as_millis())
-            .map_err(|_| Error::invalid_input(RECIPE, "lease too long"))?;
-        if self.poll_interval.is_zero() {
-            return Err(Error::invalid_input(RECIPE, "poll interval must be > 0"));
-        }
-        let row = TurnRow::new(&self.store, &key);
+        let settings = TurnSettings {
+            store: self.store,
+            name: self.name,
+            lease: self.lease,
+            acquire_timeout: self.acquire_timeout,
+            poll_interval: self.poll_interval,
+            owner: self.owner,
+        };
         Ok(Semaphore {
             inner: Arc::new(Inner {
-                store: self.store,
-                name: self.name,
-                key,
+                handle: TurnHandle::new(RECIPE, KEY_PREFIX, settings)?,
                 permits,
-                lease: Duration::from_millis(lease_ms),
-                lease_ms,
-                acquire_timeout: self.acquire_timeout,
-                poll_interval: self.poll_interval,
-                owner: self.owner.unwrap_or_else(crate::lock::default_owner),
-                row,
-                tried: Mutex::new(Observations::default()),
-                beats: Beats::new(Duration::from_millis(lease_ms) / 3),
             }),
         })
     }
@@ -208,30 +190,17 @@ pub struct Semaphore {
 impl fmt::Debug for Semaphore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Semaphore")
-            .field("name", &self.inner.name)
+            .field("name", &self.inner.handle.name)
             .field("permits", &self.inner.permits)
-            .field("lease", &self.inner.lease)
-            .field("backend", &self.inner.store.backend())
+            .field("lease", &self.inner.handle.lease)
+            .field("backend", &self.inner.handle.store.backend())
             .finish()
     }
 }
 
 pub(crate) struct Inner {
-    store: Arc<dyn VersionedStore>,
-    name: String,
-    key: Key,
+    handle: TurnHandle,
     permits: u32,
-    lease: Duration,
-    lease_ms: u64,
-    acquire_timeout: Option<Duration>,
-    poll_interval: Duration,
-    owner: String,
-    /// The row as this handle sees it, written in the process's turn.
-    row: TurnRow,
-    /// What this handle's `try_acquire` calls saw of the holders.
-    tried: Mutex<Observations>,
-    /// Its grants' heartbeats, started when due.
-    pub(crate) beats: Arc<Beats>,
 }
 
 impl TurnRecipe for Inner {
@@ -239,49 +208,23 @@ impl TurnRecipe for Inner {
     const RECIPE: &'static str = RECIPE;
     const METRIC: crate::metrics::Recipe = crate::metrics::Recipe::Semaphore;
 
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn lease(&self) -> Duration {
-        self.lease
-    }
-
-    fn row(&self) -> &TurnRow {
-        &self.row
-    }
-
-    fn beats(&self) -> &Arc<Beats> {
-        &self.beats
+    fn handle(&self) -> &TurnHandle {
+        &self.handle
     }
 
     fn decode(&self, row: Option<&Row>) -> Result<Arc<SemaphoreState>> {
         match row {
             Some(row) => {
-                let state = self.row.state(row, SemaphoreState::decode)?;
+                let state = self.handle.row.state(row, SemaphoreState::decode)?;
                 state.check_permits(row, self.permits)?;
                 Ok(state)
             }
             None => Ok(Arc::new(SemaphoreState::new(self.permits))),
         }
     }
-}
 
-impl Inner {
-    /// The waiters a row grants, for the process's dispatcher: every
-    /// holder.
-    fn grantees(&self) -> Grantees {
-        let permits = self.permits;
-        let decoded = self.row.decoded();
-        Arc::new(move |row| {
-            let state = decoded.state(row, SemaphoreState::decode)?;
-            state.check_permits(row, permits)?;
-            Ok(state
-                .holders
-                .iter()
-                .map(|h| Arc::from(h.id.as_str()))
-                .collect())
-        })
+    fn parse(row: &Row) -> Result<SemaphoreState> {
+        SemaphoreState::decode(row)
     }
 }
 
@@ -303,7 +246,7 @@ impl Semaphore {
 
     /// The semaphore's name.
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.inner.handle.name
     }
 
     /// The number of permits this handle is configured with.
@@ -313,7 +256,7 @@ impl Semaphore {
 
     /// The lease this handle's permits are held with.
     pub fn lease(&self) -> Duration {
-        self.inner.lease
+        self.inner.handle.lease
     }
 
     /// Wait until a permit is granted, in FIFO order of request.
@@ -326,30 +269,11 @@ impl Semaphore {
     /// background, or its grant expires with the lease). Dropping the
     /// future withdraws the request too.
     pub async fn acquire(&self) -> Result<Permit> {
-        // Its place in the process's order is taken when called, before
-        // anything can yield.
-        let mut ticket = Ticket::new(&self.inner);
-        tokio::task::coop::consume_budget().await;
-        let grant = match self.inner.acquire_timeout {
-            None => self.wait_for_grant(&mut ticket).await?,
-            Some(limit) => {
-                match tokio::time::timeout(limit, self.wait_for_grant(&mut ticket)).await {
-                    Ok(outcome) => outcome?,
-                    Err(_) => {
-                        ticket.withdraw().await?;
-                        return Err(Error::new(
-                            ErrorKind::TimedOut,
-                            RECIPE,
-                            format!(
-                                "no permit of semaphore {} granted within {limit:?}; request withdrawn",
-                                self.inner.name
-                            ),
-                        ));
-                    }
-                }
-            }
-        };
-        ticket.settled = true;
+        let name = &self.inner.handle.name;
+        let grant = turn::acquire(&self.inner, self.waiter(), |limit| {
+            format!("no permit of semaphore {name} granted within {limit:?}; request withdrawn")
+        })
+        .await?;
         Ok(Permit(Hold::start(self.inner.clone(), grant, "permit")))
     }
 
@@ -359,57 +283,8 @@ impl Semaphore {
     /// machine's clock is evicted when nobody waits, so crashed holders do
     /// not shut out try-only clients forever; behind waiters, they evict it.
     pub async fn try_acquire(&self) -> Result<Option<Permit>> {
-        tokio::task::coop::consume_budget().await;
-        let inner = &self.inner;
-        let waiter = new_waiter(inner);
-        // A cached row may say "free" (a stale one only costs a conflict),
-        // but "full" is only believed from a fresh read.
-        let (mut current, mut fresh) = match inner.row.newest() {
-            Some(row) => (Some(row), false),
-            None => (inner.row.read().await?, true),
-        };
-        loop {
-            let mut state = Arc::unwrap_or_clone(inner.decode(current.as_ref())?);
-            if !state.can_take() {
-                if !fresh {
-                    current = inner.row.read().await?;
-                    fresh = true;
-                    continue;
-                }
-                let expired = if state.queue.is_empty() {
-                    inner
-                        .tried
-                        .lock()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner())
-                        .update(&state)
-                } else {
-                    Vec::new()
-                };
-                if expired.is_empty() {
-                    return Ok(None);
-                }
-                tracing::info!(semaphore = %inner.name, holders = ?expired, "evicting holders whose lease ran out");
-                // Nobody queues: the freed permits stay free for us.
-                state.evict(&expired)?;
-            }
-            let token = state.take(&waiter)?;
-            let sent = Instant::now();
-            match inner.put(current.as_ref(), &state).await? {
-                PutOutcome::Applied(row) => {
-                    let grant = Grant {
-                        id: waiter.id,
-                        token,
-                        row,
-                        lease_from: sent,
-                    };
-                    return Ok(Some(Permit(Hold::start(inner.clone(), grant, "permit"))));
-                }
-                PutOutcome::Conflict(now) => {
-                    current = now;
-                    fresh = true;
-                }
-            }
-        }
+        let grant = turn::try_acquire(&self.inner, self.waiter()).await?;
+        Ok(grant.map(|grant| Permit(Hold::start(self.inner.clone(), grant, "permit"))))
     }
 
     /// The stored state of semaphore `name` (permits, holders, queue,
@@ -423,280 +298,15 @@ impl Semaphore {
         }
     }
 
-    /// The acquire loop: every step is one write decided from the row the
-    /// last call returned; only waiting re-reads.
-    async fn wait_for_grant(&self, ticket: &mut Ticket) -> Result<Grant> {
-        let inner = &self.inner;
-        let me = ticket.waiter.id.clone();
-        // Longest wait between two reads of our own (see `current_sent`).
-        let slowest = inner.lease / 4;
-        // Send time of the call that returned `current`, and of the last
-        // call whose result did NOT show us as a holder. A grant to us
-        // committed after the latter, so no observer can have started
-        // timing our (unclaimed) permit before it: our lease may safely
-        // run from there, and taking a handed-over permit needs no write.
-        // (A cached row predates this request, so "now" is safe for it.)
-        let mut current_sent = Instant::now();
-        let mut not_holder_at = current_sent;
-        let mut current = inner.row.newest();
-        if current.is_none() {
-            current = inner.row.read().await?;
-        }
-        // Set up on the first wait only: an uncontended acquire is one write.
-        let mut registration: Option<Registration> = None;
-        let mut observed = Observations::default();
-        loop {
-            let state = inner.decode(current.as_ref())?;
-            if let Some(holder) = state.holder(&me) {
-                let token = holder.token;
-                let row = current.ok_or_else(|| {
-                    Error::new(ErrorKind::Internal, RECIPE, "held permit without row")
-                })?;
-                return Ok(Grant {
-                    id: me,
-                    token,
-                    row,
-                    lease_from: not_holder_at,
-                });
-            }
-            not_holder_at = current_sent;
-            if !state.queued(&me) {
-                // One write: take a free permit, or join the queue.
-                if !state.can_take() && registration.is_none() {
-                    // Register BEFORE the enqueue write: a grant written
-                    // after it is then heard, and waiting needs no read first.
-                    registration = Some(
-                        Registration::join(
-                            &inner.store,
-                            &inner.key,
-                            true,
-                            inner.poll_interval,
-                            &me,
-                            || inner.grantees(),
-                        )
-                        .await,
-                    );
-                }
-                // Decided in the process's turn, on its newest row: a
-                // waiter that has not registered only takes a free permit.
-                let waiter = &ticket.waiter;
-                let may_queue = registration.is_some();
-                ticket.written = true;
-                let updated = inner
-                    .update(current.take(), Some(&mut ticket.arrival), |state| {
-                        let settled =
-                            state.holder(&waiter.id).is_some() || state.queued(&waiter.id);
-                        if settled || !(may_queue || state.can_take()) {
-                            return Ok(None);
-                        }
-                        state.join(waiter).map(Some)
-                    })
-                    .await?;
-                match updated {
-                    // Taken by this very write: the lease counts from its
-                    // send time.
-                    Updated::Applied {
-                        granted: Some(token),
-                        row,
-                        sent,
-                    } => {
-                        return Ok(Grant {
-                            id: me,
-                            token,
-                            row,
-                            lease_from: sent,
-                        })
-                    }
-                    Updated::Applied {
-                        granted: None,
-                        row,
-                        sent,
-                    } => {
-                        current = Some(row);
-                        current_sent = sent;
-                    }
-                    // Nothing written: `current_sent` stays (an earlier
-                    // time only makes a lease count from earlier).
-                    Updated::Unchanged { row } => current = row,
-                }
-                continue;
-            }
-            // Queued: evict the holders that stayed silent for a whole lease
-            // of theirs on our clock, else wait.
-            let expired = observed.update(&state);
-            if !expired.is_empty() {
-                tracing::info!(semaphore = %inner.name, holders = ?expired, "evicting holders whose lease ran out");
-                let mut state = Arc::unwrap_or_clone(state);
-                let mut granted = state.evict(&expired)?;
-                let mine = granted.contains(&me);
-                if mine {
-                    state.beat(&me); // evict and claim in one write
-                }
-                let sent = Instant::now();
-                match inner.put(current.as_ref(), &state).await? {
-                    PutOutcome::Applied(row) => {
-                        granted.retain(|id| *id != me);
-                        inner.row.announce(&granted, &row).await;
-                        if let (true, Some(holder)) = (mine, state.holder(&me)) {
-                            return Ok(Grant {
-                                id: me,
-                                token: holder.token,
-                                row,
-                                lease_from: sent,
-                            });
-                        }
-                        current = Some(row);
-                    }
-                    PutOutcome::Conflict(now) => current = now,
-                }
-                current_sent = sent;
-                continue;
-            }
-            // Our grant arrives from the dispatcher; we still read at least
-            // every lease/4, so the lease of a grant we learn of never
-            // counts from further back, and we see the holders' heartbeats.
-            let registration = registration.as_mut().ok_or_else(|| {
-                Error::new(ErrorKind::Internal, RECIPE, "queued without a registration")
-            })?;
-            let mut wake_at = current_sent + slowest;
-            if let Some(deadline) = observed.deadline() {
-                wake_at = wake_at.min(deadline);
-            }
-            let seen = current.as_ref().map(|row| row.version);
-            if let Some(row) = registration.wait(wake_at, seen).await {
-                // It grants us; our lease still counts from our last
-                // request (`current_sent`).
-                current = Some(row);
-                continue;
-            }
-            current_sent = Instant::now();
-            current = inner.row.read().await?;
+    /// A new request of this handle.
+    fn waiter(&self) -> Waiter {
+        let handle = &self.inner.handle;
+        Waiter {
+            id: TurnHandle::request_id(),
+            owner: handle.owner.clone(),
+            lease_ms: handle.lease_ms,
         }
     }
-}
-
-/// What a client saw of each holder's heartbeat, and since when (on its own
-/// clock).
-#[derive(Debug, Default)]
-struct Observations {
-    seen: HashMap<String, Observation>,
-}
-
-#[derive(Debug)]
-struct Observation {
-    beat: u64,
-    since: Instant,
-    lease: Duration,
-}
-
-impl Observations {
-    /// Note the holders of `state` (keeping the start time of those whose
-    /// heartbeat did not move) and return those silent for a whole lease.
-    fn update(&mut self, state: &SemaphoreState) -> Vec<String> {
-        let now = Instant::now();
-        self.seen.retain(|id, _| state.holder(id).is_some());
-        let mut expired = Vec::new();
-        for holder in &state.holders {
-            let seen = self
-                .seen
-                .entry(holder.id.clone())
-                .or_insert_with(|| Observation {
-                    beat: holder.beat,
-                    since: now,
-                    lease: Duration::from_millis(holder.lease_ms),
-                });
-            if seen.beat != holder.beat {
-                *seen = Observation {
-                    beat: holder.beat,
-                    since: now,
-                    lease: Duration::from_millis(holder.lease_ms),
-                };
-            }
-            if now >= seen.since + seen.lease {
-                expired.push(holder.id.clone());
-            }
-        }
-        expired
-    }
-
-    /// When the first observed holder's lease runs out, if nothing moves.
-    fn deadline(&self) -> Option<Instant> {
-        self.seen.values().map(|seen| seen.since + seen.lease).min()
-    }
-}
-
-fn new_waiter(inner: &Inner) -> Waiter {
-    Waiter {
-        id: uuid::Uuid::new_v4().simple().to_string()[..16].to_owned(),
-        owner: inner.owner.clone(),
-        lease_ms: inner.lease_ms,
-    }
-}
-
-/// One acquisition request. If dropped before it settles (the acquire
-/// future was cancelled, or failed) after a write that may have put it in
-/// the row, it withdraws itself in the background, so it does not block
-/// the waiters behind it.
-struct Ticket {
-    inner: Arc<Inner>,
-    waiter: Waiter,
-    /// Its place among the process's acquisitions, until its first write.
-    arrival: Arrival,
-    written: bool,
-    settled: bool,
-}
-
-impl Ticket {
-    fn new(inner: &Arc<Inner>) -> Ticket {
-        Ticket {
-            inner: inner.clone(),
-            waiter: new_waiter(inner),
-            arrival: inner.row.arrive(),
-            written: false,
-            settled: false,
-        }
-    }
-
-    async fn withdraw(&mut self) -> Result<()> {
-        self.settled = true;
-        withdraw(&self.inner, &self.waiter.id).await
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        if self.settled || !self.written {
-            return;
-        }
-        let inner = self.inner.clone();
-        let id = self.waiter.id.clone();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    if let Err(err) = withdraw(&inner, &id).await {
-                        tracing::warn!(semaphore = %inner.name, error = %err, "could not withdraw a cancelled request; it expires with its lease");
-                    }
-                });
-            }
-            Err(_) => tracing::warn!(
-                semaphore = %inner.name,
-                "no runtime to withdraw a cancelled request; it expires with its lease"
-            ),
-        }
-    }
-}
-
-/// Remove request `id` from the queue, or give on the permit it was granted
-/// meanwhile. Decided on a fresh read, never a cached row.
-async fn withdraw(inner: &Inner, id: &str) -> Result<()> {
-    let current = inner.row.read().await?;
-    let updated = inner
-        .update(current, None, |state| state.withdraw(id))
-        .await?;
-    if let Updated::Applied { granted, row, .. } = updated {
-        inner.row.announce(&granted, &row).await;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

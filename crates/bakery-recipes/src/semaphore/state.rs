@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use bakery_core::{Error, ErrorKind, Result, Row};
 use serde::{Deserialize, Serialize};
 
-use crate::turn::TurnState;
+use crate::turn::{Beating, TurnState};
 
 /// Name used in this recipe's errors.
 pub(crate) const RECIPE: &str = "semaphore";
@@ -270,13 +270,48 @@ fn next_token(token: u64) -> Result<u64> {
         .ok_or_else(|| Error::new(ErrorKind::Exhausted, RECIPE, "fencing token overflow"))
 }
 
+// Delegation: the state's own methods, for the code turn recipes share.
 impl TurnState for SemaphoreState {
+    type Waiter = Waiter;
+
+    fn id_of(waiter: &Waiter) -> &str {
+        &waiter.id
+    }
+
     fn encode(&self) -> Result<bakery_core::Bytes> {
         SemaphoreState::encode(self)
     }
 
-    fn holds(&self, id: &str, token: u64) -> bool {
-        SemaphoreState::holds(self, id, token)
+    fn holders(&self) -> impl Iterator<Item = Beating<'_>> {
+        self.holders.iter().map(|h| Beating {
+            id: &h.id,
+            beat: h.beat,
+            lease_ms: h.lease_ms,
+        })
+    }
+
+    fn token_of(&self, id: &str) -> Option<u64> {
+        self.holder(id).map(|h| h.token)
+    }
+
+    fn queued(&self, id: &str) -> bool {
+        SemaphoreState::queued(self, id)
+    }
+
+    fn nobody_queues(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    fn can_take(&self, _waiter: &Waiter) -> bool {
+        SemaphoreState::can_take(self)
+    }
+
+    fn take(&mut self, waiter: &Waiter) -> Result<u64> {
+        SemaphoreState::take(self, waiter)
+    }
+
+    fn join(&mut self, waiter: &Waiter) -> Result<Option<u64>> {
+        SemaphoreState::join(self, waiter)
     }
 
     fn beat(&mut self, id: &str) -> bool {
@@ -285,6 +320,14 @@ impl TurnState for SemaphoreState {
 
     fn release(&mut self, id: &str, token: u64) -> Result<Option<Vec<String>>> {
         SemaphoreState::release(self, id, token)
+    }
+
+    fn evict(&mut self, ids: &[String]) -> Result<Vec<String>> {
+        SemaphoreState::evict(self, ids)
+    }
+
+    fn withdraw(&mut self, id: &str) -> Result<Option<Vec<String>>> {
+        SemaphoreState::withdraw(self, id)
     }
 }
 

@@ -15,6 +15,7 @@
 //! parse the same row.
 
 mod hold;
+mod wait;
 
 use std::any::Any;
 use std::future::Future;
@@ -31,6 +32,7 @@ use crate::dispatch;
 use crate::per_process::{slot, PerRow};
 
 pub(crate) use hold::{Grant, Hold};
+pub(crate) use wait::{acquire, try_acquire, Beating, Observations};
 
 static TURNS: LazyLock<PerRow<WriteTurn>> = LazyLock::new(PerRow::new);
 
@@ -150,21 +152,134 @@ pub(crate) fn outdated(known: Option<&Row>, expected: Option<Version>) -> Option
         .cloned()
 }
 
-/// The stored state of a turn recipe, as the code they share needs it.
+/// The stored state of a turn recipe, as the code they share needs it:
+/// holders with leases and heartbeats, and a FIFO queue of waiters.
 pub(crate) trait TurnState: Clone + Send + Sync + 'static {
+    /// A request as it waits in the queue.
+    type Waiter: Send + Sync + 'static;
+
+    /// The request id of `waiter`.
+    fn id_of(waiter: &Self::Waiter) -> &str;
     /// The row's bytes.
     fn encode(&self) -> Result<Bytes>;
+    /// The holders, as an observer of their heartbeats sees them.
+    fn holders(&self) -> impl Iterator<Item = Beating<'_>>;
+    /// The token of the grant `id` holds, if it holds one.
+    fn token_of(&self, id: &str) -> Option<u64>;
     /// `id` holds a grant with `token`.
-    fn holds(&self, id: &str, token: u64) -> bool;
-    /// Advance the heartbeat of holder `id`; false if it holds nothing.
+    fn holds(&self, id: &str, token: u64) -> bool {
+        self.token_of(id) == Some(token)
+    }
+    /// Is `id` waiting in the queue?
+    fn queued(&self, id: &str) -> bool;
+    /// Nobody waits in the queue.
+    fn nobody_queues(&self) -> bool;
+    /// Can `waiter` be granted at once (compatible with the holders, and
+    /// nobody queued before it)?
+    fn can_take(&self, waiter: &Self::Waiter) -> bool;
+    /// Grant `waiter` directly, already claimed; its token. The caller
+    /// checked [`Self::can_take`].
+    fn take(&mut self, waiter: &Self::Waiter) -> Result<u64>;
+    /// Take a grant if `waiter` can (its token), else join the queue
+    /// (`None`).
+    fn join(&mut self, waiter: &Self::Waiter) -> Result<Option<u64>>;
+    /// Advance the heartbeat of holder `id` (also claims a handed-over
+    /// grant); false if it holds nothing.
     fn beat(&mut self, id: &str) -> bool;
     /// Give up the grant `id` holds with `token`, granting the waiters it
     /// frees (their ids); `None` if `id` does not hold it.
     fn release(&mut self, id: &str, token: u64) -> Result<Option<Vec<String>>>;
+    /// Remove the holders `ids` (their leases ran out) and grant the
+    /// waiters that frees (their ids).
+    fn evict(&mut self, ids: &[String]) -> Result<Vec<String>>;
+    /// Remove request `id` wherever it is: out of the queue, or, if it was
+    /// granted meanwhile, give that on. `None` if it is nowhere (nothing to
+    /// write), else the ids granted.
+    fn withdraw(&mut self, id: &str) -> Result<Option<Vec<String>>>;
 }
 
-/// A handle of a turn recipe (the semaphore, the rwlock): what its writes
-/// and its holds ([`Hold`]) need of it.
+/// The settings a turn recipe's builder collected, checked by
+/// [`TurnHandle::new`].
+pub(crate) struct TurnSettings {
+    pub(crate) store: Arc<dyn VersionedStore>,
+    pub(crate) name: String,
+    pub(crate) lease: Duration,
+    pub(crate) acquire_timeout: Option<Duration>,
+    pub(crate) poll_interval: Duration,
+    pub(crate) owner: Option<String>,
+}
+
+/// Shortest lease a turn recipe accepts: the heartbeat runs every lease/3.
+pub(crate) const MIN_LEASE: Duration = Duration::from_millis(30);
+
+/// What every turn recipe's handle has: its settings, its view of the row,
+/// what its tries saw of the holders, and its grants' heartbeat timer.
+pub(crate) struct TurnHandle {
+    pub(crate) store: Arc<dyn VersionedStore>,
+    pub(crate) name: String,
+    pub(crate) key: Key,
+    pub(crate) lease: Duration,
+    pub(crate) lease_ms: u64,
+    pub(crate) acquire_timeout: Option<Duration>,
+    pub(crate) poll_interval: Duration,
+    pub(crate) owner: String,
+    /// The row as this handle sees it, written in the process's turn.
+    pub(crate) row: TurnRow,
+    /// What this handle's tries saw of the holders.
+    pub(crate) tried: std::sync::Mutex<Observations>,
+    /// Its grants' heartbeats, started when due.
+    pub(crate) beats: Arc<Beats>,
+}
+
+impl TurnHandle {
+    /// Check `settings` of recipe `recipe`, whose rows are under `prefix`;
+    /// invalid ones are [`bakery_core::ErrorKind::InvalidInput`]. No store
+    /// call is made.
+    pub(crate) fn new(
+        recipe: &'static str,
+        prefix: &str,
+        settings: TurnSettings,
+    ) -> Result<TurnHandle> {
+        use bakery_core::Error;
+        let key = Key::with_prefix(prefix, &settings.name)?;
+        if settings.lease < MIN_LEASE {
+            return Err(Error::invalid_input(
+                recipe,
+                format!(
+                    "lease must be at least {MIN_LEASE:?}, got {:?}",
+                    settings.lease
+                ),
+            ));
+        }
+        let lease_ms = u64::try_from(settings.lease.as_millis())
+            .map_err(|_| Error::invalid_input(recipe, "lease too long"))?;
+        if settings.poll_interval.is_zero() {
+            return Err(Error::invalid_input(recipe, "poll interval must be > 0"));
+        }
+        let lease = Duration::from_millis(lease_ms);
+        Ok(TurnHandle {
+            row: TurnRow::new(&settings.store, &key),
+            store: settings.store,
+            name: settings.name,
+            key,
+            lease,
+            lease_ms,
+            acquire_timeout: settings.acquire_timeout,
+            poll_interval: settings.poll_interval,
+            owner: settings.owner.unwrap_or_else(crate::lock::default_owner),
+            tried: std::sync::Mutex::new(Observations::default()),
+            beats: Beats::new(lease / 3),
+        })
+    }
+
+    /// A new request id (16 hex digits, unique per request).
+    pub(crate) fn request_id() -> String {
+        uuid::Uuid::new_v4().simple().to_string()[..16].to_owned()
+    }
+}
+
+/// A handle of a turn recipe (the semaphore, the rwlock): what its writes,
+/// its waits ([`acquire`]) and its holds ([`Hold`]) need of it.
 pub(crate) trait TurnRecipe: Send + Sync + Sized + 'static {
     /// The row's state.
     type State: TurnState;
@@ -173,18 +288,42 @@ pub(crate) trait TurnRecipe: Send + Sync + Sized + 'static {
     /// The recipe in the metrics.
     const METRIC: crate::metrics::Recipe;
 
-    /// The name the handle was built with.
-    fn name(&self) -> &str;
-    /// The lease its grants are held with.
-    fn lease(&self) -> Duration;
-    /// The row, as this handle sees it.
-    fn row(&self) -> &TurnRow;
-    /// The timer of its grants' heartbeats.
-    fn beats(&self) -> &Arc<Beats>;
+    /// What every turn recipe's handle has.
+    fn handle(&self) -> &TurnHandle;
     /// The state of `row` (`None`: never written), parsed at most once per
     /// process ([`TurnRow::state`]) and checked against this handle's
     /// settings.
     fn decode(&self, row: Option<&Row>) -> Result<Arc<Self::State>>;
+    /// The state of `row` as any handle reads it, unchecked: for the
+    /// process's dispatcher, which serves every handle of the row.
+    fn parse(row: &Row) -> Result<Self::State>;
+
+    /// The name the handle was built with.
+    fn name(&self) -> &str {
+        &self.handle().name
+    }
+    /// The lease its grants are held with.
+    fn lease(&self) -> Duration {
+        self.handle().lease
+    }
+    /// The row, as this handle sees it.
+    fn row(&self) -> &TurnRow {
+        &self.handle().row
+    }
+    /// The timer of its grants' heartbeats.
+    fn beats(&self) -> &Arc<Beats> {
+        &self.handle().beats
+    }
+
+    /// The waiters a row grants, for the process's dispatcher: every
+    /// holder.
+    fn grantees(&self) -> dispatch::Grantees {
+        let decoded = self.row().decoded();
+        Arc::new(move |row| {
+            let state = decoded.state(row, Self::parse)?;
+            Ok(state.holders().map(|h| Arc::from(h.id)).collect())
+        })
+    }
 
     /// Write `state` if the row is still `current`, in this process's turn.
     fn put(
