@@ -76,6 +76,7 @@ use tokio::time::Instant;
 
 pub use record::{OnceRecord, Status, Worker};
 
+use crate::beats::{self, Beats, Due};
 use wake::Wakeup;
 
 /// Key prefix of idempotency rows: key `k` of scope `payments` is stored
@@ -280,6 +281,9 @@ impl IdempotencyBuilder {
                 on_failure: self.on_failure,
                 poll_interval: self.poll_interval,
                 owner: self.owner.unwrap_or_else(crate::lock::default_owner),
+                beats: Beats::new(
+                    Duration::from_millis(lease_ms / 3).max(Duration::from_millis(1)),
+                ),
             }),
         })
     }
@@ -311,6 +315,15 @@ struct Inner {
     on_failure: OnFailure,
     poll_interval: Duration,
     owner: String,
+    /// Starts the claims' heartbeats when due.
+    beats: Arc<Beats>,
+}
+
+impl Inner {
+    /// How often a claim's heartbeat advances.
+    fn beat_period(&self) -> Duration {
+        Duration::from_millis(self.lease_ms / 3).max(Duration::from_millis(1))
+    }
 }
 
 /// The claim this call holds: the row as last written by it.
@@ -468,6 +481,7 @@ impl Idempotency {
         let heartbeat = Heartbeat::start(self.inner.clone(), row_key.clone(), claim);
         let outcome = op(attempt).await;
         let claim = heartbeat.stop().await;
+        drop(heartbeat);
         match outcome {
             Ok(t) => {
                 let bytes = encode(&t)?;
@@ -731,68 +745,44 @@ impl Idempotency {
 }
 
 /// Keeps a claim alive while the operation runs: advances the heartbeat
-/// every lease/3 with a write conditioned on the claim's last row.
+/// every lease/3 with a write conditioned on the claim's last row. The
+/// beating task starts only when the first beat is due (the handle's one
+/// timer, [`Beats`]): most operations end before it, and a task spawned
+/// and aborted per run cost more than a write on a fast store.
 struct Heartbeat {
-    task: tokio::task::JoinHandle<()>,
-    claim: Arc<Mutex<Claim>>,
+    beat: Arc<Beat>,
+}
+
+/// What the beating task needs, shared with the timer that starts it.
+struct Beat {
+    inner: Arc<Inner>,
+    row_key: Key,
+    /// The claim as last written (by the run's claim, then by each beat).
+    claim: Mutex<Claim>,
+    heartbeat: beats::Heartbeat,
 }
 
 impl Heartbeat {
     fn start(inner: Arc<Inner>, row_key: Key, claim: Claim) -> Heartbeat {
-        let period = Duration::from_millis(inner.lease_ms / 3).max(Duration::from_millis(1));
-        let claim = Arc::new(Mutex::new(claim));
-        let shared = claim.clone();
-        let task = tokio::spawn(async move {
-            tokio::time::sleep(period).await;
-            loop {
-                let Some((version, next)) = shared
-                    .lock()
-                    .ok()
-                    .map(|c| (c.row.version, c.record.beaten()))
-                else {
-                    return;
-                };
-                let Ok(value) = next.encode() else { return };
-                match inner
-                    .store
-                    .put_if_version(&row_key, Some(version), value)
-                    .await
-                {
-                    Ok(PutOutcome::Applied(row)) => {
-                        if let Ok(mut c) = shared.lock() {
-                            *c = Claim { row, record: next };
-                        }
-                    }
-                    Ok(PutOutcome::Conflict(Some(row))) => {
-                        // Still our claim, marked by a waiter: beat on
-                        // from that row (at once: this beat is due).
-                        let ours = OnceRecord::decode(&row)
-                            .ok()
-                            .filter(|record| record.same_claim(&next));
-                        let Some(record) = ours else { return };
-                        if let Ok(mut c) = shared.lock() {
-                            *c = Claim { row, record };
-                        }
-                        continue;
-                    }
-                    // Taken over (or finished by an operator): stop; the
-                    // completion write finds out and reports it.
-                    Ok(PutOutcome::Conflict(None)) => return,
-                    Err(e) => {
-                        tracing::debug!(key = %row_key, error = %e, "once: heartbeat failed; retrying")
-                    }
-                }
-                tokio::time::sleep(period).await;
-            }
+        let first = Instant::now() + inner.beat_period();
+        let beat = Arc::new(Beat {
+            heartbeat: beats::Heartbeat::new(inner.beats.clone()),
+            inner,
+            row_key,
+            claim: Mutex::new(claim),
         });
-        Heartbeat { task, claim }
+        let due: Arc<dyn Due> = beat.clone();
+        beat.heartbeat.schedule(Arc::downgrade(&due), first);
+        Heartbeat { beat }
     }
 
     /// Stop beating; the claim as last written.
-    async fn stop(mut self) -> Claim {
-        self.task.abort();
-        let _ = (&mut self.task).await;
-        let c = self.claim.lock().unwrap_or_else(|p| p.into_inner());
+    async fn stop(&self) -> Claim {
+        if let Some(task) = self.beat.heartbeat.stop() {
+            task.abort();
+            let _ = task.await;
+        }
+        let c = self.beat.claim.lock().unwrap_or_else(|p| p.into_inner());
         Claim {
             row: c.row.clone(),
             record: c.record.clone(),
@@ -804,6 +794,64 @@ impl Drop for Heartbeat {
     /// A cancelled `run` (its future dropped) stops beating, so the key is
     /// taken over after one lease like a crashed worker's.
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = self.beat.heartbeat.stop() {
+            task.abort();
+        }
+    }
+}
+
+impl Due for Beat {
+    fn start(self: Arc<Self>) {
+        let beat = self.clone();
+        self.heartbeat.start(|| tokio::spawn(beat.beat_on()));
+    }
+}
+
+impl Beat {
+    /// Beat now (the first beat is due), then every period, until stopped.
+    async fn beat_on(self: Arc<Self>) {
+        let period = self.inner.beat_period();
+        loop {
+            let Some((version, next)) = self
+                .claim
+                .lock()
+                .ok()
+                .map(|c| (c.row.version, c.record.beaten()))
+            else {
+                return;
+            };
+            let Ok(value) = next.encode() else { return };
+            match self
+                .inner
+                .store
+                .put_if_version(&self.row_key, Some(version), value)
+                .await
+            {
+                Ok(PutOutcome::Applied(row)) => {
+                    if let Ok(mut c) = self.claim.lock() {
+                        *c = Claim { row, record: next };
+                    }
+                }
+                Ok(PutOutcome::Conflict(Some(row))) => {
+                    // Still our claim, marked by a waiter: beat on from that
+                    // row (at once: this beat is due).
+                    let ours = OnceRecord::decode(&row)
+                        .ok()
+                        .filter(|record| record.same_claim(&next));
+                    let Some(record) = ours else { return };
+                    if let Ok(mut c) = self.claim.lock() {
+                        *c = Claim { row, record };
+                    }
+                    continue;
+                }
+                // Taken over (or finished by an operator): stop; the
+                // completion write finds out and reports it.
+                Ok(PutOutcome::Conflict(None)) => return,
+                Err(e) => {
+                    tracing::debug!(key = %self.row_key, error = %e, "once: heartbeat failed; retrying")
+                }
+            }
+            tokio::time::sleep(period).await;
+        }
     }
 }
