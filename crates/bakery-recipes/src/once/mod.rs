@@ -271,6 +271,7 @@ impl IdempotencyBuilder {
         if self.poll_interval.is_zero() {
             return Err(Error::invalid_input("once", "poll interval must be > 0"));
         }
+        let beat_period = Duration::from_millis(lease_ms / 3).max(Duration::from_millis(1));
         Ok(Idempotency {
             inner: Arc::new(Inner {
                 store: self.store,
@@ -281,9 +282,8 @@ impl IdempotencyBuilder {
                 on_failure: self.on_failure,
                 poll_interval: self.poll_interval,
                 owner: self.owner.unwrap_or_else(crate::lock::default_owner),
-                beats: Beats::new(
-                    Duration::from_millis(lease_ms / 3).max(Duration::from_millis(1)),
-                ),
+                beat_period,
+                beats: Beats::new(beat_period),
             }),
         })
     }
@@ -315,15 +315,10 @@ struct Inner {
     on_failure: OnFailure,
     poll_interval: Duration,
     owner: String,
+    /// How often a claim's heartbeat advances (lease/3).
+    beat_period: Duration,
     /// Starts the claims' heartbeats when due.
     beats: Arc<Beats>,
-}
-
-impl Inner {
-    /// How often a claim's heartbeat advances.
-    fn beat_period(&self) -> Duration {
-        Duration::from_millis(self.lease_ms / 3).max(Duration::from_millis(1))
-    }
 }
 
 /// The claim this call holds: the row as last written by it.
@@ -764,7 +759,7 @@ struct Beat {
 
 impl Heartbeat {
     fn start(inner: Arc<Inner>, row_key: Key, claim: Claim) -> Heartbeat {
-        let first = Instant::now() + inner.beat_period();
+        let first = Instant::now() + inner.beat_period;
         let beat = Arc::new(Beat {
             heartbeat: beats::Heartbeat::new(inner.beats.clone()),
             inner,
@@ -810,7 +805,7 @@ impl Due for Beat {
 impl Beat {
     /// Beat now (the first beat is due), then every period, until stopped.
     async fn beat_on(self: Arc<Self>) {
-        let period = self.inner.beat_period();
+        let period = self.inner.beat_period;
         loop {
             let Some((version, next)) = self
                 .claim
