@@ -1,9 +1,14 @@
 //! What a held grant (lock guard, semaphore permit, read-write lock guard)
-//! shares with its heartbeat task and its `lost()` futures.
+//! shares with its heartbeat task and its `lost()` futures, and the
+//! heartbeat itself ([`renew_lease`]).
 
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
+use bakery_core::{PutOutcome, Result, Row};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::lock::LostReason;
 
@@ -30,6 +35,288 @@ pub(crate) fn lost(
             if status.changed().await.is_err() {
                 std::future::pending::<()>().await;
             }
+        }
+    }
+}
+
+/// A held grant as its heartbeat sees it: the lock's guard, a semaphore
+/// permit, a read or write hold. Each recipe says how its row is read and
+/// renewed; [`renew_lease`] decides when, and what an outcome means.
+pub(crate) trait Renew: Send + Sync + 'static {
+    /// The recipe's decoded row.
+    type State: Send;
+
+    /// The lease the grant is held under.
+    fn lease(&self) -> Duration;
+
+    /// The held row's key, for log lines.
+    fn key(&self) -> &str;
+
+    /// The newest row the grant was seen in: where the next beat starts.
+    fn held_row(&self) -> Row;
+
+    /// Remember `row` as the grant's newest (an older one is ignored).
+    fn keep_row(&self, row: Row);
+
+    /// The state of `row` if it still grants this hold (with its token);
+    /// `None` when it grants someone else or nobody; an error when it
+    /// cannot be read.
+    fn ours(&self, row: &Row) -> Result<Option<Self::State>>;
+
+    /// Write `state` (read from `row` by [`Renew::ours`]) with this grant's
+    /// beat advanced, if the row is still `row`.
+    fn renew(
+        &self,
+        row: &Row,
+        state: Self::State,
+    ) -> impl Future<Output = Result<PutOutcome>> + Send;
+
+    /// Wait until `at`, when the next beat is due; `false` stops the
+    /// heartbeat instead (the lock's hold limit came first).
+    fn wait(&self, at: Instant) -> impl Future<Output = bool> + Send {
+        async move {
+            tokio::time::sleep_until(at).await;
+            true
+        }
+    }
+
+    /// The grant is lost, for `reason`: signal it (once).
+    fn lose(&self, reason: LostReason);
+}
+
+/// Renew `holder`'s lease every lease/3 until it is released (the task is
+/// aborted) or lost. The lease counts from the send time of the last
+/// applied beat (first: `granted`, the send time of the write that granted
+/// it), never later than when any observer started counting; so when a
+/// whole lease passes without an applied beat, the grant is lost even if
+/// no one took it yet. A failed write is retried every lease/10 (at least
+/// 5 ms) until then; a conflict on a row that still grants the hold (a
+/// waiter joined) beats again at once on that row.
+pub(crate) async fn renew_lease<H: Renew>(holder: Arc<H>, granted: Instant) {
+    let lease = holder.lease();
+    let period = lease / 3;
+    let retry = (lease / 10).max(Duration::from_millis(5));
+    let mut last_sent = granted;
+    let mut next = granted + period;
+    loop {
+        if !holder.wait(next).await {
+            return;
+        }
+        let deadline = last_sent + lease;
+        if Instant::now() >= deadline {
+            holder.lose(LostReason::LeaseExpired);
+            return;
+        }
+        let row = holder.held_row();
+        let state = match holder.ours(&row) {
+            Ok(Some(state)) => state,
+            Ok(None) => return holder.lose(LostReason::Evicted),
+            Err(_) => return holder.lose(LostReason::RowGone),
+        };
+        let sent = Instant::now();
+        let outcome = tokio::select! {
+            outcome = holder.renew(&row, state) => outcome,
+            () = tokio::time::sleep_until(deadline) => {
+                return holder.lose(LostReason::LeaseExpired);
+            }
+        };
+        match outcome {
+            Ok(PutOutcome::Applied(row)) => {
+                last_sent = sent;
+                next = sent + period;
+                holder.keep_row(row);
+            }
+            Ok(PutOutcome::Conflict(Some(row))) => match holder.ours(&row) {
+                Ok(Some(_)) => {
+                    holder.keep_row(row);
+                    next = Instant::now();
+                }
+                Ok(None) => return holder.lose(LostReason::Evicted),
+                Err(_) => return holder.lose(LostReason::RowGone),
+            },
+            Ok(PutOutcome::Conflict(None)) => return holder.lose(LostReason::RowGone),
+            Err(err) => {
+                tracing::debug!(row = holder.key(), error = %err, "heartbeat failed; retrying");
+                next = (Instant::now() + retry).min(deadline);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use bakery_core::{Error, ErrorKind, Key};
+
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(3);
+
+    /// A grant whose beats get the scripted answers in turn (`None`: the
+    /// write never returns). A row's value says whose it is: `ours`,
+    /// `theirs`, anything else is unreadable.
+    struct Scripted {
+        row: Mutex<Row>,
+        answers: Mutex<VecDeque<Option<Result<PutOutcome>>>>,
+        /// When each beat was sent, from the grant.
+        sent: Mutex<Vec<Duration>>,
+        granted: Instant,
+        lost: Mutex<Vec<LostReason>>,
+    }
+
+    fn row(version: u64, value: &'static str) -> Row {
+        Row {
+            key: Key::new("k").expect("a valid key"),
+            value: value.into(),
+            version,
+        }
+    }
+
+    impl Scripted {
+        fn new(held: Row, answers: Vec<Option<Result<PutOutcome>>>) -> Arc<Scripted> {
+            Arc::new(Scripted {
+                row: Mutex::new(held),
+                answers: Mutex::new(answers.into()),
+                sent: Mutex::new(Vec::new()),
+                granted: Instant::now(),
+                lost: Mutex::new(Vec::new()),
+            })
+        }
+
+        /// Beat until the grant is lost; the beats' send times (from the
+        /// grant), the losses signalled, and when the heartbeat ended.
+        async fn run(self: &Arc<Self>) -> (Vec<Duration>, Vec<LostReason>, Duration) {
+            renew_lease(self.clone(), self.granted).await;
+            let sent = self.sent.lock().expect("sent").clone();
+            let lost = self.lost.lock().expect("lost").clone();
+            (sent, lost, self.granted.elapsed())
+        }
+    }
+
+    impl Renew for Scripted {
+        type State = ();
+
+        fn lease(&self) -> Duration {
+            LEASE
+        }
+
+        fn key(&self) -> &str {
+            "k"
+        }
+
+        fn held_row(&self) -> Row {
+            self.row.lock().expect("row").clone()
+        }
+
+        fn keep_row(&self, row: Row) {
+            let mut held = self.row.lock().expect("row");
+            if row.version > held.version {
+                *held = row;
+            }
+        }
+
+        fn ours(&self, row: &Row) -> Result<Option<()>> {
+            match &row.value[..] {
+                b"ours" => Ok(Some(())),
+                b"theirs" => Ok(None),
+                _ => Err(Error::new(ErrorKind::Corrupt, "test", "unreadable row")),
+            }
+        }
+
+        async fn renew(&self, _row: &Row, _state: ()) -> Result<PutOutcome> {
+            self.sent.lock().expect("sent").push(self.granted.elapsed());
+            let answer = self.answers.lock().expect("answers").pop_front();
+            match answer {
+                Some(Some(outcome)) => outcome,
+                Some(None) => std::future::pending().await,
+                None => Ok(PutOutcome::Conflict(None)),
+            }
+        }
+
+        fn lose(&self, reason: LostReason) {
+            self.lost.lock().expect("lost").push(reason);
+        }
+    }
+
+    fn secs(secs: f64) -> Duration {
+        Duration::from_secs_f64(secs)
+    }
+
+    /// The times match within the timer's millisecond.
+    fn assert_times(times: &[Duration], expected: &[f64]) {
+        assert_eq!(times.len(), expected.len(), "{times:?} vs {expected:?}");
+        for (time, expected) in times.iter().zip(expected) {
+            let gap = time.abs_diff(secs(*expected));
+            assert!(gap <= Duration::from_millis(1), "{times:?} vs {expected:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_applied_beat_moves_the_next_a_third_of_a_lease_on() {
+        let holder = Scripted::new(
+            row(1, "ours"),
+            vec![
+                Some(Ok(PutOutcome::Applied(row(2, "ours")))),
+                Some(Ok(PutOutcome::Applied(row(3, "ours")))),
+                Some(Ok(PutOutcome::Conflict(Some(row(4, "theirs"))))),
+            ],
+        );
+        let (sent, lost, _) = holder.run().await;
+        assert_times(&sent, &[1.0, 2.0, 3.0]);
+        assert_eq!(lost, [LostReason::Evicted]);
+        assert_eq!(holder.held_row().version, 3, "the last applied beat's row");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_conflict_on_a_row_still_ours_beats_again_at_once_on_it() {
+        let holder = Scripted::new(
+            row(1, "ours"),
+            vec![
+                Some(Ok(PutOutcome::Conflict(Some(row(5, "ours"))))),
+                Some(Ok(PutOutcome::Applied(row(6, "ours")))),
+                Some(Ok(PutOutcome::Conflict(None))),
+            ],
+        );
+        let (sent, lost, _) = holder.run().await;
+        assert_times(&sent, &[1.0, 1.0, 2.0]);
+        assert_eq!(lost, [LostReason::RowGone]);
+        assert_eq!(holder.held_row().version, 6);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_beats_retry_every_tenth_of_a_lease_until_it_is_over() {
+        let failures = (0..20)
+            .map(|_| Some(Err(Error::new(ErrorKind::Unavailable, "test", "down"))))
+            .collect();
+        let holder = Scripted::new(row(1, "ours"), failures);
+        let (sent, lost, ended) = holder.run().await;
+        assert_times(&sent, &[1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8]);
+        assert_eq!(lost, [LostReason::LeaseExpired]);
+        assert_times(&[ended], &[3.0]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_beat_still_in_flight_when_the_lease_ends_loses_the_grant() {
+        let holder = Scripted::new(row(1, "ours"), vec![None]);
+        let (sent, lost, ended) = holder.run().await;
+        assert_times(&sent, &[1.0]);
+        assert_eq!(lost, [LostReason::LeaseExpired]);
+        assert_times(&[ended], &[3.0]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_row_that_no_longer_grants_the_hold_is_not_written() {
+        for (value, reason) in [
+            ("theirs", LostReason::Evicted),
+            ("garbage", LostReason::RowGone),
+        ] {
+            let holder = Scripted::new(row(1, value), Vec::new());
+            let (sent, lost, ended) = holder.run().await;
+            assert!(sent.is_empty(), "{value}: wrote {sent:?}");
+            assert_eq!(lost, [reason], "{value}");
+            assert_times(&[ended], &[1.0]);
         }
     }
 }

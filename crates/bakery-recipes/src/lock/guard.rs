@@ -11,7 +11,7 @@ use bakery_core::{Error, ErrorKind, PutOutcome, Result, Row};
 use tokio::sync::watch;
 
 use crate::beats::{Due, Heartbeat};
-use crate::held::Status;
+use crate::held::{renew_lease, Renew, Status};
 use tokio::time::Instant;
 
 use super::combine::Request;
@@ -100,7 +100,67 @@ impl Due for Shared {
     }
 }
 
-impl Shared {
+impl Renew for Shared {
+    type State = LockState;
+
+    fn lease(&self) -> Duration {
+        self.lock.lease
+    }
+
+    fn key(&self) -> &str {
+        self.lock.key.as_str()
+    }
+
+    fn held_row(&self) -> Row {
+        self.held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .row
+            .clone()
+    }
+
+    fn keep_row(&self, row: Row) {
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if row.version > held.row.version {
+            held.row = row;
+        }
+    }
+
+    fn ours(&self, row: &Row) -> Result<Option<LockState>> {
+        // Through the writer's cache: the row is often one it wrote.
+        let state = self.lock.writer.decoded(row)?;
+        Ok(
+            (state.held_by(&self.id) && state.token == self.token)
+                .then(|| LockState::clone(&state)),
+        )
+    }
+
+    async fn renew(&self, row: &Row, mut state: LockState) -> Result<PutOutcome> {
+        state.beat();
+        put_state(&self.lock, Some(row), &state).await
+    }
+
+    /// Sleep until `at`, unless the hold limit (which `extend` may move)
+    /// comes first: then release at the limit and stop beating.
+    async fn wait(&self, at: Instant) -> bool {
+        let mut limit = self.limit.subscribe();
+        loop {
+            let until = *limit.borrow_and_update();
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => return true,
+                () = sleep_until_some(until) => {
+                    hold_limit(self).await;
+                    return false;
+                }
+                // `extend` moved the limit: sleep again with the new one.
+                Ok(()) = limit.changed() => {}
+            }
+        }
+    }
+
     fn lose(&self, reason: LostReason) {
         self.status.send_if_modified(|status| {
             if *status == Status::Held {
@@ -113,11 +173,13 @@ impl Shared {
             }
         });
     }
+}
 
+impl Shared {
     /// Start the heartbeat now if it has not started (nor stopped).
     fn start_heartbeat(self: &Arc<Self>) {
         self.heartbeat
-            .start(|| tokio::spawn(heartbeat_task(self.clone(), self.granted)));
+            .start(|| tokio::spawn(renew_lease(self.clone(), self.granted)));
     }
 
     /// Stop the heartbeat for good (the grant is being given back).
@@ -475,97 +537,6 @@ async fn hold_limit(shared: &Shared) {
         Err(err) => {
             tracing::debug!(error = %err, "release at the hold limit failed");
             shared.lose(LostReason::HoldLimit);
-        }
-    }
-}
-
-/// Renew the lease every lease/3 until the guard goes or the lock is lost.
-/// The lease is counted from the send time of the last applied heartbeat,
-/// which is never later than when any observer started counting.
-async fn heartbeat_task(shared: Arc<Shared>, mut last_sent: Instant) {
-    let lease = shared.lock.lease;
-    let period = lease / 3;
-    let retry = (lease / 10).max(Duration::from_millis(5));
-    let mut next = last_sent + period;
-    let mut limit = shared.limit.subscribe();
-    loop {
-        let until = *limit.borrow_and_update();
-        tokio::select! {
-            () = tokio::time::sleep_until(next) => {}
-            () = sleep_until_some(until) => {
-                hold_limit(&shared).await;
-                return;
-            }
-            // `extend` moved the limit: sleep again with the new one.
-            Ok(()) = limit.changed() => continue,
-        }
-        let deadline = last_sent + lease;
-        let Ok(row) = shared.held().map(|held| held.row.clone()) else {
-            return;
-        };
-        let mut state = match shared.lock.writer.decoded(&row) {
-            Ok(state) => LockState::clone(&state),
-            Err(_) => {
-                shared.lose(LostReason::RowGone);
-                return;
-            }
-        };
-        if !state.held_by(&shared.id) {
-            shared.lose(LostReason::Evicted);
-            return;
-        }
-        state.beat();
-        let sent = Instant::now();
-        let write = put_state(&shared.lock, Some(&row), &state);
-        let outcome = tokio::select! {
-            outcome = write => outcome,
-            () = tokio::time::sleep_until(deadline) => {
-                shared.lose(LostReason::LeaseExpired);
-                return;
-            }
-        };
-        match outcome {
-            Ok(PutOutcome::Applied(row)) => {
-                last_sent = sent;
-                next = sent + period;
-                if let Ok(mut held) = shared.held() {
-                    *held = Held { row };
-                }
-            }
-            Ok(PutOutcome::Conflict(Some(row))) => match LockState::decode(&row) {
-                Ok(now) if now.held_by(&shared.id) && now.token == shared.token => {
-                    // Someone joined the queue: renew again on the new row now.
-                    if let Ok(mut held) = shared.held() {
-                        *held = Held { row };
-                    }
-                    next = Instant::now();
-                }
-                Ok(_) => {
-                    shared.lose(LostReason::Evicted);
-                    return;
-                }
-                Err(_) => {
-                    shared.lose(LostReason::RowGone);
-                    return;
-                }
-            },
-            Ok(PutOutcome::Conflict(None)) => {
-                shared.lose(LostReason::RowGone);
-                return;
-            }
-            Err(err) => {
-                tracing::debug!(error = %err, "heartbeat failed; retrying");
-                if Instant::now() + retry >= deadline {
-                    // Keep trying until the lease is really over.
-                    next = deadline;
-                } else {
-                    next = Instant::now() + retry;
-                }
-                if Instant::now() >= deadline {
-                    shared.lose(LostReason::LeaseExpired);
-                    return;
-                }
-            }
         }
     }
 }

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::{TurnRecipe, TurnState, Updated};
 use crate::beats::{Due, Heartbeat};
-use crate::held::Status;
+use crate::held::{renew_lease, Renew, Status};
 use crate::lock::LostReason;
 
 /// A grant as the acquire loop hands it over.
@@ -48,13 +48,48 @@ struct Shared<R: TurnRecipe> {
 impl<R: TurnRecipe> Due for Shared<R> {
     fn start(self: Arc<Self>) {
         self.heartbeat
-            .start(|| tokio::spawn(heartbeat(self.clone(), self.lease_from)));
+            .start(|| tokio::spawn(renew_lease(self.clone(), self.lease_from)));
     }
 }
 
-impl<R: TurnRecipe> Shared<R> {
+impl<R: TurnRecipe> Renew for Shared<R> {
+    type State = R::State;
+
+    fn lease(&self) -> Duration {
+        self.recipe.lease()
+    }
+
     fn key(&self) -> &str {
         self.recipe.row().key().as_str()
+    }
+
+    fn held_row(&self) -> Row {
+        self.row
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    fn keep_row(&self, row: Row) {
+        let mut held = self
+            .row
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if row.version > held.version {
+            *held = row;
+        }
+    }
+
+    fn ours(&self, row: &Row) -> Result<Option<R::State>> {
+        let state = self.recipe.decode(Some(row))?;
+        Ok(state
+            .holds(&self.id, self.token)
+            .then(|| Arc::unwrap_or_clone(state)))
+    }
+
+    async fn renew(&self, row: &Row, mut state: R::State) -> Result<PutOutcome> {
+        state.beat(&self.id);
+        self.recipe.put(Some(row), &state).await
     }
 
     fn lose(&self, reason: LostReason) {
@@ -68,23 +103,6 @@ impl<R: TurnRecipe> Shared<R> {
                 false
             }
         });
-    }
-
-    fn row(&self) -> Row {
-        self.row
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
-    }
-
-    fn keep(&self, row: Row) {
-        let mut held = self
-            .row
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if row.version > held.version {
-            *held = row;
-        }
     }
 }
 
@@ -206,7 +224,9 @@ async fn release<R: TurnRecipe>(shared: &Shared<R>) -> Result<()> {
     let (id, token) = (shared.id.as_str(), shared.token);
     let updated = shared
         .recipe
-        .update(Some(shared.row()), None, |state| state.release(id, token))
+        .update(Some(shared.held_row()), None, |state| {
+            state.release(id, token)
+        })
         .await;
     match updated {
         Ok(Updated::Applied { granted, row, .. }) => {
@@ -242,75 +262,4 @@ fn lost_error<R: TurnRecipe>(shared: &Shared<R>) -> Error {
             shared.token
         ),
     )
-}
-
-/// Renew the lease every lease/3 until the hold goes or is lost. The lease
-/// is counted from the send time of the last applied heartbeat, which is
-/// never later than when any observer started counting.
-async fn heartbeat<R: TurnRecipe>(shared: Arc<Shared<R>>, mut last_sent: Instant) {
-    let lease = shared.recipe.lease();
-    let period = lease / 3;
-    let retry = (lease / 10).max(Duration::from_millis(5));
-    let mut next = last_sent + period;
-    loop {
-        tokio::time::sleep_until(next).await;
-        let deadline = last_sent + lease;
-        if Instant::now() >= deadline {
-            shared.lose(LostReason::LeaseExpired);
-            return;
-        }
-        let row = shared.row();
-        let mut state = match shared.recipe.decode(Some(&row)) {
-            Ok(state) => Arc::unwrap_or_clone(state),
-            Err(_) => {
-                shared.lose(LostReason::RowGone);
-                return;
-            }
-        };
-        if !state.holds(&shared.id, shared.token) {
-            shared.lose(LostReason::Evicted);
-            return;
-        }
-        state.beat(&shared.id);
-        let sent = Instant::now();
-        let write = shared.recipe.put(Some(&row), &state);
-        let outcome = tokio::select! {
-            outcome = write => outcome,
-            () = tokio::time::sleep_until(deadline) => {
-                shared.lose(LostReason::LeaseExpired);
-                return;
-            }
-        };
-        match outcome {
-            Ok(PutOutcome::Applied(row)) => {
-                last_sent = sent;
-                next = sent + period;
-                shared.keep(row);
-            }
-            Ok(PutOutcome::Conflict(Some(row))) => match shared.recipe.decode(Some(&row)) {
-                Ok(now) if now.holds(&shared.id, shared.token) => {
-                    // Another client changed the row: beat again on it now.
-                    shared.keep(row);
-                    next = Instant::now();
-                }
-                Ok(_) => {
-                    shared.lose(LostReason::Evicted);
-                    return;
-                }
-                Err(_) => {
-                    shared.lose(LostReason::RowGone);
-                    return;
-                }
-            },
-            Ok(PutOutcome::Conflict(None)) => {
-                shared.lose(LostReason::RowGone);
-                return;
-            }
-            Err(err) => {
-                tracing::debug!(error = %err, what = shared.what, "heartbeat failed; retrying");
-                // Keep trying until the lease is really over.
-                next = (Instant::now() + retry).min(deadline);
-            }
-        }
-    }
 }
