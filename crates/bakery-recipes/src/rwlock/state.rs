@@ -6,10 +6,10 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use bakery_core::{Error, ErrorKind, Result, Row};
+use bakery_core::{Error, Result, Row};
 use serde::{Deserialize, Serialize};
 
-use crate::turn::{Beating, TurnState};
+use crate::turn::{turn_holder, turn_parts, TurnState};
 
 /// Name used in this recipe's errors.
 pub(crate) const RECIPE: &str = "rwlock";
@@ -101,19 +101,6 @@ pub struct Waiter {
     pub lease_ms: u64,
 }
 
-impl Holder {
-    fn granted(waiter: Waiter, token: u64, beat: u64) -> Holder {
-        Holder {
-            id: waiter.id,
-            owner: waiter.owner,
-            mode: waiter.mode,
-            token,
-            beat,
-            lease_ms: waiter.lease_ms,
-        }
-    }
-}
-
 impl RwLockState {
     /// A lock never granted.
     pub(crate) fn new() -> RwLockState {
@@ -149,25 +136,6 @@ impl RwLockState {
         }
     }
 
-    fn has_duplicate_ids(&self) -> bool {
-        let mut ids: Vec<&str> = self
-            .holders
-            .iter()
-            .map(|h| h.id.as_str())
-            .chain(self.queue.iter().map(|w| w.id.as_str()))
-            .collect();
-        let all = ids.len();
-        ids.sort_unstable();
-        ids.dedup();
-        ids.len() != all
-    }
-
-    pub(crate) fn encode(&self) -> Result<bakery_core::Bytes> {
-        serde_json::to_vec(self)
-            .map(Into::into)
-            .map_err(|e| Error::new(ErrorKind::Internal, RECIPE, format!("encode state: {e}")))
-    }
-
     /// Does a writer hold the lock?
     pub fn has_writer(&self) -> bool {
         self.holders.iter().any(|h| h.mode == Mode::Write)
@@ -191,178 +159,44 @@ impl RwLockState {
     fn head_grantable(&self) -> bool {
         self.queue.front().is_some_and(|w| self.compatible(w.mode))
     }
-
-    /// The holder with request id `id`, if it holds the lock.
-    pub(crate) fn holder(&self, id: &str) -> Option<&Holder> {
-        self.holders.iter().find(|h| h.id == id)
-    }
-
-    /// Does `id` hold the lock with `token`?
-    pub(crate) fn holds(&self, id: &str, token: u64) -> bool {
-        self.holder(id).is_some_and(|h| h.token == token)
-    }
-
-    /// Is `id` waiting in the queue?
-    pub(crate) fn queued(&self, id: &str) -> bool {
-        self.queue.iter().any(|w| w.id == id)
-    }
-
-    /// Can a newcomer in `mode` take the lock at once? Only if nobody
-    /// queues (writer preference: a reader does not join the readers in
-    /// front of a queued writer) and the holders allow it.
-    pub(crate) fn can_take(&self, mode: Mode) -> bool {
-        self.queue.is_empty() && self.compatible(mode)
-    }
-
-    /// Grant the lock to `waiter` directly, already claimed (beat 1). The
-    /// caller checked [`Self::can_take`].
-    pub(crate) fn take(&mut self, waiter: &Waiter) -> Result<u64> {
-        self.token = next_token(self.token)?;
-        self.holders
-            .push(Holder::granted(waiter.clone(), self.token, 1));
-        Ok(self.token)
-    }
-
-    /// Take the lock if possible now (its token), else join the queue
-    /// (`None`).
-    pub(crate) fn join(&mut self, waiter: &Waiter) -> Result<Option<u64>> {
-        if self.can_take(waiter.mode) {
-            return self.take(waiter).map(Some);
-        }
-        self.queue.push_back(waiter.clone());
-        Ok(None)
-    }
-
-    /// Grant the head of the queue while it is compatible with the holders
-    /// (unclaimed, beat 0), each with a new token: a writer alone, or a run
-    /// of readers up to the next writer. Returns the ids granted.
-    pub(crate) fn fill(&mut self) -> Result<Vec<String>> {
-        let mut granted = Vec::new();
-        while self.head_grantable() {
-            let Some(next) = self.queue.pop_front() else {
-                break;
-            };
-            self.token = next_token(self.token)?;
-            granted.push(next.id.clone());
-            self.holders.push(Holder::granted(next, self.token, 0));
-        }
-        Ok(granted)
-    }
-
-    /// Give up the hold `id` has with `token` and grant the lock on.
-    /// `Ok(None)` if `id` does not hold it (evicted).
-    pub(crate) fn release(&mut self, id: &str, token: u64) -> Result<Option<Vec<String>>> {
-        if !self.holds(id, token) {
-            return Ok(None);
-        }
-        self.holders.retain(|h| h.id != id);
-        self.fill().map(Some)
-    }
-
-    /// Remove the holders `ids` (their leases ran out) and grant the lock
-    /// on.
-    pub(crate) fn evict(&mut self, ids: &[String]) -> Result<Vec<String>> {
-        self.holders.retain(|h| !ids.contains(&h.id));
-        self.fill()
-    }
-
-    /// Remove request `id` wherever it is: out of the queue (a withdrawn
-    /// writer may uncover readers that can join the current ones), or, if
-    /// it was granted meanwhile, give that on. `None` if it is nowhere
-    /// (nothing to write), else the ids granted.
-    pub(crate) fn withdraw(&mut self, id: &str) -> Result<Option<Vec<String>>> {
-        if self.queued(id) {
-            self.queue.retain(|w| w.id != id);
-            return self.fill().map(Some);
-        }
-        match self.holder(id).map(|h| h.token) {
-            Some(token) => self.release(id, token),
-            None => Ok(None),
-        }
-    }
-
-    /// Advance the heartbeat of `id` (also claims a handed-over grant).
-    /// False if `id` does not hold the lock.
-    pub(crate) fn beat(&mut self, id: &str) -> bool {
-        match self.holders.iter_mut().find(|h| h.id == id) {
-            Some(holder) => {
-                holder.beat = holder.beat.saturating_add(1);
-                true
-            }
-            None => false,
-        }
-    }
 }
 
-fn next_token(token: u64) -> Result<u64> {
-    token
-        .checked_add(1)
-        .ok_or_else(|| Error::new(ErrorKind::Exhausted, RECIPE, "fencing token overflow"))
-}
+turn_holder!(Holder);
 
-// Delegation: the state's own methods, for the code turn recipes share.
+/// A waiter fits when its mode is compatible with the holders (a reader
+/// beside readers, a writer alone); the transitions are the turn recipes'
+/// own.
 impl TurnState for RwLockState {
     type Waiter = Waiter;
+    type Holder = Holder;
+    const RECIPE: &'static str = RECIPE;
 
     fn id_of(waiter: &Waiter) -> &str {
         &waiter.id
     }
 
-    fn encode(&self) -> Result<bakery_core::Bytes> {
-        RwLockState::encode(self)
+    fn granted(waiter: Waiter, token: u64, beat: u64) -> Holder {
+        Holder {
+            id: waiter.id,
+            owner: waiter.owner,
+            mode: waiter.mode,
+            token,
+            beat,
+            lease_ms: waiter.lease_ms,
+        }
     }
 
-    fn holders(&self) -> impl Iterator<Item = Beating<'_>> {
-        self.holders.iter().map(|h| Beating {
-            id: &h.id,
-            beat: h.beat,
-            lease_ms: h.lease_ms,
-        })
-    }
+    turn_parts!(Holder, Waiter);
 
-    fn token_of(&self, id: &str) -> Option<u64> {
-        self.holder(id).map(|h| h.token)
-    }
-
-    fn queued(&self, id: &str) -> bool {
-        RwLockState::queued(self, id)
-    }
-
-    fn nobody_queues(&self) -> bool {
-        self.queue.is_empty()
-    }
-
-    fn can_take(&self, waiter: &Waiter) -> bool {
-        RwLockState::can_take(self, waiter.mode)
-    }
-
-    fn take(&mut self, waiter: &Waiter) -> Result<u64> {
-        RwLockState::take(self, waiter)
-    }
-
-    fn join(&mut self, waiter: &Waiter) -> Result<Option<u64>> {
-        RwLockState::join(self, waiter)
-    }
-
-    fn beat(&mut self, id: &str) -> bool {
-        RwLockState::beat(self, id)
-    }
-
-    fn release(&mut self, id: &str, token: u64) -> Result<Option<Vec<String>>> {
-        RwLockState::release(self, id, token)
-    }
-
-    fn evict(&mut self, ids: &[String]) -> Result<Vec<String>> {
-        RwLockState::evict(self, ids)
-    }
-
-    fn withdraw(&mut self, id: &str) -> Result<Option<Vec<String>>> {
-        RwLockState::withdraw(self, id)
+    fn fits(&self, waiter: &Waiter) -> bool {
+        self.compatible(waiter.mode)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use bakery_core::ErrorKind;
+
     use super::*;
 
     fn waiter(id: &str, mode: Mode) -> Waiter {
@@ -390,7 +224,7 @@ mod tests {
         assert_eq!(s.readers(), 2);
         s.join(&waiter("w", Mode::Write)).unwrap();
         assert!(s.queued("w"));
-        assert!(!s.can_take(Mode::Read), "writer preference");
+        assert!(!s.can_take(&waiter("new", Mode::Read)), "writer preference");
         s.join(&waiter("r3", Mode::Read)).unwrap();
         s.join(&waiter("r4", Mode::Read)).unwrap();
         s.join(&waiter("w2", Mode::Write)).unwrap();
@@ -404,8 +238,8 @@ mod tests {
         assert_eq!(s.evict(&["r3".into(), "r4".into()]).unwrap(), vec!["w2"]);
         assert_eq!(s.release("w2", 6).unwrap().unwrap(), vec!["r5"]);
         assert_eq!(s.token, 7);
-        assert!(s.can_take(Mode::Read));
-        assert!(!s.can_take(Mode::Write));
+        assert!(s.can_take(&waiter("new", Mode::Read)));
+        assert!(!s.can_take(&waiter("new", Mode::Write)));
     }
 
     #[test]

@@ -5,10 +5,10 @@
 
 use std::collections::VecDeque;
 
-use bakery_core::{Error, ErrorKind, Result, Row};
+use bakery_core::{Error, Result, Row};
 use serde::{Deserialize, Serialize};
 
-use crate::turn::{Beating, TurnState};
+use crate::turn::{turn_holder, turn_parts, TurnState};
 
 /// Name used in this recipe's errors.
 pub(crate) const RECIPE: &str = "semaphore";
@@ -66,18 +66,6 @@ pub struct Waiter {
     pub owner: String,
     /// The lease this waiter will hold its permit with.
     pub lease_ms: u64,
-}
-
-impl Holder {
-    fn granted(waiter: Waiter, token: u64, beat: u64) -> Holder {
-        Holder {
-            id: waiter.id,
-            owner: waiter.owner,
-            token,
-            beat,
-            lease_ms: waiter.lease_ms,
-        }
-    }
 }
 
 impl SemaphoreState {
@@ -140,199 +128,47 @@ impl SemaphoreState {
         Ok(())
     }
 
-    fn has_duplicate_ids(&self) -> bool {
-        let mut ids: Vec<&str> = self
-            .holders
-            .iter()
-            .map(|h| h.id.as_str())
-            .chain(self.queue.iter().map(|w| w.id.as_str()))
-            .collect();
-        let all = ids.len();
-        ids.sort_unstable();
-        ids.dedup();
-        ids.len() != all
-    }
-
-    pub(crate) fn encode(&self) -> Result<bakery_core::Bytes> {
-        serde_json::to_vec(self)
-            .map(Into::into)
-            .map_err(|e| Error::new(ErrorKind::Internal, RECIPE, format!("encode state: {e}")))
-    }
-
     /// How many permits nobody holds.
     pub fn available(&self) -> u32 {
         let held = u32::try_from(self.holders.len()).unwrap_or(u32::MAX);
         self.permits.saturating_sub(held)
     }
-
-    /// The holder with request id `id`, if it holds a permit.
-    pub(crate) fn holder(&self, id: &str) -> Option<&Holder> {
-        self.holders.iter().find(|h| h.id == id)
-    }
-
-    /// Does `id` hold the permit granted with `token`?
-    pub(crate) fn holds(&self, id: &str, token: u64) -> bool {
-        self.holder(id).is_some_and(|h| h.token == token)
-    }
-
-    /// Is `id` waiting in the queue?
-    pub(crate) fn queued(&self, id: &str) -> bool {
-        self.queue.iter().any(|w| w.id == id)
-    }
-
-    /// Can a newcomer take a permit at once (one free, nobody queued)?
-    pub(crate) fn can_take(&self) -> bool {
-        self.available() > 0 && self.queue.is_empty()
-    }
-
-    /// Grant a free permit to `waiter` directly, already claimed (beat 1).
-    /// The caller checked [`Self::can_take`].
-    pub(crate) fn take(&mut self, waiter: &Waiter) -> Result<u64> {
-        self.token = next_token(self.token)?;
-        self.holders
-            .push(Holder::granted(waiter.clone(), self.token, 1));
-        Ok(self.token)
-    }
-
-    /// Take a free permit if nobody queues (its token), else join the
-    /// queue (`None`).
-    pub(crate) fn join(&mut self, waiter: &Waiter) -> Result<Option<u64>> {
-        if self.can_take() {
-            return self.take(waiter).map(Some);
-        }
-        self.queue.push_back(waiter.clone());
-        Ok(None)
-    }
-
-    /// Grant free permits to the head of the queue (unclaimed, beat 0),
-    /// each with a new token, while a permit is free. Returns the ids
-    /// granted.
-    pub(crate) fn fill(&mut self) -> Result<Vec<String>> {
-        let mut granted = Vec::new();
-        while self.available() > 0 {
-            let Some(next) = self.queue.pop_front() else {
-                break;
-            };
-            self.token = next_token(self.token)?;
-            granted.push(next.id.clone());
-            self.holders.push(Holder::granted(next, self.token, 0));
-        }
-        Ok(granted)
-    }
-
-    /// Give up the permit `id` holds with `token` and grant the freed one
-    /// on. `Ok(None)` if `id` does not hold it (evicted).
-    pub(crate) fn release(&mut self, id: &str, token: u64) -> Result<Option<Vec<String>>> {
-        if !self.holds(id, token) {
-            return Ok(None);
-        }
-        self.holders.retain(|h| h.id != id);
-        self.fill().map(Some)
-    }
-
-    /// Remove the holders `ids` (their leases ran out) and grant the freed
-    /// permits on.
-    pub(crate) fn evict(&mut self, ids: &[String]) -> Result<Vec<String>> {
-        self.holders.retain(|h| !ids.contains(&h.id));
-        self.fill()
-    }
-
-    /// Remove request `id` wherever it is: out of the queue, or, if it was
-    /// granted a permit meanwhile, give that on. `None` if it is nowhere
-    /// (nothing to write), else the ids granted.
-    pub(crate) fn withdraw(&mut self, id: &str) -> Result<Option<Vec<String>>> {
-        if self.queued(id) {
-            self.queue.retain(|w| w.id != id);
-            return Ok(Some(Vec::new()));
-        }
-        match self.holder(id).map(|h| h.token) {
-            Some(token) => self.release(id, token),
-            None => Ok(None),
-        }
-    }
-
-    /// Advance the heartbeat of `id` (also claims a handed-over permit).
-    /// False if `id` does not hold a permit.
-    pub(crate) fn beat(&mut self, id: &str) -> bool {
-        match self.holders.iter_mut().find(|h| h.id == id) {
-            Some(holder) => {
-                holder.beat = holder.beat.saturating_add(1);
-                true
-            }
-            None => false,
-        }
-    }
 }
 
-fn next_token(token: u64) -> Result<u64> {
-    token
-        .checked_add(1)
-        .ok_or_else(|| Error::new(ErrorKind::Exhausted, RECIPE, "fencing token overflow"))
-}
+turn_holder!(Holder);
 
-// Delegation: the state's own methods, for the code turn recipes share.
+/// A waiter fits while a permit is free; the transitions are the turn
+/// recipes' own.
 impl TurnState for SemaphoreState {
     type Waiter = Waiter;
+    type Holder = Holder;
+    const RECIPE: &'static str = RECIPE;
 
     fn id_of(waiter: &Waiter) -> &str {
         &waiter.id
     }
 
-    fn encode(&self) -> Result<bakery_core::Bytes> {
-        SemaphoreState::encode(self)
+    fn granted(waiter: Waiter, token: u64, beat: u64) -> Holder {
+        Holder {
+            id: waiter.id,
+            owner: waiter.owner,
+            token,
+            beat,
+            lease_ms: waiter.lease_ms,
+        }
     }
 
-    fn holders(&self) -> impl Iterator<Item = Beating<'_>> {
-        self.holders.iter().map(|h| Beating {
-            id: &h.id,
-            beat: h.beat,
-            lease_ms: h.lease_ms,
-        })
-    }
+    turn_parts!(Holder, Waiter);
 
-    fn token_of(&self, id: &str) -> Option<u64> {
-        self.holder(id).map(|h| h.token)
-    }
-
-    fn queued(&self, id: &str) -> bool {
-        SemaphoreState::queued(self, id)
-    }
-
-    fn nobody_queues(&self) -> bool {
-        self.queue.is_empty()
-    }
-
-    fn can_take(&self, _waiter: &Waiter) -> bool {
-        SemaphoreState::can_take(self)
-    }
-
-    fn take(&mut self, waiter: &Waiter) -> Result<u64> {
-        SemaphoreState::take(self, waiter)
-    }
-
-    fn join(&mut self, waiter: &Waiter) -> Result<Option<u64>> {
-        SemaphoreState::join(self, waiter)
-    }
-
-    fn beat(&mut self, id: &str) -> bool {
-        SemaphoreState::beat(self, id)
-    }
-
-    fn release(&mut self, id: &str, token: u64) -> Result<Option<Vec<String>>> {
-        SemaphoreState::release(self, id, token)
-    }
-
-    fn evict(&mut self, ids: &[String]) -> Result<Vec<String>> {
-        SemaphoreState::evict(self, ids)
-    }
-
-    fn withdraw(&mut self, id: &str) -> Result<Option<Vec<String>>> {
-        SemaphoreState::withdraw(self, id)
+    fn fits(&self, _waiter: &Waiter) -> bool {
+        self.available() > 0
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use bakery_core::ErrorKind;
+
     use super::*;
 
     fn waiter(id: &str) -> Waiter {
@@ -359,7 +195,7 @@ mod tests {
         assert_eq!(s.available(), 0);
         s.join(&waiter("c")).unwrap();
         s.join(&waiter("d")).unwrap();
-        assert!(!s.can_take());
+        assert!(!s.can_take(&waiter("new")));
         assert_eq!(s.queue.len(), 2);
         assert_eq!(s.token, 2);
 
@@ -371,7 +207,7 @@ mod tests {
         assert_eq!(s.evict(&["a".into(), "c".into()]).unwrap(), vec!["d"]);
         assert_eq!(s.holder("d").unwrap().token, 4);
         assert_eq!(s.available(), 1);
-        assert!(s.can_take());
+        assert!(s.can_take(&waiter("new")));
     }
 
     #[test]

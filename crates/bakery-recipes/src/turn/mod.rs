@@ -18,11 +18,13 @@ mod hold;
 mod wait;
 
 use std::any::Any;
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use bakery_core::{Bytes, Key, PutOutcome, Result, Row, Version, VersionedStore};
+use serde::Serialize;
 use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
@@ -152,50 +154,246 @@ pub(crate) fn outdated(known: Option<&Row>, expected: Option<Version>) -> Option
         .cloned()
 }
 
-/// The stored state of a turn recipe, as the code they share needs it:
-/// holders with leases and heartbeats, and a FIFO queue of waiters.
-pub(crate) trait TurnState: Clone + Send + Sync + 'static {
+/// A holder in a turn recipe's row, as the transitions they share see it.
+pub(crate) trait TurnHolder: Send + Sync + 'static {
+    /// Its request id, heartbeat counter and lease, as observers see them.
+    fn beating(&self) -> Beating<'_>;
+    /// The fencing token of its grant.
+    fn token(&self) -> u64;
+    /// Advance its heartbeat counter (also claims a handed-over grant).
+    fn beat(&mut self);
+}
+
+/// The parts of a turn recipe's row that its transitions change.
+pub(crate) struct Parts<'a, H, W> {
+    /// The fencing token of the latest grant.
+    pub(crate) token: &'a mut u64,
+    /// The holders, in the order they were granted.
+    pub(crate) holders: &'a mut Vec<H>,
+    /// The waiters, in the order they joined (FIFO).
+    pub(crate) queue: &'a mut VecDeque<W>,
+}
+
+/// Implements [`TurnHolder`] for a holder type with `id`, `token`, `beat`
+/// and `lease_ms` fields: the holder every turn recipe's row stores.
+macro_rules! turn_holder {
+    ($holder:ty) => {
+        impl $crate::turn::TurnHolder for $holder {
+            fn beating(&self) -> $crate::turn::Beating<'_> {
+                $crate::turn::Beating {
+                    id: &self.id,
+                    beat: self.beat,
+                    lease_ms: self.lease_ms,
+                }
+            }
+
+            fn token(&self) -> u64 {
+                self.token
+            }
+
+            fn beat(&mut self) {
+                self.beat = self.beat.saturating_add(1);
+            }
+        }
+    };
+}
+pub(crate) use turn_holder;
+
+/// The accessors of [`TurnState`] (`holder_list`, `waiting`, `parts`) for a
+/// state with `token`, `holders` and `queue` fields, inside its
+/// `impl TurnState`: the row every turn recipe stores.
+macro_rules! turn_parts {
+    ($holder:ty, $waiter:ty) => {
+        fn holder_list(&self) -> &[$holder] {
+            &self.holders
+        }
+
+        fn waiting(&self) -> &std::collections::VecDeque<$waiter> {
+            &self.queue
+        }
+
+        fn parts(&mut self) -> $crate::turn::Parts<'_, $holder, $waiter> {
+            $crate::turn::Parts {
+                token: &mut self.token,
+                holders: &mut self.holders,
+                queue: &mut self.queue,
+            }
+        }
+    };
+}
+pub(crate) use turn_parts;
+
+/// The stored state of a turn recipe: holders with leases and heartbeats,
+/// and a FIFO queue of waiters. A recipe says what its rows hold and which
+/// waiter fits beside the holders ([`TurnState::fits`]); every transition
+/// (take, join, release, evict, withdraw, beat) is the same for all, and
+/// grants the head of the queue while it fits.
+pub(crate) trait TurnState: Clone + Send + Sync + Serialize + 'static {
     /// A request as it waits in the queue.
-    type Waiter: Send + Sync + 'static;
+    type Waiter: Clone + Send + Sync + 'static;
+    /// A request holding a grant.
+    type Holder: TurnHolder;
+    /// The recipe's name in errors.
+    const RECIPE: &'static str;
 
     /// The request id of `waiter`.
     fn id_of(waiter: &Self::Waiter) -> &str;
+    /// The holder `waiter` becomes when granted `token`, its heartbeat
+    /// counter at `beat` (0: handed over, unclaimed; 1: taken, claimed).
+    fn granted(waiter: Self::Waiter, token: u64, beat: u64) -> Self::Holder;
+    /// The holders, in the order they were granted.
+    fn holder_list(&self) -> &[Self::Holder];
+    /// The waiters, in FIFO order.
+    fn waiting(&self) -> &VecDeque<Self::Waiter>;
+    /// The token, the holders and the queue, to change them.
+    fn parts(&mut self) -> Parts<'_, Self::Holder, Self::Waiter>;
+    /// Could `waiter` be granted beside the current holders (whoever
+    /// queues before it aside)?
+    fn fits(&self, waiter: &Self::Waiter) -> bool;
+
     /// The row's bytes.
-    fn encode(&self) -> Result<Bytes>;
+    fn encode(&self) -> Result<Bytes> {
+        serde_json::to_vec(self).map(Into::into).map_err(|e| {
+            bakery_core::Error::new(
+                bakery_core::ErrorKind::Internal,
+                Self::RECIPE,
+                format!("encode state: {e}"),
+            )
+        })
+    }
+    /// Some request id appears twice (never in a row this code wrote).
+    fn has_duplicate_ids(&self) -> bool {
+        let mut ids: Vec<&str> = self
+            .holder_list()
+            .iter()
+            .map(|h| h.beating().id)
+            .chain(self.waiting().iter().map(Self::id_of))
+            .collect();
+        let all = ids.len();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.len() != all
+    }
     /// The holders, as an observer of their heartbeats sees them.
-    fn holders(&self) -> impl Iterator<Item = Beating<'_>>;
+    fn holders(&self) -> impl Iterator<Item = Beating<'_>> {
+        self.holder_list().iter().map(TurnHolder::beating)
+    }
+    /// The holder with request id `id`, if it holds a grant.
+    fn holder(&self, id: &str) -> Option<&Self::Holder> {
+        self.holder_list().iter().find(|h| h.beating().id == id)
+    }
     /// The token of the grant `id` holds, if it holds one.
-    fn token_of(&self, id: &str) -> Option<u64>;
+    fn token_of(&self, id: &str) -> Option<u64> {
+        self.holder(id).map(TurnHolder::token)
+    }
     /// `id` holds a grant with `token`.
     fn holds(&self, id: &str, token: u64) -> bool {
         self.token_of(id) == Some(token)
     }
     /// Is `id` waiting in the queue?
-    fn queued(&self, id: &str) -> bool;
+    fn queued(&self, id: &str) -> bool {
+        self.waiting().iter().any(|w| Self::id_of(w) == id)
+    }
     /// Nobody waits in the queue.
-    fn nobody_queues(&self) -> bool;
-    /// Can `waiter` be granted at once (compatible with the holders, and
-    /// nobody queued before it)?
-    fn can_take(&self, waiter: &Self::Waiter) -> bool;
+    fn nobody_queues(&self) -> bool {
+        self.waiting().is_empty()
+    }
+    /// Can `waiter` be granted at once: it fits, and nobody queued before
+    /// it (so a reader does not pass a queued writer)?
+    fn can_take(&self, waiter: &Self::Waiter) -> bool {
+        self.nobody_queues() && self.fits(waiter)
+    }
     /// Grant `waiter` directly, already claimed; its token. The caller
     /// checked [`Self::can_take`].
-    fn take(&mut self, waiter: &Self::Waiter) -> Result<u64>;
+    fn take(&mut self, waiter: &Self::Waiter) -> Result<u64> {
+        let parts = self.parts();
+        let token = next_token(*parts.token, Self::RECIPE)?;
+        *parts.token = token;
+        parts.holders.push(Self::granted(waiter.clone(), token, 1));
+        Ok(token)
+    }
     /// Take a grant if `waiter` can (its token), else join the queue
     /// (`None`).
-    fn join(&mut self, waiter: &Self::Waiter) -> Result<Option<u64>>;
+    fn join(&mut self, waiter: &Self::Waiter) -> Result<Option<u64>> {
+        if self.can_take(waiter) {
+            return self.take(waiter).map(Some);
+        }
+        self.parts().queue.push_back(waiter.clone());
+        Ok(None)
+    }
+    /// Grant the head of the queue while it fits (unclaimed, beat 0), each
+    /// with a new token; the ids granted.
+    fn fill(&mut self) -> Result<Vec<String>> {
+        let mut granted = Vec::new();
+        while self.waiting().front().is_some_and(|head| self.fits(head)) {
+            let parts = self.parts();
+            let Some(next) = parts.queue.pop_front() else {
+                break;
+            };
+            let token = next_token(*parts.token, Self::RECIPE)?;
+            *parts.token = token;
+            granted.push(Self::id_of(&next).to_owned());
+            parts.holders.push(Self::granted(next, token, 0));
+        }
+        Ok(granted)
+    }
     /// Advance the heartbeat of holder `id` (also claims a handed-over
     /// grant); false if it holds nothing.
-    fn beat(&mut self, id: &str) -> bool;
+    fn beat(&mut self, id: &str) -> bool {
+        let parts = self.parts();
+        match parts.holders.iter_mut().find(|h| h.beating().id == id) {
+            Some(holder) => {
+                holder.beat();
+                true
+            }
+            None => false,
+        }
+    }
     /// Give up the grant `id` holds with `token`, granting the waiters it
-    /// frees (their ids); `None` if `id` does not hold it.
-    fn release(&mut self, id: &str, token: u64) -> Result<Option<Vec<String>>>;
+    /// frees (their ids); `None` if `id` does not hold it (evicted).
+    fn release(&mut self, id: &str, token: u64) -> Result<Option<Vec<String>>> {
+        if !self.holds(id, token) {
+            return Ok(None);
+        }
+        self.parts().holders.retain(|h| h.beating().id != id);
+        self.fill().map(Some)
+    }
     /// Remove the holders `ids` (their leases ran out) and grant the
     /// waiters that frees (their ids).
-    fn evict(&mut self, ids: &[String]) -> Result<Vec<String>>;
-    /// Remove request `id` wherever it is: out of the queue, or, if it was
-    /// granted meanwhile, give that on. `None` if it is nowhere (nothing to
-    /// write), else the ids granted.
-    fn withdraw(&mut self, id: &str) -> Result<Option<Vec<String>>>;
+    fn evict(&mut self, ids: &[String]) -> Result<Vec<String>> {
+        self.parts()
+            .holders
+            .retain(|h| !ids.iter().any(|id| id == h.beating().id));
+        self.fill()
+    }
+    /// Remove request `id` wherever it is: out of the queue (which may let
+    /// the waiters behind it fit, as readers behind a withdrawn writer), or,
+    /// if it was granted meanwhile, give that on. `None` if it is nowhere
+    /// (nothing to write), else the ids granted.
+    fn withdraw(&mut self, id: &str) -> Result<Option<Vec<String>>> {
+        if self.queued(id) {
+            self.parts().queue.retain(|w| Self::id_of(w) != id);
+            return self.fill().map(Some);
+        }
+        match self.token_of(id) {
+            Some(token) => self.release(id, token),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The token after `token`; its overflow is [`ErrorKind::Exhausted`], never
+/// a wrap (fencing tokens only grow).
+///
+/// [`ErrorKind::Exhausted`]: bakery_core::ErrorKind::Exhausted
+fn next_token(token: u64, recipe: &'static str) -> Result<u64> {
+    token.checked_add(1).ok_or_else(|| {
+        bakery_core::Error::new(
+            bakery_core::ErrorKind::Exhausted,
+            recipe,
+            "fencing token overflow",
+        )
+    })
 }
 
 /// The settings a turn recipe's builder collected, checked by
