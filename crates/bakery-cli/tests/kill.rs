@@ -395,8 +395,11 @@ fn a_killed_holder_is_replaced_after_its_lease_and_fenced_off() {
             // starts when it reads it, later still, so no correct waiter
             // evicts the dead holder before `beat_after` + LEASE, however
             // the heartbeats were spread.
-            let (holder_id, mut seen) = holder_beat(target, &d, &lock);
+            // (`look` before the first read too: a beat written while that
+            // read's `bakery` was still exiting came after its start, not
+            // after the moment it returned.)
             let mut look = SystemTime::now();
+            let (holder_id, mut seen) = holder_beat(target, &d, &lock);
             let beat_after = within("a heartbeat of the holder", || {
                 let next_look = SystemTime::now();
                 let (id, beat) = holder_beat(target, &d, &lock);
