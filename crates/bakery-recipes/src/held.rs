@@ -3,7 +3,7 @@
 //! heartbeat itself ([`renew_lease`]).
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bakery_core::{PutOutcome, Result, Row};
@@ -35,6 +35,36 @@ pub(crate) fn lost(
             if status.changed().await.is_err() {
                 std::future::pending::<()>().await;
             }
+        }
+    }
+}
+
+/// The newest row a held grant was seen in: where its next heartbeat or
+/// its release starts (a stale one costs a conflict). Rows of one key only
+/// move forward, so an older one never replaces it.
+pub(crate) struct HeldRow(Mutex<Row>);
+
+impl HeldRow {
+    pub(crate) fn new(row: Row) -> HeldRow {
+        HeldRow(Mutex::new(row))
+    }
+
+    /// The row (a poisoned lock still holds a whole row).
+    pub(crate) fn get(&self) -> Row {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Keep `row` if it is newer.
+    pub(crate) fn keep(&self, row: Row) {
+        let mut held = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if row.version > held.version {
+            *held = row;
         }
     }
 }

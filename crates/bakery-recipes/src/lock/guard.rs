@@ -11,7 +11,7 @@ use bakery_core::{Error, ErrorKind, PutOutcome, Result, Row};
 use tokio::sync::watch;
 
 use crate::beats::{Due, Heartbeat};
-use crate::held::{renew_lease, Renew, Status};
+use crate::held::{renew_lease, HeldRow, Renew, Status};
 use tokio::time::Instant;
 
 use super::combine::Request;
@@ -70,17 +70,12 @@ impl Grant {
     }
 }
 
-/// The holder's latest view of its row (decoded through the writer's
-/// cache when it beats).
-struct Held {
-    row: Row,
-}
-
 struct Shared {
     lock: Arc<LockInner>,
     id: Arc<str>,
     token: u64,
-    held: Mutex<Held>,
+    /// The newest row of the lock this grant was seen in.
+    held: HeldRow,
     status: watch::Sender<Status>,
     /// When the grant was written (sent): `lock_at_least_for` counts from
     /// here.
@@ -112,21 +107,11 @@ impl Renew for Shared {
     }
 
     fn held_row(&self) -> Row {
-        self.held
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .row
-            .clone()
+        self.held.get()
     }
 
     fn keep_row(&self, row: Row) {
-        let mut held = self
-            .held
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if row.version > held.row.version {
-            held.row = row;
-        }
+        self.held.keep(row);
     }
 
     fn ours(&self, row: &Row) -> Result<Option<LockState>> {
@@ -188,12 +173,6 @@ impl Shared {
             task.abort();
         }
     }
-
-    fn held(&self) -> Result<std::sync::MutexGuard<'_, Held>> {
-        self.held
-            .lock()
-            .map_err(|_| Error::new(ErrorKind::Internal, "lock", "guard mutex poisoned"))
-    }
 }
 
 /// Proof of holding a [`Lock`](super::Lock). A background task renews the
@@ -244,7 +223,7 @@ impl LockGuard {
             lock,
             id: grant.id,
             token: grant.token,
-            held: Mutex::new(Held { row: grant.row }),
+            held: HeldRow::new(grant.row),
             status,
             granted: grant.beat_sent,
             limit: watch::Sender::new(limit),
@@ -460,7 +439,7 @@ impl Drop for LockGuard {
 }
 
 async fn release(shared: &Shared) -> Result<()> {
-    let row = shared.held()?.row.clone();
+    let row = shared.held.get();
     let request = Request::Release {
         id: shared.id.clone(),
         token: shared.token,

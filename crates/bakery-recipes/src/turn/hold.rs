@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bakery_core::{Error, ErrorKind, PutOutcome, Result, Row};
@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::{TurnRecipe, TurnState, Updated};
 use crate::beats::{Due, Heartbeat};
-use crate::held::{renew_lease, Renew, Status};
+use crate::held::{renew_lease, HeldRow, Renew, Status};
 use crate::lock::LostReason;
 
 /// A grant as the acquire loop hands it over.
@@ -35,7 +35,7 @@ struct Shared<R: TurnRecipe> {
     token: u64,
     /// The newest row this hold's writes saw: where the next heartbeat or
     /// the release starts (a stale one costs a conflict).
-    row: Mutex<Row>,
+    row: HeldRow,
     status: watch::Sender<Status>,
     /// When the grant was handed over here (for the hold-time metric).
     started: Instant,
@@ -64,20 +64,11 @@ impl<R: TurnRecipe> Renew for Shared<R> {
     }
 
     fn held_row(&self) -> Row {
-        self.row
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        self.row.get()
     }
 
     fn keep_row(&self, row: Row) {
-        let mut held = self
-            .row
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if row.version > held.version {
-            *held = row;
-        }
+        self.row.keep(row);
     }
 
     fn ours(&self, row: &Row) -> Result<Option<R::State>> {
@@ -137,7 +128,7 @@ impl<R: TurnRecipe> Hold<R> {
             what,
             id: grant.id,
             token: grant.token,
-            row: Mutex::new(grant.row),
+            row: HeldRow::new(grant.row),
             status,
             started: Instant::now(),
             lease_from: grant.lease_from,
