@@ -127,17 +127,19 @@ mod tests {
         assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);
         // 1 store × 2 client counts × (3 cas + 2 sequence + 5 lock (fair,
         // polling, old, election, semaphore) + 2 once + 2 consumer
-        // variants, and the memory store's native lock peer,
-        // `tokio::sync::Mutex`); the outbox skipped.
-        assert_eq!(report.results.len(), 2 * 15);
-        assert!(
-            report
-                .results
-                .iter()
-                .any(|r| r.label == "tokio::sync::Mutex" && r.errors == 0 && r.ops > 0),
-            "{:#?}",
-            report.results
-        );
+        // variants, and the memory store's two native lock peers,
+        // `tokio::sync::Mutex` and the FIFO hand-off); the outbox skipped.
+        assert_eq!(report.results.len(), 2 * 16);
+        for peer in ["tokio::sync::Mutex", "FIFO hand-off (tokio, no store)"] {
+            assert!(
+                report
+                    .results
+                    .iter()
+                    .any(|r| r.label == peer && r.errors == 0 && r.ops > 0),
+                "{peer}: {:#?}",
+                report.results
+            );
+        }
         assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
         assert_eq!(report.skipped[0].workload, "outbox");
         assert!(

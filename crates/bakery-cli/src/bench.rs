@@ -50,8 +50,8 @@ reason). When a postgres, redis or etcd URI is given (and that backend is \
 compiled in), the native peers run in the same tables, one connection per \
 client: PostgreSQL nextval() (plain, and with CACHE --block-size) and Redis \
 INCRBY for sequences; PostgreSQL advisory locks and etcd's own lock for \
-locks (and tokio::sync::Mutex beside memory://, the in-process lock whose \
-hand-off is the runtime's own); a PostgreSQL processed-keys table (INSERT … ON CONFLICT and the \
+locks (and, beside memory://, tokio::sync::Mutex and a strict FIFO lock on \
+tokio oneshots whose hand-off is the runtime's own); a PostgreSQL processed-keys table (INSERT … ON CONFLICT and the \
 state update in one transaction, and as one statement) for the consumer. \
 At the end the performance targets are checked (met / not met; \
 never an error).

@@ -13,7 +13,7 @@
 //! | postgres | lock | `pg_advisory_lock` + `pg_advisory_unlock` |
 //! | postgres | consumer | a "processed keys" table beside the state: `BEGIN`, `INSERT … ON CONFLICT DO NOTHING`, `UPDATE` if inserted, `COMMIT` (four requests); the same as one CTE statement (one request) |
 //! | etcd | lock | etcd's `Lock` + `Unlock` (a lease per client) |
-//! | memory | lock | `tokio::sync::Mutex` (in-process, FIFO; the runtime's own hand-off) |
+//! | memory | lock | `tokio::sync::Mutex` (in-process); a strict FIFO lock on tokio oneshots, no store (the runtime's own fair hand-off) |
 //!
 //! Raw clients (criterion only): a conditional update per backend —
 //! PostgreSQL `UPDATE … WHERE version = $n`, a Redis Lua compare-and-set,
@@ -62,7 +62,10 @@ pub fn for_target(backend: &str, uri: &str, block_size: u64) -> Vec<Box<dyn Peer
         "etcd" => vec![Box::new(etcd::EtcdLock::new(uri))],
         #[cfg(feature = "redis")]
         "redis" => vec![Box::new(redis::Incrby::new(uri))],
-        "memory" => vec![Box::new(memory::TokioMutex::new())],
+        "memory" => vec![
+            Box::new(memory::TokioMutex::new()),
+            Box::new(memory::FifoHandoff::new()),
+        ],
         _ => Vec::new(),
     }
 }
