@@ -5,7 +5,7 @@
 //! - `tokio::sync::Mutex`, the lock such a user reaches for. Its releaser
 //!   usually takes it again before a woken waiter runs, so its hand-offs
 //!   are rare and mostly to a task on the same thread.
-//! - [`FifoHandoff`]: a strict FIFO lock whose release hands the lock to
+//! - [`InProcessLock::fifo_handoff`]: a strict FIFO lock whose release hands the lock to
 //!   the oldest waiter, as bakery's fair lock does, with no store at all.
 //!   Its hand-off is one task wake-up on the same tokio runtime: the floor
 //!   under any fair in-process lock's hand-off.
@@ -20,35 +20,63 @@ use crate::error::BenchError;
 use crate::model::{CellSpec, OpError, Peer, PreparedCell, RoundTrips};
 use crate::workloads::lock::{native_lock_cell, NativeLock};
 
-/// One `tokio::sync::Mutex` per cell, shared by its clients: FIFO waiters,
-/// woken one at a time by the guard's drop. No lease, no fencing, no
-/// persistence: it lives in this process only.
-#[derive(Debug, Clone, Default)]
-pub struct TokioMutex;
+/// An in-process lock peer: its label, and how a cell's clients share one
+/// lock. No lease, no fencing, no persistence: the lock lives in this
+/// process only, and needs no server.
+#[derive(Debug, Clone, Copy)]
+pub struct InProcessLock {
+    label: &'static str,
+    cell: fn(usize, &RoundTrips) -> PreparedCell,
+}
 
-impl TokioMutex {
-    /// The peer (it needs no server).
-    pub fn new() -> Self {
-        TokioMutex
+impl InProcessLock {
+    /// One `tokio::sync::Mutex` per cell, shared by its clients: FIFO
+    /// waiters, woken one at a time by the guard's drop.
+    pub fn tokio_mutex() -> Self {
+        InProcessLock {
+            label: "tokio::sync::Mutex",
+            cell: |clients, sent| {
+                let mutex = Arc::new(Mutex::new(()));
+                native_lock_cell(
+                    (0..clients).map(|_| SharedMutex(mutex.clone())).collect(),
+                    sent,
+                )
+            },
+        }
+    }
+
+    /// A strict FIFO lock on tokio primitives, one per cell: a release
+    /// hands the lock to the oldest waiter through that waiter's oneshot
+    /// channel (never to a client that arrives later), so every grant under
+    /// contention is a hand-off to another, sleeping task. Nothing but the
+    /// wake-up is between the release and the grant: no store, no encoding,
+    /// no lease.
+    pub fn fifo_handoff() -> Self {
+        InProcessLock {
+            label: "FIFO hand-off (tokio, no store)",
+            cell: |clients, sent| {
+                let queue = Arc::new(std::sync::Mutex::new(HandoffQueue::default()));
+                native_lock_cell(
+                    (0..clients).map(|_| QueuedClient(queue.clone())).collect(),
+                    sent,
+                )
+            },
+        }
     }
 }
 
 #[async_trait]
-impl Peer for TokioMutex {
+impl Peer for InProcessLock {
     fn workload(&self) -> &'static str {
         "lock"
     }
 
     fn label(&self) -> String {
-        "tokio::sync::Mutex".to_string()
+        self.label.to_string()
     }
 
     async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError> {
-        let mutex = Arc::new(Mutex::new(()));
-        let clients = (0..cell.clients)
-            .map(|_| SharedMutex(mutex.clone()))
-            .collect();
-        Ok(native_lock_cell(clients, &sent))
+        Ok((self.cell)(cell.clients, &sent))
     }
 }
 
@@ -65,40 +93,6 @@ impl NativeLock for SharedMutex {
     async fn unlock(&mut self, held: OwnedMutexGuard<()>) -> Result<(), OpError> {
         drop(held);
         Ok(())
-    }
-}
-
-/// A strict FIFO lock on tokio primitives, one per cell: a release hands
-/// the lock to the oldest waiter through that waiter's oneshot channel
-/// (never to a client that arrives later), so every grant under contention
-/// is a hand-off to another, sleeping task. Nothing but the wake-up is
-/// between the release and the grant: no store, no encoding, no lease.
-#[derive(Debug, Clone, Default)]
-pub struct FifoHandoff;
-
-impl FifoHandoff {
-    /// The peer (it needs no server).
-    pub fn new() -> Self {
-        FifoHandoff
-    }
-}
-
-#[async_trait]
-impl Peer for FifoHandoff {
-    fn workload(&self) -> &'static str {
-        "lock"
-    }
-
-    fn label(&self) -> String {
-        "FIFO hand-off (tokio, no store)".to_string()
-    }
-
-    async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError> {
-        let queue = Arc::new(std::sync::Mutex::new(HandoffQueue::default()));
-        let clients = (0..cell.clients)
-            .map(|_| QueuedClient(queue.clone()))
-            .collect();
-        Ok(native_lock_cell(clients, &sent))
     }
 }
 

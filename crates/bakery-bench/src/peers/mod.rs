@@ -63,8 +63,8 @@ pub fn for_target(backend: &str, uri: &str, block_size: u64) -> Vec<Box<dyn Peer
         #[cfg(feature = "redis")]
         "redis" => vec![Box::new(redis::Incrby::new(uri))],
         "memory" => vec![
-            Box::new(memory::TokioMutex::new()),
-            Box::new(memory::FifoHandoff::new()),
+            Box::new(memory::InProcessLock::tokio_mutex()),
+            Box::new(memory::InProcessLock::fifo_handoff()),
         ],
         _ => Vec::new(),
     }
