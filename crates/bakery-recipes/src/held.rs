@@ -82,11 +82,9 @@ pub(crate) trait Renew: Send + Sync + 'static {
     /// The held row's key, for log lines.
     fn key(&self) -> &str;
 
-    /// The newest row the grant was seen in: where the next beat starts.
-    fn held_row(&self) -> Row;
-
-    /// Remember `row` as the grant's newest (an older one is ignored).
-    fn keep_row(&self, row: Row);
+    /// The newest row the grant was seen in: where the next beat starts,
+    /// and where a beat's row is kept.
+    fn held(&self) -> &HeldRow;
 
     /// The state of `row` if it still grants this hold (with its token);
     /// `None` when it grants someone else or nobody; an error when it
@@ -137,7 +135,7 @@ pub(crate) async fn renew_lease<H: Renew>(holder: Arc<H>, granted: Instant) {
             holder.lose(LostReason::LeaseExpired);
             return;
         }
-        let row = holder.held_row();
+        let row = holder.held().get();
         let state = match holder.ours(&row) {
             Ok(Some(state)) => state,
             Ok(None) => return holder.lose(LostReason::Evicted),
@@ -154,11 +152,11 @@ pub(crate) async fn renew_lease<H: Renew>(holder: Arc<H>, granted: Instant) {
             Ok(PutOutcome::Applied(row)) => {
                 last_sent = sent;
                 next = sent + period;
-                holder.keep_row(row);
+                holder.held().keep(row);
             }
             Ok(PutOutcome::Conflict(Some(row))) => match holder.ours(&row) {
                 Ok(Some(_)) => {
-                    holder.keep_row(row);
+                    holder.held().keep(row);
                     next = Instant::now();
                 }
                 Ok(None) => return holder.lose(LostReason::Evicted),
@@ -188,7 +186,7 @@ mod tests {
     /// write never returns). A row's value says whose it is: `ours`,
     /// `theirs`, anything else is unreadable.
     struct Scripted {
-        row: Mutex<Row>,
+        row: HeldRow,
         answers: Mutex<VecDeque<Option<Result<PutOutcome>>>>,
         /// When each beat was sent, from the grant.
         sent: Mutex<Vec<Duration>>,
@@ -207,7 +205,7 @@ mod tests {
     impl Scripted {
         fn new(held: Row, answers: Vec<Option<Result<PutOutcome>>>) -> Arc<Scripted> {
             Arc::new(Scripted {
-                row: Mutex::new(held),
+                row: HeldRow::new(held),
                 answers: Mutex::new(answers.into()),
                 sent: Mutex::new(Vec::new()),
                 granted: Instant::now(),
@@ -236,15 +234,8 @@ mod tests {
             "k"
         }
 
-        fn held_row(&self) -> Row {
-            self.row.lock().expect("row").clone()
-        }
-
-        fn keep_row(&self, row: Row) {
-            let mut held = self.row.lock().expect("row");
-            if row.version > held.version {
-                *held = row;
-            }
+        fn held(&self) -> &HeldRow {
+            &self.row
         }
 
         fn ours(&self, row: &Row) -> Result<Option<()>> {
@@ -296,7 +287,11 @@ mod tests {
         let (sent, lost, _) = holder.run().await;
         assert_times(&sent, &[1.0, 2.0, 3.0]);
         assert_eq!(lost, [LostReason::Evicted]);
-        assert_eq!(holder.held_row().version, 3, "the last applied beat's row");
+        assert_eq!(
+            holder.held().get().version,
+            3,
+            "the last applied beat's row"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -312,7 +307,7 @@ mod tests {
         let (sent, lost, _) = holder.run().await;
         assert_times(&sent, &[1.0, 1.0, 2.0]);
         assert_eq!(lost, [LostReason::RowGone]);
-        assert_eq!(holder.held_row().version, 6);
+        assert_eq!(holder.held().get().version, 6);
     }
 
     #[tokio::test(start_paused = true)]

@@ -106,12 +106,8 @@ impl Renew for Shared {
         self.lock.key.as_str()
     }
 
-    fn held_row(&self) -> Row {
-        self.held.get()
-    }
-
-    fn keep_row(&self, row: Row) {
-        self.held.keep(row);
+    fn held(&self) -> &HeldRow {
+        &self.held
     }
 
     fn ours(&self, row: &Row) -> Result<Option<LockState>> {

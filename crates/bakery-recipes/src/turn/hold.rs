@@ -63,12 +63,8 @@ impl<R: TurnRecipe> Renew for Shared<R> {
         self.recipe.row().key().as_str()
     }
 
-    fn held_row(&self) -> Row {
-        self.row.get()
-    }
-
-    fn keep_row(&self, row: Row) {
-        self.row.keep(row);
+    fn held(&self) -> &HeldRow {
+        &self.row
     }
 
     fn ours(&self, row: &Row) -> Result<Option<R::State>> {
@@ -215,7 +211,7 @@ async fn release<R: TurnRecipe>(shared: &Shared<R>) -> Result<()> {
     let (id, token) = (shared.id.as_str(), shared.token);
     let updated = shared
         .recipe
-        .update(Some(shared.held_row()), None, |state| {
+        .update(Some(shared.held().get()), None, |state| {
             state.release(id, token)
         })
         .await;
