@@ -5,10 +5,10 @@
 //! - `tokio::sync::Mutex`, the lock such a user reaches for. Its releaser
 //!   usually takes it again before a woken waiter runs, so its hand-offs
 //!   are rare and mostly to a task on the same thread.
-//! - [`InProcessLock::fifo_handoff`]: a strict FIFO lock whose release hands the lock to
-//!   the oldest waiter, as bakery's fair lock does, with no store at all.
-//!   Its hand-off is one task wake-up on the same tokio runtime: the floor
-//!   under any fair in-process lock's hand-off.
+//! - [`InProcessLock::fifo_handoff`]: a strict FIFO lock whose release
+//!   hands the lock to the oldest waiter, as bakery's fair lock does, with
+//!   no store at all. Its hand-off is one task wake-up on the same tokio
+//!   runtime: the floor under any fair in-process lock's hand-off.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
