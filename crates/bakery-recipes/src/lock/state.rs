@@ -17,9 +17,11 @@ use serde::{Deserialize, Serialize};
 ///
 /// Serialized, every waiter is whole. In the row, a queued waiter whose
 /// owner and lease are those of the entry before it (the holder, for the
-/// first) leaves both out (`{"id":"…"}`): waiters of one process repeat
-/// them, and at 64 waiters they were 60 % of the row every write carries.
-/// Deserializing accepts both forms.
+/// first) leaves both out: waiters of one process repeat them, and at 64
+/// waiters they were 60 % of the row every write carries. Such a waiter is
+/// stored as its bare id (`"…"`), or as `{"id":"…","data":"…"}` if it has
+/// data. Deserializing accepts every form, including the `{"id":"…"}` of
+/// rows written before the bare id.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "StoredState")]
 pub struct LockState {
@@ -101,7 +103,53 @@ struct StoredState {
     #[serde(default)]
     holder: Option<Holder>,
     #[serde(default)]
-    queue: VecDeque<StoredWaiter>,
+    queue: VecDeque<Entry<Arc<str>, StoredWaiter>>,
+}
+
+/// A queue entry as stored: a bare id (a waiter that repeats the owner and
+/// lease before it and has no data) or an object.
+enum Entry<I, W> {
+    Id(I),
+    Whole(W),
+}
+
+impl<'de, I: Deserialize<'de>, W: Deserialize<'de>> Deserialize<'de> for Entry<I, W> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::value::{BorrowedStrDeserializer, MapAccessDeserializer, StrDeserializer};
+
+        struct EntryVisitor<I, W>(std::marker::PhantomData<(I, W)>);
+
+        impl<'de, I: Deserialize<'de>, W: Deserialize<'de>> serde::de::Visitor<'de> for EntryVisitor<I, W> {
+            type Value = Entry<I, W>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a waiter's id or object")
+            }
+
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                id: &'de str,
+            ) -> std::result::Result<Self::Value, E> {
+                I::deserialize(BorrowedStrDeserializer::new(id)).map(Entry::Id)
+            }
+
+            fn visit_str<E: serde::de::Error>(
+                self,
+                id: &str,
+            ) -> std::result::Result<Self::Value, E> {
+                I::deserialize(StrDeserializer::new(id)).map(Entry::Id)
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                W::deserialize(MapAccessDeserializer::new(map)).map(Entry::Whole)
+            }
+        }
+
+        d.deserialize_any(EntryVisitor(std::marker::PhantomData))
+    }
 }
 
 /// A queued [`Waiter`] as stored: owner and lease both, or neither.
@@ -126,7 +174,16 @@ impl TryFrom<StoredState> for LockState {
             .as_ref()
             .map(|holder| (holder.owner.clone(), holder.lease_ms));
         let mut queue = VecDeque::with_capacity(stored.queue.len());
-        for waiter in stored.queue {
+        for entry in stored.queue {
+            let waiter = match entry {
+                Entry::Id(id) => StoredWaiter {
+                    id,
+                    owner: None,
+                    lease_ms: None,
+                    data: None,
+                },
+                Entry::Whole(waiter) => waiter,
+            };
             let (owner, lease_ms) = match (waiter.owner, waiter.lease_ms) {
                 (Some(owner), Some(lease_ms)) => (owner, lease_ms),
                 (None, None) => before.clone().ok_or_else(|| {
@@ -165,7 +222,7 @@ struct StoredHead<'a> {
     #[serde(default)]
     holder: Option<Holder>,
     #[serde(default, borrow)]
-    queue: Vec<CheckedWaiter<'a>>,
+    queue: Vec<Entry<serde::de::IgnoredAny, CheckedWaiter<'a>>>,
 }
 
 /// A [`Waiter`] as stored, read only to check it.
@@ -217,11 +274,10 @@ impl LockState {
         if head.holder.is_none() && !head.queue.is_empty() {
             return Err(waiters_without_holder(row));
         }
-        if let Some(half) = head
-            .queue
-            .iter()
-            .find(|w| w.owner.is_some() != w.lease_ms.is_some())
-        {
+        if let Some(half) = head.queue.iter().find_map(|entry| match entry {
+            Entry::Whole(w) if w.owner.is_some() != w.lease_ms.is_some() => Some(w),
+            _ => None,
+        }) {
             return Err(Error::corrupt(
                 "lock",
                 format!(
@@ -403,10 +459,15 @@ fn repeats(waiter: &Waiter, before: Option<Before<'_>>) -> bool {
 }
 
 /// Append `waiter`'s stored entry, with a leading comma; `true` if it left
-/// out the owner and lease it repeats. The field order is the derived
-/// `Serialize`'s.
+/// out the owner and lease it repeats (then, without data, it is the bare
+/// id). The field order is the derived `Serialize`'s.
 fn write_entry(out: &mut Vec<u8>, waiter: &Waiter, before: Option<Before<'_>>) -> Result<bool> {
     let short = repeats(waiter, before);
+    if short && waiter.data.is_none() {
+        out.push(b',');
+        serde_json::to_writer(&mut *out, &waiter.id).map_err(encode_error)?;
+        return Ok(true);
+    }
     out.extend_from_slice(b",{\"id\":");
     serde_json::to_writer(&mut *out, &waiter.id).map_err(encode_error)?;
     if !short {
@@ -688,6 +749,11 @@ mod tests {
             format!(r#"{{"token":1,{holder},"queue":[{{"id":"b"}},{{"id":"c","data":"d"}}]}}"#),
             format!(r#"{{"token":1,{holder},"queue":[{{"id":"b","lease_ms":1}}]}}"#),
             r#"{"token":1,"queue":[{"id":"b"}]}"#.to_string(),
+            // The bare id of today's rows.
+            format!(r#"{{"token":1,{holder},"queue":["b","c\"q",{{"id":"d","data":"x"}}]}}"#),
+            r#"{"token":1,"queue":["b"]}"#.to_string(),
+            format!(r#"{{"token":1,{holder},"queue":[["b"]]}}"#),
+            format!(r#"{{"token":1,{holder},"queue":[null]}}"#),
         ];
         let mut refused = 0;
         for value in rows {
@@ -710,7 +776,7 @@ mod tests {
                 _ => unreachable!(),
             }
         }
-        assert_eq!(refused, 12, "the table's damaged rows");
+        assert_eq!(refused, 15, "the table's damaged rows");
     }
 
     #[test]
@@ -766,11 +832,13 @@ mod tests {
         let text = std::str::from_utf8(&stored).unwrap();
         assert_eq!(
             text,
-            r#"{"token":1,"holder":{"id":"a","owner":"test","beat":1,"lease_ms":1000},"queue":[{"id":"b"},{"id":"c"},{"id":"d"},{"id":"e","owner":"elsewhere","lease_ms":1000},{"id":"f","owner":"test","lease_ms":1000}]}"#
+            r#"{"token":1,"holder":{"id":"a","owner":"test","beat":1,"lease_ms":1000},"queue":["b","c","d",{"id":"e","owner":"elsewhere","lease_ms":1000},{"id":"f","owner":"test","lease_ms":1000}]}"#
         );
         let whole = serde_json::to_vec(&s).unwrap();
         assert!(stored.len() < whole.len());
-        for value in [stored, whole.into()] {
+        // As written before the bare id: `{"id":"…"}`.
+        let objects = text.replace(r#""b","c","d""#, r#"{"id":"b"},{"id":"c"},{"id":"d"}"#);
+        for value in [stored.clone(), whole.into(), objects.into_bytes().into()] {
             let row = Row {
                 key: bakery_core::Key::new("lock/x").unwrap(),
                 value,
