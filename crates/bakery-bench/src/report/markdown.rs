@@ -193,7 +193,7 @@ pub fn render(report: &Report, charts: &[String]) -> String {
          so they do not conflict with each other) and its one listener (a hand-off \
          wakes only the next holder). Clients in different processes still conflict \
          on the lock's one row. That row holds the whole queue, so every write \
-         carries it: at 64 clients 63 waiters (about 26 bytes each when they are one \
+         carries it: at 64 clients 63 waiters (about 14 bytes each when they are one \
          process's, as here, since a waiter stores only its id when it repeats the \
          owner and lease of the one before it; about 60 when each is another \
          process's), and its encoding, transfer and decoding set the limit on the fast \
