@@ -709,11 +709,10 @@ impl Observation {
 /// A new acquisition's id: 64 random bits in 11 characters (base64url).
 /// Every queued waiter carries one in the row, so its length is most of a
 /// long queue's bytes (16 hex characters made it 26 bytes a waiter, 14 now).
-fn acquisition_id() -> Arc<str> {
+/// The semaphore and the rwlock use it too.
+pub(crate) fn acquisition_id() -> String {
     use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .encode(rand::random::<u64>().to_le_bytes())
-        .into()
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<u64>().to_le_bytes())
 }
 
 /// One acquisition request. If dropped before it settles (the acquire future
@@ -731,7 +730,7 @@ impl Ticket {
         Ticket {
             inner: inner.clone(),
             waiter: Waiter {
-                id: acquisition_id(),
+                id: acquisition_id().into(),
                 owner: inner.owner.clone(),
                 lease_ms: inner.lease_ms,
                 data: inner.data.clone(),

@@ -470,9 +470,9 @@ impl TurnHandle {
         })
     }
 
-    /// A new request id (16 hex digits, unique per request).
+    /// A new request id (64 random bits, as the lock's).
     pub(crate) fn request_id() -> String {
-        uuid::Uuid::new_v4().simple().to_string()[..16].to_owned()
+        crate::lock::acquisition_id()
     }
 }
 
