@@ -8,10 +8,9 @@
 //! bare id (11 characters), so a queue of one process's clients costs 14
 //! bytes a waiter. Rows written by earlier versions (every waiter an
 //! object) read as before. Versions before the bare id refuse a row that
-//! has one with [`ErrorKind::Corrupt`]
-//! (the row is left as it is): while processes of both versions share a
-//! lock, the older ones fail on a row where a waiter follows an entry of
-//! its own process.
+//! has one with [`ErrorKind::Corrupt`] (the row is left as it is): while
+//! processes of both versions share a lock, the older ones fail on a row
+//! where a waiter follows an entry of its own process.
 //! - **Order without clocks.** `acquire` takes a free lock with one write, or
 //!   appends itself to the queue with one write. The queue is in the order
 //!   those writes applied, so grants are FIFO with no clock involved.

@@ -301,7 +301,7 @@ impl RwLock {
     fn waiter(&self, mode: Mode) -> Waiter {
         let handle = &self.inner.handle;
         Waiter {
-            id: TurnHandle::request_id(),
+            id: crate::lock::acquisition_id(),
             owner: handle.owner.clone(),
             mode,
             lease_ms: handle.lease_ms,

@@ -302,7 +302,7 @@ impl Semaphore {
     fn waiter(&self) -> Waiter {
         let handle = &self.inner.handle;
         Waiter {
-            id: TurnHandle::request_id(),
+            id: crate::lock::acquisition_id(),
             owner: handle.owner.clone(),
             lease_ms: handle.lease_ms,
         }

@@ -469,11 +469,6 @@ impl TurnHandle {
             beats: Beats::new(lease / 3),
         })
     }
-
-    /// A new request id (64 random bits, as the lock's).
-    pub(crate) fn request_id() -> String {
-        crate::lock::acquisition_id()
-    }
 }
 
 /// A handle of a turn recipe (the semaphore, the rwlock): what its writes,
