@@ -424,12 +424,17 @@ fn lock_round_trips(results: &[CellResult]) -> Check {
 
 /// The hand-off p50 of the lock cell `many`, in round trips of its store:
 /// half the p50 of the same store's single-client fair-lock cell of
-/// `variant` (an acquire and a release, two writes).
+/// `variant` (an acquire and a release, two writes). In ns where the cell
+/// has it (results written before it was added have only whole µs).
 fn handoff_round_trips(results: &[CellResult], many: &CellResult, variant: &str) -> Option<f64> {
-    let p50_us = *many.extras.get(crate::workloads::lock::HANDOFF_P50)?;
+    use crate::workloads::lock::{HANDOFF_P50, HANDOFF_P50_NS};
+    let p50_ns = match many.extras.get(HANDOFF_P50_NS) {
+        Some(ns) => *ns,
+        None => many.extras.get(HANDOFF_P50)?.saturating_mul(1000),
+    };
     let single = fair_lock_cell(results, many, variant, 1).filter(|c| c.latency.p50_ns > 0)?;
     let round_trip_ns = single.latency.p50_ns as f64 / 2.0;
-    Some((p50_us * 1000) as f64 / round_trip_ns)
+    Some(p50_ns as f64 / round_trip_ns)
 }
 
 /// Which end of the ratios is the bad one.
@@ -835,6 +840,20 @@ mod tests {
             "{}",
             handoff.summary
         );
+
+        // Judged on the ns figure where the cell has it: 3.4 µs shown as
+        // "4" in the µs column is 1.7 round trips of a 2 µs store, not 2.0.
+        let mut fine_single = lock_cell("fair", 1, 1000.0, 1.0);
+        fine_single.latency.p50_ns = 4_000;
+        let mut fine = with_handoff("fair", 4, 4);
+        fine.extras
+            .insert(crate::workloads::lock::HANDOFF_P50_NS.to_string(), 3_400);
+        let fine = evaluate(&[fine_single, fine])
+            .into_iter()
+            .find(|c| c.id == "lock-handoff")
+            .expect("the hand-off check");
+        assert_eq!(fine.cells.len(), 1);
+        assert!((fine.cells[0].ratio - 1.7).abs() < 1e-9, "{}", fine.summary);
 
         // Without a single-client cell there is nothing to count in.
         let alone = evaluate(&results[2..])

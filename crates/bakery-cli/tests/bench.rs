@@ -501,6 +501,15 @@ fn lock_workload_reports_fairness_and_native_locks() {
                 "{cell:#}"
             );
         }
+        // The hand-off is judged in ns; the µs column is that, rounded up.
+        let fair = cell(&report, "lock", target, "fair", 3);
+        let ns = fair["extras"]["hand-off p50 ns"].as_u64().unwrap_or(0);
+        assert!(ns > 0, "{fair:#}");
+        assert_eq!(
+            fair["extras"]["hand-off p50 µs"].as_u64(),
+            Some(ns.div_ceil(1000)),
+            "{fair:#}"
+        );
         // The fair lock's queue lives in its row: waiters make it larger.
         let row_bytes = |clients| {
             let cell = cell(&report, "lock", target, "fair", clients);
