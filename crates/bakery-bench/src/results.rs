@@ -204,7 +204,12 @@ impl Report {
                 prefetch: true,
                 warmup_ops_per_client: 1,
                 max_extension: crate::runner::MAX_EXTENSION,
-                runtime_worker_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                // The runtime's own count (set by the caller, or by
+                // TOKIO_WORKER_THREADS), not the machine's cores.
+                runtime_worker_threads: tokio::runtime::Handle::try_current().map_or_else(
+                    |_| std::thread::available_parallelism().map_or(1, |n| n.get()),
+                    |runtime| runtime.metrics().num_workers(),
+                ),
                 latency_unit: "ns",
             },
             targets: targets

@@ -147,6 +147,18 @@ pub struct BenchArgs {
     /// (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+
+    /// Worker threads of the async runtime the clients run on. Default:
+    /// the runtime's (one per core, or `TOKIO_WORKER_THREADS`). An
+    /// application with one thread sees in-process hand-offs without the
+    /// cost of moving tasks between threads; results.json records the
+    /// count the run had.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u16).range(1..=1024)
+    )]
+    pub worker_threads: Option<u16>,
 }
 
 /// The values of `--workload`: the framework's registry, then `all`.

@@ -35,8 +35,14 @@ fn main() -> ExitCode {
     let cli = cli::parse();
     // Benchmark clients run in parallel on every core, as separate client
     // processes would; everything else is one thread.
-    let mut builder = match cli.command {
-        Command::Bench(_) => tokio::runtime::Builder::new_multi_thread(),
+    let mut builder = match &cli.command {
+        Command::Bench(args) => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            if let Some(threads) = args.worker_threads {
+                builder.worker_threads(usize::from(threads));
+            }
+            builder
+        }
         _ => tokio::runtime::Builder::new_current_thread(),
     };
     let runtime = match builder.enable_all().build() {

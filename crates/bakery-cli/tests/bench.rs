@@ -327,6 +327,34 @@ fn bakery_uri_is_ignored_but_uri_before_bench_is_honoured() {
 }
 
 #[test]
+fn worker_threads_sets_the_runtime_and_the_results_record_it() {
+    let home = TempDir::new().expect("temp dir");
+    for threads in ["1", "3"] {
+        let out = run(bakery(home.path())
+            .args(ONE_SHORT_CAS)
+            .args(["--uri", "memory://", "--worker-threads", threads])
+            // The flag wins over the runtime's own variable.
+            .env("TOKIO_WORKER_THREADS", "2"));
+        assert_ok(&out);
+        let report = json(&out);
+        assert_eq!(
+            report["settings"]["runtime_worker_threads"].to_string(),
+            threads,
+            "{report:#}"
+        );
+        assert_clean_cell(cell(&report, "cas", "memory", "shared-key", 1));
+    }
+    // Without the flag the run records what the runtime had, here the
+    // variable's count (not the machine's cores).
+    let out = run(bakery(home.path())
+        .args(ONE_SHORT_CAS)
+        .args(["--uri", "memory://"])
+        .env("TOKIO_WORKER_THREADS", "5"));
+    assert_ok(&out);
+    assert_eq!(json(&out)["settings"]["runtime_worker_threads"], 5);
+}
+
+#[test]
 fn usage_errors_exit_2_with_a_clear_first_line() {
     let home = TempDir::new().expect("temp dir");
     for (args, mentions) in [
@@ -338,6 +366,8 @@ fn usage_errors_exit_2_with_a_clear_first_line() {
         (&["bench", "--block-size", "0"], "--block-size"),
         (&["bench", "--rounds", "0"], "--rounds"),
         (&["bench", "--rounds", "26"], "--rounds"),
+        (&["bench", "--worker-threads", "0"], "--worker-threads"),
+        (&["bench", "--worker-threads", "many"], "--worker-threads"),
     ] {
         let out = run(bakery(home.path()).args(args));
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
