@@ -6,9 +6,10 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use bakery_core::{Error, Result, Row};
+use bakery_core::{Bytes, Error, Result, Row};
 use serde::{Deserialize, Serialize};
 
+use crate::turn::compact::{turn_waiter, Compact};
 use crate::turn::{turn_holder, turn_parts, TurnState};
 
 /// Name used in this recipe's errors.
@@ -61,8 +62,14 @@ pub struct RwLockState {
     /// exactly one writer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub holders: Vec<Holder>,
-    /// Waiters in the order their enqueue write applied (FIFO).
-    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    /// Waiters in the order their enqueue write applied (FIFO). Serialized
+    /// whole; in the row, a waiter that repeats the one before it but for
+    /// its id is stored as that bare id.
+    #[serde(
+        default,
+        skip_serializing_if = "VecDeque::is_empty",
+        deserialize_with = "crate::turn::compact::deserialize"
+    )]
     pub queue: VecDeque<Waiter>,
 }
 
@@ -163,6 +170,23 @@ impl RwLockState {
 
 turn_holder!(Holder);
 
+/// The row's form of the state: the derived `Serialize`'s fields, in its
+/// order, with the queue [`Compact`].
+#[derive(Serialize)]
+struct Stored<'a> {
+    token: u64,
+    #[serde(skip_serializing_if = "<[Holder]>::is_empty")]
+    holders: &'a [Holder],
+    #[serde(skip_serializing_if = "Compact::is_empty")]
+    queue: Compact<'a, Waiter>,
+}
+
+turn_waiter!(Waiter {
+    owner,
+    mode,
+    lease_ms
+});
+
 /// A waiter fits when its mode is compatible with the holders (a reader
 /// beside readers, a writer alone); the transitions are the turn recipes'
 /// own.
@@ -187,6 +211,17 @@ impl TurnState for RwLockState {
     }
 
     turn_parts!(Holder, Waiter);
+
+    fn encode(&self) -> Result<Bytes> {
+        crate::turn::json_bytes(
+            RECIPE,
+            &Stored {
+                token: self.token,
+                holders: &self.holders,
+                queue: Compact(&self.queue),
+            },
+        )
+    }
 
     fn fits(&self, waiter: &Waiter) -> bool {
         self.compatible(waiter.mode)
@@ -256,6 +291,23 @@ mod tests {
     }
 
     #[test]
+    fn a_waiter_is_its_bare_id_only_when_its_mode_repeats_too() {
+        let mut s = RwLockState::new();
+        s.join(&waiter("w", Mode::Write)).unwrap();
+        for (id, mode) in [("r1", Mode::Read), ("r2", Mode::Read), ("w2", Mode::Write)] {
+            s.join(&waiter(id, mode)).unwrap();
+        }
+        let stored = String::from_utf8(s.encode().unwrap().to_vec()).unwrap();
+        assert!(
+            stored.ends_with(
+                r#""queue":[{"id":"r1","owner":"test","mode":"read","lease_ms":1000},"r2",{"id":"w2","owner":"test","mode":"write","lease_ms":1000}]}"#
+            ),
+            "{stored}"
+        );
+        assert_eq!(RwLockState::decode(&row(&stored)).unwrap(), s);
+    }
+
+    #[test]
     fn rows_this_code_cannot_write_are_corrupt() {
         for bad in [
             "not json",
@@ -274,6 +326,9 @@ mod tests {
                 {"id":"a","owner":"o","mode":"read","token":5,"beat":1,"lease_ms":1}]}"#,
             r#"{"token":1,"holders":[
                 {"id":"a","owner":"o","mode":"admin","token":1,"beat":1,"lease_ms":1}]}"#,
+            r#"{"token":1,"holders":[
+                {"id":"a","owner":"o","mode":"write","token":1,"beat":1,"lease_ms":1}],
+                "queue":["b"]}"#,
         ] {
             let err = RwLockState::decode(&row(bad)).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Corrupt, "{bad}: {err}");

@@ -5,9 +5,10 @@
 
 use std::collections::VecDeque;
 
-use bakery_core::{Error, Result, Row};
+use bakery_core::{Bytes, Error, Result, Row};
 use serde::{Deserialize, Serialize};
 
+use crate::turn::compact::{turn_waiter, Compact};
 use crate::turn::{turn_holder, turn_parts, TurnState};
 
 /// Name used in this recipe's errors.
@@ -32,8 +33,14 @@ pub struct SemaphoreState {
     /// Who holds a permit now, in the order they were granted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub holders: Vec<Holder>,
-    /// Waiters in the order their enqueue write applied (FIFO).
-    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    /// Waiters in the order their enqueue write applied (FIFO). Serialized
+    /// whole; in the row, a waiter that repeats the one before it but for
+    /// its id is stored as that bare id.
+    #[serde(
+        default,
+        skip_serializing_if = "VecDeque::is_empty",
+        deserialize_with = "crate::turn::compact::deserialize"
+    )]
     pub queue: VecDeque<Waiter>,
 }
 
@@ -137,6 +144,20 @@ impl SemaphoreState {
 
 turn_holder!(Holder);
 
+/// The row's form of the state: the derived `Serialize`'s fields, in its
+/// order, with the queue [`Compact`].
+#[derive(Serialize)]
+struct Stored<'a> {
+    token: u64,
+    permits: u32,
+    #[serde(skip_serializing_if = "<[Holder]>::is_empty")]
+    holders: &'a [Holder],
+    #[serde(skip_serializing_if = "Compact::is_empty")]
+    queue: Compact<'a, Waiter>,
+}
+
+turn_waiter!(Waiter { owner, lease_ms });
+
 /// A waiter fits while a permit is free; the transitions are the turn
 /// recipes' own.
 impl TurnState for SemaphoreState {
@@ -159,6 +180,18 @@ impl TurnState for SemaphoreState {
     }
 
     turn_parts!(Holder, Waiter);
+
+    fn encode(&self) -> Result<Bytes> {
+        crate::turn::json_bytes(
+            RECIPE,
+            &Stored {
+                token: self.token,
+                permits: self.permits,
+                holders: &self.holders,
+                queue: Compact(&self.queue),
+            },
+        )
+    }
 
     fn fits(&self, _waiter: &Waiter) -> bool {
         self.available() > 0
@@ -256,6 +289,38 @@ mod tests {
             let err = SemaphoreState::decode(&row(bad)).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Corrupt, "{bad}: {err}");
             assert!(err.message().contains("semaphore/x"), "{err}");
+        }
+    }
+
+    #[test]
+    fn waiters_of_one_owner_and_lease_are_stored_as_their_ids() {
+        let mut s = SemaphoreState::new(1);
+        for id in ["a", "b", "c"] {
+            s.join(&waiter(id)).unwrap();
+        }
+        s.join(&Waiter {
+            lease_ms: 5,
+            ..waiter("d")
+        })
+        .unwrap();
+        let stored = String::from_utf8(s.encode().unwrap().to_vec()).unwrap();
+        assert_eq!(
+            stored,
+            r#"{"token":1,"permits":1,"holders":[{"id":"a","owner":"test","token":1,"beat":1,"lease_ms":1000}],"queue":[{"id":"b","owner":"test","lease_ms":1000},"c",{"id":"d","owner":"test","lease_ms":5}]}"#
+        );
+        assert_eq!(SemaphoreState::decode(&row(&stored)).unwrap(), s);
+        let whole = stored.replace(r#","c","#, r#",{"id":"c","owner":"test","lease_ms":1000},"#);
+        assert_eq!(SemaphoreState::decode(&row(&whole)).unwrap(), s);
+        // What `inspect` callers serialize (`bakery semaphore show --json`)
+        // keeps every waiter whole.
+        assert_eq!(serde_json::to_string(&s).unwrap(), whole);
+        // A bare id repeating nobody, or naming a request twice, is refused.
+        for bad in [
+            stored.replace(r#"[{"id":"b","owner":"test","lease_ms":1000},"#, r#"["b","#),
+            stored.replace(r#","c","#, r#","b","#),
+        ] {
+            let err = SemaphoreState::decode(&row(&bad)).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Corrupt, "{bad}: {err}");
         }
     }
 

@@ -14,6 +14,7 @@
 //! write itself on a fast store, and every client of the process would
 //! parse the same row.
 
+pub(crate) mod compact;
 mod hold;
 mod wait;
 
@@ -34,6 +35,17 @@ use crate::dispatch;
 use crate::per_process::{slot, PerRow};
 
 pub(crate) use hold::{Grant, Hold};
+
+/// `value` as JSON bytes, for a row of `recipe`.
+pub(crate) fn json_bytes(recipe: &'static str, value: &impl Serialize) -> Result<Bytes> {
+    serde_json::to_vec(value).map(Into::into).map_err(|e| {
+        bakery_core::Error::new(
+            bakery_core::ErrorKind::Internal,
+            recipe,
+            format!("encode state: {e}"),
+        )
+    })
+}
 pub(crate) use wait::{acquire, try_acquire, Beating, Observations};
 
 static TURNS: LazyLock<PerRow<WriteTurn>> = LazyLock::new(PerRow::new);
@@ -251,16 +263,8 @@ pub(crate) trait TurnState: Clone + Send + Sync + Serialize + 'static {
     /// queues before it aside)?
     fn fits(&self, waiter: &Self::Waiter) -> bool;
 
-    /// The row's bytes.
-    fn encode(&self) -> Result<Bytes> {
-        serde_json::to_vec(self).map(Into::into).map_err(|e| {
-            bakery_core::Error::new(
-                bakery_core::ErrorKind::Internal,
-                Self::RECIPE,
-                format!("encode state: {e}"),
-            )
-        })
-    }
+    /// The row's bytes (the queue in its [`compact`] form).
+    fn encode(&self) -> Result<Bytes>;
     /// Some request id appears twice (never in a row this code wrote).
     fn has_duplicate_ids(&self) -> bool {
         let mut ids: Vec<&str> = self
