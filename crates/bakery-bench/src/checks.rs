@@ -15,12 +15,12 @@
 //!   the fair lock (both variants) at 16 and 64 clients.
 //! - **Lock scaling**: fair-lock acquisitions/s at 64 clients ≥ 0.8 × at 4
 //!   clients, per store and variant (needs both client counts in the run).
-//!   The lock keeps its queue in its row: with 64 waiters about 1.7 KiB
+//!   The lock keeps its queue in its row: with 64 waiters about 0.95 KB
 //!   when they are one process's (a waiter that repeats the owner and lease
-//!   of the one before it stores only its id), 4 KiB when each is another
-//!   process's. So where the target is missed the summary gives, beside it,
-//!   what the same store charges for a 4 KiB row without any lock:
-//!   [`row_size_cost`].
+//!   of the one before it stores only its id, 14 bytes), 3.7 KB when each
+//!   is another process's. So where the target is missed the summary gives,
+//!   beside it, what the same store charges for a 4 KiB row without any
+//!   lock: [`row_size_cost`].
 //! - **Lock hand-off**: the fair lock's median hand-off (from the holder's
 //!   release to the next client's grant) ≤ 2 store round trips, where a
 //!   round trip is half the same store's single-client acquire + release
