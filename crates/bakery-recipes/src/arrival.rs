@@ -208,4 +208,72 @@ pub(crate) mod order {
         assert_eq!(token(&a_held), b_token + 1);
         release(a_held).await.unwrap();
     }
+
+    /// Clients of one process in a closed loop (acquire, release, at once
+    /// acquire again) take turns: once every client has been served, and
+    /// until the first stops, nobody holds the grant more than twice in a
+    /// row. On a store that never makes a call wait (MemoryStore), a
+    /// client that re-took a free grant without letting the others ask
+    /// first kept it for a whole scheduler budget (43 grants in a row).
+    /// `clients[i]()` acquires for client `i`; `release` gives it back.
+    pub(crate) async fn clients_in_a_closed_loop_take_turns<H, FA, FR>(
+        clients: Vec<Box<dyn Fn() -> FA + Send + Sync>>,
+        release: impl Fn(H) -> FR + Send + Sync + Clone + 'static,
+    ) where
+        H: Send + 'static,
+        FA: Future<Output = Result<H>> + Send + 'static,
+        FR: Future<Output = Result<()>> + Send + 'static,
+    {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+
+        const GRANTS: usize = 240;
+        let count = clients.len();
+        let grants = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks: Vec<_> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(index, acquire)| {
+                let (grants, stop, release) = (grants.clone(), stop.clone(), release.clone());
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::SeqCst) {
+                        let held = acquire().await.unwrap();
+                        {
+                            let mut grants = grants.lock().unwrap();
+                            grants.push(index);
+                            if grants.len() >= GRANTS {
+                                stop.store(true, Ordering::SeqCst);
+                            }
+                        }
+                        release(held).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let grants = grants.lock().unwrap();
+        // From the grant that completes the first round of all clients
+        // (the tasks start one after another).
+        let mut seen = vec![false; count];
+        let started = grants
+            .iter()
+            .position(|&client| {
+                seen[client] = true;
+                seen.iter().all(|&s| s)
+            })
+            .expect("every client was served");
+        let longest = grants[started..]
+            .chunk_by(|a, b| a == b)
+            .map(<[usize]>::len)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            longest <= 2,
+            "one client held the grant {longest} times in a row: {:?}",
+            &grants[..]
+        );
+    }
 }

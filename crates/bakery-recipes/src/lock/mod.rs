@@ -797,6 +797,25 @@ mod tests {
         (lock(0), lock(1))
     }
 
+    async fn clients_take_turns() {
+        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
+        let clients = (0..4)
+            .map(|_| {
+                let lock = Lock::builder(store.clone(), "turns").build().expect("lock");
+                Box::new(move || {
+                    let lock = lock.clone();
+                    async move { lock.acquire().await }
+                }) as Box<dyn Fn() -> _ + Send + Sync>
+            })
+            .collect();
+        order::clients_in_a_closed_loop_take_turns(clients, LockGuard::release).await;
+    }
+
+    #[tokio::test]
+    async fn clients_in_a_closed_loop_take_turns() {
+        clients_take_turns().await;
+    }
+
     #[tokio::test]
     async fn a_client_that_asked_first_is_served_first_though_not_polled_since() {
         for b_begins_while_held in [false, true] {

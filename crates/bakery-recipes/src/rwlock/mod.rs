@@ -340,4 +340,25 @@ mod tests {
         )
         .await;
     }
+
+    async fn writers_take_turns() {
+        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
+        let clients = (0..4)
+            .map(|_| {
+                let rwlock = RwLock::builder(store.clone(), "turns")
+                    .build()
+                    .expect("rwlock");
+                Box::new(move || {
+                    let rwlock = rwlock.clone();
+                    async move { rwlock.write().await }
+                }) as Box<dyn Fn() -> _ + Send + Sync>
+            })
+            .collect();
+        order::clients_in_a_closed_loop_take_turns(clients, WriteGuard::release).await;
+    }
+
+    #[tokio::test]
+    async fn writers_in_a_closed_loop_take_turns() {
+        writers_take_turns().await;
+    }
 }

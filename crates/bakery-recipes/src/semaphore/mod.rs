@@ -341,4 +341,26 @@ mod tests {
         )
         .await;
     }
+
+    async fn one_permit_clients_take_turns() {
+        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
+        let clients = (0..4)
+            .map(|_| {
+                let semaphore = Semaphore::builder(store.clone(), "turns")
+                    .permits(1)
+                    .build()
+                    .expect("semaphore");
+                Box::new(move || {
+                    let semaphore = semaphore.clone();
+                    async move { semaphore.acquire().await }
+                }) as Box<dyn Fn() -> _ + Send + Sync>
+            })
+            .collect();
+        order::clients_in_a_closed_loop_take_turns(clients, Permit::release).await;
+    }
+
+    #[tokio::test]
+    async fn one_permit_clients_in_a_closed_loop_take_turns() {
+        one_permit_clients_take_turns().await;
+    }
 }

@@ -27,7 +27,19 @@ pub(crate) async fn acquire<R: TurnRecipe>(
     // Its place in the process's order is taken when called, before
     // anything can yield.
     let mut ticket = Ticket::new(inner, waiter);
-    tokio::task::coop::consume_budget().await;
+    // A grant free as far as this handle knows goes to whoever asks
+    // first: let the other ready tasks of this thread ask before us (those
+    // that arrived earlier are then sent first), or a client that releases
+    // and at once asks again takes it back before waiters of this process
+    // that are ready but not yet queued (as the lock does; on a store that
+    // never makes us wait, MemoryStore, 4 to 64 clients on two worker
+    // threads, a one-permit semaphore went to the same client 43 times in a
+    // row, a whole scheduler budget; now 1 to 2).
+    if seems_free(inner, &ticket.waiter) {
+        tokio::task::yield_now().await;
+    } else {
+        tokio::task::coop::consume_budget().await;
+    }
     let grant = match inner.handle().acquire_timeout {
         None => wait_for_grant(&mut ticket).await?,
         Some(limit) => match tokio::time::timeout(limit, wait_for_grant(&mut ticket)).await {
@@ -40,6 +52,17 @@ pub(crate) async fn acquire<R: TurnRecipe>(
     };
     ticket.settled = true;
     Ok(grant)
+}
+
+/// Could `waiter` take a grant in the newest row this handle knows (or is
+/// no row known)? A hint: the row may be stale.
+fn seems_free<R: TurnRecipe>(inner: &Arc<R>, waiter: &WaiterOf<R>) -> bool {
+    match inner.row().newest() {
+        Some(row) => inner
+            .decode(Some(&row))
+            .map_or(true, |state| state.can_take(waiter)),
+        None => true,
+    }
 }
 
 /// The soft form: a grant to `waiter` only if it can take one at once
