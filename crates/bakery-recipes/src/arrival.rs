@@ -212,10 +212,11 @@ pub(crate) mod order {
     /// Clients of one process in a closed loop (acquire, release, at once
     /// acquire again) take turns: once every client has been served, and
     /// until the first stops, nobody holds the grant more than twice in a
-    /// row. On a store that never makes a call wait (MemoryStore), a
-    /// client that re-took a free grant without letting the others ask
-    /// first kept it for a whole scheduler budget (43 grants in a row).
-    /// `clients[i]()` acquires for client `i`; `release` gives it back.
+    /// row. Run it on a multi-thread runtime too: a lock whose release
+    /// wrote ahead of the enqueues already waiting in its process's writer
+    /// passed on one thread and, on two, let one client keep the lock 70 to
+    /// 557 times in a row. `clients[i]()` acquires for client `i`;
+    /// `release` gives it back.
     pub(crate) async fn clients_in_a_closed_loop_take_turns<H, FA, FR>(
         clients: Vec<Box<dyn Fn() -> FA + Send + Sync>>,
         release: impl Fn(H) -> FR + Send + Sync + Clone + 'static,
@@ -227,7 +228,7 @@ pub(crate) mod order {
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::sync::{Arc, Mutex};
 
-        const GRANTS: usize = 240;
+        const GRANTS: usize = 10000;
         let count = clients.len();
         let grants = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -273,7 +274,7 @@ pub(crate) mod order {
         assert!(
             longest <= 2,
             "one client held the grant {longest} times in a row: {:?}",
-            &grants[..]
+            &grants[grants.len() - 60..]
         );
     }
 }

@@ -816,6 +816,11 @@ mod tests {
         clients_take_turns().await;
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn clients_in_a_closed_loop_take_turns_on_two_threads() {
+        clients_take_turns().await;
+    }
+
     #[tokio::test]
     async fn a_client_that_asked_first_is_served_first_though_not_polled_since() {
         for b_begins_while_held in [false, true] {

@@ -361,4 +361,9 @@ mod tests {
     async fn writers_in_a_closed_loop_take_turns() {
         writers_take_turns().await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writers_in_a_closed_loop_take_turns_on_two_threads() {
+        writers_take_turns().await;
+    }
 }

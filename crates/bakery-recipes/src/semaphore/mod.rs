@@ -363,4 +363,9 @@ mod tests {
     async fn one_permit_clients_in_a_closed_loop_take_turns() {
         one_permit_clients_take_turns().await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_permit_clients_in_a_closed_loop_take_turns_on_two_threads() {
+        one_permit_clients_take_turns().await;
+    }
 }
