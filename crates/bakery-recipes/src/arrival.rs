@@ -215,12 +215,14 @@ pub(crate) mod order {
     /// row. Run it on a multi-thread runtime too: a lock whose release
     /// wrote ahead of the enqueues already waiting in its process's writer
     /// passed on one thread and, on two, let one client keep the lock 70 to
-    /// 557 times in a row. `clients[i]()` acquires for client `i`;
-    /// `release` gives it back.
-    pub(crate) async fn clients_in_a_closed_loop_take_turns<H, FA, FR>(
-        clients: Vec<Box<dyn Fn() -> FA + Send + Sync>>,
+    /// 557 times in a row. `acquire(client)` acquires for a client (a
+    /// clone of its handle); `release` gives the grant back.
+    pub(crate) async fn clients_in_a_closed_loop_take_turns<C, H, FA, FR>(
+        clients: Vec<C>,
+        acquire: impl Fn(C) -> FA + Send + Sync + Clone + 'static,
         release: impl Fn(H) -> FR + Send + Sync + Clone + 'static,
     ) where
+        C: Clone + Send + 'static,
         H: Send + 'static,
         FA: Future<Output = Result<H>> + Send + 'static,
         FR: Future<Output = Result<()>> + Send + 'static,
@@ -235,11 +237,12 @@ pub(crate) mod order {
         let tasks: Vec<_> = clients
             .into_iter()
             .enumerate()
-            .map(|(index, acquire)| {
-                let (grants, stop, release) = (grants.clone(), stop.clone(), release.clone());
+            .map(|(index, client)| {
+                let (grants, stop) = (grants.clone(), stop.clone());
+                let (acquire, release) = (acquire.clone(), release.clone());
                 tokio::spawn(async move {
                     while !stop.load(Ordering::SeqCst) {
-                        let held = acquire().await.unwrap();
+                        let held = acquire(client.clone()).await.unwrap();
                         {
                             let mut grants = grants.lock().unwrap();
                             grants.push(index);
@@ -266,15 +269,18 @@ pub(crate) mod order {
                 seen.iter().all(|&s| s)
             })
             .expect("every client was served");
-        let longest = grants[started..]
-            .chunk_by(|a, b| a == b)
-            .map(<[usize]>::len)
-            .max()
-            .unwrap_or(0);
+        // The longest run of one client, and where it begins.
+        let (mut longest, mut at, mut begins) = (0, started, started);
+        for run in grants[started..].chunk_by(|a, b| a == b) {
+            if run.len() > longest {
+                (longest, at) = (run.len(), begins);
+            }
+            begins += run.len();
+        }
         assert!(
             longest <= 2,
             "one client held the grant {longest} times in a row: {:?}",
-            &grants[grants.len() - 60..]
+            &grants[at.saturating_sub(8)..(at + longest + 8).min(grants.len())]
         );
     }
 }

@@ -800,15 +800,14 @@ mod tests {
     async fn clients_take_turns() {
         let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
         let clients = (0..4)
-            .map(|_| {
-                let lock = Lock::builder(store.clone(), "turns").build().expect("lock");
-                Box::new(move || {
-                    let lock = lock.clone();
-                    async move { lock.acquire().await }
-                }) as Box<dyn Fn() -> _ + Send + Sync>
-            })
+            .map(|_| Lock::builder(store.clone(), "turns").build().expect("lock"))
             .collect();
-        order::clients_in_a_closed_loop_take_turns(clients, LockGuard::release).await;
+        order::clients_in_a_closed_loop_take_turns(
+            clients,
+            |lock: Lock| async move { lock.acquire().await },
+            LockGuard::release,
+        )
+        .await;
     }
 
     #[tokio::test]

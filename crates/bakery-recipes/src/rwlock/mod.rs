@@ -345,16 +345,17 @@ mod tests {
         let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
         let clients = (0..4)
             .map(|_| {
-                let rwlock = RwLock::builder(store.clone(), "turns")
+                RwLock::builder(store.clone(), "turns")
                     .build()
-                    .expect("rwlock");
-                Box::new(move || {
-                    let rwlock = rwlock.clone();
-                    async move { rwlock.write().await }
-                }) as Box<dyn Fn() -> _ + Send + Sync>
+                    .expect("rwlock")
             })
             .collect();
-        order::clients_in_a_closed_loop_take_turns(clients, WriteGuard::release).await;
+        order::clients_in_a_closed_loop_take_turns(
+            clients,
+            |rwlock: RwLock| async move { rwlock.write().await },
+            WriteGuard::release,
+        )
+        .await;
     }
 
     #[tokio::test]

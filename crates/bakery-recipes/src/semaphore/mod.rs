@@ -346,17 +346,18 @@ mod tests {
         let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
         let clients = (0..4)
             .map(|_| {
-                let semaphore = Semaphore::builder(store.clone(), "turns")
+                Semaphore::builder(store.clone(), "turns")
                     .permits(1)
                     .build()
-                    .expect("semaphore");
-                Box::new(move || {
-                    let semaphore = semaphore.clone();
-                    async move { semaphore.acquire().await }
-                }) as Box<dyn Fn() -> _ + Send + Sync>
+                    .expect("semaphore")
             })
             .collect();
-        order::clients_in_a_closed_loop_take_turns(clients, Permit::release).await;
+        order::clients_in_a_closed_loop_take_turns(
+            clients,
+            |semaphore: Semaphore| async move { semaphore.acquire().await },
+            Permit::release,
+        )
+        .await;
     }
 
     #[tokio::test]
