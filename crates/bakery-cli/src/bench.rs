@@ -41,7 +41,7 @@ the default settings, in one process and as a node each) and `lock` (acquire + \
 release of one lock by every client: the fair FIFO lock with and without store \
 notifications, and the old try-and-back-off lock; fairness is Jain's \
 index over the clients' grants, plus the longest run of grants to one \
-client and the mean size of the rows written), `once` (Idempotency::run on a new key and on a completed one), \
+client while another was asking and the mean size of the rows written), `once` (Idempotency::run on a new key and on a completed one), \
 `consumer` (Consumer::process of increasing keys, a partition per client \
 and one shared partition) and `outbox` (a message emitted in its own \
 PostgreSQL transaction until the relay applied it to a consumer on the \

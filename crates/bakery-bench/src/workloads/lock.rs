@@ -10,13 +10,16 @@
 //! operation is one acquire + release; the
 //! latency is the wait plus both writes. Besides throughput the table shows
 //! fairness: Jain's index over the clients' grants (from the runner) and the
-//! longest run of consecutive grants to one client. Every grant is checked
+//! longest run of consecutive grants to one client while another client
+//! was asking (a client that takes a lock nobody else wants is not served
+//! ahead of anyone: at a cell's start the other clients may not have asked
+//! yet, and with one client nobody ever does). Every grant is checked
 //! for overlap with another (a violation is counted as an error). The row
 //! bytes column is the mean size of the rows the recipe wrote: the fair
 //! lock's queue lives in its row, so the row grows with the waiters, and
 //! every write pays for its size (see the `cas` workload's 4 KiB rows).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -40,7 +43,8 @@ const OLD: Variant = Variant::new("old", "old lock (try and back off)");
 const ELECTION: Variant = Variant::new("election", "Election (campaign + resign)");
 const SEMAPHORE: Variant = Variant::new("semaphore", "Semaphore (1 permit)");
 
-/// Extra column: most consecutive grants to the same client.
+/// Extra column: most consecutive grants to the same client while another
+/// client was asking.
 pub const LONGEST_RUN: &str = "longest run";
 /// Extra column: median hand-off, from the moment the holder starts its
 /// release to the moment another client is inside (µs, rounded up).
@@ -69,7 +73,7 @@ pub const SPEC: WorkloadSpec = WorkloadSpec::new(
 .title(
     "lock: acquire + release of one lock by every client (acquisitions/s; latency = wait \
              + both writes; fairness = Jain's index over per-client grants; longest run = most \
-             consecutive grants to one client; hand-off = from the holder's release to the next \
+             consecutive grants to one client while another asked; hand-off = from the holder's release to the next \
              client's grant)",
 )
 .extra_columns(&[LONGEST_RUN, HANDOFF_P50, HANDOFF_P99, ROW_BYTES])
@@ -156,8 +160,29 @@ enum LockKind {
 #[derive(Default)]
 pub struct GrantLog {
     inside: AtomicBool,
+    /// Clients between the start of their acquire and their grant.
+    asking: AtomicUsize,
     runs: Mutex<Runs>,
     overlaps: Mutex<u64>,
+}
+
+/// A client's acquire in progress ([`GrantLog::ask`]).
+pub struct Asking<'a>(&'a GrantLog);
+
+impl Asking<'_> {
+    /// Granted: client `index`'s (empty) critical section, which records
+    /// the grant and detects overlap.
+    pub fn critical_section(self, index: usize) -> Result<(), OpError> {
+        let log = self.0;
+        drop(self);
+        log.critical_section(index)
+    }
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        self.0.asking.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Who held the lock last, how many times in a row, and the hand-offs:
@@ -174,8 +199,17 @@ struct Runs {
 }
 
 impl GrantLog {
+    /// A client starts to acquire: it asks until its grant (or its error:
+    /// the returned [`Asking`] ends when dropped).
+    pub fn ask(&self) -> Asking<'_> {
+        self.asking.fetch_add(1, Ordering::SeqCst);
+        Asking(self)
+    }
+
     /// Client `client` got the lock: an error if another client is inside.
     fn enter(&self, client: usize) -> Result<(), OpError> {
+        // Its own ask has ended: anyone still asking is another client.
+        let others_asking = self.asking.load(Ordering::SeqCst) > 0;
         if self.inside.swap(true, Ordering::SeqCst) {
             if let Ok(mut overlaps) = self.overlaps.lock() {
                 *overlaps += 1;
@@ -186,7 +220,9 @@ impl GrantLog {
         }
         if let Ok(mut runs) = self.runs.lock() {
             if runs.last == Some(client) {
-                runs.current += 1;
+                // Served again ahead of a client that asked, or again
+                // because nobody else wanted the lock (a run of its own).
+                runs.current = if others_asking { runs.current + 1 } else { 1 };
             } else {
                 runs.current = 1;
                 if let Some(left) = runs.left {
@@ -254,7 +290,7 @@ impl GrantLog {
 
     /// Client `index`'s (empty) critical section: records the grant and
     /// detects overlap.
-    pub fn critical_section(&self, index: usize) -> Result<(), OpError> {
+    fn critical_section(&self, index: usize) -> Result<(), OpError> {
         self.enter(index)?;
         self.leave();
         Ok(())
@@ -284,28 +320,29 @@ impl BenchClient for LockClient {
             self.store.get(&self.key).await?;
             return Ok(());
         }
+        let asking = self.grants.ask();
         match &self.kind {
             LockKind::Fair(lock) => {
                 let guard = lock.acquire().await?;
-                let entered = self.grants.critical_section(self.index);
+                let entered = asking.critical_section(self.index);
                 guard.release().await?;
                 entered
             }
             LockKind::Old(lock) => {
                 let guard = lock.acquire().await?;
-                let entered = self.grants.critical_section(self.index);
+                let entered = asking.critical_section(self.index);
                 lock.release(guard).await?;
                 entered
             }
             LockKind::Semaphore(semaphore) => {
                 let permit = semaphore.acquire().await?;
-                let entered = self.grants.critical_section(self.index);
+                let entered = asking.critical_section(self.index);
                 permit.release().await?;
                 entered
             }
             LockKind::Election(election) => {
                 let leadership = election.campaign().await?;
-                let entered = self.grants.critical_section(self.index);
+                let entered = asking.critical_section(self.index);
                 leadership.resign().await?;
                 entered
             }
@@ -451,13 +488,64 @@ impl<L: NativeLock> BenchClient for NativeLockClient<L> {
             return Ok(());
         }
         self.round_trips.fetch_add(2, Ordering::Relaxed);
+        let asking = self.grants.ask();
         let held = self.lock.lock().await?;
-        let entered = self.grants.critical_section(self.index);
+        let entered = asking.critical_section(self.index);
         self.lock.unlock(held).await?;
         entered
     }
 
     fn extras(&self) -> Vec<(&'static str, u64)> {
         self.grants.extras(self.index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Client `index` asks and is granted at once.
+    fn granted(log: &GrantLog, index: usize) {
+        log.ask()
+            .critical_section(index)
+            .expect("nobody else inside");
+    }
+
+    #[test]
+    fn a_run_counts_only_grants_while_another_client_asks() {
+        let log = GrantLog::default();
+        // Nobody else asks (a cell's start, or one client): no run.
+        for _ in 0..10 {
+            granted(&log, 0);
+        }
+        assert_eq!(log.longest_run(), 1);
+        // Client 1 asks and waits while client 0 is served three times
+        // more: a run of four (the grant before it asked, and three ahead
+        // of it).
+        let waiting = log.ask();
+        for _ in 0..3 {
+            granted(&log, 0);
+        }
+        assert_eq!(log.longest_run(), 4);
+        waiting.critical_section(1).expect("nobody else inside");
+        granted(&log, 0);
+        assert_eq!(log.longest_run(), 4);
+    }
+
+    #[test]
+    fn a_failed_acquire_stops_asking() {
+        let log = GrantLog::default();
+        drop(log.ask()); // the acquire failed
+        granted(&log, 0);
+        granted(&log, 0);
+        assert_eq!(log.longest_run(), 1);
+    }
+
+    #[test]
+    fn overlapping_grants_are_an_error() {
+        let log = GrantLog::default();
+        log.enter(0).expect("first inside");
+        assert!(log.ask().critical_section(1).is_err());
+        assert_eq!(log.problems().len(), 1);
     }
 }
