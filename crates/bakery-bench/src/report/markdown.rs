@@ -204,13 +204,16 @@ pub fn render(report: &Report, charts: &[String]) -> String {
          more than the code does.\n\
          - **Lock hand-off**: the median time from a holder's release to the next \
          client's grant (the `hand-off p50 µs` column), divided by one store round trip \
-         of the same store and variant — half its single-client acquire + release p50 \
-         — met when ≤ 2: the release's write and the next holder's wake-up. In one \
-         process the release hands its row to the next holder directly; other \
-         processes hear it through the store's notification, or poll (the `no \
-         notify` variant polls only: one poll for the whole process, at the next \
-         1 ms timer tick after a change, backing off to 25 ms while the row does not \
-         change, so its hand-off is a timer tick, not a round trip).\n\
+         of the same store — half its single-client acquire + release p50 — with \
+         notifications (the default), met when ≤ 2: the release's write and the next \
+         holder's wake-up. In one process the release hands its row to the next \
+         holder directly; other processes hear it through the store's notification. \
+         The `no notify` variant polls only (one poll for the whole process, at the \
+         next 1 ms timer tick after a change, backing off to 25 ms while the row does \
+         not change), so its hand-off is a timer tick, not a round trip: shown beside \
+         the check, not judged. Beside a miss, the store's own lock from the same run, \
+         in the fair lock's round trips and in its own (half its single-client lock + \
+         unlock p50).\n\
          - **Lock under contention**: the fair lock's acquisitions/s at 4, 16 and 64 \
          clients divided by the same store's at 1 client, with notifications (the \
          default), met when ≥ 1/3: a contended acquisition costs about one write \
