@@ -455,25 +455,27 @@ fn lock_round_trips(results: &[CellResult]) -> Check {
 /// `variant` (an acquire and a release, two writes). Judged on the ns
 /// figure: the µs column is rounded up.
 fn handoff_round_trips(results: &[CellResult], many: &CellResult, variant: &str) -> Option<f64> {
-    let p50_ns = *many.extras.get(crate::workloads::lock::HANDOFF_P50_NS)?;
-    let single = fair_lock_cell(results, many, variant, 1).filter(|c| c.latency.p50_ns > 0)?;
-    let round_trip_ns = single.latency.p50_ns as f64 / 2.0;
-    Some(p50_ns as f64 / round_trip_ns)
+    in_round_trips(many, fair_lock_cell(results, many, variant, 1)?)
 }
 
 /// The hand-off p50 of the native lock cell `many`, in its own round trips:
 /// half the p50 of its single-client cell (one lock and one unlock).
 fn native_handoff_round_trips(results: &[CellResult], many: &CellResult) -> Option<f64> {
-    let p50_ns = *many.extras.get(crate::workloads::lock::HANDOFF_P50_NS)?;
     let single = results.iter().find(|r| {
         r.workload == "lock"
             && r.implementation == Implementation::Native
             && r.target == many.target
             && r.label == many.label
             && r.clients == 1
-            && r.latency.p50_ns > 0
     })?;
-    Some(p50_ns as f64 / (single.latency.p50_ns as f64 / 2.0))
+    in_round_trips(many, single)
+}
+
+/// The hand-off p50 of `many` divided by half the p50 of `single` (its
+/// acquire + release, two round trips).
+fn in_round_trips(many: &CellResult, single: &CellResult) -> Option<f64> {
+    let p50_ns = *many.extras.get(crate::workloads::lock::HANDOFF_P50_NS)?;
+    (single.latency.p50_ns > 0).then(|| p50_ns as f64 / (single.latency.p50_ns as f64 / 2.0))
 }
 
 /// Which end of the ratios is the bad one.

@@ -73,8 +73,8 @@ pub const SPEC: WorkloadSpec = WorkloadSpec::new(
 .title(
     "lock: acquire + release of one lock by every client (acquisitions/s; latency = wait \
              + both writes; fairness = Jain's index over per-client grants; longest run = most \
-             consecutive grants to one client while another asked; hand-off = from the holder's release to the next \
-             client's grant)",
+             consecutive grants to one client while another asked; hand-off = from the \
+             holder's release to the next client's grant)",
 )
 .extra_columns(&[LONGEST_RUN, HANDOFF_P50, HANDOFF_P99, ROW_BYTES])
 // Enough grants for the fairness index to judge: 5 each gives the fairest
