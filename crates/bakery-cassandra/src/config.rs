@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use bakery_core::durability::ACCEPT_DATA_LOSS;
+use bakery_core::durability::{ACCEPT_DATA_LOSS, DEFAULT_RECHECK, RECHECK_OPTION};
 use bakery_core::options::{self, MAX_MILLIS};
 use bakery_core::uri::{percent_decode, percent_encode, Credentials};
 use bakery_core::{Error, Result};
@@ -48,6 +48,8 @@ struct Options {
     user: Option<String>,
     password: Option<String>,
     accept_data_loss: Option<bool>,
+    #[serde(default, deserialize_with = "options::millis")]
+    durability_recheck_ms: Option<Duration>,
 }
 
 /// How a keyspace that bakery creates is replicated. An existing keyspace
@@ -337,6 +339,7 @@ where
 /// | `user=NAME` | none | user (PasswordAuthenticator); also `user:password@` before the host |
 /// | `password=SECRET` | none | its password; never printed |
 /// | `accept_data_loss=true\|false` | `false` | open even where an acknowledged write can be lost (crate docs, "Durability") |
+/// | `durability_recheck_ms=N` | `1000` | re-read the commit log mode and the keyspace's replicas this often while live, 1 to 3 600 000 (crate docs, "Durability") |
 ///
 /// Keyspace and table names are 1 to 48 ASCII letters, digits and `_`,
 /// starting with a letter; they are always double-quoted in CQL, so their
@@ -376,6 +379,7 @@ pub struct CassandraConfig {
     timeout: Duration,
     credentials: Credentials,
     accept_data_loss: bool,
+    durability_recheck: Duration,
 }
 
 impl CassandraConfig {
@@ -405,6 +409,7 @@ impl CassandraConfig {
             timeout: DEFAULT_TIMEOUT,
             credentials: Credentials::default(),
             accept_data_loss: false,
+            durability_recheck: DEFAULT_RECHECK,
         }
     }
 
@@ -472,6 +477,7 @@ impl CassandraConfig {
             timeout: options.timeout_ms.unwrap_or(DEFAULT_TIMEOUT),
             credentials,
             accept_data_loss: options.accept_data_loss.unwrap_or(false),
+            durability_recheck: options.durability_recheck_ms.unwrap_or(DEFAULT_RECHECK),
             ..CassandraConfig::new(hosts)
         };
         config.validate()?;
@@ -507,11 +513,16 @@ impl CassandraConfig {
         }
         validate_name("table", &self.table)?;
         self.replication.validate()?;
-        if self.timeout.is_zero() || self.timeout > Duration::from_millis(MAX_MILLIS) {
-            return Err(Error::config(
-                BACKEND,
-                format!("cassandra option `timeout_ms` must be from 1 to {MAX_MILLIS}"),
-            ));
+        for (name, value) in [
+            ("timeout_ms", self.timeout),
+            (RECHECK_OPTION, self.durability_recheck),
+        ] {
+            if value.is_zero() || value > Duration::from_millis(MAX_MILLIS) {
+                return Err(Error::config(
+                    BACKEND,
+                    format!("cassandra option `{name}` must be from 1 to {MAX_MILLIS}"),
+                ));
+            }
         }
         self.credentials.check(BACKEND)
     }
@@ -536,6 +547,7 @@ impl fmt::Debug for CassandraConfig {
             .field("user", &self.credentials.user)
             .field("password", &self.credentials.password)
             .field("accept_data_loss", &self.accept_data_loss)
+            .field("durability_recheck", &self.durability_recheck)
             .finish()
     }
 }
@@ -560,6 +572,13 @@ impl fmt::Display for CassandraConfig {
         )?;
         if self.accept_data_loss {
             write!(f, "&{ACCEPT_DATA_LOSS}=true")?;
+        }
+        if self.durability_recheck != DEFAULT_RECHECK {
+            write!(
+                f,
+                "&{RECHECK_OPTION}={}",
+                self.durability_recheck.as_millis()
+            )?;
         }
         Ok(())
     }
@@ -679,6 +698,10 @@ bakery_core::setters! { CassandraConfig {
     /// the store opens and logs the settings as a warning: after a crash a
     /// sequence may hand out the same ids again.
     with_accept_data_loss(accept_data_loss: bool);
+    /// Re-read the commit log mode of the node that answers and the
+    /// keyspace's replication this often while the store is live (default
+    /// [`DEFAULT_RECHECK`]; crate docs, "Durability").
+    with_durability_recheck(durability_recheck: Duration);
 }}
 
 bakery_core::credentials!(CassandraConfig);
@@ -701,4 +724,6 @@ bakery_core::getters! { CassandraConfig {
     /// True if the store may open where an acknowledged write can be lost
     /// (`accept_data_loss=true`).
     accept_data_loss: bool;
+    /// How often a live store re-reads the durability settings.
+    durability_recheck: Duration;
 }}

@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bakery_core::durability::{Hazard, Recheck};
 use bakery_core::{
     async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, Operation, PutOutcome,
     Result, Row, Version, VersionedStore,
@@ -81,6 +82,7 @@ struct Inner {
     config: CassandraConfig,
     scylla: bool,
     statements: Statements,
+    recheck: Recheck,
 }
 
 /// The statements of every call, prepared once at open.
@@ -245,12 +247,18 @@ impl CassandraStore {
 
         let statements = settle(|| prepare_all(&session, &config)).await?;
         tracing::debug!(scylla, "opened");
+        let recheck = Recheck::new(
+            BACKEND,
+            config.durability_recheck(),
+            config.accept_data_loss(),
+        );
         Ok(CassandraStore {
             inner: Arc::new(Inner {
                 session,
                 config,
                 scylla,
                 statements,
+                recheck,
             }),
         })
     }
@@ -275,6 +283,36 @@ impl CassandraStore {
 
     fn deadline(&self) -> Instant {
         Instant::now() + self.inner.config.timeout()
+    }
+
+    /// Before a write: the durability re-check (crate docs, "Durability").
+    /// When it is due, the node that answers tells its commit log mode and
+    /// the keyspace's replication is read again: a node restarted with
+    /// another `commitlog_sync`, or a keyspace altered to fewer replicas,
+    /// stops the store's writes. A read that fails or outlasts `deadline`
+    /// fails the write, unsent.
+    async fn rechecked(&self, op: Operation, deadline: Instant) -> Result<()> {
+        let inner = &self.inner;
+        let inspect = || async move {
+            let read = read_hazards(&inner.session, &inner.config, inner.scylla);
+            let unsent = |why: String| {
+                Error::not_sent(
+                    ErrorKind::Unavailable,
+                    BACKEND,
+                    op,
+                    format!("durability re-check: {why}"),
+                )
+            };
+            match tokio::time::timeout_at(deadline, read).await {
+                Ok(Ok(hazards)) => Ok(hazards),
+                Ok(Err(e)) => Err(unsent(e.message().to_string())),
+                Err(_) => Err(unsent(format!(
+                    "no reply within the call's {:?}",
+                    inner.config.timeout()
+                ))),
+            }
+        };
+        inner.recheck.guard(op, inspect).await
     }
 
     /// Run one prepared statement before `deadline`.
@@ -796,8 +834,39 @@ async fn check_cluster(
     cluster_dcs.sort();
     cluster_dcs.dedup();
     check_serial(config.serial(), config.keyspace(), &placement, &cluster_dcs)?;
+    let found = judge(session, config, scylla, &placement).await?;
+    bakery_core::durability::check(BACKEND, &found, config.accept_data_loss())
+}
 
-    let sync = commitlog_sync(session, config, scylla).await;
+/// The hazards of the keyspace as it is now: its replication read again,
+/// and the commit log mode of the node that answers (the re-check of a
+/// live store).
+async fn read_hazards(
+    session: &Session,
+    config: &CassandraConfig,
+    scylla: bool,
+) -> Result<Vec<Hazard>> {
+    let replication = keyspace_replication(session, config)
+        .await?
+        .ok_or_else(|| {
+            Error::config(
+                BACKEND,
+                format!("keyspace `{}` no longer exists", config.keyspace()),
+            )
+        })?;
+    judge(session, config, scylla, &placement(&replication)).await
+}
+
+/// The hazards of `placement` with the commit log mode of the node that
+/// answers (a node that will not tell: said in each hazard; one that could
+/// not be reached: the error).
+async fn judge(
+    session: &Session,
+    config: &CassandraConfig,
+    scylla: bool,
+    placement: &crate::durability::Placement,
+) -> Result<Vec<Hazard>> {
+    let sync = commitlog_sync(session, config, scylla).await?;
     let mut found = hazards(sync.as_ref().ok().map(String::as_str), placement.replicas);
     if let Err(why) = &sync {
         for hazard in &mut found {
@@ -811,7 +880,7 @@ async fn check_cluster(
         hazards = found.len(),
         "durability"
     );
-    bakery_core::durability::check(BACKEND, &found, config.accept_data_loss())
+    Ok(found)
 }
 
 /// The keyspace's `replication` map from `system_schema.keyspaces`, or
@@ -841,12 +910,14 @@ async fn keyspace_replication(
 
 /// The `commitlog_sync` of the node that answers: from
 /// `system_views.settings` (Cassandra 4.0+), else `system.config`
-/// (ScyllaDB; asked first there). `Err` says why neither told.
+/// (ScyllaDB; asked first there). The inner `Err` says why neither told;
+/// the outer one is a node that could not be reached (the connection
+/// broke, no reply in time): no verdict either way.
 async fn commitlog_sync(
     session: &Session,
     config: &CassandraConfig,
     scylla: bool,
-) -> std::result::Result<String, String> {
+) -> Result<std::result::Result<String, String>> {
     let cassandra = "system_views.settings";
     let scylladb = "system.config";
     let tables = if scylla {
@@ -863,15 +934,16 @@ async fn commitlog_sync(
         };
         let value = rows.and_then(|rows| first_row::<(Option<String>,)>(&rows));
         match value {
-            Ok(Some((Some(value),))) => return Ok(value),
+            Ok(Some((Some(value),))) => return Ok(Ok(value)),
             Ok(_) => why.push(format!("{table} has no commitlog_sync")),
+            Err(e) if e.is_temporary() || e.kind() == ErrorKind::TimedOut => return Err(e),
             Err(e) => {
                 tracing::debug!(table, error = %e, "cannot read commitlog_sync");
                 why.push(format!("{table}: {}", e.message()));
             }
         }
     }
-    Err(why.join("; "))
+    Ok(Err(why.join("; ")))
 }
 
 /// The first row of a catalog reply, if any.
@@ -1000,6 +1072,7 @@ impl VersionedStore for CassandraStore {
         value: Bytes,
     ) -> Result<PutOutcome> {
         let deadline = self.deadline();
+        self.rechecked(Operation::Put, deadline).await?;
         match expected {
             None => self.create(key, value, deadline).await,
             Some(expected) => self.update(key, expected, value, deadline).await,
@@ -1008,6 +1081,7 @@ impl VersionedStore for CassandraStore {
 
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         let deadline = self.deadline();
+        self.rechecked(Operation::Delete, deadline).await?;
         if expected == 0 || expected > MAX_VERSION {
             // No row has such a version.
             let current = live(key, self.read_slot(Operation::Delete, key, deadline).await?);

@@ -175,7 +175,7 @@ fn shared_option_rules() {
     bakery_testkit::options::Shared {
         backend: "cassandra",
         base: "cassandra://h/ks?table=t",
-        durations: &["timeout_ms"],
+        durations: &["timeout_ms", "durability_recheck_ms"],
         parse: CassandraConfig::from_uri,
         accept_data_loss: Some(CassandraConfig::accept_data_loss),
         shown: Some(CassandraConfig::to_string),

@@ -1,7 +1,7 @@
 //! MemoryStore: the in-process reference implementation of the contract.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -38,6 +38,12 @@ struct Slot {
 /// ```
 #[derive(Debug, Default)]
 pub struct MemoryStore {
+    state: Arc<State>,
+}
+
+/// The rows and watches, shared by every [`MemoryStore::handle`].
+#[derive(Debug, Default)]
+struct State {
     rows: Mutex<HashMap<Key, Slot>>,
     watchers: Mutex<HashMap<Key, Vec<WatchSender>>>,
 }
@@ -48,10 +54,34 @@ impl MemoryStore {
         Self::default()
     }
 
+    /// Another handle on the same rows and watches: one store, but to the
+    /// recipes a separate client (a recipe shares its per-process writer
+    /// and listener only between handles of one store object), as a second
+    /// connection to a server would be.
+    ///
+    /// ```
+    /// use bakery_core::{Key, MemoryStore, VersionedStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> bakery_core::Result<()> {
+    /// let first = MemoryStore::new();
+    /// let second = first.handle();
+    /// let key = Key::new("k")?;
+    /// first.put_if_version(&key, None, "a".into()).await?;
+    /// assert_eq!(second.get(&key).await?.map(|row| row.version), Some(1));
+    /// # Ok(()) }
+    /// ```
+    pub fn handle(&self) -> MemoryStore {
+        MemoryStore {
+            state: Arc::clone(&self.state),
+        }
+    }
+
     fn rows(&self) -> Result<MutexGuard<'_, HashMap<Key, Slot>>> {
         // A poisoned lock means a panic mid-update elsewhere; report it
         // rather than propagate the panic.
-        self.rows
+        self.state
+            .rows
             .lock()
             .map_err(|_| Error::new(ErrorKind::Internal, "memory", "store mutex poisoned"))
     }
@@ -60,6 +90,7 @@ impl MemoryStore {
     /// none, read it), forgetting the watchers that were dropped.
     fn wake(&self, key: &Key, row: Option<&Row>) -> Result<()> {
         let mut watchers = self
+            .state
             .watchers
             .lock()
             .map_err(|_| Error::new(ErrorKind::Internal, "memory", "watch mutex poisoned"))?;
@@ -147,7 +178,8 @@ impl VersionedStore for MemoryStore {
 
     async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
         let (sender, watch) = Watch::channel();
-        self.watchers
+        self.state
+            .watchers
             .lock()
             .map_err(|_| Error::new(ErrorKind::Internal, "memory", "watch mutex poisoned"))?
             .entry(key.clone())

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use bakery_core::durability::ACCEPT_DATA_LOSS;
+use bakery_core::durability::{ACCEPT_DATA_LOSS, DEFAULT_RECHECK, RECHECK_OPTION};
 use bakery_core::options::{self, split_query};
 use bakery_core::{Error, Operation, Result};
 use mongodb::error::ErrorKind as DriverKind;
@@ -99,6 +99,7 @@ bakery_core::spellings! {
 /// | `accept_data_loss=true\|false` | `false` | open even if `journal=false` or `w=1` on a replica set (see [`bakery_core::durability`]) |
 /// | `collection=NAME` | `bakery_rows` | the collection; 1 to 120 bytes of `A-Z a-z 0-9 _ - .`, not `system.…` |
 /// | `timeout_ms=N` | `10000` | client-side limit on each call, 1 ms to 1 h |
+/// | `durability_recheck_ms=N` | `1000` | re-read the server's topology this often while live (and after every new connection), 1 ms to 1 h (crate docs, "Consistency and durability") |
 ///
 /// Driver defaults bakery changes unless the URI sets them: `w=majority`,
 /// `journal=true`, `readConcernLevel=majority`, `retryWrites=false`, `appName=bakery`,
@@ -143,6 +144,7 @@ pub struct MongoConfig {
     allow_unproven_update: bool,
     accept_data_loss: bool,
     timeout: Duration,
+    durability_recheck: Duration,
 }
 
 impl MongoConfig {
@@ -235,6 +237,7 @@ impl MongoConfig {
             allow_unproven_update: options.allow_unproven_update.unwrap_or(false),
             accept_data_loss: options.accept_data_loss.unwrap_or(false),
             timeout: options.timeout_ms.unwrap_or(DEFAULT_TIMEOUT),
+            durability_recheck: options.durability_recheck_ms.unwrap_or(DEFAULT_RECHECK),
         };
         config.validate()?;
         Ok(config)
@@ -289,13 +292,18 @@ impl MongoConfig {
     pub fn validate(&self) -> Result<()> {
         validate_collection(&self.collection)?;
         validate_database(&self.database)?;
-        if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
-            return Err(options::invalid(
-                BACKEND,
-                "timeout_ms",
-                &self.timeout.as_millis().to_string(),
-                &format!("a number of milliseconds from 1 to {}", options::MAX_MILLIS),
-            ));
+        for (name, value) in [
+            ("timeout_ms", self.timeout),
+            (RECHECK_OPTION, self.durability_recheck),
+        ] {
+            if value.is_zero() || value > MAX_TIMEOUT {
+                return Err(options::invalid(
+                    BACKEND,
+                    name,
+                    &value.as_millis().to_string(),
+                    &format!("a number of milliseconds from 1 to {}", options::MAX_MILLIS),
+                ));
+            }
         }
         if matches!(
             self.conn.write_concern.as_ref().and_then(|w| w.w.as_ref()),
@@ -356,6 +364,13 @@ impl MongoConfig {
         }
         if self.accept_data_loss {
             write!(f, "&{ACCEPT_DATA_LOSS}=true")?;
+        }
+        if self.durability_recheck != DEFAULT_RECHECK {
+            write!(
+                f,
+                "&{RECHECK_OPTION}={}",
+                self.durability_recheck.as_millis()
+            )?;
         }
         for option in &self.shown_options {
             write!(f, "&{option}")?;
@@ -475,6 +490,8 @@ struct Options {
     timeout_ms: Option<Duration>,
     allow_unproven_update: Option<bool>,
     accept_data_loss: Option<bool>,
+    #[serde(default, deserialize_with = "options::millis")]
+    durability_recheck_ms: Option<Duration>,
 }
 
 /// `cas=update|insert`, or `cas=auto` (`None`: chosen at open by the server).
@@ -531,6 +548,10 @@ bakery_core::setters! { MongoConfig {
     with_database(database: impl Into<String>);
     /// Limit each call to `timeout` (default [`DEFAULT_TIMEOUT`]).
     with_timeout(timeout: Duration);
+    /// Re-read the server's topology this often while the store is live,
+    /// and after every new connection (default [`DEFAULT_RECHECK`]; crate
+    /// docs, "Consistency and durability").
+    with_durability_recheck(durability_recheck: Duration);
 }}
 
 bakery_core::getters! { MongoConfig {
@@ -550,4 +571,6 @@ bakery_core::getters! { MongoConfig {
     database: &str;
     /// The client-side limit on each call.
     timeout: Duration;
+    /// How often a live store re-reads the server's topology.
+    durability_recheck: Duration;
 }}

@@ -82,17 +82,34 @@ fn classify_code(code: i32, stage: Stage, retryable_label: bool) -> ErrorKind {
     }
 }
 
+/// The message of a pool cleared while a connection was checked out: the
+/// command was not sent on it.
+const CLEARED_AT_CHECKOUT: &str = "Connection pool for ";
+
+/// The kind of a `ConnectionPoolCleared` error with `message`. The driver
+/// raises it at checkout (nothing sent), and also for a command in flight
+/// on a connection it interrupts when its monitor loses the server ("…
+/// interrupted due to server monitor timeout"): that write may have
+/// applied. Only the checkout's message is believed unsent.
+fn pool_cleared(message: &str, stage: Stage) -> ErrorKind {
+    if stage == Stage::Write && !message.starts_with(CLEARED_AT_CHECKOUT) {
+        ErrorKind::Unknown
+    } else {
+        ErrorKind::Unavailable
+    }
+}
+
 /// The bakery kind of a driver error raised at `stage`.
 pub(crate) fn classify(e: &DriverError, stage: Stage) -> ErrorKind {
     let write = stage == Stage::Write;
     let retryable_label = e.contains_label(RETRYABLE_WRITE_ERROR);
     match e.kind.as_ref() {
-        // Nothing was sent: no server could be selected, the pool was
-        // cleared while checking out a connection, the client is closed.
+        // Nothing was sent: no server could be selected, the client is
+        // closed.
         DriverKind::ServerSelection { .. }
-        | DriverKind::ConnectionPoolCleared { .. }
         | DriverKind::DnsResolve { .. }
         | DriverKind::Shutdown => ErrorKind::Unavailable,
+        DriverKind::ConnectionPoolCleared { message, .. } => pool_cleared(message, stage),
         DriverKind::Io(io) => {
             // The driver labels failures of connection establishment (TCP,
             // TLS, handshake) `SystemOverloadedError`: before our command.
@@ -272,6 +289,20 @@ mod tests {
         assert_eq!(classify_code(2, Stage::Write, true), ErrorKind::Unknown);
         assert_eq!(classify_code(2, Stage::Write, false), ErrorKind::Internal);
         assert_eq!(classify_code(2, Stage::Read, true), ErrorKind::Internal);
+    }
+
+    #[test]
+    fn an_interrupted_write_is_in_doubt_and_a_cleared_checkout_is_not() {
+        let interrupted = "Connection to 127.0.0.1:27017 interrupted due to server monitor timeout";
+        let checkout = "Connection pool for 127.0.0.1:27017 cleared because another operation failed with: I/O error";
+        assert_eq!(pool_cleared(interrupted, Stage::Write), ErrorKind::Unknown);
+        assert_eq!(
+            pool_cleared(interrupted, Stage::Read),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(pool_cleared(checkout, Stage::Write), ErrorKind::Unavailable);
+        // A message this crate does not know is believed sent.
+        assert_eq!(pool_cleared("cleared", Stage::Write), ErrorKind::Unknown);
     }
 
     #[test]

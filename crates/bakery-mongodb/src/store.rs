@@ -8,12 +8,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bakery_core::durability::Recheck;
 use bakery_core::{
     async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, Operation, PutOutcome,
     Result, Row, Version, VersionedStore,
 };
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{doc, Binary, Bson, Document};
+use mongodb::event::cmap::CmapEvent;
+use mongodb::event::EventHandler;
 use mongodb::options::{CollectionOptions, ReadPreference, ReturnDocument};
 use mongodb::{Client, Collection, IndexModel};
 
@@ -52,6 +55,10 @@ pub(crate) struct Inner {
     strategy: CasStrategy,
     server: ServerInfo,
     pub(crate) coll: Collection<Document>,
+    client: Client,
+    /// The seed list, as `identify` takes it.
+    hosts: Vec<String>,
+    recheck: Arc<Recheck>,
     /// Background prunes under way (`insert` strategy).
     pub(crate) pruning: AtomicUsize,
 }
@@ -134,10 +141,23 @@ impl MongoStore {
         const OP: Operation = Operation::Open;
         config.validate()?;
         let timeout = config.timeout();
-        let options = match tokio::time::timeout(timeout, config.client_options()).await {
+        let mut options = match tokio::time::timeout(timeout, config.client_options()).await {
             Ok(options) => options?,
             Err(_) => return Err(error::timed_out(OP, false, timeout)),
         };
+        let recheck = Arc::new(Recheck::new(
+            BACKEND,
+            config.durability_recheck(),
+            config.accept_data_loss(),
+        ));
+        // A new connection may reach another server (a failover, a DNS
+        // change): the next write re-reads the topology first.
+        let invalidated = recheck.clone();
+        options.cmap_event_handler = Some(EventHandler::callback(move |event| {
+            if matches!(event, CmapEvent::ConnectionReady(_)) {
+                invalidated.invalidate();
+            }
+        }));
         let hosts: Vec<String> = options.hosts.iter().map(|host| host.to_string()).collect();
         let client = Client::with_options(options).map_err(|e| map_err(e, OP, Stage::Connect))?;
         let server = match tokio::time::timeout(timeout, identify(&client, &config, &hosts)).await {
@@ -173,6 +193,9 @@ impl MongoStore {
                 strategy,
                 server,
                 coll,
+                client,
+                hosts,
+                recheck,
                 pruning: AtomicUsize::new(0),
             }),
         };
@@ -188,6 +211,29 @@ impl MongoStore {
             Err(_) => return Err(error::timed_out(OP, false, timeout)),
         }
         Ok(store)
+    }
+
+    /// Before a write: the durability re-check (crate docs, "Consistency
+    /// and durability"). When it is due, or after a new connection, the
+    /// server is identified again: a replica set that grew past what a
+    /// numeric `w` covers, or a reconnect that reached a replica set where
+    /// there was a standalone server, stops the store's writes.
+    async fn rechecked(&self, op: Operation) -> Result<()> {
+        let inner = &self.inner;
+        let inspect = || async move {
+            let server = identify(&inner.client, &inner.config, &inner.hosts)
+                .await
+                .map_err(|e| {
+                    Error::not_sent(
+                        ErrorKind::Unavailable,
+                        BACKEND,
+                        op,
+                        format!("durability re-check: {}", e.message()),
+                    )
+                })?;
+            Ok(inner.config.durability_hazards(&server))
+        };
+        inner.recheck.guard(op, inspect).await
     }
 
     async fn create_versions_index(&self) -> Result<()> {
@@ -461,6 +507,7 @@ impl VersionedStore for MongoStore {
     ) -> Result<PutOutcome> {
         let call = Call::new(Operation::Put);
         self.bounded(&call, async {
+            self.rechecked(call.op).await?;
             match self.strategy() {
                 CasStrategy::Update => self.u_put(&call, key, expected, value).await,
                 CasStrategy::Insert => self.v_put(&call, key, expected, value).await,
@@ -472,6 +519,7 @@ impl VersionedStore for MongoStore {
     async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         let call = Call::new(Operation::Delete);
         self.bounded(&call, async {
+            self.rechecked(call.op).await?;
             match self.strategy() {
                 CasStrategy::Update => self.u_delete(&call, key, expected).await,
                 CasStrategy::Insert => self.v_delete(&call, key, expected).await,

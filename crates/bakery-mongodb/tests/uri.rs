@@ -196,6 +196,14 @@ fn write_concerns_that_lose_acknowledged_writes_are_hazards() {
         hazards("mongodb://h/db?w=2", &three).is_empty(),
         "2 of 3 is a majority"
     );
+    // What a live store's re-check sees after the set grew to 5 members.
+    let five = ServerInfo::identify(
+        &doc! {},
+        &doc! {"setName": "rs0", "hosts": ["a:1", "b:1", "c:1"], "passives": ["d:1", "e:1"]},
+        &["a"],
+    );
+    assert_eq!(hazards("mongodb://h/db?w=2", &five), ["w"], "2 of 5 is not");
+    assert!(hazards("mongodb://h/db", &five).is_empty(), "majority is");
     assert_eq!(
         hazards("mongodb://h/db?w=1&journal=false", &three),
         ["journal", "w"]
@@ -301,7 +309,7 @@ fn shared_option_rules() {
     bakery_testkit::options::Shared {
         backend: "mongodb",
         base: "mongodb://h/db?w=majority",
-        durations: &["timeout_ms"],
+        durations: &["timeout_ms", "durability_recheck_ms"],
         parse: MongoConfig::from_uri,
         accept_data_loss: Some(MongoConfig::accept_data_loss),
         shown: Some(MongoConfig::to_string),
@@ -313,7 +321,7 @@ fn shared_option_rules() {
     let err = MongoConfig::from_uri("mongodb://h/db?replicaset=rs0&colour=blue").unwrap_err();
     assert!(
         err.message().starts_with(
-            "unknown mongodb URI option `colour` (known: cas, collection, timeout_ms, allow_unproven_update, accept_data_loss, and the driver's)"
+            "unknown mongodb URI option `colour` (known: cas, collection, timeout_ms, allow_unproven_update, accept_data_loss, durability_recheck_ms, and the driver's)"
         ),
         "{err}"
     );

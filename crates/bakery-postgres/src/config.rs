@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bakery_core::durability::ACCEPT_DATA_LOSS;
+use bakery_core::durability::{ACCEPT_DATA_LOSS, DEFAULT_RECHECK, RECHECK_OPTION};
 use bakery_core::error::cause_chain;
 use bakery_core::options;
 use bakery_core::{Error, Result};
@@ -79,6 +79,9 @@ struct Options {
     sslrootcert: Option<String>,
     /// [`ACCEPT_DATA_LOSS`].
     accept_data_loss: Option<bool>,
+    /// [`RECHECK_OPTION`].
+    #[serde(default, deserialize_with = "options::millis")]
+    durability_recheck_ms: Option<Duration>,
 }
 
 /// How hard the connection insists on TLS and checks the server's
@@ -252,6 +255,7 @@ impl fmt::Display for TableName {
 /// | `sslmode=…` | `prefer` | see [`SslMode`] |
 /// | `sslrootcert=FILE\|system` | none | see [`RootCert`] |
 /// | `accept_data_loss=true\|false` | `false` | open even on a server that can lose acknowledged writes — `fsync` or `full_page_writes` off, or a connected standby that does not confirm commits (crate docs, "Durability") |
+/// | `durability_recheck_ms=N` | `1000` | re-read those settings this often while live (and after every new connection), 1 ms to 1 h (crate docs, "Durability") |
 ///
 /// `connect_timeout` defaults to 5 seconds here (libpq: none).
 ///
@@ -284,6 +288,7 @@ pub struct PostgresConfig {
     ssl_mode: SslMode,
     root_cert: Option<RootCert>,
     accept_data_loss: bool,
+    durability_recheck: Duration,
 }
 
 impl PostgresConfig {
@@ -370,6 +375,7 @@ impl PostgresConfig {
             ssl_mode: options.sslmode.unwrap_or_default(),
             root_cert,
             accept_data_loss: options.accept_data_loss.unwrap_or(false),
+            durability_recheck: options.durability_recheck_ms.unwrap_or(DEFAULT_RECHECK),
         };
         config.validate()?;
         Ok(config)
@@ -457,6 +463,16 @@ impl PostgresConfig {
                 format!(
                     "postgres option `timeout_ms` must be from 1 to {MAX_TIMEOUT_MS} (or none)"
                 ),
+            ));
+        }
+        if self.durability_recheck.is_zero()
+            || self.durability_recheck > Duration::from_millis(options::MAX_MILLIS)
+        {
+            return Err(options::invalid(
+                BACKEND,
+                RECHECK_OPTION,
+                &self.durability_recheck.as_millis().to_string(),
+                &format!("a number of milliseconds from 1 to {}", options::MAX_MILLIS),
             ));
         }
         if self.ssl_mode.verifies() && self.root_cert.is_none() {
@@ -558,6 +574,13 @@ impl PostgresConfig {
         if self.accept_data_loss {
             write!(f, "&{ACCEPT_DATA_LOSS}=true")?;
         }
+        if self.durability_recheck != DEFAULT_RECHECK {
+            write!(
+                f,
+                "&{RECHECK_OPTION}={}",
+                self.durability_recheck.as_millis()
+            )?;
+        }
         for path in unix {
             write!(f, "&host={path}")?;
         }
@@ -600,6 +623,10 @@ bakery_core::setters! { PostgresConfig {
     /// and logs the settings as a warning: after a crash of the server or
     /// its machine a sequence may hand out the same ids again.
     with_accept_data_loss(accept_data_loss: bool);
+    /// Re-read the server's durability settings this often while the store
+    /// is live, and after every new connection (default
+    /// [`DEFAULT_RECHECK`]; crate docs, "Durability").
+    with_durability_recheck(durability_recheck: Duration);
 }}
 
 bakery_core::getters! { PostgresConfig {
@@ -616,4 +643,6 @@ bakery_core::getters! { PostgresConfig {
     /// True if the store may open on a server that can lose acknowledged
     /// writes (`accept_data_loss=true`).
     accept_data_loss: bool;
+    /// How often a live store re-reads the durability settings.
+    durability_recheck: Duration;
 }}

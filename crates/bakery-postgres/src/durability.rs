@@ -4,8 +4,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
-use bakery_core::durability::Hazard;
+use bakery_core::durability::{Hazard, Recheck};
 use tokio::task::JoinHandle;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -126,9 +127,12 @@ pub(crate) async fn commit_synchronously(
 /// How the pool opens a connection: connect (TCP, TLS, authentication,
 /// bakery's startup options), start the task that drives it, then
 /// [`commit_synchronously`] — once per connection, inside the pool's create
-/// timeout; a failure there is a failed connect.
+/// timeout; a failure there is a failed connect. The store's [`Recheck`]
+/// is told, so its next write re-reads the settings.
 pub(crate) struct Connector {
     pub(crate) tls: MakeRustlsConnect,
+    /// Told of every new connection: the next write re-checks.
+    pub(crate) recheck: Arc<Recheck>,
 }
 
 type Connected = Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error>;
@@ -140,6 +144,7 @@ impl deadpool_postgres::Connect for Connector {
     ) -> Pin<Box<dyn Future<Output = Connected> + Send + '_>> {
         let tls = self.tls.clone();
         let pg_config = pg_config.clone();
+        let recheck = self.recheck.clone();
         Box::pin(async move {
             let (client, connection) = pg_config.connect(tls).await?;
             let task = tokio::spawn(async move {
@@ -151,6 +156,8 @@ impl deadpool_postgres::Connect for Connector {
                 task.abort();
                 return Err(e);
             }
+            // Maybe another server (a failover, a DNS change).
+            recheck.invalidate();
             Ok((client, task))
         })
     }

@@ -22,6 +22,7 @@ use crate::durability::{self, Connector};
 use crate::error::{map_err, map_pool_err, timed_out, Phase};
 use crate::notify::{channel_name, Listener};
 use crate::{PostgresConfig, TableName, BACKEND, CLIENT_GRACE, DEFAULT_TIMEOUT};
+use bakery_core::durability::Recheck;
 
 /// How often one call re-runs its statement when the statement's snapshot
 /// and the row it waited for disagree (see [`Statements`]). One re-run is
@@ -77,6 +78,8 @@ struct Inner {
     listener: tokio::sync::Mutex<Option<Listener>>,
     /// Watches still registered, over all sessions.
     watches: Arc<AtomicUsize>,
+    /// The durability check repeated while live (crate docs, "Durability").
+    recheck: Arc<Recheck>,
 }
 
 /// The SQL, with the validated, quoted table name formatted in once.
@@ -234,11 +237,19 @@ impl PostgresStore {
             config = %config,
         );
         let tls = tls::connector(&config)?;
+        let recheck = Arc::new(Recheck::new(
+            BACKEND,
+            config.durability_recheck(),
+            config.accept_data_loss(),
+        ));
         // Each new connection raises `synchronous_commit` from `off` before
         // the pool hands it out (durability::Connector).
         let manager = Manager::from_connect(
             config.driver_config(),
-            Connector { tls: tls.clone() },
+            Connector {
+                tls: tls.clone(),
+                recheck: recheck.clone(),
+            },
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -263,6 +274,7 @@ impl PostgresStore {
                 sql,
                 listener: tokio::sync::Mutex::new(None),
                 watches: Arc::new(AtomicUsize::new(0)),
+                recheck,
             }),
         };
         store.prepare_table().instrument(span).await?;
@@ -423,11 +435,10 @@ impl PostgresStore {
             synchronous_commit = %settings.synchronous_commit,
             "durability settings"
         );
-        bakery_core::durability::check(
-            BACKEND,
-            &durability::hazards(&settings),
-            self.inner.config.accept_data_loss(),
-        )?;
+        let hazards = durability::hazards(&settings);
+        bakery_core::durability::check(BACKEND, &hazards, self.inner.config.accept_data_loss())?;
+        // Read just now: the first write need not read again.
+        self.inner.recheck.record(&hazards);
         let exists: bool = client
             .query_one("SELECT to_regclass($1)::oid IS NOT NULL", &[&name])
             .await
@@ -510,8 +521,27 @@ impl PostgresStore {
         watchers.ok_or_else(listener_closed)
     }
 
+    /// Before a write: the durability re-check (crate docs, "Durability"),
+    /// one query on a pooled connection when it is due.
+    async fn rechecked(&self, op: Operation, deadline: Option<Instant>) -> Result<()> {
+        let inspect = || async move {
+            let client = self.checkout(op, deadline).await?;
+            match within(deadline, durability::inspect(&client)).await {
+                Some(settings) => Ok(durability::hazards(
+                    &settings.map_err(|e| map_err(e, Phase::Execute, op))?,
+                )),
+                None => {
+                    self.abandon(client);
+                    Err(timed_out(Phase::Execute, op, self.limit()))
+                }
+            }
+        };
+        self.inner.recheck.guard(op, inspect).await
+    }
+
     async fn put(&self, key: &Key, expected: Option<Version>, value: Bytes) -> Result<PutOutcome> {
         let deadline = self.deadline();
+        self.rechecked(Operation::Put, deadline).await?;
         let expected_raw = match expected.map(stored_version) {
             None => None,
             Some(Some(raw)) => Some(raw),
@@ -569,6 +599,7 @@ impl PostgresStore {
 
     async fn delete(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         let deadline = self.deadline();
+        self.rechecked(Operation::Delete, deadline).await?;
         let Some(raw) = stored_version(expected) else {
             let current = self.read(Operation::Delete, key, deadline).await?;
             return Ok(DeleteOutcome::Conflict(current.and_then(|s| s.live(key))));

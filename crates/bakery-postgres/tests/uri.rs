@@ -157,7 +157,7 @@ fn shared_option_rules() {
     bakery_testkit::options::Shared {
         backend: "postgres",
         base: "postgres://u@h/db",
-        durations: &["timeout_ms"],
+        durations: &["timeout_ms", "durability_recheck_ms"],
         parse: PostgresConfig::from_uri,
         accept_data_loss: Some(PostgresConfig::accept_data_loss),
         shown: Some(PostgresConfig::to_string),

@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bakery_core::durability::ACCEPT_DATA_LOSS;
+use bakery_core::durability::{ACCEPT_DATA_LOSS, DEFAULT_RECHECK, RECHECK_OPTION};
 use bakery_core::options::{self, invalid};
 use bakery_core::uri::{percent_decode, Password};
 use bakery_core::{Error, Result};
@@ -84,6 +84,7 @@ bakery_core::spellings! {
 /// | `ca_file=PATH` | system roots | PEM file of the CA to trust (`rediss` only) |
 /// | `wait_replicas=N` | the replicas connected at open | after every call, `WAIT` until `N` replicas have everything it wrote or read; fewer than those connected can lose writes in a failover (crate docs, "Replicas") |
 /// | `accept_data_loss=true\|false` | `false` | open even on a server that can lose acknowledged writes (crate docs, "Durability") |
+/// | `durability_recheck_ms=N` | `1000` | re-read the durability settings this often while live (and after every reconnect), 1 ms to 1 h (crate docs, "Durability") |
 ///
 /// The password never appears in `Debug` or `Display` output, nor in error
 /// messages.
@@ -135,6 +136,7 @@ pub struct RedisConfig {
     ca_file: Option<PathBuf>,
     wait_replicas: Option<usize>,
     accept_data_loss: bool,
+    durability_recheck: Duration,
 }
 
 impl RedisConfig {
@@ -155,6 +157,7 @@ impl RedisConfig {
             ca_file: None,
             wait_replicas: None,
             accept_data_loss: false,
+            durability_recheck: DEFAULT_RECHECK,
         }
     }
 
@@ -250,6 +253,7 @@ impl RedisConfig {
         }
         config.wait_replicas = options.wait_replicas;
         config.accept_data_loss = options.accept_data_loss.unwrap_or(false);
+        config.durability_recheck = options.durability_recheck_ms.unwrap_or(DEFAULT_RECHECK);
         config.validate()?;
         Ok(config)
     }
@@ -309,13 +313,18 @@ impl RedisConfig {
                 &format!("a number of replicas from 0 to {MAX_WAIT_REPLICAS}"),
             ));
         }
-        if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
-            return Err(invalid(
-                BACKEND,
-                "timeout_ms",
-                &self.timeout.as_millis().to_string(),
-                &format!("a number of milliseconds from 1 to {}", options::MAX_MILLIS),
-            ));
+        for (name, value) in [
+            ("timeout_ms", self.timeout),
+            (RECHECK_OPTION, self.durability_recheck),
+        ] {
+            if value.is_zero() || value > MAX_TIMEOUT {
+                return Err(invalid(
+                    BACKEND,
+                    name,
+                    &value.as_millis().to_string(),
+                    &format!("a number of milliseconds from 1 to {}", options::MAX_MILLIS),
+                ));
+            }
         }
         options::pool_size(BACKEND, self.pool_size, MAX_POOL_SIZE)
     }
@@ -356,6 +365,13 @@ impl fmt::Display for RedisConfig {
         if self.accept_data_loss {
             write!(f, "&{ACCEPT_DATA_LOSS}=true")?;
         }
+        if self.durability_recheck != DEFAULT_RECHECK {
+            write!(
+                f,
+                "&{RECHECK_OPTION}={}",
+                self.durability_recheck.as_millis()
+            )?;
+        }
         Ok(())
     }
 }
@@ -392,6 +408,8 @@ struct Options {
     ca_file: Option<String>,
     wait_replicas: Option<usize>,
     accept_data_loss: Option<bool>,
+    #[serde(default, deserialize_with = "options::millis")]
+    durability_recheck_ms: Option<Duration>,
 }
 
 bakery_core::setters! { RedisConfig {
@@ -430,6 +448,10 @@ bakery_core::setters! { RedisConfig {
     /// and logs the settings as a warning: after a crash or restart of the
     /// server a sequence may hand out the same ids again.
     with_accept_data_loss(accept_data_loss: bool);
+    /// Re-read the server's durability settings this often while the store
+    /// is live, and after every reconnect (default
+    /// [`DEFAULT_RECHECK`]; crate docs, "Durability").
+    with_durability_recheck(durability_recheck: Duration);
 }}
 
 bakery_core::getters! { RedisConfig {
@@ -459,4 +481,6 @@ bakery_core::getters! { RedisConfig {
     /// True if the store may open on a server that can lose acknowledged
     /// writes (`accept_data_loss=true`).
     accept_data_loss: bool;
+    /// How often a live store re-reads the durability settings.
+    durability_recheck: Duration;
 }}

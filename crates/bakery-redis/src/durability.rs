@@ -109,7 +109,10 @@ impl Settings {
 ///   are dropped at the next resync;
 /// - replicas connected and `wait` (the replicas every call `WAIT`s for,
 ///   [`replicas_to_wait`]) fewer than them → replication is asynchronous,
-///   and a failover to a replica that had not acknowledged a write loses it.
+///   and a failover to a replica that had not acknowledged a write loses it;
+/// - fewer replicas connected than `wait` (one was lost after open, or
+///   `wait_replicas` names more than the primary has) → no write can reach
+///   them: each would apply on the primary alone with an unknown outcome.
 ///
 /// Unreadable eviction or role settings, or an unreadable replica count,
 /// are not hazards by themselves.
@@ -214,7 +217,27 @@ pub(crate) fn hazards(s: &Settings, wait: usize) -> Vec<Hazard> {
             "leave wait_replicas unset: every call then WAITs for all the replicas connected at open",
         ));
     }
+    if let Some(connected) = s.replicas.filter(|&n| n < wait) {
+        found.push(Hazard::new(
+            "connected_slaves",
+            connected.to_string(),
+            format!(
+                "fewer than the {wait} replicas every call WAITs for (wait_replicas={wait}): a write would be applied on the primary alone, its outcome unknown, and a failover could lose it"
+            ),
+            format!("reconnect the replicas, or reopen the store with wait_replicas={connected}"),
+        ));
+    }
     found
+}
+
+/// The hazards of the server behind `conn` now, for a store whose calls
+/// `WAIT` for `wait` replicas: what every re-check judges.
+pub(crate) async fn read_hazards(
+    conn: &mut ConnectionManager,
+    wait: usize,
+    op: Operation,
+) -> Result<Vec<Hazard>> {
+    Ok(hazards(&inspect(conn, op).await?, wait))
 }
 
 /// How many replicas every call `WAIT`s for: `configured`
@@ -227,8 +250,9 @@ pub(crate) fn replicas_to_wait(s: &Settings, configured: Option<usize>) -> usize
 /// Read the settings: one pipeline of `CONFIG GET`s, then `INFO`. A
 /// command the server refuses (renamed or disabled, `NOPERM`, unknown to a
 /// Redis-compatible server) leaves its settings unread; a server that is
-/// unreachable, loading or asks for credentials is an error as at connect.
-pub(crate) async fn inspect(conn: &mut ConnectionManager) -> Result<Settings> {
+/// unreachable, loading or asks for credentials is an error of `op` as at
+/// connect.
+pub(crate) async fn inspect(conn: &mut ConnectionManager, op: Operation) -> Result<Settings> {
     let mut settings = Settings::default();
     let mut pipe = redis::pipe();
     for name in CONFIG_NAMES {
@@ -241,7 +265,7 @@ pub(crate) async fn inspect(conn: &mut ConnectionManager) -> Result<Settings> {
             tracing::debug!(error = %e, "CONFIG GET refused; reading INFO instead");
             settings.config_refused = Some(e.code().unwrap_or("error").to_string());
         }
-        Err(e) => return Err(map_err(e.into(), Operation::Open, Phase::Connect, None)),
+        Err(e) => return Err(map_err(e.into(), op, Phase::Connect, None)),
     }
     let info: Result<String, RedisError> = redis::cmd("INFO").query_async(conn).await;
     match info {
@@ -249,7 +273,7 @@ pub(crate) async fn inspect(conn: &mut ConnectionManager) -> Result<Settings> {
         Err(e) if is_refused_command(&e) => {
             tracing::debug!(error = %e, "INFO refused");
         }
-        Err(e) => return Err(map_err(e.into(), Operation::Open, Phase::Connect, None)),
+        Err(e) => return Err(map_err(e.into(), op, Phase::Connect, None)),
     }
     tracing::debug!(?settings, "durability settings");
     Ok(settings)
@@ -438,8 +462,20 @@ mod tests {
         let wait = replicas_to_wait(&s, None);
         assert_eq!(wait, 2);
         assert_eq!(hazards(&s, wait), []);
-        // More than connected: no hazard (writes wait for them to connect).
-        assert_eq!(hazards(&s, replicas_to_wait(&s, Some(3))), []);
+        // More than connected (one lost after open): no write can reach
+        // them.
+        let found = hazards(&s, replicas_to_wait(&s, Some(3)));
+        assert_eq!(names(&found), [("connected_slaves", "2")]);
+        assert!(
+            found[0].loses.contains("fewer than the 3 replicas"),
+            "{}",
+            found[0]
+        );
+        assert!(
+            found[0].fix.contains("reconnect the replicas"),
+            "{}",
+            found[0]
+        );
         // Fewer: a failover can lose acknowledged writes.
         for (wait, says) in [
             (0, "does not WAIT for them (wait_replicas=0)"),

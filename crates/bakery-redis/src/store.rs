@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use bakery_core::durability::Recheck;
 use bakery_core::{
     async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, Operation, PutOutcome,
     Result, Row, Version, VersionedStore, Watch,
@@ -88,6 +89,8 @@ struct Inner {
     durable: bool,
     /// Replicas every call `WAIT`s for (0: none; crate docs, "Replicas").
     wait_replicas: usize,
+    /// The durability check repeated while live (crate docs, "Durability").
+    recheck: Recheck,
 }
 
 impl RedisStore {
@@ -145,7 +148,7 @@ impl RedisStore {
                 .map_err(|e| map_err(e.into(), OP, Phase::Connect, None))?;
             // Refuse a server that can forget what it acknowledged, before
             // anything is written (crate docs, "Durability").
-            let settings = durability::inspect(&mut shared.clone()).await?;
+            let settings = durability::inspect(&mut shared.clone(), OP).await?;
             let wait_replicas = durability::replicas_to_wait(&settings, config.wait_replicas());
             let hazards = durability::hazards(&settings, wait_replicas);
             bakery_core::durability::check(BACKEND, &hazards, config.accept_data_loss())?;
@@ -187,7 +190,6 @@ impl RedisStore {
         tracing::debug!(parent: &span, wait_replicas, "connected");
         Ok(RedisStore {
             inner: Arc::new(Inner {
-                config,
                 shared,
                 scripts,
                 pool,
@@ -196,6 +198,12 @@ impl RedisStore {
                 watches: Arc::new(AtomicUsize::new(0)),
                 durable,
                 wait_replicas,
+                recheck: Recheck::new(
+                    BACKEND,
+                    config.durability_recheck(),
+                    config.accept_data_loss(),
+                ),
+                config,
             }),
         })
     }
@@ -281,18 +289,40 @@ impl RedisStore {
     /// connection starts reconnecting on the failure, and the retry waits
     /// for that attempt instead of failing on the stale error right after
     /// the server came back.
+    ///
+    /// A lost connection is replaced by a new one, maybe to another server:
+    /// the next write re-checks its durability first.
     async fn on_shared<T, F, Fut>(&self, call: F) -> redis::RedisResult<T>
     where
         F: Fn(ConnectionManager) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        match call(self.inner.shared.clone()).await {
+        let reply = match call(self.inner.shared.clone()).await {
             Err(e) if e.is_connection_refusal() => {
+                self.inner.recheck.invalidate();
                 tracing::debug!(error = %e, "connection refused; retrying once on a new connection");
                 call(self.inner.shared.clone()).await
             }
             other => other,
+        };
+        if let Err(e) = &reply {
+            if e.is_connection_refusal() || e.is_io_error() || e.is_connection_dropped() {
+                self.inner.recheck.invalidate();
+            }
         }
+        reply
+    }
+
+    /// Before a write: the durability re-check (crate docs, "Durability"),
+    /// on the shared connection when it is due.
+    async fn rechecked(&self, op: Operation) -> Result<()> {
+        let wait = self.inner.wait_replicas;
+        self.inner
+            .recheck
+            .guard(op, || async move {
+                durability::read_hazards(&mut self.inner.shared.clone(), wait, op).await
+            })
+            .await
     }
 
     /// The replicas every call waits for: `wait_replicas`, or those the
@@ -468,6 +498,7 @@ impl RedisStore {
             Ok(fields) => fields,
             Err(e) if lease.reused() && (e.is_io_error() || e.is_connection_dropped()) => {
                 tracing::debug!(error = %e, "pooled connection was dead; reconnecting");
+                self.inner.recheck.invalidate();
                 lease
                     .reconnect()
                     .await
@@ -759,6 +790,7 @@ impl VersionedStore for RedisStore {
         let full = self.redis_key(key);
         let sent = AtomicBool::new(false);
         let call = async {
+            self.rechecked(Operation::Put).await?;
             let outcome = match self.strategy() {
                 CasStrategy::Script => self.script_put(key, &full, expected, value, &sent).await,
                 CasStrategy::Watch => self.watch_put(key, &full, expected, value, &sent).await,
@@ -774,6 +806,7 @@ impl VersionedStore for RedisStore {
         let full = self.redis_key(key);
         let sent = AtomicBool::new(false);
         let call = async {
+            self.rechecked(Operation::Delete).await?;
             let outcome = match self.strategy() {
                 CasStrategy::Script => self.script_delete(key, &full, expected, &sent).await,
                 CasStrategy::Watch => self.watch_delete(key, &full, expected, &sent).await,

@@ -1,7 +1,7 @@
 //! RedisStore against a real server (`BAKERY_REDIS_URI`), with both CAS
 //! strategies: what only Redis has — the key layout, the strategies side by
 //! side, the watch strategy's pool, foreign data, credentials, lost
-//! replies, TLS and pub/sub. The contract itself is the conformance
+//! replies and pub/sub (TLS: tests/tls.rs). The contract itself is the conformance
 //! suite's (`cargo test -p bakery --features redis --test conformance`).
 
 mod common;
@@ -475,48 +475,6 @@ async fn bad_credentials_and_database_are_config_errors() {
             assert!(!err.is_temporary());
             assert!(!format!("{err} {err:?}").contains(secret), "{err:?}");
         }
-    }
-}
-
-/// `rediss://` end to end, against a TLS server named by
-/// `BAKERY_REDIS_TLS_URI` (e.g. `rediss://:PASS@localhost:6380/0?ca_file=ca.pem`,
-/// see docs.md for a one-minute setup). Without it the test says so and
-/// returns: `scripts/backends.sh` runs no TLS server.
-#[cfg(feature = "tls")]
-#[tokio::test]
-async fn tls_end_to_end() {
-    let Ok(uri) = std::env::var("BAKERY_REDIS_TLS_URI") else {
-        eprintln!("tls_end_to_end: skipped, BAKERY_REDIS_TLS_URI is not set");
-        return;
-    };
-    let config = RedisConfig::from_uri(&uri).unwrap();
-    assert!(config.tls());
-    for strategy in STRATEGIES {
-        let store = RedisStore::open(
-            config
-                .clone()
-                .with_cas(strategy)
-                .with_prefix(common::unique_prefix("tls")),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{strategy}: {e}"));
-        cas_cases(Arc::new(store)).await;
-    }
-    // The server's certificate is signed by a private CA: without `ca_file`
-    // the system roots do not trust it, and connecting fails (not a panic).
-    if config.ca_file().is_some() {
-        let mut untrusted = RedisConfig::new(config.host())
-            .with_tls(true)
-            .with_port(config.port())
-            .with_timeout(Duration::from_secs(2));
-        if config.has_password() {
-            // The password is not needed to see the handshake fail.
-            untrusted = untrusted.with_password("irrelevant");
-        }
-        let err = RedisStore::open(untrusted).await.unwrap_err();
-        eprintln!("untrusted certificate: {err}");
-        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
-        assert!(err.message().contains("ca_file"), "{err}");
     }
 }
 

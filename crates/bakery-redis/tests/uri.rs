@@ -171,7 +171,7 @@ fn shared_option_rules() {
     bakery_testkit::options::Shared {
         backend: "redis",
         base: "redis://h/0",
-        durations: &["timeout_ms"],
+        durations: &["timeout_ms", "durability_recheck_ms"],
         parse: RedisConfig::from_uri,
         accept_data_loss: Some(RedisConfig::accept_data_loss),
         shown: Some(RedisConfig::to_string),

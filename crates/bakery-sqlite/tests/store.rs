@@ -40,7 +40,7 @@ async fn the_suite_cas_cases_pass_in_memory() {
     assert!(cases.len() > 5, "{cases:?}");
     for case in cases {
         let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
-        (case.run)(Arc::new(store)).await;
+        case.run_on(Arc::new(store)).await;
     }
 }
 

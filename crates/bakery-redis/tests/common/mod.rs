@@ -86,7 +86,7 @@ pub async fn cleanup(uri: &str, store: &RedisStore) {
 pub async fn cas_cases(store: Arc<dyn VersionedStore>) {
     for case in bakery_testkit::cases() {
         if case.name.starts_with("cas::") {
-            (case.run)(store.clone()).await;
+            case.run_on(store.clone()).await;
         }
     }
 }
