@@ -38,7 +38,12 @@
 # with --appendonly no (Redis's default) and no RDB snapshots (--save ''): a
 # restart forgets everything, so bakery refuses it unless the URI says
 # accept_data_loss=true; tests/redis_durability.rs uses it to show both
-# the refusal and the duplicate ids it prevents.  Only export lines go to
+# the refusal and the duplicate ids it prevents.  postgres (ssl=on) and
+# redis (a second, TLS port) present a certificate for localhost from a test
+# CA made with openssl under the scratch directory; they also print
+# BAKERY_POSTGRES_TLS_URI, BAKERY_REDIS_TLS_URI (rediss://) and the CA to
+# trust, BAKERY_POSTGRES_TLS_CA and BAKERY_REDIS_TLS_CA (their tests/tls.rs).
+# Only export lines go to
 # stdout, so
 #   eval "$(scripts/backends.sh start all)"
 # works; progress goes to stderr.  Every start/stop/restart/kill also rewrites
@@ -47,6 +52,7 @@
 #
 # Environment:
 #   BAKERY_PG_PORT (15432)  BAKERY_MARIADB_PORT (13306)  BAKERY_REDIS_PORT (16379)
+#   BAKERY_REDIS_TLS_PORT (16390, redis's TLS port)
 #   BAKERY_REDIS_VOLATILE_PORT (16380)  BAKERY_ETCD_PORT (12379)  BAKERY_ETCD_PEER_PORT (12380)
 #   BAKERY_MONGODB_PORT (17017)  BAKERY_TOXIPROXY_PORT (18474, its HTTP API)
 #   BAKERY_CASSANDRA_PORT (19042, CQL)  BAKERY_CASSANDRA_STORAGE_PORT (17000)

@@ -21,6 +21,9 @@
 #   NAME_after_start   runs once it answers, also when it was running already
 #   NAME_uri           prints its BAKERY_NAME_URI value
 #   NAME_env_var       (optional) prints another name for that variable
+#   NAME_more_env      (optional) prints more variables to export, one
+#                      "VARIABLE VALUE" a line (postgres, redis: their TLS
+#                      URI and CA)
 #   NAME_stop PID      stops it, usually with stop_pid NAME PID
 #
 # start, after_start and stop run right after NAME_describe, so they may use
@@ -134,6 +137,62 @@ deps_missing() {
     fi
 }
 install_deps() { install_missing deps; }
+
+# ---------------------------------------------------------------- a test CA
+
+# The TLS ports (postgres's ssl=on, redis's tls-port) present a certificate
+# from a CA of our own, made with openssl once and kept in $TLS_DIR while
+# valid for another day:
+#   ca.pem                  the CA that signed server.pem (BAKERY_*_TLS_CA)
+#   server.pem, server.key  the servers' certificate, for DNS:localhost only:
+#                           a client connecting to 127.0.0.1 sees a host name
+#                           mismatch, which the tests use
+#   other-ca.pem            a second CA that signed nothing here: the wrong
+#                           trust anchor the tests expect to be refused
+TLS_DIR=$SCRATCH/tls
+
+tls_missing() { have openssl || echo openssl; }
+
+# tls_files_valid: every file is there, server.pem chains to ca.pem, and
+# neither expires within a day.
+tls_files_valid() {
+    local file
+    for file in ca.pem server.pem server.key other-ca.pem; do
+        [[ -s $TLS_DIR/$file ]] || return 1
+    done
+    openssl verify -CAfile "$TLS_DIR/ca.pem" "$TLS_DIR/server.pem" >/dev/null 2>&1 &&
+        openssl x509 -checkend 86400 -noout -in "$TLS_DIR/ca.pem" >/dev/null &&
+        openssl x509 -checkend 86400 -noout -in "$TLS_DIR/server.pem" >/dev/null
+}
+
+# ensure_test_ca: makes the files of $TLS_DIR unless they are valid already
+# (in a scratch directory first, so an interrupted run leaves no half set).
+ensure_test_ca() {
+    local new=$TLS_DIR.new ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+    tls_files_valid && return 0
+    say "tls: making a test CA and a certificate for localhost in $TLS_DIR"
+    rm -rf "$new"
+    mkdir -p "$new"
+    (
+        cd "$new" || exit 1
+        openssl req -x509 "${ec[@]}" -days 3650 -subj "/CN=bakery test CA" \
+            -keyout ca.key -out ca.pem &&
+            openssl req -x509 "${ec[@]}" -days 3650 -subj "/CN=bakery other test CA" \
+                -keyout other-ca.key -out other-ca.pem &&
+            openssl req "${ec[@]}" -subj /CN=localhost -keyout server.key -out server.csr &&
+            printf '%s\n' subjectAltName=DNS:localhost basicConstraints=critical,CA:FALSE \
+                keyUsage=critical,digitalSignature extendedKeyUsage=serverAuth >server.ext &&
+            openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -set_serial "0x$(openssl rand -hex 8)" \
+                -days 3650 -extfile server.ext -out server.pem
+    ) >"$new/openssl.log" 2>&1 || {
+        tail -n 20 "$new/openssl.log" >&2
+        die "tls: openssl failed (log: $new/openssl.log)"
+    }
+    chmod 600 "$new"/*.key
+    rm -rf "$TLS_DIR"
+    mv "$new" "$TLS_DIR"
+    tls_files_valid || die "tls: the certificate openssl made in $TLS_DIR does not verify"
+}
 
 # ---------------------------------------------------------------- processes
 
@@ -378,14 +437,21 @@ env_var_of() {
 }
 
 print_exports() {
-    local name line
+    local name line var value lines
     local -A printed=()
     for name in "$@"; do
-        line=$(export_line "$(env_var_of "$name")" "$("${name}_uri")")
-        # The members of a cluster share one variable: print it once.
-        [[ -n ${printed[$line]:-} ]] && continue
-        printed[$line]=1
-        echo "$line"
+        lines=("$(export_line "$(env_var_of "$name")" "$("${name}_uri")")")
+        if declare -F "${name}_more_env" >/dev/null; then
+            while read -r var value; do
+                lines+=("$(export_line "$var" "$value")")
+            done < <("${name}_more_env")
+        fi
+        for line in "${lines[@]}"; do
+            # The members of a cluster share one variable: print it once.
+            [[ -n ${printed[$line]:-} ]] && continue
+            printed[$line]=1
+            echo "$line"
+        done
     done
 }
 

@@ -3,6 +3,10 @@
 # major version, or the one that created the existing cluster), started with
 # pg_ctl -- as user postgres when we are root -- with logical WAL and
 # synchronous_commit on.  BAKERY_POSTGRES_URI names database "bakery".
+# ssl=on, with the certificate of the test CA (lib.sh: ensure_test_ca) for
+# DNS:localhost: BAKERY_POSTGRES_TLS_URI is the same server by that name and
+# BAKERY_POSTGRES_TLS_CA the CA to trust (crates/bakery-postgres/tests/tls.rs).
+# A client's sslmode decides: the default prefer encrypts, disable does not.
 # (See lib.sh for the functions every server file defines.)
 
 # shellcheck disable=SC2034  # describe (lib.sh) reads these
@@ -47,6 +51,7 @@ pg_run() {
 
 postgres_missing() {
     local data
+    tls_missing
     pg_bin >/dev/null && return
     data=$(dir_of postgres)/data
     if [[ -f $data/PG_VERSION ]]; then
@@ -87,12 +92,19 @@ postgres_start() {
             rm -f "$lock_file" "$sock/.s.PGSQL.$port"
         fi
     fi
+    # PostgreSQL refuses a key file that others can read or that is not its
+    # own: a copy, owned by the cluster's user, mode 0600.
+    ensure_test_ca
+    install -m 600 "$TLS_DIR/server.key" "$DIR/server.key"
+    install -m 644 "$TLS_DIR/server.pem" "$DIR/server.pem"
+    if [[ $EUID -eq 0 ]]; then chown postgres: "$DIR/server.key" "$DIR/server.pem"; fi
+    local tls="-c ssl=on -c ssl_cert_file='$DIR/server.pem' -c ssl_key_file='$DIR/server.key'"
     # pg_ctl daemonizes the server (its log: -l) and waits for it; pg_ctl's own
     # messages go to our stderr.
     (
         close_fds
         pg_run "$bin/pg_ctl" -D "$data" -l "$LOG" -w -t "$TIMEOUT" \
-            -o "-p $port -k '$sock' -c listen_addresses=127.0.0.1 -c wal_level=logical -c max_connections=200 -c synchronous_commit=on" \
+            -o "-p $port -k '$sock' -c listen_addresses=127.0.0.1 -c wal_level=logical -c max_connections=200 -c synchronous_commit=on $tls" \
             start
     ) </dev/null
 }
@@ -118,9 +130,25 @@ pg_ensure_db() {
     fi
 }
 
-postgres_after_start() { pg_ensure_db bakery; }
+# The database, and TLS checked the way the tests check it (verify-full
+# against the test CA): a server started before ssl=on was added has none.
+postgres_after_start() {
+    local port answer
+    pg_ensure_db bakery
+    port=$(port_of postgres)
+    answer=$("$(pg_bin)/psql" -X -q -tA \
+        "host=localhost port=$port user=postgres dbname=bakery sslmode=verify-full sslrootcert='$TLS_DIR/ca.pem'" \
+        -c 'SHOW ssl' </dev/null 2>&1) || answer="no TLS: $answer"
+    [[ $answer == on ]] ||
+        fail postgres "TLS on localhost:$port ($answer); a server started without ssl=on needs 'scripts/backends.sh restart postgres'"
+}
 
 postgres_uri() { echo "postgres://postgres@127.0.0.1:$(port_of postgres)/bakery"; }
+
+postgres_more_env() {
+    echo "BAKERY_POSTGRES_TLS_URI postgres://postgres@localhost:$(port_of postgres)/bakery"
+    echo "BAKERY_POSTGRES_TLS_CA $TLS_DIR/ca.pem"
+}
 
 postgres_stop() {
     pg_run "$(pg_bin)/pg_ctl" -D "$DIR/data" -m fast -w -t "$TIMEOUT" stop </dev/null

@@ -6,7 +6,11 @@
 # redis persists through its append-only file, fsync per write by default
 # (BAKERY_REDIS_PERSIST=always), so a stop/restart/kill keeps the data like
 # postgres and etcd do; everysec or off make bakery refuse it unless its URI
-# adds accept_data_loss=true.
+# adds accept_data_loss=true.  redis also listens for TLS on a second port
+# (BAKERY_REDIS_TLS_PORT), with the certificate of the test CA (lib.sh:
+# ensure_test_ca) for DNS:localhost and no client certificates:
+# BAKERY_REDIS_TLS_URI is rediss://localhost:that port, BAKERY_REDIS_TLS_CA
+# the CA to trust (crates/bakery-redis/tests/tls.rs).
 #
 # redis_volatile has appendonly no (Redis's default) and no snapshots either:
 # every restart forgets every write, so bakery refuses it at open unless the
@@ -76,12 +80,13 @@ redis_ping() {
 # shellcheck disable=SC2034  # describe (lib.sh) reads these
 redis_describe() {
     redis_files
-    PORTS=(BAKERY_REDIS_PORT=16379)
+    PORTS=(BAKERY_REDIS_PORT=16379 BAKERY_REDIS_TLS_PORT=16390)
 }
 
 redis_missing() {
     have redis-server || echo redis-server
     have redis-cli || echo redis-tools
+    tls_missing
 }
 
 redis_install() { install_missing redis; }
@@ -90,14 +95,31 @@ redis_start() {
     local persist=(--appendonly no)
     # No RDB snapshots; durability (if any) from the append-only file.
     if [[ $REDIS_PERSIST != off ]]; then persist=(--appendonly yes --appendfsync "$REDIS_PERSIST"); fi
-    redis_launch redis "${persist[@]}"
+    ensure_test_ca
+    redis_launch redis "${persist[@]}" --tls-port "$(port_of redis 2)" \
+        --tls-cert-file "$TLS_DIR/server.pem" --tls-key-file "$TLS_DIR/server.key" \
+        --tls-ca-cert-file "$TLS_DIR/ca.pem" --tls-auth-clients no
 }
 
 redis_ready() { redis_ping redis; }
 
-redis_after_start() { :; }
+# The TLS port answers, its certificate checked against the test CA: a server
+# started before the TLS port was added has none.
+redis_after_start() {
+    local port answer
+    port=$(port_of redis 2)
+    answer=$(timeout 5 redis-cli --tls --cacert "$TLS_DIR/ca.pem" -h localhost -p "$port" ping </dev/null 2>&1) ||
+        answer="no TLS: $answer"
+    [[ $answer == PONG ]] ||
+        fail redis "TLS on localhost:$port ($answer); a server started without a TLS port needs 'scripts/backends.sh restart redis'"
+}
 
 redis_uri() { echo "redis://127.0.0.1:$(port_of redis)/0"; }
+
+redis_more_env() {
+    echo "BAKERY_REDIS_TLS_URI rediss://localhost:$(port_of redis 2)/0"
+    echo "BAKERY_REDIS_TLS_CA $TLS_DIR/ca.pem"
+}
 
 # SIGTERM: no snapshot is configured, so nothing is saved.
 redis_stop() { stop_pid redis "$1"; }
