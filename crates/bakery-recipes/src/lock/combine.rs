@@ -29,6 +29,7 @@ use super::state::{Fragments, Head, LockState, Waiter};
 use crate::arrival::{Arrival, Arrivals};
 use crate::dispatch::{self, Wakes};
 use crate::per_process::{slot, PerRow};
+use crate::silence::Silence;
 
 static WRITERS: LazyLock<PerRow<Writer>> = LazyLock::new(PerRow::new);
 
@@ -172,6 +173,8 @@ pub(crate) struct Writer {
     /// The acquisitions of this process that have not sent their first
     /// request yet.
     arrivals: Arc<Arrivals>,
+    /// What this process's waiters and tries saw of the holder's heartbeat.
+    pub(crate) silence: Silence,
 }
 
 #[derive(Default)]
@@ -199,6 +202,7 @@ impl Writer {
                 handed: Mutex::new(None),
                 fragments: Mutex::new(Fragments::default()),
                 arrivals: Arc::default(),
+                silence: Silence::default(),
             })
         })
     }

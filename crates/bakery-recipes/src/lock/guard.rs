@@ -406,7 +406,12 @@ async fn finish(shared: &Arc<Shared>) -> Result<()> {
         let _ = tokio::time::timeout_at(keep_until, lost).await;
     }
     shared.stop_heartbeat();
-    release(shared).await
+    let again = shared.clone();
+    crate::give_back::release("lock", &shared.lock.name, move || {
+        let shared = again.clone();
+        async move { release(&shared).await }
+    })
+    .await
 }
 
 impl Drop for LockGuard {

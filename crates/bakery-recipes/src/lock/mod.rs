@@ -32,7 +32,13 @@
 //!   counter every lease/3. A waiter that sees the same (holder, heartbeat)
 //!   for a whole lease *on its own monotonic clock* evicts the holder with a
 //!   write conditioned on exactly that state. A waiter handed the lock that
-//!   does not claim it within the lease is evicted the same way.
+//!   does not claim it within the lease is evicted the same way. The count
+//!   is kept per process: an acquire goes on from what the process's other
+//!   waiters (and earlier acquires) saw.
+//! - **Giving back.** A request given up (cancelled, timed out, failed
+//!   after its enqueue may have applied) is withdrawn, and a grant whose
+//!   release failed is released, in the background until the store
+//!   answers: a fault leaves no request behind for a lease to clear.
 //! - **Fencing.** Every grant increments [`LockGuard::token`]. A lease never
 //!   guarantees mutual exclusion by itself (a paused holder outlives its
 //!   lease); checking the token where the protected data is written does —
@@ -94,6 +100,7 @@ pub use state::{Holder, LockState, Waiter};
 use crate::arrival::Arrival;
 use crate::beats::Beats;
 use crate::dispatch::Registration;
+use crate::silence::Beating;
 use combine::{Request, Writer};
 use guard::{Grant, TaskHolds};
 
@@ -230,7 +237,6 @@ impl LockBuilder {
                 data: self.data.map(Into::into),
                 at_most: self.at_most,
                 at_least: self.at_least.unwrap_or_default(),
-                observed: std::sync::Mutex::new(None),
                 reentrant: self.reentrant,
                 task_holds: TaskHolds::default(),
                 beats: Beats::new(Duration::from_millis(lease_ms) / 3),
@@ -280,8 +286,6 @@ pub(crate) struct LockInner {
     data: Option<Arc<str>>,
     pub(crate) at_most: Option<Duration>,
     pub(crate) at_least: Duration,
-    /// What this handle's `try_acquire` calls saw of the holder.
-    observed: std::sync::Mutex<Option<Observation>>,
     reentrant: bool,
     /// The grants this handle's tasks hold (what a reentrant acquire shares).
     pub(crate) task_holds: TaskHolds,
@@ -320,9 +324,10 @@ impl Lock {
     /// Wait until the lock is granted, in FIFO order of request.
     ///
     /// Errors: [`ErrorKind::TimedOut`] after the builder's `acquire_timeout`
-    /// (the request is withdrawn from the queue first); store errors as they
-    /// come (the request is withdrawn in the background, or expires with the
-    /// lease). Dropping the future withdraws the request too.
+    /// (the request is withdrawn from the queue first, or in the background
+    /// if the store refuses that); store errors as they come (the request is
+    /// withdrawn in the background until the store answers, or expires with
+    /// the lease). Dropping the future withdraws the request too.
     pub async fn acquire(&self) -> Result<LockGuard> {
         if let Some(guard) = self.reenter() {
             return Ok(guard);
@@ -352,12 +357,12 @@ impl Lock {
                 {
                     Ok(outcome) => outcome,
                     Err(_) => {
-                        ticket.withdraw().await?;
+                        let withdrawn = crate::give_back::withdrawn(ticket.withdraw().await);
                         return Err(Error::new(
                             ErrorKind::TimedOut,
                             "lock",
                             format!(
-                                "lock {} not granted within {limit:?}; request withdrawn",
+                                "lock {} not granted within {limit:?}; {withdrawn}",
                                 self.inner.name
                             ),
                         ));
@@ -380,8 +385,8 @@ impl Lock {
 
     /// The soft form (skip when busy): take the lock only if nobody holds it
     /// and nobody waits; otherwise `Ok(None)` at once. Never queues. A holder
-    /// that this handle's tries saw silent (same heartbeat) for a whole
-    /// lease on this machine's clock is evicted, so a crashed job holder
+    /// that this process saw silent (same heartbeat) for a whole lease on
+    /// this machine's clock is evicted, so a crashed job holder
     /// does not block try-only schedulers forever; behind waiters, they
     /// evict it.
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
@@ -412,7 +417,7 @@ impl Lock {
                     continue;
                 }
                 self.inner.writer.remember(current.as_ref());
-                if !self.holder_expired(&seen) {
+                if !self.holder_expired(current.as_ref(), &seen) {
                     return Ok(None);
                 }
                 // Silent for a whole lease across our tries (a crashed job
@@ -447,20 +452,14 @@ impl Lock {
             .reenter(self.inner.reentrant, &self.inner.name)
     }
 
-    /// Has the holder of `state` (nobody waiting behind it) kept the same
-    /// heartbeat for a whole lease, as the tries of this handle saw it on
-    /// this machine's clock? Waiters evict holders themselves.
-    fn holder_expired(&self, state: &LockState) -> bool {
+    /// Has the holder of `state` (stored in `row`, nobody waiting behind
+    /// it) kept the same heartbeat for a whole lease, as this process saw
+    /// it? Waiters evict holders themselves.
+    fn holder_expired(&self, row: Option<&Row>, state: &LockState) -> bool {
         let Some(holder) = state.holder.as_ref() else {
             return false;
         };
-        let Ok(mut observed) = self.inner.observed.lock() else {
-            return false;
-        };
-        let seen = Observation::update(observed.take(), holder);
-        let expired = seen.expired() && state.queue.is_empty();
-        *observed = Some(seen);
-        expired
+        holder_silent(&self.inner, row, holder) && state.queue.is_empty()
     }
 
     /// The current holder of the lock (with its data), read from the store.
@@ -525,7 +524,6 @@ impl Lock {
         // conflict returns the row. Many tasks starting at once then
         // share one write through the writer instead of each reading.
         let mut current = inner.writer.newest();
-        let mut observed: Option<Observation> = None;
         // The head of `current` when the call that returned it had it
         // already.
         let mut current_head: Option<Head> = None;
@@ -550,6 +548,7 @@ impl Lock {
                 return Ok(Grant::new(me, &row, head.token, not_holder_at));
             }
             not_holder_at = current_sent;
+            let was_enqueued = ticket.enqueued;
             let request = if head.is_free() {
                 Request::Take(ticket.waiter.clone())
             } else if !std::mem::take(&mut joined_current)
@@ -586,8 +585,7 @@ impl Lock {
                 let holder = head.holder.clone().ok_or_else(|| {
                     Error::new(ErrorKind::Internal, "lock", "queued lock without holder")
                 })?;
-                let seen = Observation::update(observed.take(), &holder);
-                if seen.expired() {
+                if holder_silent(inner, current.as_ref(), &holder) {
                     let sent = Instant::now();
                     tracing::info!(lock = %inner.name, holder = %holder.owner, "evicting a holder whose lease ran out");
                     crate::metrics::lock_evicted(&inner.name);
@@ -613,8 +611,11 @@ impl Lock {
                     current_sent = sent;
                     continue;
                 }
-                let deadline = seen.deadline();
-                observed = Some(seen);
+                let deadline = inner
+                    .writer
+                    .silence
+                    .deadline()
+                    .unwrap_or(current_sent + slowest);
                 // Our grant arrives from the dispatcher; we still read at
                 // least every `slowest`, so the lease of a grant we learn
                 // of never counts from further back (and we see the
@@ -634,10 +635,19 @@ impl Lock {
             // Through this process's writer: its other clients' requests
             // share the write instead of conflicting with it.
             let joining = matches!(request, Request::Join { .. });
-            let written = inner
+            let written = match inner
                 .writer
                 .submit(request, current.as_ref(), Some(&mut *arrival))
-                .await?;
+                .await
+            {
+                Ok(written) => written,
+                Err(err) => {
+                    // A request that may have reached the row is withdrawn
+                    // when the ticket drops; one refused unsent did not.
+                    ticket.enqueued = was_enqueued || err.kind() != ErrorKind::Unavailable;
+                    return Err(err);
+                }
+            };
             if written.applied && written.head.held_by(&me) {
                 // Taken (or queued and handed over) by this very write: the
                 // lease counts from its send time.
@@ -673,36 +683,15 @@ pub(crate) async fn put_state(
         .await
 }
 
-/// What a waiter saw of the holder, and since when (on its own clock).
-#[derive(Debug, Clone)]
-struct Observation {
-    id: Arc<str>,
-    beat: u64,
-    since: Instant,
-    lease: Duration,
-}
-
-impl Observation {
-    /// Keep the start time if the holder and its heartbeat did not move.
-    fn update(previous: Option<Observation>, holder: &Holder) -> Observation {
-        match previous {
-            Some(seen) if seen.id == holder.id && seen.beat == holder.beat => seen,
-            _ => Observation {
-                id: holder.id.clone(),
-                beat: holder.beat,
-                since: Instant::now(),
-                lease: Duration::from_millis(holder.lease_ms),
-            },
-        }
-    }
-
-    fn deadline(&self) -> Instant {
-        self.since + self.lease
-    }
-
-    fn expired(&self) -> bool {
-        Instant::now() >= self.deadline()
-    }
+/// Has `holder` (of `row`) kept the same heartbeat for a whole lease of
+/// its own, as this process saw it ([`crate::silence`])?
+fn holder_silent(inner: &LockInner, row: Option<&Row>, holder: &Holder) -> bool {
+    let beating = Beating {
+        id: &holder.id,
+        beat: holder.beat,
+        lease_ms: holder.lease_ms,
+    };
+    !inner.writer.silence.update(row, [beating]).is_empty()
 }
 
 /// A new acquisition's id: 64 random bits in 11 characters (base64url).
@@ -715,11 +704,13 @@ pub(crate) fn acquisition_id() -> String {
 }
 
 /// One acquisition request. If dropped before it settles (the acquire future
-/// was cancelled, or failed), it withdraws itself from the queue in the
-/// background so it does not block the waiters behind it.
+/// was cancelled, or failed) after a write that may have put it in the row,
+/// it withdraws itself in the background ([`crate::give_back`]), so it does
+/// not block the waiters behind it.
 struct Ticket {
     inner: Arc<LockInner>,
     waiter: Waiter,
+    /// A request of this ticket may be in the row (sent, not refused unsent).
     enqueued: bool,
     settled: bool,
 }
@@ -739,9 +730,11 @@ impl Ticket {
         }
     }
 
+    /// Withdraw now; if that fails, dropping the ticket goes on trying.
     async fn withdraw(&mut self) -> Result<()> {
+        withdraw(&self.inner, &self.waiter.id).await?;
         self.settled = true;
-        withdraw(&self.inner, &self.waiter.id).await
+        Ok(())
     }
 }
 
@@ -752,19 +745,11 @@ impl Drop for Ticket {
         }
         let inner = self.inner.clone();
         let id = self.waiter.id.clone();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    if let Err(err) = withdraw(&inner, &id).await {
-                        tracing::warn!(lock = %inner.name, error = %err, "could not withdraw a cancelled request; it expires with its lease");
-                    }
-                });
-            }
-            Err(_) => tracing::warn!(
-                lock = %inner.name,
-                "no runtime to withdraw a cancelled request; it expires with its lease"
-            ),
-        }
+        let name = inner.name.clone();
+        crate::give_back::in_background("lock", &name, "a request given up", move || {
+            let (inner, id) = (inner.clone(), id.clone());
+            async move { withdraw(&inner, &id).await }
+        });
     }
 }
 

@@ -292,7 +292,7 @@ impl RwLock {
     async fn acquire(&self, mode: Mode) -> Result<Hold<Inner>> {
         let name = &self.inner.handle.name;
         let grant = turn::acquire(&self.inner, self.waiter(mode), |limit| {
-            format!("rwlock {name} not granted for {mode} within {limit:?}; request withdrawn")
+            format!("rwlock {name} not granted for {mode} within {limit:?}")
         })
         .await?;
         Ok(Hold::start(self.inner.clone(), grant, mode.held()))

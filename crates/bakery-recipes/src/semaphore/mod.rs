@@ -277,7 +277,7 @@ impl Semaphore {
     pub async fn acquire(&self) -> Result<Permit> {
         let name = &self.inner.handle.name;
         let grant = turn::acquire(&self.inner, self.waiter(), |limit| {
-            format!("no permit of semaphore {name} granted within {limit:?}; request withdrawn")
+            format!("no permit of semaphore {name} granted within {limit:?}")
         })
         .await?;
         Ok(Permit(Hold::start(self.inner.clone(), grant, "permit")))

@@ -163,7 +163,7 @@ impl<R: TurnRecipe> Hold<R> {
     pub(crate) async fn release(mut self) -> Result<()> {
         self.done = true;
         stop_heartbeat(&self.shared).await;
-        release(&self.shared).await
+        release_or_give_back(&self.shared).await
     }
 }
 
@@ -177,7 +177,7 @@ impl<R: TurnRecipe> Drop for Hold<R> {
             Ok(runtime) => {
                 runtime.spawn(async move {
                     stop_heartbeat(&shared).await;
-                    if let Err(err) = release(&shared).await {
+                    if let Err(err) = release_or_give_back(&shared).await {
                         tracing::debug!(error = %err, "release on drop failed; the lease will expire");
                     }
                 });
@@ -205,6 +205,18 @@ async fn stop_heartbeat<R: TurnRecipe>(shared: &Shared<R>) {
         // way it is over.
         let _ = task.await;
     }
+}
+
+/// [`release`], tried again in the background on a temporary error
+/// ([`crate::give_back::release`]).
+async fn release_or_give_back<R: TurnRecipe>(shared: &Arc<Shared<R>>) -> Result<()> {
+    let again = shared.clone();
+    let name = shared.recipe.name().to_owned();
+    crate::give_back::release(R::RECIPE, &name, move || {
+        let shared = again.clone();
+        async move { release(&shared).await }
+    })
+    .await
 }
 
 async fn release<R: TurnRecipe>(shared: &Shared<R>) -> Result<()> {

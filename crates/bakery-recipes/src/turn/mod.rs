@@ -33,6 +33,7 @@ use crate::arrival::{Arrival, Arrivals};
 use crate::beats::Beats;
 use crate::dispatch;
 use crate::per_process::{slot, PerRow};
+use crate::silence::Silence;
 
 pub(crate) use hold::{Grant, Hold};
 
@@ -46,7 +47,8 @@ pub(crate) fn json_bytes(recipe: &'static str, value: &impl Serialize) -> Result
         )
     })
 }
-pub(crate) use wait::{acquire, try_acquire, Beating, Observations};
+pub(crate) use crate::silence::Beating;
+pub(crate) use wait::{acquire, try_acquire};
 
 static TURNS: LazyLock<PerRow<WriteTurn>> = LazyLock::new(PerRow::new);
 
@@ -59,6 +61,8 @@ pub(crate) struct WriteTurn {
     arrivals: Arc<Arrivals>,
     /// The states of the row this process last decoded or wrote.
     decoded: Arc<Decoded>,
+    /// What this process's waiters and tries saw of the holders' heartbeats.
+    silence: Silence,
 }
 
 impl WriteTurn {
@@ -427,8 +431,6 @@ pub(crate) struct TurnHandle {
     pub(crate) owner: String,
     /// The row as this handle sees it, written in the process's turn.
     pub(crate) row: TurnRow,
-    /// What this handle's tries saw of the holders.
-    pub(crate) tried: std::sync::Mutex<Observations>,
     /// Its grants' heartbeats, started when due.
     pub(crate) beats: Arc<Beats>,
 }
@@ -469,7 +471,6 @@ impl TurnHandle {
             acquire_timeout: settings.acquire_timeout,
             poll_interval: settings.poll_interval,
             owner: settings.owner.unwrap_or_else(crate::lock::default_owner),
-            tried: std::sync::Mutex::new(Observations::default()),
             beats: Beats::new(lease / 3),
         })
     }
@@ -599,6 +600,11 @@ impl TurnRow {
     /// The row's key.
     pub(crate) fn key(&self) -> &Key {
         &self.key
+    }
+
+    /// What this process saw of the row's holders' heartbeats.
+    pub(crate) fn silence(&self) -> &Silence {
+        &self.turn.silence
     }
 
     /// The process's decoded states of this row, for the dispatcher's

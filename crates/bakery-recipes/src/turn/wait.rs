@@ -2,7 +2,6 @@
 //! ([`Ticket`]), the acquire loop, the soft try that never queues, and the
 //! withdrawal of a request given up. The holder's side is [`super::Hold`].
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,8 +16,8 @@ use crate::dispatch::Registration;
 type WaiterOf<R> = <<R as TurnRecipe>::State as TurnState>::Waiter;
 
 /// Wait until `waiter` is granted, in FIFO order of request. After the
-/// handle's acquire timeout the request is withdrawn and the error says
-/// `timed_out(limit)`. Dropping the future withdraws the request too.
+/// handle's acquire timeout the request is withdrawn (in the background if
+/// the store refuses that) and the error says `timed_out(limit)`. Dropping the future withdraws the request too.
 pub(crate) async fn acquire<R: TurnRecipe>(
     inner: &Arc<R>,
     waiter: WaiterOf<R>,
@@ -45,8 +44,9 @@ pub(crate) async fn acquire<R: TurnRecipe>(
         Some(limit) => match tokio::time::timeout(limit, wait_for_grant(&mut ticket)).await {
             Ok(outcome) => outcome?,
             Err(_) => {
-                ticket.withdraw().await?;
-                return Err(Error::new(ErrorKind::TimedOut, R::RECIPE, timed_out(limit)));
+                let withdrawn = crate::give_back::withdrawn(ticket.withdraw().await);
+                let message = format!("{}; {withdrawn}", timed_out(limit));
+                return Err(Error::new(ErrorKind::TimedOut, R::RECIPE, message));
             }
         },
     };
@@ -90,16 +90,10 @@ pub(crate) async fn try_acquire<R: TurnRecipe>(
                 fresh = true;
                 continue;
             }
-            let expired = if state.nobody_queues() {
-                inner
-                    .handle()
-                    .tried
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .update(&state)
-            } else {
-                Vec::new()
-            };
+            let mut expired = row.silence().update(current.as_ref(), state.holders());
+            if !state.nobody_queues() {
+                expired.clear(); // the waiters evict it
+            }
             if expired.is_empty() {
                 return Ok(None);
             }
@@ -152,7 +146,6 @@ async fn wait_for_grant<R: TurnRecipe>(ticket: &mut Ticket<R>) -> Result<Grant> 
     }
     // Set up on the first wait only: an uncontended acquire is one write.
     let mut registration: Option<Registration> = None;
-    let mut observed = Observations::default();
     loop {
         let state = inner.decode(current.as_ref())?;
         if let Some(token) = state.token_of(&me) {
@@ -188,7 +181,7 @@ async fn wait_for_grant<R: TurnRecipe>(ticket: &mut Ticket<R>) -> Result<Grant> 
             // that has not registered only takes a grant it can take now.
             let waiter = &ticket.waiter;
             let may_queue = registration.is_some();
-            ticket.written = true;
+            let was_written = std::mem::replace(&mut ticket.written, true);
             let updated = inner
                 .update(current.take(), Some(&mut ticket.arrival), |state| {
                     let settled = state.token_of(&me).is_some() || state.queued(&me);
@@ -197,7 +190,16 @@ async fn wait_for_grant<R: TurnRecipe>(ticket: &mut Ticket<R>) -> Result<Grant> 
                     }
                     state.join(waiter).map(Some)
                 })
-                .await?;
+                .await;
+            let updated = match updated {
+                Ok(updated) => updated,
+                Err(err) => {
+                    // A write that may have reached the row is withdrawn
+                    // when the ticket drops; one refused unsent did not.
+                    ticket.written = was_written || err.kind() != ErrorKind::Unavailable;
+                    return Err(err);
+                }
+            };
             match updated {
                 // Taken by this very write: the lease counts from its send
                 // time.
@@ -229,7 +231,10 @@ async fn wait_for_grant<R: TurnRecipe>(ticket: &mut Ticket<R>) -> Result<Grant> 
         }
         // Queued: evict the holders that stayed silent for a whole lease of
         // theirs on our clock, else wait.
-        let expired = observed.update(&*state);
+        let expired = handle
+            .row
+            .silence()
+            .update(current.as_ref(), state.holders());
         if !expired.is_empty() {
             tracing::info!(recipe = R::RECIPE, name = %inner.name(), holders = ?expired, "evicting holders whose lease ran out");
             let mut state = Arc::unwrap_or_clone(state);
@@ -269,7 +274,7 @@ async fn wait_for_grant<R: TurnRecipe>(ticket: &mut Ticket<R>) -> Result<Grant> 
             )
         })?;
         let mut wake_at = current_sent + slowest;
-        if let Some(deadline) = observed.deadline() {
+        if let Some(deadline) = handle.row.silence().deadline() {
             wake_at = wake_at.min(deadline);
         }
         let seen = current.as_ref().map(|row| row.version);
@@ -284,61 +289,10 @@ async fn wait_for_grant<R: TurnRecipe>(ticket: &mut Ticket<R>) -> Result<Grant> 
     }
 }
 
-/// One holder as an observer sees it: its request id, heartbeat and lease.
-pub(crate) struct Beating<'a> {
-    pub(crate) id: &'a str,
-    pub(crate) beat: u64,
-    pub(crate) lease_ms: u64,
-}
-
-/// What a client saw of each holder's heartbeat, and since when (on its own
-/// clock).
-#[derive(Debug, Default)]
-pub(crate) struct Observations {
-    seen: HashMap<String, Observation>,
-}
-
-#[derive(Debug)]
-struct Observation {
-    beat: u64,
-    since: Instant,
-    lease: Duration,
-}
-
-impl Observations {
-    /// Note the holders of `state` (keeping the start time of those whose
-    /// heartbeat did not move) and return those silent for a whole lease.
-    fn update(&mut self, state: &impl TurnState) -> Vec<String> {
-        let now = Instant::now();
-        self.seen.retain(|id, _| state.token_of(id).is_some());
-        let mut expired = Vec::new();
-        for holder in state.holders() {
-            let fresh = || Observation {
-                beat: holder.beat,
-                since: now,
-                lease: Duration::from_millis(holder.lease_ms),
-            };
-            let seen = self.seen.entry(holder.id.to_owned()).or_insert_with(fresh);
-            if seen.beat != holder.beat {
-                *seen = fresh();
-            }
-            if now >= seen.since + seen.lease {
-                expired.push(holder.id.to_owned());
-            }
-        }
-        expired
-    }
-
-    /// When the first observed holder's lease runs out, if nothing moves.
-    fn deadline(&self) -> Option<Instant> {
-        self.seen.values().map(|seen| seen.since + seen.lease).min()
-    }
-}
-
 /// One acquisition request. If dropped before it settles (the acquire
 /// future was cancelled, or failed) after a write that may have put it in
 /// the row, it withdraws itself in the background, so it does not block
-/// the waiters behind it.
+/// the waiters behind it ([`crate::give_back`]).
 struct Ticket<R: TurnRecipe> {
     inner: Arc<R>,
     waiter: WaiterOf<R>,
@@ -359,9 +313,11 @@ impl<R: TurnRecipe> Ticket<R> {
         }
     }
 
+    /// Withdraw now; if that fails, dropping the ticket goes on trying.
     async fn withdraw(&mut self) -> Result<()> {
+        withdraw(&*self.inner, R::State::id_of(&self.waiter)).await?;
         self.settled = true;
-        withdraw(&*self.inner, R::State::id_of(&self.waiter)).await
+        Ok(())
     }
 }
 
@@ -372,20 +328,11 @@ impl<R: TurnRecipe> Drop for Ticket<R> {
         }
         let inner = self.inner.clone();
         let id = R::State::id_of(&self.waiter).to_owned();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    if let Err(err) = withdraw(&*inner, &id).await {
-                        tracing::warn!(recipe = R::RECIPE, name = %inner.name(), error = %err, "could not withdraw a cancelled request; it expires with its lease");
-                    }
-                });
-            }
-            Err(_) => tracing::warn!(
-                recipe = R::RECIPE,
-                name = %inner.name(),
-                "no runtime to withdraw a cancelled request; it expires with its lease"
-            ),
-        }
+        let name = inner.name().to_owned();
+        crate::give_back::in_background(R::RECIPE, &name, "a request given up", move || {
+            let (inner, id) = (inner.clone(), id.clone());
+            async move { withdraw(&*inner, &id).await }
+        });
     }
 }
 
