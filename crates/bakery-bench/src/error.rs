@@ -69,6 +69,24 @@ pub enum BenchError {
     /// temporary directory that cannot be created).
     #[error("{0}")]
     Internal(String),
+    /// `--processes` with a store only one process can reach.
+    #[error(
+        "{uri} is a store of one process: cells across processes need a store their \
+         processes share (sqlite://, postgres://, …)"
+    )]
+    NotShared {
+        /// The store's URI, password hidden.
+        uri: String,
+    },
+    /// A worker process of a cell across processes failed or broke its
+    /// protocol.
+    #[error("worker process {process}: {message}")]
+    Worker {
+        /// Its index in the cell.
+        process: usize,
+        /// What went wrong, one line.
+        message: String,
+    },
 }
 
 /// Fold line breaks and runs of spaces, so every diagnostic stays on one line.

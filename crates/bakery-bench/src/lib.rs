@@ -1,9 +1,10 @@
 //! The benchmark framework behind `bakery bench`: the same workloads, clients
 //! and duration on every store, side by side, with native peers (PostgreSQL
-//! `nextval()`, advisory locks and a processed-keys table, Redis `INCRBY`,
-//! etcd's lock) as reference; throughput, HDR latency percentiles, round trips and
-//! conflicts per operation, fairness; the performance targets checked; and
-//! the report as console tables, JSON, SVG charts and Markdown.
+//! `nextval()`, advisory locks and a processed-keys table, Redis `INCRBY`
+//! and its `SET NX PX` lock, etcd's lock) as reference; throughput, HDR
+//! latency percentiles, round trips and conflicts per operation, fairness;
+//! the performance targets checked; and the report as console tables, JSON,
+//! SVG charts and Markdown.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), bakery_bench::BenchError> {
@@ -18,6 +19,7 @@
 //!     block_size: 1000,
 //!     command: "example".into(),
 //!     progress: false,
+//!     processes: None, // or a client per OS process: `ProcessPlan`
 //! };
 //! let report = bakery_bench::run(plan).await?;
 //! print!("{}", bakery_bench::report::text::render(&report, None));
@@ -32,37 +34,46 @@
 //! each imports.
 //!
 //! 1. [`error`] — [`BenchError`], one-line messages (nothing).
-//! 2. [`model`] — the [`Workload`](model::Workload) and
+//! 2. [`stats`] — HDR histograms, fairness (`error`); [`journal`] — a
+//!    client's grants and ids across processes, and their checks (`error`,
+//!    `stats`).
+//! 3. [`model`] — the [`Workload`](model::Workload) and
 //!    [`Peer`](model::Peer) traits, cells, clients, `OpError`,
-//!    `Implementation` (`error`).
-//! 3. Shared utilities: [`baseline`] (the old lock; nothing), [`stats`]
-//!    (`error`), [`machine`] (nothing), [`format`](mod@format) (nothing).
-//! 4. [`workloads`] — one file per workload: `cas`, `sequence`, `once`,
+//!    `Implementation` (`error`, `journal`).
+//! 4. Shared utilities: [`baseline`] (the old lock; nothing),
+//!    [`machine`] (nothing), [`format`](mod@format) (nothing).
+//! 5. [`workloads`] — one file per workload: `cas`, `sequence`, `once`,
 //!    `consumer`, `outbox` (`error`, `model`, `workloads::cleanup`; the
 //!    outbox, with the postgres feature, also `bakery-outbox`), `lock` (the
-//!    same and `baseline`); the registry, the one list of them, in
-//!    `workloads/mod.rs` (`model`, its files).
-//! 5. [`peers`] — the native clients, one file per backend: `postgres`,
-//!    `redis` (`error`, `model`, `peers::driver`), `advisory` (`error`,
+//!    same and `baseline`, `journal`), `rwlock` (the same and `journal`);
+//!    the registry, the one list of them,
+//!    in `workloads/mod.rs` (`model`, its files).
+//! 6. [`peers`] — the native clients, one file per backend: `postgres`,
+//!    `redis` (`error`, `journal`, `model`, `peers::driver`,
+//!    `workloads::lock`), `advisory` (`error`,
 //!    `model`, `peers::driver`, `peers::postgres`, `workloads::lock`),
 //!    `processed` (`error`, `model`, `peers::driver`, `peers::postgres`), `etcd` (`error`,
 //!    `model`, `peers::driver`, `workloads::lock`), `cassandra`, `mongodb`
 //!    (nothing); their registry [`peers::for_target`] in `peers/mod.rs`
 //!    (`model`, its files).
-//! 6. [`versions`] — server versions (`error`, `peers`).
-//! 7. [`runner`] — times one cell (`error`, `model`, `stats`).
-//! 8. [`session`] — runs a [`Plan`] into a [`Run`](session::Run) (`error`,
-//!    `machine`, `model`, `peers`, `runner`, `versions`, `workloads`).
-//! 9. [`results`] — the [`Report`] and the check types, built from a `Run`
-//!    (`machine`, `model`, `session`, `stats`).
-//! 10. [`checks`] — the performance targets (`format`, `results`).
-//! 11. [`report`] — the writers: `table` (`format`, `results`), `json`
+//! 7. [`versions`] — server versions (`error`, `peers`).
+//! 8. [`runner`] — times one cell (`error`, `model`, `stats`).
+//! 9. [`process`] — a cell with a worker process per client, and the
+//!    worker (`error`, `journal`, `model`, `peers`, `runner`, `stats`,
+//!    `workloads`).
+//! 10. [`session`] — runs a [`Plan`] into a [`Run`](session::Run) (`error`,
+//!     `machine`, `model`, `peers`, `process`, `runner`, `versions`,
+//!     `workloads`).
+//! 11. [`results`] — the [`Report`] and the check types, built from a `Run`
+//!     (`machine`, `model`, `session`, `stats`).
+//! 12. [`checks`] — the performance targets (`format`, `results`).
+//! 13. [`report`] — the writers: `table` (`format`, `results`), `json`
 //!     (`error`, `results`), `svg` (`error`, `format`, `results`, `stats`),
 //!     `markdown` (`checks`, `error`, `format`, `machine`, `report::table`,
 //!     `results`), `text` (`report::json`, `report::markdown`,
 //!     `report::table`, `results`); `report/mod.rs` (`error`, `results`, its
 //!     files).
-//! 12. This root: [`run`] (`checks`, `results`, `session`).
+//! 14. This root: [`run`] (`checks`, `results`, `session`).
 //!
 //! Adding a workload is one file in `workloads/` declaring its
 //! [`WorkloadSpec`](model::WorkloadSpec) and implementing
@@ -75,9 +86,11 @@ pub mod baseline;
 pub mod checks;
 pub mod error;
 pub mod format;
+pub mod journal;
 pub mod machine;
 pub mod model;
 pub mod peers;
+pub mod process;
 pub mod report;
 pub mod results;
 pub mod runner;
@@ -88,7 +101,7 @@ pub mod workloads;
 
 pub use error::BenchError;
 pub use results::Report;
-pub use session::{Plan, ALL_WORKLOADS};
+pub use session::{Plan, ProcessPlan, ALL_WORKLOADS};
 
 /// Run `plan` and gather its report, the targets checked.
 ///
@@ -97,7 +110,15 @@ pub use session::{Plan, ALL_WORKLOADS};
 pub async fn run(plan: Plan) -> Result<Report, BenchError> {
     let run = session::execute(plan).await?;
     let mut report = Report::from_run(run);
-    report.checks = checks::evaluate(&report.results);
+    // The targets are judged in one process (the cells across processes
+    // are reported, not judged).
+    let in_process: Vec<results::CellResult> = report
+        .results
+        .iter()
+        .filter(|cell| !cell.across_processes)
+        .cloned()
+        .collect();
+    report.checks = checks::evaluate(&in_process);
     Ok(report)
 }
 
@@ -122,14 +143,15 @@ mod tests {
             block_size: 10,
             command: "bakery bench --test".into(),
             progress: false,
+            processes: None,
         };
         let report = run(plan).await.expect("run");
         assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);
         // 1 store × 2 client counts × (3 cas + 2 sequence + 5 lock (fair,
-        // polling, old, election, semaphore) + 2 once + 2 consumer
-        // variants, and the memory store's two native lock peers,
+        // polling, old, election, semaphore) + 1 rwlock + 2 once + 2
+        // consumer variants, and the memory store's two native lock peers,
         // `tokio::sync::Mutex` and the FIFO hand-off); the outbox skipped.
-        assert_eq!(report.results.len(), 2 * 16);
+        assert_eq!(report.results.len(), 2 * 17);
         for peer in ["tokio::sync::Mutex", "FIFO hand-off (tokio, no store)"] {
             assert!(
                 report
@@ -156,6 +178,7 @@ mod tests {
             "cas: ",
             "sequence: ",
             "lock: ",
+            "rwlock: ",
             "once: ",
             "consumer: ",
             "outbox: ",
@@ -167,7 +190,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let charts = report::write_files(&report, dir.path()).expect("write");
         // Two charts per workload that ran (not the skipped outbox).
-        assert_eq!(charts.len(), 5 * 2, "{charts:?}");
+        assert_eq!(charts.len(), 6 * 2, "{charts:?}");
         for file in charts
             .iter()
             .map(String::as_str)

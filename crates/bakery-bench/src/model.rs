@@ -21,6 +21,7 @@ use bakery::{CountingStore, VersionedStore};
 use serde::Serialize;
 
 use crate::error::{one_line, BenchError};
+use crate::journal::Journal;
 
 /// Why one operation failed: a one-line message (no secrets).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +84,10 @@ pub struct CellSpec {
     /// first PostgreSQL target, if it has one: for a workload that needs
     /// PostgreSQL besides the cell's store (the outbox's source).
     pub postgres: Option<String>,
+    /// Where the cell's one client logs its grants and ids when the cell
+    /// runs across processes (the parent checks them all together); `None`
+    /// in one process, where the workload checks its clients itself.
+    pub journal: Option<Arc<Journal>>,
 }
 
 /// A workload that could not run on a target, and why (its cells there
@@ -180,6 +185,9 @@ pub struct WorkloadSpec {
     /// cell of 80 grants over 64 clients: the fairest lock there scores
     /// 0.89. 0: the duration alone.
     pub min_ops_per_client: u64,
+    /// Whether its cells also run across processes (`Plan::processes`):
+    /// a client per process, its grants or ids checked by the parent.
+    pub across_processes: bool,
 }
 
 impl WorkloadSpec {
@@ -200,6 +208,7 @@ impl WorkloadSpec {
             title: "",
             extra_columns: &[],
             min_ops_per_client: 0,
+            across_processes: false,
         }
     }
 
@@ -225,6 +234,14 @@ impl WorkloadSpec {
     pub const fn min_ops_per_client(self, min_ops_per_client: u64) -> Self {
         Self {
             min_ops_per_client,
+            ..self
+        }
+    }
+
+    /// With cells across processes too.
+    pub const fn across_processes(self) -> Self {
+        Self {
+            across_processes: true,
             ..self
         }
     }

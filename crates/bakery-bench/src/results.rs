@@ -52,6 +52,9 @@ pub struct Settings {
     pub workloads: Vec<String>,
     /// Client counts, each its own cell.
     pub clients: Vec<usize>,
+    /// Process counts of the cells across processes (a client per OS
+    /// process), each its own cell; empty when none ran.
+    pub processes: Vec<usize>,
     /// Timed part of each cell, in milliseconds.
     pub duration_ms: u64,
     /// How many times each cell ran, in interleaved rounds; its figures
@@ -116,8 +119,11 @@ pub struct CellResult {
     pub variant: String,
     /// What the table shows (`put_if_version, shared key`, `nextval()`).
     pub label: String,
-    /// Concurrent clients.
+    /// Concurrent clients (processes, across processes).
     pub clients: usize,
+    /// Whether each client ran in an OS process of its own (the `across
+    /// processes` tables) rather than as a task of the bench's process.
+    pub across_processes: bool,
     /// Seconds from the start to the last client's stop.
     pub elapsed_s: f64,
     /// Successful operations (ids for `sequence`).
@@ -142,6 +148,10 @@ pub struct CellResult {
     pub conflicts_per_op: Option<f64>,
     /// Failed operations and failed checks (warm-up included).
     pub errors: u64,
+    /// Of those, failed checks: overlapping grants, duplicate ids, a
+    /// count that disagrees with what applied (a broken guarantee).
+    #[serde(default)]
+    pub violations: u64,
     /// The first error message, if any.
     pub first_error: Option<String>,
     /// Jain's index of the per-client operation counts (1 = even).
@@ -151,14 +161,31 @@ pub struct CellResult {
 }
 
 impl Report {
-    /// The cells of `workload`, in run order.
+    /// The cells of `workload` in one process, in run order.
     pub fn cells<'a>(&'a self, workload: &'a str) -> impl Iterator<Item = &'a CellResult> + 'a {
-        self.results.iter().filter(move |r| r.workload == workload)
+        self.results
+            .iter()
+            .filter(move |r| r.workload == workload && !r.across_processes)
+    }
+
+    /// The cells of `workload` across processes, in run order.
+    pub fn cells_across_processes<'a>(
+        &'a self,
+        workload: &'a str,
+    ) -> impl Iterator<Item = &'a CellResult> + 'a {
+        self.results
+            .iter()
+            .filter(move |r| r.workload == workload && r.across_processes)
     }
 
     /// How many cells saw errors.
     pub fn cells_with_errors(&self) -> usize {
         self.results.iter().filter(|r| r.errors > 0).count()
+    }
+
+    /// How many cells failed a check ([`CellResult::violations`]).
+    pub fn cells_with_violations(&self) -> usize {
+        self.results.iter().filter(|r| r.violations > 0).count()
     }
 }
 
@@ -166,7 +193,11 @@ impl CellResult {
     /// The name of the series this cell belongs to in a chart:
     /// `target · implementation label`.
     pub fn series(&self) -> String {
-        format!("{} · {}", self.target, self.label)
+        if self.across_processes {
+            format!("{} · {} (processes)", self.target, self.label)
+        } else {
+            format!("{} · {}", self.target, self.label)
+        }
     }
 }
 
@@ -177,6 +208,7 @@ impl Report {
         let Run {
             workloads,
             clients,
+            processes,
             duration,
             rounds,
             block_size,
@@ -198,6 +230,7 @@ impl Report {
             settings: Settings {
                 workloads: workloads.iter().map(|w| w.name.to_string()).collect(),
                 clients,
+                processes,
                 duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
                 rounds,
                 block_size,
@@ -253,6 +286,7 @@ impl CellResult {
             variant: cell.variant,
             label: cell.label,
             clients: cell.clients,
+            across_processes: cell.across_processes,
             elapsed_s: seconds,
             ops: m.ops,
             ops_per_sec: m.ops_per_sec(),
@@ -264,6 +298,7 @@ impl CellResult {
             conflicts: m.conflicts,
             conflicts_per_op: per_op(m.conflicts),
             errors: m.errors,
+            violations: m.violations,
             first_error: m.first_error,
             fairness: jain_index(&shares),
             extras: m.extras,

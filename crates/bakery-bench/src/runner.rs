@@ -70,7 +70,7 @@ impl StartSignal {
 
 /// How long after the end of a cell a client may take to finish its last
 /// operation before it is abandoned (and counted as an error).
-const STRAGGLER_GRACE: Duration = Duration::from_secs(60);
+pub const STRAGGLER_GRACE: Duration = Duration::from_secs(60);
 
 /// How far past its duration a cell may run to reach its workload's
 /// operations per client ([`WorkloadSpec::min_ops_per_client`]), as a
@@ -163,7 +163,11 @@ pub struct Measurement {
     pub ops_per_client: Vec<u64>,
     /// Failed operations, warm-up and checks included.
     pub errors: u64,
-    /// The first error message seen.
+    /// Of those, failed checks of what the cell did (overlapping grants,
+    /// duplicate ids, a count that disagrees): a broken guarantee, where
+    /// an error may be an outage.
+    pub violations: u64,
+    /// The first error message seen (a failed check's, if any).
     pub first_error: Option<String>,
     /// Latency of every successful timed operation.
     pub latency: LatencyHistogram,
@@ -188,6 +192,17 @@ impl Measurement {
         }
     }
 
+    /// Count `problems` (failed checks) as errors and violations; the
+    /// first of them becomes the cell's first error.
+    pub fn add_problems(&mut self, problems: Vec<String>) {
+        let count = problems.len() as u64;
+        self.errors += count;
+        self.violations += count;
+        if let Some(problem) = problems.into_iter().next() {
+            self.first_error = Some(problem);
+        }
+    }
+
     /// A cell that could not even start: no operation, one error.
     pub fn failed(message: String) -> Result<Measurement, BenchError> {
         Ok(Measurement {
@@ -195,6 +210,7 @@ impl Measurement {
             ops: 0,
             ops_per_client: Vec::new(),
             errors: 1,
+            violations: 0,
             first_error: Some(message),
             latency: LatencyHistogram::new()?,
             round_trips: 0,
@@ -229,17 +245,42 @@ pub async fn measure(
     duration: Duration,
     min_ops_per_client: u64,
 ) -> Result<Measurement, BenchError> {
+    measure_gated(cell, counter, duration, min_ops_per_client, async {
+        Ok(())
+    })
+    .await
+}
+
+/// [`measure`], the start also waiting for `gate` once every client is
+/// warm: how a client in its own process starts with the other processes
+/// of its cell ([`process`](crate::process)).
+pub async fn measure_gated(
+    cell: PreparedCell,
+    counter: &RoundTripCounter,
+    duration: Duration,
+    min_ops_per_client: u64,
+    gate: impl std::future::Future<Output = Result<(), BenchError>>,
+) -> Result<Measurement, BenchError> {
     let PreparedCell { clients, finish } = cell;
     let count = clients.len();
     let warm = Arc::new(Barrier::new(count + 1));
+    // Past the gate: the clients wait for it asleep, and only then awake
+    // for the start (a gate may take a while, and other processes' clients
+    // need the cores meanwhile).
+    let gated = Arc::new(Barrier::new(count + 1));
     let go = Arc::new(StartSignal::default());
     let needed = min_ops_per_client.saturating_mul(count as u64);
     let mut tasks = Vec::with_capacity(count);
     for (index, client) in clients.into_iter().enumerate() {
-        let (warm, go) = (warm.clone(), go.clone());
-        tasks.push(tokio::spawn(run_client(client, index, warm, go)));
+        let (warm, gated, go) = (warm.clone(), gated.clone(), go.clone());
+        tasks.push(tokio::spawn(run_client(client, index, [warm, gated], go)));
     }
     warm.wait().await;
+    if let Err(err) = gate.await {
+        tasks.iter().for_each(|task| task.abort());
+        return Err(err);
+    }
+    gated.wait().await;
     go.all_waiting(count).await;
     let (trips_before, conflicts_before) = counter.snapshot();
     let started = Instant::now();
@@ -290,31 +331,31 @@ pub async fn measure(
     let elapsed = stopped.saturating_duration_since(started);
     let (trips_after, conflicts_after) = counter.snapshot();
 
-    if let Some(finish) = finish {
-        let problems = finish.finish(errors > 0).await;
-        errors += problems.len() as u64;
-        if first_error.is_none() {
-            first_error = problems.into_iter().next();
-        }
-    }
-    Ok(Measurement {
+    let problems = match finish {
+        Some(finish) => finish.finish(errors > 0).await,
+        None => Vec::new(),
+    };
+    let mut measurement = Measurement {
         elapsed,
         ops: ops_per_client.iter().sum(),
         ops_per_client,
         errors,
+        violations: 0,
         first_error,
         latency,
         round_trips: trips_after.saturating_sub(trips_before),
         conflicts: conflicts_after.saturating_sub(conflicts_before),
         extras,
-    })
+    };
+    measurement.add_problems(problems);
+    Ok(measurement)
 }
 
 /// One client's task: warm up, wait for the start, loop until the end.
 async fn run_client(
     mut client: Box<dyn BenchClient>,
     index: usize,
-    warm: Arc<Barrier>,
+    barriers: [Arc<Barrier>; 2],
     go: Arc<StartSignal>,
 ) -> Result<ClientOutcome, BenchError> {
     let mut outcome = ClientOutcome {
@@ -329,7 +370,9 @@ async fn run_client(
         outcome.errors += 1;
         outcome.first_error = Some(format!("warm-up: {}", err.0));
     }
-    warm.wait().await;
+    for barrier in barriers {
+        barrier.wait().await;
+    }
     let stop = go.wait().await;
     let mut since_yield = 0u32;
     loop {

@@ -16,6 +16,7 @@ use crate::model::{
     CellSpec, CellStore, Implementation, Peer, PreparedCell, Skipped, Variant, WorkloadSpec,
 };
 use crate::peers;
+use crate::process::{self, WorkerCommand, WorkerJob};
 use crate::runner::{self, Measurement, RoundTripCounter};
 use crate::versions::server_version;
 use crate::workloads;
@@ -50,6 +51,20 @@ pub struct Plan {
     pub command: String,
     /// Show a progress indicator on stderr (only when it is a terminal).
     pub progress: bool,
+    /// Cells across processes too, besides those in one process: `None`,
+    /// none.
+    pub processes: Option<ProcessPlan>,
+}
+
+/// The cells across processes of a [`Plan`]: the workloads that have them
+/// ([`WorkloadSpec::across_processes`]) and their native peers, with a
+/// client per OS process ([`process`]).
+#[derive(Debug, Clone)]
+pub struct ProcessPlan {
+    /// Process counts, one cell each (sorted and deduplicated).
+    pub counts: Vec<usize>,
+    /// How to start a worker process.
+    pub worker: WorkerCommand,
 }
 
 /// What a run measured, before it becomes a report.
@@ -58,6 +73,9 @@ pub struct Run {
     pub workloads: Vec<&'static WorkloadSpec>,
     /// Client counts, in order.
     pub clients: Vec<usize>,
+    /// Process counts of the cells across processes, in order (empty:
+    /// none ran).
+    pub processes: Vec<usize>,
     /// Timed part of each cell.
     pub duration: Duration,
     /// Rounds each cell ran ([`Plan::rounds`]).
@@ -110,6 +128,8 @@ pub struct CellRun {
     pub label: String,
     /// Concurrent clients.
     pub clients: usize,
+    /// Whether each client ran in its own process.
+    pub across_processes: bool,
     /// What the runner measured in the cell's median round (by
     /// operations/s), with the errors of every round.
     pub measurement: Measurement,
@@ -122,6 +142,7 @@ struct Resolved {
     workloads: Vec<&'static WorkloadSpec>,
     uris: Vec<String>,
     clients: Vec<usize>,
+    processes: Vec<usize>,
     /// Keeps the default SQLite file's directory until the run is over.
     scratch: Option<tempfile::TempDir>,
 }
@@ -154,11 +175,28 @@ fn resolve(plan: &Plan) -> Result<Resolved, BenchError> {
     let mut clients = plan.clients.clone();
     clients.sort_unstable();
     clients.dedup();
+    let mut processes = plan
+        .processes
+        .as_ref()
+        .map_or_else(Vec::new, |p| p.counts.clone());
+    processes.sort_unstable();
+    processes.dedup();
 
     let mut uris = plan.uris.clone();
+    // A memory store beside shared ones runs its cells in one process
+    // only; cells across processes on memory stores alone are refused.
+    let per_process = |uri: &String| uri.starts_with("memory:");
+    if !processes.is_empty() && !uris.is_empty() && uris.iter().all(per_process) {
+        return Err(BenchError::NotShared {
+            uri: bakery::redact(&uris[0]),
+        });
+    }
     let mut scratch = None;
     if uris.is_empty() {
-        uris.push("memory://".to_string());
+        // A memory store is one process's: only the SQLite file is shared.
+        if processes.is_empty() {
+            uris.push("memory://".to_string());
+        }
         if bakery::schemes().contains(&"sqlite") {
             let dir = tempfile::Builder::new()
                 .prefix("bakery-bench-")
@@ -181,6 +219,7 @@ fn resolve(plan: &Plan) -> Result<Resolved, BenchError> {
         workloads,
         uris,
         clients,
+        processes,
         scratch,
     })
 }
@@ -189,12 +228,15 @@ fn resolve(plan: &Plan) -> Result<Resolved, BenchError> {
 struct Target {
     label: String,
     backend: &'static str,
+    /// As given (for the workers of cells across processes).
+    uri: String,
     shown_uri: String,
     store: Arc<dyn VersionedStore>,
     peers: Vec<Box<dyn Peer>>,
 }
 
 /// What a cell measures.
+#[derive(Clone, Copy)]
 enum Subject<'a> {
     /// A workload variant through bakery.
     Bakery {
@@ -278,6 +320,7 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
         workloads,
         uris,
         clients,
+        processes,
         scratch,
     } = resolve(&plan)?;
     let started_at = now_rfc3339();
@@ -297,6 +340,7 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
         targets.push(Target {
             label: backend.to_string(),
             backend,
+            uri: uri.clone(),
             shown_uri,
             peers: peers::for_target(backend, uri, plan.block_size),
             store,
@@ -319,30 +363,40 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
         });
     }
 
-    let mut cells: Vec<(&Target, Subject<'_>, usize)> = Vec::new();
+    // (target, subject, clients, across processes), in table order: a
+    // workload's cells in one process, then those across processes.
+    let mut cells: Vec<(&Target, Subject<'_>, usize, bool)> = Vec::new();
     for workload in &workloads {
-        for target in &targets {
-            for &variant in workload.variants {
-                for &clients in &clients {
-                    let subject = Subject::Bakery { workload, variant };
-                    cells.push((target, subject, clients));
-                }
+        for (counts, across) in [(&clients, false), (&processes, true)] {
+            if across && !workload.across_processes {
+                continue;
             }
-            for peer in target
-                .peers
-                .iter()
-                .filter(|p| p.workload() == workload.name)
-            {
-                for &clients in &clients {
-                    let subject = Subject::Native {
+            for target in &targets {
+                if across && target.backend == "memory" {
+                    continue; // one process's store (see the tables' title)
+                }
+                let peers = target
+                    .peers
+                    .iter()
+                    .filter(|p| p.workload() == workload.name)
+                    .map(|peer| Subject::Native {
                         workload,
                         peer: peer.as_ref(),
-                    };
-                    cells.push((target, subject, clients));
+                    });
+                let subjects = workload
+                    .variants
+                    .iter()
+                    .map(|&variant| Subject::Bakery { workload, variant })
+                    .chain(peers);
+                for subject in subjects {
+                    for &count in counts {
+                        cells.push((target, subject, count, across));
+                    }
                 }
             }
         }
     }
+    let worker = plan.processes.as_ref().map(|p| &p.worker);
 
     let rounds = plan.rounds.max(1);
     show_cells(&progress, cells.len() * rounds);
@@ -351,7 +405,7 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
     let mut measured: Vec<Vec<Measurement>> = cells.iter().map(|_| Vec::new()).collect();
     let mut skipped: Vec<Skipped> = Vec::new();
     for round in 0..rounds {
-        for (index, (target, subject, clients)) in cells.iter().enumerate() {
+        for (index, &(target, subject, clients, across)) in cells.iter().enumerate() {
             let workload = subject.workload_name();
             if skipped
                 .iter()
@@ -362,10 +416,13 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
             }
             let spec = CellSpec {
                 tag: cell_tag(&run_id, index, round),
-                clients: *clients,
+                // Across processes the parent sets up only what the cell
+                // shares (and its finish); each worker its own client.
+                clients: if across { 0 } else { clients },
                 variant: subject.variant_id(),
                 block_size: plan.block_size,
                 postgres: postgres.clone(),
+                journal: None,
             };
             let label = subject.label();
             let of_rounds = if rounds > 1 {
@@ -373,22 +430,49 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
             } else {
                 String::new()
             };
+            let of = if across { "processes" } else { "clients" };
             progress.set_message(format!(
-                "{of_rounds}{workload} · {} · {label} · {clients} clients",
+                "{of_rounds}{workload} · {} · {label} · {clients} {of}",
                 target.label
             ));
             let (prepared, counter) = subject.prepare(target, &spec).await;
             // A cell that cannot be set up (a peer refused by the server, …)
             // is reported as a failed cell; the other cells still run.
             // One that cannot run on this target is skipped, its reason kept.
-            let measurement = match prepared {
-                Ok(prepared) => {
-                    let min_ops = subject
-                        .workload()
-                        .min_ops_per_client
-                        .max(runner::MIN_OPS_PER_CLIENT);
-                    runner::measure(prepared, &counter, plan.duration, min_ops).await?
+            let min_ops = subject
+                .workload()
+                .min_ops_per_client
+                .max(runner::MIN_OPS_PER_CLIENT);
+            let outcome = match (prepared, worker.filter(|_| across)) {
+                (Ok(prepared), None) => {
+                    Ok(runner::measure(prepared, &counter, plan.duration, min_ops).await?)
                 }
+                (Ok(prepared), Some(worker)) => {
+                    let job = WorkerJob {
+                        uri: target.uri.clone(),
+                        workload: workload.to_string(),
+                        variant: match subject {
+                            Subject::Bakery { variant, .. } => Some(variant.id.to_string()),
+                            Subject::Native { .. } => None,
+                        },
+                        peer: match subject {
+                            Subject::Bakery { .. } => None,
+                            Subject::Native { .. } => Some(label.clone()),
+                        },
+                        tag: spec.tag.clone(),
+                        block_size: plan.block_size,
+                        postgres: spec.postgres.clone(),
+                        duration_ns: u64::try_from(plan.duration.as_nanos()).unwrap_or(u64::MAX),
+                        min_ops,
+                        process: 0,
+                        counter: None,
+                    };
+                    measure_across(worker, &job, clients, prepared).await
+                }
+                (Err(err), _) => Err(err),
+            };
+            let measurement = match outcome {
+                Ok(measurement) => measurement,
                 Err(BenchError::Unavailable(reason)) => {
                     skipped.push(Skipped {
                         workload: workload.to_string(),
@@ -405,7 +489,7 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
         }
     }
     let mut results = Vec::with_capacity(cells.len());
-    for ((target, subject, clients), measurements) in cells.iter().zip(measured) {
+    for (&(target, subject, clients, across), measurements) in cells.iter().zip(measured) {
         let round_rates: Vec<f64> = measurements.iter().map(Measurement::ops_per_sec).collect();
         let Some(measurement) = median_round(measurements) else {
             continue; // skipped in every round
@@ -421,7 +505,8 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
                 Subject::Native { .. } => label.clone(),
             },
             label,
-            clients: *clients,
+            clients,
+            across_processes: across,
             measurement,
             round_rates,
         });
@@ -435,6 +520,7 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
     Ok(Run {
         workloads,
         clients,
+        processes,
         duration: plan.duration,
         rounds,
         block_size: plan.block_size,
@@ -446,6 +532,35 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
         cells: results,
         skipped,
     })
+}
+
+/// The cell of `job` with a worker process per client (`processes`),
+/// `prepared` the parent's set-up of it (no clients): its finish checks
+/// and cleans up once the workers are done, even if they failed. Every
+/// lock variant and peer the bench runs admits one holder at a time (the
+/// semaphore has one permit).
+async fn measure_across(
+    worker: &WorkerCommand,
+    job: &WorkerJob,
+    processes: usize,
+    prepared: PreparedCell,
+) -> Result<Measurement, BenchError> {
+    let measured = process::measure(worker, job, processes, 1).await;
+    let problems = match prepared.finish {
+        Some(finish) => {
+            finish
+                .finish(!matches!(measured, Ok(ref m) if m.errors == 0))
+                .await
+        }
+        None => Vec::new(),
+    };
+    let mut measurement = match measured {
+        Ok(measurement) => measurement,
+        Err(BenchError::Unavailable(reason)) => return Err(BenchError::Unavailable(reason)),
+        Err(err) => Measurement::failed(err.to_string())?,
+    };
+    measurement.add_problems(problems);
+    Ok(measurement)
 }
 
 /// Backends that appear more than once become `redis-1`, `redis-2`, … (the
@@ -532,11 +647,17 @@ fn cell_tag(run_id: &str, index: usize, round: usize) -> String {
 /// stays visible, whichever round is shown. `None` without rounds.
 fn median_round(mut rounds: Vec<Measurement>) -> Option<Measurement> {
     let errors: u64 = rounds.iter().map(|m| m.errors).sum();
-    let first_error = rounds.iter().find_map(|m| m.first_error.clone());
+    let violations: u64 = rounds.iter().map(|m| m.violations).sum();
+    let first_error = rounds
+        .iter()
+        .filter(|m| m.violations > 0)
+        .chain(&rounds)
+        .find_map(|m| m.first_error.clone());
     rounds.sort_by(|a, b| a.ops_per_sec().total_cmp(&b.ops_per_sec()));
     let middle = rounds.len().checked_sub(1)? / 2;
     let mut median = rounds.into_iter().nth(middle)?;
     median.errors = errors;
+    median.violations = violations;
     median.first_error = first_error;
     Some(median)
 }
@@ -568,6 +689,7 @@ mod tests {
             block_size: 10,
             command: "test".into(),
             progress: false,
+            processes: None,
         }
     }
 
@@ -577,7 +699,7 @@ mod tests {
         let names: Vec<&str> = resolved.workloads.iter().map(|w| w.name).collect();
         assert_eq!(
             names,
-            ["cas", "sequence", "lock", "once", "consumer", "outbox"]
+            ["cas", "sequence", "lock", "rwlock", "once", "consumer", "outbox"]
         );
         assert_eq!(resolved.clients, [1, 4]);
         assert_eq!(resolved.uris, ["memory://"]);
@@ -665,6 +787,7 @@ mod tests {
             ops,
             ops_per_client: vec![ops],
             errors,
+            violations: 0,
             first_error: (errors > 0).then(|| format!("failed in the round of {ops}")),
             latency: crate::stats::LatencyHistogram::new().expect("histogram"),
             round_trips: ops,
@@ -693,6 +816,12 @@ mod tests {
         );
         let one = median_round(vec![measured(7, 0)]).expect("one round");
         assert_eq!((one.ops, one.errors), (7, 0));
+        // A failed check in any round is carried, and named first.
+        let mut broken = measured(60, 0);
+        broken.add_problems(vec!["ids handed out twice".into()]);
+        let median = median_round(vec![measured(70, 1), broken, measured(80, 0)]).expect("median");
+        assert_eq!((median.ops, median.errors, median.violations), (70, 2, 1));
+        assert_eq!(median.first_error.as_deref(), Some("ids handed out twice"));
     }
 
     #[test]

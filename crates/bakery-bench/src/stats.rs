@@ -36,6 +36,24 @@ impl LatencyHistogram {
         self.0.saturating_record(nanos.max(1));
     }
 
+    /// The recorded values as (value, count) pairs, each value its
+    /// bucket's highest: what a histogram of another process is sent as.
+    pub fn counts(&self) -> Vec<(u64, u64)> {
+        self.0
+            .iter_recorded()
+            .map(|v| (v.value_iterated_to(), v.count_at_value()))
+            .collect()
+    }
+
+    /// The histogram of [`counts`](Self::counts).
+    pub fn from_counts(counts: &[(u64, u64)]) -> Result<Self, BenchError> {
+        let mut histogram = LatencyHistogram::new()?;
+        for &(value, count) in counts {
+            histogram.0.saturating_record_n(value.max(1), count);
+        }
+        Ok(histogram)
+    }
+
     /// Add every value of `other`.
     pub fn merge(&mut self, other: &LatencyHistogram) -> Result<(), BenchError> {
         self.0

@@ -70,16 +70,7 @@ async fn postgres_consumer_peers_and_outbox() {
     let Some(uri) = bakery_testkit::server_uri("BAKERY_POSTGRES_URI", "peers") else {
         return;
     };
-    let plan = bakery_bench::Plan {
-        workloads: vec!["consumer".into(), "outbox".into()],
-        uris: vec![uri],
-        clients: vec![1, 2],
-        duration: std::time::Duration::from_millis(100),
-        rounds: 1,
-        block_size: 10,
-        command: "test".into(),
-        progress: false,
-    };
+    let plan = short_plan(&["consumer", "outbox"], uri, vec![1, 2]);
     let report = bakery_bench::run(plan).await.expect("run");
     assert!(report.skipped.is_empty(), "{:?}", report.skipped);
     assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);
@@ -131,6 +122,36 @@ async fn redis_raw_cas_and_incrby() {
         .query_async::<()>(&mut conn)
         .await
         .expect("delete counter");
+}
+
+/// A short plan of `lock` and `rwlock` on the Redis server: every cell
+/// clean (no overlapping grant), the `SET NX PX` peer among them with at
+/// least its two requests (a try and the release) per acquisition.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_lock_peer_and_rwlock() {
+    let Some(uri) = bakery_testkit::server_uri("BAKERY_REDIS_URI", "peers") else {
+        return;
+    };
+    let plan = short_plan(&["lock", "rwlock"], uri, vec![1, 4]);
+    let report = bakery_bench::run(plan).await.expect("run");
+    assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);
+    for clients in [1, 4] {
+        let cell = report
+            .cells("lock")
+            .find(|r| r.label == "SET NX PX + Lua release" && r.clients == clients)
+            .unwrap_or_else(|| panic!("no SET NX cell: {:#?}", report.results));
+        assert!(cell.ops > 0, "{cell:#?}");
+        assert!(
+            cell.round_trips_per_op.is_some_and(|r| r >= 2.0),
+            "{cell:#?}"
+        );
+        let rwlock = report
+            .cells("rwlock")
+            .find(|r| r.clients == clients)
+            .unwrap_or_else(|| panic!("no rwlock cell: {:#?}", report.results));
+        assert!(rwlock.ops > 0, "{rwlock:#?}");
+    }
 }
 
 #[cfg(feature = "etcd")]
@@ -189,4 +210,21 @@ async fn mongodb_raw_insert() {
     raw.insert(RAW_VALUE).await.expect("insert");
     raw.insert(RAW_VALUE).await.expect("insert");
     raw.drop_collection().await.expect("drop");
+}
+
+/// A plan of `workloads` on `uri` with 100 ms cells, one round, in one
+/// process.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+fn short_plan(workloads: &[&str], uri: String, clients: Vec<usize>) -> bakery_bench::Plan {
+    bakery_bench::Plan {
+        workloads: workloads.iter().map(|w| w.to_string()).collect(),
+        uris: vec![uri],
+        clients,
+        duration: std::time::Duration::from_millis(100),
+        rounds: 1,
+        block_size: 10,
+        command: "test".into(),
+        progress: false,
+        processes: None,
+    }
 }

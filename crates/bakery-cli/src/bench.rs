@@ -7,8 +7,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use bakery_bench::process::WorkerCommand;
 use bakery_bench::report::{self, text::Written};
-use bakery_bench::{BenchError, Plan, Report};
+use bakery_bench::{BenchError, Plan, ProcessPlan, Report};
 use clap::builder::{PossibleValue, PossibleValuesParser};
 use clap::parser::ValueSource;
 use clap::Args;
@@ -41,7 +42,10 @@ the default settings, in one process and as a node each) and `lock` (acquire + \
 release of one lock by every client: the fair FIFO lock with and without store \
 notifications, and the old try-and-back-off lock; fairness is Jain's \
 index over the clients' grants, plus the longest run of grants to one \
-client while another was asking and the mean size of the rows written), `once` (Idempotency::run on a new key and on a completed one), \
+client while another was asking and the mean size of the rows written), `rwlock` \
+(write() or read() + release of one RwLock by every client: client 0, 4, 8, … \
+writes, the others read; no writer may overlap another grant, readers may \
+overlap each other), `once` (Idempotency::run on a new key and on a completed one), \
 `consumer` (Consumer::process of increasing keys, a partition per client \
 and one shared partition) and `outbox` (a message emitted in its own \
 PostgreSQL transaction until the relay applied it to a consumer on the \
@@ -49,8 +53,9 @@ store; needs a postgres --uri as the source, otherwise skipped with the \
 reason). When a postgres, redis or etcd URI is given (and that backend is \
 compiled in), the native peers run in the same tables, one connection per \
 client: PostgreSQL nextval() (plain, and with CACHE --block-size) and Redis \
-INCRBY for sequences; PostgreSQL advisory locks and etcd's own lock for \
-locks (and, beside memory://, tokio::sync::Mutex and a strict FIFO lock on \
+INCRBY for sequences; PostgreSQL advisory locks, the Redis lock a user \
+writes (SET NX PX tried with a jittered back-off, a Lua compare-and-delete \
+release) and etcd's own lock for locks (and, beside memory://, tokio::sync::Mutex and a strict FIFO lock on \
 tokio oneshots whose hand-off is the runtime's own); a PostgreSQL processed-keys table (INSERT … ON CONFLICT and the \
 state update in one transaction, and as one statement) for the consumer. \
 At the end the performance targets are checked (met / not met; \
@@ -71,7 +76,9 @@ latency distributions). A progress bar runs on stderr when it is a terminal.
 
 Exit status: 0 when every cell ran without errors, 1 when some operation \
 failed (the tables are still printed) or a store cannot be opened, 2 on a \
-usage error.
+usage error. With --allow-errors, failed operations (a timeout under \
+contention, an outage) only show in the `errors` column, and 1 means a \
+failed check: overlapping grants, an id twice, a lost increment.
 
 Examples:
   bakery bench
@@ -159,6 +166,36 @@ pub struct BenchArgs {
         value_parser = clap::value_parser!(u16).range(1..=1024)
     )]
     pub worker_threads: Option<u16>,
+
+    /// Also run the lock, rwlock and sequence cells (and their native peers)
+    /// across processes, one cell per count: `--processes 1,4,16,64`. Each
+    /// client is then an OS process of its own (this binary again, with
+    /// its own connection and a runtime of --worker-threads, default 1),
+    /// all started at one instant; the parent merges their figures and
+    /// checks their grants and ids together (no overlap, a reader never
+    /// beside a writer, no lost increment of a shared counter, fencing
+    /// tokens in grant order, no id twice).
+    /// Needs stores the processes share (not memory://).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CLIENTS))
+    )]
+    pub processes: Vec<u32>,
+
+    /// Exit 0 although operations failed, as long as no cell failed a
+    /// check (overlapping grants, duplicate ids, a lost increment): the
+    /// failures are figures of the run (the `errors` column), not a broken
+    /// guarantee.
+    #[arg(long)]
+    pub allow_errors: bool,
+
+    /// Run as a worker process of a cell across processes: the job on
+    /// stdin, the outcome on stdout (started by `--processes`, not by
+    /// hand).
+    #[arg(long, hide = true)]
+    pub worker: bool,
 }
 
 /// The values of `--workload`: the framework's registry, then `all`.
@@ -188,21 +225,43 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 /// `--json`), write `--out`. Exits 1 when some cell had errors (after
 /// printing and writing everything).
 pub async fn run(args: &BenchArgs, json: bool) -> Result<(), CliError> {
-    let report = bakery_bench::run(plan(args)).await?;
+    if args.worker {
+        bakery_bench::process::worker_on_stdio().await?;
+        return Ok(());
+    }
+    let report = bakery_bench::run(plan(args)?).await?;
     let charts = match &args.out {
         Some(dir) => report::write_files(&report, dir)?,
         None => Vec::new(),
     };
     print(&report, json, args.out.as_deref(), &charts)?;
-    match report.cells_with_errors() {
-        0 => Ok(()),
-        cells => Err(CliError::Message(format!(
-            "{cells} of the measured cells had errors (see the `errors` column{})",
-            match &args.out {
-                Some(dir) => format!("; results written to {}", dir.display()),
-                None => String::new(),
-            }
-        ))),
+    let written = match &args.out {
+        Some(dir) => format!("; results written to {}", dir.display()),
+        None => String::new(),
+    };
+    let errors = report.cells_with_errors();
+    let verdict = verdict(report.cells_with_violations(), errors, args.allow_errors);
+    if verdict.is_ok() && errors > 0 {
+        eprintln!(
+            "bakery: note: {errors} of the measured cells had failed operations (see the `errors` column); no check failed"
+        );
+    }
+    verdict.map_err(|message| CliError::Message(format!("{message}{written})")))
+}
+
+/// The exit of a run whose `violations` cells failed a check and `errors`
+/// cells had errors: an error message (to be closed with a parenthesis)
+/// unless it passes.
+fn verdict(violations: usize, errors: usize, allow_errors: bool) -> Result<(), String> {
+    match (violations, errors) {
+        (0, 0) => Ok(()),
+        (0, _) if allow_errors => Ok(()),
+        (0, cells) => Err(format!(
+            "{cells} of the measured cells had errors (see the `errors` column"
+        )),
+        (cells, _) => Err(format!(
+            "{cells} of the measured cells failed a check: overlapping grants, an id twice or a lost increment (see the `errors` column"
+        )),
     }
 }
 
@@ -210,7 +269,7 @@ pub async fn run(args: &BenchArgs, json: bool) -> Result<(), CliError> {
 /// values typed on the command line (before or after `bench`); a value
 /// from BAKERY_URI is ignored: a benchmark must not load a store by
 /// accident, so without `--uri` it measures throwaway stores.
-fn plan(args: &BenchArgs) -> Plan {
+fn plan(args: &BenchArgs) -> Result<Plan, CliError> {
     let uris = if args.uri_source == Some(ValueSource::CommandLine) {
         args.uris.clone()
     } else {
@@ -219,7 +278,29 @@ fn plan(args: &BenchArgs) -> Plan {
         }
         Vec::new()
     };
-    Plan {
+    let processes = if args.processes.is_empty() {
+        None
+    } else {
+        let program = std::env::current_exe().map_err(|e| {
+            CliError::Message(format!(
+                "--processes: cannot find this program to re-run: {e}"
+            ))
+        })?;
+        let threads = args.worker_threads.unwrap_or(1);
+        Some(ProcessPlan {
+            counts: args.processes.iter().map(|&n| n as usize).collect(),
+            worker: WorkerCommand {
+                program,
+                args: vec![
+                    "bench".into(),
+                    "--worker".into(),
+                    "--worker-threads".into(),
+                    threads.to_string(),
+                ],
+            },
+        })
+    };
+    Ok(Plan {
         workloads: args.workload.clone(),
         uris,
         clients: args.clients.iter().map(|&n| n as usize).collect(),
@@ -228,7 +309,8 @@ fn plan(args: &BenchArgs) -> Plan {
         block_size: args.block_size,
         command: command_line(),
         progress: true,
-    }
+        processes,
+    })
 }
 
 /// The command line as typed, passwords hidden, arguments with spaces or
@@ -274,6 +356,22 @@ impl From<BenchError> for CliError {
                 CliError::with_context(source, format!("store {target}"))
             }
             other => CliError::Message(other.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verdict;
+
+    #[test]
+    fn failed_operations_pass_only_when_allowed_and_a_failed_check_never() {
+        assert!(verdict(0, 0, false).is_ok());
+        assert!(verdict(0, 3, false).is_err());
+        assert!(verdict(0, 3, true).is_ok());
+        for allow in [false, true] {
+            let refused = verdict(1, 3, allow).expect_err("a failed check");
+            assert!(refused.contains("failed a check"), "{refused}");
         }
     }
 }

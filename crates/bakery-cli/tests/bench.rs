@@ -560,3 +560,85 @@ fn lock_workload_reports_fairness_and_native_locks() {
         assert_eq!(native["round_trips_per_op"], 2.0, "{native:#}");
     }
 }
+
+/// `--processes 1,2` on the default SQLite file: the lock's variants and
+/// the sequence's run again with a client per OS process (workers of this
+/// binary), into their own tables and results; every such cell ran
+/// cleanly, so the parent's checks on the merged grants and ids (no
+/// overlap, no lost increment, fencing tokens in order, no duplicate id)
+/// passed. The checks' negative controls are unit tests of
+/// `bakery_bench::journal` and `bakery_bench::process` (overlapping
+/// intervals, a lost increment, duplicate ids).
+#[test]
+fn processes_run_the_cells_across_processes_and_check_them() {
+    let home = TempDir::new().expect("temp dir");
+    let out_dir = home.path().join("out");
+    let out = run(bakery(home.path()).args([
+        "bench",
+        "--workload",
+        "lock,sequence",
+        "--clients",
+        "1",
+        "--processes",
+        "1,2",
+        "--duration",
+        "50ms",
+        "--out",
+        &out_dir.display().to_string(),
+    ]));
+    assert_ok(&out);
+    let text = stdout(&out);
+    for heading in ["lock across processes: ", "sequence across processes: "] {
+        assert!(text.contains(heading), "no {heading:?} in:\n{text}");
+    }
+    let report: Value =
+        serde_json::from_str(&assert_non_empty_file(&out_dir.join("results.json"))).expect("json");
+    assert_eq!(report["settings"]["processes"], serde_json::json!([1, 2]));
+    let across: Vec<&Value> = results(&report)
+        .iter()
+        .filter(|r| r["across_processes"] == true)
+        .collect();
+    // 5 lock variants and 2 sequence variants, at 1 and 2 processes, on
+    // the one SQLite store (no memory store across processes).
+    assert_eq!(across.len(), (5 + 2) * 2, "{report:#}");
+    for cell in &across {
+        assert_eq!(cell["target"], "sqlite", "{cell:#}");
+        assert_clean_cell(cell);
+    }
+    // Two processes each had their share: the fairness index is over both.
+    for cell in across.iter().filter(|c| c["clients"] == 2) {
+        assert!(cell["fairness"].as_f64().is_some(), "{cell:#}");
+        if cell["workload"] == "lock" {
+            assert!(
+                cell["extras"]["longest run"].as_u64() >= Some(1),
+                "{cell:#}"
+            );
+        }
+    }
+    let markdown = assert_non_empty_file(&out_dir.join("report.md"));
+    assert!(markdown.contains("| processes |"), "{markdown}");
+    assert!(
+        markdown.contains("In one process (a client per task):"),
+        "{markdown}"
+    );
+}
+
+/// A memory store is one process's: asking for cells across processes on
+/// it is refused with a clear error, before anything runs.
+#[test]
+fn processes_refuse_a_memory_store() {
+    let home = TempDir::new().expect("temp dir");
+    let out = run(bakery(home.path()).args([
+        "bench",
+        "--uri",
+        "memory://",
+        "--workload",
+        "lock",
+        "--processes",
+        "2",
+    ]));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("memory:// is a store of one process"), "{err}");
+    assert!(err.contains("processes share"), "{err}");
+}

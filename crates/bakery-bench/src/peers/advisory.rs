@@ -60,7 +60,7 @@ impl Peer for AdvisoryLock {
                 key,
             });
         }
-        Ok(native_lock_cell(locks, &sent))
+        Ok(native_lock_cell(locks, &sent, cell.journal.clone()))
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::error::{one_line, BenchError};
+use crate::journal::Journal;
 use crate::model::{OpError, Peer};
 
 /// How long opening one connection may take.
@@ -93,12 +94,14 @@ pub(crate) fn op_error(what: &str, err: impl Display) -> OpError {
 
 /// One id from the native counter `name` (`nextval()`, `INCRBY`): one
 /// round trip, counted before it is sent; the id must be above the
-/// client's `last`, which it becomes.
+/// client's `last`, which it becomes (and is logged in `journal`, across
+/// processes).
 #[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
 pub(crate) async fn next_id<E: Display>(
     name: &str,
     round_trips: &AtomicU64,
     last: &mut i64,
+    journal: Option<&Journal>,
     request: impl Future<Output = Result<i64, E>>,
 ) -> Result<(), OpError> {
     round_trips.fetch_add(1, Ordering::Relaxed);
@@ -107,6 +110,10 @@ pub(crate) async fn next_id<E: Display>(
         return Err(OpError(format!("{name} gave {id} after {last}")));
     }
     *last = id;
+    if let Some(journal) = journal {
+        // Above the client's last id, which starts at 0: positive.
+        journal.id(id.unsigned_abs());
+    }
     Ok(())
 }
 

@@ -121,7 +121,7 @@ impl Peer for EtcdLock {
                 name: name.clone(),
             });
         }
-        Ok(native_lock_cell(locks, &sent))
+        Ok(native_lock_cell(locks, &sent, cell.journal.clone()))
     }
 }
 

@@ -40,6 +40,7 @@ impl InProcessLock {
                 native_lock_cell(
                     (0..clients).map(|_| SharedMutex(mutex.clone())).collect(),
                     sent,
+                    None,
                 )
             },
         }
@@ -59,6 +60,7 @@ impl InProcessLock {
                 native_lock_cell(
                     (0..clients).map(|_| QueuedClient(queue.clone())).collect(),
                     sent,
+                    None,
                 )
             },
         }

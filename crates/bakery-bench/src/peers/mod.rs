@@ -12,6 +12,7 @@
 //! | redis | sequence | `INCRBY key 1` |
 //! | postgres | lock | `pg_advisory_lock` + `pg_advisory_unlock` |
 //! | postgres | consumer | a "processed keys" table beside the state: `BEGIN`, `INSERT … ON CONFLICT DO NOTHING`, `UPDATE` if inserted, `COMMIT` (four requests); the same as one CTE statement (one request) |
+//! | redis | lock | `SET key <random token> NX PX <ttl>`, tried again after a jittered back-off (1 ms doubling to 16 ms) until it succeeds, + a Lua compare-and-delete release (`EVALSHA`) |
 //! | etcd | lock | etcd's `Lock` + `Unlock` (a lease per client) |
 //! | memory | lock | `tokio::sync::Mutex` (in-process); a strict FIFO lock on tokio oneshots, no store (the runtime's own fair hand-off) |
 //!
@@ -61,7 +62,10 @@ pub fn for_target(backend: &str, uri: &str, block_size: u64) -> Vec<Box<dyn Peer
         #[cfg(feature = "etcd")]
         "etcd" => vec![Box::new(etcd::EtcdLock::new(uri))],
         #[cfg(feature = "redis")]
-        "redis" => vec![Box::new(redis::Incrby::new(uri))],
+        "redis" => vec![
+            Box::new(redis::Incrby::new(uri)),
+            Box::new(redis::SetNxLock::new(uri)),
+        ],
         "memory" => vec![
             Box::new(memory::InProcessLock::tokio_mutex()),
             Box::new(memory::InProcessLock::fifo_handoff()),

@@ -3,12 +3,14 @@
 //! own (the raw counterpart of bakery's `put_if_version`).
 
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bakery::backends::postgres::tokio_postgres::{self, Client, NoTls, Statement};
 
 use super::driver::{connected, next_id, peer_error, without_options, CONNECT_TIMEOUT};
 use crate::error::BenchError;
+use crate::journal::Journal;
 use crate::model::{BenchClient, CellSpec, Finish, OpError, Peer, PreparedCell, RoundTrips};
 
 pub use tokio_postgres::Error;
@@ -69,7 +71,9 @@ pub async fn connect(uri: &str) -> Result<Client, String> {
 /// it is spliced into the SQL.
 pub async fn create_sequence(client: &Client, name: &str, cache: u64) -> Result<(), Error> {
     client
-        .batch_execute(&format!("CREATE SEQUENCE {name} CACHE {cache}"))
+        .batch_execute(&format!(
+            "CREATE SEQUENCE IF NOT EXISTS {name} CACHE {cache}"
+        ))
         .await
 }
 
@@ -208,6 +212,7 @@ impl Peer for Nextval {
                 client,
                 statement,
                 round_trips: sent.clone(),
+                journal: cell.journal.clone(),
                 last: 0,
             }));
         }
@@ -222,6 +227,7 @@ struct NextvalClient {
     client: Client,
     statement: Statement,
     round_trips: RoundTrips,
+    journal: Option<Arc<Journal>>,
     last: i64,
 }
 
@@ -229,7 +235,15 @@ struct NextvalClient {
 impl BenchClient for NextvalClient {
     async fn op(&mut self) -> Result<(), OpError> {
         let request = nextval(&self.client, &self.statement);
-        next_id("nextval()", &self.round_trips, &mut self.last, request).await
+        let journal = self.journal.as_deref();
+        next_id(
+            "nextval()",
+            &self.round_trips,
+            &mut self.last,
+            journal,
+            request,
+        )
+        .await
     }
 }
 

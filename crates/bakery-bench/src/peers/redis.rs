@@ -1,15 +1,21 @@
 //! Redis through the raw driver: `INCRBY`, the counter a Redis user
-//! already has, and a compare-and-set script (the raw counterpart of
-//! bakery's `put_if_version`).
+//! already has, the lock a Redis user writes (`SET key token NX PX ttl`,
+//! released by a compare-and-delete script), and a compare-and-set script
+//! (the raw counterpart of bakery's `put_if_version`).
 
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bakery::backends::redis::redis::{self, aio::MultiplexedConnection, RedisError};
+use rand::Rng;
 
-use super::driver::{connected, next_id, CONNECT_TIMEOUT};
+use super::driver::{connected, next_id, op_error, peer_error, CONNECT_TIMEOUT};
 use crate::error::BenchError;
+use crate::journal::Journal;
 use crate::model::{BenchClient, CellSpec, Finish, OpError, Peer, PreparedCell, RoundTrips};
+use crate::workloads::lock::{native_lock_cell, NativeLock};
 
 /// A bakery redis `uri` as the driver takes it: without bakery's options
 /// (all of a redis URI's options are bakery's: prefix, cas, timeout_ms,
@@ -142,6 +148,7 @@ impl Peer for Incrby {
                 connection: connected("redis", self, connect(&self.uri)).await?,
                 key: key.clone(),
                 round_trips: sent.clone(),
+                journal: cell.journal.clone(),
                 last: 0,
             }));
         }
@@ -159,6 +166,7 @@ struct IncrbyClient {
     connection: MultiplexedConnection,
     key: String,
     round_trips: RoundTrips,
+    journal: Option<Arc<Journal>>,
     last: i64,
 }
 
@@ -166,7 +174,15 @@ struct IncrbyClient {
 impl BenchClient for IncrbyClient {
     async fn op(&mut self) -> Result<(), OpError> {
         let request = incrby(&mut self.connection, &self.key);
-        next_id("INCRBY", &self.round_trips, &mut self.last, request).await
+        let journal = self.journal.as_deref();
+        next_id(
+            "INCRBY",
+            &self.round_trips,
+            &mut self.last,
+            journal,
+            request,
+        )
+        .await
     }
 }
 
@@ -184,5 +200,150 @@ impl Finish for DeleteKey {
             .query_async(&mut self.connection)
             .await;
         Vec::new()
+    }
+}
+
+/// The lock key's expiry: how long a crashed holder keeps the lock (every
+/// grant is released long before).
+pub const LOCK_TTL_MS: u64 = 10_000;
+
+/// The first back-off after a failed try, doubled after each failed try up
+/// to [`MAX_BACKOFF`]; each sleep is a random half to all of it (jitter).
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(1);
+/// The longest back-off between two tries.
+pub const MAX_BACKOFF: Duration = Duration::from_millis(16);
+
+/// The release: delete the key only if it still holds this holder's token
+/// (a holder whose key expired must not delete its successor's).
+const UNLOCK_SCRIPT: &str =
+    "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end";
+
+/// The lock a Redis user writes by hand, as the common Redis lock libraries
+/// do: acquire = `SET key <random token> NX PX <ttl>`, tried again after a
+/// short jittered back-off (1 ms doubling to 16 ms) until it succeeds;
+/// release = a Lua compare-and-delete on the token (`EVALSHA`, the script
+/// loaded once per connection). One multiplexed connection per client. No
+/// queue (whoever tries right after a release wins), no fencing token;
+/// one round trip per try, one per release.
+#[derive(Debug, Clone)]
+pub struct SetNxLock {
+    uri: String,
+}
+
+impl SetNxLock {
+    /// The peer on the server of `uri` (a bakery redis URI).
+    pub fn new(uri: impl Into<String>) -> Self {
+        SetNxLock { uri: uri.into() }
+    }
+}
+
+#[async_trait]
+impl Peer for SetNxLock {
+    fn workload(&self) -> &'static str {
+        "lock"
+    }
+
+    fn label(&self) -> String {
+        "SET NX PX + Lua release".to_string()
+    }
+
+    async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError> {
+        let key = format!("bakery-bench:{}:lock", cell.tag);
+        let script = redis::Script::new(UNLOCK_SCRIPT);
+        let mut locks = Vec::with_capacity(cell.clients);
+        for _ in 0..cell.clients {
+            let mut connection = connected("redis", self, connect(&self.uri)).await?;
+            script
+                .prepare_invoke()
+                .load_async(&mut connection)
+                .await
+                .map_err(|e| peer_error("redis", self, "cannot load the release script", e))?;
+            locks.push(SetNxConnection {
+                connection,
+                key: key.clone(),
+                script: script.clone(),
+                retries: sent.clone(),
+            });
+        }
+        Ok(native_lock_cell(locks, &sent, cell.journal.clone()))
+    }
+}
+
+struct SetNxConnection {
+    connection: MultiplexedConnection,
+    key: String,
+    script: redis::Script,
+    /// Where the tries past the first are counted (the cell's round trips:
+    /// the native lock client counts one try and the release).
+    retries: RoundTrips,
+}
+
+/// A random half to all of `backoff`.
+fn jittered(backoff: Duration) -> Duration {
+    let max = u64::try_from(backoff.as_micros()).unwrap_or(u64::MAX);
+    Duration::from_micros(rand::rng().random_range(max / 2..=max))
+}
+
+#[async_trait]
+impl NativeLock for SetNxConnection {
+    /// The token the key holds.
+    type Held = String;
+
+    async fn lock(&mut self) -> Result<String, OpError> {
+        let token = format!("{:032x}", rand::rng().random::<u128>());
+        let mut backoff = FIRST_BACKOFF;
+        let mut first = true;
+        loop {
+            if !first {
+                self.retries.fetch_add(1, Ordering::Relaxed);
+            }
+            first = false;
+            let set: Option<String> = redis::cmd("SET")
+                .arg(&self.key)
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(LOCK_TTL_MS)
+                .query_async(&mut self.connection)
+                .await
+                .map_err(|e| op_error("SET NX PX", e))?;
+            if set.is_some() {
+                return Ok(token);
+            }
+            tokio::time::sleep(jittered(backoff)).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    async fn unlock(&mut self, token: String) -> Result<(), OpError> {
+        let deleted: i64 = self
+            .script
+            .key(&self.key)
+            .arg(&token)
+            .invoke_async(&mut self.connection)
+            .await
+            .map_err(|e| op_error("release script", e))?;
+        if deleted != 1 {
+            return Err(OpError(
+                "the lock key no longer held this holder's token at release (expired?)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_back_off_is_jittered_within_its_half() {
+        for _ in 0..100 {
+            let slept = jittered(MAX_BACKOFF);
+            assert!(
+                slept >= MAX_BACKOFF / 2 && slept <= MAX_BACKOFF,
+                "{slept:?}"
+            );
+        }
     }
 }

@@ -5,7 +5,9 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::table::{checks_table, error_lines, skipped_lines, targets_table, workload_table};
+use super::table::{
+    across_processes_title, checks_table, error_lines, skipped_lines, targets_table, workload_table,
+};
 use crate::checks::{NEXTVAL_FACTOR, TAIL_FACTOR};
 use crate::error::BenchError;
 use crate::format::rate;
@@ -146,7 +148,17 @@ pub fn render(report: &Report, charts: &[String]) -> String {
     for workload in &report.workloads {
         let _ = writeln!(md, "### {}\n", workload.name);
         let _ = writeln!(md, "{}\n", workload.title);
-        let _ = writeln!(md, "{}", workload_table(report, workload).to_markdown());
+        let across = workload_table(report, workload, true);
+        if let Some(table) = workload_table(report, workload, false) {
+            if across.is_some() {
+                let _ = writeln!(md, "In one process (a client per task):\n");
+            }
+            let _ = writeln!(md, "{}", table.to_markdown());
+        }
+        if let Some(table) = across {
+            let _ = writeln!(md, "{}:\n", across_processes_title(workload));
+            let _ = writeln!(md, "{}", table.to_markdown());
+        }
         let skipped = skipped_lines(report, &workload.name);
         for line in &skipped {
             let _ = writeln!(md, "- {line}");
@@ -256,7 +268,9 @@ pub fn render(report: &Report, charts: &[String]) -> String {
          per successful operation.\n\
          - **errors**: failed operations, and failed checks after the cell (`cas` reads its \
          counters back: their sum must equal the acknowledged increments; every client \
-         checks that its ids increase).\n\
+         checks that its ids increase; across processes the grants and ids of all of them \
+         are checked together). A failed operation is a figure of the run (a timeout under \
+         contention); a failed check is a broken guarantee, and the run is not published.\n\
          - **fairness**: Jain's index of the per-client operation counts (1 = every client \
          did the same amount, 1/N = one client did everything).\n\
          - **waits** (`sequence`): `next()` calls that had to wait for the store because no \
@@ -310,6 +324,7 @@ fn ranking<'a>(
     let mut best: Vec<&CellResult> = Vec::new();
     for cell in report.results.iter().filter(|r| {
         r.workload == workload
+            && !r.across_processes
             && r.implementation == Implementation::Bakery
             && variants.contains(&r.variant.as_str())
             && r.clients == clients

@@ -85,15 +85,36 @@ impl Table {
     }
 }
 
-/// One row per cell of `workload`: target, implementation, clients,
-/// throughput, latency percentiles, round trips and conflicts per
-/// operation, errors, fairness and the workload's extra counters.
-pub fn workload_table(report: &Report, workload: &WorkloadInfo) -> Table {
+/// One row per cell of `workload` in one process, or across processes
+/// (`across_processes`: a client per process, the `processes` column):
+/// target, implementation, clients, throughput, latency percentiles, round
+/// trips and conflicts per operation, errors, fairness and the workload's
+/// extra counters. `None` when the workload has no such cells.
+pub fn workload_table(
+    report: &Report,
+    workload: &WorkloadInfo,
+    across_processes: bool,
+) -> Option<Table> {
+    let cells: Vec<_> = if across_processes {
+        report.cells_across_processes(&workload.name).collect()
+    } else {
+        report.cells(&workload.name).collect()
+    };
+    if cells.is_empty() {
+        return None;
+    }
     let throughput = format!("{}/s", workload.unit);
     let mut columns: Vec<(&str, bool)> = vec![
         ("target", false),
         ("implementation", false),
-        ("clients", true),
+        (
+            if across_processes {
+                "processes"
+            } else {
+                "clients"
+            },
+            true,
+        ),
         (&throughput, true),
         ("p50", true),
         ("p99", true),
@@ -105,7 +126,7 @@ pub fn workload_table(report: &Report, workload: &WorkloadInfo) -> Table {
     ];
     columns.extend(workload.extra_columns.iter().map(|c| (c.as_str(), true)));
     let mut table = Table::new(&columns);
-    for cell in report.cells(&workload.name) {
+    for cell in cells {
         let mut row = vec![
             cell.target.clone(),
             cell.label.clone(),
@@ -127,7 +148,19 @@ pub fn workload_table(report: &Report, workload: &WorkloadInfo) -> Table {
         }));
         table.rows.push(row);
     }
-    table
+    Some(table)
+}
+
+/// The heading of a workload's table across processes.
+pub fn across_processes_title(workload: &WorkloadInfo) -> String {
+    format!(
+        "{} across processes: the same cells with each client in an OS process of its own \
+         (its own connection and runtime), started together; the parent checks every \
+         process's grants and ids together (no overlap, a reader never beside a writer, a \
+         shared counter with no lost increment, fencing tokens in grant order, no id twice; a violation is an error); \
+         a memory:// store is one process's and has no such cells",
+        workload.name
+    )
 }
 
 /// The stores measured: label, URI (password hidden), server version.
@@ -174,12 +207,21 @@ pub fn error_lines(report: &Report) -> Vec<String> {
         .iter()
         .filter(|cell| cell.errors > 0)
         .map(|cell| {
+            let checks = match cell.violations {
+                0 => String::new(),
+                n => format!(" ({n} a failed check)"),
+            };
             format!(
-                "{} · {} · {} · {} clients: {} error(s), first: {}",
+                "{} · {} · {} · {} {}: {} error(s){checks}, first: {}",
                 cell.workload,
                 cell.target,
                 cell.label,
                 cell.clients,
+                if cell.across_processes {
+                    "processes"
+                } else {
+                    "clients"
+                },
                 cell.errors,
                 cell.first_error.as_deref().unwrap_or("(no message)")
             )

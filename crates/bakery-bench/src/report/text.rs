@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use super::table::{checks_table, error_lines, skipped_lines, targets_table, workload_table};
+use super::table::{
+    across_processes_title, checks_table, error_lines, skipped_lines, targets_table, workload_table,
+};
 use super::{json, markdown};
 use crate::results::Report;
 
@@ -38,7 +40,14 @@ pub fn render(report: &Report, written: Option<Written<'_>>) -> String {
     for workload in &report.workloads {
         let _ = writeln!(out);
         let _ = writeln!(out, "{}", workload.title);
-        out.push_str(&workload_table(report, workload).to_text());
+        if let Some(table) = workload_table(report, workload, false) {
+            out.push_str(&table.to_text());
+        }
+        if let Some(table) = workload_table(report, workload, true) {
+            let _ = writeln!(out);
+            let _ = writeln!(out, "{}", across_processes_title(workload));
+            out.push_str(&table.to_text());
+        }
         for line in skipped_lines(report, &workload.name) {
             let _ = writeln!(out, "  {line}");
         }

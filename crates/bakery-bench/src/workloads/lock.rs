@@ -29,6 +29,7 @@ use bakery::{
 };
 
 use crate::baseline::{self, OldLock};
+use crate::journal::{monotonic_ns, Journal};
 use crate::stats::LatencyHistogram;
 
 use super::prelude::*;
@@ -79,7 +80,8 @@ pub const SPEC: WorkloadSpec = WorkloadSpec::new(
 .extra_columns(&[LONGEST_RUN, HANDOFF_P50, HANDOFF_P99, ROW_BYTES])
 // Enough grants for the fairness index to judge: 5 each gives the fairest
 // lock ≥ 0.99 whatever the remainder.
-.min_ops_per_client(5);
+.min_ops_per_client(5)
+.across_processes();
 
 #[async_trait]
 impl Workload for LockWorkload {
@@ -88,7 +90,7 @@ impl Workload for LockWorkload {
         let prepare_error = prepare_error("lock", store);
         let written = Arc::new(WrittenBytes::new(store.counted.clone()));
         let counted: Arc<dyn VersionedStore> = written.clone();
-        let grants = Arc::new(GrantLog::default());
+        let grants = Arc::new(GrantLog::new(cell.journal.clone()));
         let prefix = if cell.variant == OLD.id {
             baseline::KEY_PREFIX
         } else if cell.variant == SEMAPHORE.id {
@@ -164,18 +166,24 @@ pub struct GrantLog {
     asking: AtomicUsize,
     runs: Mutex<Runs>,
     overlaps: Mutex<u64>,
+    /// Across processes: where each grant is logged (and the shared
+    /// counter incremented) for the parent's checks.
+    journal: Option<Arc<Journal>>,
 }
 
-/// A client's acquire in progress ([`GrantLog::ask`]).
-pub struct Asking<'a>(&'a GrantLog);
+/// A client's acquire in progress ([`GrantLog::ask`]), and when it began
+/// (on [`monotonic_ns`], when the log has a journal).
+pub struct Asking<'a>(&'a GrantLog, u64);
 
 impl Asking<'_> {
-    /// Granted: client `index`'s (empty) critical section, which records
-    /// the grant and detects overlap.
-    pub fn critical_section(self, index: usize) -> Result<(), OpError> {
-        let log = self.0;
+    /// Granted, with fencing token `token` if the lock gives one: client
+    /// `index`'s critical section, which records the grant and detects
+    /// overlap (and, across processes, logs it and increments the shared
+    /// counter).
+    pub fn critical_section(self, index: usize, token: Option<u64>) -> Result<(), OpError> {
+        let (log, asked_ns) = (self.0, self.1);
         drop(self);
-        log.critical_section(index)
+        log.critical_section(index, asked_ns, token)
     }
 }
 
@@ -199,11 +207,25 @@ struct Runs {
 }
 
 impl GrantLog {
+    /// A log of grants, also written to `journal` if given (a cell across
+    /// processes).
+    pub fn new(journal: Option<Arc<Journal>>) -> Self {
+        GrantLog {
+            journal,
+            ..GrantLog::default()
+        }
+    }
+
     /// A client starts to acquire: it asks until its grant (or its error:
     /// the returned [`Asking`] ends when dropped).
     pub fn ask(&self) -> Asking<'_> {
         self.asking.fetch_add(1, Ordering::SeqCst);
-        Asking(self)
+        let asked_ns = if self.journal.is_some() {
+            monotonic_ns()
+        } else {
+            0
+        };
+        Asking(self, asked_ns)
     }
 
     /// Client `client` got the lock: an error if another client is inside.
@@ -288,12 +310,21 @@ impl GrantLog {
         extras
     }
 
-    /// Client `index`'s (empty) critical section: records the grant and
-    /// detects overlap.
-    fn critical_section(&self, index: usize) -> Result<(), OpError> {
+    /// Client `index`'s critical section (empty in one process): records
+    /// the grant and detects overlap.
+    fn critical_section(
+        &self,
+        index: usize,
+        asked_ns: u64,
+        token: Option<u64>,
+    ) -> Result<(), OpError> {
         self.enter(index)?;
+        let journaled = match &self.journal {
+            Some(journal) => journal.critical_section(asked_ns, token).map_err(OpError),
+            None => Ok(()),
+        };
         self.leave();
-        Ok(())
+        journaled
     }
 }
 
@@ -324,25 +355,25 @@ impl BenchClient for LockClient {
         match &self.kind {
             LockKind::Fair(lock) => {
                 let guard = lock.acquire().await?;
-                let entered = asking.critical_section(self.index);
+                let entered = asking.critical_section(self.index, Some(guard.token()));
                 guard.release().await?;
                 entered
             }
             LockKind::Old(lock) => {
                 let guard = lock.acquire().await?;
-                let entered = asking.critical_section(self.index);
+                let entered = asking.critical_section(self.index, Some(guard.token()));
                 lock.release(guard).await?;
                 entered
             }
             LockKind::Semaphore(semaphore) => {
                 let permit = semaphore.acquire().await?;
-                let entered = asking.critical_section(self.index);
+                let entered = asking.critical_section(self.index, Some(permit.token()));
                 permit.release().await?;
                 entered
             }
             LockKind::Election(election) => {
                 let leadership = election.campaign().await?;
-                let entered = asking.critical_section(self.index);
+                let entered = asking.critical_section(self.index, Some(leadership.term()));
                 leadership.resign().await?;
                 entered
             }
@@ -450,8 +481,9 @@ pub trait NativeLock: Send {
 pub fn native_lock_cell<L: NativeLock + 'static>(
     locks: Vec<L>,
     round_trips: &RoundTrips,
+    journal: Option<Arc<Journal>>,
 ) -> PreparedCell {
-    let grants = Arc::new(GrantLog::default());
+    let grants = Arc::new(GrantLog::new(journal));
     let clients = locks
         .into_iter()
         .enumerate()
@@ -490,7 +522,7 @@ impl<L: NativeLock> BenchClient for NativeLockClient<L> {
         self.round_trips.fetch_add(2, Ordering::Relaxed);
         let asking = self.grants.ask();
         let held = self.lock.lock().await?;
-        let entered = asking.critical_section(self.index);
+        let entered = asking.critical_section(self.index, None);
         self.lock.unlock(held).await?;
         entered
     }
@@ -507,7 +539,7 @@ mod tests {
     /// Client `index` asks and is granted at once.
     fn granted(log: &GrantLog, index: usize) {
         log.ask()
-            .critical_section(index)
+            .critical_section(index, None)
             .expect("nobody else inside");
     }
 
@@ -527,7 +559,9 @@ mod tests {
             granted(&log, 0);
         }
         assert_eq!(log.longest_run(), 4);
-        waiting.critical_section(1).expect("nobody else inside");
+        waiting
+            .critical_section(1, None)
+            .expect("nobody else inside");
         granted(&log, 0);
         assert_eq!(log.longest_run(), 4);
     }
@@ -545,7 +579,7 @@ mod tests {
     fn overlapping_grants_are_an_error() {
         let log = GrantLog::default();
         log.enter(0).expect("first inside");
-        assert!(log.ask().critical_section(1).is_err());
+        assert!(log.ask().critical_section(1, None).is_err());
         assert_eq!(log.problems().len(), 1);
     }
 }

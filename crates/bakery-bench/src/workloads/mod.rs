@@ -11,6 +11,7 @@ mod consumer;
 pub mod lock;
 mod once;
 mod outbox;
+pub mod rwlock;
 mod sequence;
 
 use crate::model::WorkloadSpec;
@@ -33,16 +34,18 @@ pub use consumer::ConsumerWorkload;
 pub use lock::LockWorkload;
 pub use once::OnceWorkload;
 pub use outbox::OutboxWorkload;
+pub use rwlock::RwLockWorkload;
 pub use sequence::SequenceWorkload;
 
 /// Every workload this build runs, in the order a plan of all of them runs
 /// them. The one list: a plan, a command's `--workload` choices and its
 /// help all come from here.
-pub fn registry() -> [&'static WorkloadSpec; 6] {
+pub fn registry() -> [&'static WorkloadSpec; 7] {
     [
         &cas::SPEC,
         &sequence::SPEC,
         &lock::SPEC,
+        &rwlock::SPEC,
         &once::SPEC,
         &consumer::SPEC,
         &outbox::SPEC,
@@ -63,7 +66,7 @@ mod tests {
         let names = names();
         assert_eq!(
             names,
-            ["cas", "sequence", "lock", "once", "consumer", "outbox"]
+            ["cas", "sequence", "lock", "rwlock", "once", "consumer", "outbox"]
         );
         for workload in registry() {
             let name = workload.name;

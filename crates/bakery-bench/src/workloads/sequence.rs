@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 use bakery::{Key, Sequence, VersionedStore};
 
+use crate::journal::Journal;
+
 use super::prelude::*;
 
 /// The `sequence` workload.
@@ -41,7 +43,8 @@ pub const SPEC: WorkloadSpec =
              client unless each has its own node id; the cached nextval() peer has CACHE \
              {block_size} (ids/s; latency per call; waits = calls that waited for the store)",
         )
-        .extra_columns(&[WAITS, RESERVATIONS]);
+        .extra_columns(&[WAITS, RESERVATIONS])
+        .across_processes();
 
 #[async_trait]
 impl Workload for SequenceWorkload {
@@ -60,6 +63,7 @@ impl Workload for SequenceWorkload {
             let sequence = builder.build().map_err(prepare_error)?;
             Ok(Box::new(SequenceClient {
                 sequence,
+                journal: cell.journal.clone(),
                 last: 0,
                 reports_stats: own_nodes || client == 0,
             }) as Box<dyn BenchClient>)
@@ -80,6 +84,8 @@ impl Workload for SequenceWorkload {
 /// One handle calling `next()`.
 struct SequenceClient {
     sequence: Sequence,
+    /// Across processes: every id logged, for the parent's duplicate check.
+    journal: Option<Arc<Journal>>,
     /// The last id handed out (ids start at 1).
     last: u64,
     /// Whether this handle reports its client's stats (handles of one
@@ -98,6 +104,9 @@ impl BenchClient for SequenceClient {
             )));
         }
         self.last = id;
+        if let Some(journal) = &self.journal {
+            journal.id(id);
+        }
         Ok(())
     }
 
