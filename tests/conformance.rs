@@ -21,18 +21,26 @@
 //!   `faults::unreachable_server_is_unavailable` on its URI pointed at a
 //!   port where nothing listens, and every backend with a namespace option
 //!   (table, collection, prefix) `namespace::eight_opens_of_a_new_namespace_at_once`.
+//! - A case of several clients (`Case::many_clients`) runs twice: as
+//!   `{backend}::{case}`, its clients tasks on one store handle, and as
+//!   `{backend}::separate::{case}`, each client on a store of its own (a
+//!   new `bakery::connect`; on `memory://` a new handle on the same rows),
+//!   so no two clients share the recipes' per-process writer and listener.
 //! - Besides `bakery_testkit::cases()`, each backend runs
 //!   `bakery_testkit::capability_cases()` on a `Target` whose reopen is a
 //!   fresh `bakery::connect` of the same URI: every capability the backend
 //!   claims (PERSISTENT, SHARED, LINEARIZABLE_READS, WATCH) is verified.
+//! - Every target but `memory` also runs `bakery_testkit::processes::cases()`
+//!   (`{backend}::processes::…`): each client in a child process of this
+//!   binary, with its own connection (`main` runs the child's role first).
 //!
 //! `cargo test --test conformance -- sqlite::sequence` filters as usual.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bakery::VersionedStore;
-use bakery_testkit::{CaseFuture, Target as StoreTarget};
+use bakery::{MemoryStore, VersionedStore};
+use bakery_testkit::{CaseFuture, Clients, Target as StoreTarget, Topology};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 /// Server backends: (name, env var).
@@ -127,16 +135,35 @@ fn in_container(backend: &str, started: &mut Vec<bakery_testkit::containers::Sta
 }
 
 fn main() {
+    // A child of a `processes::` case: run its role and exit.
+    if let Some(code) =
+        bakery_testkit::processes::child_main(|uri| async move { bakery::connect(&uri).await })
+    {
+        std::process::exit(code);
+    }
     let args = Arguments::from_args();
     let mut started = Vec::new();
     let mut trials = Vec::new();
     for (backend, target) in targets(&mut started) {
-        let store_cases = bakery_testkit::cases()
-            .into_iter()
-            .map(|case| (case.name, Run::Store(case.run)));
+        // A case of several clients runs in each topology; the shared one
+        // keeps the plain name.
+        let store_cases = bakery_testkit::cases().into_iter().flat_map(|case| {
+            let topologies: &[Topology] = if case.many_clients {
+                &Topology::ALL
+            } else {
+                &[Topology::Shared]
+            };
+            topologies.iter().map(move |&topology| {
+                let name = match topology {
+                    Topology::Shared => case.name.to_string(),
+                    Topology::Separate => format!("separate::{}", case.name),
+                };
+                (name, Run::Store(case.run, topology))
+            })
+        });
         let target_cases = bakery_testkit::capability_cases()
             .into_iter()
-            .map(|case| (case.name, Run::Target(case.run)));
+            .map(|case| (case.name.to_string(), Run::Target(case.run)));
         for (case, run) in store_cases.chain(target_cases) {
             let name = format!("{backend}::{case}");
             let trial = match &target {
@@ -170,6 +197,7 @@ fn main() {
                 );
             }
         }
+        trials.extend(process_trials(&backend, &target));
     }
     let conclusion = libtest_mimic::run(&args, trials);
     // `exit()` skips destructors: remove the containers first.
@@ -177,30 +205,111 @@ fn main() {
     conclusion.exit();
 }
 
-/// A case of either kind: on one store, or on a target it can reopen.
+/// The `Processes` topology on every target but `memory` (a MemoryStore
+/// lives in one process): each case's clients in separate OS processes,
+/// children of this binary; on SQLite also the negative control that
+/// must catch clients that skip the lock.
+fn process_trials(backend: &str, target: &Target) -> Vec<Trial> {
+    if backend == "memory" {
+        return Vec::new();
+    }
+    let mut trials: Vec<Trial> = bakery_testkit::processes::cases()
+        .into_iter()
+        .map(|case| {
+            let name = format!("{backend}::processes::{}", case.name);
+            let (backend, target) = (backend.to_string(), target_uri(target));
+            Trial::test(name, move || {
+                let uri = target?;
+                (case.run)(&backend, &uri).map_err(Failed::from)
+            })
+        })
+        .collect();
+    if backend == "sqlite" {
+        let target = target_uri(target);
+        trials.push(Trial::test(
+            "processes::unlocked_clients_are_caught",
+            move || {
+                let uri = target?;
+                bakery_testkit::processes::unlocked_clients_are_caught(&uri).map_err(Failed::from)
+            },
+        ));
+    }
+    trials
+        .into_iter()
+        .map(|trial| trial.with_kind(backend))
+        .collect()
+}
+
+/// The URI of a target, or why it has none (the case then fails).
+fn target_uri(target: &Target) -> Result<String, Failed> {
+    match target {
+        Target::Uri(uri) => Ok(uri.clone()),
+        Target::Missing(why) => Err(Failed::from(why.clone())),
+    }
+}
+
+/// A case of either kind: with its clients in a topology, or on a target
+/// it can reopen.
 #[derive(Clone, Copy)]
 enum Run {
-    Store(fn(Arc<dyn VersionedStore>) -> CaseFuture),
+    Store(fn(Clients) -> CaseFuture, Topology),
     Target(fn(StoreTarget) -> CaseFuture),
 }
 
 fn run_case(uri: &str, run: Run) -> Result<(), Failed> {
     let uri = uri.to_string();
     on_runtime(async move {
-        let open_uri = uri.clone();
-        // Every open is a new `bakery::connect`: a new connection to the
-        // same server or file, and for `memory://` a new, empty store.
-        let target = StoreTarget::connect(move || {
-            let uri = open_uri.clone();
-            async move { bakery::connect(&uri).await }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", bakery::redact(&uri)));
         match run {
-            Run::Store(run) => run(target.store()).await,
-            Run::Target(run) => run(target).await,
+            Run::Store(run, topology) => run(clients(&uri, topology).await).await,
+            Run::Target(run) => run(target(&uri).await).await,
         }
     })
+}
+
+fn connect_failed(uri: &str, e: bakery::Error) -> ! {
+    panic!("cannot connect to {}: {e}", bakery::redact(uri))
+}
+
+/// A target whose every open is a new `bakery::connect`: a new connection
+/// to the same server or file, and for `memory://` a new, empty store.
+async fn target(uri: &str) -> StoreTarget {
+    let open_uri = uri.to_string();
+    StoreTarget::connect(move || {
+        let uri = open_uri.clone();
+        async move { bakery::connect(&uri).await }
+    })
+    .await
+    .unwrap_or_else(|e| connect_failed(uri, e))
+}
+
+/// The clients of a case on `uri`. Separate clients each `bakery::connect`
+/// on their own (a new connection each); on `memory://`, where a connect
+/// is a new empty store, each is a new handle on the first store's rows.
+async fn clients(uri: &str, topology: Topology) -> Clients {
+    if uri.starts_with("memory:") {
+        let memory = MemoryStore::new();
+        let store: Arc<dyn VersionedStore> = Arc::new(memory.handle());
+        return match topology {
+            Topology::Shared => Clients::shared(store),
+            Topology::Separate => Clients::separate(store, move || {
+                let handle = memory.handle();
+                async move { Ok(Arc::new(handle) as Arc<dyn VersionedStore>) }
+            }),
+        };
+    }
+    let store = bakery::connect(uri)
+        .await
+        .unwrap_or_else(|e| connect_failed(uri, e));
+    match topology {
+        Topology::Shared => Clients::shared(store),
+        Topology::Separate => {
+            let uri = uri.to_string();
+            Clients::separate(store, move || {
+                let uri = uri.clone();
+                async move { bakery::connect(&uri).await }
+            })
+        }
+    }
 }
 
 /// Run one case on its own runtime, as a task: a panic is the case's

@@ -3,6 +3,7 @@
 // Each test binary uses some of them.
 #![allow(dead_code)]
 
+pub mod clients;
 pub mod cluster;
 pub mod report;
 
@@ -41,4 +42,35 @@ pub fn fault_tests_uri(server: &str, var: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// One value from `psql` as `postgres` on the server of `uri` (its port;
+/// the host is 127.0.0.1).
+pub fn psql(uri: &str, sql: &str) -> String {
+    let port = uri
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no port in {uri}"));
+    let out = Command::new("psql")
+        .args([
+            "-X",
+            "-q",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            port,
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+        ])
+        .args(["-tA", "-c", sql])
+        .output()
+        .expect("run psql (scripts/backends.sh installs it)");
+    assert!(
+        out.status.success(),
+        "psql -p {port} -c {sql:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }

@@ -9,7 +9,7 @@ use std::io::Write;
 use bakery_verify::workload::Counts;
 
 /// What one fault did to one setup.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct FaultRow {
     /// The backend, e.g. `etcd`.
     pub backend: String,
@@ -27,9 +27,39 @@ pub struct FaultRow {
     pub duplicate_ids: Option<u64>,
     /// Fenced writes with a stale token that the store accepted.
     pub stale_accepted: Option<u64>,
+    /// Separate sequence clients (each its own store).
+    pub sequence_clients: Option<usize>,
+    /// What the separate lock clients saw.
+    pub locks: Option<LockFigures>,
     /// The linearizability verdict of the recorded history, or what else
     /// was checked.
     pub verdict: String,
+}
+
+/// The lock clients' counts in a [`FaultRow`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LockFigures {
+    /// Lock clients (each its own store).
+    pub clients: usize,
+    /// Grants, and pairs of confirmed grants that overlapped.
+    pub grants: usize,
+    pub overlapping: u64,
+    /// Fenced writes accepted with the holder's token.
+    pub fenced_accepted: u64,
+    /// Deliberate writes with a released token.
+    pub stale_tried: u64,
+}
+
+impl From<&super::clients::LockReport> for LockFigures {
+    fn from(r: &super::clients::LockReport) -> Self {
+        LockFigures {
+            clients: r.clients,
+            grants: r.grants,
+            overlapping: r.overlapping,
+            fenced_accepted: r.writes_accepted,
+            stale_tried: r.stale_tried,
+        }
+    }
 }
 
 impl FaultRow {
@@ -51,6 +81,12 @@ impl FaultRow {
             "lost_acked": self.lost_acked,
             "duplicate_ids": self.duplicate_ids,
             "stale_accepted": self.stale_accepted,
+            "sequence_clients": self.sequence_clients,
+            "lock_clients": self.locks.map(|l| l.clients),
+            "grants": self.locks.map(|l| l.grants),
+            "overlapping_grants": self.locks.map(|l| l.overlapping),
+            "fenced_accepted": self.locks.map(|l| l.fenced_accepted),
+            "stale_tried": self.locks.map(|l| l.stale_tried),
             "verdict": self.verdict,
         })
         .to_string()

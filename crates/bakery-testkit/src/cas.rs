@@ -6,7 +6,7 @@ use bakery_core::{
     Bytes, CountingStore, DeleteOutcome, ErrorKind, Key, PutOutcome, Row, VersionedStore,
 };
 
-use crate::{case, unique_key, Case};
+use crate::{case, clients_case, unique_key, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -19,9 +19,9 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("cas", delete_if_version),
         case!("cas", versions_never_repeat_across_delete),
         case!("cas", values_round_trip_byte_for_byte),
-        case!("cas", race_of_8_tasks_loses_no_update),
+        clients_case!("cas", race_of_8_tasks_loses_no_update),
         case!("cas", invalid_keys_are_rejected_before_the_store),
-        case!("cas", create_and_delete_churn_never_repeats_a_version),
+        clients_case!("cas", create_and_delete_churn_never_repeats_a_version),
     ]
 }
 
@@ -231,12 +231,14 @@ async fn values_round_trip_byte_for_byte(store: Arc<dyn VersionedStore>) {
 
 /// 8 tasks × 200 increments of one counter by CAS; a lost update would end
 /// below 1600. Conflicts are retried with the returned row only.
-async fn race_of_8_tasks_loses_no_update(store: Arc<dyn VersionedStore>) {
+async fn race_of_8_tasks_loses_no_update(clients: Clients) {
     const TASKS: u64 = 8;
     const INCREMENTS: u64 = 200;
     let key = unique_key("race");
-    let applied = on_tasks(TASKS as usize, |_| {
-        let (store, key) = (store.clone(), key.clone());
+    let store = clients.store();
+    let stores = clients.clients(TASKS as usize).await;
+    let applied = on_tasks(TASKS as usize, |i| {
+        let (store, key) = (stores[i].clone(), key.clone());
         async move { increment_n(&*store, &key, INCREMENTS).await }
     });
     let applied_total: u64 = applied.await.into_iter().sum();
@@ -306,12 +308,13 @@ async fn invalid_keys_are_rejected_before_the_store(_store: Arc<dyn VersionedSto
 /// than the one it presented, and no version is ever applied twice — each
 /// task's versions increase, and all of them are distinct. A refusal
 /// (`Unavailable`) is retried; a lost reply (`Unknown`) is not counted.
-async fn create_and_delete_churn_never_repeats_a_version(store: Arc<dyn VersionedStore>) {
+async fn create_and_delete_churn_never_repeats_a_version(clients: Clients) {
     const TASKS: usize = 8;
     const ROUNDS: usize = 25;
     let key = unique_key("churn");
-    let tasks = on_tasks(TASKS, |_| {
-        let (store, key) = (store.clone(), key.clone());
+    let stores = clients.clients(TASKS).await;
+    let tasks = on_tasks(TASKS, |i| {
+        let (store, key) = (stores[i].clone(), key.clone());
         async move {
             let mut versions = Vec::new();
             for _ in 0..ROUNDS {

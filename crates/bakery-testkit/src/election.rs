@@ -12,7 +12,7 @@ use bakery_recipes::lock::LostReason;
 use tokio::time::Instant;
 
 use crate::faults::FaultStore;
-use crate::{case, unique_name, Case};
+use crate::{clients_case, unique_name, Case, Clients};
 
 /// Upper bound on waiting for something that must happen; reaching it means
 /// the behaviour is broken (never a speed check).
@@ -20,9 +20,9 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
-        case!("election", one_leader_at_a_time_and_terms_increase),
-        case!("election", observers_see_each_new_leader),
-        case!("election", silent_leader_is_replaced_with_a_new_term),
+        clients_case!("election", one_leader_at_a_time_and_terms_increase),
+        clients_case!("election", observers_see_each_new_leader),
+        clients_case!("election", silent_leader_is_replaced_with_a_new_term),
     ]
 }
 
@@ -36,7 +36,7 @@ fn candidate(store: &Arc<dyn VersionedStore>, name: &str, value: &str) -> Electi
 /// Four candidates campaign five times each: never two leaders at once,
 /// each leader reads itself (value and term) as the leader, and terms grow
 /// in the order leaderships began.
-async fn one_leader_at_a_time_and_terms_increase(store: Arc<dyn VersionedStore>) {
+async fn one_leader_at_a_time_and_terms_increase(clients: Clients) {
     const CANDIDATES: usize = 4;
     const ROUNDS: usize = 5;
     let name = unique_name("elect");
@@ -44,7 +44,7 @@ async fn one_leader_at_a_time_and_terms_increase(store: Arc<dyn VersionedStore>)
     let terms = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for c in 0..CANDIDATES {
-        let election = candidate(&store, &name, &format!("node-{c}"))
+        let election = candidate(&clients.client().await, &name, &format!("node-{c}"))
             .build()
             .expect("valid");
         let (leading, terms) = (leading.clone(), terms.clone());
@@ -74,11 +74,15 @@ async fn one_leader_at_a_time_and_terms_increase(store: Arc<dyn VersionedStore>)
 
 /// An observer sees the first leader, then its successor with a larger
 /// term, then nobody.
-async fn observers_see_each_new_leader(store: Arc<dyn VersionedStore>) {
+async fn observers_see_each_new_leader(clients: Clients) {
     let name = unique_name("observe");
-    let a = candidate(&store, &name, "a").build().expect("valid");
-    let b = candidate(&store, &name, "b").build().expect("valid");
-    let mut observer = candidate(&store, &name, "observer")
+    let a = candidate(&clients.client().await, &name, "a")
+        .build()
+        .expect("valid");
+    let b = candidate(&clients.client().await, &name, "b")
+        .build()
+        .expect("valid");
+    let mut observer = candidate(&clients.client().await, &name, "observer")
         .build()
         .expect("valid")
         .observe();
@@ -129,10 +133,11 @@ async fn observers_see_each_new_leader(store: Arc<dyn VersionedStore>) {
 /// waiting candidate after a lease of silence, with the next term; when the
 /// old leader resumes, `lost()` fires and its write fenced with the old term
 /// is refused once the new leader has written.
-async fn silent_leader_is_replaced_with_a_new_term(store: Arc<dyn VersionedStore>) {
+async fn silent_leader_is_replaced_with_a_new_term(clients: Clients) {
+    let store = clients.store();
     const LEASE: Duration = Duration::from_millis(300);
     let name = unique_name("silent");
-    let frozen_store = Arc::new(FaultStore::new(store.clone()));
+    let frozen_store = Arc::new(FaultStore::new(clients.client().await));
     let frozen = Election::builder(frozen_store.clone() as Arc<dyn VersionedStore>, &name)
         .value("frozen")
         .lease(LEASE)
@@ -141,7 +146,7 @@ async fn silent_leader_is_replaced_with_a_new_term(store: Arc<dyn VersionedStore
     let old = frozen.campaign().await.expect("campaign");
     frozen_store.pause();
     let asked = Instant::now();
-    let next = candidate(&store, &name, "next")
+    let next = candidate(&clients.client().await, &name, "next")
         .build()
         .expect("valid")
         .campaign()

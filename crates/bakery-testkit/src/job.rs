@@ -10,7 +10,7 @@ use bakery_recipes::lock::{Lock, LockBuilder, LockState, LostReason, MAX_DATA_LE
 use tokio::time::Instant;
 
 use crate::faults::FaultStore;
-use crate::{case, unique_name, Case};
+use crate::{clients_case, unique_name, Case, Clients};
 
 /// Upper bound on waiting for something that must happen; reaching it means
 /// the behaviour is broken (never a speed check).
@@ -18,11 +18,11 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
-        case!("job", data_is_stored_with_the_grant_and_handed_on),
-        case!("job", at_most_releases_and_tells_the_holder),
-        case!("job", extend_moves_the_hold_limit),
-        case!("job", at_least_keeps_the_lock_after_an_early_release),
-        case!("job", try_acquire_evicts_a_holder_silent_for_a_lease),
+        clients_case!("job", data_is_stored_with_the_grant_and_handed_on),
+        clients_case!("job", at_most_releases_and_tells_the_holder),
+        clients_case!("job", extend_moves_the_hold_limit),
+        clients_case!("job", at_least_keeps_the_lock_after_an_early_release),
+        clients_case!("job", try_acquire_evicts_a_holder_silent_for_a_lease),
     ]
 }
 
@@ -58,13 +58,14 @@ async fn wait_for_state(
 /// Each client's data is in its queue entry, then in the holder when the
 /// lock reaches it; `holder()` reads it; oversized data and contradictory
 /// job settings are refused before anything is sent.
-async fn data_is_stored_with_the_grant_and_handed_on(store: Arc<dyn VersionedStore>) {
+async fn data_is_stored_with_the_grant_and_handed_on(clients: Clients) {
+    let store = clients.store();
     let name = unique_name("data");
-    let first = builder(&store, &name)
+    let first = builder(&clients.client().await, &name)
         .data("10.0.0.1:8080")
         .build()
         .expect("valid");
-    let second = builder(&store, &name)
+    let second = builder(&clients.client().await, &name)
         .data("10.0.0.2:8080")
         .build()
         .expect("valid");
@@ -86,9 +87,12 @@ async fn data_is_stored_with_the_grant_and_handed_on(store: Arc<dyn VersionedSto
     assert!(first.holder().await.expect("holder").is_none());
 
     let too_long = "x".repeat(MAX_DATA_LEN + 1);
-    let err = builder(&store, &name).data(too_long).build().unwrap_err();
+    let err = builder(&clients.client().await, &name)
+        .data(too_long)
+        .build()
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
-    let err = builder(&store, &name)
+    let err = builder(&clients.client().await, &name)
         .lock_at_most_for(Duration::from_secs(1))
         .lock_at_least_for(Duration::from_secs(2))
         .build()
@@ -99,10 +103,10 @@ async fn data_is_stored_with_the_grant_and_handed_on(store: Arc<dyn VersionedSto
 /// A holder past its `lock_at_most_for` releases (the waiter gets the next
 /// token long before the 30 s lease could have run out), learns it through
 /// `lost()`, and its own late release is refused as lost.
-async fn at_most_releases_and_tells_the_holder(store: Arc<dyn VersionedStore>) {
+async fn at_most_releases_and_tells_the_holder(clients: Clients) {
     const AT_MOST: Duration = Duration::from_millis(300);
     let name = unique_name("at-most");
-    let job = builder(&store, &name)
+    let job = builder(&clients.client().await, &name)
         .lease(PATIENCE)
         .lock_at_most_for(AT_MOST)
         .build()
@@ -110,7 +114,7 @@ async fn at_most_releases_and_tells_the_holder(store: Arc<dyn VersionedStore>) {
     // The limit counts from the grant write's send, after this.
     let asked = Instant::now();
     let guard = job.acquire().await.expect("acquire");
-    let next = builder(&store, &name)
+    let next = builder(&clients.client().await, &name)
         .lease(PATIENCE)
         .build()
         .expect("valid")
@@ -136,13 +140,13 @@ async fn at_most_releases_and_tells_the_holder(store: Arc<dyn VersionedStore>) {
 /// `extend` replaces the limit: the guard still holds well past the
 /// original `lock_at_most_for`, a waiter times out, and a lost guard cannot
 /// be extended.
-async fn extend_moves_the_hold_limit(store: Arc<dyn VersionedStore>) {
+async fn extend_moves_the_hold_limit(clients: Clients) {
     // Counted from the grant write's send: long beside a slow store's
     // acquire (a Cassandra LWT can take hundreds of ms, more under load),
     // so the original limit is still ahead when `extend` replaces it.
     const AT_MOST: Duration = Duration::from_secs(3);
     let name = unique_name("extend");
-    let job = builder(&store, &name)
+    let job = builder(&clients.client().await, &name)
         .lock_at_most_for(AT_MOST)
         .build()
         .expect("valid");
@@ -150,7 +154,7 @@ async fn extend_moves_the_hold_limit(store: Arc<dyn VersionedStore>) {
     guard.extend(PATIENCE).expect("extend while held");
     // Waits past the original limit (which ends before AT_MOST from now)
     // by as much again: without the extension it would be handed the lock.
-    let waiter = Lock::builder(store.clone(), &name)
+    let waiter = Lock::builder(clients.client().await, &name)
         .acquire_timeout(AT_MOST * 2)
         .build()
         .expect("valid");
@@ -175,15 +179,17 @@ async fn extend_moves_the_hold_limit(store: Arc<dyn VersionedStore>) {
 /// finished inside the window (counted from the grant write's send, after
 /// `asked`); a run whose acquire and try outlasted it (a slow store, a
 /// loaded machine) is repeated with a longer window.
-async fn at_least_keeps_the_lock_after_an_early_release(store: Arc<dyn VersionedStore>) {
+async fn at_least_keeps_the_lock_after_an_early_release(clients: Clients) {
     let mut at_least = Duration::from_secs(1);
     loop {
         let name = unique_name("at-least");
-        let job = builder(&store, &name)
+        let job = builder(&clients.client().await, &name)
             .lock_at_least_for(at_least)
             .build()
             .expect("valid");
-        let other = builder(&store, &name).build().expect("valid");
+        let other = builder(&clients.client().await, &name)
+            .build()
+            .expect("valid");
         // The limit counts from the grant write's send, after this.
         let asked = Instant::now();
         let guard = job.acquire().await.expect("acquire");
@@ -224,10 +230,10 @@ async fn at_least_keeps_the_lock_after_an_early_release(store: Arc<dyn Versioned
 /// Schedulers that only try (skip when busy) must not be locked out forever
 /// by a crashed holder: a handle whose tries see the same heartbeat for a
 /// whole lease evicts it and takes the lock with the next token.
-async fn try_acquire_evicts_a_holder_silent_for_a_lease(store: Arc<dyn VersionedStore>) {
+async fn try_acquire_evicts_a_holder_silent_for_a_lease(clients: Clients) {
     const LEASE: Duration = Duration::from_millis(300);
     let name = unique_name("try-evict");
-    let paused = Arc::new(FaultStore::new(store.clone()));
+    let paused = Arc::new(FaultStore::new(clients.client().await));
     let crashed = Lock::builder(paused.clone() as Arc<dyn VersionedStore>, &name)
         .lease(LEASE)
         .build()
@@ -235,7 +241,9 @@ async fn try_acquire_evicts_a_holder_silent_for_a_lease(store: Arc<dyn Versioned
     let crashed = crashed.acquire().await.expect("acquire");
     let crashed_token = crashed.token();
     paused.pause();
-    let scheduler = builder(&store, &name).build().expect("valid");
+    let scheduler = builder(&clients.client().await, &name)
+        .build()
+        .expect("valid");
     let first_try = Instant::now();
     let guard = loop {
         if let Some(guard) = scheduler.try_acquire().await.expect("try") {

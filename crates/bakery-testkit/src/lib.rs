@@ -13,12 +13,16 @@ mod lock;
 pub mod namespace;
 mod once;
 pub mod options;
+pub mod processes;
 pub mod proxy;
 mod rwlock;
 mod semaphore;
 mod sequence;
+mod topology;
 mod verify;
 pub mod watch;
+
+pub use topology::{Clients, Topology};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -31,12 +35,47 @@ pub type CaseFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 /// One conformance case: a name and an async function that panics (with a
 /// message saying what broke) if the store breaks the contract.
+///
+/// A case of several clients ([`Case::many_clients`]) must pass in every
+/// [`Topology`]: its clients sharing one store handle, and each on a store
+/// of its own.
+///
+/// ```
+/// use std::sync::Arc;
+/// use bakery_core::{MemoryStore, VersionedStore};
+/// use bakery_testkit::Clients;
+///
+/// # #[tokio::main]
+/// # async fn main() {
+/// let memory = MemoryStore::new();
+/// for case in bakery_testkit::cases().into_iter().filter(|c| c.many_clients) {
+///     let memory = memory.handle();
+///     let store: Arc<dyn VersionedStore> = Arc::new(memory.handle());
+///     let clients = Clients::separate(store, move || {
+///         let handle = memory.handle();
+///         async move { Ok(Arc::new(handle) as Arc<dyn VersionedStore>) }
+///     });
+///     # if case.name != "cas::race_of_8_tasks_loses_no_update" { continue; }
+///     (case.run)(clients).await; // panics if the contract is broken
+/// }
+/// # }
+/// ```
 #[derive(Clone, Copy)]
 pub struct Case {
     /// Stable name, e.g. `cas::stale_version_conflicts_with_current_row`.
     pub name: &'static str,
-    /// Runs the case against a store.
-    pub run: fn(Arc<dyn VersionedStore>) -> CaseFuture,
+    /// Runs the case with its clients.
+    pub run: fn(Clients) -> CaseFuture,
+    /// The case runs several clients, so it runs in every [`Topology`]
+    /// (otherwise once, on one store).
+    pub many_clients: bool,
+}
+
+impl Case {
+    /// Run the case with every client on `store`.
+    pub fn run_on(&self, store: Arc<dyn VersionedStore>) -> CaseFuture {
+        (self.run)(Clients::shared(store))
+    }
 }
 
 impl std::fmt::Debug for Case {
@@ -178,15 +217,30 @@ pub fn capability_cases() -> Vec<TargetCase> {
     all
 }
 
+/// A case of one client: `$f` takes the store.
 macro_rules! case {
     ($module:literal, $f:ident) => {
         $crate::Case {
             name: concat!($module, "::", stringify!($f)),
-            run: |store| Box::pin($f(store)),
+            run: |clients| Box::pin($f(clients.store())),
+            many_clients: false,
         }
     };
 }
 pub(crate) use case;
+
+/// A case of several clients: `$f` takes the [`Clients`], and runs in
+/// every topology.
+macro_rules! clients_case {
+    ($module:literal, $f:ident) => {
+        $crate::Case {
+            name: concat!($module, "::", stringify!($f)),
+            run: |clients| Box::pin($f(clients)),
+            many_clients: true,
+        }
+    };
+}
+pub(crate) use clients_case;
 
 macro_rules! target_case {
     ($module:literal, $capability:ident, $f:ident) => {

@@ -12,12 +12,17 @@ use bakery_recipes::lock::{Lock, LockGuard, LockState, LostReason};
 use bakery_recipes::time::TimeService;
 use tokio::time::Instant;
 
-use crate::faults::FaultStore;
-use crate::{case, unique_name, Case};
+use crate::faults::{Fault, FaultStore};
+use crate::{case, clients_case, unique_name, Case, Clients};
 
 /// Upper bound on waiting for something that must happen; reaching it means
 /// the behaviour is broken (never a speed check).
 const PATIENCE: Duration = Duration::from_secs(30);
+
+/// The acquire timeout of the refused-withdrawal case: long enough for the
+/// test to see the request queued and script the refusals before it passes
+/// (on a busy machine, a Cassandra enqueue and the read that sees it).
+const WITHDRAWN_AFTER: Duration = Duration::from_secs(3);
 
 /// Lease of the locks whose store calls are counted: its heartbeat (every
 /// lease/3, 20 s) never falls inside a counted hold, however slow the
@@ -26,22 +31,24 @@ const COUNTED_LEASE: Duration = Duration::from_secs(60);
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
-        case!("lock", fenced_counter_eight_clients_fifty_each),
-        case!("lock", waiters_are_granted_in_request_order),
-        case!("lock", release_hands_off_with_the_next_token),
-        case!("lock", try_acquire_refuses_when_held_or_queued),
-        case!("lock", acquire_timeout_withdraws_the_request),
-        case!("lock", cancelled_waiter_leaves_the_queue),
-        case!("lock", silent_holder_is_evicted_after_its_lease),
-        case!("lock", paused_holder_loses_and_its_fenced_write_is_rejected),
-        case!("lock", without_fencing_a_paused_holder_loses_an_update),
+        clients_case!("lock", fenced_counter_eight_clients_fifty_each),
+        clients_case!("lock", waiters_are_granted_in_request_order),
+        clients_case!("lock", release_hands_off_with_the_next_token),
+        clients_case!("lock", try_acquire_refuses_when_held_or_queued),
+        clients_case!("lock", acquire_timeout_withdraws_the_request),
+        clients_case!("lock", cancelled_waiter_leaves_the_queue),
+        clients_case!("lock", a_refused_withdrawal_is_tried_again),
+        clients_case!("lock", a_refused_release_is_tried_again),
+        clients_case!("lock", silent_holder_is_evicted_after_its_lease),
+        clients_case!("lock", paused_holder_loses_and_its_fenced_write_is_rejected),
+        clients_case!("lock", without_fencing_a_paused_holder_loses_an_update),
         case!("lock", uncontended_acquire_and_release_are_one_write_each),
         case!("lock", clients_of_one_process_never_conflict),
         case!("lock", corrupt_lock_row_is_a_typed_error_and_kept),
         case!("lock", invalid_names_and_settings_are_rejected),
         case!("lock", watch_capability_matches_behaviour),
-        case!("lock", time_service_never_goes_back),
-        case!("lock", old_lock_baseline_excludes),
+        clients_case!("lock", time_service_never_goes_back),
+        clients_case!("lock", old_lock_baseline_excludes),
         case!(
             "lock",
             reentrant_acquire_shares_the_grant_until_the_last_release
@@ -100,17 +107,20 @@ async fn increment_fenced(value: &FencedValue, token: u64, who: &str) {
     assert!(write.is_accepted(), "{who} refused: {write:?}");
 }
 
-/// A second client's `acquire` of `name`, in a task of its own, once its
-/// request is the one queued.
+/// Another client's `acquire` of `name`, in a task of its own, once its
+/// request is the one queued (as `observer` reads the row).
 async fn enqueued_waiter(
-    store: &Arc<dyn VersionedStore>,
+    clients: &Clients,
     name: &str,
 ) -> tokio::task::JoinHandle<bakery_core::Result<LockGuard>> {
     let waiting = {
-        let (store, name) = (store.clone(), name.to_string());
+        let (store, name) = (clients.client().await, name.to_string());
         tokio::spawn(async move { lock(&store, &name).acquire().await })
     };
-    wait_for_state(store, name, "the waiter enqueued", |s| s.queue.len() == 1).await;
+    wait_for_state(&clients.store(), name, "the waiter enqueued", |s| {
+        s.queue.len() == 1
+    })
+    .await;
     waiting
 }
 
@@ -135,29 +145,50 @@ async fn wait_for_state(
     }
 }
 
-/// 8 clients × 50 acquisitions; each reads a fenced counter (raising the
+/// 8 clients × 50 acquisitions; each reads the lock row (it must show its
+/// own grant), reads a fenced counter (raising the
 /// fence to its token) and writes it back + 1 with its token (a blind
 /// write, so only mutual exclusion keeps the count right). Final value 400, no write rejected, no two critical
 /// sections overlapping, every grant a new token.
-async fn fenced_counter_eight_clients_fifty_each(store: Arc<dyn VersionedStore>) {
+async fn fenced_counter_eight_clients_fifty_each(clients: Clients) {
     const CLIENTS: usize = 8;
     const ROUNDS: usize = 50;
     let name = unique_name("fenced-counter");
+    let store = clients.store();
     let inside = Arc::new(AtomicBool::new(false));
     let tokens = Arc::new(Mutex::new(Vec::new()));
-    let tasks: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let (store, name) = (store.clone(), name.clone());
+    let tasks: Vec<_> = clients
+        .clients(CLIENTS)
+        .await
+        .into_iter()
+        .map(|store| {
+            let name = name.clone();
             let (inside, tokens) = (inside.clone(), tokens.clone());
             tokio::spawn(async move {
                 let lock = lock(&store, &name);
                 let counter = FencedValue::new(store.clone(), &name).expect("fenced name");
+                let linearizable = store
+                    .capabilities()
+                    .contains(bakery_core::Capabilities::LINEARIZABLE_READS);
                 for _ in 0..ROUNDS {
                     let guard = lock.acquire().await.expect("acquire");
                     assert!(
                         !inside.swap(true, Ordering::SeqCst),
                         "two clients inside the critical section"
                     );
+                    if linearizable {
+                        // A holder reads the row of its own grant, never
+                        // an older one.
+                        let seen = Lock::inspect(&*store, &name)
+                            .await
+                            .expect("inspect")
+                            .expect("the lock row");
+                        assert_eq!(
+                            seen.token,
+                            guard.token(),
+                            "the holder read a lock row older than its grant"
+                        );
+                    }
                     increment_fenced(&counter, guard.token(), "the current holder").await;
                     tokens.lock().expect("tokens").push(guard.token());
                     inside.store(false, Ordering::SeqCst);
@@ -180,14 +211,19 @@ async fn fenced_counter_eight_clients_fifty_each(store: Arc<dyn VersionedStore>)
 
 /// Five waiters enqueue one after another behind a holder; they are served
 /// in exactly that order.
-async fn waiters_are_granted_in_request_order(store: Arc<dyn VersionedStore>) {
+async fn waiters_are_granted_in_request_order(clients: Clients) {
     const WAITERS: usize = 5;
     let name = unique_name("fifo");
-    let holder = lock(&store, &name).acquire().await.expect("first acquire");
+    let store = clients.store();
+    let holder = lock(&clients.client().await, &name)
+        .acquire()
+        .await
+        .expect("first acquire");
     let served = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..WAITERS {
-        let (store_i, name_i, served) = (store.clone(), name.clone(), served.clone());
+        let store_i = clients.client().await;
+        let (name_i, served) = (name.clone(), served.clone());
         tasks.push(tokio::spawn(async move {
             let guard = lock(&store_i, &name_i).acquire().await.expect("acquire");
             served.lock().expect("served").push((i, guard.token()));
@@ -209,10 +245,14 @@ async fn waiters_are_granted_in_request_order(store: Arc<dyn VersionedStore>) {
     assert_eq!(tokens, (2..2 + WAITERS as u64).collect::<Vec<_>>());
 }
 
-async fn release_hands_off_with_the_next_token(store: Arc<dyn VersionedStore>) {
+async fn release_hands_off_with_the_next_token(clients: Clients) {
     let name = unique_name("handoff");
-    let first = lock(&store, &name).acquire().await.expect("acquire");
-    let waiting = enqueued_waiter(&store, &name).await;
+    let store = clients.store();
+    let first = lock(&clients.client().await, &name)
+        .acquire()
+        .await
+        .expect("acquire");
+    let waiting = enqueued_waiter(&clients, &name).await;
     let token = first.token();
     first.release().await.expect("release");
     // The release itself made the waiter the holder (direct hand-off).
@@ -227,13 +267,13 @@ async fn release_hands_off_with_the_next_token(store: Arc<dyn VersionedStore>) {
     second.release().await.expect("release");
 }
 
-async fn try_acquire_refuses_when_held_or_queued(store: Arc<dyn VersionedStore>) {
+async fn try_acquire_refuses_when_held_or_queued(clients: Clients) {
     let name = unique_name("try");
-    let a = lock(&store, &name);
-    let b = lock(&store, &name);
+    let a = lock(&clients.client().await, &name);
+    let b = lock(&clients.client().await, &name);
     let guard = a.try_acquire().await.expect("try").expect("free lock");
     assert!(b.try_acquire().await.expect("try").is_none(), "held");
-    let waiting = enqueued_waiter(&store, &name).await;
+    let waiting = enqueued_waiter(&clients, &name).await;
     assert!(b.try_acquire().await.expect("try").is_none(), "queued");
     guard.release().await.expect("release");
     // Handed to the waiter: still refused.
@@ -249,10 +289,14 @@ async fn try_acquire_refuses_when_held_or_queued(store: Arc<dyn VersionedStore>)
     again.release().await.expect("release");
 }
 
-async fn acquire_timeout_withdraws_the_request(store: Arc<dyn VersionedStore>) {
+async fn acquire_timeout_withdraws_the_request(clients: Clients) {
     let name = unique_name("timeout");
-    let guard = lock(&store, &name).acquire().await.expect("acquire");
-    let impatient = Lock::builder(store.clone(), &name)
+    let store = clients.store();
+    let guard = lock(&clients.client().await, &name)
+        .acquire()
+        .await
+        .expect("acquire");
+    let impatient = Lock::builder(clients.client().await, &name)
         .acquire_timeout(Duration::from_millis(300))
         .build()
         .expect("settings");
@@ -271,10 +315,14 @@ async fn acquire_timeout_withdraws_the_request(store: Arc<dyn VersionedStore>) {
     );
 }
 
-async fn cancelled_waiter_leaves_the_queue(store: Arc<dyn VersionedStore>) {
+async fn cancelled_waiter_leaves_the_queue(clients: Clients) {
     let name = unique_name("cancel");
-    let guard = lock(&store, &name).acquire().await.expect("acquire");
-    let waiting = enqueued_waiter(&store, &name).await;
+    let store = clients.store();
+    let guard = lock(&clients.client().await, &name)
+        .acquire()
+        .await
+        .expect("acquire");
+    let waiting = enqueued_waiter(&clients, &name).await;
     waiting.abort(); // drops the acquire future
     wait_for_state(&store, &name, "the cancelled waiter leave", |s| {
         s.queue.is_empty()
@@ -285,13 +333,71 @@ async fn cancelled_waiter_leaves_the_queue(store: Arc<dyn VersionedStore>) {
     assert!(state.expect("row").holder.is_none());
 }
 
+/// A request whose withdrawal the store refused (a fault as its acquire
+/// timed out) is withdrawn once the store answers again: it does not stay
+/// queued for the waiters behind it to wait out its lease. The acquire
+/// still ends `TimedOut`.
+async fn a_refused_withdrawal_is_tried_again(clients: Clients) {
+    let name = unique_name("withdraw-again");
+    let store = clients.store();
+    let guard = lock(&clients.client().await, &name)
+        .acquire()
+        .await
+        .expect("acquire");
+    let faulty = Arc::new(FaultStore::new(clients.client().await));
+    let impatient = Lock::builder(faulty.clone(), &name)
+        .acquire_timeout(WITHDRAWN_AFTER)
+        .build()
+        .expect("settings");
+    let waiting = tokio::spawn(async move { impatient.acquire().await });
+    wait_for_state(&store, &name, "the waiter enqueued", |s| s.queue.len() == 1).await;
+    // Its next puts are its withdrawal's.
+    faulty.script([Fault::Refuse, Fault::Refuse]);
+    let err = waiting
+        .await
+        .expect("acquire task")
+        .expect_err("must time out");
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    wait_for_state(&store, &name, "the refused request withdrawn", |s| {
+        s.queue.is_empty()
+    })
+    .await;
+    assert_eq!(faulty.remaining(), 0, "the withdrawal met both refusals");
+    guard.release().await.expect("release");
+    let state = Lock::inspect(&*store, &name).await.expect("inspect");
+    assert!(
+        state.expect("row").holder.is_none(),
+        "lock handed to a ghost"
+    );
+}
+
+/// A release the store refused (`Unavailable`, reported to the caller) is
+/// tried again until it applies: the lock is free again without anyone
+/// waiting out the lease.
+async fn a_refused_release_is_tried_again(clients: Clients) {
+    let name = unique_name("release-again");
+    let store = clients.store();
+    let faulty = Arc::new(FaultStore::new(clients.client().await));
+    let holder = lock(&(faulty.clone() as Arc<dyn VersionedStore>), &name);
+    let guard = holder.acquire().await.expect("acquire");
+    faulty.script([Fault::Refuse, Fault::Refuse]);
+    let err = guard.release().await.expect_err("the store refused it");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    wait_for_state(&store, &name, "the refused release given back", |s| {
+        s.holder.is_none()
+    })
+    .await;
+    assert_eq!(faulty.remaining(), 0, "the release met both refusals");
+}
+
 /// A holder that stops talking to the store (its calls held, like a crashed
 /// or partitioned client) is evicted by a waiter once it saw no heartbeat
 /// for a whole lease on its own clock — and not before.
-async fn silent_holder_is_evicted_after_its_lease(store: Arc<dyn VersionedStore>) {
+async fn silent_holder_is_evicted_after_its_lease(clients: Clients) {
     const LEASE_MS: u64 = 500;
     let name = unique_name("evict");
-    let silent_store = Arc::new(FaultStore::new(store.clone()));
+    let store = clients.client().await;
+    let silent_store = Arc::new(FaultStore::new(clients.client().await));
     let silent = short_lease(
         &(silent_store.clone() as Arc<dyn VersionedStore>),
         &name,
@@ -318,8 +424,8 @@ async fn silent_holder_is_evicted_after_its_lease(store: Arc<dyn VersionedStore>
 /// Seed 003 + Kleppmann: the holder reads a counter and pauses past its
 /// lease; another client takes over and increments twice; when the first resumes, `lost()` has fired and its
 /// write with the old token is refused.
-async fn paused_holder_loses_and_its_fenced_write_is_rejected(store: Arc<dyn VersionedStore>) {
-    let outcome = paused_holder_scenario(store, true).await;
+async fn paused_holder_loses_and_its_fenced_write_is_rejected(clients: Clients) {
+    let outcome = paused_holder_scenario(clients, true).await;
     assert_eq!(
         outcome.final_value, 2,
         "the new holder's increments must survive"
@@ -338,8 +444,8 @@ async fn paused_holder_loses_and_its_fenced_write_is_rejected(store: Arc<dyn Ver
 /// Negative control: the same pause WITHOUT fencing (a plain last-writer-
 /// wins write) must show the violation — the paused holder's stale write
 /// (0 + 1) wipes out the new holder's two increments. Proves the fenced case can fail.
-async fn without_fencing_a_paused_holder_loses_an_update(store: Arc<dyn VersionedStore>) {
-    let outcome = paused_holder_scenario(store, false).await;
+async fn without_fencing_a_paused_holder_loses_an_update(clients: Clients) {
+    let outcome = paused_holder_scenario(clients, false).await;
     assert_eq!(outcome.stale_write_accepted, Some(true));
     assert_eq!(
         outcome.final_value, 1,
@@ -353,10 +459,12 @@ struct PausedOutcome {
     lost: Option<LostReason>,
 }
 
-async fn paused_holder_scenario(store: Arc<dyn VersionedStore>, fenced: bool) -> PausedOutcome {
+async fn paused_holder_scenario(clients: Clients, fenced: bool) -> PausedOutcome {
     const LEASE_MS: u64 = 400;
     let name = unique_name(if fenced { "paused" } else { "unfenced" });
-    let paused_store = Arc::new(FaultStore::new(store.clone()));
+    // B's store; A pauses its own.
+    let store = clients.client().await;
+    let paused_store = Arc::new(FaultStore::new(clients.client().await));
     let paused_dyn: Arc<dyn VersionedStore> = paused_store.clone();
     let a_lock = short_lease(&paused_dyn, &name, LEASE_MS);
     let a_value = FencedValue::new(paused_dyn.clone(), &name).expect("name");
@@ -575,13 +683,16 @@ async fn watch_capability_matches_behaviour(store: Arc<dyn VersionedStore>) {
 
 /// Clients with skewed clocks publish into one time register; each sees a
 /// non-decreasing time and the register ends at the largest clock.
-async fn time_service_never_goes_back(store: Arc<dyn VersionedStore>) {
+async fn time_service_never_goes_back(clients: Clients) {
     let name = unique_name("time");
+    let store = clients.store();
     let skews: [u64; 4] = [0, 5_000, 1_000_000, 20];
+    let stores = clients.clients(skews.len()).await;
     let tasks: Vec<_> = skews
         .iter()
-        .map(|&skew| {
-            let service = TimeService::new(store.clone(), &name).expect("name");
+        .zip(stores)
+        .map(|(&skew, store)| {
+            let service = TimeService::new(store, &name).expect("name");
             tokio::spawn(async move {
                 let mut seen = Vec::new();
                 for tick in 0..20u64 {
@@ -610,15 +721,18 @@ async fn time_service_never_goes_back(store: Arc<dyn VersionedStore>) {
     assert_eq!(service.advance_to(5).await.expect("advance"), max);
 }
 
-async fn old_lock_baseline_excludes(store: Arc<dyn VersionedStore>) {
+async fn old_lock_baseline_excludes(clients: Clients) {
     const CLIENTS: usize = 4;
     const ROUNDS: usize = 10;
     let name = unique_name("old");
     let inside = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicUsize::new(0));
-    let tasks: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let (store, name) = (store.clone(), name.clone());
+    let tasks: Vec<_> = clients
+        .clients(CLIENTS)
+        .await
+        .into_iter()
+        .map(|store| {
+            let name = name.clone();
             let (inside, done) = (inside.clone(), done.clone());
             tokio::spawn(async move {
                 let lock = OldLock::new(store, &name)

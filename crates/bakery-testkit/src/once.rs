@@ -11,25 +11,25 @@ use bakery_recipes::keys;
 use bakery_recipes::once::{Execution, Idempotency, OnBusy, OnFailure, RunError, Status};
 
 use crate::faults::{Fault, FaultStore};
-use crate::{case, unique_name, Case};
+use crate::{case, clients_case, unique_name, Case, Clients};
 
 /// Upper bound on waiting for something that must happen (never a speed check).
 const PATIENCE: Duration = Duration::from_secs(30);
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
-        case!("once", concurrent_duplicates_run_once),
+        clients_case!("once", concurrent_duplicates_run_once),
         case!("once", completed_key_replays_and_other_payload_is_refused),
-        case!("once", busy_key_waits_or_fails_as_asked),
-        case!("once", crashed_worker_is_taken_over_after_its_lease),
-        case!("once", paused_worker_loses_and_its_result_is_not_stored),
+        clients_case!("once", busy_key_waits_or_fails_as_asked),
+        clients_case!("once", crashed_worker_is_taken_over_after_its_lease),
+        clients_case!("once", paused_worker_loses_and_its_result_is_not_stored),
         case!("once", failure_is_released_or_recorded),
         case!("once", expired_record_runs_again),
         case!("once", lost_replies_still_run_once),
         case!("once", corrupt_record_is_a_typed_error_and_kept),
         case!("once", new_key_costs_two_round_trips),
         case!("once", a_listening_waiter_marks_the_claim_and_is_notified),
-        case!("consumer", duplicates_and_reordering_apply_once),
+        clients_case!("consumer", duplicates_and_reordering_apply_once),
         case!("consumer", lost_reply_is_resolved_by_reading_back),
         case!("consumer", one_round_trip_per_message),
         case!("consumer", old_time_ordered_keys_are_expired),
@@ -71,12 +71,12 @@ async fn run_until_told(
     (running, finish_tx)
 }
 
-async fn concurrent_duplicates_run_once(store: Arc<dyn VersionedStore>) {
+async fn concurrent_duplicates_run_once(clients: Clients) {
     let scope = unique_name("once-dup");
     let runs = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for client in 0..8u64 {
-        let (store, scope, runs) = (store.clone(), scope.clone(), runs.clone());
+        let (store, scope, runs) = (clients.client().await, scope.clone(), runs.clone());
         tasks.push(tokio::spawn(async move {
             let once = once(&store, &scope);
             once.run("job", b"payload", |_| async move {
@@ -159,18 +159,18 @@ async fn completed_key_replays_and_other_payload_is_refused(store: Arc<dyn Versi
 /// caller has demonstrably found the claim (its claim write conflicted) and
 /// then watched it for two whole leases, far longer than a silent worker
 /// would have been left alone.
-async fn busy_key_waits_or_fails_as_asked(store: Arc<dyn VersionedStore>) {
+async fn busy_key_waits_or_fails_as_asked(clients: Clients) {
     let scope = unique_name("once-busy");
     // Long beside a heartbeat's gap on a loaded machine (it beats every
     // lease/3): only a worker that stopped beating loses the key here.
     let lease = Duration::from_secs(2);
-    let worker = Idempotency::builder(store.clone(), &scope)
+    let worker = Idempotency::builder(clients.client().await, &scope)
         .lease(lease)
         .build()
         .expect("settings");
     // Runs until the test lets it finish (several leases).
     let (running, finish_tx) = run_until_told(worker).await;
-    let impatient = Idempotency::builder(store.clone(), &scope)
+    let impatient = Idempotency::builder(clients.client().await, &scope)
         .on_busy(OnBusy::Fail)
         .build()
         .expect("settings");
@@ -179,7 +179,7 @@ async fn busy_key_waits_or_fails_as_asked(store: Arc<dyn VersionedStore>) {
         matches!(busy, Err(RunError::InProgress { attempt: 1, .. })),
         "{busy:?}"
     );
-    let watched = Arc::new(CountingStore::new(store.clone()));
+    let watched = Arc::new(CountingStore::new(clients.client().await));
     let patient = Idempotency::builder(watched.clone(), &scope)
         .lease(lease)
         .build()
@@ -237,16 +237,17 @@ async fn busy_key_waits_or_fails_as_asked(store: Arc<dyn VersionedStore>) {
     );
 }
 
-async fn crashed_worker_is_taken_over_after_its_lease(store: Arc<dyn VersionedStore>) {
+async fn crashed_worker_is_taken_over_after_its_lease(clients: Clients) {
+    let store = clients.store();
     let scope = unique_name("once-crash");
     let lease = Duration::from_millis(200);
-    let build = || {
-        Idempotency::builder(store.clone(), &scope)
+    let build = |store: Arc<dyn VersionedStore>| {
+        Idempotency::builder(store, &scope)
             .lease(lease)
             .build()
             .expect("settings")
     };
-    let crashed = build();
+    let crashed = build(clients.client().await);
     let (started_tx, started) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(async move {
         let _: Ran = crashed
@@ -260,7 +261,7 @@ async fn crashed_worker_is_taken_over_after_its_lease(store: Arc<dyn VersionedSt
     started.await.expect("started");
     task.abort(); // the worker dies mid-operation
     let _ = task.await;
-    let record = build()
+    let record = build(store.clone())
         .inspect("k")
         .await
         .expect("inspect")
@@ -269,7 +270,7 @@ async fn crashed_worker_is_taken_over_after_its_lease(store: Arc<dyn VersionedSt
     let begun = tokio::time::Instant::now();
     let ran: Ran = tokio::time::timeout(
         PATIENCE,
-        build().run("k", b"p", |attempt| async move { Ok(attempt.token()) }),
+        build(clients.client().await).run("k", b"p", |attempt| async move { Ok(attempt.token()) }),
     )
     .await
     .expect("never taken over");
@@ -284,10 +285,10 @@ async fn crashed_worker_is_taken_over_after_its_lease(store: Arc<dyn VersionedSt
     );
 }
 
-async fn paused_worker_loses_and_its_result_is_not_stored(store: Arc<dyn VersionedStore>) {
+async fn paused_worker_loses_and_its_result_is_not_stored(clients: Clients) {
     let scope = unique_name("once-pause");
     let lease = Duration::from_millis(150);
-    let paused_store = Arc::new(FaultStore::new(store.clone()));
+    let paused_store = Arc::new(FaultStore::new(clients.client().await));
     let slow = Idempotency::builder(paused_store.clone(), &scope)
         .lease(lease)
         .build()
@@ -306,7 +307,7 @@ async fn paused_worker_loses_and_its_result_is_not_stored(store: Arc<dyn Version
     });
     started.await.expect("started");
     paused_store.pause(); // its heartbeats stop reaching the store
-    let other = Idempotency::builder(store.clone(), &scope)
+    let other = Idempotency::builder(clients.client().await, &scope)
         .lease(lease)
         .build()
         .expect("settings");
@@ -592,14 +593,15 @@ async fn a_listening_waiter_marks_the_claim_and_is_notified(store: Arc<dyn Versi
 
 // ---- consumer ----
 
-async fn duplicates_and_reordering_apply_once(store: Arc<dyn VersionedStore>) {
+async fn duplicates_and_reordering_apply_once(clients: Clients) {
+    let store = clients.store();
     let name = unique_name("consumer");
     let messages: u128 = 40;
     let mut tasks = Vec::new();
     // Four consumers each get the whole stream (at-least-once delivery from
     // a redelivering broker), with extra re-sends of older keys mixed in.
     for client in 0..4u128 {
-        let store = store.clone();
+        let store = clients.client().await;
         let name = name.clone();
         tasks.push(tokio::spawn(async move {
             let consumer = Consumer::builder(store, &name).build().expect("consumer");

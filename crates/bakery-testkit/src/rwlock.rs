@@ -14,7 +14,7 @@ use bakery_recipes::rwlock::{self, Mode, RwLock, RwLockBuilder, RwLockState};
 use tokio::time::Instant;
 
 use crate::faults::FaultStore;
-use crate::{case, unique_name, Case};
+use crate::{case, clients_case, unique_name, Case, Clients};
 
 /// Upper bound on waiting for something that must happen; reaching it means
 /// the behaviour is broken (never a speed check).
@@ -22,13 +22,13 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
-        case!("rwlock", never_a_writer_with_anyone),
+        clients_case!("rwlock", never_a_writer_with_anyone),
         case!("rwlock", clients_of_one_process_never_conflict),
-        case!("rwlock", queued_writer_blocks_new_readers),
-        case!("rwlock", readers_behind_a_writer_are_granted_together),
-        case!("rwlock", paused_writer_is_evicted_after_its_lease),
-        case!("rwlock", acquire_timeout_withdraws_the_request),
-        case!("rwlock", cancelled_acquire_leaves_the_queue),
+        clients_case!("rwlock", queued_writer_blocks_new_readers),
+        clients_case!("rwlock", readers_behind_a_writer_are_granted_together),
+        clients_case!("rwlock", paused_writer_is_evicted_after_its_lease),
+        clients_case!("rwlock", acquire_timeout_withdraws_the_request),
+        clients_case!("rwlock", cancelled_acquire_leaves_the_queue),
         case!("rwlock", corrupt_row_is_a_typed_error_and_kept),
     ]
 }
@@ -80,7 +80,8 @@ impl Drop for Running {
 /// at once (a barrier only they can pass together). Every grant has its
 /// own token, and the stored row, sampled while the clients run, always
 /// decodes (decoding refuses a writer stored beside anyone).
-async fn never_a_writer_with_anyone(store: Arc<dyn VersionedStore>) {
+async fn never_a_writer_with_anyone(clients: Clients) {
+    let store = clients.store();
     const READERS: usize = 4;
     const WRITERS: usize = 2;
     const ROUNDS: usize = 15;
@@ -91,7 +92,7 @@ async fn never_a_writer_with_anyone(store: Arc<dyn VersionedStore>) {
     let together = Arc::new(tokio::sync::Barrier::new(READERS));
     let mut first = Vec::new();
     for c in 0..READERS {
-        let lock = rwlock(&store, &name)
+        let lock = rwlock(&clients.client().await, &name)
             .owner(format!("first-reader-{c}"))
             .build()
             .expect("valid");
@@ -128,7 +129,7 @@ async fn never_a_writer_with_anyone(store: Arc<dyn VersionedStore>) {
     let mut tasks = Vec::new();
     for c in 0..READERS + WRITERS {
         let mode = if c < READERS { Mode::Read } else { Mode::Write };
-        let lock = rwlock(&store, &name)
+        let lock = rwlock(&clients.client().await, &name)
             .owner(format!("{mode}-{c}"))
             .build()
             .expect("valid");
@@ -261,9 +262,12 @@ async fn clients_of_one_process_never_conflict(store: Arc<dyn VersionedStore>) {
 /// With a reader holding, a queued writer blocks new readers: `try_read`
 /// refuses, a `read()` queues behind the writer, and the writer is granted
 /// (and done) before that reader.
-async fn queued_writer_blocks_new_readers(store: Arc<dyn VersionedStore>) {
+async fn queued_writer_blocks_new_readers(clients: Clients) {
+    let store = clients.store();
     let name = unique_name("rw-pref");
-    let lock = rwlock(&store, &name).build().expect("valid");
+    let lock = rwlock(&clients.client().await, &name)
+        .build()
+        .expect("valid");
     let first = lock.read().await.expect("first reader");
     let second = lock
         .try_read()
@@ -272,7 +276,7 @@ async fn queued_writer_blocks_new_readers(store: Arc<dyn VersionedStore>) {
         .expect("readers share while nobody queues");
     let order = Arc::new(Mutex::new(Vec::new()));
     let writer = {
-        let lock = rwlock(&store, &name)
+        let lock = rwlock(&clients.client().await, &name)
             .owner("writer")
             .build()
             .expect("valid");
@@ -284,14 +288,16 @@ async fn queued_writer_blocks_new_readers(store: Arc<dyn VersionedStore>) {
         })
     };
     wait_for_state(&store, &name, "the writer queued", |s| s.queue.len() == 1).await;
-    let other = rwlock(&store, &name).build().expect("valid");
+    let other = rwlock(&clients.client().await, &name)
+        .build()
+        .expect("valid");
     assert!(
         other.try_read().await.expect("try_read").is_none(),
         "a reader joined the readers in front of a queued writer"
     );
     assert!(other.try_write().await.expect("try_write").is_none());
     let reader = {
-        let lock = rwlock(&store, &name)
+        let lock = rwlock(&clients.client().await, &name)
             .owner("late-reader")
             .build()
             .expect("valid");
@@ -339,9 +345,10 @@ async fn queued_writer_blocks_new_readers(store: Arc<dyn VersionedStore>) {
 
 /// Two readers queued behind a writer are both granted by its release, in
 /// the same write: distinct tokens, held at the same time.
-async fn readers_behind_a_writer_are_granted_together(store: Arc<dyn VersionedStore>) {
+async fn readers_behind_a_writer_are_granted_together(clients: Clients) {
+    let store = clients.store();
     let name = unique_name("rw-batch");
-    let writer = rwlock(&store, &name)
+    let writer = rwlock(&clients.client().await, &name)
         .build()
         .expect("valid")
         .write()
@@ -350,7 +357,7 @@ async fn readers_behind_a_writer_are_granted_together(store: Arc<dyn VersionedSt
     let both_in = Arc::new(tokio::sync::Barrier::new(2));
     let mut readers = Vec::new();
     for i in 0..2 {
-        let lock = rwlock(&store, &name)
+        let lock = rwlock(&clients.client().await, &name)
             .owner(format!("reader-{i}"))
             .build()
             .expect("valid");
@@ -401,10 +408,11 @@ async fn readers_behind_a_writer_are_granted_together(store: Arc<dyn VersionedSt
 /// stopped process). A reader evicts it after a whole lease of silence and
 /// is granted with a larger token; the frozen guard learns it lost, and its
 /// late release is refused with `Lost`.
-async fn paused_writer_is_evicted_after_its_lease(store: Arc<dyn VersionedStore>) {
+async fn paused_writer_is_evicted_after_its_lease(clients: Clients) {
+    let store = clients.store();
     const LEASE: Duration = Duration::from_millis(500);
     let name = unique_name("rw-evict");
-    let frozen_store = Arc::new(FaultStore::new(store.clone()));
+    let frozen_store = Arc::new(FaultStore::new(clients.client().await));
     let frozen = rwlock(&(frozen_store.clone() as Arc<dyn VersionedStore>), &name)
         .lease(LEASE)
         .build()
@@ -416,7 +424,7 @@ async fn paused_writer_is_evicted_after_its_lease(store: Arc<dyn VersionedStore>
     frozen_store.pause();
 
     let asked = Instant::now();
-    let next = rwlock(&store, &name)
+    let next = rwlock(&clients.client().await, &name)
         .build()
         .expect("valid")
         .read()
@@ -450,15 +458,16 @@ async fn paused_writer_is_evicted_after_its_lease(store: Arc<dyn VersionedStore>
 
 /// A writer that times out leaves the queue before it returns: readers are
 /// not kept out by a ghost writer, and a later release grants nobody.
-async fn acquire_timeout_withdraws_the_request(store: Arc<dyn VersionedStore>) {
+async fn acquire_timeout_withdraws_the_request(clients: Clients) {
+    let store = clients.store();
     let name = unique_name("rw-timeout");
-    let held = rwlock(&store, &name)
+    let held = rwlock(&clients.client().await, &name)
         .build()
         .expect("valid")
         .read()
         .await
         .expect("read");
-    let impatient = RwLock::builder(store.clone(), &name)
+    let impatient = RwLock::builder(clients.client().await, &name)
         .acquire_timeout(Duration::from_millis(300))
         .build()
         .expect("valid");
@@ -481,16 +490,19 @@ async fn acquire_timeout_withdraws_the_request(store: Arc<dyn VersionedStore>) {
 }
 
 /// Dropping a waiting `write()` withdraws its request in the background.
-async fn cancelled_acquire_leaves_the_queue(store: Arc<dyn VersionedStore>) {
+async fn cancelled_acquire_leaves_the_queue(clients: Clients) {
+    let store = clients.store();
     let name = unique_name("rw-cancel");
-    let held = rwlock(&store, &name)
+    let held = rwlock(&clients.client().await, &name)
         .build()
         .expect("valid")
         .read()
         .await
         .expect("read");
     let waiting = {
-        let lock = rwlock(&store, &name).build().expect("valid");
+        let lock = rwlock(&clients.client().await, &name)
+            .build()
+            .expect("valid");
         tokio::spawn(async move { lock.write().await })
     };
     wait_for_state(&store, &name, "the writer queued", |s| s.queue.len() == 1).await;

@@ -12,22 +12,31 @@ use bakery_recipes::lock::LostReason;
 use bakery_recipes::semaphore::{self, Semaphore, SemaphoreBuilder, SemaphoreState};
 use tokio::time::Instant;
 
-use crate::faults::FaultStore;
-use crate::{case, unique_name, Case};
+use crate::faults::{Fault, FaultStore};
+use crate::{case, clients_case, unique_name, Case, Clients};
 
 /// Upper bound on waiting for something that must happen; reaching it means
 /// the behaviour is broken (never a speed check).
 const PATIENCE: Duration = Duration::from_secs(30);
 
+/// The acquire timeout of the refused-withdrawal case: long enough for the
+/// test to see the request queued and script the refusals before it passes
+/// (on a busy machine, a Cassandra enqueue and the read that sees it).
+const WITHDRAWN_AFTER: Duration = Duration::from_secs(3);
+
 pub(crate) fn cases() -> Vec<Case> {
     vec![
-        case!("semaphore", never_more_than_n_holders_at_once),
-        case!("semaphore", waiters_are_granted_in_queue_order),
+        clients_case!("semaphore", never_more_than_n_holders_at_once),
+        clients_case!("semaphore", waiters_are_granted_in_queue_order),
         case!("semaphore", clients_of_one_process_never_conflict),
-        case!("semaphore", try_acquire_refuses_when_full_or_queued),
-        case!("semaphore", paused_holder_is_evicted_after_its_lease),
-        case!("semaphore", acquire_timeout_withdraws_the_request),
-        case!("semaphore", cancelled_acquire_leaves_the_queue),
+        clients_case!("semaphore", try_acquire_refuses_when_full_or_queued),
+        clients_case!("semaphore", paused_holder_is_evicted_after_its_lease),
+        clients_case!("semaphore", acquire_timeout_withdraws_the_request),
+        clients_case!("semaphore", cancelled_acquire_leaves_the_queue),
+        clients_case!(
+            "semaphore",
+            refused_withdrawals_and_releases_are_tried_again
+        ),
         case!(
             "semaphore",
             corrupt_row_and_other_permit_count_are_typed_errors
@@ -74,7 +83,8 @@ async fn wait_for_state(
 /// are inside at once and the stored row has been seen with 3 holders, so
 /// a semaphore that admits fewer fails here on any machine, however slowly
 /// its grants arrive (the wait is bounded; timing alone used to decide it).
-async fn never_more_than_n_holders_at_once(store: Arc<dyn VersionedStore>) {
+async fn never_more_than_n_holders_at_once(clients: Clients) {
+    let store = clients.store();
     const PERMITS: usize = 3;
     const CLIENTS: usize = 8;
     const ROUNDS: usize = 20;
@@ -99,7 +109,7 @@ async fn never_more_than_n_holders_at_once(store: Arc<dyn VersionedStore>) {
     };
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
-        let sem = semaphore(&store, &name, PERMITS as u32)
+        let sem = semaphore(&clients.client().await, &name, PERMITS as u32)
             .owner(format!("client-{c}"))
             .build()
             .expect("valid");
@@ -178,16 +188,19 @@ impl Drop for Running {
 
 /// With both permits held, four waiters queue one after another; they are
 /// granted in exactly that order (grant order is token order).
-async fn waiters_are_granted_in_queue_order(store: Arc<dyn VersionedStore>) {
+async fn waiters_are_granted_in_queue_order(clients: Clients) {
+    let store = clients.store();
     const WAITERS: usize = 4;
     let name = unique_name("sem-fifo");
-    let holders = semaphore(&store, &name, 2).build().expect("valid");
+    let holders = semaphore(&clients.client().await, &name, 2)
+        .build()
+        .expect("valid");
     let first = holders.acquire().await.expect("first permit");
     let second = holders.acquire().await.expect("second permit");
     let granted = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..WAITERS {
-        let sem = semaphore(&store, &name, 2)
+        let sem = semaphore(&clients.client().await, &name, 2)
             .owner(format!("waiter-{i}"))
             .build()
             .expect("valid");
@@ -261,10 +274,15 @@ async fn clients_of_one_process_never_conflict(store: Arc<dyn VersionedStore>) {
 /// The soft form takes a free permit, and refuses while every permit is
 /// held, while someone queues, and after a release that handed the permit
 /// to that waiter.
-async fn try_acquire_refuses_when_full_or_queued(store: Arc<dyn VersionedStore>) {
+async fn try_acquire_refuses_when_full_or_queued(clients: Clients) {
+    let store = clients.store();
     let name = unique_name("sem-try");
-    let sem = semaphore(&store, &name, 2).build().expect("valid");
-    let other = semaphore(&store, &name, 2).build().expect("valid");
+    let sem = semaphore(&clients.client().await, &name, 2)
+        .build()
+        .expect("valid");
+    let other = semaphore(&clients.client().await, &name, 2)
+        .build()
+        .expect("valid");
     let a = sem.try_acquire().await.expect("try").expect("free");
     let b = sem
         .try_acquire()
@@ -275,7 +293,9 @@ async fn try_acquire_refuses_when_full_or_queued(store: Arc<dyn VersionedStore>)
     assert!(other.try_acquire().await.expect("try").is_none(), "full");
 
     let waiting = {
-        let sem = semaphore(&store, &name, 2).build().expect("valid");
+        let sem = semaphore(&clients.client().await, &name, 2)
+            .build()
+            .expect("valid");
         tokio::spawn(async move { sem.acquire().await })
     };
     wait_for_state(&store, &name, "the waiter queued", |s| s.queue.len() == 1).await;
@@ -304,12 +324,13 @@ async fn try_acquire_refuses_when_full_or_queued(store: Arc<dyn VersionedStore>)
 /// and shorter than the frozen one's: by the time the waiter may evict the
 /// frozen holder it has watched the live one for more than a whole lease,
 /// so only its heartbeat can have kept its permit.
-async fn paused_holder_is_evicted_after_its_lease(store: Arc<dyn VersionedStore>) {
+async fn paused_holder_is_evicted_after_its_lease(clients: Clients) {
+    let store = clients.store();
     const LIVE_LEASE: Duration = Duration::from_secs(3);
     const FROZEN_LEASE: Duration = Duration::from_secs(4);
     let name = unique_name("sem-evict");
-    let frozen_store = Arc::new(FaultStore::new(store.clone()));
-    let live = semaphore(&store, &name, 2)
+    let frozen_store = Arc::new(FaultStore::new(clients.client().await));
+    let live = semaphore(&clients.client().await, &name, 2)
         .lease(LIVE_LEASE)
         .build()
         .expect("valid")
@@ -327,7 +348,7 @@ async fn paused_holder_is_evicted_after_its_lease(store: Arc<dyn VersionedStore>
     frozen_store.pause();
 
     let asked = Instant::now();
-    let next = semaphore(&store, &name, 2)
+    let next = semaphore(&clients.client().await, &name, 2)
         .build()
         .expect("valid")
         .acquire()
@@ -368,15 +389,16 @@ async fn paused_holder_is_evicted_after_its_lease(store: Arc<dyn VersionedStore>
 
 /// A waiter that times out leaves the queue before it returns, so a later
 /// release does not hand the permit to a ghost.
-async fn acquire_timeout_withdraws_the_request(store: Arc<dyn VersionedStore>) {
+async fn acquire_timeout_withdraws_the_request(clients: Clients) {
+    let store = clients.store();
     let name = unique_name("sem-timeout");
-    let held = semaphore(&store, &name, 1)
+    let held = semaphore(&clients.client().await, &name, 1)
         .build()
         .expect("valid")
         .acquire()
         .await
         .expect("acquire");
-    let impatient = Semaphore::builder(store.clone(), &name)
+    let impatient = Semaphore::builder(clients.client().await, &name)
         .permits(1)
         .acquire_timeout(Duration::from_millis(300))
         .build()
@@ -393,17 +415,67 @@ async fn acquire_timeout_withdraws_the_request(store: Arc<dyn VersionedStore>) {
     assert!(state.holders.is_empty(), "granted to a ghost: {state:?}");
 }
 
+/// A withdrawal and a release the store refused are tried again until
+/// they apply: neither a timed-out request nor a released permit stays in
+/// the row for others to wait out its lease.
+async fn refused_withdrawals_and_releases_are_tried_again(clients: Clients) {
+    let store = clients.store();
+    let name = unique_name("sem-again");
+    let faulty = Arc::new(FaultStore::new(clients.client().await));
+    let held = semaphore(&(faulty.clone() as Arc<dyn VersionedStore>), &name, 1)
+        .build()
+        .expect("valid")
+        .acquire()
+        .await
+        .expect("acquire");
+    let waiter_store = Arc::new(FaultStore::new(clients.client().await));
+    let impatient = Semaphore::builder(waiter_store.clone(), &name)
+        .permits(1)
+        .acquire_timeout(WITHDRAWN_AFTER)
+        .build()
+        .expect("valid");
+    let waiting = tokio::spawn(async move { impatient.acquire().await });
+    wait_for_state(&store, &name, "the waiter queued", |s| s.queue.len() == 1).await;
+    waiter_store.script([Fault::Refuse, Fault::Refuse]);
+    let err = waiting
+        .await
+        .expect("acquire task")
+        .expect_err("must time out");
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    wait_for_state(&store, &name, "the refused request withdrawn", |s| {
+        s.queue.is_empty()
+    })
+    .await;
+    assert_eq!(
+        waiter_store.remaining(),
+        0,
+        "the withdrawal met both refusals"
+    );
+
+    faulty.script([Fault::Refuse, Fault::Refuse]);
+    let err = held.release().await.expect_err("the store refused it");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    wait_for_state(&store, &name, "the refused release given back", |s| {
+        s.holders.is_empty()
+    })
+    .await;
+    assert_eq!(faulty.remaining(), 0, "the release met both refusals");
+}
+
 /// Dropping a waiting acquire withdraws its request in the background.
-async fn cancelled_acquire_leaves_the_queue(store: Arc<dyn VersionedStore>) {
+async fn cancelled_acquire_leaves_the_queue(clients: Clients) {
+    let store = clients.store();
     let name = unique_name("sem-cancel");
-    let held = semaphore(&store, &name, 1)
+    let held = semaphore(&clients.client().await, &name, 1)
         .build()
         .expect("valid")
         .acquire()
         .await
         .expect("acquire");
     let waiting = {
-        let sem = semaphore(&store, &name, 1).build().expect("valid");
+        let sem = semaphore(&clients.client().await, &name, 1)
+            .build()
+            .expect("valid");
         tokio::spawn(async move { sem.acquire().await })
     };
     wait_for_state(&store, &name, "the waiter queued", |s| s.queue.len() == 1).await;

@@ -9,13 +9,13 @@ use bakery_recipes::sequence::{Sequence, KEY_PREFIX};
 
 use crate::cas::on_tasks;
 use crate::faults::{Fault, FaultStore};
-use crate::{case, unique_name, Case};
+use crate::{case, clients_case, unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
         case!("sequence", ids_start_at_one_and_increase),
-        case!("sequence", eight_clients_10000_ids_unique_and_increasing),
-        case!(
+        clients_case!("sequence", eight_clients_10000_ids_unique_and_increasing),
+        clients_case!(
             "sequence",
             block_size_one_is_strictly_increasing_across_clients
         ),
@@ -82,12 +82,19 @@ async fn ids_start_at_one_and_increase(store: Arc<dyn VersionedStore>) {
 
 /// 8 clients (each its own node, as separate processes would be) × 10,000
 /// ids; small blocks so the clients contend on the row.
-async fn eight_clients_10000_ids_unique_and_increasing(store: Arc<dyn VersionedStore>) {
+async fn eight_clients_10000_ids_unique_and_increasing(clients: Clients) {
     const CLIENTS: usize = 8;
     const IDS: usize = 10_000;
     let name = unique_name("eight");
+    let stores = clients.clients(CLIENTS).await;
     let per_client = on_tasks(CLIENTS, |client| {
-        let seq = self::client(&store, &name, 100 + client as u64 * 37, true, client);
+        let seq = self::client(
+            &stores[client],
+            &name,
+            100 + client as u64 * 37,
+            true,
+            client,
+        );
         async move {
             let mut ids = Vec::with_capacity(IDS);
             while ids.len() < IDS {
@@ -119,9 +126,12 @@ async fn eight_clients_10000_ids_unique_and_increasing(store: Arc<dyn VersionedS
 
 /// With block size 1 each id is one CAS, so real-time order holds across
 /// clients: an id obtained after another was returned is larger.
-async fn block_size_one_is_strictly_increasing_across_clients(store: Arc<dyn VersionedStore>) {
+async fn block_size_one_is_strictly_increasing_across_clients(topology: Clients) {
     let name = unique_name("strict");
-    let clients: Vec<_> = (0..3).map(|n| client(&store, &name, 1, true, n)).collect();
+    let stores = topology.clients(7).await;
+    let clients: Vec<_> = (0..3)
+        .map(|n| client(&stores[n], &name, 1, true, n))
+        .collect();
     let mut last = 0;
     for round in 0..20 {
         let id = clients[round % 3].next().await.expect("next");
@@ -132,7 +142,7 @@ async fn block_size_one_is_strictly_increasing_across_clients(store: Arc<dyn Ver
     // id is smaller.
     let tasks: Vec<_> = (0..4)
         .map(|n| {
-            let seq = client(&store, &name, 1, true, 3 + n);
+            let seq = client(&stores[3 + n], &name, 1, true, 3 + n);
             tokio::spawn(async move {
                 let mut ops = Vec::new();
                 for _ in 0..25 {

@@ -7,7 +7,7 @@ use bakery_core::{
     async_trait, Capabilities, Key, MemoryStore, Result, Row, StoreLayer, VersionedStore, Watch,
     WatchSender,
 };
-use bakery_testkit::{Case, Target};
+use bakery_testkit::{Case, Clients, Target};
 use bakery_verify::{Fault, FaultyStore};
 
 /// How the broken store misrepresents what it is. (Stores that break the
@@ -106,7 +106,7 @@ fn fails(name: &str, fault: Fault) -> bool {
     let store: Arc<dyn VersionedStore> =
         Arc::new(FaultyStore::new(Arc::new(MemoryStore::new()), fault));
     bakery_testkit::runtime(4)
-        .block_on(async move { tokio::spawn((case(name).run)(store)).await.is_err() })
+        .block_on(async move { tokio::spawn(case(name).run_on(store)).await.is_err() })
 }
 
 /// A lost update needs an interleaving: run a bounded number of times, so
@@ -241,4 +241,106 @@ fn capability_and_watch_cases_detect_the_breakage_they_check() {
             "{case} passed on a store with {breakage:?}"
         );
     }
+}
+
+// ---- The lock family with separate clients on a broken store. ----
+
+/// A hang guard for a case on a broken store: a case that waits this long
+/// for a grant that never comes has failed (the runner's own guard is the
+/// same idea, longer).
+const BROKEN_CASE_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Run multi-client case `name` with every client on a store of its own,
+/// each a `FaultyStore` with `fault` over one shared MemoryStore state (as
+/// separate processes on one broken server); true if it failed.
+fn fails_separate(name: &str, fault: Fault) -> bool {
+    let case = case(name);
+    assert!(case.many_clients, "{name} is not a case of several clients");
+    let memory = MemoryStore::new();
+    let broken = move |memory: &MemoryStore| -> Arc<dyn VersionedStore> {
+        Arc::new(FaultyStore::new(Arc::new(memory.handle()), fault))
+    };
+    let store = broken(&memory);
+    let clients = Clients::separate(store, move || {
+        let client = broken(&memory);
+        async move { Ok(client) }
+    });
+    bakery_testkit::runtime(4).block_on(async move {
+        let run = tokio::spawn((case.run)(clients));
+        let failed = match tokio::time::timeout(BROKEN_CASE_LIMIT, run).await {
+            Ok(joined) => joined.is_err(),
+            Err(_) => true,
+        };
+        failed
+    })
+}
+
+/// The same case on separate clients of a sound store passes.
+fn passes_separate(name: &str) -> bool {
+    let case = case(name);
+    let memory = MemoryStore::new();
+    let store: Arc<dyn VersionedStore> = Arc::new(memory.handle());
+    let clients = Clients::separate(store, move || {
+        let client: Arc<dyn VersionedStore> = Arc::new(memory.handle());
+        async move { Ok(client) }
+    });
+    bakery_testkit::runtime(4)
+        .block_on(async move { tokio::spawn((case.run)(clients)).await.is_ok() })
+}
+
+const LOCK_EXCLUSION: &str = "lock::fenced_counter_eight_clients_fifty_each";
+const SEMAPHORE_BOUND: &str = "semaphore::never_more_than_n_holders_at_once";
+const RWLOCK_EXCLUSION: &str = "rwlock::never_a_writer_with_anyone";
+const ONE_LEADER: &str = "election::one_leader_at_a_time_and_terms_increase";
+
+#[test]
+fn lock_family_cases_pass_with_separate_clients_on_a_sound_store() {
+    for name in [
+        LOCK_EXCLUSION,
+        SEMAPHORE_BOUND,
+        RWLOCK_EXCLUSION,
+        ONE_LEADER,
+    ] {
+        assert!(passes_separate(name), "{name} failed on MemoryStore");
+    }
+}
+
+#[test]
+fn lock_case_detects_a_read_then_write_cas() {
+    assert!(fails_separate(LOCK_EXCLUSION, Fault::LostConflicts));
+}
+
+#[test]
+fn lock_case_detects_stale_reads() {
+    assert!(fails_separate(LOCK_EXCLUSION, Fault::StaleReads));
+}
+
+#[test]
+fn semaphore_case_detects_a_read_then_write_cas() {
+    assert!(fails_separate(SEMAPHORE_BOUND, Fault::LostConflicts));
+}
+
+#[test]
+fn semaphore_case_detects_stale_reads() {
+    assert!(fails_separate(SEMAPHORE_BOUND, Fault::StaleReads));
+}
+
+#[test]
+fn rwlock_case_detects_a_read_then_write_cas() {
+    assert!(fails_separate(RWLOCK_EXCLUSION, Fault::LostConflicts));
+}
+
+#[test]
+fn rwlock_case_detects_stale_reads() {
+    assert!(fails_separate(RWLOCK_EXCLUSION, Fault::StaleReads));
+}
+
+#[test]
+fn election_case_detects_a_read_then_write_cas() {
+    assert!(fails_separate(ONE_LEADER, Fault::LostConflicts));
+}
+
+#[test]
+fn election_case_detects_stale_reads() {
+    assert!(fails_separate(ONE_LEADER, Fault::StaleReads));
 }
