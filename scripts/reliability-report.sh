@@ -83,6 +83,50 @@ if ! BAKERY_FAULT_TESTS=1 BAKERY_RELIABILITY_LOG=$faults \
     exit 1
 fi
 
+# The conformance suite in every topology (tests/conformance.rs: each
+# multi-client case with its clients on one store handle and on stores of
+# their own; a smaller set in child processes), and the negative controls
+# that must make those cases fail (crates/bakery-testkit/tests/negative_controls.rs,
+# tests/ferretdb_negative_control.rs).
+export BAKERY_TEST_URIS="redis-watch=${BAKERY_REDIS_URI}?cas=watch"
+if ! cargo test --all-features --test conformance >"$out/conformance.log" 2>&1; then
+    echo "reliability-report.sh: a conformance case failed; docs/RELIABILITY.md left alone (log: $out/conformance.log)" >&2
+    exit 1
+fi
+if ! cargo test --all-features -p bakery-testkit --test negative_controls >"$out/negative.log" 2>&1 ||
+    ! cargo test --all-features --test ferretdb_negative_control >>"$out/negative.log" 2>&1; then
+    echo "reliability-report.sh: a negative control passed a broken store; docs/RELIABILITY.md left alone (log: $out/negative.log)" >&2
+    exit 1
+fi
+
+# One row per backend and topology: a case named `B::separate::C` runs
+# `B::C` with shared clients; `B::processes::C` in child processes; any
+# other case has one client.
+topology_rows() {
+    sed -n 's/^test \(\[[^]]*\] *\)\{0,1\}\([^ ]*\) *\.\.\. \(ok\|FAILED\)$/\2 \3/p' "$out/conformance.log" |
+        awk '
+        $1 ~ /^processes::/ { next }  # the negative control, listed below
+        { n++; name[n] = $1; verdict[n] = $2
+          if ($1 ~ /::separate::/) { shared = $1; sub(/::separate::/, "::", shared); many[shared] = 1 } }
+        END {
+          for (i = 1; i <= n; i++) {
+            split(name[i], parts, "::"); backend = parts[1]
+            if (name[i] ~ /::separate::/) topology = "separate: each client on a store of its own"
+            else if (name[i] ~ /::processes::/) topology = "processes: each client an OS process"
+            else if (name[i] in many) topology = "shared: clients are tasks on one store handle"
+            else topology = "single client"
+            key = backend "|" topology
+            if (!(key in total)) order[++keys] = key
+            total[key]++
+            if (verdict[i] == "ok") passed[key]++
+          }
+          for (k = 1; k <= keys; k++) {
+            split(order[k], f, "|")
+            printf "| %s | %s | %d | %d | %d |\n", f[1], f[2], total[order[k]], passed[order[k]], total[order[k]] - passed[order[k]]
+          }
+        }' | sort
+}
+
 {
     echo "# Reliability report"
     echo
@@ -118,6 +162,31 @@ fi
     jq -rs 'sort_by(.suite != "proxy", .backend) | .[] |
         "| \(.suite) | \(.backend) | \(.setup) | \(.fault) | \(.ok) | \(.failed) | \(.unknown) | \(.lost_acked // "—") | \(.duplicate_ids // "—") | \(.stale_accepted // "—") | \(.verdict) |"' \
         "$faults"
+    echo
+    echo "## Topologies"
+    echo
+    echo "The conformance suite (\`tests/conformance.rs\`) per backend: every case of several"
+    echo "clients runs with its clients as tasks on one store handle (sharing the recipes'"
+    echo "per-process writer and listener) and with each client on a store of its own (a new"
+    echo "connection; on memory a new handle on the same rows); sequence, lock, semaphore, RW"
+    echo "lock and election also run with each client an OS process (mutual exclusion checked"
+    echo "by a shared file counter and grant intervals, ids by distinctness, tokens by grant order)."
+    echo
+    echo "| backend | topology | cases | passed | failed |"
+    echo "|---|---|---:|---:|---:|"
+    topology_rows
+    echo
+    echo "## Negative controls"
+    echo
+    echo "Each must see its case FAIL on a broken store (or pass on the sound one it is paired"
+    echo "with): a read-then-write CAS (\`LostConflicts\`), a lagging replica (\`StaleReads\`),"
+    echo "false capability claims, clients that skip the lock, FerretDB's non-atomic update."
+    echo
+    echo "| control | verdict |"
+    echo "|---|---|"
+    sed -n 's/^test \([^ ]*\) *\.\.\. \(ok\|FAILED\)$/| \1 | \2 |/p' "$out/negative.log" |
+        sed 's/| ok |$/| held (the broken store was caught) |/'
+    sed -n 's/^test \[sqlite\] *\(processes::unlocked_clients_are_caught\) *\.\.\. ok$/| \1 (4 processes without the lock) | held (the broken store was caught) |/p' "$out/conformance.log"
     echo
     echo "Machine: $(nproc) cores, $(uname -sr). Raw reports: \`target/reliability/\`."
 } >docs/RELIABILITY.md

@@ -4,7 +4,8 @@
 //! Paxos quorum), and gets the node back.
 //!
 //! Counter clients (read-modify-write `put_if_version`, recorded by
-//! bakery_verify's `RecordingStore`) and sequence handles run on the
+//! bakery_verify's `RecordingStore`) three sequence clients and three
+//! lock clients writing a fenced value (each on a store of its own) run on the
 //! cluster's URI (all three nodes) throughout. The driver spreads the calls
 //! over the nodes (every node holds a replica of every key, and the driver
 //! cannot tell Cassandra's LWTs apart, so it shuffles the replicas): the
@@ -20,9 +21,12 @@
 //!   consistency `ALL` (it sees the other two up and they answer), and the
 //!   clients' requests reach the restarted node again;
 //! - the recorded history is linearizable (bakery_verify's checker);
-//! - no sequence id is handed out twice, each handle's ids increase;
+//! - no sequence id is handed out twice, each client's ids increase;
 //! - each counter holds every acknowledged increment and at most the
-//!   acknowledged plus the unknown ones.
+//!   acknowledged plus the unknown ones;
+//! - the lock clients get fenced writes accepted, never a stale one (a
+//!   write with a released token, tried deliberately), and no two grants
+//!   whose release confirmed them overlap.
 //!
 //! Printed: calls ok/failed/unknown and their errors by message, the
 //! requests each node coordinated, how long the killed node was down and
@@ -281,7 +285,7 @@ fn cassandra_cluster_survives_node_kill() {
         });
 
         // Phase 1: all three nodes.
-        let workload = Workload::start(store.clone(), &history, &plan, 0);
+        let workload = Workload::start(&uri, &history, &plan, 0).await;
         assert!(
             eventually(RECOVERY_BOUND, || acked_after(&history, 0) >= ACKS_PER_PHASE).await,
             "no writes acknowledged before the fault"
@@ -369,7 +373,7 @@ fn cassandra_cluster_survives_node_kill() {
             longest_pause(&acks, killed_ns, restart_ns)
         );
         let row = ("cassandra", "3 nodes, replication factor 3", fault);
-        let kept = assert_kept(row, &history, &observed, &*store, &plan.keys).await;
+        let kept = assert_kept(row, &history, observed, &*store, &plan.keys).await;
         println!(
             "cluster_cassandra: killed {} (client requests coordinated before: {before:?}); {kept}; \
              first write acknowledged {:.2}s after the kill, longest pause between acknowledged writes: \

@@ -3,7 +3,8 @@
 //! and gets the old leader back.
 //!
 //! Counter clients (read-modify-write `put_if_version`, recorded by
-//! bakery_verify's `RecordingStore`) and sequence handles run on the
+//! bakery_verify's `RecordingStore`) three sequence clients and three
+//! lock clients writing a fenced value (each on a store of its own) run on the
 //! cluster's URI (all three endpoints) throughout; a monitor asks every
 //! member for its status (`etcdctl endpoint status`) every 100 ms.
 //! Asserted:
@@ -13,9 +14,12 @@
 //!   acknowledged again after the kill and again after the restart, and
 //!   the restarted member rejoins;
 //! - the recorded history is linearizable (bakery_verify's checker);
-//! - no sequence id is handed out twice, each handle's ids increase;
+//! - no sequence id is handed out twice, each client's ids increase;
 //! - each counter holds every acknowledged increment and at most the
-//!   acknowledged plus the unknown ones.
+//!   acknowledged plus the unknown ones;
+//! - the lock clients get fenced writes accepted, never a stale one (a
+//!   write with a released token, tried deliberately), and no two grants
+//!   whose release confirmed them overlap.
 //!
 //! Printed: calls ok/failed/unknown, elections (raft terms) observed, how
 //! long no live member named a live leader.
@@ -128,7 +132,7 @@ fn etcd_cluster_survives_leader_kill() {
             latest()
         );
 
-        let workload = Workload::start(store.clone(), &history, &plan, 0);
+        let workload = Workload::start(&uri, &history, &plan, 0).await;
         assert!(
             eventually(RECOVERY_BOUND, || acked_after(&history, 0) >= ACKS_PER_PHASE).await,
             "no writes acknowledged before the fault"
@@ -210,7 +214,7 @@ fn etcd_cluster_survives_leader_kill() {
             (new_leader_ns - killed_ns) as f64 / 1e9
         );
         let row = ("etcd", "3 members", fault);
-        let kept = assert_kept(row, &history, &observed, &*store, &plan.keys).await;
+        let kept = assert_kept(row, &history, observed, &*store, &plan.keys).await;
         println!(
             "cluster_etcd: killed leader {}; {kept}; \
              elections observed {} (raft term {first_term} -> {last_term}), leaders seen {leaders:?}; \

@@ -36,10 +36,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
-use bakery_verify::checks::{check_fence, check_sequence};
+use bakery_verify::checks::check_sequence;
 use bakery_verify::linearizability::{self, check_operations, Verdict, DEFAULT_STEP_LIMIT};
 use bakery_verify::workload::Counts;
 use bakery_verify::History;
@@ -48,7 +47,7 @@ use common::cluster::{
     Workload,
 };
 use common::report::FaultRow;
-use common::{backends, fault_tests_uri};
+use common::{backends, fault_tests_uri, psql};
 
 const PRIMARY: &str = "postgres_primary";
 const STANDBY: &str = "postgres_standby";
@@ -66,36 +65,6 @@ const ACKS_PER_PHASE: u64 = 60;
 
 /// Clients opened on the standby record as clients from here on.
 const STANDBY_CLIENTS: u64 = 100;
-
-/// One value from `psql` on the server of `uri`.
-fn psql(uri: &str, sql: &str) -> String {
-    let port = uri
-        .rsplit_once(':')
-        .and_then(|(_, rest)| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no port in {uri}"));
-    let out = Command::new("psql")
-        .args([
-            "-X",
-            "-q",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            port,
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-        ])
-        .args(["-tA", "-c", sql])
-        .output()
-        .expect("run psql (scripts/backends.sh installs it)");
-    assert!(
-        out.status.success(),
-        "psql -p {port} -c {sql:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 /// The primary running, replicating to a fresh standby, synchronously or not.
 fn fresh_pair(primary: &str, sync: bool) {
@@ -130,6 +99,8 @@ struct Figures {
     lost_acked: u64,
     duplicates: u64,
     stale_accepted: u64,
+    sequence_clients: usize,
+    locks: common::report::LockFigures,
     verdict: Verdict,
 }
 
@@ -159,13 +130,9 @@ fn failover(primary: &str, standby: &str, sync: bool) -> Figures {
             let sep = if primary.contains('?') { '&' } else { '?' };
             format!("{primary}{sep}accept_data_loss=true")
         };
-        let on_primary = bakery::connect(&primary)
-            .await
-            .expect("connect to the primary");
         let history = History::new();
-        let mut plan = Plan::new("cluster-pg", 2, 4, 3);
-        plan.lock_clients = 2;
-        let workload = Workload::start(on_primary, &history, &plan, 0);
+        let plan = Plan::new("cluster-pg", 2, 4, 3);
+        let workload = Workload::start(&primary, &history, &plan, 0).await;
         assert!(
             eventually(RECOVERY_BOUND, || acked_after(&history, 0)
                 >= ACKS_PER_PHASE)
@@ -191,7 +158,7 @@ fn failover(primary: &str, standby: &str, sync: bool) -> Figures {
             .expect("connect to the promoted standby");
         let survived = read_counts(&*on_standby, &plan.keys, RECOVERY_BOUND).await;
         let reopened_ns = history.now_ns();
-        let workload = Workload::start(on_standby.clone(), &history, &plan, STANDBY_CLIENTS);
+        let workload = Workload::start(standby, &history, &plan, STANDBY_CLIENTS).await;
         let continued = eventually(RECOVERY_BOUND, || {
             acked_after(&history, reopened_ns) >= ACKS_PER_PHASE
         })
@@ -219,35 +186,37 @@ fn failover(primary: &str, standby: &str, sync: bool) -> Figures {
             );
         }
         let sequence = check_sequence(&observed.ids);
-        let fence = check_fence(&observed.fenced);
+        let locks = observed.lock_report();
+        let fence = &locks.fence;
         let report = linearizability::check(&history);
         let figures = Figures {
             counts: Counts::of(&history),
             unknown_puts,
             lost_acked,
             duplicates: sequence.duplicates,
-            stale_accepted: fence.stale_accepted,
+            stale_accepted: locks.stale_accepted(),
+            sequence_clients: observed.ids.len(),
+            locks: (&locks).into(),
             verdict: report.verdict(),
         };
         println!(
             "cluster_postgres[{mode}]: calls {} ({} counter, {} sequence, {} lock errors); \
              counters on the standby at promotion {survived:?}, at the end {finals:?}; \
              acknowledged increments lost {lost_acked}, unknown {unknown_puts}; \
-             sequence: {} ids, {} duplicates, {} non-increasing, {} gaps; \
-             fenced: {} accepted, {} rejected, {} stale accepted, {} overlapping sections; \
+             sequence: {} clients, {} ids, {} duplicates, {} non-increasing, {} gaps; \
+             {locks}; fenced calls {} accepted, {} rejected; \
              whole history {:?} ({} ops, {} unknown)",
             figures.counts,
             observed.counter_errors,
             observed.sequence_errors,
-            observed.lock_errors,
+            locks.failures.len(),
+            observed.ids.len(),
             sequence.ids,
             sequence.duplicates,
             sequence.non_increasing,
             sequence.gaps,
             fence.accepted,
             fence.rejected,
-            fence.stale_accepted,
-            fence.overlapping_sections,
             report.verdict(),
             report.ops(),
             report.unknown(),
@@ -276,16 +245,25 @@ fn failover(primary: &str, standby: &str, sync: bool) -> Figures {
             );
         }
 
+        // Both modes: three separate clients of each kind on each server,
+        // and fenced writes made (and deliberate stale ones tried), so the
+        // fence check below judges something.
+        assert_eq!(observed.ids.len(), 6, "{mode}: sequence clients");
+        assert!(
+            observed.ids.iter().all(|ids| !ids.is_empty()),
+            "{mode}: a sequence client got no id"
+        );
+        assert!(
+            locks.clients == 6 && locks.writes_accepted > 0 && locks.stale_tried > 0,
+            "{mode}: {locks}"
+        );
         if sync {
             assert_eq!(lost_acked, 0, "{mode}: acknowledged increments lost");
             assert!(
                 sequence.passed(),
                 "{mode}: ids across the failover: {sequence:?}"
             );
-            assert!(
-                fence.passed(),
-                "{mode}: fenced writes across the failover: {fence:?}"
-            );
+            locks.assert_kept(&format!("{mode}, across the failover"), 6);
             assert_eq!(
                 report.verdict(),
                 Verdict::Linearizable,
@@ -322,13 +300,19 @@ fn postgres_standby_promotion() {
             lost_acked: Some(f.lost_acked),
             duplicate_ids: Some(f.duplicates),
             stale_accepted: Some(f.stale_accepted),
+            sequence_clients: Some(f.sequence_clients),
+            locks: Some(f.locks),
             verdict: format!("{:?}", f.verdict),
         }
         .record();
         println!(
             "cluster_postgres: {mode:>12}: calls {}, puts of unknown outcome {}, acknowledged \
-             increments lost {}, duplicate ids {}, stale fenced writes accepted {}, history {:?}",
-            f.counts, f.unknown_puts, f.lost_acked, f.duplicates, f.stale_accepted, f.verdict
+             increments lost {}, duplicate ids {}, stale fenced writes accepted {}, history {:?}; \
+             {} sequence clients, {} lock clients, {} grants ({} overlapping), {} fenced writes accepted, \
+             {} stale tried",
+            f.counts, f.unknown_puts, f.lost_acked, f.duplicates, f.stale_accepted, f.verdict,
+            f.sequence_clients, f.locks.clients, f.locks.grants, f.locks.overlapping,
+            f.locks.fenced_accepted, f.locks.stale_tried
         );
     }
 }

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use bakery::backends::redis::redis;
 use bakery::{Capabilities, ErrorKind, FencedValue, Sequence, VersionedStore};
 use bakery_testkit::proxy::with_option;
-use bakery_verify::checks::{check_fence, check_sequence};
+use bakery_verify::checks::check_sequence;
 use bakery_verify::linearizability::{self, Verdict};
 use bakery_verify::workload::Counts;
 use bakery_verify::History;
@@ -168,9 +168,8 @@ fn failover(mode: Mode, partitioned: bool) {
             "{label}: PERSISTENT is claimed only when every write reaches the replica"
         );
         let history = History::new();
-        let mut plan = Plan::new("cluster-redis", 2, 4, 3);
-        plan.lock_clients = 2;
-        let before = Workload::start(store.clone(), &history, &plan, 0);
+        let plan = Plan::new("cluster-redis", 2, 4, 3);
+        let before = Workload::start(&options(&primary), &history, &plan, 0).await;
         assert!(
             eventually(RECOVERY_BOUND, || acked_after(&history, 0) >= ACKS_PER_PHASE).await,
             "{label}: no writes acknowledged before the fault"
@@ -214,7 +213,7 @@ fn failover(mode: Mode, partitioned: bool) {
             .map(|(key, &count)| acked_above(&history, key, stopped_ns, count))
             .sum();
         // …and new clients go on there.
-        let after = Workload::start(promoted_store.clone(), &history, &plan, 100);
+        let after = Workload::start(&options(&replica), &history, &plan, 100).await;
         assert!(
             eventually(RECOVERY_BOUND, || acked_after(&history, stopped_ns) >= ACKS_PER_PHASE).await,
             "{label}: no writes acknowledged after the failover"
@@ -233,7 +232,8 @@ fn failover(mode: Mode, partitioned: bool) {
         let report = linearizability::check(&history);
         let sequence = check_sequence(&observed.ids);
         let highest = observed.ids.iter().flatten().copied().max().unwrap_or(0);
-        let fence = check_fence(&observed.fenced);
+        let locks = observed.lock_report();
+        let fence = &locks.fence;
         let values = read_counts(&*promoted_store, &plan.keys, RECOVERY_BOUND).await;
         let mut outside = Vec::new();
         for (key, value) in plan.keys.iter().zip(&values) {
@@ -245,23 +245,21 @@ fn failover(mode: Mode, partitioned: bool) {
         println!(
             "cluster_redis [{label}]: calls {counts}; {lost} acknowledged increments lost \
              (promoted replica holds {survived:?}); history {:?} ({} ops, {} unknown); \
-             {} sequence ids, {} duplicates, {} gaps, new handle got {late} (highest before {highest}); \
-             fenced calls {} accepted, {} rejected, {} stale accepted, {} overlapping; \
-             counters {values:?}{}; errors: counter {}, sequence {}, lock {}{}",
+             {} sequence clients: {} ids, {} duplicates, {} gaps, new handle got {late} (highest before {highest}); \
+             {locks}; fenced calls {} accepted, {} rejected; \
+             counters {values:?}{}; errors: counter {}, sequence {}{}",
             report.verdict(),
             report.ops(),
             report.unknown(),
+            observed.ids.len(),
             sequence.ids,
             sequence.duplicates,
             sequence.gaps,
             fence.accepted,
             fence.rejected,
-            fence.stale_accepted,
-            fence.overlapping_sections,
             if outside.is_empty() { String::new() } else { format!(" ({})", outside.join("; ")) },
             observed.counter_errors,
             observed.sequence_errors,
-            observed.lock_errors,
             if partitioned {
                 format!("; acknowledged while the replica was cut off {acked_cut_off}")
             } else {
@@ -286,18 +284,22 @@ fn failover(mode: Mode, partitioned: bool) {
             counts,
             lost_acked: Some(lost),
             duplicate_ids: Some(sequence.duplicates),
-            stale_accepted: Some(fence.stale_accepted),
+            stale_accepted: Some(locks.stale_accepted()),
+            sequence_clients: Some(observed.ids.len()),
+            locks: Some((&locks).into()),
             verdict: format!("{:?} ({} ops, {} unknown)", report.verdict(), report.ops(), report.unknown()),
         }
         .record();
-        // The workload ran on both sides of the failover.
-        assert!(sequence.ids > 0 && fence.accepted > 0, "{label}: {sequence:?} {fence:?}");
+        // The workload ran on both sides of the failover, with 3+ separate
+        // clients of each kind on each side.
+        assert!(sequence.ids > 0, "{label}: {sequence:?}");
+        assert!(observed.ids.len() >= 6, "{label}: {} sequence clients", observed.ids.len());
+        assert!(locks.clients >= 6 && locks.writes_accepted > 0, "{label}: {locks}");
         if mode == Mode::Default {
             assert_eq!(lost, 0, "{label}: acknowledged increments lost in the failover");
             assert!(sequence.passed(), "{label}: sequence ids: {sequence:?}");
             assert!(late > highest, "{label}: a new handle got {late}, not above {highest}");
-            assert_eq!(fence.stale_accepted, 0, "{label}: stale fenced writes: {fence:?}");
-            assert!(fence.passed(), "{label}: fenced writes: {fence:?}");
+            locks.assert_kept(label, 6);
             assert!(outside.is_empty(), "{label}: counters: {outside:?}");
             assert_eq!(
                 report.verdict(),

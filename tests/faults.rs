@@ -6,14 +6,18 @@
 //!   (`Unavailable` or `Unknown`) within a bounded time — no panic, no hang;
 //! - after the restart, calls succeed again on the SAME store value (the
 //!   client reconnects by itself);
-//! - no sequence id is handed out twice across the restart, each client's
-//!   ids increase, and a client created after the restart continues above;
+//! - no sequence id is handed out twice across the restart by four
+//!   separate clients (each its own `bakery::connect`), each client's ids
+//!   increase, and a client created after the restart continues above;
 //! - the CAS counter holds every acknowledged increment (plus possibly some
 //!   whose outcome was unknown, never fewer);
-//! - two lock clients incrementing a fenced counter under the fair lock
-//!   see only typed errors, never get a stale fenced write accepted, and
-//!   the counter holds every accepted increment (plus possibly unknown
-//!   ones) — mutual exclusion of the data survives the outage.
+//! - three separate lock clients incrementing a fenced counter under the
+//!   fair lock (tests/common/clients.rs) see only typed errors, get fenced
+//!   writes accepted, never a stale one (a write with a released token is
+//!   tried deliberately every other round), no two grants their release
+//!   confirmed overlap, and the counter holds every accepted increment
+//!   (plus possibly unknown ones) — mutual exclusion of the data survives
+//!   the outage.
 //!
 //! Servers are stopped and started with `scripts/backends.sh`, so this runs
 //! only where that script started them: `BAKERY_FAULT_TESTS=1` (set by
@@ -22,16 +26,22 @@
 
 mod common;
 
+use common::clients::{lock_client, lock_on, open_each, LockReport};
 use common::{backends, fault_tests_uri as enabled};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bakery::{
-    Bytes, ErrorKind, FencedRead, FencedValue, FencedWrite, Key, Lock, PutOutcome, Sequence,
-    VersionedStore,
-};
+use bakery::{Bytes, ErrorKind, FencedValue, Key, PutOutcome, Sequence, VersionedStore};
+use bakery_verify::History;
+
+/// Separate counter-and-sequence clients, and lock clients.
+const CLIENTS: usize = 4;
+const LOCK_CLIENTS: usize = 3;
+
+/// The lock's lease: the clients lose their grants during the outage.
+const LEASE: Duration = Duration::from_secs(2);
 
 /// A call that takes longer than this is a hang (a bound, not a speed test).
 const CALL_BOUND: Duration = Duration::from_secs(30);
@@ -110,103 +120,6 @@ async fn client(
     tally
 }
 
-#[derive(Default, Debug)]
-struct LockTally {
-    /// Fenced increments the value accepted.
-    accepted: u64,
-    /// Fenced writes refused (a newer holder had written): stale writes
-    /// stopped by the fence.
-    rejected: u64,
-    /// Lock or fence calls that failed with a typed error.
-    errors: u64,
-    /// Fenced writes whose outcome was unknown.
-    unknown_writes: u64,
-}
-
-/// One lock client: acquire, read the fenced counter, write it + 1 with the
-/// grant's token, release — until `stop`, through the outage. Each accepted
-/// increment is also counted in `accepted` as it happens.
-async fn lock_client(
-    store: Arc<dyn VersionedStore>,
-    name: String,
-    stop: Arc<AtomicBool>,
-    accepted: Arc<AtomicU64>,
-) -> LockTally {
-    let mut tally = LockTally::default();
-    let lock = Lock::builder(store.clone(), &name)
-        .lease(Duration::from_secs(2))
-        .acquire_timeout(CALL_BOUND)
-        .build()
-        .expect("lock");
-    let counter = FencedValue::new(store, &name).expect("fenced value");
-    while !stop.load(Ordering::Relaxed) {
-        let guard = match lock.acquire().await {
-            Ok(guard) => guard,
-            Err(e) => {
-                lock_error(&mut tally, &e);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        // Raise the fence to our token before reading, so an older holder
-        // cannot write between our read and our write.
-        let read = tokio::time::timeout(CALL_BOUND, counter.read_fenced(guard.token())).await;
-        let n = match read {
-            Ok(Ok(FencedRead::Current(data))) => data.map_or(0, |data| {
-                std::str::from_utf8(&data)
-                    .expect("utf8")
-                    .parse::<u64>()
-                    .expect("number")
-            }),
-            Ok(Ok(FencedRead::Rejected { .. })) => {
-                tally.rejected += 1;
-                let _ = guard.release().await;
-                continue;
-            }
-            Ok(Err(e)) => {
-                lock_error(&mut tally, &e);
-                let _ = guard.release().await;
-                continue;
-            }
-            Err(_) => panic!("fenced read hung for {CALL_BOUND:?}"),
-        };
-        let write = tokio::time::timeout(
-            CALL_BOUND,
-            counter.write(guard.token(), Bytes::from((n + 1).to_string())),
-        )
-        .await;
-        match write {
-            Ok(Ok(FencedWrite::Accepted(_))) => {
-                tally.accepted += 1;
-                accepted.fetch_add(1, Ordering::SeqCst);
-            }
-            Ok(Ok(FencedWrite::Rejected { .. })) => tally.rejected += 1,
-            Ok(Err(e)) => {
-                if e.kind() == ErrorKind::Unknown {
-                    tally.unknown_writes += 1;
-                }
-                lock_error(&mut tally, &e);
-            }
-            Err(_) => panic!("fenced write hung for {CALL_BOUND:?}"),
-        }
-        if let Err(e) = guard.release().await {
-            lock_error(&mut tally, &e);
-        }
-    }
-    tally
-}
-
-fn lock_error(tally: &mut LockTally, e: &bakery::Error) {
-    assert!(
-        matches!(
-            e.kind(),
-            ErrorKind::Unavailable | ErrorKind::Unknown | ErrorKind::TimedOut | ErrorKind::Lost
-        ),
-        "lock client: untyped failure during the outage: {e}"
-    );
-    tally.errors += 1;
-}
-
 fn note(tally: &mut Tally, kind: ErrorKind, e: &bakery::Error) {
     match kind {
         ErrorKind::Unknown => tally.unknown += 1,
@@ -241,21 +154,25 @@ fn restart_mid_run(backend: &str, var: &str) {
         .expect("runtime");
     runtime.block_on(async move {
         let store = bakery::connect(&uri).await.expect("connect");
+        let who = format!("faults[{backend}]");
         let suffix = bakery_testkit::unique_name("faults");
         let key = Key::new(format!("bakery-test/faults/{suffix}")).expect("key");
         let name = format!("faults-{suffix}");
         let stop = Arc::new(AtomicBool::new(false));
         let mut clients = Vec::new();
-        for _ in 0..4 {
-            let seq = Sequence::builder(store.clone(), &name).block_size(5).build().expect("seq");
-            clients.push(tokio::spawn(client(store.clone(), key.clone(), seq, stop.clone())));
+        for own in open_each(&uri, CLIENTS, RECOVERY_BOUND).await {
+            let seq = Sequence::builder(own.clone(), &name).block_size(5).build().expect("seq");
+            clients.push(tokio::spawn(client(own, key.clone(), seq, stop.clone())));
         }
         let lock_name = format!("faults-lock-{suffix}");
-        let fenced_so_far = Arc::new(AtomicU64::new(0));
-        let lock_clients: Vec<_> = (0..2)
-            .map(|_| {
-                let client = lock_client(store.clone(), lock_name.clone(), stop.clone(), fenced_so_far.clone());
-                tokio::spawn(client)
+        let clock = History::new();
+        let lock_clients: Vec<_> = open_each(&uri, LOCK_CLIENTS, RECOVERY_BOUND)
+            .await
+            .into_iter()
+            .zip(0..)
+            .map(|(own, i)| {
+                let lock = lock_on(&own, &lock_name, LEASE);
+                tokio::spawn(lock_client(lock, clock.clone(), i, stop.clone()))
             })
             .collect();
         // Let work start, stop the server, keep going, start it again.
@@ -276,10 +193,11 @@ fn restart_mid_run(backend: &str, var: &str) {
         // The lock clients are under way too: a fenced increment accepted
         // before the fault (so the checks below see the lock at work, not
         // only the outage).
-        while fenced_so_far.load(Ordering::SeqCst) == 0 {
+        let fenced = FencedValue::new(store.clone(), &lock_name).expect("fenced value");
+        while !matches!(fenced.read().await, Ok(Some(_))) {
             assert!(
                 warm_up.elapsed() < RECOVERY_BOUND,
-                "no fenced increment accepted in {RECOVERY_BOUND:?} before the fault"
+                "{who}: no fenced increment accepted in {RECOVERY_BOUND:?} before the fault"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -323,27 +241,13 @@ fn restart_mid_run(backend: &str, var: &str) {
             unknown += tally.unknown;
             unavailable += tally.unavailable;
         }
-        let mut locked = LockTally::default();
+        let mut tallies = Vec::new();
         for client in lock_clients {
-            let tally = client.await.expect("lock client panicked");
-            locked.accepted += tally.accepted;
-            locked.rejected += tally.rejected;
-            locked.errors += tally.errors;
-            locked.unknown_writes += tally.unknown_writes;
+            tallies.push(client.await.expect("lock client panicked"));
         }
-        let fenced = FencedValue::new(store.clone(), &lock_name)
-            .expect("fenced value")
-            .read()
-            .await
-            .expect("read fenced counter")
-            .map_or(0, |v| std::str::from_utf8(&v.data).expect("utf8").parse::<u64>().expect("number"));
-        assert!(locked.accepted > 0, "no fenced increment at all: {locked:?}");
-        assert!(
-            fenced >= locked.accepted && fenced <= locked.accepted + locked.unknown_writes,
-            "fenced counter {fenced} outside [accepted {}, accepted + unknown {}]: {locked:?}",
-            locked.accepted,
-            locked.accepted + locked.unknown_writes
-        );
+        let locks = LockReport::of(tallies);
+        locks.assert_kept(&who, LOCK_CLIENTS);
+        let fenced = locks.assert_count(&who, &store, &lock_name).await;
         // A client created after the restart continues above everything.
         let late = Sequence::builder(store.clone(), &name).block_size(1).build().expect("late");
         let late_id = late.next().await.expect("late client");
@@ -361,12 +265,9 @@ fn restart_mid_run(backend: &str, var: &str) {
             acked + unknown
         );
         eprintln!(
-            "faults[{backend}]: {} ids unique, {acked} CAS acked, {unknown} unknown, {unavailable} unavailable, counter {counter}; \
-             lock: {} fenced increments accepted, {} stale writes rejected, {} typed errors, fenced counter {fenced}",
+            "{who}: {CLIENTS} sequence clients, {} ids unique, {acked} CAS acked, {unknown} unknown, {unavailable} unavailable, \
+             counter {counter}; {locks}, fenced counter {fenced}",
             all.len(),
-            locked.accepted,
-            locked.rejected,
-            locked.errors
         );
     });
 }

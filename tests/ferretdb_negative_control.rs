@@ -74,7 +74,7 @@ fn race_fails_once(runtime: &tokio::runtime::Runtime, uri: &str) -> bool {
         .expect("the race case exists");
     runtime.block_on(async {
         let store: Arc<dyn VersionedStore> = bakery::connect(uri).await.expect("connect");
-        tokio::spawn((case.run)(store)).await.is_err()
+        tokio::spawn(case.run_on(store)).await.is_err()
     })
 }
 

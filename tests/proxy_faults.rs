@@ -4,11 +4,26 @@
 //! were sent (so replies of applied writes are lost — unknown outcomes on
 //! purpose).
 //!
-//! For every server backend one store is opened through its own proxy (with
-//! a short `timeout_ms`), and under each fault workers increment one counter
-//! by read-modify-write `put_if_version` (the cut: a batch of puts, each on
-//! a counter of its own) while sequence handles take ids.
+//! For every server backend a proxy is put in front of the server, and every
+//! client opens its store through it (with a short `timeout_ms`): one store
+//! shared by the counter workers, and a store of its own for each of three
+//! sequence clients and three lock clients (tests/common/clients.rs). One
+//! proxy for all: each fault reaches every client at the same moment, so
+//! one window tells which failures it caused. Under each fault the workers
+//! increment one counter by read-modify-write `put_if_version` (the cut: a
+//! batch of puts, each on a counter of its own) while the sequence clients
+//! take ids and the lock clients write a fenced count under the fair lock.
 //! Asserted, per backend and fault:
+//! - the fault took effect and only while in place: calls failed during
+//!   its window (under latency, or a throttle no call failed under: every
+//!   round trip in the window was slow), none completed before it failed,
+//!   none invoked a second after its removal failed (`Lost`, or an acquire timed out waiting for grants the fault
+//!   left to lapse, reports an earlier fault, not a failed call);
+//! - a latency above `timeout_ms` sends every call and gets no reply in
+//!   time: puts end `Unknown`;
+//! - the lock clients get fenced writes accepted, never a stale one, and
+//!   no two grants confirmed by their release overlap; the fenced count
+//!   holds every accepted increment and at most the unknown ones more;
 //! - every call returns, within a bound (no hang), `Ok` or a typed error:
 //!   `Unavailable`, `Unknown` or `TimedOut` — never another kind, no panic;
 //! - once the fault is removed the SAME store value works again;
@@ -39,11 +54,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bakery::{Bytes, ErrorKind, Key, PutOutcome, Row, Sequence, VersionedStore};
+use bakery::{Bytes, ErrorKind, FencedValue, Key, PutOutcome, Row, Sequence, VersionedStore};
 use bakery_testkit::proxy::{self, Direction, Proxy, Toxic, Toxiproxy};
 use bakery_verify::history::{History, RecordingStore};
 use bakery_verify::linearizability::{self, Verdict};
 use bakery_verify::workload::Counts;
+use common::clients::{
+    failures_within, lock_client, lock_on, open_each, sequence_client, Failure, GrantSpan,
+    LockReport, LockTally, SequenceTally,
+};
 use common::report::FaultRow;
 
 /// The client's own deadline, given to every backend as `timeout_ms`.
@@ -63,8 +82,44 @@ const WINDOW: Duration = Duration::from_millis(1500);
 /// Concurrent read-modify-write clients of the counter.
 const WORKERS: usize = 4;
 
-/// Sequence handles (clients) of one sequence, kept over all faults.
+/// Sequence clients of one sequence, each on its own store, kept over all
+/// faults.
 const HANDLES: usize = 3;
+
+/// Lock clients, each on its own store.
+const LOCK_CLIENTS: usize = 3;
+
+/// The lock's lease: above the client's deadline, so a slow call does not
+/// lose it; the blackhole and the timeouts do.
+const LEASE: Duration = Duration::from_secs(2);
+
+/// How long after a fault's removal a call may still meet what the fault
+/// left: a connection it broke, which the client finds dead only on use.
+/// Such failures are counted apart ("reconnecting"). The Cassandra driver
+/// (scylla 1.x) refills a broken pool after a pause that doubles with every
+/// failed refill, from 50 ms up to 10 s (not configurable in its stable
+/// API): after the cut's rounds its calls fail `Unavailable` ("the pool is
+/// broken") for seconds after the server is reachable again.
+fn reconnect_grace(backend: &str) -> Duration {
+    match backend {
+        "cassandra" => Duration::from_secs(10),
+        _ => Duration::from_millis(TIMEOUT_MS),
+    }
+}
+
+/// How long the clients go on once a fault is removed: every call invoked
+/// after the [`reconnect_grace`] must succeed.
+fn after(backend: &str) -> Duration {
+    reconnect_grace(backend) + Duration::from_millis(500)
+}
+
+/// The latency above the client's deadline: every call is sent and its
+/// reply comes too late.
+const OVER_TIMEOUT: Duration = Duration::from_millis(TIMEOUT_MS * 3 / 2);
+
+/// The least a round trip takes under [`Fault::Latency`]: 150 − 100 ms on
+/// the reply, 30 − 20 ms on the request.
+const LEAST_LATENCY: Duration = Duration::from_millis(60);
 
 /// Rounds of the cut: each sends a batch of puts and cuts the connections
 /// while their replies are held back (each kind of [`CutRound`] twice).
@@ -161,16 +216,20 @@ enum Fault {
     Blackhole,
     /// 1 KB/s each way.
     Bandwidth,
+    /// Every reply held back for [`OVER_TIMEOUT`], longer than the client's
+    /// `timeout_ms`: writes are sent, and their outcome is unknown.
+    OverTimeout,
     /// Every reply held back, then every connection cut while a batch of
     /// puts is in flight: the requests applied, the replies are lost.
     Cut,
 }
 
-const FAULTS: [Fault; 5] = [
+const FAULTS: [Fault; 6] = [
     Fault::Latency,
     Fault::ResetPeer,
     Fault::Blackhole,
     Fault::Bandwidth,
+    Fault::OverTimeout,
     Fault::Cut,
 ];
 
@@ -181,6 +240,7 @@ impl Fault {
             Fault::ResetPeer => "reset_peer",
             Fault::Blackhole => "timeout(blackhole)",
             Fault::Bandwidth => "bandwidth 1KB/s",
+            Fault::OverTimeout => "latency 1.5s > timeout_ms 1s",
             Fault::Cut => "cut after send",
         }
     }
@@ -199,6 +259,7 @@ impl Fault {
                 Toxic::bandwidth(1),
                 Toxic::bandwidth(1).direction(Direction::Upstream),
             ],
+            Fault::OverTimeout => vec![Toxic::latency(OVER_TIMEOUT, Duration::ZERO)],
             Fault::Cut => Vec::new(),
         }
     }
@@ -216,6 +277,10 @@ struct Tally {
     get_errors: u64,
     seq_ids: u64,
     seq_errors: u64,
+    /// The counter calls that failed, on the history's clock.
+    failures: Vec<Failure>,
+    /// The counter calls that returned: (invoked, completed) ns.
+    spans: Vec<(u64, u64)>,
 }
 
 impl Tally {
@@ -229,6 +294,43 @@ impl Tally {
         self.get_errors += o.get_errors;
         self.seq_ids += o.seq_ids;
         self.seq_errors += o.seq_errors;
+        self.failures.extend(o.failures.iter().cloned());
+        self.spans.extend(&o.spans);
+    }
+
+    /// A get of `key`, noted.
+    async fn get(
+        &mut self,
+        ctx: &str,
+        clock: &History,
+        store: &dyn VersionedStore,
+        key: &Key,
+    ) -> bakery::Result<Option<Row>> {
+        let invoked_ns = clock.now_ns();
+        let got = bounded(ctx, "get", store.get(key)).await;
+        self.timed(clock, "get", invoked_ns, &got);
+        got
+    }
+
+    /// Notes a counter call's end: its span, or its failure.
+    fn timed<T>(
+        &mut self,
+        clock: &History,
+        what: &'static str,
+        invoked_ns: u64,
+        r: &bakery::Result<T>,
+    ) {
+        let completed_ns = clock.now_ns();
+        match r {
+            Ok(_) => self.spans.push((invoked_ns, completed_ns)),
+            Err(e) => self.failures.push(Failure {
+                what,
+                kind: e.kind(),
+                message: e.to_string(),
+                invoked_ns,
+                completed_ns,
+            }),
+        }
     }
 
     /// A put's error, which must be typed.
@@ -246,6 +348,7 @@ impl Tally {
     async fn put_incremented(
         &mut self,
         ctx: &str,
+        clock: &History,
         store: &dyn VersionedStore,
         key: &Key,
         row: &Option<Row>,
@@ -256,7 +359,10 @@ impl Tally {
             row.as_ref().map(|r| r.version),
             counter_value(number(row) + 1),
         );
-        match bounded(ctx, "put_if_version", put).await {
+        let invoked_ns = clock.now_ns();
+        let put = bounded(ctx, "put_if_version", put).await;
+        self.timed(clock, "put_if_version", invoked_ns, &put);
+        match put {
             Ok(PutOutcome::Applied(now)) => {
                 self.acked += 1;
                 Some(Some(now))
@@ -315,6 +421,7 @@ fn number(row: &Option<Row>) -> u64 {
 /// conflicts), so puts are attempted under every fault. Until `stop`.
 async fn counter_client(
     ctx: Arc<str>,
+    clock: History,
     store: Arc<dyn VersionedStore>,
     key: Key,
     stop: Arc<AtomicBool>,
@@ -325,7 +432,7 @@ async fn counter_client(
     while !stop.load(Ordering::Relaxed) {
         let row = match fresh.take() {
             Some(row) => row,
-            None => match bounded(&ctx, "get", store.get(&key)).await {
+            None => match tally.get(&ctx, &clock, &*store, &key).await {
                 Ok(row) => row,
                 Err(e) => {
                     typed(&ctx, "get", &e);
@@ -341,7 +448,9 @@ async fn counter_client(
             },
         };
         last = Some(row.clone());
-        fresh = tally.put_incremented(&ctx, &*store, &key, &row).await;
+        fresh = tally
+            .put_incremented(&ctx, &clock, &*store, &key, &row)
+            .await;
         if fresh.is_none() {
             tokio::time::sleep(BACKOFF).await;
         }
@@ -353,36 +462,20 @@ async fn counter_client(
 /// with no fault in place; returns the tally and the row now known.
 async fn increment(
     ctx: Arc<str>,
+    clock: History,
     store: Arc<dyn VersionedStore>,
     key: Key,
 ) -> (Tally, Option<Row>) {
     let mut tally = Tally::default();
     let row = recovered(&ctx, "get", || store.get(&key)).await;
-    let now = match tally.put_incremented(&ctx, &*store, &key, &row).await {
+    let now = match tally
+        .put_incremented(&ctx, &clock, &*store, &key, &row)
+        .await
+    {
         Some(now) => now,
         None => recovered(&ctx, "get", || store.get(&key)).await,
     };
     (tally, now)
-}
-
-/// One sequence handle taking ids until `stop`.
-async fn sequence_client(
-    ctx: Arc<str>,
-    seq: Arc<Sequence>,
-    stop: Arc<AtomicBool>,
-) -> (Vec<u64>, u64) {
-    let (mut ids, mut errors) = (Vec::new(), 0);
-    while !stop.load(Ordering::Relaxed) {
-        match bounded(&ctx, "Sequence::next", seq.next()).await {
-            Ok(id) => ids.push(id),
-            Err(e) => {
-                typed(&ctx, "Sequence::next", &e);
-                errors += 1;
-                tokio::time::sleep(BACKOFF).await;
-            }
-        }
-    }
-    (ids, errors)
 }
 
 /// Retries `call` (bounded each) while it fails with a temporary error, up
@@ -420,14 +513,126 @@ async fn works_again(ctx: &str, store: &Arc<dyn VersionedStore>, key: &Key) -> O
 
 struct Backend {
     name: &'static str,
+    /// The counter workers' store (recorded).
     store: Arc<dyn VersionedStore>,
     /// A store straight to the server (not recorded): sees which requests
     /// of the cut reached it.
     direct: Arc<dyn VersionedStore>,
     proxy: Proxy,
-    handles: Vec<Arc<Sequence>>,
+    /// The recorded history, and the clock of every client.
+    history: History,
+    /// The sequence clients, each on its own store (recorded).
+    handles: Vec<Sequence>,
     /// Every id each handle has handed out, in order.
     ids: Vec<Vec<u64>>,
+    /// The lock clients' stores, one each (not recorded).
+    lock_stores: Vec<Arc<dyn VersionedStore>>,
+    /// The lock's and fenced count's name.
+    lock: String,
+    /// What the lock clients saw over all faults.
+    locks: Vec<LockTally>,
+}
+
+/// What the clients' failures and round trips show about a fault that was
+/// in place from `on_ns` to `off_ns` on the history's clock.
+#[derive(Debug, Default)]
+struct Effect {
+    /// Failures of calls that returned before the fault: must be 0.
+    before: usize,
+    /// Failures of calls overlapping the fault.
+    during: usize,
+    /// Failures of calls invoked within the [`reconnect_grace`] of its
+    /// removal.
+    reconnecting: usize,
+    /// Failures of calls invoked later, but for those that report what the
+    /// fault did earlier: must be 0.
+    after: usize,
+    /// The fastest counter call made entirely within the fault.
+    fastest: Option<Duration>,
+}
+
+impl Effect {
+    /// The fault was being put in place from `on_ns` and was removed at
+    /// `off_ns`; all of it was in place from `in_place_ns` to
+    /// `removing_ns`; calls may fail for `grace` after.
+    fn of(
+        failures: &[Failure],
+        spans: &[(u64, u64)],
+        (on_ns, off_ns): (u64, u64),
+        (in_place_ns, removing_ns): (u64, u64),
+        grace: Duration,
+    ) -> Effect {
+        let clean_ns = off_ns + grace.as_nanos() as u64;
+        let fastest = spans
+            .iter()
+            .filter(|&&(invoked, completed)| invoked >= in_place_ns && completed <= removing_ns)
+            .map(|&(invoked, completed)| completed - invoked)
+            .min();
+        Effect {
+            before: failures.iter().filter(|f| f.completed_ns < on_ns).count(),
+            during: failures_within(failures, on_ns, off_ns),
+            reconnecting: failures
+                .iter()
+                .filter(|f| (off_ns..clean_ns).contains(&f.invoked_ns))
+                .count(),
+            after: failures
+                .iter()
+                .filter(|f| f.invoked_ns >= clean_ns && !f.reports_earlier_fault())
+                .count(),
+            fastest: fastest.map(Duration::from_nanos),
+        }
+    }
+
+    /// The fault took effect, and only while in place.
+    fn assert_took_effect(&self, ctx: &str, fault: Fault, failures: &[Failure]) {
+        let first: Vec<&Failure> = failures.iter().take(3).collect();
+        assert_eq!(
+            self.before, 0,
+            "{ctx}: calls failed before the fault: {self:?} {first:?}"
+        );
+        let last: Vec<&Failure> = failures.iter().rev().take(3).collect();
+        assert_eq!(
+            self.after, 0,
+            "{ctx}: calls failed after the fault was removed: {self:?} {last:?}"
+        );
+        // A throttle shows as calls failing or slow.
+        let slowed = fault == Fault::Bandwidth && self.during == 0;
+        if fault == Fault::Latency || slowed {
+            // Seen on every round trip within the window.
+            let fastest = self
+                .fastest
+                .unwrap_or_else(|| panic!("{ctx}: no counter call within the window: {self:?}"));
+            assert!(
+                fastest >= LEAST_LATENCY,
+                "{ctx}: a call took {fastest:?} under a latency of at least {LEAST_LATENCY:?}: \
+                 the toxic was not in its path"
+            );
+        } else {
+            assert!(
+                self.during > 0,
+                "{ctx}: no call failed while the fault was in place: {self:?}"
+            );
+        }
+    }
+}
+
+impl Failure {
+    /// `Lost` (a grant lost during the fault), or an acquire that timed
+    /// out waiting for grants and places in the queue whose clients the
+    /// fault cut off to lapse: the lock reporting an earlier fault, not a
+    /// call failing.
+    fn reports_earlier_fault(&self) -> bool {
+        self.kind == ErrorKind::Lost
+            || (self.what == "lock acquire" && self.kind == ErrorKind::TimedOut)
+    }
+}
+
+/// The clients of one fault, running until [`Backend::stop`].
+struct Running {
+    stop: Arc<AtomicBool>,
+    counters: Vec<tokio::task::JoinHandle<Tally>>,
+    sequences: Vec<tokio::task::JoinHandle<SequenceTally>>,
+    locks: Vec<tokio::task::JoinHandle<LockTally>>,
 }
 
 impl Backend {
@@ -435,22 +640,158 @@ impl Backend {
         Arc::from(format!("proxy_faults[{}/{}]", self.name, fault.name()))
     }
 
+    /// Counter workers on `key`, the lock clients, and (unless the cut
+    /// drives them itself) the sequence clients.
+    fn start(&self, ctx: &Arc<str>, key: &Key, sequences: bool) -> Running {
+        let stop = Arc::new(AtomicBool::new(false));
+        let counters = (0..WORKERS)
+            .map(|_| {
+                let client = counter_client(
+                    ctx.clone(),
+                    self.history.clone(),
+                    self.store.clone(),
+                    key.clone(),
+                    stop.clone(),
+                );
+                tokio::spawn(client)
+            })
+            .collect();
+        let sequences = self
+            .handles
+            .iter()
+            .filter(|_| sequences)
+            .map(|seq| {
+                let client = sequence_client(seq.clone(), self.history.clone(), stop.clone());
+                tokio::spawn(client)
+            })
+            .collect();
+        let locks = self
+            .lock_stores
+            .iter()
+            .zip(0..)
+            .map(|(store, i)| {
+                let lock = lock_on(store, &self.lock, LEASE);
+                tokio::spawn(lock_client(lock, self.history.clone(), i, stop.clone()))
+            })
+            .collect();
+        Running {
+            stop,
+            counters,
+            sequences,
+            locks,
+        }
+    }
+
+    /// Stops the clients: the counter workers' tally, every client's
+    /// failures, and the lock clients' tallies.
+    async fn stop(&mut self, running: Running) -> (Tally, Vec<Failure>, Vec<LockTally>) {
+        running.stop.store(true, Ordering::Relaxed);
+        let mut tally = Tally::default();
+        for client in running.counters {
+            tally.add(&client.await.expect("counter client panicked"));
+        }
+        let mut failures = tally.failures.clone();
+        for (i, client) in running.sequences.into_iter().enumerate() {
+            let seen = client.await.expect("sequence client panicked");
+            tally.seq_ids += seen.ids.len() as u64;
+            tally.seq_errors += seen.failures.len() as u64;
+            failures.extend(seen.failures);
+            self.ids[i].extend(seen.ids);
+        }
+        let mut locks = Vec::new();
+        for client in running.locks {
+            let seen = client.await.expect("lock client panicked");
+            failures.extend(seen.failures.iter().cloned());
+            locks.push(seen);
+        }
+        (tally, failures, locks)
+    }
+
+    /// Waits until the fenced count moves (a lock client got a grant and
+    /// its write accepted), within [`RECOVERY_BOUND`]: a fault that lost a
+    /// grant holds the lock back until its lease runs out.
+    async fn fenced_write_seen(&self, ctx: &str) {
+        let value = FencedValue::new(self.direct.clone(), &self.lock).expect("fenced value");
+        let read = || async { bounded(ctx, "fenced read", value.read()).await.ok() };
+        let first = read().await;
+        let start = Instant::now();
+        while read().await == first {
+            if start.elapsed() >= RECOVERY_BOUND {
+                let state = bakery::Lock::inspect(&*self.direct, &self.lock).await;
+                panic!(
+                    "{ctx}: no fenced write accepted within {RECOVERY_BOUND:?} after the fault; \
+                     the fenced value {first:?}, the lock {state:?}"
+                );
+            }
+            tokio::time::sleep(BACKOFF).await;
+        }
+    }
+
     async fn run(&mut self, fault: Fault) -> Tally {
         let ctx = self.ctx(fault);
         // Free-running workers share one counter; the cut gives each put
         // of its batch a counter of its own, so every request the server
-        // receives applies and a lost reply hides a real increment.
+        // receives applies and a lost reply hides a real increment (and
+        // the workers, running beside it, one more).
         let keys: Vec<Key> = match fault {
-            Fault::Cut => (0..WORKERS)
+            Fault::Cut => (0..=WORKERS)
                 .map(|_| bakery_testkit::unique_key("proxy-faults"))
                 .collect(),
             _ => vec![bakery_testkit::unique_key("proxy-faults")],
         };
-        works_again(&ctx, &self.store, &keys[0]).await;
-        let tallies = match fault {
-            Fault::Cut => self.cut(&ctx, &keys).await,
-            _ => vec![self.free_running(&ctx, &keys[0], fault).await],
+        let workers_key = &keys[keys.len() - 1];
+        works_again(&ctx, &self.store, workers_key).await;
+        let running = self.start(&ctx, workers_key, fault != Fault::Cut);
+        tokio::time::sleep(WARM_UP).await;
+        let on_ns = self.history.now_ns();
+        // Every toxic of the fault is in place from `in_place_ns` until
+        // `removing_ns`.
+        let (mut in_place_ns, mut removing_ns) = (on_ns, on_ns);
+        let mut tallies = match fault {
+            Fault::Cut => self.cut(&ctx, &keys[..WORKERS]).await,
+            _ => {
+                for toxic in fault.toxics() {
+                    self.proxy.add(toxic).await.expect("add toxic");
+                }
+                in_place_ns = self.history.now_ns();
+                tokio::time::sleep(WINDOW).await;
+                removing_ns = self.history.now_ns();
+                self.proxy.clear().await.expect("remove toxics");
+                Vec::new()
+            }
         };
+        let off_ns = self.history.now_ns();
+        tokio::time::sleep(after(self.name)).await;
+        self.fenced_write_seen(&ctx).await;
+        let (workers, failures, locks) = self.stop(running).await;
+        if fault == Fault::Cut {
+            assert!(
+                tallies.iter().any(|t| t.unknown > 0),
+                "{ctx}: the cut lost the replies of puts in flight in up to {MAX_CUT_ROUNDS} rounds, \
+                 yet none was reported Unknown"
+            );
+        }
+        let mut effect = Effect::of(
+            &failures,
+            &workers.spans,
+            (on_ns, off_ns),
+            (in_place_ns, removing_ns),
+            reconnect_grace(self.name),
+        );
+        // The cut's own puts failed within it too.
+        effect.during += tallies
+            .iter()
+            .map(|t| (t.unavailable + t.unknown + t.timed_out) as usize)
+            .sum::<usize>();
+        tallies.push(workers);
+        effect.assert_took_effect(&ctx, fault, &failures);
+        let lock_report = LockReport::of(locks.clone());
+        assert!(
+            lock_report.writes_accepted > 0,
+            "{ctx}: no fenced write accepted: {lock_report}"
+        );
+        lock_report.assert_safe(&ctx);
+        self.locks.extend(locks);
         let mut tally = Tally::default();
         let (mut counter, mut most, mut lost) = (0, 0, 0);
         for (key, part) in keys.iter().zip(&tallies) {
@@ -471,6 +812,15 @@ impl Backend {
             counter += value;
             most += bound;
         }
+        // A put that reads first (FerretDB's `insert` strategy) meets the
+        // deadline on its read, unsent, unless it was past it when the
+        // latency came; the cut proves its Unknown outcomes.
+        if fault == Fault::OverTimeout && !put_reads_first(self.name) {
+            assert!(
+                tally.unknown > 0,
+                "{ctx}: every reply came after the deadline, yet no put was reported Unknown"
+            );
+        }
         tally.seq_ids += self.more_ids(&ctx).await;
         FaultRow {
             suite: "proxy",
@@ -487,7 +837,9 @@ impl Backend {
             },
             lost_acked: Some(lost),
             duplicate_ids: None,
-            stale_accepted: None,
+            stale_accepted: Some(lock_report.stale_accepted()),
+            sequence_clients: Some(HANDLES),
+            locks: Some((&lock_report).into()),
             verdict: format!(
                 "counter in [acked, acked + unknown]: {counter} in [{}, {most}]",
                 tally.acked
@@ -496,7 +848,8 @@ impl Backend {
         .record();
         println!(
             "{ctx}: puts {} -> ok {} (applied {}, conflict {}), failed {} (unavailable {}, unknown {}, timed out {}); \
-             get errors {}; counter {counter} in [{}, {most}] (unknown that applied: {}); seq ids {}, seq errors {}",
+             get errors {}; counter {counter} in [{}, {most}] (unknown that applied: {}); seq ids {}, seq errors {}; \
+             failures before/during/reconnecting/after the fault {}/{}/{}/{}, fastest counter call within it {:?}; {lock_report}",
             tally.puts,
             tally.acked + tally.conflicts,
             tally.acked,
@@ -510,43 +863,12 @@ impl Backend {
             counter.saturating_sub(tally.acked),
             tally.seq_ids,
             tally.seq_errors,
+            effect.before,
+            effect.during,
+            effect.reconnecting,
+            effect.after,
+            effect.fastest,
         );
-        tally
-    }
-
-    /// Workers and sequence handles run; after [`WARM_UP`] the fault's
-    /// toxics are put in place for [`WINDOW`], then removed, and they stop.
-    async fn free_running(&mut self, ctx: &Arc<str>, key: &Key, fault: Fault) -> Tally {
-        let stop = Arc::new(AtomicBool::new(false));
-        let counters: Vec<_> = (0..WORKERS)
-            .map(|_| {
-                let client =
-                    counter_client(ctx.clone(), self.store.clone(), key.clone(), stop.clone());
-                tokio::spawn(client)
-            })
-            .collect();
-        let sequences: Vec<_> = self
-            .handles
-            .iter()
-            .map(|seq| tokio::spawn(sequence_client(ctx.clone(), seq.clone(), stop.clone())))
-            .collect();
-        tokio::time::sleep(WARM_UP).await;
-        for toxic in fault.toxics() {
-            self.proxy.add(toxic).await.expect("add toxic");
-        }
-        tokio::time::sleep(WINDOW).await;
-        self.proxy.clear().await.expect("remove toxics");
-        stop.store(true, Ordering::Relaxed);
-        let mut tally = Tally::default();
-        for client in counters {
-            tally.add(&client.await.expect("counter client panicked"));
-        }
-        for (i, client) in sequences.into_iter().enumerate() {
-            let (ids, errors) = client.await.expect("sequence client panicked");
-            tally.seq_ids += ids.len() as u64;
-            tally.seq_errors += errors;
-            self.ids[i].extend(ids);
-        }
         tally
     }
 
@@ -569,7 +891,14 @@ impl Backend {
             // statements prepared, and its puts are sent at once.
             let warm: Vec<_> = keys
                 .iter()
-                .map(|key| tokio::spawn(increment(ctx.clone(), self.store.clone(), key.clone())))
+                .map(|key| {
+                    tokio::spawn(increment(
+                        ctx.clone(),
+                        self.history.clone(),
+                        self.store.clone(),
+                        key.clone(),
+                    ))
+                })
                 .collect();
             let mut rows = Vec::new();
             for (tally, warm) in tallies.iter_mut().zip(warm) {
@@ -595,7 +924,7 @@ impl Backend {
                     })
                 })
                 .collect();
-            let take_ids = |handles: &[Arc<Sequence>]| -> Vec<_> {
+            let take_ids = |handles: &[Sequence]| -> Vec<_> {
                 handles
                     .iter()
                     .map(|seq| {
@@ -723,6 +1052,13 @@ impl Backend {
     }
 }
 
+/// Whether `backend`'s put begins with a read of its own: FerretDB (the
+/// `mongodb` server here) takes the `insert` strategy, a read, the insert
+/// and a confirming read.
+fn put_reads_first(backend: &str) -> bool {
+    backend == "mongodb"
+}
+
 fn through_proxy(backend: &'static str, var: &str) {
     let who = format!("proxy_faults[{backend}]");
     // Both looked up first, so CI fails on either one missing.
@@ -754,23 +1090,30 @@ fn through_proxy(backend: &'static str, var: &str) {
         let history = History::new();
         let store: Arc<dyn VersionedStore> = Arc::new(RecordingStore::new(store, history.clone(), 0));
 
+        // The sequence clients: each its own store (recorded), its own
+        // dispatcher.
         let seq_name = bakery_testkit::unique_name("proxy-faults");
-        let handles = (0..HANDLES)
-            .map(|_| {
-                Sequence::builder(store.clone(), &seq_name)
-                    .block_size(3)
-                    .build()
-                    .map(Arc::new)
-                    .expect("sequence")
+        let handles = open_each(&proxied, HANDLES, RECOVERY_BOUND)
+            .await
+            .into_iter()
+            .zip(1..)
+            .map(|(own, client)| {
+                let own: Arc<dyn VersionedStore> = Arc::new(RecordingStore::new(own, history.clone(), client));
+                Sequence::builder(own, &seq_name).block_size(3).build().expect("sequence")
             })
             .collect();
+        let lock_stores = open_each(&proxied, LOCK_CLIENTS, RECOVERY_BOUND).await;
         let mut backend = Backend {
             name: backend,
             store,
             direct,
             proxy,
+            history: history.clone(),
             handles,
             ids: vec![Vec::new(); HANDLES],
+            lock_stores,
+            lock: bakery_testkit::unique_name("proxy-faults-lock"),
+            locks: Vec::new(),
         };
         let mut unknown_by_fault = Vec::new();
         for fault in FAULTS {
@@ -778,8 +1121,12 @@ fn through_proxy(backend: &'static str, var: &str) {
             unknown_by_fault.push((fault, tally.unknown));
         }
         let unique = backend.check_ids();
+        let locks = LockReport::of(std::mem::take(&mut backend.locks));
+        locks.assert_kept(&who, LOCK_CLIENTS);
+        let fenced = locks.assert_count(&who, &backend.direct, &backend.lock).await;
         println!(
-            "{who}: {unique} sequence ids, all unique and increasing per handle; unknown outcomes by fault: {}; {:.1}s",
+            "{who}: {HANDLES} sequence clients, {unique} ids, all unique and increasing per client; \
+             {locks}, fenced count {fenced}; unknown outcomes by fault: {}; {:.1}s",
             unknown_by_fault
                 .iter()
                 .map(|(f, n)| format!("{} {n}", f.name()))
@@ -787,25 +1134,19 @@ fn through_proxy(backend: &'static str, var: &str) {
                 .join(", "),
             started.elapsed().as_secs_f64()
         );
-        let cut_unknown = unknown_by_fault
-            .iter()
-            .find(|(f, _)| *f == Fault::Cut)
-            .map_or(0, |(_, n)| *n);
-        assert!(
-            cut_unknown > 0,
-            "{who}: the cut lost the replies of puts in flight in up to {MAX_CUT_ROUNDS} rounds, yet none was reported Unknown"
-        );
         let report = linearizability::check(&history);
         println!("{who}: recorded history: {report}");
         FaultRow {
             suite: "proxy",
             backend: backend.name.to_owned(),
             setup: "one server behind Toxiproxy".into(),
-            fault: "all five, one recorded history".into(),
+            fault: format!("all {}, one recorded history", FAULTS.len()),
             counts: Counts::of(&history),
             lost_acked: None,
             duplicate_ids: Some((backend.ids.iter().map(Vec::len).sum::<usize>() - unique) as u64),
-            stale_accepted: None,
+            stale_accepted: Some(locks.stale_accepted()),
+            sequence_clients: Some(HANDLES),
+            locks: Some((&locks).into()),
             verdict: format!("{:?} ({} ops, {} unknown)", report.verdict(), report.ops(), report.unknown()),
         }
         .record();
@@ -838,4 +1179,30 @@ fn cassandra_through_proxy() {
 #[test]
 fn mongodb_through_proxy() {
     through_proxy("mongodb", "BAKERY_MONGODB_URI");
+}
+
+/// The grant check's negative control: overlapping confirmed grants are
+/// found; touching ones, and an overlap with a grant its release did not
+/// confirm (lost), are not.
+#[test]
+fn overlapping_grants_are_found() {
+    let grant = |token, start_ns, end_ns, confirmed| GrantSpan {
+        client: token,
+        token,
+        start_ns,
+        end_ns,
+        confirmed,
+    };
+    let apart = [
+        grant(1, 0, 10, true),
+        grant(2, 10, 20, true),
+        grant(3, 15, 30, false),
+    ];
+    assert_eq!(common::clients::overlapping_grants(&apart), 0);
+    let overlapping = [
+        grant(1, 0, 10, true),
+        grant(2, 5, 20, true),
+        grant(3, 8, 9, true),
+    ];
+    assert_eq!(common::clients::overlapping_grants(&overlapping), 3);
 }

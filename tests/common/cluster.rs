@@ -4,10 +4,11 @@
 //! Counter clients increment a few counters by read-modify-write
 //! `put_if_version` through bakery_verify's [`RecordingStore`], every value
 //! unique (`<count>/<client>-<n>`), so the history goes to bakery_verify's
-//! linearizability checker; sequence clients take ids; lock clients (if
-//! any) take the fair lock and write a fenced value with its token — and
-//! every other round once more with their previous, released token, which
-//! the fence must refuse. All run until [`Workload::stop`]; every error must
+//! linearizability checker; sequence clients take ids; lock clients take
+//! the fair lock and write a fenced value with its token — and every other
+//! round once more with their previous, released token, which the fence
+//! must refuse (tests/common/clients.rs). Each sequence and lock client
+//! opens its own store. All run until [`Workload::stop`]; every error must
 //! be one a fault may cause (`Unavailable`, `Unknown`, `TimedOut`, and for
 //! the lock `Lost`). A client of a failed-over server is stopped and new
 //! clients are started on the new one with the same [`Plan`] and
@@ -17,15 +18,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bakery::{Bytes, ErrorKind, FencedRead, FencedValue, Key, Lock, PutOutcome, Row, Sequence};
-use bakery::{Result, VersionedStore};
-use bakery_verify::checks::FencedOp;
+use bakery::{Bytes, ErrorKind, Key, PutOutcome, Row, Sequence, VersionedStore};
 use bakery_verify::history::{Call, History, Outcome, Reply};
 use bakery_verify::RecordingStore;
 use tokio::task::JoinHandle;
 
-/// A call that takes longer than this hangs (a bound, not a speed check).
-pub const CALL_BOUND: Duration = Duration::from_secs(30);
+use super::clients::bounded;
+use super::clients::{lock_client, lock_on, open_each, sequence_client, LockReport, LockTally};
 
 /// A pause after a failed call, so a client does not spin on a refused
 /// connection (no assertion depends on it).
@@ -35,27 +34,31 @@ const BACKOFF: Duration = Duration::from_millis(20);
 /// for a holder that died with the old server.
 const LEASE: Duration = Duration::from_secs(1);
 
+/// How long opening the clients' stores may take (a bound, not a speed
+/// check).
+const OPEN_BOUND: Duration = Duration::from_secs(60);
+
 /// What the clients work on: names shared by every client of a run.
 #[derive(Debug, Clone)]
 pub struct Plan {
     /// The counters.
     pub keys: Vec<Key>,
-    /// Counter clients (each on counter `client % keys`).
+    /// Counter clients (each on counter `client % keys`), sharing one store.
     pub counter_clients: u64,
     /// The sequence's name.
     pub sequence: String,
-    /// Sequence handles.
+    /// Sequence clients, each on its own store.
     pub sequence_clients: usize,
     /// Ids per block reservation (small, so reservations are frequent).
     pub block_size: u64,
     /// The lock's and fenced value's name.
     pub lock: String,
-    /// Lock clients (0: none).
+    /// Lock clients, each on its own store.
     pub lock_clients: u64,
 }
 
 impl Plan {
-    /// A plan under names no other run uses.
+    /// A plan under names no other run uses, with three lock clients.
     pub fn new(case: &str, keys: usize, counter_clients: u64, sequence_clients: usize) -> Plan {
         Plan {
             keys: (0..keys)
@@ -66,7 +69,7 @@ impl Plan {
             sequence_clients,
             block_size: 3,
             lock: bakery_testkit::unique_name(case),
-            lock_clients: 0,
+            lock_clients: 3,
         }
     }
 }
@@ -89,90 +92,77 @@ fn typed(what: &str, e: &bakery::Error) -> ErrorKind {
     }
 }
 
-/// `call`, which must finish within [`CALL_BOUND`].
-pub async fn bounded<T>(what: &str, call: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(CALL_BOUND, call)
-        .await
-        .unwrap_or_else(|_| panic!("{what} hung for {CALL_BOUND:?}"))
-}
-
-/// Clients running on one store.
+/// Clients running on one server.
 pub struct Workload {
     stop: Arc<AtomicBool>,
     counters: Vec<JoinHandle<u64>>,
-    sequences: Vec<JoinHandle<(Vec<u64>, u64)>>,
-    locks: Vec<JoinHandle<(Vec<FencedOp>, u64)>>,
+    sequences: Vec<JoinHandle<super::clients::SequenceTally>>,
+    locks: Vec<JoinHandle<LockTally>>,
 }
 
 /// What the clients of a [`Workload`] saw besides the history.
 #[derive(Debug, Default)]
 pub struct Observed {
-    /// The ids each sequence handle got, in order.
+    /// The ids each sequence client got, in order.
     pub ids: Vec<Vec<u64>>,
-    /// Fenced calls that returned (raises of the fence and writes).
-    pub fenced: Vec<FencedOp>,
+    /// What each lock client saw.
+    pub locks: Vec<LockTally>,
     /// Typed errors of the counter clients' calls.
     pub counter_errors: u64,
     /// Typed errors of `Sequence::next`.
     pub sequence_errors: u64,
-    /// Typed errors of lock and fence calls.
-    pub lock_errors: u64,
 }
 
 impl Observed {
-    /// Adds `other`'s records (its sequence handles are other clients).
+    /// Adds `other`'s records (its clients are other clients).
     pub fn merge(&mut self, other: Observed) {
         self.ids.extend(other.ids);
-        self.fenced.extend(other.fenced);
+        self.locks.extend(other.locks);
         self.counter_errors += other.counter_errors;
         self.sequence_errors += other.sequence_errors;
-        self.lock_errors += other.lock_errors;
+    }
+
+    /// The lock clients' records, checked together (taken out of `self`).
+    pub fn lock_report(&mut self) -> LockReport {
+        LockReport::of(std::mem::take(&mut self.locks))
     }
 }
 
 impl Workload {
-    /// Starts `plan`'s clients on `store`, recording into `history` as
-    /// clients `first_client`, `first_client + 1`, ….
-    pub fn start(
-        store: Arc<dyn VersionedStore>,
-        history: &History,
-        plan: &Plan,
-        first_client: u64,
-    ) -> Workload {
+    /// Starts `plan`'s clients on the server of `uri`, recording into
+    /// `history` as clients `first_client`, `first_client + 1`, …: the
+    /// counter clients on one store, each sequence and lock client on a
+    /// store of its own (its own `bakery::connect`).
+    pub async fn start(uri: &str, history: &History, plan: &Plan, first_client: u64) -> Workload {
         let stop = Arc::new(AtomicBool::new(false));
+        let shared = open_each(uri, 1, OPEN_BOUND).await.remove(0);
         let counters = (0..plan.counter_clients)
             .map(|i| {
                 let client = first_client + i;
-                let recorded = RecordingStore::new(store.clone(), history.clone(), client);
+                let recorded = RecordingStore::new(shared.clone(), history.clone(), client);
                 let key = plan.keys[i as usize % plan.keys.len()].clone();
                 tokio::spawn(counter_client(recorded, key, client, stop.clone()))
             })
             .collect();
-        let sequences = (0..plan.sequence_clients)
-            .map(|_| {
-                let seq = Sequence::builder(store.clone(), &plan.sequence)
+        let sequences = open_each(uri, plan.sequence_clients, OPEN_BOUND)
+            .await
+            .into_iter()
+            .map(|store| {
+                let seq = Sequence::builder(store, &plan.sequence)
                     .block_size(plan.block_size)
                     .build()
                     .expect("sequence");
-                tokio::spawn(sequence_client(seq, stop.clone()))
+                tokio::spawn(sequence_client(seq, history.clone(), stop.clone()))
             })
             .collect();
-        let locks = (0..plan.lock_clients)
-            .map(|i| {
-                let lock = Lock::builder(store.clone(), &plan.lock)
-                    .lease(LEASE)
-                    .acquire_timeout(2 * LEASE)
-                    .build()
-                    .expect("lock");
-                let fence = FencedValue::new(store.clone(), &plan.lock).expect("fenced value");
+        let locks = open_each(uri, plan.lock_clients as usize, OPEN_BOUND)
+            .await
+            .into_iter()
+            .zip(0..)
+            .map(|(store, i)| {
                 let client = first_client + plan.counter_clients + i;
-                tokio::spawn(lock_client(
-                    lock,
-                    fence,
-                    history.clone(),
-                    client,
-                    stop.clone(),
-                ))
+                let lock = lock_on(&store, &plan.lock, LEASE);
+                tokio::spawn(lock_client(lock, history.clone(), client, stop.clone()))
             })
             .collect();
         Workload {
@@ -192,14 +182,14 @@ impl Workload {
             observed.counter_errors += client.await.expect("counter client panicked");
         }
         for client in self.sequences {
-            let (ids, errors) = client.await.expect("sequence client panicked");
-            observed.ids.push(ids);
-            observed.sequence_errors += errors;
+            let tally = client.await.expect("sequence client panicked");
+            observed.ids.push(tally.ids);
+            observed.sequence_errors += tally.failures.len() as u64;
         }
         for client in self.locks {
-            let (fenced, errors) = client.await.expect("lock client panicked");
-            observed.fenced.extend(fenced);
-            observed.lock_errors += errors;
+            observed
+                .locks
+                .push(client.await.expect("lock client panicked"));
         }
         observed
     }
@@ -238,97 +228,12 @@ async fn counter_client(
     errors
 }
 
-async fn sequence_client(seq: Sequence, stop: Arc<AtomicBool>) -> (Vec<u64>, u64) {
-    let (mut ids, mut errors) = (Vec::new(), 0);
-    while !stop.load(Ordering::Relaxed) {
-        match bounded("Sequence::next", seq.next()).await {
-            Ok(id) => ids.push(id),
-            Err(e) => failed(&mut errors, "Sequence::next", &e).await,
-        }
-    }
-    (ids, errors)
-}
-
-/// Checks a lock or fence call's error: a fault's kind, or `Lost` (the
-/// lease ran out while the store was unreachable).
-fn lock_failed(what: &str, e: &bakery::Error) {
-    if !matches!(e.kind(), ErrorKind::Lost) {
-        typed(what, e);
-    }
-}
-
-/// Counts a failed call, whose error must be one a fault may cause (for
-/// `lock …` calls, `Lost` too), and pauses before the next.
+/// Counts a failed call, whose error must be one a fault may cause, and
+/// pauses before the next.
 async fn failed(errors: &mut u64, what: &str, e: &bakery::Error) {
-    if what.starts_with("lock") {
-        lock_failed(what, e);
-    } else {
-        typed(what, e);
-    }
+    typed(what, e);
     *errors += 1;
     tokio::time::sleep(BACKOFF).await;
-}
-
-/// Acquire, raise the fence to the token and read, write, (every other
-/// round) write with the previous token, release — recording each fenced
-/// call that returned, on `history`'s clock.
-async fn lock_client(
-    lock: Lock,
-    fence: FencedValue,
-    history: History,
-    client: u64,
-    stop: Arc<AtomicBool>,
-) -> (Vec<FencedOp>, u64) {
-    let (mut fenced, mut errors) = (Vec::new(), 0);
-    let mut previous: Option<u64> = None;
-    let mut round = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        round += 1;
-        let guard = match bounded("acquire", lock.acquire()).await {
-            Ok(guard) => guard,
-            Err(e) => {
-                failed(&mut errors, "lock acquire", &e).await;
-                continue;
-            }
-        };
-        let token = guard.token();
-        let mut record = |token, invoked_ns, accepted: Result<bool>| match accepted {
-            Ok(accepted) => fenced.push(FencedOp {
-                client,
-                token,
-                accepted,
-                invoked_ns,
-                completed_ns: history.now_ns(),
-            }),
-            Err(e) => {
-                lock_failed("fenced call", &e);
-                errors += 1;
-            }
-        };
-        let t = history.now_ns();
-        let raised = bounded("read_fenced", fence.read_fenced(token)).await;
-        record(
-            token,
-            t,
-            raised.map(|r| matches!(r, FencedRead::Current(_))),
-        );
-        if let Some(stale) = previous.filter(|_| round.is_multiple_of(2)) {
-            let t = history.now_ns();
-            let data = Bytes::from(format!("c{client}-{round}-stale"));
-            let written = bounded("fenced write", fence.write(stale, data)).await;
-            record(stale, t, written.map(|w| w.is_accepted()));
-        }
-        let t = history.now_ns();
-        let data = Bytes::from(format!("c{client}-{round}"));
-        let written = bounded("fenced write", fence.write(token, data)).await;
-        record(token, t, written.map(|w| w.is_accepted()));
-        previous = Some(token);
-        if let Err(e) = bounded("release", guard.release()).await {
-            lock_failed("lock release", &e);
-            errors += 1;
-        }
-    }
-    (fenced, errors)
 }
 
 /// Puts on `key` in `history` (optionally only those completed before
@@ -504,6 +409,10 @@ pub struct Kept {
     pub counts: bakery_verify::workload::Counts,
     /// Typed errors of the counter and sequence clients.
     pub errors: (u64, u64),
+    /// Sequence clients.
+    pub sequence_clients: usize,
+    /// The lock clients' check.
+    pub locks: LockReport,
 }
 
 impl std::fmt::Display for Kept {
@@ -511,28 +420,31 @@ impl std::fmt::Display for Kept {
         write!(
             f,
             "calls {} ({} put/get errors); history linearizable ({} ops, {} of unknown outcome); \
-             {} sequence ids, 0 duplicates, {} gaps, {} errors; counters {:?}",
+             {} sequence clients: {} ids, 0 duplicates, {} gaps, {} errors; counters {:?}; {}",
             self.counts,
             self.errors.0,
             self.report.ops(),
             self.report.unknown(),
+            self.sequence_clients,
             self.sequence.ids,
             self.sequence.gaps,
             self.errors.1,
-            self.values
+            self.values,
+            self.locks
         )
     }
 }
 
 /// The end of a cluster test whose setup must keep every guarantee through
 /// `fault`: record its report row, then assert that the history is
-/// linearizable, no id was handed out twice (and some were), and each
-/// counter holds every acknowledged increment and at most the unknown ones
-/// more.
+/// linearizable, no id was handed out twice (and some were, to three
+/// clients or more), each counter holds every acknowledged increment and
+/// at most the unknown ones more, and the lock clients (three or more) got
+/// fenced writes accepted, no stale one, and no overlapping grants.
 pub async fn assert_kept(
     row: (&str, &str, String),
     history: &History,
-    observed: &Observed,
+    mut observed: Observed,
     store: &dyn VersionedStore,
     keys: &[Key],
 ) -> Kept {
@@ -540,6 +452,7 @@ pub async fn assert_kept(
     let report = bakery_verify::linearizability::check(history);
     let sequence = bakery_verify::checks::check_sequence(&observed.ids);
     let values = read_counts(store, keys, Duration::from_secs(60)).await;
+    let locks = observed.lock_report();
     super::report::FaultRow {
         suite: "cluster",
         backend: backend.into(),
@@ -548,7 +461,9 @@ pub async fn assert_kept(
         counts: bakery_verify::workload::Counts::of(history),
         lost_acked: Some(lost_acked(history, keys, &values)),
         duplicate_ids: Some(sequence.duplicates),
-        stale_accepted: None,
+        stale_accepted: Some(locks.stale_accepted()),
+        sequence_clients: Some(observed.ids.len()),
+        locks: Some((&locks).into()),
         verdict: format!(
             "{:?} ({} ops, {} unknown)",
             report.verdict(),
@@ -568,12 +483,20 @@ pub async fn assert_kept(
         "{who}: sequence ids through {fault}: {sequence:?}"
     );
     assert!(sequence.ids > 0, "{who}: no sequence id at all");
+    assert!(
+        observed.ids.len() >= 3 && observed.ids.iter().all(|ids| !ids.is_empty()),
+        "{who}: want 3+ sequence clients, each with ids: {:?}",
+        observed.ids.iter().map(Vec::len).collect::<Vec<_>>()
+    );
     assert_counters(&who, history, keys, &values);
+    locks.assert_kept(&who, 3);
     Kept {
         report,
         sequence,
         values,
         counts: bakery_verify::workload::Counts::of(history),
         errors: (observed.counter_errors, observed.sequence_errors),
+        sequence_clients: observed.ids.len(),
+        locks,
     }
 }
