@@ -29,9 +29,9 @@ cd "$(dirname "$0")/.."
 out=target/bench-report
 
 # (assigned first: `set -e` would not see a failure inside `eval "$(…)"`)
-server_env=$(scripts/backends.sh start postgres redis etcd mongodb cassandra)
+server_env=$(scripts/backends.sh start postgres mariadb redis etcd mongodb cassandra)
 eval "$server_env"
-for var in BAKERY_POSTGRES_URI BAKERY_REDIS_URI BAKERY_ETCD_URI BAKERY_MONGODB_URI BAKERY_CASSANDRA_URI; do
+for var in BAKERY_POSTGRES_URI BAKERY_MARIADB_URI BAKERY_REDIS_URI BAKERY_ETCD_URI BAKERY_MONGODB_URI BAKERY_CASSANDRA_URI; do
     if [[ -z ${!var:-} ]]; then
         echo "bench-report.sh: scripts/backends.sh did not export $var" >&2
         exit 1
@@ -42,7 +42,7 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/bakery-bench-report.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 rm -rf "$out"
 
-cargo run --release -p bakery-cli --features all-backends -- bench --workload all \
+cargo run --release -p bakery-cli --features all-backends,mariadb -- bench --workload all \
     --uri "$BAKERY_POSTGRES_URI" \
     --uri "$BAKERY_REDIS_URI" \
     --uri "$BAKERY_ETCD_URI" \
@@ -50,6 +50,7 @@ cargo run --release -p bakery-cli --features all-backends -- bench --workload al
     --uri "$BAKERY_CASSANDRA_URI" \
     --uri memory:// \
     --uri "sqlite://$scratch/bench.db" \
+    --mariadb "$BAKERY_MARIADB_URI" \
     --duration "${BAKERY_BENCH_DURATION:-2s}" \
     --clients "${BAKERY_BENCH_CLIENTS:-1,4,16,64}" \
     --processes "${BAKERY_BENCH_PROCESSES:-1,4,16,64}" \

@@ -20,6 +20,7 @@
 //!     command: "example".into(),
 //!     progress: false,
 //!     processes: None, // or a client per OS process: `ProcessPlan`
+//!     mariadb: None,  // or a MariaDB server whose GET_LOCK runs beside PostgreSQL
 //! };
 //! let report = bakery_bench::run(plan).await?;
 //! print!("{}", bakery_bench::report::text::render(&report, None));
@@ -144,6 +145,7 @@ mod tests {
             command: "bakery bench --test".into(),
             progress: false,
             processes: None,
+            mariadb: None,
         };
         let report = run(plan).await.expect("run");
         assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);

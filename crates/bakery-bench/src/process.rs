@@ -68,6 +68,8 @@ pub struct WorkerJob {
     pub block_size: u64,
     /// [`CellSpec::postgres`].
     pub postgres: Option<String>,
+    /// [`Plan::mariadb`](crate::Plan::mariadb): a native peer may be on it.
+    pub mariadb: Option<String>,
     /// The timed part, in nanoseconds.
     pub duration_ns: u64,
     /// Operations the client runs to, past the duration if need be.
@@ -247,10 +249,15 @@ async fn prepare(
             (prepared, RoundTripCounter::Store(counted))
         }
         Some(label) => {
-            let peer = peers::for_target(store.backend(), &job.uri, job.block_size)
-                .into_iter()
-                .find(|p| p.workload() == workload.name && p.label() == *label)
-                .ok_or_else(|| BenchError::Internal(format!("no native peer {label:?}")))?;
+            let peer = peers::for_target(
+                store.backend(),
+                &job.uri,
+                job.block_size,
+                job.mariadb.as_deref(),
+            )
+            .into_iter()
+            .find(|p| p.workload() == workload.name && p.label() == *label)
+            .ok_or_else(|| BenchError::Internal(format!("no native peer {label:?}")))?;
             let sent = Arc::new(AtomicU64::new(0));
             let prepared = peer.setup(&spec, sent.clone()).await?;
             (prepared, RoundTripCounter::Native(sent))

@@ -54,6 +54,11 @@ pub struct Plan {
     /// Cells across processes too, besides those in one process: `None`,
     /// none.
     pub processes: Option<ProcessPlan>,
+    /// A MariaDB or MySQL server (`mysql://user:password@host:port/db`)
+    /// whose `GET_LOCK()` is measured as a lock peer beside every
+    /// PostgreSQL target, in the same cells as `pg_advisory_lock()`
+    /// (with the `mariadb` feature; `None`, not measured).
+    pub mariadb: Option<String>,
 }
 
 /// The cells across processes of a [`Plan`]: the workloads that have them
@@ -342,7 +347,7 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
             backend,
             uri: uri.clone(),
             shown_uri,
-            peers: peers::for_target(backend, uri, plan.block_size),
+            peers: peers::for_target(backend, uri, plan.block_size, plan.mariadb.as_deref()),
             store,
         });
     }
@@ -462,6 +467,7 @@ pub async fn execute(plan: Plan) -> Result<Run, BenchError> {
                         tag: spec.tag.clone(),
                         block_size: plan.block_size,
                         postgres: spec.postgres.clone(),
+                        mariadb: plan.mariadb.clone(),
                         duration_ns: u64::try_from(plan.duration.as_nanos()).unwrap_or(u64::MAX),
                         min_ops,
                         process: 0,
@@ -690,6 +696,7 @@ mod tests {
             command: "test".into(),
             progress: false,
             processes: None,
+            mariadb: None,
         }
     }
 

@@ -154,6 +154,62 @@ async fn redis_lock_peer_and_rwlock() {
     }
 }
 
+/// A short plan of `lock` on the PostgreSQL server with MariaDB's
+/// `GET_LOCK` beside it (`Plan::mariadb`): its cells clean (no overlapping
+/// grant, every `GET_LOCK` granted and released), two requests per
+/// acquisition, and the same cells as `pg_advisory_lock()`.
+#[cfg(all(feature = "postgres", feature = "mariadb"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_get_lock_beside_postgres() {
+    let Some(uri) = bakery_testkit::server_uri("BAKERY_POSTGRES_URI", "peers") else {
+        return;
+    };
+    let Some(mariadb) = bakery_testkit::server_uri("BAKERY_MARIADB_URI", "peers") else {
+        return;
+    };
+    let mut plan = short_plan(&["lock"], uri, vec![1, 4]);
+    plan.mariadb = Some(mariadb);
+    let report = bakery_bench::run(plan).await.expect("run");
+    assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);
+    for label in ["MariaDB GET_LOCK() (its own server)", "pg_advisory_lock()"] {
+        for clients in [1, 4] {
+            let cell = report
+                .cells("lock")
+                .find(|r| r.label == label && r.clients == clients)
+                .unwrap_or_else(|| panic!("no {label} cell: {:#?}", report.results));
+            assert!(cell.ops > 0, "{cell:#?}");
+            assert_eq!(cell.round_trips_per_op, Some(2.0), "{cell:#?}");
+        }
+    }
+}
+
+/// `GET_LOCK` is the server's: a second connection is refused the name
+/// another holds (0 after its timeout), and gets it once released.
+#[cfg(feature = "mariadb")]
+#[tokio::test]
+async fn mariadb_get_lock_excludes_a_second_connection() {
+    use bakery_bench::peers::get_lock;
+    use mysql_async::prelude::Queryable;
+    let Some(url) = bakery_testkit::server_uri("BAKERY_MARIADB_URI", "peers") else {
+        return;
+    };
+    let mut first = get_lock::connect(&url).await.expect("connect");
+    let mut second = get_lock::connect(&url).await.expect("connect");
+    let name = unique("bench_peer");
+    let get = "SELECT GET_LOCK(?, ?)";
+    let got: Option<i64> = first.exec_first(get, (&name, 0)).await.expect("get");
+    assert_eq!(got, Some(1));
+    let refused: Option<i64> = second.exec_first(get, (&name, 0)).await.expect("try");
+    assert_eq!(refused, Some(0));
+    let released: Option<i64> = first
+        .exec_first("SELECT RELEASE_LOCK(?)", (&name,))
+        .await
+        .expect("release");
+    assert_eq!(released, Some(1));
+    let got: Option<i64> = second.exec_first(get, (&name, 0)).await.expect("get");
+    assert_eq!(got, Some(1));
+}
+
 #[cfg(feature = "etcd")]
 #[tokio::test]
 async fn etcd_raw_cas() {
@@ -226,5 +282,6 @@ fn short_plan(workloads: &[&str], uri: String, clients: Vec<usize>) -> bakery_be
         command: "test".into(),
         progress: false,
         processes: None,
+        mariadb: None,
     }
 }

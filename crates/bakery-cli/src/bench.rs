@@ -191,6 +191,14 @@ pub struct BenchArgs {
     #[arg(long)]
     pub allow_errors: bool,
 
+    /// A MariaDB or MySQL server, `mysql://user:password@host:port/db`,
+    /// whose `GET_LOCK()` + `RELEASE_LOCK()` (prepared once, a connection
+    /// per client) is measured as a lock peer beside every PostgreSQL
+    /// `--uri`, in process and across processes. Needs a bakery built with
+    /// the `mariadb` feature.
+    #[arg(long, value_name = "URL")]
+    pub mariadb: Option<String>,
+
     /// Run as a worker process of a cell across processes: the job on
     /// stdin, the outcome on stdout (started by `--processes`, not by
     /// hand).
@@ -300,6 +308,10 @@ fn plan(args: &BenchArgs) -> Result<Plan, CliError> {
             },
         })
     };
+    let mariadb = args.mariadb.as_deref().map(mariadb_peer).transpose()?;
+    if mariadb.is_some() && !uris.iter().any(|uri| uri.starts_with("postgres")) {
+        eprintln!("bakery: note: --mariadb runs beside a PostgreSQL --uri; there is none");
+    }
     Ok(Plan {
         workloads: args.workload.clone(),
         uris,
@@ -310,7 +322,26 @@ fn plan(args: &BenchArgs) -> Result<Plan, CliError> {
         command: command_line(),
         progress: true,
         processes,
+        mariadb,
     })
+}
+
+/// The `--mariadb` server, refused unless it is a `mysql://` or
+/// `mariadb://` URL and this build has the peer.
+fn mariadb_peer(url: &str) -> Result<String, CliError> {
+    if !(url.starts_with("mysql://") || url.starts_with("mariadb://")) {
+        return Err(CliError::Message(format!(
+            "--mariadb {}: not a mysql:// or mariadb:// URL",
+            bakery::redact(url)
+        )));
+    }
+    if !cfg!(feature = "mariadb") {
+        return Err(CliError::Message(
+            "--mariadb: this bakery was built without the `mariadb` feature (build with `--features mariadb`)"
+                .into(),
+        ));
+    }
+    Ok(url.to_string())
 }
 
 /// The command line as typed, passwords hidden, arguments with spaces or

@@ -642,3 +642,61 @@ fn processes_refuse_a_memory_store() {
     assert!(err.contains("memory:// is a store of one process"), "{err}");
     assert!(err.contains("processes share"), "{err}");
 }
+
+/// `--mariadb` takes only a MySQL URL, refused before anything runs; the
+/// password is not echoed.
+#[test]
+fn mariadb_peer_refuses_a_url_that_is_not_mysql() {
+    let home = TempDir::new().expect("temp dir");
+    let out = run(bakery(home.path()).args([
+        "bench",
+        "--workload",
+        "lock",
+        "--mariadb",
+        "postgres://user:secret@127.0.0.1/db",
+    ]));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("not a mysql:// or mariadb:// URL"), "{err}");
+    assert!(!err.contains("secret"), "{err}");
+}
+
+/// `--mariadb` beside PostgreSQL: MariaDB's `GET_LOCK` runs in the lock
+/// cells in one process and across processes (a connection per worker),
+/// cleanly (the parent's check of the merged grants and shared counter
+/// passed), two requests per acquisition.
+#[cfg(all(feature = "postgres", feature = "mariadb"))]
+#[test]
+fn mariadb_get_lock_runs_beside_postgres_in_and_across_processes() {
+    let Some(postgres) = bakery_testkit::server_uri("BAKERY_POSTGRES_URI", "bench") else {
+        return;
+    };
+    let Some(mariadb) = bakery_testkit::server_uri("BAKERY_MARIADB_URI", "bench") else {
+        return;
+    };
+    let home = TempDir::new().expect("temp dir");
+    let mut cmd = bench_json(home.path(), "lock", "2", "200ms");
+    cmd.args([
+        "--uri",
+        &postgres,
+        "--mariadb",
+        &mariadb,
+        "--processes",
+        "2",
+    ]);
+    let out = run(&mut cmd);
+    assert_ok(&out);
+    let report = json(&out);
+    let get_lock: Vec<&Value> = results(&report)
+        .iter()
+        .filter(|r| r["variant"] == "MariaDB GET_LOCK() (its own server)")
+        .collect();
+    assert_eq!(get_lock.len(), 2, "{report:#}");
+    assert!(get_lock.iter().any(|c| c["across_processes"] == true));
+    for cell in get_lock {
+        assert_eq!(cell["target"], "postgres", "{cell:#}");
+        assert_eq!(cell["implementation"], "native", "{cell:#}");
+        assert_clean_cell(cell);
+        assert_eq!(cell["round_trips_per_op"], 2.0, "{cell:#}");
+    }
+}

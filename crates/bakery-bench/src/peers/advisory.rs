@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use bakery::backends::postgres::tokio_postgres::{Client, Statement};
 
-use super::driver::{op_error, peer_error};
+use super::driver::{op_error, peer_error, tag_hash};
 use super::postgres::sessions;
 use crate::error::BenchError;
 use crate::model::{CellSpec, OpError, Peer, PreparedCell, RoundTrips};
@@ -37,12 +37,7 @@ impl Peer for AdvisoryLock {
 
     async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError> {
         // One 64-bit key per cell, from its tag (unique in the run).
-        let key = cell
-            .tag
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-                (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-            }) as i64;
+        let key = tag_hash(&cell.tag) as i64;
         let mut locks = Vec::with_capacity(cell.clients);
         for client in sessions(self, &self.uri, cell.clients).await? {
             let lock = client

@@ -13,7 +13,12 @@ use crate::model::{OpError, Peer};
 
 /// How long opening one connection may take.
 #[cfg_attr(
-    not(any(feature = "postgres", feature = "redis", feature = "etcd")),
+    not(any(
+        feature = "postgres",
+        feature = "redis",
+        feature = "etcd",
+        feature = "mariadb"
+    )),
     allow(dead_code)
 )]
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -52,7 +57,12 @@ pub(crate) fn without_options(uri: &str, bakery_options: &[&str]) -> String {
 /// Why the peer `peer` of `backend` could not set up: `what` failed with
 /// `err`.
 #[cfg_attr(
-    not(any(feature = "postgres", feature = "redis", feature = "etcd")),
+    not(any(
+        feature = "postgres",
+        feature = "redis",
+        feature = "etcd",
+        feature = "mariadb"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn peer_error(
@@ -70,7 +80,12 @@ pub(crate) fn peer_error(
 /// The connection `connecting` opens for the peer `peer` of `backend`; a
 /// failure is the peer's.
 #[cfg_attr(
-    not(any(feature = "postgres", feature = "redis", feature = "etcd")),
+    not(any(
+        feature = "postgres",
+        feature = "redis",
+        feature = "etcd",
+        feature = "mariadb"
+    )),
     allow(dead_code)
 )]
 pub(crate) async fn connected<T>(
@@ -83,9 +98,23 @@ pub(crate) async fn connected<T>(
         .map_err(|e| peer_error(backend, peer, "cannot connect", e))
 }
 
+/// A 64-bit lock key for the cell tagged `tag` (FNV-1a): the native
+/// locks' key or name, unique in a run as the tags are.
+#[cfg_attr(not(any(feature = "postgres", feature = "mariadb")), allow(dead_code))]
+pub(crate) fn tag_hash(tag: &str) -> u64 {
+    tag.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// Why one operation of a peer failed: `what` failed with `err`.
 #[cfg_attr(
-    not(any(feature = "postgres", feature = "redis", feature = "etcd")),
+    not(any(
+        feature = "postgres",
+        feature = "redis",
+        feature = "etcd",
+        feature = "mariadb"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn op_error(what: &str, err: impl Display) -> OpError {

@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | postgres | sequence | `nextval()` (one round trip per id), `nextval()` on a sequence with `CACHE <block size>` (per-connection cache) |
 //! | redis | sequence | `INCRBY key 1` |
-//! | postgres | lock | `pg_advisory_lock` + `pg_advisory_unlock` |
+//! | postgres | lock | `pg_advisory_lock` + `pg_advisory_unlock`; with [`Plan::mariadb`](crate::Plan::mariadb), MariaDB's `GET_LOCK` + `RELEASE_LOCK` on that server |
 //! | postgres | consumer | a "processed keys" table beside the state: `BEGIN`, `INSERT … ON CONFLICT DO NOTHING`, `UPDATE` if inserted, `COMMIT` (four requests); the same as one CTE statement (one request) |
 //! | redis | lock | `SET key <random token> NX PX <ttl>`, tried again after a jittered back-off (1 ms doubling to 16 ms) until it succeeds, + a Lua compare-and-delete release (`EVALSHA`) |
 //! | etcd | lock | etcd's `Lock` + `Unlock` (a lease per client) |
@@ -29,6 +29,8 @@ pub mod cassandra;
 mod driver;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "mariadb")]
+pub mod get_lock;
 pub mod memory;
 #[cfg(feature = "mongodb")]
 pub mod mongodb;
@@ -48,17 +50,35 @@ pub const RAW_VALUE: &[u8] = b"0123456789abcdef";
 /// The native peers to run beside the bakery store `uri` (whose backend is
 /// `backend`, as `VersionedStore::backend` names it). `block_size` is the
 /// plan's block size, used as the CACHE of the cached `nextval()` peer.
-#[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
-pub fn for_target(backend: &str, uri: &str, block_size: u64) -> Vec<Box<dyn Peer>> {
+/// `mariadb` is [`Plan::mariadb`](crate::Plan::mariadb): its `GET_LOCK`
+/// runs beside a PostgreSQL target (the other relational lock a user
+/// already has), when the `mariadb` feature is compiled in.
+#[cfg_attr(
+    not(all(feature = "postgres", feature = "mariadb")),
+    allow(unused_variables)
+)]
+pub fn for_target(
+    backend: &str,
+    uri: &str,
+    block_size: u64,
+    mariadb: Option<&str>,
+) -> Vec<Box<dyn Peer>> {
     match backend {
         #[cfg(feature = "postgres")]
-        "postgres" => vec![
-            Box::new(postgres::Nextval::new(uri, None)),
-            Box::new(postgres::Nextval::new(uri, Some(block_size))),
-            Box::new(advisory::AdvisoryLock::new(uri)),
-            Box::new(processed::ProcessedKeys::transaction(uri)),
-            Box::new(processed::ProcessedKeys::statement(uri)),
-        ],
+        "postgres" => {
+            let mut peers: Vec<Box<dyn Peer>> = vec![
+                Box::new(postgres::Nextval::new(uri, None)),
+                Box::new(postgres::Nextval::new(uri, Some(block_size))),
+                Box::new(advisory::AdvisoryLock::new(uri)),
+                Box::new(processed::ProcessedKeys::transaction(uri)),
+                Box::new(processed::ProcessedKeys::statement(uri)),
+            ];
+            #[cfg(feature = "mariadb")]
+            if let Some(url) = mariadb {
+                peers.push(Box::new(get_lock::GetLock::new(url)));
+            }
+            peers
+        }
         #[cfg(feature = "etcd")]
         "etcd" => vec![Box::new(etcd::EtcdLock::new(uri))],
         #[cfg(feature = "redis")]

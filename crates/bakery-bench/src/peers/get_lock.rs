@@ -1,0 +1,126 @@
+//! MariaDB / MySQL named locks: the lock a MySQL user already has.
+
+use async_trait::async_trait;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts, Statement};
+
+use super::driver::{connected, op_error, peer_error, tag_hash, CONNECT_TIMEOUT};
+use crate::error::BenchError;
+use crate::model::{CellSpec, OpError, Peer, PreparedCell, RoundTrips};
+use crate::workloads::lock::{native_lock_cell, NativeLock};
+
+/// How long one `GET_LOCK` may wait before the server gives up (it then
+/// returns 0, counted as an operation error): far above any cell's wait.
+const WAIT_S: u32 = 120;
+
+/// `GET_LOCK(name, timeout)` + `RELEASE_LOCK(name)`, one connection per
+/// client, statements prepared once: the server queues the waiters (no
+/// polling), two round trips per acquisition. No lease and no fencing: the
+/// lock lives as long as the connection. Measured on its own MariaDB or
+/// MySQL server (`mysql://…`, [`Plan::mariadb`](crate::Plan::mariadb)),
+/// beside the PostgreSQL targets.
+#[derive(Debug, Clone)]
+pub struct GetLock {
+    url: String,
+}
+
+impl GetLock {
+    /// The peer on the server of `url` (`mysql://` or `mariadb://`).
+    pub fn new(url: impl Into<String>) -> Self {
+        GetLock { url: url.into() }
+    }
+}
+
+/// A connection to the server of `url`; `mariadb://` means `mysql://`.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), String> {
+/// let conn = bakery_bench::peers::get_lock::connect("mysql://u:p@127.0.0.1/db").await?;
+/// # drop(conn); Ok(()) }
+/// ```
+pub async fn connect(url: &str) -> Result<Conn, String> {
+    let url = match url.strip_prefix("mariadb://") {
+        Some(rest) => format!("mysql://{rest}"),
+        None => url.to_string(),
+    };
+    let opts = Opts::from_url(&url).map_err(|e| e.to_string())?;
+    tokio::time::timeout(CONNECT_TIMEOUT, Conn::new(opts))
+        .await
+        .map_err(|_| "timed out".to_string())?
+        .map_err(|e| e.to_string())
+}
+
+#[async_trait]
+impl Peer for GetLock {
+    fn workload(&self) -> &'static str {
+        "lock"
+    }
+
+    fn label(&self) -> String {
+        "MariaDB GET_LOCK() (its own server)".to_string()
+    }
+
+    async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError> {
+        // One name per cell, from its tag (unique in the run).
+        let name = format!("bakery_bench_{:016x}", tag_hash(&cell.tag));
+        let mut locks = Vec::with_capacity(cell.clients);
+        for _ in 0..cell.clients {
+            let mut conn = connected("mariadb", self, connect(&self.url)).await?;
+            let lock = conn
+                .prep("SELECT GET_LOCK(?, ?)")
+                .await
+                .map_err(|e| peer_error("mariadb", self, "cannot prepare", e))?;
+            let unlock = conn
+                .prep("SELECT RELEASE_LOCK(?)")
+                .await
+                .map_err(|e| peer_error("mariadb", self, "cannot prepare", e))?;
+            locks.push(NamedLockConnection {
+                conn,
+                lock,
+                unlock,
+                name: name.clone(),
+            });
+        }
+        Ok(native_lock_cell(locks, &sent, cell.journal.clone()))
+    }
+}
+
+struct NamedLockConnection {
+    conn: Conn,
+    lock: Statement,
+    unlock: Statement,
+    name: String,
+}
+
+#[async_trait]
+impl NativeLock for NamedLockConnection {
+    type Held = ();
+
+    async fn lock(&mut self) -> Result<(), OpError> {
+        let got: Option<Option<i64>> = self
+            .conn
+            .exec_first(&self.lock, (self.name.as_str(), WAIT_S))
+            .await
+            .map_err(|e| op_error("GET_LOCK", e))?;
+        match got.flatten() {
+            Some(1) => Ok(()),
+            other => Err(OpError(format!(
+                "GET_LOCK gave {other:?}, not 1 (0: not granted in {WAIT_S} s)"
+            ))),
+        }
+    }
+
+    async fn unlock(&mut self, (): ()) -> Result<(), OpError> {
+        let released: Option<Option<i64>> = self
+            .conn
+            .exec_first(&self.unlock, (self.name.as_str(),))
+            .await
+            .map_err(|e| op_error("RELEASE_LOCK", e))?;
+        match released.flatten() {
+            Some(1) => Ok(()),
+            other => Err(OpError(format!(
+                "RELEASE_LOCK gave {other:?}, not 1 (the lock was not this connection's)"
+            ))),
+        }
+    }
+}
