@@ -1,11 +1,10 @@
 //! The lock recipes (fair lock, fenced values, time service, the old
 //! baseline lock) on a real store.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bakery_bench::baseline::OldLock;
 use bakery_core::{Bytes, ErrorKind, Key, PutOutcome, VersionedStore};
 use bakery_recipes::fence::{FencedRead, FencedValue};
 use bakery_recipes::lock::{Lock, LockGuard, LockState, LostReason};
@@ -48,7 +47,6 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("lock", invalid_names_and_settings_are_rejected),
         case!("lock", watch_capability_matches_behaviour),
         clients_case!("lock", time_service_never_goes_back),
-        clients_case!("lock", old_lock_baseline_excludes),
         case!(
             "lock",
             reentrant_acquire_shares_the_grant_until_the_last_release
@@ -648,7 +646,6 @@ async fn invalid_names_and_settings_are_rejected(store: Arc<dyn VersionedStore>)
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{name:?}");
         assert!(FencedValue::new(store.clone(), name).is_err());
         assert!(TimeService::new(store.clone(), name).is_err());
-        assert!(OldLock::new(store.clone(), name).is_err());
     }
     let err = Lock::builder(store.clone(), "ok")
         .lease(Duration::from_millis(1))
@@ -719,40 +716,6 @@ async fn time_service_never_goes_back(clients: Clients) {
     let max = 1_000_000 + 1_000_000 + 19 * 10;
     assert_eq!(service.read().await.expect("read"), Some(max));
     assert_eq!(service.advance_to(5).await.expect("advance"), max);
-}
-
-async fn old_lock_baseline_excludes(clients: Clients) {
-    const CLIENTS: usize = 4;
-    const ROUNDS: usize = 10;
-    let name = unique_name("old");
-    let inside = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicUsize::new(0));
-    let tasks: Vec<_> = clients
-        .clients(CLIENTS)
-        .await
-        .into_iter()
-        .map(|store| {
-            let name = name.clone();
-            let (inside, done) = (inside.clone(), done.clone());
-            tokio::spawn(async move {
-                let lock = OldLock::new(store, &name)
-                    .expect("name")
-                    .with_backoff(Duration::from_millis(5), Duration::from_millis(1));
-                for _ in 0..ROUNDS {
-                    let guard = lock.acquire().await.expect("acquire");
-                    assert!(!inside.swap(true, Ordering::SeqCst), "overlap");
-                    tokio::task::yield_now().await;
-                    inside.store(false, Ordering::SeqCst);
-                    done.fetch_add(1, Ordering::SeqCst);
-                    lock.release(guard).await.expect("release");
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("client");
-    }
-    assert_eq!(done.load(Ordering::SeqCst), CLIENTS * ROUNDS);
 }
 
 /// A reentrant lock: the holding task's second acquire (and try) shares the
