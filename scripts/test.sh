@@ -43,6 +43,10 @@ export BAKERY_FAULT_TESTS=1
 # `start all` above) between its clients and each server; it fails in CI
 # without it.
 
+step "layers: no import circle, no upward arrow (scripts/layers.py, and its negative control)"
+python3 scripts/layers.py --self-test
+python3 scripts/layers.py
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

@@ -42,6 +42,7 @@ mod generator;
 mod migrator;
 mod record;
 mod source;
+mod sources;
 
 #[cfg(feature = "mariadb")]
 mod mariadb;
@@ -50,7 +51,7 @@ mod postgres;
 
 pub use generator::{Action, Fence, Generator, Origin, Step};
 pub use migrator::{BackStep, Migrator, Options, Selection};
-pub use source::SCHEMES;
+pub use sources::SCHEMES;
 
 /// The label in errors raised here.
 pub(crate) const BACKEND: &str = "migrate";

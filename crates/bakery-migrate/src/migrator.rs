@@ -10,7 +10,8 @@ use serde::Serialize;
 
 use crate::generator::{action_for, refusal, start_above, Action, Fence, Generator, Step};
 use crate::record::{self, Record};
-use crate::source::{self, Fenced, HandBack, Source};
+use crate::source::{Fenced, HandBack, Source};
+use crate::sources;
 use crate::BACKEND;
 
 /// How to migrate.
@@ -134,7 +135,7 @@ impl Migrator {
                 "concurrency must be at least 1",
             ));
         }
-        let source = source::open(from, options.concurrency).await?;
+        let source = sources::open(from, options.concurrency).await?;
         Ok(Migrator {
             source,
             target,

@@ -1,23 +1,9 @@
-//! The source database, chosen by its URI's scheme.
+//! What every source database does: discovery, fence and hand-back.
 
 use async_trait::async_trait;
-use bakery_core::uri::redact;
-use bakery_core::{Error, Result};
+use bakery_core::Result;
 
 use crate::generator::Generator;
-use crate::BACKEND;
-
-/// The source URI schemes compiled into this build.
-pub const SCHEMES: &[&str] = &[
-    #[cfg(feature = "postgres")]
-    "postgres",
-    #[cfg(feature = "postgres")]
-    "postgresql",
-    #[cfg(feature = "mariadb")]
-    "mysql",
-    #[cfg(feature = "mariadb")]
-    "mariadb",
-];
 
 /// What a fence did: the last value the source can still hand out, or why
 /// the generator cannot move (the fence is then not placed).
@@ -76,36 +62,6 @@ pub(crate) trait Source: Send + Sync {
     async fn hand_back(&self, generator: &Generator, to: HandBack) -> Result<i128>;
 }
 
-/// Connect to the source database `uri` names.
-pub(crate) async fn open(uri: &str, connections: usize) -> Result<Box<dyn Source>> {
-    let scheme = uri
-        .split_once("://")
-        .map(|(scheme, _)| scheme.to_ascii_lowercase())
-        .unwrap_or_default();
-    match scheme.as_str() {
-        #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Ok(Box::new(
-            crate::postgres::PostgresSource::connect(uri, connections).await?,
-        )),
-        #[cfg(feature = "mariadb")]
-        "mysql" | "mariadb" => Ok(Box::new(
-            crate::mariadb::MariadbSource::connect(uri, connections).await?,
-        )),
-        _ => {
-            let _ = connections;
-            Err(Error::config(
-                BACKEND,
-                format!(
-                    "cannot migrate from {:?}: the source must be a URI of {} \
-                     (the schemes compiled into this build)",
-                    redact(uri),
-                    SCHEMES.join(", ")
-                ),
-            ))
-        }
-    }
-}
-
 /// `name` quoted as an SQL identifier with `quote` (`"` or `` ` ``).
 pub(crate) fn quote_ident(name: &str, quote: char) -> String {
     let doubled = name.replace(quote, &format!("{quote}{quote}"));
@@ -118,6 +74,7 @@ mod tests {
 
     #[test]
     fn identifiers_are_quoted_and_passwords_hidden() {
+        use bakery_core::uri::redact;
         // (core's redact, which the sources use in their messages)
         assert_eq!(quote_ident("a\"b", '"'), "\"a\"\"b\"");
         assert_eq!(quote_ident("t`x", '`'), "`t``x`");

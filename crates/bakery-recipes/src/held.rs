@@ -10,7 +10,7 @@ use bakery_core::{PutOutcome, Result, Row};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::lock::LostReason;
+use crate::grant::LostReason;
 
 /// Where a grant stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

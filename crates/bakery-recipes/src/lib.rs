@@ -8,6 +8,7 @@ mod dispatch;
 pub mod election;
 pub mod fence;
 mod give_back;
+mod grant;
 mod held;
 pub mod keys;
 pub mod lamport;

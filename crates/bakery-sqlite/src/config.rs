@@ -280,7 +280,11 @@ impl SqliteConfig {
             ));
         }
         options::count_in_range(BACKEND, "pool_size", self.pool_size, MAX_POOL_SIZE)?;
-        crate::durability::check(self)?;
+        crate::durability::check(
+            self.synchronous == Synchronous::Normal,
+            self.is_memory(),
+            self.accept_data_loss,
+        )?;
         if self.is_memory() && self.pool_size != 1 {
             return Err(Error::config(
                 BACKEND,

@@ -7,12 +7,16 @@
 use bakery_core::durability::{check as refuse_hazards, Hazard};
 use bakery_core::Result;
 
-use crate::config::{SqliteConfig, Synchronous};
 use crate::BACKEND;
 
-/// Refuse a configuration that can lose acknowledged writes.
-pub(crate) fn check(config: &SqliteConfig) -> Result<()> {
-    if config.synchronous() != Synchronous::Normal || config.is_memory() {
+/// Refuse a configuration that can lose acknowledged writes: a file
+/// database at `synchronous=normal` without `accept_data_loss`.
+pub(crate) fn check(
+    synchronous_normal: bool,
+    in_memory: bool,
+    accept_data_loss: bool,
+) -> Result<()> {
+    if !synchronous_normal || in_memory {
         return Ok(());
     }
     refuse_hazards(
@@ -23,6 +27,6 @@ pub(crate) fn check(config: &SqliteConfig) -> Result<()> {
             "in WAL mode a power loss or OS crash can undo the last commits",
             "synchronous=full, bakery's default",
         )],
-        config.accept_data_loss(),
+        accept_data_loss,
     )
 }

@@ -5,6 +5,7 @@ mod config;
 mod durability;
 mod error;
 mod notify;
+mod rows;
 mod store;
 
 pub use config::{

@@ -15,9 +15,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use bakery_core::{Key, Operation, Result, Version, Watch, WatchSender};
+use bakery_core::{Key, Operation, Result, Watch, WatchSender};
 use rusqlite::Connection;
 
+use crate::rows::Seen;
 use crate::SqliteConfig;
 
 /// The check interval right after a change.
@@ -80,9 +81,6 @@ impl FeedState {
     }
 }
 
-/// A row's version and whether it is live (a delete keeps the version).
-pub(crate) type Seen = (Version, bool);
-
 impl Feed {
     fn state(&self) -> MutexGuard<'_, FeedState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -130,7 +128,7 @@ impl Feed {
     /// Start the thread, with its own connection: `data_version` counts
     /// the commits of every other one, this store's pool included.
     fn start(self: &Arc<Self>, config: &SqliteConfig, select: &str, probe: &str) -> Result<()> {
-        let conn = crate::store::open_connection(config, Operation::Watch)?;
+        let conn = crate::rows::open_connection(config, Operation::Watch)?;
         let feed = Arc::clone(self);
         let (select, probe) = (select.to_owned(), probe.to_owned());
         std::thread::Builder::new()
@@ -276,7 +274,7 @@ impl Feed {
                     }
                     Change::News => news = true,
                 }
-                match crate::store::read(&conn, select, &key, Operation::Watch) {
+                match crate::rows::read(&conn, select, &key, Operation::Watch) {
                     Ok(stored) => {
                         let row = stored.and_then(|stored| stored.live(&key));
                         self.wake(&name, row);

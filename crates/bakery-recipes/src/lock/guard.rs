@@ -14,38 +14,11 @@ use crate::beats::{Due, Heartbeat};
 use crate::held::{renew_lease, HeldRow, Renew, Status};
 use tokio::time::Instant;
 
+use crate::grant::LostReason;
+
 use super::combine::Request;
 use super::state::LockState;
 use super::{put_state, LockInner};
-
-/// Why a [`LockGuard`] stopped holding its lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// A heartbeat found another holder (or no holder): the lease ran out
-    /// and a waiter evicted this guard.
-    Evicted,
-    /// Heartbeats failed for a whole lease, so a waiter may have evicted
-    /// this guard by now; it can no longer count on holding the lock.
-    LeaseExpired,
-    /// The lock's row was deleted or became unreadable.
-    RowGone,
-    /// The grant was held for its `lock_at_most_for` limit (see
-    /// [`LockBuilder::lock_at_most_for`](super::LockBuilder::lock_at_most_for)):
-    /// the guard released it.
-    HoldLimit,
-}
-
-impl fmt::Display for LostReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LostReason::Evicted => "evicted by another client after the lease ran out",
-            LostReason::LeaseExpired => "heartbeats failed for a whole lease",
-            LostReason::RowGone => "the lock's row was deleted or damaged",
-            LostReason::HoldLimit => "held for its lock_at_most_for limit and released",
-        })
-    }
-}
 
 /// A grant as the acquire loop hands it over.
 pub(crate) struct Grant {

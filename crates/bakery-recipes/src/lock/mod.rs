@@ -93,7 +93,9 @@ use std::time::Duration;
 use bakery_core::{Error, ErrorKind, Key, PutOutcome, Result, Row, VersionedStore};
 use tokio::time::Instant;
 
-pub use guard::{LockGuard, LostReason};
+pub use crate::grant::LostReason;
+use crate::grant::{acquisition_id, default_owner};
+pub use guard::LockGuard;
 use state::Head;
 pub use state::{Holder, LockState, Waiter};
 
@@ -243,11 +245,6 @@ impl LockBuilder {
             }),
         })
     }
-}
-
-pub(crate) fn default_owner() -> String {
-    let host = gethostname::gethostname().to_string_lossy().into_owned();
-    format!("{host}:{}", std::process::id())
 }
 
 /// A fair, lease-based distributed lock stored in one row. Cheap to clone;
@@ -692,15 +689,6 @@ fn holder_silent(inner: &LockInner, row: Option<&Row>, holder: &Holder) -> bool 
         lease_ms: holder.lease_ms,
     };
     !inner.writer.silence.update(row, [beating]).is_empty()
-}
-
-/// A new acquisition's id: 64 random bits in 11 characters (base64url).
-/// Every queued waiter carries one in the row, so its length is most of a
-/// long queue's bytes (16 hex characters made it 26 bytes a waiter, 14 now).
-/// The semaphore and the rwlock use it too.
-pub(crate) fn acquisition_id() -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<u64>().to_le_bytes())
 }
 
 /// One acquisition request. If dropped before it settles (the acquire future

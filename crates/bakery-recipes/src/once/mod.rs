@@ -281,7 +281,7 @@ impl IdempotencyBuilder {
                 on_busy: self.on_busy,
                 on_failure: self.on_failure,
                 poll_interval: self.poll_interval,
-                owner: self.owner.unwrap_or_else(crate::lock::default_owner),
+                owner: self.owner.unwrap_or_else(crate::grant::default_owner),
                 beat_period,
                 beats: Beats::new(beat_period),
             }),

@@ -6,7 +6,7 @@ use std::future::Future;
 use bakery_core::Result;
 
 use super::Inner;
-use crate::lock::LostReason;
+use crate::grant::LostReason;
 use crate::turn::Hold;
 
 macro_rules! guard {

@@ -107,7 +107,7 @@ use std::time::Duration;
 use bakery_core::ErrorKind;
 use bakery_core::{Key, Result, Row, VersionedStore};
 
-pub use crate::lock::LostReason;
+pub use crate::grant::LostReason;
 pub use guard::{ReadGuard, WriteGuard};
 pub use state::{Holder, Mode, RwLockState, Waiter};
 
@@ -307,7 +307,7 @@ impl RwLock {
     fn waiter(&self, mode: Mode) -> Waiter {
         let handle = &self.inner.handle;
         Waiter {
-            id: crate::lock::acquisition_id(),
+            id: crate::grant::acquisition_id(),
             owner: handle.owner.clone(),
             mode,
             lease_ms: handle.lease_ms,

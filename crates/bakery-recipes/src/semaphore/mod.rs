@@ -92,7 +92,7 @@ use std::time::Duration;
 use bakery_core::ErrorKind;
 use bakery_core::{Error, Key, Result, Row, VersionedStore};
 
-pub use crate::lock::LostReason;
+pub use crate::grant::LostReason;
 pub use permit::Permit;
 pub use state::{Holder, SemaphoreState, Waiter};
 
@@ -308,7 +308,7 @@ impl Semaphore {
     fn waiter(&self) -> Waiter {
         let handle = &self.inner.handle;
         Waiter {
-            id: crate::lock::acquisition_id(),
+            id: crate::grant::acquisition_id(),
             owner: handle.owner.clone(),
             lease_ms: handle.lease_ms,
         }

@@ -12,8 +12,8 @@ use tokio::time::Instant;
 
 use super::{TurnRecipe, TurnState, Updated};
 use crate::beats::{Due, Heartbeat};
+use crate::grant::LostReason;
 use crate::held::{renew_lease, HeldRow, Renew, Status};
-use crate::lock::LostReason;
 
 /// A grant as the acquire loop hands it over.
 pub(crate) struct Grant {

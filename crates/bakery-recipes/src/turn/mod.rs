@@ -470,7 +470,7 @@ impl TurnHandle {
             lease_ms,
             acquire_timeout: settings.acquire_timeout,
             poll_interval: settings.poll_interval,
-            owner: settings.owner.unwrap_or_else(crate::lock::default_owner),
+            owner: settings.owner.unwrap_or_else(crate::grant::default_owner),
             beats: Beats::new(lease / 3),
         })
     }
