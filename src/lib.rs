@@ -14,6 +14,7 @@ pub use bakery_core::{
     MemoryStore, OpCounts, PutOutcome, Result, RetryPolicy, RetryStore, Row, StoreLayer,
     TracedStore, Version, VersionedStore, Watch, WatchSender,
 };
+pub use bakery_core::{Change, Driver, Operation, Sent};
 pub use bakery_recipes::consumer::{self, Consumer, ConsumerBuilder, Processed};
 pub use bakery_recipes::election::{self, Election, ElectionBuilder, Leader, Leadership};
 pub use bakery_recipes::fence::{self, Fenced, FencedRead, FencedValue, FencedWrite};
@@ -50,38 +51,50 @@ pub mod backends {
 /// assert!(bakery::schemes().contains(&"memory"));
 /// ```
 pub fn schemes() -> Vec<&'static str> {
-    let compiled = COMPILED
+    let compiled = BACKENDS
         .iter()
-        .flat_map(|(_, schemes)| schemes.iter().copied());
+        .filter_map(|backend| backend.driver)
+        .flat_map(|driver| driver.schemes.iter().copied());
     std::iter::once("memory").chain(compiled).collect()
 }
 
-/// `(feature, SCHEMES)` of each backend crate this build has.
-macro_rules! compiled {
-    ($($feature:literal: $krate:ident),* $(,)?) => {
-        &[$(#[cfg(feature = $feature)] ($feature, $krate::SCHEMES),)*]
+/// A backend bakery has, whether or not this build compiled it in.
+struct Backend {
+    /// Its cargo feature here (and its driver's name).
+    feature: &'static str,
+    /// The schemes it answers to, so that a URI of a backend this build
+    /// leaves out is told which feature to enable, not "unknown scheme".
+    schemes: &'static [&'static str],
+    /// Its crate's driver, when compiled in.
+    driver: Option<&'static Driver>,
+}
+
+/// The list of backends: `feature => crate [schemes]`, one line each.
+macro_rules! backends {
+    ($($feature:literal => $krate:ident [$($scheme:literal),+]),+ $(,)?) => {
+        /// Every backend bakery has, by its cargo feature.
+        const BACKENDS: &[Backend] = &[$(Backend {
+            feature: $feature,
+            schemes: &[$($scheme),+],
+            driver: {
+                #[cfg(feature = $feature)]
+                let driver = Some(&$krate::DRIVER);
+                #[cfg(not(feature = $feature))]
+                let driver = None;
+                driver
+            },
+        }),+];
     };
 }
 
-/// Each compiled-in backend crate's own `SCHEMES`, by cargo feature.
-const COMPILED: &[(&str, &[&str])] = compiled!(
-    "sqlite": bakery_sqlite, "postgres": bakery_postgres, "redis": bakery_redis,
-    "etcd": bakery_etcd, "mongodb": bakery_mongodb, "cassandra": bakery_cassandra,
-);
-
-/// Every backend bakery has, by its cargo feature, with the URI schemes it
-/// answers to — including backends this build leaves out, so their URIs get
-/// "not compiled in (enable …)" rather than "unknown scheme". For each
-/// compiled-in backend a test checks the crate's own `SCHEMES` against this
-/// row, so the two cannot drift.
-const BACKENDS: &[(&str, &[&str])] = &[
-    ("sqlite", &["sqlite"]),
-    ("postgres", &["postgres", "postgresql"]),
-    ("redis", &["redis", "rediss"]),
-    ("etcd", &["etcd"]),
-    ("mongodb", &["mongodb", "mongodb+srv"]),
-    ("cassandra", &["cassandra", "scylla"]),
-];
+backends! {
+    "sqlite" => bakery_sqlite ["sqlite"],
+    "postgres" => bakery_postgres ["postgres", "postgresql"],
+    "redis" => bakery_redis ["redis", "rediss"],
+    "etcd" => bakery_etcd ["etcd"],
+    "mongodb" => bakery_mongodb ["mongodb", "mongodb+srv"],
+    "cassandra" => bakery_cassandra ["cassandra", "scylla"],
+}
 
 /// Open the store a URI names, picking the backend by scheme.
 ///
@@ -136,39 +149,20 @@ async fn open_backend(uri: &str) -> Result<Arc<dyn VersionedStore>> {
             }
             Ok(Arc::new(MemoryStore::new()))
         }
-        #[cfg(feature = "sqlite")]
-        s if bakery_sqlite::SCHEMES.contains(&s) => {
-            Ok(Arc::new(bakery_sqlite::SqliteStore::connect(uri).await?))
-        }
-        #[cfg(feature = "postgres")]
-        s if bakery_postgres::SCHEMES.contains(&s) => Ok(Arc::new(
-            bakery_postgres::PostgresStore::connect(uri).await?,
-        )),
-        #[cfg(feature = "redis")]
-        s if bakery_redis::SCHEMES.contains(&s) => {
-            Ok(Arc::new(bakery_redis::RedisStore::connect(uri).await?))
-        }
-        #[cfg(feature = "etcd")]
-        s if bakery_etcd::SCHEMES.contains(&s) => {
-            Ok(Arc::new(bakery_etcd::EtcdStore::connect(uri).await?))
-        }
-        // `mongodb+srv` goes to the crate even without its `srv` feature:
-        // its error says which feature that is.
-        #[cfg(feature = "mongodb")]
-        s if bakery_mongodb::SCHEMES.contains(&s) || s == "mongodb+srv" => {
-            Ok(Arc::new(bakery_mongodb::MongoStore::connect(uri).await?))
-        }
-        #[cfg(feature = "cassandra")]
-        s if bakery_cassandra::SCHEMES.contains(&s) => Ok(Arc::new(
-            bakery_cassandra::CassandraStore::connect(uri).await?,
-        )),
         other => {
+            if let Some(driver) = BACKENDS
+                .iter()
+                .filter_map(|backend| backend.driver)
+                .find(|driver| driver.answers(other))
+            {
+                return (driver.connect)(uri).await;
+            }
             let compiled = schemes().join(", ");
             let known = BACKENDS
                 .iter()
-                .find(|(_, schemes)| schemes.contains(&other));
+                .find(|backend| backend.schemes.contains(&other));
             Err(match known {
-                Some((feature, _)) => Error::config(
+                Some(Backend { feature, .. }) => Error::config(
                     "connect",
                     format!(
                         "backend `{other}` not compiled in (enable the cargo feature `{feature}`); enabled: {compiled}"
@@ -219,42 +213,35 @@ pub fn sqlite_uri(path: &std::path::Path) -> Option<String> {
 mod tests {
     use super::*;
 
-    /// The facade's table names every scheme each compiled-in crate answers
-    /// to (a crate may answer to fewer: `mongodb+srv` needs a crate feature).
+    /// Each line of the list names every scheme its compiled-in crate
+    /// parses, under the crate's own name.
     #[test]
-    fn the_backend_table_matches_each_compiled_crate() {
-        for &(feature, crate_schemes) in COMPILED {
-            let (_, table) = BACKENDS
-                .iter()
-                .find(|(f, _)| *f == feature)
-                .unwrap_or_else(|| panic!("feature {feature} missing from BACKENDS"));
-            for scheme in crate_schemes {
-                assert!(
-                    table.contains(scheme),
-                    "{feature}: {scheme} missing from BACKENDS"
-                );
-            }
-            assert!(
-                crate_schemes.contains(&table[0]),
-                "{feature}: {} is not answered",
-                table[0]
+    fn each_line_matches_its_compiled_crate() {
+        let mut compiled = 0;
+        for backend in BACKENDS {
+            let Some(driver) = backend.driver else {
+                continue;
+            };
+            compiled += 1;
+            assert_eq!(driver.name, backend.feature);
+            assert_eq!(
+                driver.parsed_schemes, backend.schemes,
+                "{}",
+                backend.feature
             );
+            for scheme in driver.schemes {
+                assert!(driver.answers(scheme), "{}: {scheme}", backend.feature);
+            }
         }
-        let all: Vec<&str> = BACKENDS
-            .iter()
-            .flat_map(|(_, s)| s.iter().copied())
-            .collect();
-        for scheme in schemes() {
-            assert!(scheme == "memory" || all.contains(&scheme), "{scheme}");
-        }
+        assert_eq!(schemes().len() > 1, compiled > 0);
     }
 
     /// A scheme of a backend left out of the build names the feature to
     /// enable; `mongodb+srv` is known too.
     #[tokio::test]
     async fn a_known_scheme_that_is_not_compiled_in_names_its_feature() {
-        for (feature, schemes) in BACKENDS {
-            for scheme in *schemes {
+        for backend in BACKENDS {
+            for scheme in backend.schemes {
                 if crate::schemes().contains(scheme) {
                     continue;
                 }
@@ -263,12 +250,13 @@ mod tests {
                     Err(e) => e,
                 };
                 let text = e.to_string();
-                // `mongodb+srv` with the mongodb feature but without the
-                // crate's `srv` feature: the crate's own message names it.
-                if *feature == "mongodb" && crate::schemes().contains(&"mongodb") {
-                    assert!(text.contains("`srv` feature"), "{scheme}: {text}");
+                // A scheme behind one of a compiled crate's own features
+                // (`mongodb+srv` without `srv`): the crate's message names it.
+                if backend.driver.is_some() {
+                    assert!(text.contains("feature"), "{scheme}: {text}");
                     continue;
                 }
+                let feature = backend.feature;
                 assert!(
                     text.contains(&format!("enable the cargo feature `{feature}`")),
                     "{scheme}: {text}"

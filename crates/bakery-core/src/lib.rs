@@ -3,6 +3,7 @@
 
 pub mod builder;
 mod counting;
+pub mod driver;
 pub mod durability;
 pub mod error;
 mod key;
@@ -18,6 +19,7 @@ pub mod watchers;
 
 pub use bytes::Bytes;
 pub use counting::{CountingStore, OpCounts};
+pub use driver::Driver;
 pub use error::{BoxError, Error, ErrorKind, Operation, Result, Sent};
 pub use key::{validate_name, Key, MAX_KEY_LEN};
 pub use layer::{StoreLayer, TracedStore};
