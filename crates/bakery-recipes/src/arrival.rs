@@ -10,9 +10,9 @@
 //! the order of the calls: a client that releases and at once asks again
 //! cannot overtake clients that asked before it but have not run since.
 //! The runtime can leave those unpolled for milliseconds (a worker thread
-//! the OS preempted, with tasks no other worker may take): on the memory
-//! store, 4 clients on 2 worker threads, one client re-took the lock 245 to
-//! 918 times in a row while the three others waited inside `acquire`.
+//! the OS preempted, with tasks no other worker may take), long enough for
+//! one client to re-take the lock hundreds of times in a row while the
+//! others wait inside `acquire`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -35,9 +35,8 @@ pub(crate) struct Arrivals {
 
 /// The numbers not yet departed, each with the signal that tells it it is
 /// first. Only the new first is woken when the first departs: waking every
-/// waiting acquisition on each departure made the process's CPU per grant
-/// grow with its number of clients (memory store, 64 clients on one worker
-/// thread: a quarter of the time in the wake-ups and their timers).
+/// waiting acquisition on each departure would make the process's CPU per
+/// grant grow with its number of clients.
 #[derive(Default)]
 struct Waiting {
     numbers: BTreeMap<u64, Arc<Notify>>,
@@ -213,9 +212,9 @@ pub(crate) mod order {
     /// acquire again) take turns: once every client has been served, and
     /// until the first stops, nobody holds the grant more than twice in a
     /// row. Run it on a multi-thread runtime too: a lock whose release
-    /// wrote ahead of the enqueues already waiting in its process's writer
-    /// passed on one thread and, on two, let one client keep the lock 70 to
-    /// 557 times in a row. `acquire(client)` acquires for a client (a
+    /// writes ahead of the enqueues already waiting in its process's writer
+    /// passes on one thread and, on two, lets one client keep the lock
+    /// hundreds of times in a row. `acquire(client)` acquires for a client (a
     /// clone of its handle); `release` gives the grant back.
     pub(crate) async fn clients_in_a_closed_loop_take_turns<C, H, FA, FR>(
         clients: Vec<C>,

@@ -37,9 +37,7 @@ pub(crate) type Grantees = Arc<dyn Fn(&Row) -> Result<Vec<Arc<str>>> + Send + Sy
 /// changed; doubled up to the poll interval while it does not. Never below
 /// the store's own round trip (one poll in flight at a time), nor below the
 /// runtime's timer tick (1 ms): after a change made in another process the
-/// next poll is at the next tick, not a millisecond later (the no-notify
-/// lock on the memory store handed off in 2.2 ms at p50 with a 1 ms first
-/// delay, 1.1 ms with this one).
+/// next poll is at the next tick, not a millisecond later.
 const FIRST_POLL: Duration = Duration::from_micros(100);
 
 static DISPATCHERS: LazyLock<PerRow<Dispatcher>> = LazyLock::new(PerRow::new);

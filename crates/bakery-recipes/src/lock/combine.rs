@@ -319,11 +319,8 @@ impl Writer {
                 // the batch's callers are answered. Its release then
                 // reaches the queue while this turn lasts, and shares the
                 // next write with the enqueues of the clients answered
-                // now. Answered first, they often wrote alone, before the
-                // release (closed acquire/release loop, Cassandra: 1.05 to
-                // 1.07 writes per acquisition at 4 and 64 clients became
-                // 1.001, and 7 % more acquisitions/s; PostgreSQL and Redis
-                // 1.007 to 1.017 became 1.000 to 1.001).
+                // now. Answered first, they would often write alone, before
+                // the release.
                 drop(wakes);
                 tokio::task::yield_now().await;
             }
@@ -336,9 +333,8 @@ impl Writer {
             // woke) run before the next batch is taken: a releaser asks
             // again at once, and the next holder releases; taken now, the
             // batch would often hold only one of the two, and the other
-            // would need a write of its own. (On etcd, whose watch may wake
-            // the next holder before this write returned, 1.23 writes per
-            // acquisition at 64 clients became 1.03; PostgreSQL 1.21 → 1.01.)
+            // would need a write of its own (on etcd, whose watch may wake
+            // the next holder before this write returned, most of all).
             tokio::task::yield_now().await;
         }
     }

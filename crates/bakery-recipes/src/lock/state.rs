@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 ///
 /// Serialized, every waiter is whole. In the row, a queued waiter whose
 /// owner and lease are those of the entry before it (the holder, for the
-/// first) leaves both out: waiters of one process repeat them, and at 64
-/// waiters they were 60 % of the row every write carries. Such a waiter is
+/// first) leaves both out: waiters of one process repeat them, and in a
+/// long queue they would be most of the row every write carries. Such a waiter is
 /// stored as its bare id (`"…"`), or as `{"id":"…","data":"…"}` if it has
 /// data. Deserializing accepts every form, including the `{"id":"…"}` of
 /// rows written before the bare id.

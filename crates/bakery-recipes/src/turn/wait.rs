@@ -30,10 +30,9 @@ pub(crate) async fn acquire<R: TurnRecipe>(
     // first: let the other ready tasks of this thread ask before us (those
     // that arrived earlier are then sent first), or a client that releases
     // and at once asks again takes it back before waiters of this process
-    // that are ready but not yet queued (as the lock does; on a store that
-    // never makes us wait, MemoryStore, 4 to 64 clients on two worker
-    // threads, a one-permit semaphore went to the same client 43 times in a
-    // row, a whole scheduler budget; now 1 to 2).
+    // that are ready but not yet queued (as the lock does): on a store that
+    // never makes us wait, it could keep the grant for a whole scheduler
+    // budget.
     if seems_free(inner, &ticket.waiter) {
         tokio::task::yield_now().await;
     } else {
