@@ -12,11 +12,8 @@ use bakery_recipes::lock::LostReason;
 use tokio::time::Instant;
 
 use crate::faults::FaultStore;
+use crate::support::PATIENCE;
 use crate::{clients_case, unique_name, Case, Clients};
-
-/// Upper bound on waiting for something that must happen; reaching it means
-/// the behaviour is broken (never a speed check).
-const PATIENCE: Duration = Duration::from_secs(30);
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![

@@ -10,11 +10,8 @@ use bakery_recipes::lock::{Lock, LockBuilder, LockState, LostReason, MAX_DATA_LE
 use tokio::time::Instant;
 
 use crate::faults::FaultStore;
+use crate::support::{wait_for, PATIENCE};
 use crate::{clients_case, unique_name, Case, Clients};
-
-/// Upper bound on waiting for something that must happen; reaching it means
-/// the behaviour is broken (never a speed check).
-const PATIENCE: Duration = Duration::from_secs(30);
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -44,15 +41,7 @@ async fn wait_for_state(
     what: &str,
     done: impl Fn(&LockState) -> bool,
 ) -> LockState {
-    let give_up = Instant::now() + PATIENCE;
-    loop {
-        let state = inspect(store, name).await;
-        if done(&state) {
-            return state;
-        }
-        assert!(Instant::now() < give_up, "never saw {what}: {state:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for(what, || async { Some(inspect(store, name).await) }, done).await
 }
 
 /// Each client's data is in its queue entry, then in the holder when the

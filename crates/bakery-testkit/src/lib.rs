@@ -18,6 +18,7 @@ pub mod proxy;
 mod rwlock;
 mod semaphore;
 mod sequence;
+mod support;
 mod topology;
 mod verify;
 pub mod watch;

@@ -12,11 +12,8 @@ use bakery_recipes::time::TimeService;
 use tokio::time::Instant;
 
 use crate::faults::{Fault, FaultStore};
+use crate::support::{wait_for, PATIENCE};
 use crate::{case, clients_case, unique_name, Case, Clients};
-
-/// Upper bound on waiting for something that must happen; reaching it means
-/// the behaviour is broken (never a speed check).
-const PATIENCE: Duration = Duration::from_secs(30);
 
 /// The acquire timeout of the refused-withdrawal case: long enough for the
 /// test to see the request queued and script the refusals before it passes
@@ -129,18 +126,11 @@ async fn wait_for_state(
     what: &str,
     done: impl Fn(&LockState) -> bool,
 ) -> LockState {
-    let give_up = Instant::now() + PATIENCE;
-    loop {
-        let state = Lock::inspect(&**store, name)
-            .await
-            .expect("inspect lock")
-            .unwrap_or_default();
-        if done(&state) {
-            return state;
-        }
-        assert!(Instant::now() < give_up, "never saw {what}: {state:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let read = || async {
+        let state = Lock::inspect(&**store, name).await.expect("inspect lock");
+        Some(state.unwrap_or_default())
+    };
+    wait_for(what, read, done).await
 }
 
 /// 8 clients × 50 acquisitions; each reads the lock row (it must show its

@@ -11,10 +11,8 @@ use bakery_recipes::keys;
 use bakery_recipes::once::{Execution, Idempotency, OnBusy, OnFailure, RunError, Status};
 
 use crate::faults::{Fault, FaultStore};
+use crate::support::PATIENCE;
 use crate::{case, clients_case, unique_name, Case, Clients};
-
-/// Upper bound on waiting for something that must happen (never a speed check).
-const PATIENCE: Duration = Duration::from_secs(30);
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![

@@ -14,11 +14,8 @@ use bakery_recipes::rwlock::{self, Mode, RwLock, RwLockBuilder, RwLockState};
 use tokio::time::Instant;
 
 use crate::faults::FaultStore;
+use crate::support::{wait_for, Running, PATIENCE};
 use crate::{case, clients_case, unique_name, Case, Clients};
-
-/// Upper bound on waiting for something that must happen; reaching it means
-/// the behaviour is broken (never a speed check).
-const PATIENCE: Duration = Duration::from_secs(30);
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -50,27 +47,7 @@ async fn wait_for_state(
     what: &str,
     done: impl Fn(&RwLockState) -> bool,
 ) -> RwLockState {
-    let give_up = Instant::now() + PATIENCE;
-    loop {
-        if let Some(state) = inspect(store, name).await {
-            if done(&state) {
-                return state;
-            }
-            assert!(Instant::now() < give_up, "never saw {what}: {state:?}");
-        } else {
-            assert!(Instant::now() < give_up, "never saw {what}: no row");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// Counts a client out when its task ends, however it ends.
-struct Running(Arc<AtomicUsize>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
+    wait_for(what, || inspect(store, name), done).await
 }
 
 /// 4 readers and 2 writers × 15 rounds each. Inside every critical

@@ -13,11 +13,8 @@ use bakery_recipes::semaphore::{self, Semaphore, SemaphoreBuilder, SemaphoreStat
 use tokio::time::Instant;
 
 use crate::faults::{Fault, FaultStore};
+use crate::support::{wait_for, Running, PATIENCE};
 use crate::{case, clients_case, unique_name, Case, Clients};
-
-/// Upper bound on waiting for something that must happen; reaching it means
-/// the behaviour is broken (never a speed check).
-const PATIENCE: Duration = Duration::from_secs(30);
 
 /// The acquire timeout of the refused-withdrawal case: long enough for the
 /// test to see the request queued and script the refusals before it passes
@@ -63,18 +60,7 @@ async fn wait_for_state(
     what: &str,
     done: impl Fn(&SemaphoreState) -> bool,
 ) -> SemaphoreState {
-    let give_up = Instant::now() + PATIENCE;
-    loop {
-        if let Some(state) = inspect(store, name).await {
-            if done(&state) {
-                return state;
-            }
-            assert!(Instant::now() < give_up, "never saw {what}: {state:?}");
-        } else {
-            assert!(Instant::now() < give_up, "never saw {what}: no row");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for(what, || inspect(store, name), done).await
 }
 
 /// 8 clients × 20 acquisitions of a 3-permit semaphore: the number of
@@ -175,15 +161,6 @@ async fn never_more_than_n_holders_at_once(clients: Clients) {
         "{state:?}"
     );
     assert_eq!(state.token, (CLIENTS * ROUNDS) as u64);
-}
-
-/// Counts a client out when its task ends, however it ends.
-struct Running(Arc<AtomicUsize>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// With both permits held, four waiters queue one after another; they are
