@@ -42,7 +42,7 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/bakery-bench-report.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 rm -rf "$out"
 
-cargo run --release -p bakery-cli --features all-backends,mariadb -- bench --workload all \
+cargo run --release -p bakery-cli --features all-backends,bench,mariadb -- bench --workload all \
     --uri "$BAKERY_POSTGRES_URI" \
     --uri "$BAKERY_REDIS_URI" \
     --uri "$BAKERY_ETCD_URI" \

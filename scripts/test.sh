@@ -58,3 +58,24 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quie
 
 step "cargo test (unit, doc, CLI and conformance tests)"
 cargo test --workspace --all-features
+
+step "the light default CLI: ids on SQLite work, a left-out subcommand names its feature"
+# (after the tests: this build replaces target/debug/bakery, which the CLI
+# tests ran with every feature)
+cargo build -p bakery-cli --quiet
+light_dir=$(mktemp -d "${TMPDIR:-/tmp}/bakery-light.XXXXXX")
+ids=$(target/debug/bakery --uri "sqlite://$light_dir/ids.db" seq next orders --count 3 | tr '\n' ' ')
+if [ "$ids" != "1 2 3 " ]; then
+    echo "test.sh: the default CLI handed out '$ids', expected '1 2 3 '" >&2
+    exit 1
+fi
+for sub in bench migrate outbox; do
+    status=0
+    message=$(target/debug/bakery --uri "sqlite://$light_dir/ids.db" "$sub" 2>&1 >/dev/null) || status=$?
+    if [ "$status" != 2 ] || ! grep -q "cargo feature \`$sub\`" <<<"$message"; then
+        echo "test.sh: the default CLI's \`$sub\` gave status $status and '$message'" >&2
+        exit 1
+    fi
+done
+rm -rf "$light_dir"
+echo "default CLI: ids 1 2 3; bench, migrate and outbox refused, each naming its feature"

@@ -115,8 +115,13 @@ pub enum Command {
     /// A PostgreSQL transactional outbox: messages written into the WAL by
     /// the producer's own transaction, relayed in commit order and applied
     /// exactly once into any bakery store.
+    #[cfg(feature = "outbox")]
     #[command(subcommand)]
     Outbox(crate::outbox::OutboxCommand),
+    /// A PostgreSQL transactional outbox (not in this build: cargo feature
+    /// `outbox`).
+    #[cfg(not(feature = "outbox"))]
+    Outbox(crate::missing::Missing),
 
     /// Lamport clocks and Lamport's distributed mutual exclusion, simulated
     /// (no store involved).
@@ -133,7 +138,12 @@ pub enum Command {
     /// raised above it — never lowered. Running it again changes nothing.
     /// --rollback hands the generators back. Exit status 0 only when every
     /// selected generator is safe.
+    #[cfg(feature = "migrate")]
     Migrate(crate::migrate::MigrateArgs),
+    /// Move PostgreSQL or MariaDB generators onto bakery sequences (not in
+    /// this build: cargo feature `migrate`).
+    #[cfg(not(feature = "migrate"))]
+    Migrate(crate::missing::Missing),
 
     /// Check a store as bakery's own tests check every backend: concurrent
     /// recorded workloads, then every compare-and-set checked for
@@ -149,8 +159,13 @@ pub enum Command {
 
     /// Benchmark stores side by side: throughput, latency percentiles,
     /// round trips per operation, with native peers as reference.
+    #[cfg(feature = "bench")]
     #[command(long_about = crate::bench::LONG_ABOUT)]
     Bench(crate::bench::BenchArgs),
+    /// Benchmark stores side by side (not in this build: cargo feature
+    /// `bench`).
+    #[cfg(not(feature = "bench"))]
+    Bench(crate::missing::Missing),
 }
 
 /// `bakery seq …`
@@ -258,7 +273,9 @@ pub fn parse() -> Cli {
 /// The [`Cli`] of parsed arguments, with what the derived parser cannot
 /// carry: where `bench`'s `--uri` values came from.
 fn from_matches(matches: &ArgMatches) -> Result<Cli, clap::Error> {
+    #[cfg_attr(not(feature = "bench"), allow(unused_mut))]
     let mut cli = Cli::from_arg_matches(matches)?;
+    #[cfg(feature = "bench")]
     if let (Command::Bench(args), Some(("bench", bench))) = (&mut cli.command, matches.subcommand())
     {
         args.uri_source = bench.value_source("uri");
@@ -319,6 +336,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "bench")]
     #[test]
     fn bench_knows_where_its_uris_came_from() {
         use clap::parser::ValueSource;

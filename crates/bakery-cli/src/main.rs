@@ -3,13 +3,23 @@
 //!
 //! Exit status: 0 success, 1 runtime error (one line on stderr), 2 usage error.
 
+#[cfg(feature = "bench")]
 mod bench;
 mod cli;
 mod lamport;
 mod leader;
 mod lock;
+#[cfg(feature = "migrate")]
 mod migrate;
+#[cfg(not(all(
+    feature = "bench",
+    feature = "migrate",
+    feature = "outbox",
+    feature = "prometheus"
+)))]
+mod missing;
 mod once;
+#[cfg(feature = "outbox")]
 mod outbox;
 mod output;
 mod rwlock;
@@ -36,6 +46,7 @@ fn main() -> ExitCode {
     // Benchmark clients run in parallel on every core, as separate client
     // processes would; everything else is one thread.
     let mut builder = match &cli.command {
+        #[cfg(feature = "bench")]
         Command::Bench(args) => {
             let mut builder = tokio::runtime::Builder::new_multi_thread();
             if let Some(threads) = args.worker_threads {
@@ -76,7 +87,10 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Lamport(lamport::LamportCommand::Simulate(args)) => {
             lamport::simulate(args, cli.json)
         }
+        #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(args, cli.json).await,
+        #[cfg(not(feature = "bench"))]
+        Command::Bench(_) => Err(missing::refuse("bench", "bench")),
         Command::Lock(command) => {
             let name = match command {
                 LockCommand::Run(args) => &args.name,
@@ -169,13 +183,18 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 once::OnceCommand::Forget(args) => once::forget(store, args).await,
             }
         }
+        #[cfg(not(feature = "outbox"))]
+        Command::Outbox(_) => Err(missing::refuse("outbox", "outbox")),
+        #[cfg(feature = "outbox")]
         Command::Outbox(outbox::OutboxCommand::Emit(args)) => outbox::emit_one(args).await,
+        #[cfg(feature = "outbox")]
         Command::Outbox(outbox::OutboxCommand::Relay(args)) => {
             outbox::relay(args, async |uri: &str| {
                 Ok(open(Some(uri), cli.retries).await?.0)
             })
             .await
         }
+        #[cfg(feature = "outbox")]
         Command::Outbox(outbox::OutboxCommand::Show(args)) => {
             let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
             outbox::show(store, args, cli.json).await
@@ -184,10 +203,13 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
             verify::run(store, args, cli.json).await
         }
+        #[cfg(feature = "migrate")]
         Command::Migrate(args) => {
             let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
             migrate::run(store, args, cli.json).await
         }
+        #[cfg(not(feature = "migrate"))]
+        Command::Migrate(_) => Err(missing::refuse("migrate", "migrate")),
         Command::Seq(SeqCommand::Next(args)) => {
             // Check the name before touching (or creating) any store.
             bakery::validate_name(&args.name)?;
@@ -242,6 +264,7 @@ fn install_logging() {
 static METRICS_SERVED: AtomicBool = AtomicBool::new(false);
 
 /// Serve Prometheus metrics at `addr` from this runtime.
+#[cfg(feature = "prometheus")]
 fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), CliError> {
     metrics_exporter_prometheus::PrometheusBuilder::new()
         .with_http_listener(addr)
@@ -249,6 +272,13 @@ fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), CliError> {
         .map_err(|e| CliError::Message(format!("cannot serve metrics at {addr}: {e}")))?;
     METRICS_SERVED.store(true, Ordering::Relaxed);
     Ok(())
+}
+
+/// `--metrics-addr` on a build without the exporter.
+#[cfg(not(feature = "prometheus"))]
+fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), CliError> {
+    let _ = addr;
+    Err(missing::refuse("--metrics-addr", "prometheus"))
 }
 
 async fn open(

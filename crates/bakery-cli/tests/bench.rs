@@ -3,6 +3,7 @@
 //! Speed is never asserted (it depends on the machine): these tests check
 //! that every cell ran, without errors, and that every output is there and
 //! well formed. Each run uses a temporary HOME and no BAKERY_URI.
+#![cfg(feature = "bench")]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

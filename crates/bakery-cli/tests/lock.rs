@@ -560,6 +560,7 @@ fn leader_run_publishes_value_and_hands_over_with_the_next_term() {
 
 /// `--metrics-addr` serves Prometheus text while `lock run` holds the
 /// lock: the store's calls and the lock's acquisition are in it.
+#[cfg(feature = "prometheus")]
 #[test]
 fn metrics_addr_serves_store_and_lock_metrics() {
     use std::io::{Read, Write as _};

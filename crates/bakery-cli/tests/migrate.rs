@@ -2,6 +2,7 @@
 //! start postgres`) onto a throwaway SQLite file. The library's own tests
 //! (crates/bakery-migrate/tests) cover live writers and rollback; these pin
 //! what the command prints and its exit status.
+#![cfg(feature = "migrate")]
 
 use std::process::{Command, Output};
 

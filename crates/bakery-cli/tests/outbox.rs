@@ -6,6 +6,7 @@
 //!
 //! Needs BAKERY_POSTGRES_URI (set by scripts/backends.sh); under CI=true a
 //! missing one fails, on a developer machine the test says why and passes.
+#![cfg(feature = "outbox")]
 
 use std::collections::{HashMap, HashSet};
 use std::process::{Child, Command, Stdio};
