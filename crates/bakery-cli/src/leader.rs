@@ -1,16 +1,14 @@
 //! `bakery leader run|show`: leader election from the shell.
 
-use std::ffi::OsString;
 use std::io::Write;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bakery::election::{Election, Leader};
 use bakery::{ErrorKind, VersionedStore};
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::lock::{parse_duration, run_while_held, EXIT_BUSY};
+use crate::lock::{run_while_held, HeldArgs, EXIT_BUSY};
 use crate::output::{self, CliError};
 
 /// `bakery leader …`
@@ -29,24 +27,12 @@ pub enum LeaderCommand {
 /// Arguments of `bakery leader run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Election name: ASCII letters, digits and `_ - . : @ + =` (no `/`).
-    pub name: String,
+    #[command(flatten)]
+    pub held: HeldArgs,
 
     /// The value published while leading (e.g. this node's address).
     #[arg(long)]
     pub value: Option<String>,
-
-    /// Lease: how long leadership survives this process's silence.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub lease: Duration,
-
-    /// Give up (exit 75) if not elected within this long.
-    #[arg(long, value_parser = parse_duration)]
-    pub timeout: Option<Duration>,
-
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
-    pub command: Vec<OsString>,
 }
 
 /// Arguments of `bakery leader show`.
@@ -60,7 +46,7 @@ impl LeaderCommand {
     /// The election the command names.
     pub fn name(&self) -> &str {
         match self {
-            LeaderCommand::Run(args) => &args.name,
+            LeaderCommand::Run(args) => &args.held.name,
             LeaderCommand::Show(args) => &args.name,
         }
     }
@@ -68,11 +54,11 @@ impl LeaderCommand {
 
 /// `bakery leader run`.
 pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, CliError> {
-    let mut builder = Election::builder(store, &args.name).lease(args.lease);
+    let mut builder = Election::builder(store, &args.held.name).lease(args.held.lease);
     if let Some(value) = &args.value {
         builder = builder.value(value.clone());
     }
-    if let Some(timeout) = args.timeout {
+    if let Some(timeout) = args.held.timeout {
         builder = builder.campaign_timeout(timeout);
     }
     let election = builder.build()?;
@@ -86,10 +72,17 @@ pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, C
     };
     // The lock underneath: its name is what BAKERY_LOCK_NAME and the
     // messages show (`bakery lock show` it for the queue of candidates).
-    let lock_name = format!("{}{}", bakery::election::LOCK_PREFIX, args.name);
+    let lock_name = format!("{}{}", bakery::election::LOCK_PREFIX, args.held.name);
     let guard = leadership.into_lock_guard();
     let (token, lost) = (guard.token(), guard.lost());
-    run_while_held(token, lost, || guard.release(), &lock_name, &args.command).await
+    run_while_held(
+        token,
+        lost,
+        || guard.release(),
+        &lock_name,
+        &args.held.command,
+    )
+    .await
 }
 
 /// `bakery leader show`.

@@ -53,20 +53,28 @@ pub enum LockCommand {
 /// Arguments of `bakery lock run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Lock name: ASCII letters, digits and `_ - . : @ + =` (no `/`).
+    #[command(flatten)]
+    pub held: HeldArgs,
+
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+/// What every `run` of the lock family takes: `lock run`, `leader run`,
+/// `semaphore run`, `rwlock read` and `rwlock write`.
+#[derive(Debug, Args)]
+pub struct HeldArgs {
+    /// Name: ASCII letters, digits and `_ - . : @ + =` (no `/`).
     pub name: String,
 
-    /// Lease: how long the lock survives this process's silence (heartbeats
-    /// every lease/3), e.g. `10s`, `500ms`.
+    /// Lease: how long the grant survives this process's silence
+    /// (heartbeats every lease/3), e.g. `10s`, `500ms`.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub lease: Duration,
 
     /// Give up (exit 75) if not granted within this long, e.g. `30s`.
     #[arg(long, value_parser = parse_duration)]
     pub timeout: Option<Duration>,
-
-    #[command(flatten)]
-    pub job: JobArgs,
 
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
@@ -185,10 +193,11 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// `bakery lock run`.
 pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, CliError> {
+    let held = &args.held;
     let mut builder = args
         .job
-        .apply(Lock::builder(store, &args.name).lease(args.lease));
-    if let Some(timeout) = args.timeout {
+        .apply(Lock::builder(store, &held.name).lease(held.lease));
+    if let Some(timeout) = held.timeout {
         builder = builder.acquire_timeout(timeout);
     }
     let lock = builder.build()?;
@@ -200,7 +209,7 @@ pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, C
         }
         Err(err) => return Err(err.into()),
     };
-    hold_while_running(guard, &args.name, &args.command).await
+    hold_while_running(guard, &held.name, &held.command).await
 }
 
 /// `bakery lock try`.

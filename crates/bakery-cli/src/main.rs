@@ -93,7 +93,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Bench(_) => Err(missing::refuse("bench", "bench")),
         Command::Lock(command) => {
             let name = match command {
-                LockCommand::Run(args) => &args.name,
+                LockCommand::Run(args) => &args.held.name,
                 LockCommand::Try(args) => &args.name,
                 LockCommand::Show(args) => &args.name,
             };

@@ -1,16 +1,14 @@
 //! `bakery rwlock read|write|show`: a read-write lock from the shell.
 
-use std::ffi::OsString;
 use std::io::Write;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bakery::rwlock::RwLockState;
 use bakery::{ErrorKind, RwLock, VersionedStore};
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::lock::{parse_duration, run_while_held, EXIT_BUSY};
+use crate::lock::{run_while_held, HeldArgs, EXIT_BUSY};
 use crate::output::{self, CliError};
 
 /// `bakery rwlock …`
@@ -21,33 +19,14 @@ pub enum RwlockCommand {
     /// writer that asked earlier. The grant's fencing token is in
     /// BAKERY_FENCING_TOKEN. Exits with COMMAND's status; stops COMMAND
     /// (exit 1) if the lock is lost.
-    Read(RunArgs),
+    Read(HeldArgs),
 
     /// Run COMMAND while holding NAME for writing (nobody else holds it);
     /// otherwise as `read`.
-    Write(RunArgs),
+    Write(HeldArgs),
 
     /// Show NAME's holders and queue. Exits 1 if it was never used.
     Show(ShowArgs),
-}
-
-/// Arguments of `bakery rwlock read` and `bakery rwlock write`.
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// Lock name: ASCII letters, digits and `_ - . : @ + =` (no `/`).
-    pub name: String,
-
-    /// Lease: how long the hold survives this process's silence.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub lease: Duration,
-
-    /// Give up (exit 75) if the lock is not granted within this long.
-    #[arg(long, value_parser = parse_duration)]
-    pub timeout: Option<Duration>,
-
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
-    pub command: Vec<OsString>,
 }
 
 /// Arguments of `bakery rwlock show`.
@@ -70,7 +49,7 @@ impl RwlockCommand {
 /// `bakery rwlock read` (`write` false) or `bakery rwlock write`.
 pub async fn run(
     store: Arc<dyn VersionedStore>,
-    args: &RunArgs,
+    args: &HeldArgs,
     write: bool,
 ) -> Result<u8, CliError> {
     let mut builder = RwLock::builder(store, &args.name).lease(args.lease);

@@ -1,16 +1,14 @@
 //! `bakery semaphore run|show`: N leased permits from the shell.
 
-use std::ffi::OsString;
 use std::io::Write;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bakery::semaphore::SemaphoreState;
 use bakery::{ErrorKind, Semaphore, VersionedStore};
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::lock::{parse_duration, run_while_held, EXIT_BUSY};
+use crate::lock::{run_while_held, HeldArgs, EXIT_BUSY};
 use crate::output::{self, CliError};
 
 /// `bakery semaphore …`
@@ -28,24 +26,12 @@ pub enum SemaphoreCommand {
 /// Arguments of `bakery semaphore run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Semaphore name: ASCII letters, digits and `_ - . : @ + =` (no `/`).
-    pub name: String,
+    #[command(flatten)]
+    pub held: HeldArgs,
 
     /// How many permits the semaphore has; every client must give the same.
     #[arg(long, value_name = "N")]
     pub permits: u32,
-
-    /// Lease: how long a permit survives this process's silence.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub lease: Duration,
-
-    /// Give up (exit 75) if no permit is granted within this long.
-    #[arg(long, value_parser = parse_duration)]
-    pub timeout: Option<Duration>,
-
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
-    pub command: Vec<OsString>,
 }
 
 /// Arguments of `bakery semaphore show`.
@@ -59,7 +45,7 @@ impl SemaphoreCommand {
     /// The semaphore the command names.
     pub fn name(&self) -> &str {
         match self {
-            SemaphoreCommand::Run(args) => &args.name,
+            SemaphoreCommand::Run(args) => &args.held.name,
             SemaphoreCommand::Show(args) => &args.name,
         }
     }
@@ -67,10 +53,10 @@ impl SemaphoreCommand {
 
 /// `bakery semaphore run`.
 pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, CliError> {
-    let mut builder = Semaphore::builder(store, &args.name)
+    let mut builder = Semaphore::builder(store, &args.held.name)
         .permits(args.permits)
-        .lease(args.lease);
-    if let Some(timeout) = args.timeout {
+        .lease(args.held.lease);
+    if let Some(timeout) = args.held.timeout {
         builder = builder.acquire_timeout(timeout);
     }
     let semaphore = builder.build()?;
@@ -83,7 +69,14 @@ pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, C
         Err(err) => return Err(err.into()),
     };
     let (token, lost) = (permit.token(), permit.lost());
-    run_while_held(token, lost, || permit.release(), &args.name, &args.command).await
+    run_while_held(
+        token,
+        lost,
+        || permit.release(),
+        &args.held.name,
+        &args.held.command,
+    )
+    .await
 }
 
 /// `bakery semaphore show`.
