@@ -23,15 +23,4 @@ pub const SCHEMES: &[&str] = &["cassandra", "scylla"];
 /// The backend name carried by every error of this crate.
 pub(crate) const BACKEND: &str = "cassandra";
 
-/// This backend as the facade's `connect` picks it: by a URI of one of its
-/// schemes.
-pub const DRIVER: bakery_core::Driver = bakery_core::Driver {
-    name: "cassandra",
-    schemes: SCHEMES,
-    parsed_schemes: &["cassandra", "scylla"],
-    connect,
-};
-
-fn connect(uri: &str) -> bakery_core::driver::Connecting<'_> {
-    bakery_core::driver::boxed(CassandraStore::connect(uri))
-}
+bakery_core::driver!("cassandra", CassandraStore, ["cassandra", "scylla"]);

@@ -83,3 +83,28 @@ impl fmt::Debug for Driver {
             .finish_non_exhaustive()
     }
 }
+
+/// A backend crate's `pub const DRIVER`, from its name, its store type (with
+/// `connect(uri)`), the schemes it parses, and its `SCHEMES` in scope.
+///
+/// ```text
+/// bakery_core::driver!("redis", RedisStore, ["redis", "rediss"]);
+/// ```
+#[macro_export]
+macro_rules! driver {
+    ($name:literal, $store:ty, [$($scheme:literal),+ $(,)?]) => {
+        /// This backend as the facade's `connect` picks it: by a URI of one
+        /// of its schemes.
+        pub const DRIVER: $crate::Driver = $crate::Driver {
+            name: $name,
+            schemes: SCHEMES,
+            parsed_schemes: &[$($scheme),+],
+            connect: {
+                fn connect(uri: &str) -> $crate::driver::Connecting<'_> {
+                    $crate::driver::boxed(<$store>::connect(uri))
+                }
+                connect
+            },
+        };
+    };
+}

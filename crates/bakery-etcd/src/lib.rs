@@ -23,15 +23,4 @@ pub const SCHEMES: &[&str] = &["etcd"];
 /// The backend name carried by every error of this crate.
 pub(crate) const BACKEND: &str = "etcd";
 
-/// This backend as the facade's `connect` picks it: by a URI of one of its
-/// schemes.
-pub const DRIVER: bakery_core::Driver = bakery_core::Driver {
-    name: "etcd",
-    schemes: SCHEMES,
-    parsed_schemes: &["etcd"],
-    connect,
-};
-
-fn connect(uri: &str) -> bakery_core::driver::Connecting<'_> {
-    bakery_core::driver::boxed(EtcdStore::connect(uri))
-}
+bakery_core::driver!("etcd", EtcdStore, ["etcd"]);

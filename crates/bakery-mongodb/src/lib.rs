@@ -31,15 +31,4 @@ pub const SCHEMES: &[&str] = &["mongodb"];
 /// The backend name carried by every error of this crate.
 const BACKEND: &str = "mongodb";
 
-/// This backend as the facade's `connect` picks it: by a URI of one of its
-/// schemes.
-pub const DRIVER: bakery_core::Driver = bakery_core::Driver {
-    name: "mongodb",
-    schemes: SCHEMES,
-    parsed_schemes: &["mongodb", "mongodb+srv"],
-    connect,
-};
-
-fn connect(uri: &str) -> bakery_core::driver::Connecting<'_> {
-    bakery_core::driver::boxed(MongoStore::connect(uri))
-}
+bakery_core::driver!("mongodb", MongoStore, ["mongodb", "mongodb+srv"]);

@@ -24,15 +24,4 @@ pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
 /// The backend name carried by every error of this crate.
 pub(crate) const BACKEND: &str = "postgres";
 
-/// This backend as the facade's `connect` picks it: by a URI of one of its
-/// schemes.
-pub const DRIVER: bakery_core::Driver = bakery_core::Driver {
-    name: "postgres",
-    schemes: SCHEMES,
-    parsed_schemes: &["postgres", "postgresql"],
-    connect,
-};
-
-fn connect(uri: &str) -> bakery_core::driver::Connecting<'_> {
-    bakery_core::driver::boxed(PostgresStore::connect(uri))
-}
+bakery_core::driver!("postgres", PostgresStore, ["postgres", "postgresql"]);

@@ -30,15 +30,4 @@ pub const SCHEMES: &[&str] = &["redis"];
 /// The backend name carried by every error of this crate.
 const BACKEND: &str = "redis";
 
-/// This backend as the facade's `connect` picks it: by a URI of one of its
-/// schemes.
-pub const DRIVER: bakery_core::Driver = bakery_core::Driver {
-    name: "redis",
-    schemes: SCHEMES,
-    parsed_schemes: &["redis", "rediss"],
-    connect,
-};
-
-fn connect(uri: &str) -> bakery_core::driver::Connecting<'_> {
-    bakery_core::driver::boxed(RedisStore::connect(uri))
-}
+bakery_core::driver!("redis", RedisStore, ["redis", "rediss"]);

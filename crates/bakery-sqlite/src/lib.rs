@@ -20,15 +20,4 @@ pub const SCHEMES: &[&str] = &["sqlite"];
 /// The backend name carried by every error of this crate.
 pub(crate) const BACKEND: &str = "sqlite";
 
-/// This backend as the facade's `connect` picks it: by a URI of one of its
-/// schemes.
-pub const DRIVER: bakery_core::Driver = bakery_core::Driver {
-    name: "sqlite",
-    schemes: SCHEMES,
-    parsed_schemes: &["sqlite"],
-    connect,
-};
-
-fn connect(uri: &str) -> bakery_core::driver::Connecting<'_> {
-    bakery_core::driver::boxed(SqliteStore::connect(uri))
-}
+bakery_core::driver!("sqlite", SqliteStore, ["sqlite"]);
