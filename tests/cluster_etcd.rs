@@ -134,7 +134,10 @@ fn etcd_cluster_survives_leader_kill() {
 
         let workload = Workload::start(&uri, &history, &plan, 0).await;
         assert!(
-            eventually(RECOVERY_BOUND, || acked_after(&history, 0) >= ACKS_PER_PHASE).await,
+            eventually(RECOVERY_BOUND, || {
+                acked_after(&history, 0) >= ACKS_PER_PHASE && workload.all_served()
+            })
+            .await,
             "no writes acknowledged before the fault"
         );
         // Asked now, not from the last sample: the leader to kill. One

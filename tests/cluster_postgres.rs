@@ -135,9 +135,10 @@ fn failover(primary: &str, standby: &str, sync: bool) -> Figures {
         let workload = Workload::start(&primary, &history, &plan, 0).await;
         assert!(
             eventually(RECOVERY_BOUND, || acked_after(&history, 0)
-                >= ACKS_PER_PHASE)
+                >= ACKS_PER_PHASE
+                && workload.all_served())
             .await,
-            "{mode}: no writes acknowledged by the primary"
+            "{mode}: the primary did not serve every client"
         );
         tokio::task::spawn_blocking(|| backends("kill", PRIMARY))
             .await
@@ -160,12 +161,12 @@ fn failover(primary: &str, standby: &str, sync: bool) -> Figures {
         let reopened_ns = history.now_ns();
         let workload = Workload::start(standby, &history, &plan, STANDBY_CLIENTS).await;
         let continued = eventually(RECOVERY_BOUND, || {
-            acked_after(&history, reopened_ns) >= ACKS_PER_PHASE
+            acked_after(&history, reopened_ns) >= ACKS_PER_PHASE && workload.all_served()
         })
         .await;
         assert!(
             continued,
-            "{mode}: no writes acknowledged by the promoted standby"
+            "{mode}: the promoted standby did not serve every client"
         );
         let on_primary_ids = observed.ids.len();
         observed.merge(workload.stop().await);

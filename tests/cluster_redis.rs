@@ -171,7 +171,10 @@ fn failover(mode: Mode, partitioned: bool) {
         let plan = Plan::new("cluster-redis", 2, 4, 3);
         let before = Workload::start(&options(&primary), &history, &plan, 0).await;
         assert!(
-            eventually(RECOVERY_BOUND, || acked_after(&history, 0) >= ACKS_PER_PHASE).await,
+            eventually(RECOVERY_BOUND, || {
+                acked_after(&history, 0) >= ACKS_PER_PHASE && before.all_served()
+            })
+            .await,
             "{label}: no writes acknowledged before the fault"
         );
         // The lock clients are under way too (the phase's length is the
@@ -215,7 +218,10 @@ fn failover(mode: Mode, partitioned: bool) {
         // …and new clients go on there.
         let after = Workload::start(&options(&replica), &history, &plan, 100).await;
         assert!(
-            eventually(RECOVERY_BOUND, || acked_after(&history, stopped_ns) >= ACKS_PER_PHASE).await,
+            eventually(RECOVERY_BOUND, || {
+                acked_after(&history, stopped_ns) >= ACKS_PER_PHASE && after.all_served()
+            })
+            .await,
             "{label}: no writes acknowledged after the failover"
         );
         observed.merge(after.stop().await);

@@ -172,7 +172,7 @@ fn restart_mid_run(backend: &str, var: &str) {
             .zip(0..)
             .map(|(own, i)| {
                 let lock = lock_on(&own, &lock_name, LEASE);
-                tokio::spawn(lock_client(lock, clock.clone(), i, stop.clone()))
+                tokio::spawn(lock_client(lock, clock.clone(), i, stop.clone(), Arc::default()))
             })
             .collect();
         // Let work start, stop the server, keep going, start it again.

@@ -661,7 +661,12 @@ impl Backend {
             .iter()
             .filter(|_| sequences)
             .map(|seq| {
-                let client = sequence_client(seq.clone(), self.history.clone(), stop.clone());
+                let client = sequence_client(
+                    seq.clone(),
+                    self.history.clone(),
+                    stop.clone(),
+                    Arc::default(),
+                );
                 tokio::spawn(client)
             })
             .collect();
@@ -671,7 +676,13 @@ impl Backend {
             .zip(0..)
             .map(|(store, i)| {
                 let lock = lock_on(store, &self.lock, LEASE);
-                tokio::spawn(lock_client(lock, self.history.clone(), i, stop.clone()))
+                tokio::spawn(lock_client(
+                    lock,
+                    self.history.clone(),
+                    i,
+                    stop.clone(),
+                    Arc::default(),
+                ))
             })
             .collect();
         Running {

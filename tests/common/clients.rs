@@ -18,7 +18,7 @@
 //! confirmed the grant was still its own. Every failure is kept with its
 //! times on the shared clock, so a test can tell which fault caused it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -147,6 +147,29 @@ async fn timed<T>(
     }
 }
 
+/// What the clients of one run achieved so far, updated while they run: a
+/// phase of a fault test lasts until every client has had its turn (on a
+/// busy machine the counters alone may reach their mark first).
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Sequence clients that got at least one id.
+    sequence_clients_served: AtomicUsize,
+    /// Lock clients that had at least one fenced write accepted.
+    lock_clients_served: AtomicUsize,
+    /// Deliberate writes with a released token that returned.
+    stale_tried: AtomicU64,
+}
+
+impl Progress {
+    /// Every one of `sequence_clients` got an id, every one of
+    /// `lock_clients` wrote under its grant, and a stale write was tried.
+    pub fn all_served(&self, sequence_clients: usize, lock_clients: usize) -> bool {
+        self.sequence_clients_served.load(Ordering::Relaxed) >= sequence_clients
+            && self.lock_clients_served.load(Ordering::Relaxed) >= lock_clients
+            && (lock_clients == 0 || self.stale_tried.load(Ordering::Relaxed) > 0)
+    }
+}
+
 /// What one sequence client saw.
 #[derive(Debug, Default)]
 pub struct SequenceTally {
@@ -162,11 +185,17 @@ pub async fn sequence_client(
     seq: Sequence,
     clock: History,
     stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
 ) -> SequenceTally {
     let mut tally = SequenceTally::default();
     let mut since = None;
     while !stopping(&stop, !tally.ids.is_empty(), &mut since) {
         if let Some(id) = timed(&clock, &mut tally.failures, "Sequence::next", seq.next()).await {
+            if tally.ids.is_empty() {
+                progress
+                    .sequence_clients_served
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             tally.ids.push(id);
         }
     }
@@ -256,6 +285,7 @@ pub async fn lock_client(
     clock: History,
     client: u64,
     stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
 ) -> LockTally {
     let mut tally = LockTally {
         client,
@@ -308,6 +338,7 @@ pub async fn lock_client(
             if let Some(accepted) = accepted {
                 tally.stale_tried += 1;
                 tally.stale_accepted += u64::from(accepted);
+                progress.stale_tried.fetch_add(1, Ordering::Relaxed);
             }
             tally.note(&clock, client, stale, t, accepted);
         }
@@ -322,6 +353,9 @@ pub async fn lock_client(
         )
         .await;
         let accepted = written.map(|w| w.is_accepted());
+        if accepted == Some(true) && tally.writes_accepted == 0 {
+            progress.lock_clients_served.fetch_add(1, Ordering::Relaxed);
+        }
         tally.writes_accepted += u64::from(accepted == Some(true));
         if tally.failures.len() > failed_before
             && tally.failures[failed_before].kind != ErrorKind::Unavailable

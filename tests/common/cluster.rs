@@ -24,7 +24,9 @@ use bakery_verify::RecordingStore;
 use tokio::task::JoinHandle;
 
 use super::clients::bounded;
-use super::clients::{lock_client, lock_on, open_each, sequence_client, LockReport, LockTally};
+use super::clients::{
+    lock_client, lock_on, open_each, sequence_client, LockReport, LockTally, Progress,
+};
 
 /// A pause after a failed call, so a client does not spin on a refused
 /// connection (no assertion depends on it).
@@ -95,6 +97,9 @@ fn typed(what: &str, e: &bakery::Error) -> ErrorKind {
 /// Clients running on one server.
 pub struct Workload {
     stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+    sequence_clients: usize,
+    lock_clients: usize,
     counters: Vec<JoinHandle<u64>>,
     sequences: Vec<JoinHandle<super::clients::SequenceTally>>,
     locks: Vec<JoinHandle<LockTally>>,
@@ -135,6 +140,7 @@ impl Workload {
     /// store of its own (its own `bakery::connect`).
     pub async fn start(uri: &str, history: &History, plan: &Plan, first_client: u64) -> Workload {
         let stop = Arc::new(AtomicBool::new(false));
+        let progress = Arc::new(Progress::default());
         let shared = open_each(uri, 1, OPEN_BOUND).await.remove(0);
         let counters = (0..plan.counter_clients)
             .map(|i| {
@@ -152,7 +158,12 @@ impl Workload {
                     .block_size(plan.block_size)
                     .build()
                     .expect("sequence");
-                tokio::spawn(sequence_client(seq, history.clone(), stop.clone()))
+                tokio::spawn(sequence_client(
+                    seq,
+                    history.clone(),
+                    stop.clone(),
+                    progress.clone(),
+                ))
             })
             .collect();
         let locks = open_each(uri, plan.lock_clients as usize, OPEN_BOUND)
@@ -162,15 +173,33 @@ impl Workload {
             .map(|(store, i)| {
                 let client = first_client + plan.counter_clients + i;
                 let lock = lock_on(&store, &plan.lock, LEASE);
-                tokio::spawn(lock_client(lock, history.clone(), client, stop.clone()))
+                tokio::spawn(lock_client(
+                    lock,
+                    history.clone(),
+                    client,
+                    stop.clone(),
+                    progress.clone(),
+                ))
             })
             .collect();
         Workload {
             stop,
+            progress,
+            sequence_clients: plan.sequence_clients,
+            lock_clients: plan.lock_clients as usize,
             counters,
             sequences,
             locks,
         }
+    }
+
+    /// Every sequence client got an id, every lock client wrote under its
+    /// grant, and a stale fenced write was tried: wait for this (with the
+    /// counters' mark) before a fault, so the checks after it judge every
+    /// client.
+    pub fn all_served(&self) -> bool {
+        self.progress
+            .all_served(self.sequence_clients, self.lock_clients)
     }
 
     /// Stops the clients (each finishes its current call) and collects
