@@ -58,28 +58,30 @@
 ///   converted argument wrapped, for an `Option` field;
 /// - `with_x(x: T) Some;` to the argument wrapped.
 ///
-/// The setter's name is free (recipe builders use plain `x(…)`).
+/// The setter's name is free (recipe builders use plain `x(…)`). A line
+/// that starts `[inner] with_x(…)` sets the field `x` of the builder's
+/// field `inner` (recipes keep their shared settings in one struct).
 ///
 /// The argument is named after the field it sets. Doc comments before a
 /// line become the setter's docs. See the [module docs](crate::builder).
 #[macro_export]
 macro_rules! setters {
-    ($ty:ty { $($(#[$m:meta])* $setter:ident($($arg:tt)*) $($wrap:ident)?;)* }) => {
+    ($ty:ty { $($(#[$m:meta])* $([$via:ident])? $setter:ident($($arg:tt)*) $($wrap:ident)?;)* }) => {
         impl $ty {
-            $($crate::setters!(@one [$(#[$m])*] $setter($($arg)*) $($wrap)?);)*
+            $($crate::setters!(@one [$(#[$m])*] [$($via)?] $setter($($arg)*) $($wrap)?);)*
         }
     };
-    (@one [$($m:tt)*] $setter:ident($field:ident: impl Into<$t:ty>) $wrap:ident) => {
-        $($m)* pub fn $setter(mut self, $field: impl Into<$t>) -> Self { self.$field = $wrap($field.into()); self }
+    (@one [$($m:tt)*] [$($via:ident)?] $setter:ident($field:ident: impl Into<$t:ty>) $wrap:ident) => {
+        $($m)* pub fn $setter(mut self, $field: impl Into<$t>) -> Self { self.$($via.)?$field = $wrap($field.into()); self }
     };
-    (@one [$($m:tt)*] $setter:ident($field:ident: impl Into<$t:ty>)) => {
-        $($m)* pub fn $setter(mut self, $field: impl Into<$t>) -> Self { self.$field = $field.into(); self }
+    (@one [$($m:tt)*] [$($via:ident)?] $setter:ident($field:ident: impl Into<$t:ty>)) => {
+        $($m)* pub fn $setter(mut self, $field: impl Into<$t>) -> Self { self.$($via.)?$field = $field.into(); self }
     };
-    (@one [$($m:tt)*] $setter:ident($field:ident: $t:ty) $wrap:ident) => {
-        $($m)* pub fn $setter(mut self, $field: $t) -> Self { self.$field = $wrap($field); self }
+    (@one [$($m:tt)*] [$($via:ident)?] $setter:ident($field:ident: $t:ty) $wrap:ident) => {
+        $($m)* pub fn $setter(mut self, $field: $t) -> Self { self.$($via.)?$field = $wrap($field); self }
     };
-    (@one [$($m:tt)*] $setter:ident($field:ident: $t:ty)) => {
-        $($m)* pub fn $setter(mut self, $field: $t) -> Self { self.$field = $field; self }
+    (@one [$($m:tt)*] [$($via:ident)?] $setter:ident($field:ident: $t:ty)) => {
+        $($m)* pub fn $setter(mut self, $field: $t) -> Self { self.$($via.)?$field = $field; self }
     };
 }
 

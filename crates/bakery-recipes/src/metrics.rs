@@ -16,9 +16,10 @@
 //! | `bakery_sequence_reserved_ids_total` | counter | `sequence` | ids in those blocks |
 //! | `bakery_sequence_waits_total` | counter | `sequence` | `next()` calls that waited for the store |
 //!
-//! | `bakery_semaphore_acquisitions_total`, `bakery_rwlock_acquisitions_total` | counter | `semaphore` / `rwlock` | permits and read or write grants received |
-//! | `bakery_semaphore_hold_seconds`, `bakery_rwlock_hold_seconds` | histogram | `semaphore` / `rwlock` | from a grant to its release |
-//! | `bakery_semaphore_lost_total`, `bakery_rwlock_lost_total` | counter | `semaphore` / `rwlock`, `reason` | grants lost, as for the lock |
+//! The semaphore and the read-write lock report the same seven as the
+//! lock, named `bakery_semaphore_…` and `bakery_rwlock_…` (labels
+//! `semaphore` and `rwlock`): permits and read or write grants received,
+//! waits, holds, hand-offs and their time, losses and evictions.
 //!
 //! The `lock` label is the lock's name (`election.NAME` for an election),
 //! `sequence` the sequence's name: keep the number of names bounded.
@@ -27,69 +28,114 @@ use std::time::Duration;
 
 use crate::grant::LostReason;
 
-/// A recipe with its own row that reports grants, holds and losses.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Recipe {
-    Semaphore,
-    RwLock,
+/// The metric names of a queue recipe (`lock`, `semaphore`, `rwlock`):
+/// its label, then acquisitions, wait, hold, hand-offs, hand-off time,
+/// losses and evictions.
+#[cfg(feature = "metrics")]
+struct Names {
+    label: &'static str,
+    acquisitions: &'static str,
+    wait: &'static str,
+    hold: &'static str,
+    handoffs: &'static str,
+    handoff: &'static str,
+    lost: &'static str,
+    evictions: &'static str,
 }
 
 #[cfg(feature = "metrics")]
-impl Recipe {
-    /// Label, acquisitions, hold time, losses.
-    fn names(self) -> (&'static str, &'static str, &'static str, &'static str) {
-        match self {
-            Recipe::Semaphore => (
-                "semaphore",
-                "bakery_semaphore_acquisitions_total",
-                "bakery_semaphore_hold_seconds",
-                "bakery_semaphore_lost_total",
-            ),
-            Recipe::RwLock => (
-                "rwlock",
-                "bakery_rwlock_acquisitions_total",
-                "bakery_rwlock_hold_seconds",
-                "bakery_rwlock_lost_total",
-            ),
+macro_rules! names {
+    ($recipe:literal) => {
+        Names {
+            label: $recipe,
+            acquisitions: concat!("bakery_", $recipe, "_acquisitions_total"),
+            wait: concat!("bakery_", $recipe, "_wait_seconds"),
+            hold: concat!("bakery_", $recipe, "_hold_seconds"),
+            handoffs: concat!("bakery_", $recipe, "_handoffs_total"),
+            handoff: concat!("bakery_", $recipe, "_handoff_seconds"),
+            lost: concat!("bakery_", $recipe, "_lost_total"),
+            evictions: concat!("bakery_", $recipe, "_evictions_total"),
+        }
+    };
+}
+
+#[cfg(feature = "metrics")]
+fn names(recipe: &'static str) -> Names {
+    match recipe {
+        "semaphore" => names!("semaphore"),
+        "rwlock" => names!("rwlock"),
+        _ => names!("lock"),
+    }
+}
+
+/// A grant received, `wait` after the call that asked for it.
+#[inline]
+pub(crate) fn acquired(recipe: &'static str, name: &str, wait: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        let names = names(recipe);
+        let labels = [(names.label, name.to_owned())];
+        metrics::counter!(names.acquisitions, &labels).increment(1);
+        metrics::histogram!(names.wait, &labels).record(wait.as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (recipe, name, wait);
+}
+
+/// A grant released after `held`; `handed_on` if the release granted a
+/// waiter in the same write.
+#[inline]
+pub(crate) fn released(recipe: &'static str, name: &str, held: Duration, handed_on: bool) {
+    #[cfg(feature = "metrics")]
+    {
+        let names = names(recipe);
+        let labels = [(names.label, name.to_owned())];
+        metrics::histogram!(names.hold, &labels).record(held.as_secs_f64());
+        if handed_on {
+            metrics::counter!(names.handoffs, &labels).increment(1);
         }
     }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (recipe, name, held, handed_on);
 }
 
-/// `recipe` `name` granted a permit or guard here.
+/// A waiter of this process received its grant `after` the release of
+/// this process that handed it over was sent.
 #[inline]
-pub(crate) fn acquired(recipe: Recipe, name: &str) {
+pub(crate) fn handed_over(recipe: &'static str, name: &str, after: Duration) {
     #[cfg(feature = "metrics")]
     {
-        let (label, acquisitions, _, _) = recipe.names();
-        metrics::counter!(acquisitions, label => name.to_owned()).increment(1);
+        let names = names(recipe);
+        metrics::histogram!(names.handoff, names.label => name.to_owned())
+            .record(after.as_secs_f64());
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (recipe, name);
+    let _ = (recipe, name, after);
 }
 
-/// A grant of `recipe` `name` released after `held`.
+/// A grant lost, for `reason`.
 #[inline]
-pub(crate) fn released(recipe: Recipe, name: &str, held: Duration) {
+pub(crate) fn lost(recipe: &'static str, name: &str, reason: LostReason) {
     #[cfg(feature = "metrics")]
     {
-        let (label, _, hold, _) = recipe.names();
-        metrics::histogram!(hold, label => name.to_owned()).record(held.as_secs_f64());
-    }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (recipe, name, held);
-}
-
-/// A grant of `recipe` `name` was lost.
-#[inline]
-pub(crate) fn lost(recipe: Recipe, name: &str, reason: LostReason) {
-    #[cfg(feature = "metrics")]
-    {
-        let (label, _, _, lost) = recipe.names();
-        metrics::counter!(lost, label => name.to_owned(), "reason" => reason_label(reason))
+        let names = names(recipe);
+        metrics::counter!(names.lost, names.label => name.to_owned(), "reason" => reason_label(reason))
             .increment(1);
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (recipe, name, reason);
+}
+
+/// Holders this process evicted after a lease of silence.
+#[inline]
+pub(crate) fn evicted(recipe: &'static str, name: &str) {
+    #[cfg(feature = "metrics")]
+    {
+        let names = names(recipe);
+        metrics::counter!(names.evictions, names.label => name.to_owned()).increment(1);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (recipe, name);
 }
 
 #[cfg(feature = "metrics")]
@@ -102,68 +148,6 @@ fn reason_label(reason: LostReason) -> &'static str {
     }
 }
 
-/// A grant of lock `name` after waiting `wait` (zero for a try).
-#[inline]
-pub(crate) fn lock_acquired(name: &str, wait: Duration) {
-    #[cfg(feature = "metrics")]
-    {
-        let labels = [("lock", name.to_owned())];
-        metrics::counter!("bakery_lock_acquisitions_total", &labels).increment(1);
-        metrics::histogram!("bakery_lock_wait_seconds", &labels).record(wait.as_secs_f64());
-    }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (name, wait);
-}
-
-/// A grant of lock `name` released after `held`; `handed_on`: to a waiter.
-#[inline]
-pub(crate) fn lock_released(name: &str, held: Duration, handed_on: bool) {
-    #[cfg(feature = "metrics")]
-    {
-        let labels = [("lock", name.to_owned())];
-        metrics::histogram!("bakery_lock_hold_seconds", &labels).record(held.as_secs_f64());
-        if handed_on {
-            metrics::counter!("bakery_lock_handoffs_total", &labels).increment(1);
-        }
-    }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (name, held, handed_on);
-}
-
-/// A waiter of lock `name` got the grant a release of this process sent
-/// `after` ago.
-#[inline]
-pub(crate) fn lock_handed_over(name: &str, after: Duration) {
-    #[cfg(feature = "metrics")]
-    metrics::histogram!("bakery_lock_handoff_seconds", "lock" => name.to_owned())
-        .record(after.as_secs_f64());
-    #[cfg(not(feature = "metrics"))]
-    let _ = (name, after);
-}
-
-/// A grant of lock `name` was lost.
-#[inline]
-pub(crate) fn lock_lost(name: &str, reason: LostReason) {
-    #[cfg(feature = "metrics")]
-    {
-        let reason = reason_label(reason);
-        metrics::counter!("bakery_lock_lost_total", "lock" => name.to_owned(), "reason" => reason)
-            .increment(1);
-    }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (name, reason);
-}
-
-/// This process evicted the silent holder of lock `name`.
-#[inline]
-pub(crate) fn lock_evicted(name: &str) {
-    #[cfg(feature = "metrics")]
-    metrics::counter!("bakery_lock_evictions_total", "lock" => name.to_owned()).increment(1);
-    #[cfg(not(feature = "metrics"))]
-    let _ = name;
-}
-
-/// Sequence `name` reserved a block of `ids`.
 #[inline]
 pub(crate) fn sequence_reserved(name: &str, ids: u64) {
     #[cfg(feature = "metrics")]

@@ -29,8 +29,9 @@
 //! - **Leases without synchronized clocks.** Each holder advances its own
 //!   heartbeat counter every lease/3. A waiter that sees the same
 //!   (holder, heartbeat) for a whole lease of that holder *on its own
-//!   monotonic clock* evicts it with a write conditioned on exactly that
-//!   row version (a handed-over grant not claimed within its lease too).
+//!   monotonic clock* evicts it with a write that applies only while that
+//!   heartbeat still stands (a handed-over grant not claimed within its
+//!   lease too).
 //! - **Fencing.** Every grant takes the next token ([`ReadGuard::token`],
 //!   [`WriteGuard::token`]). A lease never guarantees exclusion by itself
 //!   (a paused writer outlives its lease); a token checked where the
@@ -53,14 +54,12 @@
 //! heartbeat: every holder adds about a hundred bytes to it, and so does a
 //! waiter, except one that repeats the owner, mode and lease of the waiter before it
 //! (one process's clients): that one is stored as its bare id, 14 bytes.
-//! Rows written by earlier versions (every waiter whole) read as before;
-//! versions before the bare id refuse a row that has one with
-//! [`ErrorKind::Corrupt`] and leave it as it is, so every process sharing
-//! a lock must run a version with it.
-//! The clients of one process write it in turn, each deciding on the row
-//! the last of them left, so they never conflict with each other; clients
-//! in different processes contend on it (many readers heartbeating in
-//! different processes make many conflicts). The queue is not capped. Not reentrant: a second `read()` or
+//! Rows written by earlier versions (every waiter whole) read as before.
+//! The clients of one process share one writer of the row, which combines
+//! their requests into one conditional write, so they never conflict with
+//! each other; clients in different processes contend on it (many readers
+//! heartbeating in different processes make many conflicts). It is the
+//! same leased FIFO queue as the [lock](crate::lock)'s, with readers. The queue is not capped. Not reentrant: a second `read()` or
 //! `write()` by the same holder is a separate request (and a `write()` by a
 //! reader waits for itself until its timeout).
 //!
@@ -105,14 +104,17 @@ use std::time::Duration;
 
 #[cfg(doc)]
 use bakery_core::ErrorKind;
-use bakery_core::{Key, Result, Row, VersionedStore};
+use bakery_core::{Key, Result, VersionedStore};
 
 pub use crate::grant::LostReason;
 pub use guard::{ReadGuard, WriteGuard};
 pub use state::{Holder, Mode, RwLockState, Waiter};
 
-use crate::turn::{self, Hold, TurnHandle, TurnRecipe, TurnSettings};
-use state::RECIPE;
+use crate::queue::acquire;
+use crate::queue::handle::{QueueHandle, Settings};
+use crate::queue::hold::Hold;
+use crate::queue::row::{self, Shape};
+use crate::queue::state::Rule;
 
 /// Key prefix of read-write lock rows: the lock `config` is stored under
 /// `rwlock/config`.
@@ -120,57 +122,47 @@ pub const KEY_PREFIX: &str = "rwlock";
 
 /// Default lease: long enough for a heartbeat to survive a few slow round
 /// trips, short enough that a crashed holder's lock comes back quickly.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+pub const DEFAULT_LEASE: Duration = crate::queue::handle::DEFAULT_LEASE;
 
 /// Default longest delay between two polls of a waiter (without
 /// notifications).
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(25);
+pub const DEFAULT_POLL_INTERVAL: Duration = crate::queue::handle::DEFAULT_POLL_INTERVAL;
 
 /// Shortest lease accepted: the heartbeat runs every lease/3.
-pub const MIN_LEASE: Duration = turn::MIN_LEASE;
+pub const MIN_LEASE: Duration = crate::queue::handle::MIN_LEASE;
 
 /// Configures a [`RwLock`]; start with [`RwLock::builder`].
 #[derive(Debug, Clone)]
 pub struct RwLockBuilder {
-    store: Arc<dyn VersionedStore>,
-    name: String,
-    lease: Duration,
-    acquire_timeout: Option<Duration>,
-    poll_interval: Duration,
-    owner: Option<String>,
+    settings: Settings,
 }
 
 bakery_core::setters! { RwLockBuilder {
     /// How long a hold survives its holder's silence (default 10 s). The
     /// holder heartbeats every lease/3. At least 30 ms.
-    lease(lease: Duration);
+    [settings] lease(lease: Duration);
     /// Give up [`RwLock::read`] and [`RwLock::write`] after this long with
     /// [`ErrorKind::TimedOut`] (leaving the queue first). Default: wait
     /// forever.
-    acquire_timeout(acquire_timeout: Duration) Some;
+    [settings] acquire_timeout(acquire_timeout: Duration) Some;
     /// Longest delay between two polls while waiting (default 25 ms). Polls
     /// start at 1 ms and double while nothing changes. With store
     /// notifications this is only the fallback.
-    poll_interval(poll_interval: Duration);
+    [settings] poll_interval(poll_interval: Duration);
+    /// Use the store's notifications when it has
+    /// [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH) (default
+    /// `true`); `false` polls only.
+    [settings] notifications(notifications: bool);
     /// The owner stored with each holder and waiter (default `host:pid`).
-    owner(owner: impl Into<String>) Some;
+    [settings] owner(owner: impl Into<String>) Some;
 }}
 
 impl RwLockBuilder {
     /// Check the settings and build the lock. No store call is made.
     pub fn build(self) -> Result<RwLock> {
-        let settings = TurnSettings {
-            store: self.store,
-            name: self.name,
-            lease: self.lease,
-            acquire_timeout: self.acquire_timeout,
-            poll_interval: self.poll_interval,
-            owner: self.owner,
-        };
+        let handle = QueueHandle::new(Shape::RwLock, Rule::ReadWrite, KEY_PREFIX, self.settings)?;
         Ok(RwLock {
-            inner: Arc::new(Inner {
-                handle: TurnHandle::new(RECIPE, KEY_PREFIX, settings)?,
-            }),
+            handle: Arc::new(handle),
         })
     }
 }
@@ -180,41 +172,12 @@ impl RwLockBuilder {
 /// [module docs](self).
 #[derive(Clone)]
 pub struct RwLock {
-    inner: Arc<Inner>,
+    handle: Arc<QueueHandle>,
 }
 
 impl fmt::Debug for RwLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RwLock")
-            .field("name", &self.inner.handle.name)
-            .field("lease", &self.inner.handle.lease)
-            .field("backend", &self.inner.handle.store.backend())
-            .finish()
-    }
-}
-
-pub(crate) struct Inner {
-    handle: TurnHandle,
-}
-
-impl TurnRecipe for Inner {
-    type State = RwLockState;
-    const RECIPE: &'static str = RECIPE;
-    const METRIC: crate::metrics::Recipe = crate::metrics::Recipe::RwLock;
-
-    fn handle(&self) -> &TurnHandle {
-        &self.handle
-    }
-
-    fn decode(&self, row: Option<&Row>) -> Result<Arc<RwLockState>> {
-        match row {
-            Some(row) => self.handle.row.state(row, RwLockState::decode),
-            None => Ok(Arc::new(RwLockState::new())),
-        }
-    }
-
-    fn parse(row: &Row) -> Result<RwLockState> {
-        RwLockState::decode(row)
+        self.handle.debug(f, "RwLock")
     }
 }
 
@@ -223,23 +186,18 @@ impl RwLock {
     /// `_ - . : @ + =`).
     pub fn builder(store: Arc<dyn VersionedStore>, name: &str) -> RwLockBuilder {
         RwLockBuilder {
-            store,
-            name: name.to_owned(),
-            lease: DEFAULT_LEASE,
-            acquire_timeout: None,
-            poll_interval: DEFAULT_POLL_INTERVAL,
-            owner: None,
+            settings: Settings::new(store, name),
         }
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.inner.handle.name
+        &self.handle.name
     }
 
     /// The lease this handle's holds are taken with.
     pub fn lease(&self) -> Duration {
-        self.inner.handle.lease
+        self.handle.lease
     }
 
     /// Wait until the lock is granted for reading (shared with other
@@ -271,7 +229,7 @@ impl RwLock {
 
     /// The soft form of [`RwLock::write`]: take the lock for writing only
     /// if nobody holds it and nobody queues; otherwise `Ok(None)` at once.
-    /// Never queues. A holder that this handle's tries saw silent (same
+    /// Never queues. A holder that this process's tries saw silent (same
     /// heartbeat) for a whole lease on this machine's clock is evicted when
     /// nobody waits (for `try_read` too), so crashed holders do not shut
     /// out try-only clients forever.
@@ -284,87 +242,22 @@ impl RwLock {
     pub async fn inspect(store: &dyn VersionedStore, name: &str) -> Result<Option<RwLockState>> {
         let key = Key::with_prefix(KEY_PREFIX, name)?;
         match store.get(&key).await? {
-            Some(row) => RwLockState::decode(&row).map(Some),
+            Some(row) => Ok(Some(row::decode(Shape::RwLock, &row)?.into())),
             None => Ok(None),
         }
     }
 
-    async fn acquire(&self, mode: Mode) -> Result<Hold<Inner>> {
-        let name = &self.inner.handle.name;
-        let grant = turn::acquire(&self.inner, self.waiter(mode), |limit| {
+    async fn acquire(&self, mode: Mode) -> Result<Hold> {
+        let name = &self.handle.name;
+        let grant = acquire::acquire(&self.handle, self.handle.ask(mode), |limit| {
             format!("rwlock {name} not granted for {mode} within {limit:?}")
         })
         .await?;
-        Ok(Hold::start(self.inner.clone(), grant, mode.held()))
+        Ok(Hold::start(self.handle.clone(), grant, state::held(mode)))
     }
 
-    async fn try_acquire(&self, mode: Mode) -> Result<Option<Hold<Inner>>> {
-        let grant = turn::try_acquire(&self.inner, self.waiter(mode)).await?;
-        Ok(grant.map(|grant| Hold::start(self.inner.clone(), grant, mode.held())))
-    }
-
-    /// A new request of this handle, for `mode`.
-    fn waiter(&self, mode: Mode) -> Waiter {
-        let handle = &self.inner.handle;
-        Waiter {
-            id: crate::grant::acquisition_id(),
-            owner: handle.owner.clone(),
-            mode,
-            lease_ms: handle.lease_ms,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use bakery_core::MemoryStore;
-
-    use super::*;
-    use crate::arrival::order;
-
-    #[tokio::test]
-    async fn a_writer_that_asked_first_is_served_first_though_not_polled_since() {
-        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
-        let client = || {
-            RwLock::builder(store.clone(), "order")
-                .build()
-                .expect("rwlock")
-        };
-        let (a, b) = (client(), client());
-        order::asked_first_is_served_first(
-            || a.write(),
-            || b.write(),
-            WriteGuard::token,
-            WriteGuard::release,
-            true,
-        )
-        .await;
-    }
-
-    async fn writers_take_turns() {
-        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
-        let clients = (0..4)
-            .map(|_| {
-                RwLock::builder(store.clone(), "turns")
-                    .build()
-                    .expect("rwlock")
-            })
-            .collect();
-        order::clients_in_a_closed_loop_take_turns(
-            clients,
-            |rwlock: RwLock| async move { rwlock.write().await },
-            WriteGuard::release,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn writers_in_a_closed_loop_take_turns() {
-        writers_take_turns().await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn writers_in_a_closed_loop_take_turns_on_two_threads() {
-        writers_take_turns().await;
+    async fn try_acquire(&self, mode: Mode) -> Result<Option<Hold>> {
+        let grant = acquire::try_acquire(&self.handle, self.handle.ask(mode)).await?;
+        Ok(grant.map(|grant| Hold::start(self.handle.clone(), grant, state::held(mode))))
     }
 }

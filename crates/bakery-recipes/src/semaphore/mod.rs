@@ -37,13 +37,11 @@
 //! heartbeat: every holder adds about a hundred bytes to it, and so does a
 //! waiter, except one that repeats the owner and lease of the waiter before it
 //! (one process's clients): that one is stored as its bare id, 14 bytes.
-//! Rows written by earlier versions (every waiter whole) read as before;
-//! versions before the bare id refuse a row that has one with
-//! [`ErrorKind::Corrupt`] and leave it as it is, so every process sharing
-//! a semaphore must run a version with it.
-//! The clients of one process write it in turn, each deciding on the row
-//! the last of them left, so they never conflict with each other; clients
-//! in different processes contend on it. Permits are capped at
+//! Rows written by earlier versions (every waiter whole) read as before.
+//! The clients of one process share one writer of the row, which combines
+//! their requests into one conditional write, so they never conflict with
+//! each other; clients in different processes contend on it. It is the
+//! same leased FIFO queue as the [lock](crate::lock)'s, with N permits. Permits are capped at
 //! [`MAX_PERMITS`]; the queue is not capped. The number of permits is fixed
 //! by the first client that writes the row: a client configured with
 //! another number gets [`ErrorKind::Config`] (delete the row, when nobody
@@ -90,14 +88,17 @@ use std::time::Duration;
 
 #[cfg(doc)]
 use bakery_core::ErrorKind;
-use bakery_core::{Error, Key, Result, Row, VersionedStore};
+use bakery_core::{Error, Key, Result, VersionedStore};
 
 pub use crate::grant::LostReason;
 pub use permit::Permit;
 pub use state::{Holder, SemaphoreState, Waiter};
 
-use crate::turn::{self, Hold, TurnHandle, TurnRecipe, TurnSettings};
-use state::RECIPE;
+use crate::queue::acquire;
+use crate::queue::handle::{QueueHandle, Settings};
+use crate::queue::hold::Hold;
+use crate::queue::row::{self, Shape};
+use crate::queue::state::{Mode, Rule};
 
 /// Key prefix of semaphore rows: the semaphore `exports` is stored under
 /// `semaphore/exports`.
@@ -105,14 +106,14 @@ pub const KEY_PREFIX: &str = "semaphore";
 
 /// Default lease: long enough for a heartbeat to survive a few slow round
 /// trips, short enough that a crashed holder's permit comes back quickly.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+pub const DEFAULT_LEASE: Duration = crate::queue::handle::DEFAULT_LEASE;
 
 /// Default longest delay between two polls of a waiter (without
 /// notifications).
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(25);
+pub const DEFAULT_POLL_INTERVAL: Duration = crate::queue::handle::DEFAULT_POLL_INTERVAL;
 
 /// Shortest lease accepted: the heartbeat runs every lease/3.
-pub const MIN_LEASE: Duration = turn::MIN_LEASE;
+pub const MIN_LEASE: Duration = crate::queue::handle::MIN_LEASE;
 
 /// Most permits a semaphore may have: all holders live in its one row.
 pub const MAX_PERMITS: u32 = 1000;
@@ -120,13 +121,8 @@ pub const MAX_PERMITS: u32 = 1000;
 /// Configures a [`Semaphore`]; start with [`Semaphore::builder`].
 #[derive(Debug, Clone)]
 pub struct SemaphoreBuilder {
-    store: Arc<dyn VersionedStore>,
-    name: String,
+    settings: Settings,
     permits: Option<u32>,
-    lease: Duration,
-    acquire_timeout: Option<Duration>,
-    poll_interval: Duration,
-    owner: Option<String>,
 }
 
 bakery_core::setters! { SemaphoreBuilder {
@@ -137,17 +133,21 @@ bakery_core::setters! { SemaphoreBuilder {
     permits(permits: u32) Some;
     /// How long a permit survives its holder's silence (default 10 s). The
     /// holder heartbeats every lease/3. At least 30 ms.
-    lease(lease: Duration);
+    [settings] lease(lease: Duration);
     /// Give up [`Semaphore::acquire`] after this long with
     /// [`ErrorKind::TimedOut`] (leaving the queue first). Default: wait
     /// forever.
-    acquire_timeout(acquire_timeout: Duration) Some;
+    [settings] acquire_timeout(acquire_timeout: Duration) Some;
     /// Longest delay between two polls while waiting (default 25 ms). Polls
     /// start at 1 ms and double while nothing changes. With store
     /// notifications this is only the fallback.
-    poll_interval(poll_interval: Duration);
+    [settings] poll_interval(poll_interval: Duration);
+    /// Use the store's notifications when it has
+    /// [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH) (default
+    /// `true`); `false` polls only.
+    [settings] notifications(notifications: bool);
     /// The owner stored with each holder and waiter (default `host:pid`).
-    owner(owner: impl Into<String>) Some;
+    [settings] owner(owner: impl Into<String>) Some;
 }}
 
 impl SemaphoreBuilder {
@@ -156,31 +156,27 @@ impl SemaphoreBuilder {
         let permits = match self.permits {
             None => {
                 return Err(Error::invalid_input(
-                    RECIPE,
+                    KEY_PREFIX,
                     "the number of permits is required: .permits(n)",
                 ))
             }
             Some(n) if n == 0 || n > MAX_PERMITS => {
                 return Err(Error::invalid_input(
-                    RECIPE,
+                    KEY_PREFIX,
                     format!("permits must be 1 to {MAX_PERMITS}, got {n}"),
                 ))
             }
             Some(n) => n,
         };
-        let settings = TurnSettings {
-            store: self.store,
-            name: self.name,
-            lease: self.lease,
-            acquire_timeout: self.acquire_timeout,
-            poll_interval: self.poll_interval,
-            owner: self.owner,
-        };
+        let handle = QueueHandle::new(
+            Shape::Semaphore,
+            Rule::Permits(permits),
+            KEY_PREFIX,
+            self.settings,
+        )?;
         Ok(Semaphore {
-            inner: Arc::new(Inner {
-                handle: TurnHandle::new(RECIPE, KEY_PREFIX, settings)?,
-                permits,
-            }),
+            handle: Arc::new(handle),
+            permits,
         })
     }
 }
@@ -190,47 +186,13 @@ impl SemaphoreBuilder {
 /// [module docs](self).
 #[derive(Clone)]
 pub struct Semaphore {
-    inner: Arc<Inner>,
+    handle: Arc<QueueHandle>,
+    permits: u32,
 }
 
 impl fmt::Debug for Semaphore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Semaphore")
-            .field("name", &self.inner.handle.name)
-            .field("permits", &self.inner.permits)
-            .field("lease", &self.inner.handle.lease)
-            .field("backend", &self.inner.handle.store.backend())
-            .finish()
-    }
-}
-
-pub(crate) struct Inner {
-    handle: TurnHandle,
-    permits: u32,
-}
-
-impl TurnRecipe for Inner {
-    type State = SemaphoreState;
-    const RECIPE: &'static str = RECIPE;
-    const METRIC: crate::metrics::Recipe = crate::metrics::Recipe::Semaphore;
-
-    fn handle(&self) -> &TurnHandle {
-        &self.handle
-    }
-
-    fn decode(&self, row: Option<&Row>) -> Result<Arc<SemaphoreState>> {
-        match row {
-            Some(row) => {
-                let state = self.handle.row.state(row, SemaphoreState::decode)?;
-                state.check_permits(row, self.permits)?;
-                Ok(state)
-            }
-            None => Ok(Arc::new(SemaphoreState::new(self.permits))),
-        }
-    }
-
-    fn parse(row: &Row) -> Result<SemaphoreState> {
-        SemaphoreState::decode(row)
+        self.handle.debug(f, "Semaphore")
     }
 }
 
@@ -240,29 +202,24 @@ impl Semaphore {
     /// [`SemaphoreBuilder::permits`].
     pub fn builder(store: Arc<dyn VersionedStore>, name: &str) -> SemaphoreBuilder {
         SemaphoreBuilder {
-            store,
-            name: name.to_owned(),
+            settings: Settings::new(store, name),
             permits: None,
-            lease: DEFAULT_LEASE,
-            acquire_timeout: None,
-            poll_interval: DEFAULT_POLL_INTERVAL,
-            owner: None,
         }
     }
 
     /// The semaphore's name.
     pub fn name(&self) -> &str {
-        &self.inner.handle.name
+        &self.handle.name
     }
 
     /// The number of permits this handle is configured with.
     pub fn permits(&self) -> u32 {
-        self.inner.permits
+        self.permits
     }
 
     /// The lease this handle's permits are held with.
     pub fn lease(&self) -> Duration {
-        self.inner.handle.lease
+        self.handle.lease
     }
 
     /// Wait until a permit is granted, in FIFO order of request.
@@ -275,22 +232,22 @@ impl Semaphore {
     /// background, or its grant expires with the lease). Dropping the
     /// future withdraws the request too.
     pub async fn acquire(&self) -> Result<Permit> {
-        let name = &self.inner.handle.name;
-        let grant = turn::acquire(&self.inner, self.waiter(), |limit| {
+        let name = &self.handle.name;
+        let grant = acquire::acquire(&self.handle, self.handle.ask(Mode::Write), |limit| {
             format!("no permit of semaphore {name} granted within {limit:?}")
         })
         .await?;
-        Ok(Permit(Hold::start(self.inner.clone(), grant, "permit")))
+        Ok(Permit(Hold::start(self.handle.clone(), grant, "permit")))
     }
 
     /// The soft form: take a permit only if one is free and nobody waits;
     /// otherwise `Ok(None)` at once. Never queues. A holder that this
-    /// handle's tries saw silent (same heartbeat) for a whole lease on this
+    /// process's tries saw silent (same heartbeat) for a whole lease on this
     /// machine's clock is evicted when nobody waits, so crashed holders do
     /// not shut out try-only clients forever; behind waiters, they evict it.
     pub async fn try_acquire(&self) -> Result<Option<Permit>> {
-        let grant = turn::try_acquire(&self.inner, self.waiter()).await?;
-        Ok(grant.map(|grant| Permit(Hold::start(self.inner.clone(), grant, "permit"))))
+        let grant = acquire::try_acquire(&self.handle, self.handle.ask(Mode::Write)).await?;
+        Ok(grant.map(|grant| Permit(Hold::start(self.handle.clone(), grant, "permit"))))
     }
 
     /// The stored state of semaphore `name` (permits, holders, queue,
@@ -299,74 +256,8 @@ impl Semaphore {
     pub async fn inspect(store: &dyn VersionedStore, name: &str) -> Result<Option<SemaphoreState>> {
         let key = Key::with_prefix(KEY_PREFIX, name)?;
         match store.get(&key).await? {
-            Some(row) => SemaphoreState::decode(&row).map(Some),
+            Some(row) => Ok(Some(row::decode(Shape::Semaphore, &row)?.into())),
             None => Ok(None),
         }
-    }
-
-    /// A new request of this handle.
-    fn waiter(&self) -> Waiter {
-        let handle = &self.inner.handle;
-        Waiter {
-            id: crate::grant::acquisition_id(),
-            owner: handle.owner.clone(),
-            lease_ms: handle.lease_ms,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use bakery_core::MemoryStore;
-
-    use super::*;
-    use crate::arrival::order;
-
-    #[tokio::test]
-    async fn a_client_that_asked_first_is_served_first_though_not_polled_since() {
-        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
-        let client = || {
-            Semaphore::builder(store.clone(), "order")
-                .permits(1)
-                .build()
-                .expect("semaphore")
-        };
-        let (a, b) = (client(), client());
-        order::asked_first_is_served_first(
-            || a.acquire(),
-            || b.acquire(),
-            Permit::token,
-            Permit::release,
-            true,
-        )
-        .await;
-    }
-
-    async fn one_permit_clients_take_turns() {
-        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
-        let clients = (0..4)
-            .map(|_| {
-                Semaphore::builder(store.clone(), "turns")
-                    .permits(1)
-                    .build()
-                    .expect("semaphore")
-            })
-            .collect();
-        order::clients_in_a_closed_loop_take_turns(
-            clients,
-            |semaphore: Semaphore| async move { semaphore.acquire().await },
-            Permit::release,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn one_permit_clients_in_a_closed_loop_take_turns() {
-        one_permit_clients_take_turns().await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn one_permit_clients_in_a_closed_loop_take_turns_on_two_threads() {
-        one_permit_clients_take_turns().await;
     }
 }

@@ -10,7 +10,7 @@
 //! store's notifications once (or, without them, polls the row once for the
 //! whole process) and forwards a row only to the registered waiters it
 //! grants. A write made in this process hands the new row to the
-//! dispatcher directly ([`deliver`]): the waiters it grants learn of it
+//! dispatcher directly ([`deliver_later`]): the waiters it grants learn of it
 //! without a store round trip, and waiters in other processes through the
 //! store's notification.
 
@@ -55,7 +55,7 @@ pub(crate) struct Dispatcher {
     /// The last waiters woken here with a row that grants them. On a store
     /// whose watch reports every write (etcd), a grantee may hear of its
     /// grant from the store, and leave, before the process's own write
-    /// hands the row over ([`deliver`]); it still waited here, so nobody
+    /// hands the row over ([`deliver_later`]); it still waited here, so nobody
     /// else needs telling. Ids are unique per request, so an id found here
     /// is a waiter of this process.
     woken: Mutex<VecDeque<String>>,
@@ -135,22 +135,12 @@ impl Drop for Registration {
 }
 
 /// Hand `row` (just written by this process; it grants `granted`) to
-/// those of them that wait in this process: their grant then costs them no
-/// round trip. True if every one of them waits here (nobody else needs to
-/// be told).
-pub(crate) fn deliver<'a>(
-    store: &Arc<dyn VersionedStore>,
-    key: &Key,
-    granted: impl IntoIterator<Item = &'a str>,
-    row: &Row,
-) -> bool {
-    deliver_later(store, key, granted, row).0
-}
-
-/// [`deliver`], the wake-ups themselves sent when the returned [`Wakes`]
-/// is dropped: the writer chooses when the new holder runs (see
-/// `Writer::drain`). The row is marked delivered at once, so the
-/// dispatcher does not forward it meanwhile.
+/// those of them that wait in this process, when the returned [`Wakes`] is
+/// dropped: the writer chooses when the new holder runs (see
+/// `Writer::drain`). Their grant then costs them no round trip. True if
+/// every one of them waits here (nobody else needs to be told). The row is
+/// marked delivered at once, so the dispatcher does not forward it
+/// meanwhile.
 pub(crate) fn deliver_later<'a>(
     store: &Arc<dyn VersionedStore>,
     key: &Key,
@@ -482,9 +472,12 @@ mod tests {
             .expect("the store's report of the write");
         assert_eq!(heard.version, row.version);
         drop(a);
-        assert!(deliver(&store, &key, ["a"], &row), "woken here: ours");
         assert!(
-            !deliver(&store, &key, ["b"], &row),
+            deliver_later(&store, &key, ["a"], &row).0,
+            "woken here: ours"
+        );
+        assert!(
+            !deliver_later(&store, &key, ["b"], &row).0,
             "never here: another process's"
         );
     }

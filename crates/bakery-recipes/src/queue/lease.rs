@@ -73,9 +73,6 @@ impl HeldRow {
 /// permit, a read or write hold. Each recipe says how its row is read and
 /// renewed; [`renew_lease`] decides when, and what an outcome means.
 pub(crate) trait Renew: Send + Sync + 'static {
-    /// The recipe's decoded row.
-    type State: Send;
-
     /// The lease the grant is held under.
     fn lease(&self) -> Duration;
 
@@ -86,18 +83,14 @@ pub(crate) trait Renew: Send + Sync + 'static {
     /// and where a beat's row is kept.
     fn held(&self) -> &HeldRow;
 
-    /// The state of `row` if it still grants this hold (with its token);
-    /// `None` when it grants someone else or nobody; an error when it
+    /// Does `row` still grant this hold (with its token)? An error when it
     /// cannot be read.
-    fn ours(&self, row: &Row) -> Result<Option<Self::State>>;
+    fn ours(&self, row: &Row) -> Result<bool>;
 
-    /// Write `state` (read from `row` by [`Renew::ours`]) with this grant's
-    /// beat advanced, if the row is still `row`.
-    fn renew(
-        &self,
-        row: &Row,
-        state: Self::State,
-    ) -> impl Future<Output = Result<PutOutcome>> + Send;
+    /// Advance this grant's beat in the newest row (`row` or later):
+    /// `Applied` with the row written, or `Conflict` with a row that no
+    /// longer grants the hold (or a newer row that still does).
+    fn renew(&self, row: &Row) -> impl Future<Output = Result<PutOutcome>> + Send;
 
     /// Wait until `at`, when the next beat is due; `false` stops the
     /// heartbeat instead (the lock's hold limit came first).
@@ -136,14 +129,14 @@ pub(crate) async fn renew_lease<H: Renew>(holder: Arc<H>, granted: Instant) {
             return;
         }
         let row = holder.held().get();
-        let state = match holder.ours(&row) {
-            Ok(Some(state)) => state,
-            Ok(None) => return holder.lose(LostReason::Evicted),
+        match holder.ours(&row) {
+            Ok(true) => {}
+            Ok(false) => return holder.lose(LostReason::Evicted),
             Err(_) => return holder.lose(LostReason::RowGone),
-        };
+        }
         let sent = Instant::now();
         let outcome = tokio::select! {
-            outcome = holder.renew(&row, state) => outcome,
+            outcome = holder.renew(&row) => outcome,
             () = tokio::time::sleep_until(deadline) => {
                 return holder.lose(LostReason::LeaseExpired);
             }
@@ -155,11 +148,11 @@ pub(crate) async fn renew_lease<H: Renew>(holder: Arc<H>, granted: Instant) {
                 holder.held().keep(row);
             }
             Ok(PutOutcome::Conflict(Some(row))) => match holder.ours(&row) {
-                Ok(Some(_)) => {
+                Ok(true) => {
                     holder.held().keep(row);
                     next = Instant::now();
                 }
-                Ok(None) => return holder.lose(LostReason::Evicted),
+                Ok(false) => return holder.lose(LostReason::Evicted),
                 Err(_) => return holder.lose(LostReason::RowGone),
             },
             Ok(PutOutcome::Conflict(None)) => return holder.lose(LostReason::RowGone),
@@ -224,8 +217,6 @@ mod tests {
     }
 
     impl Renew for Scripted {
-        type State = ();
-
         fn lease(&self) -> Duration {
             LEASE
         }
@@ -238,15 +229,15 @@ mod tests {
             &self.row
         }
 
-        fn ours(&self, row: &Row) -> Result<Option<()>> {
+        fn ours(&self, row: &Row) -> Result<bool> {
             match &row.value[..] {
-                b"ours" => Ok(Some(())),
-                b"theirs" => Ok(None),
+                b"ours" => Ok(true),
+                b"theirs" => Ok(false),
                 _ => Err(Error::new(ErrorKind::Corrupt, "test", "unreadable row")),
             }
         }
 
-        async fn renew(&self, _row: &Row, _state: ()) -> Result<PutOutcome> {
+        async fn renew(&self, _row: &Row) -> Result<PutOutcome> {
             self.sent.lock().expect("sent").push(self.granted.elapsed());
             let answer = self.answers.lock().expect("answers").pop_front();
             match answer {

@@ -144,6 +144,7 @@ impl Drop for Arrival {
 /// The scenario every queue recipe must pass, for its unit tests.
 #[cfg(test)]
 pub(crate) mod order {
+    pub(crate) use super::ARRIVAL_PATIENCE;
     use std::future::Future;
     use std::pin::{pin, Pin};
     use std::task::Poll;

@@ -1,7 +1,8 @@
-//! One writer per process and lock row: the process's enqueues, takes and
-//! releases of a lock are combined into one conditional write.
+//! One writer per process and row: the process's requests of a queue
+//! recipe (enqueues, takes, releases, withdrawals, evictions, heartbeats)
+//! are combined into one conditional write.
 //!
-//! Every acquisition changes the lock's row twice (its enqueue and its
+//! Every acquisition changes the row at least twice (its enqueue and its
 //! release), and with many clients those writes are in flight together:
 //! each write that applies makes every other one in flight conflict, and a
 //! conflict costs a round trip. Here a request joins a batch; one write at a
@@ -14,8 +15,11 @@
 //! a spawned task, so a cancelled caller never abandons someone else's
 //! request. An enqueue behind a holder first yields once: the holder is
 //! often a client of this process, just woken and about to release, and
-//! its release then shares the enqueue's write (in a closed loop of
-//! acquire and release, one write per acquisition instead of two).
+//! its release then shares the enqueue's write.
+//!
+//! A request is decided on the row it is applied to, never on the caller's
+//! view: an eviction names the heartbeat it saw stand still, and evicts
+//! only if the row still shows it.
 
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -25,97 +29,115 @@ use bakery_core::{
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::state::{Fragments, Head, LockState, Waiter};
-use crate::arrival::{Arrival, Arrivals};
-use crate::dispatch::{self, Wakes};
+use super::arrival::{Arrival, Arrivals};
+use super::dispatch::{self, Wakes};
+use super::row::{self, Fragments, Shape};
+use super::silence::Silence;
+use super::state::{Ask, Head, QueueState, Rule, Silent};
 use crate::per_process::{slot, PerRow};
-use crate::silence::Silence;
 
 static WRITERS: LazyLock<PerRow<Writer>> = LazyLock::new(PerRow::new);
-
-/// The token and holder stored in `row` of lock `key`: from this process's
-/// writer's cache when it has that value, else decoded without the queue.
-fn head(
-    store: &Arc<dyn VersionedStore>,
-    key: &Key,
-    notifications: bool,
-    row: &Row,
-) -> Result<Head> {
-    match WRITERS.get(&slot(store, key, notifications)) {
-        Some(writer) => writer.head(row),
-        None => LockState::decode_head(row),
-    }
-}
-
-/// The waiter a lock row grants, for the process's dispatcher: its holder,
-/// read through the process's writer (which knows the rows it wrote).
-pub(crate) fn grantees(
-    store: &Arc<dyn VersionedStore>,
-    key: &Key,
-    notifications: bool,
-) -> dispatch::Grantees {
-    let (store, key) = (store.clone(), key.clone());
-    Arc::new(move |row| {
-        let head = head(&store, &key, notifications, row)?;
-        Ok(head.holder.iter().map(|holder| holder.id.clone()).collect())
-    })
-}
 
 /// A change a client asks for.
 #[derive(Debug, Clone)]
 pub(crate) enum Request {
-    /// Take the lock if it is free; otherwise change nothing.
-    Take(Waiter),
-    /// Take the lock if it is free, else join the queue (nothing if
-    /// already holding or queued). `sent_before`: false for the first
-    /// request of an acquisition, which cannot be queued yet (ids are
-    /// unique per acquire), so a long queue is not searched for it.
-    Join { waiter: Waiter, sent_before: bool },
-    /// Hand the lock on, if `id` still holds it with `token`.
+    /// Take a grant if nobody queues and `ask` fits once the holders of
+    /// `evict` that still stand silent are gone (a try of a busy row whose
+    /// holders this process saw silent); otherwise change nothing.
+    Take {
+        ask: Ask,
+        rule: Rule,
+        evict: Vec<Silent>,
+    },
+    /// Take a grant if `ask` can, else join the queue (nothing if already
+    /// holding or queued). `sent_before`: false for the first request of an
+    /// acquisition, which cannot be queued yet (ids are unique per acquire),
+    /// so a long queue is not searched for it.
+    Join {
+        ask: Ask,
+        rule: Rule,
+        sent_before: bool,
+    },
+    /// Give up the grant `id` holds with `token`, if it still does.
     Release { id: Arc<str>, token: u64 },
-    /// Take request `id` out of the queue, or pass the lock on if it was
-    /// handed to it. Written after any request of the same id still
-    /// waiting here, so a cancelled enqueue cannot land after its withdrawal.
+    /// Take request `id` out of the queue, or pass its grant on. Written
+    /// after any request of the same id still waiting here, so a cancelled
+    /// enqueue cannot land after its withdrawal.
     Withdraw(Arc<str>),
+    /// Evict the holders of `silent` still standing silent; `claim` (the
+    /// evicting waiter) claims its grant in the same write if it gets one.
+    Evict {
+        silent: Vec<Silent>,
+        claim: Arc<str>,
+    },
+    /// Advance the heartbeat of the grant `id` holds with `token`.
+    Beat { id: Arc<str>, token: u64 },
 }
 
 impl Request {
     /// Apply to `state`; `Ok(true)` if it changed it.
-    fn apply(&self, state: &mut LockState) -> Result<bool> {
+    fn apply(&self, state: &mut QueueState, shape: Shape, key: &Key) -> Result<bool> {
         match self {
-            Request::Take(waiter) => {
-                if !state.is_free() {
+            Request::Take { ask, rule, evict } => {
+                check_rule(state.rule, *rule, shape, key)?;
+                if !state.queue.is_empty() || state.holder(&ask.id).is_some() {
                     return Ok(false);
                 }
-                state.take(waiter)?;
+                let mut after = state.clone();
+                after
+                    .holders
+                    .retain(|h| !evict.iter().any(|s| s.id == h.ask.id && s.beat == h.beat));
+                if !after.can_take(ask) {
+                    return Ok(false);
+                }
+                after.take(ask)?;
+                *state = after;
             }
             Request::Join {
-                waiter,
+                ask,
+                rule,
                 sent_before,
             } => {
-                if state.held_by(&waiter.id) || (*sent_before && state.queued(&waiter.id)) {
+                check_rule(state.rule, *rule, shape, key)?;
+                if state.holder(&ask.id).is_some() || (*sent_before && state.queued(&ask.id)) {
                     return Ok(false);
                 }
-                if state.is_free() {
-                    state.take(waiter)?;
+                if state.can_take(ask) {
+                    state.take(ask)?;
                 } else {
-                    state.queue.push_back(waiter.clone());
+                    state.queue.push_back(ask.clone());
                 }
             }
-            Request::Release { id, token } => {
-                if !state.held_by(id) || state.token != *token {
+            Request::Release { id, token } => return state.release(id, *token),
+            Request::Withdraw(id) => return state.withdraw(id),
+            Request::Evict { silent, claim } => {
+                if !state.evict(silent)? {
                     return Ok(false);
                 }
-                state.hand_off()?;
-            }
-            Request::Withdraw(id) => {
-                if !state.held_by(id) && !state.queued(id) {
-                    return Ok(false);
+                if let Some(token) = state.holder(claim).map(|h| h.token) {
+                    state.beat(claim, token);
                 }
-                state.withdraw(id)?;
             }
+            Request::Beat { id, token } => return Ok(state.beat(id, *token)),
         }
         Ok(true)
+    }
+}
+
+/// A semaphore row keeps the number of permits its first writer gave: a
+/// handle configured otherwise is refused, not reinterpreted.
+pub(crate) fn check_rule(stored: Rule, rule: Rule, shape: Shape, key: &Key) -> Result<()> {
+    match (stored, rule) {
+        (Rule::Permits(stored), Rule::Permits(mine)) if stored != mine => Err(Error::config(
+            shape.recipe(),
+            format!(
+                "{} row {} has {stored} permits but this handle is configured with {mine}; \
+                 every client must use the same number (the stored row is left as is)",
+                shape.recipe(),
+                key.as_str()
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -125,55 +147,55 @@ impl Request {
 pub(crate) struct Written {
     /// `None`: the row does not exist.
     pub(crate) row: Option<Row>,
-    /// The token and holder of `row` (not its queue: a client that kept
-    /// the whole state would make the next write copy it).
+    /// The token, rule and holders of `row` (not its queue: a client that
+    /// kept the whole state would make the next write copy it).
     pub(crate) head: Head,
     /// Send time of the call that returned `row`.
     pub(crate) sent: Instant,
     /// Whether this request changed the state (false: nothing to do, or
     /// refused — decided on a row the store returned, never a cached one).
     pub(crate) applied: bool,
-    /// The write passed the lock on to a new holder that does not wait in
-    /// this process: the caller whose release or withdrawal did it tells
-    /// the other processes ([`Writer::notify_others`]). A holder waiting
-    /// here was handed the row directly, and nobody else needs the news
-    /// (the others go on waiting), so no notification is sent.
+    /// The write granted waiters that do not wait in this process: the
+    /// caller whose request did it tells the other processes
+    /// ([`Writer::notify_others`]). Those waiting here were handed the row
+    /// directly.
     pub(crate) tell_others: bool,
 }
 
 type Reply = oneshot::Sender<Result<Written>>;
 
 /// What a write leaves to do, in this order (fields drop in declaration
-/// order): wake the new holder waiting in this process, then drop the state
-/// the write replaced (with a long queue the drop costs as much as the rest
-/// of the write).
+/// order): wake the new holders waiting in this process, then drop the
+/// state the write replaced (with a long queue the drop costs as much as
+/// the rest of the write).
 #[derive(Default)]
 struct Handover {
     wakes: Wakes,
-    replaced: Option<(Bytes, Arc<LockState>)>,
+    replaced: Option<(Bytes, Arc<QueueState>)>,
 }
 
-/// This process's writer for one lock row.
+/// This process's writer for one row.
 pub(crate) struct Writer {
     store: Arc<dyn VersionedStore>,
     key: Key,
+    shape: Shape,
     notifications: bool,
     queue: Mutex<Queue>,
     /// The last row value decoded or written here, with its state: the
     /// same row is read by the writer, the woken holder, the next acquire
     /// and the listener, and decoding a long queue costs more than a copy.
-    decoded: Mutex<Option<(Bytes, Arc<LockState>)>>,
-    /// The last release here that handed the lock on: to whom, and when
-    /// it was sent (a hand-off's time is measured only within a process:
+    decoded: Mutex<Option<(Bytes, Arc<QueueState>)>>,
+    /// The last release here that handed a grant on: to whom, and when it
+    /// was sent (a hand-off's time is measured only within a process:
     /// across processes it would need synchronized clocks).
-    handed: Mutex<Option<(String, Instant)>>,
+    handed: Mutex<Option<(Arc<str>, Instant)>>,
     /// The queued waiters' JSON: only the entries that changed are encoded
     /// (one write at a time, so this lock is never contended).
     fragments: Mutex<Fragments>,
     /// The acquisitions of this process that have not sent their first
     /// request yet.
     arrivals: Arc<Arrivals>,
-    /// What this process's waiters and tries saw of the holder's heartbeat.
+    /// What this process's waiters and tries saw of the holders' heartbeats.
     pub(crate) silence: Silence,
 }
 
@@ -186,16 +208,18 @@ struct Queue {
 }
 
 impl Writer {
-    /// The writer for this row, shared by every lock handle of the process.
+    /// The writer for this row, shared by every handle of the process.
     pub(crate) fn for_row(
         store: &Arc<dyn VersionedStore>,
         key: &Key,
+        shape: Shape,
         notifications: bool,
     ) -> Arc<Writer> {
         WRITERS.get_or_create(slot(store, key, notifications), || {
             Arc::new(Writer {
                 store: store.clone(),
                 key: key.clone(),
+                shape,
                 notifications,
                 queue: Mutex::new(Queue::default()),
                 decoded: Mutex::new(None),
@@ -288,17 +312,17 @@ impl Writer {
                 };
                 if joined {
                     drop(turn);
-                    return answer.await.unwrap_or_else(|_| Err(abandoned()));
+                    return answer.await.unwrap_or_else(|_| Err(abandoned(self.shape)));
                 }
             }
             let (mut replies, handover) = self.write(vec![request], newest).await;
             drop(turn);
-            // Wakes the new holder: it runs next on this thread once this
+            // Wakes the new holders: they run next on this thread once this
             // task yields.
             drop(handover);
-            return replies.pop().unwrap_or_else(|| Err(abandoned()));
+            return replies.pop().unwrap_or_else(|| Err(abandoned(self.shape)));
         }
-        answer.await.unwrap_or_else(|_| Err(abandoned()))
+        answer.await.unwrap_or_else(|_| Err(abandoned(self.shape)))
     }
 
     /// Write batches until no request waits.
@@ -319,8 +343,7 @@ impl Writer {
                 // the batch's callers are answered. Its release then
                 // reaches the queue while this turn lasts, and shares the
                 // next write with the enqueues of the clients answered
-                // now. Answered first, they would often write alone, before
-                // the release.
+                // now.
                 drop(wakes);
                 tokio::task::yield_now().await;
             }
@@ -332,9 +355,7 @@ impl Writer {
             // Let the clients just answered (and the holder the write
             // woke) run before the next batch is taken: a releaser asks
             // again at once, and the next holder releases; taken now, the
-            // batch would often hold only one of the two, and the other
-            // would need a write of its own (on etcd, whose watch may wake
-            // the next holder before this write returned, most of all).
+            // batch would often hold only one of the two.
             tokio::task::yield_now().await;
         }
     }
@@ -359,21 +380,15 @@ impl Writer {
                     Ok(state) => state,
                     Err(err) => return failed(&err),
                 },
-                None => LockState::default(),
+                None => QueueState::new(first_rule(&requests, self.shape)),
             };
+            let holders_before: Vec<Arc<str>> =
+                state.holders.iter().map(|h| h.ask.id.clone()).collect();
             let mut outcomes = Vec::with_capacity(requests.len());
             let mut changed = false;
-            let mut handed_on = false;
             for request in &requests {
-                let holder = state.holder.as_ref().map(|h| h.id.clone());
-                let outcome = request.apply(&mut state);
-                if let Ok(true) = outcome {
-                    changed = true;
-                    // A release or withdrawal that passed the lock on.
-                    handed_on |= matches!(request, Request::Release { .. } | Request::Withdraw(_))
-                        && state.holder.is_some()
-                        && state.holder.as_ref().map(|h| &h.id) != holder.as_ref();
-                }
+                let outcome = request.apply(&mut state, self.shape, &self.key);
+                changed |= matches!(outcome, Ok(true));
                 outcomes.push(outcome);
             }
             let sent = Instant::now();
@@ -393,8 +408,8 @@ impl Writer {
                 continue;
             }
             let encoded = match self.fragments.lock() {
-                Ok(mut fragments) => state.encode_with(&mut fragments),
-                Err(_) => state.encode(),
+                Ok(mut fragments) => row::encode_with(self.shape, &state, &mut fragments),
+                Err(_) => row::encode(self.shape, &state),
             };
             let value = match encoded {
                 Ok(value) => value,
@@ -411,13 +426,20 @@ impl Writer {
             match outcome {
                 Ok(PutOutcome::Applied(row)) => {
                     let head = state.head();
+                    // Handed over by this write, unclaimed: to be told.
+                    let handed: Vec<Arc<str>> = state
+                        .holders
+                        .iter()
+                        .filter(|h| h.beat == 0 && !holders_before.contains(&h.ask.id))
+                        .map(|h| h.ask.id.clone())
+                        .collect();
                     let state = Arc::new(state);
                     let replaced = self.keep_decoded(&row.value, &state);
                     dispatch::wrote(&self.store, &self.key, &row);
                     let current = Some(row);
                     self.remember(current.as_ref());
-                    let (delivered, wakes) = self.deliver_later(current.as_ref(), &state);
-                    let tell_others = handed_on && !delivered;
+                    let (delivered, wakes) = self.deliver_later(current.as_ref(), &handed);
+                    let tell_others = !handed.is_empty() && !delivered;
                     let results = finish(outcomes, &current, head, sent, tell_others);
                     return (results, Handover { wakes, replaced });
                 }
@@ -432,37 +454,36 @@ impl Writer {
     }
 
     /// The state stored in `row`; decoded once per distinct value.
-    pub(crate) fn decoded(&self, row: &Row) -> Result<Arc<LockState>> {
+    pub(crate) fn decoded(&self, row: &Row) -> Result<Arc<QueueState>> {
         if let Some(state) = self.cached(row) {
             return Ok(state);
         }
-        let state = Arc::new(LockState::decode(row)?);
+        let state = Arc::new(row::decode(self.shape, row)?);
         self.keep_decoded(&row.value, &state);
         Ok(state)
     }
 
-    /// The token and holder stored in `row`: from the cache when it has
-    /// that value, else without decoding the queue (the row a woken holder
-    /// was handed is often older than the cache by then).
+    /// The token, rule and holders stored in `row`: from the cache when it
+    /// has that value, else without decoding the queue (the row a woken
+    /// holder was handed is often older than the cache by then).
     pub(crate) fn head(&self, row: &Row) -> Result<Head> {
         match self.cached(row) {
             Some(state) => Ok(state.head()),
-            None => LockState::decode_head(row),
+            None => row::decode_head(self.shape, row),
         }
     }
 
     /// The cached state, if it is `row`'s.
-    fn cached(&self, row: &Row) -> Option<Arc<LockState>> {
+    fn cached(&self, row: &Row) -> Option<Arc<QueueState>> {
         let decoded = self.decoded.lock().ok()?;
         let (value, state) = decoded.as_ref()?;
         same_bytes(value, &row.value).then(|| state.clone())
     }
 
     /// The state stored in `row`, to change. Taken out of the cache when
-    /// the cache holds the only reference (the usual case: a holder gives
-    /// its copy up before it releases, a waiter before it waits), so a long
-    /// queue is changed in place, not copied and then dropped.
-    fn decode(&self, row: &Row) -> Result<LockState> {
+    /// the cache holds the only reference (the usual case), so a long queue
+    /// is changed in place, not copied and then dropped.
+    fn decode(&self, row: &Row) -> Result<QueueState> {
         if let Ok(mut decoded) = self.decoded.lock() {
             if let Some((value, state)) = decoded.take() {
                 if same_bytes(&value, &row.value) && Arc::strong_count(&state) == 1 {
@@ -481,24 +502,24 @@ impl Writer {
     fn keep_decoded(
         &self,
         value: &Bytes,
-        state: &Arc<LockState>,
-    ) -> Option<(Bytes, Arc<LockState>)> {
+        state: &Arc<QueueState>,
+    ) -> Option<(Bytes, Arc<QueueState>)> {
         let mut decoded = self.decoded.lock().ok()?;
         decoded.replace((value.clone(), state.clone()))
     }
 
-    /// A release sent at `sent` handed the lock to request `to`.
-    pub(crate) fn handed_on(&self, to: &str, sent: Instant) {
+    /// A release sent at `sent` handed a grant to request `to`.
+    pub(crate) fn handed_on(&self, to: &Arc<str>, sent: Instant) {
         if let Ok(mut handed) = self.handed.lock() {
-            *handed = Some((to.to_owned(), sent));
+            *handed = Some((to.clone(), sent));
         }
     }
 
-    /// How long ago a release of this process handed the lock to `id`.
+    /// How long ago a release of this process handed a grant to `id`.
     pub(crate) fn handed_to(&self, id: &str) -> Option<std::time::Duration> {
         let mut handed = self.handed.lock().ok()?;
         match handed.as_ref() {
-            Some((to, sent)) if to == id => {
+            Some((to, sent)) if &**to == id => {
                 let elapsed = sent.elapsed();
                 *handed = None;
                 Some(elapsed)
@@ -512,11 +533,11 @@ impl Writer {
         self.queue().newest.clone()
     }
 
-    /// Is the lock free in the newest row this process knows (or is no row
-    /// known)? A hint, like [`Self::newest`].
-    pub(crate) fn seems_free(&self) -> bool {
+    /// Could `ask` take a grant in the newest row this process knows (or
+    /// is no row known)? A hint, like [`Self::newest`].
+    pub(crate) fn seems_free(&self, ask: &Ask) -> bool {
         match self.newest() {
-            Some(row) => self.decoded(&row).map_or(true, |state| state.is_free()),
+            Some(row) => self.head(&row).map_or(true, |head| head.can_take(ask)),
             None => true,
         }
     }
@@ -538,31 +559,17 @@ impl Writer {
         }
     }
 
-    /// Hand the new row to the new holder if it waits in this process;
-    /// true if it does.
-    fn deliver(&self, row: Option<&Row>, state: &LockState) -> bool {
-        self.deliver_later(row, state).0
-    }
-
-    /// [`Self::deliver`], the wake-up sent when the returned [`Wakes`] is
-    /// dropped.
-    fn deliver_later(&self, row: Option<&Row>, state: &LockState) -> (bool, Wakes) {
-        if !self.notifications {
-            return (false, Wakes::default());
+    /// Hand the new row to the grantees `handed` that wait in this process
+    /// (when the returned [`Wakes`] is dropped); true if every one does.
+    fn deliver_later(&self, row: Option<&Row>, handed: &[Arc<str>]) -> (bool, Wakes) {
+        if !self.notifications || handed.is_empty() {
+            return (handed.is_empty(), Wakes::default());
         }
-        match (row, &state.holder) {
-            (Some(row), Some(holder)) => {
-                dispatch::deliver_later(&self.store, &self.key, [&*holder.id], row)
+        match row {
+            Some(row) => {
+                dispatch::deliver_later(&self.store, &self.key, handed.iter().map(|id| &**id), row)
             }
-            _ => (false, Wakes::default()),
-        }
-    }
-
-    /// Tell the new holder of a hand-off written outside the writer (an
-    /// eviction): directly if it waits here, else through the store.
-    pub(crate) async fn announce(&self, row: &Row, state: &LockState) {
-        if !self.deliver(Some(row), state) {
-            self.notify_others().await;
+            None => (false, Wakes::default()),
         }
     }
 
@@ -575,9 +582,41 @@ impl Writer {
             return;
         }
         if let Err(err) = self.store.notify(&self.key).await {
-            tracing::debug!(lock = %self.key.as_str(), error = %err, "notify failed; waiters will read");
+            tracing::debug!(row = %self.key.as_str(), error = %err, "notify failed; waiters will read");
         }
     }
+}
+
+/// The waiters a row grants, for the process's dispatcher: its holders,
+/// read through the process's writer (which knows the rows it wrote).
+pub(crate) fn grantees(
+    store: &Arc<dyn VersionedStore>,
+    key: &Key,
+    shape: Shape,
+    notifications: bool,
+) -> dispatch::Grantees {
+    let (store, key) = (store.clone(), key.clone());
+    Arc::new(move |row| {
+        let head = match WRITERS.get(&slot(&store, &key, notifications)) {
+            Some(writer) => writer.head(row)?,
+            None => row::decode_head(shape, row)?,
+        };
+        Ok(head.holders.into_iter().map(|h| h.ask.id).collect())
+    })
+}
+
+/// The rule a row never written starts with: its first writer's.
+fn first_rule(requests: &[Request], shape: Shape) -> Rule {
+    requests
+        .iter()
+        .find_map(|request| match request {
+            Request::Take { rule, .. } | Request::Join { rule, .. } => Some(*rule),
+            _ => None,
+        })
+        .unwrap_or(match shape {
+            Shape::RwLock => Rule::ReadWrite,
+            Shape::Lock | Shape::Semaphore => Rule::Permits(1),
+        })
 }
 
 /// The writing turn of one task; passed on when it ends, however it ends.
@@ -593,7 +632,7 @@ impl Drop for Turn {
         } else {
             // No runtime to write them: fail them rather than hang.
             for (_, reply) in queue.requests.drain(..) {
-                let _ = reply.send(Err(abandoned()));
+                let _ = reply.send(Err(abandoned(self.0.shape)));
             }
             queue.writing = false;
         }
@@ -636,10 +675,10 @@ fn copy(err: &Error) -> Error {
     }
 }
 
-fn abandoned() -> Error {
+fn abandoned(shape: Shape) -> Error {
     Error::new(
         ErrorKind::Unknown,
-        "lock",
+        shape.recipe(),
         "the write carrying this request stopped midway; its outcome is unknown",
     )
 }
