@@ -234,24 +234,25 @@ async fn wait_for_grant(ticket: &mut Ticket, arrival: &mut Arrival) -> Result<Gr
             // Register BEFORE the enqueue write: every change after it is
             // then heard, and waiting needs no read first.
             if registration.is_none() {
-                registration = Some(
-                    Registration::join(
+                let grantees = || {
+                    grantees(
                         &handle.store,
                         &handle.key,
+                        handle.shape,
                         handle.notifications,
-                        handle.poll_interval,
-                        &me,
-                        || {
-                            grantees(
-                                &handle.store,
-                                &handle.key,
-                                handle.shape,
-                                handle.notifications,
-                            )
-                        },
                     )
-                    .await,
-                );
+                };
+                let joined = Registration::join(
+                    &handle.store,
+                    &handle.key,
+                    handle.notifications,
+                    handle.poll_interval,
+                    &me,
+                    grantees,
+                )
+                .await;
+                writer.keep_listening(&joined);
+                registration = Some(joined);
             }
             Request::Join {
                 ask: ticket.ask.clone(),

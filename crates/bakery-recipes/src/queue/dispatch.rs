@@ -65,6 +65,9 @@ pub(crate) struct Dispatcher {
     own_writes: Mutex<Option<OwnWrites>>,
     /// Set once the store subscription is live (or known to be absent).
     ready: watch::Receiver<bool>,
+    /// Signalled when a waiter registers: a dispatcher without a
+    /// subscription polls only while someone waits.
+    registered: Arc<tokio::sync::Notify>,
     /// Dropped with the dispatcher: stops its task.
     _stop: oneshot::Sender<()>,
 }
@@ -94,6 +97,7 @@ impl Registration {
         if let Ok(mut waiters) = dispatcher.waiters.lock() {
             waiters.insert(id.to_owned(), sender);
         }
+        dispatcher.registered.notify_one();
         let mut ready = dispatcher.ready.clone();
         // An error means the task ended: the waiter then reads on its own.
         let _ = ready.wait_for(|ready| *ready).await;
@@ -102,6 +106,11 @@ impl Registration {
             id: id.to_owned(),
             rows,
         }
+    }
+
+    /// The process's dispatcher this waiter is registered with.
+    pub(crate) fn dispatcher(&self) -> &Arc<Dispatcher> {
+        &self.dispatcher
     }
 
     /// Wait for a row newer than `seen` that grants this waiter,
@@ -221,6 +230,7 @@ impl Dispatcher {
             // write a waiter makes next).
             let subscribes = notifications && store.capabilities().contains(Capabilities::WATCH);
             let (set_ready, ready) = watch::channel(!subscribes);
+            let registered = Arc::new(tokio::sync::Notify::new());
             let dispatcher = Arc::new(Dispatcher {
                 waiters: Mutex::new(HashMap::new()),
                 newest: Mutex::new(None),
@@ -228,6 +238,7 @@ impl Dispatcher {
                 written: Mutex::new(None),
                 own_writes: Mutex::new(None),
                 ready,
+                registered: registered.clone(),
                 _stop: stop,
             });
             let source = Source {
@@ -236,6 +247,7 @@ impl Dispatcher {
                 notifications,
                 poll_interval,
                 grantees: grantees(),
+                registered,
             };
             tokio::spawn(source.run(Arc::downgrade(&dispatcher), set_ready, stopped));
             dispatcher
@@ -281,6 +293,16 @@ impl Dispatcher {
             }
         }
         (all_ours, wakes)
+    }
+
+    /// Nobody waits here.
+    fn idle(&self) -> bool {
+        self.waiters.lock().is_ok_and(|waiters| waiters.is_empty())
+    }
+
+    /// Listens to the store itself (not by polling).
+    pub(crate) fn subscribed(&self) -> bool {
+        self.own_writes.lock().is_ok_and(|own| own.is_some())
     }
 
     /// Is `row` no newer than this process's newest write (see [`wrote`])?
@@ -332,6 +354,7 @@ struct Source {
     notifications: bool,
     poll_interval: Duration,
     grantees: Grantees,
+    registered: Arc<tokio::sync::Notify>,
 }
 
 impl Source {
@@ -361,6 +384,15 @@ impl Source {
         let mut next_poll = FIRST_POLL.min(self.poll_interval);
         let mut last_polled: Option<Version> = None;
         loop {
+            // Without a subscription, poll only while someone waits (a
+            // dispatcher may be kept by its row's writer between waits).
+            if watch.is_none() && dispatcher.upgrade().is_some_and(|d| d.idle()) {
+                tokio::select! {
+                    () = self.registered.notified() => {}
+                    _ = &mut stopped => return,
+                }
+                next_poll = FIRST_POLL.min(self.poll_interval);
+            }
             let heard = tokio::select! {
                 heard = self.hear(&mut watch, next_poll) => heard,
                 _ = &mut stopped => return,
@@ -368,6 +400,13 @@ impl Source {
             let Some(dispatcher) = dispatcher.upgrade() else {
                 return;
             };
+            if watch.is_none() {
+                // The subscription stopped (or never was): no longer kept
+                // by the writer between waits.
+                if let Ok(mut own_writes) = dispatcher.own_writes.lock() {
+                    *own_writes = None;
+                }
+            }
             let row = match heard {
                 Heard::Row(row) => row,
                 Heard::Read => match self.read().await {

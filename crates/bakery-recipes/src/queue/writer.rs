@@ -30,7 +30,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::arrival::{Arrival, Arrivals};
-use super::dispatch::{self, Wakes};
+use super::dispatch::{self, Dispatcher, Registration, Wakes};
 use super::row::{self, Fragments, Shape};
 use super::silence::Silence;
 use super::state::{Ask, Head, QueueState, Rule, Silent};
@@ -197,6 +197,12 @@ pub(crate) struct Writer {
     arrivals: Arc<Arrivals>,
     /// What this process's waiters and tries saw of the holders' heartbeats.
     pub(crate) silence: Silence,
+    /// The process's listener on the row, kept between waits while it is
+    /// subscribed to the store: a waiter then needs no new subscription
+    /// (on etcd a watch stream, on Redis a SUBSCRIBE), and every row it
+    /// hears keeps [`Self::newest`] fresh, so this process's next write
+    /// (a release, an enqueue) more often expects the current version.
+    listener: Mutex<Option<Arc<Dispatcher>>>,
 }
 
 #[derive(Default)]
@@ -227,6 +233,7 @@ impl Writer {
                 fragments: Mutex::new(Fragments::default()),
                 arrivals: Arc::default(),
                 silence: Silence::default(),
+                listener: Mutex::new(None),
             })
         })
     }
@@ -279,7 +286,7 @@ impl Writer {
                 }
                 if !queue.writing {
                     queue.writing = true;
-                    tokio::spawn(self.clone().drain());
+                    tokio::spawn(self.clone().drain(false));
                 }
                 None
             }
@@ -288,32 +295,20 @@ impl Writer {
         if let Some(arrival) = arrival {
             arrival.depart();
         }
-        if let Some(mut newest) = alone {
-            // Nobody else is writing: write from this task. Dropped midway,
-            // the turn still passes on (only this request was in it).
-            let turn = Turn(self.clone());
+        if let Some(newest) = alone {
+            // Nobody else is writing: this task has the turn. Dropped
+            // midway, the turn still passes on (only this request was in it).
+            let turn = Turn::new(self);
             if let (true, Some(reply)) = (joins, reply) {
                 // An enqueue behind a holder. The holder may be a client of
                 // this process that the last write just woke, about to
-                // release: let it run first, so its release and this
-                // enqueue share one write instead of taking two in turn.
-                tokio::task::yield_now().await;
-                let joined = {
-                    let mut queue = self.queue();
-                    if queue.requests.is_empty() {
-                        newest = queue.newest.clone();
-                        false
-                    } else {
-                        // One write for all, ours first (it came first),
-                        // by a spawned writer that our turn passes to.
-                        queue.requests.insert(0, (request.clone(), reply));
-                        true
-                    }
-                };
-                if joined {
-                    drop(turn);
-                    return answer.await.unwrap_or_else(|_| Err(abandoned(self.shape)));
-                }
+                // release: a writer task lets it run first, so its release
+                // and this enqueue share one write instead of taking two in
+                // turn. Not this task: a caller that is not polled again
+                // would hold every other request of the process back.
+                self.queue().requests.push((request, reply));
+                turn.hand_over(true);
+                return answer.await.unwrap_or_else(|_| Err(abandoned(self.shape)));
             }
             let (mut replies, handover) = self.write(vec![request], newest).await;
             drop(turn);
@@ -325,9 +320,13 @@ impl Writer {
         answer.await.unwrap_or_else(|_| Err(abandoned(self.shape)))
     }
 
-    /// Write batches until no request waits.
-    async fn drain(self: Arc<Self>) {
-        let _turn = Turn(self.clone());
+    /// Write batches until no request waits; `yield_first`: let the other
+    /// ready tasks run before the first batch is taken.
+    async fn drain(self: Arc<Self>, yield_first: bool) {
+        let _turn = Turn::new(&self);
+        if yield_first {
+            tokio::task::yield_now().await;
+        }
         loop {
             let (batch, newest) = {
                 let mut queue = self.queue();
@@ -573,6 +572,24 @@ impl Writer {
         }
     }
 
+    /// Keep `registration`'s dispatcher between waits if it listens to the
+    /// store (a polling one lives only while someone waits).
+    pub(crate) fn keep_listening(&self, registration: &Registration) {
+        let dispatcher = registration.dispatcher();
+        if let Ok(mut listener) = self.listener.lock() {
+            let kept = listener
+                .as_ref()
+                .is_some_and(|kept| Arc::ptr_eq(kept, dispatcher));
+            if dispatcher.subscribed() {
+                if !kept {
+                    *listener = Some(dispatcher.clone());
+                }
+            } else {
+                *listener = None;
+            }
+        }
+    }
+
     /// Wake the other processes' waiters after a hand-off. Awaited by the
     /// caller that handed on (a process may exit right after its release);
     /// skipped where the store cannot notify (they poll). A failed notify
@@ -598,7 +615,10 @@ pub(crate) fn grantees(
     let (store, key) = (store.clone(), key.clone());
     Arc::new(move |row| {
         let head = match WRITERS.get(&slot(&store, &key, notifications)) {
-            Some(writer) => writer.head(row)?,
+            Some(writer) => {
+                writer.remember(Some(row));
+                writer.head(row)?
+            }
             None => row::decode_head(shape, row)?,
         };
         Ok(head.holders.into_iter().map(|h| h.ask.id).collect())
@@ -620,19 +640,45 @@ fn first_rule(requests: &[Request], shape: Shape) -> Rule {
 }
 
 /// The writing turn of one task; passed on when it ends, however it ends.
-struct Turn(Arc<Writer>);
+struct Turn {
+    writer: Arc<Writer>,
+    /// The writer task it passes to yields before its first batch.
+    yield_first: bool,
+}
+
+impl Turn {
+    fn new(writer: &Arc<Writer>) -> Turn {
+        Turn {
+            writer: writer.clone(),
+            yield_first: false,
+        }
+    }
+
+    /// Pass the turn to a writer task for the requests waiting now (one
+    /// that yields first if `yield_first`).
+    fn hand_over(mut self, yield_first: bool) {
+        self.yield_first = yield_first;
+    }
+}
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        let mut queue = self.0.queue();
+        self.writer.pass_turn(self.yield_first);
+    }
+}
+
+impl Writer {
+    /// The turn ends: the requests that came meanwhile go to a writer task.
+    fn pass_turn(self: &Arc<Self>, yield_first: bool) {
+        let mut queue = self.queue();
         if queue.requests.is_empty() {
             queue.writing = false;
         } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(self.0.clone().drain());
+            runtime.spawn(self.clone().drain(yield_first));
         } else {
             // No runtime to write them: fail them rather than hang.
             for (_, reply) in queue.requests.drain(..) {
-                let _ = reply.send(Err(abandoned(self.0.shape)));
+                let _ = reply.send(Err(abandoned(self.shape)));
             }
             queue.writing = false;
         }
