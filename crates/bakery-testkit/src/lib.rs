@@ -15,6 +15,7 @@ mod once;
 pub mod options;
 pub mod processes;
 pub mod proxy;
+mod queued;
 mod rwlock;
 mod semaphore;
 mod sequence;
