@@ -12,16 +12,16 @@ use tokio::time::Instant;
 use crate::faults::FaultStore;
 use crate::queued::wait_for_state;
 use crate::support::{not_before, PATIENCE};
-use crate::{clients_case, unique_name, Case, Clients};
+use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![
-        clients_case!("job", data_is_stored_with_the_grant_and_handed_on),
-        clients_case!("job", at_most_releases_and_tells_the_holder),
-        clients_case!("job", extend_moves_the_hold_limit),
-        clients_case!("job", at_least_keeps_the_lock_after_an_early_release),
-        clients_case!("job", try_acquire_evicts_a_holder_silent_for_a_lease),
-    ]
+    crate::cases_of!("job":
+        data_is_stored_with_the_grant_and_handed_on,
+        at_most_releases_and_tells_the_holder,
+        extend_moves_the_hold_limit,
+        at_least_keeps_the_lock_after_an_early_release,
+        try_acquire_evicts_a_holder_silent_for_a_lease,
+    )
 }
 
 fn builder(store: &Arc<dyn VersionedStore>, name: &str) -> LockBuilder {

@@ -12,33 +12,30 @@ use bakery_recipes::time::TimeService;
 
 use crate::faults::FaultStore;
 use crate::queued::{self, queued_request, wait_for_state, Queued, COUNTED_LEASE};
-use crate::support::{not_before, PATIENCE};
-use crate::{case, clients_case, unique_name, Case, Clients};
+use crate::support::{assert_corrupt, not_before, PATIENCE};
+use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![
-        clients_case!("lock", fenced_counter_eight_clients_fifty_each),
-        clients_case!("lock", waiters_are_granted_in_request_order),
-        clients_case!("lock", release_hands_off_with_the_next_token),
-        clients_case!("lock", try_acquire_refuses_when_held_or_queued),
-        clients_case!("lock", acquire_timeout_withdraws_the_request),
-        clients_case!("lock", cancelled_waiter_leaves_the_queue),
-        clients_case!("lock", a_refused_withdrawal_is_tried_again),
-        clients_case!("lock", a_refused_release_is_tried_again),
-        clients_case!("lock", silent_holder_is_evicted_after_its_lease),
-        clients_case!("lock", paused_holder_loses_and_its_fenced_write_is_rejected),
-        clients_case!("lock", without_fencing_a_paused_holder_loses_an_update),
-        case!("lock", uncontended_acquire_and_release_are_one_write_each),
-        case!("lock", clients_of_one_process_never_conflict),
-        case!("lock", corrupt_lock_row_is_a_typed_error_and_kept),
-        case!("lock", invalid_names_and_settings_are_rejected),
-        case!("lock", watch_capability_matches_behaviour),
-        clients_case!("lock", time_service_never_goes_back),
-        case!(
-            "lock",
-            reentrant_acquire_shares_the_grant_until_the_last_release
-        ),
-    ]
+    crate::cases_of!("lock":
+        fenced_counter_eight_clients_fifty_each,
+        waiters_are_granted_in_request_order,
+        release_hands_off_with_the_next_token,
+        try_acquire_refuses_when_held_or_queued,
+        acquire_timeout_withdraws_the_request,
+        cancelled_waiter_leaves_the_queue,
+        a_refused_withdrawal_is_tried_again,
+        a_refused_release_is_tried_again,
+        silent_holder_is_evicted_after_its_lease,
+        paused_holder_loses_and_its_fenced_write_is_rejected,
+        without_fencing_a_paused_holder_loses_an_update,
+        uncontended_acquire_and_release_are_one_write_each,
+        clients_of_one_process_never_conflict,
+        corrupt_lock_row_is_a_typed_error_and_kept,
+        invalid_names_and_settings_are_rejected,
+        watch_capability_matches_behaviour,
+        time_service_never_goes_back,
+        reentrant_acquire_shares_the_grant_until_the_last_release,
+    )
 }
 
 fn lock(store: &Arc<dyn VersionedStore>, name: &str) -> Lock {
@@ -157,12 +154,7 @@ async fn fenced_counter_eight_clients_fifty_each(clients: Clients) {
 /// in exactly that order.
 async fn waiters_are_granted_in_request_order(clients: Clients) {
     const WAITERS: usize = 5;
-    let name = unique_name("fifo");
-    let store = clients.store();
-    let holder = lock(&clients.client().await, &name)
-        .acquire()
-        .await
-        .expect("first acquire");
+    let (store, name, holder) = queued::held::<Lock>(&clients, "fifo").await;
     let served = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..WAITERS {
@@ -190,12 +182,7 @@ async fn waiters_are_granted_in_request_order(clients: Clients) {
 }
 
 async fn release_hands_off_with_the_next_token(clients: Clients) {
-    let name = unique_name("handoff");
-    let store = clients.store();
-    let first = lock(&clients.client().await, &name)
-        .acquire()
-        .await
-        .expect("acquire");
+    let (store, name, first) = queued::held::<Lock>(&clients, "handoff").await;
     let waiting = queued_request::<Lock>(&clients, &name).await;
     let token = first.token();
     first.release().await.expect("release");
@@ -452,21 +439,11 @@ async fn clients_of_one_process_never_conflict(store: Arc<dyn VersionedStore>) {
 async fn corrupt_lock_row_is_a_typed_error_and_kept(store: Arc<dyn VersionedStore>) {
     let name = unique_name("corrupt");
     let key = Key::with_prefix(bakery_recipes::lock::KEY_PREFIX, &name).expect("key");
-    let _ = store
-        .put_if_version(&key, None, "{not a lock".into())
-        .await
-        .expect("seed garbage");
+    crate::applied(&*store, &key, None, "{not a lock").await;
     let lock = lock(&store, &name);
-    assert_eq!(
-        lock.acquire().await.expect_err("corrupt").kind(),
-        ErrorKind::Corrupt
-    );
-    assert_eq!(
-        lock.try_acquire().await.expect_err("corrupt").kind(),
-        ErrorKind::Corrupt
-    );
-    let err = Lock::inspect(&*store, &name).await.expect_err("corrupt");
-    assert_eq!(err.kind(), ErrorKind::Corrupt);
+    assert_corrupt(lock.acquire().await, "acquire");
+    assert_corrupt(lock.try_acquire().await, "try_acquire");
+    assert_corrupt(Lock::inspect(&*store, &name).await, "inspect");
     let row = store.get(&key).await.expect("get").expect("kept");
     assert_eq!(&row.value[..], b"{not a lock");
 }

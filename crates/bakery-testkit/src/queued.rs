@@ -169,10 +169,7 @@ pub(crate) async fn queued_request<R: Queued>(
         let client = R::handle(clients.client().await, name, PATIENCE, None);
         tokio::spawn(async move { client.ask().await })
     };
-    wait_for_state::<R>(&clients.store(), name, "the request queued", |s| {
-        R::queued(s) == 1
-    })
-    .await;
+    wait_queued::<R>(&clients.store(), name, "the request queued", 1).await;
     waiting
 }
 
@@ -197,6 +194,30 @@ pub(crate) async fn frozen_holder_learns_it_lost(
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
 }
 
+/// A grant a client of its own holds on a new row (named after
+/// `prefix`): the case's store, the row's name, the grant.
+pub(crate) async fn held<R: Queued>(
+    clients: &Clients,
+    prefix: &str,
+) -> (Arc<dyn VersionedStore>, String, R::Held) {
+    let name = unique_name(prefix);
+    let held = R::handle(clients.client().await, &name, PATIENCE, None)
+        .hold()
+        .await
+        .expect("hold");
+    (clients.store(), name, held)
+}
+
+/// Wait (bounded) until `queued` requests wait in the row of `name`.
+async fn wait_queued<R: Queued>(
+    store: &Arc<dyn VersionedStore>,
+    name: &str,
+    what: &str,
+    queued: usize,
+) -> R::State {
+    wait_for_state::<R>(store, name, what, |s| R::queued(s) == queued).await
+}
+
 /// Release `held`; then nobody holds `name` (a withdrawn request must not
 /// be granted: it would be a ghost).
 async fn released_to_nobody<R: Queued>(store: &Arc<dyn VersionedStore>, name: &str, held: R::Held) {
@@ -216,12 +237,7 @@ pub(crate) async fn timeout_withdraws_the_request<R, Fut>(
     R: Queued,
     Fut: Future<Output = ()>,
 {
-    let store = clients.store();
-    let name = unique_name(prefix);
-    let held = R::handle(clients.client().await, &name, PATIENCE, None)
-        .hold()
-        .await
-        .expect("hold");
+    let (store, name, held) = held::<R>(&clients, prefix).await;
     let impatient = R::handle(
         clients.client().await,
         &name,
@@ -242,18 +258,10 @@ pub(crate) async fn timeout_withdraws_the_request<R, Fut>(
 
 /// Dropping a waiting request withdraws it in the background.
 pub(crate) async fn cancelled_request_leaves_the_queue<R: Queued>(clients: Clients, prefix: &str) {
-    let store = clients.store();
-    let name = unique_name(prefix);
-    let held = R::handle(clients.client().await, &name, PATIENCE, None)
-        .hold()
-        .await
-        .expect("hold");
+    let (store, name, held) = held::<R>(&clients, prefix).await;
     let waiting = queued_request::<R>(&clients, &name).await;
     waiting.abort(); // drops the request's future
-    wait_for_state::<R>(&store, &name, "the cancelled request leave", |s| {
-        R::queued(s) == 0
-    })
-    .await;
+    wait_queued::<R>(&store, &name, "the cancelled request leave", 0).await;
     released_to_nobody::<R>(&store, &name, held).await;
 }
 
@@ -262,16 +270,11 @@ pub(crate) async fn cancelled_request_leaves_the_queue<R: Queued>(clients: Clien
 /// the waiters behind it to wait out its lease. The request still ends
 /// `TimedOut`, and the holder's release grants nobody.
 pub(crate) async fn a_refused_withdrawal_is_tried_again<R: Queued>(clients: Clients, prefix: &str) {
-    let store = clients.store();
-    let name = unique_name(prefix);
-    let held = R::handle(clients.client().await, &name, PATIENCE, None)
-        .hold()
-        .await
-        .expect("hold");
+    let (store, name, held) = held::<R>(&clients, prefix).await;
     let faulty = Arc::new(FaultStore::new(clients.client().await));
     let impatient = R::handle(faulty.clone(), &name, WITHDRAWN_AFTER, None);
     let waiting = tokio::spawn(async move { impatient.ask().await });
-    wait_for_state::<R>(&store, &name, "the request queued", |s| R::queued(s) == 1).await;
+    wait_queued::<R>(&store, &name, "the request queued", 1).await;
     // Its next puts are its withdrawal's.
     faulty.script([Fault::Refuse, Fault::Refuse]);
     let err = waiting
@@ -279,10 +282,7 @@ pub(crate) async fn a_refused_withdrawal_is_tried_again<R: Queued>(clients: Clie
         .expect("request task")
         .expect_err("must time out");
     assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
-    wait_for_state::<R>(&store, &name, "the refused request withdrawn", |s| {
-        R::queued(s) == 0
-    })
-    .await;
+    wait_queued::<R>(&store, &name, "the refused request withdrawn", 0).await;
     assert_eq!(faulty.remaining(), 0, "the withdrawal met both refusals");
     released_to_nobody::<R>(&store, &name, held).await;
 }

@@ -14,19 +14,19 @@ use bakery_recipes::rwlock::{self, Mode, RwLock, RwLockBuilder};
 use crate::faults::FaultStore;
 use crate::queued::{self, frozen_holder_learns_it_lost, inspect, wait_for_state};
 use crate::support::{not_before, Running, PATIENCE};
-use crate::{case, clients_case, unique_name, Case, Clients};
+use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![
-        clients_case!("rwlock", never_a_writer_with_anyone),
-        case!("rwlock", clients_of_one_process_never_conflict),
-        clients_case!("rwlock", queued_writer_blocks_new_readers),
-        clients_case!("rwlock", readers_behind_a_writer_are_granted_together),
-        clients_case!("rwlock", paused_writer_is_evicted_after_its_lease),
-        clients_case!("rwlock", acquire_timeout_withdraws_the_request),
-        clients_case!("rwlock", cancelled_acquire_leaves_the_queue),
-        case!("rwlock", corrupt_row_is_a_typed_error_and_kept),
-    ]
+    crate::cases_of!("rwlock":
+        never_a_writer_with_anyone,
+        clients_of_one_process_never_conflict,
+        queued_writer_blocks_new_readers,
+        readers_behind_a_writer_are_granted_together,
+        paused_writer_is_evicted_after_its_lease,
+        acquire_timeout_withdraws_the_request,
+        cancelled_acquire_leaves_the_queue,
+        corrupt_row_is_a_typed_error_and_kept,
+    )
 }
 
 fn rwlock(store: &Arc<dyn VersionedStore>, name: &str) -> RwLockBuilder {

@@ -13,27 +13,21 @@ use tokio::time::Instant;
 
 use crate::faults::FaultStore;
 use crate::queued::{self, frozen_holder_learns_it_lost, inspect, wait_for_state};
-use crate::support::{not_before, Running, PATIENCE};
-use crate::{case, clients_case, unique_name, Case, Clients};
+use crate::support::{assert_corrupt, not_before, Running, PATIENCE};
+use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![
-        clients_case!("semaphore", never_more_than_n_holders_at_once),
-        clients_case!("semaphore", waiters_are_granted_in_queue_order),
-        case!("semaphore", clients_of_one_process_never_conflict),
-        clients_case!("semaphore", try_acquire_refuses_when_full_or_queued),
-        clients_case!("semaphore", paused_holder_is_evicted_after_its_lease),
-        clients_case!("semaphore", acquire_timeout_withdraws_the_request),
-        clients_case!("semaphore", cancelled_acquire_leaves_the_queue),
-        clients_case!(
-            "semaphore",
-            refused_withdrawals_and_releases_are_tried_again
-        ),
-        case!(
-            "semaphore",
-            corrupt_row_and_other_permit_count_are_typed_errors
-        ),
-    ]
+    crate::cases_of!("semaphore":
+        never_more_than_n_holders_at_once,
+        waiters_are_granted_in_queue_order,
+        clients_of_one_process_never_conflict,
+        try_acquire_refuses_when_full_or_queued,
+        paused_holder_is_evicted_after_its_lease,
+        acquire_timeout_withdraws_the_request,
+        cancelled_acquire_leaves_the_queue,
+        refused_withdrawals_and_releases_are_tried_again,
+        corrupt_row_and_other_permit_count_are_typed_errors,
+    )
 }
 
 fn semaphore(store: &Arc<dyn VersionedStore>, name: &str, permits: u32) -> SemaphoreBuilder {
@@ -325,20 +319,12 @@ async fn cancelled_acquire_leaves_the_queue(clients: Clients) {
 async fn corrupt_row_and_other_permit_count_are_typed_errors(store: Arc<dyn VersionedStore>) {
     let name = unique_name("sem-corrupt");
     let key = Key::with_prefix(semaphore::KEY_PREFIX, &name).expect("key");
-    let _ = store
-        .put_if_version(&key, None, "{not a semaphore".into())
-        .await
-        .expect("seed garbage");
+    crate::applied(&*store, &key, None, "{not a semaphore").await;
     let sem = semaphore(&store, &name, 2).build().expect("valid");
-    let err = sem.acquire().await.expect_err("corrupt");
-    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    let err = assert_corrupt(sem.acquire().await, "acquire");
     assert!(err.message().contains(key.as_str()), "{err}");
-    let err = sem.try_acquire().await.expect_err("corrupt");
-    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
-    let err = Semaphore::inspect(&*store, &name)
-        .await
-        .expect_err("corrupt");
-    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    assert_corrupt(sem.try_acquire().await, "try_acquire");
+    assert_corrupt(Semaphore::inspect(&*store, &name).await, "inspect");
     let row = store.get(&key).await.expect("get").expect("kept");
     assert_eq!(&row.value[..], b"{not a semaphore");
 

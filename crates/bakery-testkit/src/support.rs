@@ -95,6 +95,18 @@ impl Grant for Leadership {
     }
 }
 
+/// `result` (of `what`) is a `Corrupt` error, returned: a row the recipe
+/// must not touch.
+#[track_caller]
+pub(crate) fn assert_corrupt<T: Debug>(
+    result: bakery_core::Result<T>,
+    what: &str,
+) -> bakery_core::Error {
+    let err = result.expect_err(what);
+    assert_eq!(err.kind(), bakery_core::ErrorKind::Corrupt, "{what}: {err}");
+    err
+}
+
 /// Counts a client out when its task ends, however it ends.
 pub(crate) struct Running(pub(crate) Arc<AtomicUsize>);
 
