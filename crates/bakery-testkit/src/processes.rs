@@ -922,12 +922,16 @@ mod tests {
         }
     }
 
-    const TWO_BY_TWO: CaseSpec = CaseSpec {
-        role: Role::Lock,
-        processes: 2,
-        rounds: 2,
-        permits: 1,
-    };
+    const TWO_BY_TWO: CaseSpec = CaseSpec::of(Role::Lock, 2, 2);
+
+    /// One of `violations` mentions `needle`.
+    #[track_caller]
+    fn assert_flagged(violations: &[String], needle: &str) {
+        assert!(
+            violations.iter().any(|v| v.contains(needle)),
+            "{violations:?}"
+        );
+    }
 
     #[test]
     fn a_clean_lock_log_passes() {
@@ -938,44 +942,28 @@ mod tests {
     fn overlapping_lock_grants_are_flagged() {
         let mut outcome = clean_lock();
         outcome.grants[1] = grant(1, Kind::Lock, 2, 15, 30);
-        let violations = check(&TWO_BY_TWO, &outcome);
-        assert!(
-            violations.iter().any(|v| v.contains("overlap")),
-            "{violations:?}"
-        );
+        assert_flagged(&check(&TWO_BY_TWO, &outcome), "overlap");
     }
 
     #[test]
     fn a_lost_counter_update_is_flagged() {
         let mut outcome = clean_lock();
         outcome.counter = 3;
-        let violations = check(&TWO_BY_TWO, &outcome);
-        assert!(
-            violations.iter().any(|v| v.contains("counter")),
-            "{violations:?}"
-        );
+        assert_flagged(&check(&TWO_BY_TWO, &outcome), "counter");
     }
 
     #[test]
     fn a_repeated_token_is_flagged() {
         let mut outcome = clean_lock();
         outcome.grants[3].token = 3;
-        let violations = tokens_follow_grant_order(&outcome.grants);
-        assert!(
-            violations.iter().any(|v| v.contains("twice")),
-            "{violations:?}"
-        );
+        assert_flagged(&tokens_follow_grant_order(&outcome.grants), "twice");
     }
 
     #[test]
     fn a_token_out_of_grant_order_is_flagged() {
         let mut outcome = clean_lock();
         (outcome.grants[1].token, outcome.grants[2].token) = (3, 2);
-        let violations = tokens_follow_grant_order(&outcome.grants);
-        assert!(
-            violations.iter().any(|v| v.contains("released")),
-            "{violations:?}"
-        );
+        assert_flagged(&tokens_follow_grant_order(&outcome.grants), "released");
     }
 
     #[test]
@@ -996,11 +984,7 @@ mod tests {
         outcome
             .failed
             .push((1, "exit status: 1".into(), "boom".into()));
-        let violations = check(&TWO_BY_TWO, &outcome);
-        assert!(
-            violations.iter().any(|v| v.contains("boom")),
-            "{violations:?}"
-        );
+        assert_flagged(&check(&TWO_BY_TWO, &outcome), "boom");
     }
 
     #[test]
@@ -1008,11 +992,7 @@ mod tests {
         let mut outcome = clean_lock();
         outcome.grants.pop();
         outcome.counter = 3;
-        let violations = check(&TWO_BY_TWO, &outcome);
-        assert!(
-            violations.iter().any(|v| v.contains("expected")),
-            "{violations:?}"
-        );
+        assert_flagged(&check(&TWO_BY_TWO, &outcome), "expected");
     }
 
     #[test]
