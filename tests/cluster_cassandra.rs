@@ -286,13 +286,8 @@ fn cassandra_cluster_survives_node_kill() {
 
         // Phase 1: all three nodes.
         let workload = Workload::start(&uri, &history, &plan, 0).await;
-        assert!(
-            eventually(RECOVERY_BOUND, || {
-                acked_after(&history, 0) >= ACKS_PER_PHASE && workload.all_served()
-            })
-            .await,
-            "no writes acknowledged before the fault"
-        );
+        let served = workload.served(&history, 0, ACKS_PER_PHASE, RECOVERY_BOUND);
+        assert!(served.await, "no writes acknowledged before the fault");
         let mut before = Vec::new();
         for node in &nodes {
             let start = Instant::now();

@@ -43,8 +43,7 @@ use bakery_verify::linearizability::{self, check_operations, Verdict, DEFAULT_ST
 use bakery_verify::workload::Counts;
 use bakery_verify::History;
 use common::cluster::{
-    acked_above, acked_after, assert_counters, eventually, puts_on, read_counts, Observed, Plan,
-    Workload,
+    acked_above, assert_counters, puts_on, read_counts, Observed, Plan, Workload,
 };
 use common::report::FaultRow;
 use common::{backends, fault_tests_uri, psql};
@@ -133,11 +132,9 @@ fn failover(primary: &str, standby: &str, sync: bool) -> Figures {
         let history = History::new();
         let plan = Plan::new("cluster-pg", 2, 4, 3);
         let workload = Workload::start(&primary, &history, &plan, 0).await;
+        let served = workload.served(&history, 0, ACKS_PER_PHASE, RECOVERY_BOUND);
         assert!(
-            eventually(RECOVERY_BOUND, || acked_after(&history, 0)
-                >= ACKS_PER_PHASE
-                && workload.all_served())
-            .await,
+            served.await,
             "{mode}: the primary did not serve every client"
         );
         tokio::task::spawn_blocking(|| backends("kill", PRIMARY))
@@ -160,10 +157,9 @@ fn failover(primary: &str, standby: &str, sync: bool) -> Figures {
         let survived = read_counts(&*on_standby, &plan.keys, RECOVERY_BOUND).await;
         let reopened_ns = history.now_ns();
         let workload = Workload::start(standby, &history, &plan, STANDBY_CLIENTS).await;
-        let continued = eventually(RECOVERY_BOUND, || {
-            acked_after(&history, reopened_ns) >= ACKS_PER_PHASE && workload.all_served()
-        })
-        .await;
+        let continued = workload
+            .served(&history, reopened_ns, ACKS_PER_PHASE, RECOVERY_BOUND)
+            .await;
         assert!(
             continued,
             "{mode}: the promoted standby did not serve every client"

@@ -170,13 +170,8 @@ fn failover(mode: Mode, partitioned: bool) {
         let history = History::new();
         let plan = Plan::new("cluster-redis", 2, 4, 3);
         let before = Workload::start(&options(&primary), &history, &plan, 0).await;
-        assert!(
-            eventually(RECOVERY_BOUND, || {
-                acked_after(&history, 0) >= ACKS_PER_PHASE && before.all_served()
-            })
-            .await,
-            "{label}: no writes acknowledged before the fault"
-        );
+        let served = before.served(&history, 0, ACKS_PER_PHASE, RECOVERY_BOUND);
+        assert!(served.await, "{label}: no writes acknowledged before the fault");
         // The lock clients are under way too (the phase's length is the
         // counters'): the workload ran on both sides of the failover.
         assert!(
@@ -217,13 +212,8 @@ fn failover(mode: Mode, partitioned: bool) {
             .sum();
         // …and new clients go on there.
         let after = Workload::start(&options(&replica), &history, &plan, 100).await;
-        assert!(
-            eventually(RECOVERY_BOUND, || {
-                acked_after(&history, stopped_ns) >= ACKS_PER_PHASE && after.all_served()
-            })
-            .await,
-            "{label}: no writes acknowledged after the failover"
-        );
+        let served = after.served(&history, stopped_ns, ACKS_PER_PHASE, RECOVERY_BOUND);
+        assert!(served.await, "{label}: no writes acknowledged after the failover");
         observed.merge(after.stop().await);
         let late = Sequence::builder(promoted_store.clone(), &plan.sequence)
             .block_size(1)

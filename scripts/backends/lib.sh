@@ -138,6 +138,38 @@ deps_missing() {
 }
 install_deps() { install_missing deps; }
 
+# ---------------------------------------------------------------- Go builds
+
+# FerretDB and Toxiproxy are built from a go.mod of ours (Go is not installed
+# from apt: bookworm's 1.19 is too old), once, into the cache.
+
+# go_mod_version GO_MOD MODULE: the version of MODULE that GO_MOD requires.
+go_mod_version() {
+    awk -v m="$2" '$1 == m { print $2; exit }
+         $1 == "require" && $2 == m { print $3; exit }' "$1"
+}
+
+# go_build NAME WHAT BIN HASH SRC HOW_LONG GO_ARGS...: unless BIN was built
+# from inputs hashing to HASH (kept in BIN.inputs), builds WHAT (e.g.
+# "FerretDB v1.24.0") into BIN: `go build -trimpath -buildvcs=false -o BIN
+# GO_ARGS...` in SRC.  HOW_LONG says what to expect of the first build.
+go_build() {
+    local name=$1 what=$2 bin=$3 hash=$4 src=$5 how_long=$6 tmp started=$SECONDS
+    shift 6
+    if [[ -x $bin && -f $bin.inputs && $(<"$bin.inputs") == "$hash" ]]; then return 0; fi
+    have go || die "$name: building $what needs Go >= 1.24 (\`go\` is not on PATH; https://go.dev/dl, or GOTOOLCHAIN with Go >= 1.21)"
+    say "$name: building $what into $bin (go build; $how_long)"
+    mkdir -p "${bin%/*}"
+    tmp=$bin.tmp.$$
+    if ! (cd "$src" && go build -trimpath -buildvcs=false -o "$tmp" "$@") >&2; then
+        rm -f "$tmp"
+        die "$name: go build of $what ($src) failed"
+    fi
+    mv -f "$tmp" "$bin"
+    echo "$hash" >"$bin.inputs"
+    say "$name: built $what in $((SECONDS - started))s"
+}
+
 # ---------------------------------------------------------------- a test CA
 
 # The TLS ports (postgres's ssl=on, redis's tls-port) present a certificate
@@ -192,6 +224,18 @@ ensure_test_ca() {
     rm -rf "$TLS_DIR"
     mv "$new" "$TLS_DIR"
     tls_files_valid || die "tls: the certificate openssl made in $TLS_DIR does not verify"
+}
+
+# tls_answers NAME PORT WANT LACKING COMMAND...: COMMAND, a client of NAME
+# on localhost:PORT checking the certificate against the test CA, must print
+# WANT; otherwise fails NAME: a server started without LACKING (its TLS
+# port) has none.
+tls_answers() {
+    local name=$1 port=$2 want=$3 lacking=$4 answer
+    shift 4
+    answer=$("$@" </dev/null 2>&1) || answer="no TLS: $answer"
+    [[ $answer == "$want" ]] ||
+        fail "$name" "TLS on localhost:$port ($answer); a server started without $lacking needs 'scripts/backends.sh restart $name'"
 }
 
 # ---------------------------------------------------------------- processes

@@ -18,10 +18,7 @@ mongodb_describe() {
     ALIASES=(mongo ferretdb)
 }
 
-ferretdb_version() {
-    awk '$1 == "github.com/FerretDB/FerretDB" { print $2; exit }
-         $1 == "require" && $2 == "github.com/FerretDB/FerretDB" { print $3; exit }' "$FERRETDB_SRC/go.mod"
-}
+ferretdb_version() { go_mod_version "$FERRETDB_SRC/go.mod" github.com/FerretDB/FerretDB; }
 
 ferretdb_bin() { printf '%s/ferretdb-%s/ferretdb\n' "$CACHE_DIR" "$(ferretdb_version)"; }
 
@@ -34,25 +31,14 @@ ferretdb_inputs_hash() {
 mongodb_missing() { postgres_missing; }
 
 mongodb_install() {
-    local bin hash version tmp started=$SECONDS
+    local version
     install_missing mongodb
     version=$(ferretdb_version)
     [[ -n $version ]] || die "mongodb: no github.com/FerretDB/FerretDB requirement in $FERRETDB_SRC/go.mod"
-    bin=$(ferretdb_bin)
-    hash=$(ferretdb_inputs_hash)
-    if [[ -x $bin && -f $bin.inputs && $(<"$bin.inputs") == "$hash" ]]; then return 0; fi
-    have go || die "mongodb: building FerretDB $version needs Go >= 1.24 (\`go\` is not on PATH; https://go.dev/dl, or GOTOOLCHAIN with Go >= 1.21)"
-    say "mongodb: building FerretDB $version into $bin (go build; the first time, with nothing in Go's caches, takes a few minutes)"
-    mkdir -p "${bin%/*}"
-    tmp=$bin.tmp.$$
     # -tags ferretdb_no_sqlite: only the PostgreSQL handler is compiled in.
-    if ! (cd "$FERRETDB_SRC" && go build -trimpath -buildvcs=false -tags ferretdb_no_sqlite -o "$tmp" .) >&2; then
-        rm -f "$tmp"
-        die "mongodb: go build of $FERRETDB_SRC failed"
-    fi
-    mv -f "$tmp" "$bin"
-    echo "$hash" >"$bin.inputs"
-    say "mongodb: built FerretDB $version in $((SECONDS - started))s"
+    go_build mongodb "FerretDB $version" "$(ferretdb_bin)" "$(ferretdb_inputs_hash)" "$FERRETDB_SRC" \
+        "the first time, with nothing in Go's caches, takes a few minutes" \
+        -tags ferretdb_no_sqlite .
 }
 
 mongodb_start() {

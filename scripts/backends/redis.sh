@@ -106,12 +106,10 @@ redis_ready() { redis_ping redis; }
 # The TLS port answers, its certificate checked against the test CA: a server
 # started before the TLS port was added has none.
 redis_after_start() {
-    local port answer
+    local port
     port=$(port_of redis 2)
-    answer=$(timeout 5 redis-cli --tls --cacert "$TLS_DIR/ca.pem" -h localhost -p "$port" ping </dev/null 2>&1) ||
-        answer="no TLS: $answer"
-    [[ $answer == PONG ]] ||
-        fail redis "TLS on localhost:$port ($answer); a server started without a TLS port needs 'scripts/backends.sh restart redis'"
+    tls_answers redis "$port" PONG "a TLS port" \
+        timeout 5 redis-cli --tls --cacert "$TLS_DIR/ca.pem" -h localhost -p "$port" ping
 }
 
 redis_uri() { echo "redis://127.0.0.1:$(port_of redis)/0"; }

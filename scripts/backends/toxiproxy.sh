@@ -22,10 +22,7 @@ toxiproxy_describe() {
     PORTS=(BAKERY_TOXIPROXY_PORT=18474)
 }
 
-toxiproxy_version() {
-    awk -v m="$TOXIPROXY_MODULE" '$1 == m { print $2; exit }
-         $1 == "require" && $2 == m { print $3; exit }' "$TOXIPROXY_SRC/go.mod"
-}
+toxiproxy_version() { go_mod_version "$TOXIPROXY_SRC/go.mod" "$TOXIPROXY_MODULE"; }
 
 toxiproxy_bin() { printf '%s/toxiproxy-%s/toxiproxy\n' "$CACHE_DIR" "$(toxiproxy_version)"; }
 
@@ -38,27 +35,14 @@ toxiproxy_inputs_hash() {
 toxiproxy_missing() { :; }
 
 toxiproxy_install() {
-    local bin hash version tmp started=$SECONDS
+    local version
     version=$(toxiproxy_version)
     [[ -n $version ]] || die "toxiproxy: no $TOXIPROXY_MODULE requirement in $TOXIPROXY_SRC/go.mod"
-    bin=$(toxiproxy_bin)
-    hash=$(toxiproxy_inputs_hash)
-    if [[ -x $bin && -f $bin.inputs && $(<"$bin.inputs") == "$hash" ]]; then return 0; fi
-    have go || die "toxiproxy: building Toxiproxy $version needs Go >= 1.24 (\`go\` is not on PATH; https://go.dev/dl, or GOTOOLCHAIN with Go >= 1.21)"
-    say "toxiproxy: building Toxiproxy $version into $bin (go build; about a minute the first time)"
-    mkdir -p "${bin%/*}"
-    tmp=$bin.tmp.$$
     # The module's own server command, at the versions go.sum pins; -X stamps
     # the version GET /version reports (else "git").
-    if ! (cd "$TOXIPROXY_SRC" && go build -trimpath -buildvcs=false \
-        -ldflags "-X $TOXIPROXY_MODULE.Version=$version" \
-        -o "$tmp" "$TOXIPROXY_MODULE/cmd/server") >&2; then
-        rm -f "$tmp"
-        die "toxiproxy: go build of $TOXIPROXY_MODULE/cmd/server ($TOXIPROXY_SRC) failed"
-    fi
-    mv -f "$tmp" "$bin"
-    echo "$hash" >"$bin.inputs"
-    say "toxiproxy: built Toxiproxy $version in $((SECONDS - started))s"
+    go_build toxiproxy "Toxiproxy $version" "$(toxiproxy_bin)" "$(toxiproxy_inputs_hash)" "$TOXIPROXY_SRC" \
+        "about a minute the first time" \
+        -ldflags "-X $TOXIPROXY_MODULE.Version=$version" "$TOXIPROXY_MODULE/cmd/server"
 }
 
 toxiproxy_start() {

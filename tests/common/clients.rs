@@ -327,14 +327,9 @@ pub async fn lock_client(
         if let Some(stale) = previous.filter(|_| round.is_multiple_of(2)) {
             let t = clock.now_ns();
             let data = Bytes::from(format!("c{client}-{round}-stale"));
-            let written = timed(
-                &clock,
-                &mut tally.failures,
-                "lock stale write",
-                fence.write(stale, data),
-            )
-            .await;
-            let accepted = written.map(|w| w.is_accepted());
+            let accepted = tally
+                .fenced_write(&clock, "lock stale write", fence.write(stale, data))
+                .await;
             if let Some(accepted) = accepted {
                 tally.stale_tried += 1;
                 tally.stale_accepted += u64::from(accepted);
@@ -345,14 +340,9 @@ pub async fn lock_client(
         let t = clock.now_ns();
         let data = Bytes::from(format!("{}/c{client}-{round}", count + 1));
         let failed_before = tally.failures.len();
-        let written = timed(
-            &clock,
-            &mut tally.failures,
-            "lock fenced write",
-            fence.write(token, data),
-        )
-        .await;
-        let accepted = written.map(|w| w.is_accepted());
+        let accepted = tally
+            .fenced_write(&clock, "lock fenced write", fence.write(token, data))
+            .await;
         if accepted == Some(true) && tally.writes_accepted == 0 {
             progress.lock_clients_served.fetch_add(1, Ordering::Relaxed);
         }
@@ -370,6 +360,18 @@ pub async fn lock_client(
 }
 
 impl LockTally {
+    /// A fenced write (`what`, failures recorded): whether it was
+    /// accepted, `None` if the call failed.
+    async fn fenced_write(
+        &mut self,
+        clock: &History,
+        what: &'static str,
+        write: impl std::future::Future<Output = bakery::Result<bakery::FencedWrite>>,
+    ) -> Option<bool> {
+        let written = timed(clock, &mut self.failures, what, write).await;
+        written.map(|w| w.is_accepted())
+    }
+
     /// Releases `guard`, recording its grant's span.
     async fn release(&mut self, clock: &History, guard: bakery::LockGuard, start_ns: u64) {
         let token = guard.token();

@@ -202,6 +202,22 @@ impl Workload {
             .all_served(self.sequence_clients, self.lock_clients)
     }
 
+    /// Waits (at most `bound`) until `acks` puts were acknowledged after
+    /// `after_ns` (by any client) and every client was served
+    /// ([`Workload::all_served`]); whether they were.
+    pub async fn served(
+        &self,
+        history: &History,
+        after_ns: u64,
+        acks: u64,
+        bound: Duration,
+    ) -> bool {
+        eventually(bound, || {
+            acked_after(history, after_ns) >= acks && self.all_served()
+        })
+        .await
+    }
+
     /// Stops the clients (each finishes its current call) and collects
     /// what they saw.
     pub async fn stop(self) -> Observed {

@@ -3,12 +3,11 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use bakery::election::{Election, Leader};
-use bakery::{ErrorKind, VersionedStore};
+use bakery::election::{Election, Leader, Leadership};
+use bakery::VersionedStore;
 use clap::{Args, Subcommand};
-use serde_json::json;
 
-use crate::lock::{run_while_held, HeldArgs, EXIT_BUSY};
+use crate::lock::{run_granted, HeldArgs};
 use crate::output::{self, CliError};
 
 /// `bakery leader …`
@@ -21,7 +20,20 @@ pub enum LeaderCommand {
 
     /// Show NAME's leader: its value, term and owner. Exits 1 if nobody
     /// leads.
-    Show(ShowArgs),
+    Show {
+        /// Election name.
+        name: String,
+    },
+}
+
+impl LeaderCommand {
+    /// The election the command names.
+    pub fn name(&self) -> &str {
+        match self {
+            LeaderCommand::Run(args) => &args.held.name,
+            LeaderCommand::Show { name } => name,
+        }
+    }
 }
 
 /// Arguments of `bakery leader run`.
@@ -35,23 +47,6 @@ pub struct RunArgs {
     pub value: Option<String>,
 }
 
-/// Arguments of `bakery leader show`.
-#[derive(Debug, Args)]
-pub struct ShowArgs {
-    /// Election name.
-    pub name: String,
-}
-
-impl LeaderCommand {
-    /// The election the command names.
-    pub fn name(&self) -> &str {
-        match self {
-            LeaderCommand::Run(args) => &args.held.name,
-            LeaderCommand::Show(args) => &args.name,
-        }
-    }
-}
-
 /// `bakery leader run`.
 pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, CliError> {
     let mut builder = Election::builder(store, &args.held.name).lease(args.held.lease);
@@ -62,23 +57,12 @@ pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, C
         builder = builder.campaign_timeout(timeout);
     }
     let election = builder.build()?;
-    let leadership = match election.campaign().await {
-        Ok(leadership) => leadership,
-        Err(err) if err.kind() == ErrorKind::TimedOut => {
-            output::report(&CliError::from(err));
-            return Ok(EXIT_BUSY);
-        }
-        Err(err) => return Err(err.into()),
-    };
     // The lock underneath: its name is what BAKERY_LOCK_NAME and the
     // messages show (`bakery lock show` it for the queue of candidates).
     let lock_name = format!("{}{}", bakery::election::LOCK_PREFIX, args.held.name);
-    let guard = leadership.into_lock_guard();
-    let (token, lost) = (guard.token(), guard.lost());
-    run_while_held(
-        token,
-        lost,
-        || guard.release(),
+    let campaign = election.campaign().await;
+    run_granted(
+        campaign.map(Leadership::into_lock_guard),
         &lock_name,
         &args.held.command,
     )
@@ -86,20 +70,14 @@ pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, C
 }
 
 /// `bakery leader show`.
-pub async fn show(
-    store: Arc<dyn VersionedStore>,
-    args: &ShowArgs,
-    json: bool,
-) -> Result<(), CliError> {
-    let election = Election::builder(store, &args.name).build()?;
-    let Some(leader) = election.leader().await? else {
-        return Err(CliError::Message(format!(
-            "election {} has no leader",
-            args.name
-        )));
-    };
-    let value = json.then(|| json!({ "name": args.name, "leader": leader }));
-    output::print(value, |out| write_leader(out, &args.name, &leader))
+pub async fn show(store: Arc<dyn VersionedStore>, name: &str, json: bool) -> Result<(), CliError> {
+    let election = Election::builder(store, name).build()?;
+    let leader = output::found(election.leader().await?, || {
+        format!("election {} has no leader", name)
+    })?;
+    output::print_named(name, "leader", &leader, json, |out| {
+        write_leader(out, name, &leader)
+    })
 }
 
 fn write_leader(out: &mut impl Write, name: &str, leader: &Leader) -> std::io::Result<()> {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use bakery::fence::{Fenced, FencedRead, FencedValue, FencedWrite};
 use bakery::lock::{Lock, LockBuilder, LockGuard, LockState, LostReason};
 use bakery::{ErrorKind, VersionedStore};
+use bakery::{Permit, ReadGuard, WriteGuard};
 use clap::{Args, Subcommand};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -47,7 +48,21 @@ pub enum LockCommand {
 
     /// Show a lock's holder, fencing token and queue. Exits 1 if the lock was
     /// never taken.
-    Show(ShowArgs),
+    Show {
+        /// Lock name.
+        name: String,
+    },
+}
+
+impl LockCommand {
+    /// The lock the command names.
+    pub fn name(&self) -> &str {
+        match self {
+            LockCommand::Run(args) => &args.held.name,
+            LockCommand::Try(args) => &args.name,
+            LockCommand::Show { name } => name,
+        }
+    }
 }
 
 /// Arguments of `bakery lock run`.
@@ -134,13 +149,6 @@ impl JobArgs {
     }
 }
 
-/// Arguments of `bakery lock show`.
-#[derive(Debug, Args)]
-pub struct ShowArgs {
-    /// Lock name.
-    pub name: String,
-}
-
 /// `bakery fence …`
 #[derive(Debug, Subcommand)]
 pub enum FenceCommand {
@@ -201,15 +209,7 @@ pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, C
         builder = builder.acquire_timeout(timeout);
     }
     let lock = builder.build()?;
-    let guard = match lock.acquire().await {
-        Ok(guard) => guard,
-        Err(err) if err.kind() == ErrorKind::TimedOut => {
-            output::report(&CliError::from(err));
-            return Ok(EXIT_BUSY);
-        }
-        Err(err) => return Err(err.into()),
-    };
-    hold_while_running(guard, &held.name, &held.command).await
+    run_granted(lock.acquire().await, &held.name, &held.command).await
 }
 
 /// `bakery lock try`.
@@ -219,7 +219,7 @@ pub async fn try_run(store: Arc<dyn VersionedStore>, args: &TryArgs) -> Result<u
         .apply(Lock::builder(store, &args.name).lease(args.lease))
         .build()?;
     match lock.try_acquire().await? {
-        Some(guard) => hold_while_running(guard, &args.name, &args.command).await,
+        Some(guard) => run_while_held(guard, &args.name, &args.command).await,
         None => {
             let _ = writeln!(
                 std::io::stderr().lock(),
@@ -231,41 +231,71 @@ pub async fn try_run(store: Arc<dyn VersionedStore>, args: &TryArgs) -> Result<u
     }
 }
 
-async fn hold_while_running(
-    guard: LockGuard,
+/// A grant COMMAND can run under: a lock guard (a leadership's too), a
+/// permit, a read or a write hold.
+pub(crate) trait Grant {
+    fn token(&self) -> u64;
+    fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static;
+    fn release(self) -> impl Future<Output = bakery::Result<()>>;
+}
+
+/// The guards have the same methods (the recipes make them with one macro)
+/// but no trait of their own.
+macro_rules! grant {
+    ($($guard:ty),+) => {$(
+        impl Grant for $guard {
+            fn token(&self) -> u64 {
+                <$guard>::token(self)
+            }
+            fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+                <$guard>::lost(self)
+            }
+            fn release(self) -> impl Future<Output = bakery::Result<()>> {
+                <$guard>::release(self)
+            }
+        }
+    )+};
+}
+grant!(LockGuard, Permit, ReadGuard, WriteGuard);
+
+/// Run COMMAND under the grant `asked` for; if `--timeout` passed first,
+/// say so and exit 75 (EX_TEMPFAIL) without running it.
+pub(crate) async fn run_granted(
+    asked: bakery::Result<impl Grant>,
     name: &str,
     command: &[OsString],
 ) -> Result<u8, CliError> {
-    let (token, lost) = (guard.token(), guard.lost());
-    run_while_held(token, lost, || guard.release(), name, command).await
+    match asked {
+        Ok(grant) => run_while_held(grant, name, command).await,
+        Err(err) if err.kind() == ErrorKind::TimedOut => {
+            output::report(&CliError::from(err));
+            Ok(EXIT_BUSY)
+        }
+        Err(err) => Err(err.into()),
+    }
 }
 
-/// Run COMMAND while a grant with `token` is held (a lock guard, a
-/// leadership, a permit): stop it if `lost` completes, pass stop signals
-/// on, then `release`. `name` is exported as BAKERY_LOCK_NAME.
-pub(crate) async fn run_while_held<R, F>(
-    token: u64,
-    lost: impl Future<Output = LostReason>,
-    release: R,
+/// Run COMMAND while `grant` is held: stop it if the grant is lost, pass
+/// stop signals on, then release. `name` is exported as BAKERY_LOCK_NAME,
+/// the grant's token as BAKERY_FENCING_TOKEN.
+async fn run_while_held(
+    grant: impl Grant,
     name: &str,
     command: &[OsString],
-) -> Result<u8, CliError>
-where
-    R: FnOnce() -> F,
-    F: Future<Output = bakery::Result<()>>,
-{
+) -> Result<u8, CliError> {
+    let lost = grant.lost();
     let (program, args) = command
         .split_first()
         .ok_or_else(|| CliError::Message("no COMMAND given after --".into()))?;
     let mut child = match Command::new(program)
         .args(args)
-        .env("BAKERY_FENCING_TOKEN", token.to_string())
+        .env("BAKERY_FENCING_TOKEN", grant.token().to_string())
         .env("BAKERY_LOCK_NAME", name)
         .spawn()
     {
         Ok(child) => child,
         Err(err) => {
-            let _ = release().await;
+            let _ = grant.release().await;
             return Err(CliError::Message(format!(
                 "cannot run {}: {err}",
                 program.to_string_lossy()
@@ -291,7 +321,7 @@ where
             _ = interrupt.recv() => forward(&child, Signal::SIGINT),
         }
     };
-    match release().await {
+    match grant.release().await {
         Ok(()) => Ok(exit_code(status)),
         Err(err) if err.kind() == ErrorKind::Lost => {
             output::report(&CliError::Message(format!(
@@ -336,15 +366,9 @@ pub(crate) fn exit_code(status: ExitStatus) -> u8 {
 }
 
 /// `bakery lock show`.
-pub async fn show(store: &dyn VersionedStore, args: &ShowArgs, json: bool) -> Result<(), CliError> {
-    let Some(state) = Lock::inspect(store, &args.name).await? else {
-        return Err(CliError::Message(format!(
-            "lock {} does not exist (never taken)",
-            args.name
-        )));
-    };
-    let value = json.then(|| json!({ "name": args.name, "state": state }));
-    output::print(value, |out| write_state(out, &args.name, &state))
+pub async fn show(store: &dyn VersionedStore, name: &str, json: bool) -> Result<(), CliError> {
+    let state = Lock::inspect(store, name).await?;
+    output::show_state("lock", name, "never taken", state, json, write_state)
 }
 
 fn write_state(out: &mut impl Write, name: &str, state: &LockState) -> std::io::Result<()> {
@@ -369,17 +393,8 @@ fn write_state(out: &mut impl Write, name: &str, state: &LockState) -> std::io::
     if let Some(data) = state.holder.as_ref().and_then(|h| h.data.as_ref()) {
         writeln!(out, "data:   {data}")?;
     }
-    writeln!(out, "queue:  {} waiting", state.queue.len())?;
-    for (position, waiter) in state.queue.iter().enumerate() {
-        writeln!(
-            out,
-            "  {}. {} (request {})",
-            position + 1,
-            waiter.owner,
-            waiter.id
-        )?;
-    }
-    Ok(())
+    let waiters = state.queue.iter().map(|w| (&w.owner, &w.id));
+    output::write_queue(out, "queue:  ", waiters)
 }
 
 /// `bakery fence read`.
@@ -401,12 +416,9 @@ pub async fn fence_read(
             }
         },
     };
-    let Some(fenced) = fenced else {
-        return Err(CliError::Message(format!(
-            "fenced value {} does not exist",
-            args.name
-        )));
-    };
+    let fenced = output::found(fenced, || {
+        format!("fenced value {} does not exist", args.name)
+    })?;
     let value = json.then(|| {
         let data = String::from_utf8_lossy(&fenced.data);
         json!({ "name": args.name, "token": fenced.token, "value": data })

@@ -92,73 +92,47 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         #[cfg(not(feature = "bench"))]
         Command::Bench(_) => Err(missing::refuse("bench", "bench")),
         Command::Lock(command) => {
-            let name = match command {
-                LockCommand::Run(args) => &args.held.name,
-                LockCommand::Try(args) => &args.name,
-                LockCommand::Show(args) => &args.name,
-            };
-            bakery::validate_name(name)?;
-            let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
-            let status = match command {
+            let store = open_named(&cli, command.name()).await?;
+            exited(match command {
                 LockCommand::Run(args) => lock::run(store, args).await?,
                 LockCommand::Try(args) => lock::try_run(store, args).await?,
-                LockCommand::Show(args) => return lock::show(&*store, args, cli.json).await,
-            };
-            match status {
-                0 => Ok(()),
-                code => Err(CliError::Exit(code)),
-            }
+                LockCommand::Show { name } => return lock::show(&*store, name, cli.json).await,
+            })
         }
         Command::Leader(command) => {
-            bakery::validate_name(command.name())?;
-            let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
-            let status = match command {
+            let store = open_named(&cli, command.name()).await?;
+            exited(match command {
                 leader::LeaderCommand::Run(args) => leader::run(store, args).await?,
-                leader::LeaderCommand::Show(args) => {
-                    return leader::show(store, args, cli.json).await
+                leader::LeaderCommand::Show { name } => {
+                    return leader::show(store, name, cli.json).await
                 }
-            };
-            match status {
-                0 => Ok(()),
-                code => Err(CliError::Exit(code)),
-            }
+            })
         }
         Command::Semaphore(command) => {
-            bakery::validate_name(command.name())?;
-            let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
-            let status = match command {
+            let store = open_named(&cli, command.name()).await?;
+            exited(match command {
                 semaphore::SemaphoreCommand::Run(args) => semaphore::run(store, args).await?,
-                semaphore::SemaphoreCommand::Show(args) => {
-                    return semaphore::show(&*store, args, cli.json).await
+                semaphore::SemaphoreCommand::Show { name } => {
+                    return semaphore::show(&*store, name, cli.json).await
                 }
-            };
-            match status {
-                0 => Ok(()),
-                code => Err(CliError::Exit(code)),
-            }
+            })
         }
         Command::Rwlock(command) => {
-            bakery::validate_name(command.name())?;
-            let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
-            let status = match command {
+            let store = open_named(&cli, command.name()).await?;
+            exited(match command {
                 rwlock::RwlockCommand::Read(args) => rwlock::run(store, args, false).await?,
                 rwlock::RwlockCommand::Write(args) => rwlock::run(store, args, true).await?,
-                rwlock::RwlockCommand::Show(args) => {
-                    return rwlock::show(&*store, args, cli.json).await
+                rwlock::RwlockCommand::Show { name } => {
+                    return rwlock::show(&*store, name, cli.json).await
                 }
-            };
-            match status {
-                0 => Ok(()),
-                code => Err(CliError::Exit(code)),
-            }
+            })
         }
         Command::Fence(command) => {
             let name = match command {
                 FenceCommand::Read(args) => &args.name,
                 FenceCommand::Write(args) => &args.name,
             };
-            bakery::validate_name(name)?;
-            let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
+            let store = open_named(&cli, name).await?;
             match command {
                 FenceCommand::Read(args) => lock::fence_read(store, args, cli.json).await,
                 FenceCommand::Write(args) => lock::fence_write(store, args).await,
@@ -175,10 +149,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             bakery::validate_name(scope)?;
             let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
             match command {
-                once::OnceCommand::Run(args) => match once::run(store, args).await? {
-                    0 => Ok(()),
-                    code => Err(CliError::Exit(code)),
-                },
+                once::OnceCommand::Run(args) => exited(once::run(store, args).await?),
                 once::OnceCommand::Show(args) => once::show(store, args, cli.json).await,
                 once::OnceCommand::Forget(args) => once::forget(store, args).await,
             }
@@ -211,9 +182,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         #[cfg(not(feature = "migrate"))]
         Command::Migrate(_) => Err(missing::refuse("migrate", "migrate")),
         Command::Seq(SeqCommand::Next(args)) => {
-            // Check the name before touching (or creating) any store.
-            bakery::validate_name(&args.name)?;
-            let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
+            let store = open_named(&cli, &args.name).await?;
             seq::next(store, args, cli.json).await
         }
         Command::Seq(SeqCommand::Show(args)) => {
@@ -221,6 +190,22 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             let (store, shown_uri) = open(cli.uri.as_deref(), cli.retries).await?;
             seq::show(&*store, &shown_uri, args, cli.json).await
         }
+    }
+}
+
+/// Check `name` before touching (or creating) any store, then open the
+/// store of `cli`.
+async fn open_named(cli: &Cli, name: &str) -> Result<Arc<dyn VersionedStore>, CliError> {
+    bakery::validate_name(name)?;
+    Ok(open(cli.uri.as_deref(), cli.retries).await?.0)
+}
+
+/// A command's exit status as `run`'s result: 0 is success, any other
+/// status is passed on.
+fn exited(status: u8) -> Result<(), CliError> {
+    match status {
+        0 => Ok(()),
+        code => Err(CliError::Exit(code)),
     }
 }
 

@@ -244,12 +244,12 @@ pub async fn show(
     json: bool,
 ) -> Result<(), CliError> {
     let once = Idempotency::builder(store, &args.scope).build()?;
-    let Some(record) = once.inspect(&args.key).await? else {
-        return Err(CliError::Message(format!(
+    let record = output::found(once.inspect(&args.key).await?, || {
+        format!(
             "key {} has no record (never run, released or forgotten)",
             args.key
-        )));
-    };
+        )
+    })?;
     let exit = match record.status {
         Status::Completed => Some(decode(&record.result_bytes()?)?.0),
         _ => None,

@@ -141,12 +141,12 @@ pub async fn show(
     json: bool,
 ) -> Result<(), CliError> {
     let consumer = Consumer::builder(store, &args.consumer).build()?;
-    let Some((mark, digest)) = consumer.state::<Digest>(&args.partition).await? else {
-        return Err(CliError::Message(format!(
+    let (mark, digest) = output::found(consumer.state::<Digest>(&args.partition).await?, || {
+        format!(
             "consumer {} has no partition {}",
             args.consumer, args.partition
-        )));
-    };
+        )
+    })?;
     let value = json.then(
         || serde_json::json!({ "mark": mark.to_string(), "count": digest.count, "sha256": digest.sha256 }),
     );

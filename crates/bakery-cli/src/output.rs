@@ -116,6 +116,72 @@ pub fn print(
     Ok(())
 }
 
+/// What a `show` found, or an error saying what it did not (`missing`).
+pub fn found<T>(value: Option<T>, missing: impl FnOnce() -> String) -> Result<T, CliError> {
+    value.ok_or_else(|| CliError::Message(missing()))
+}
+
+/// `bakery WHAT show NAME` of a stored `state`: [`print_named`] it (under
+/// `state`) with what `text` writes of NAME and it; no state is an error,
+/// `WHAT NAME does not exist (NEVER)`.
+pub fn show_state<S: serde::Serialize>(
+    what: &str,
+    name: &str,
+    never: &str,
+    state: Option<S>,
+    json: bool,
+    text: impl FnOnce(&mut Out, &str, &S) -> io::Result<()>,
+) -> Result<(), CliError> {
+    let state = found(state, || format!("{what} {name} does not exist ({never})"))?;
+    print_named(name, "state", &state, json, |out| text(out, name, &state))
+}
+
+/// [`print()`] what a `show` found of `name`: with JSON, one object of
+/// `name` and `value` (under `key`), else what `text` writes.
+pub fn print_named<T: serde::Serialize>(
+    name: &str,
+    key: &str,
+    value: &T,
+    json: bool,
+    text: impl FnOnce(&mut Out) -> io::Result<()>,
+) -> Result<(), CliError> {
+    let json = json_if(json, || {
+        let mut object = serde_json::Map::new();
+        object.insert("name".into(), name.into());
+        object.insert(key.into(), serde_json::to_value(value)?);
+        Ok(object.into())
+    })?;
+    print(json, text)
+}
+
+/// A holder line of a `show`: `  WHO (request ID, token T, heartbeat B)`.
+pub fn write_holder(
+    out: &mut impl Write,
+    who: &str,
+    id: &str,
+    token: u64,
+    beat: u64,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        "  {who} (request {id}, token {token}, heartbeat {beat})"
+    )
+}
+
+/// The queue lines of a `show`: `label` and how many wait, then each
+/// waiter, the first first: `  1. WHO (request ID)`.
+pub fn write_queue<W: fmt::Display, I: fmt::Display>(
+    out: &mut impl Write,
+    label: &str,
+    waiters: impl ExactSizeIterator<Item = (W, I)>,
+) -> io::Result<()> {
+    writeln!(out, "{label}{} waiting", waiters.len())?;
+    for (position, (who, id)) in waiters.enumerate() {
+        writeln!(out, "  {}. {who} (request {id})", position + 1)?;
+    }
+    Ok(())
+}
+
 /// Replace the default panic message (several lines, maybe a backtrace) with
 /// one line on stderr; a panic is always a bug in bakery. With
 /// `RUST_BACKTRACE` set, the default hook runs as usual.

@@ -4,11 +4,10 @@ use std::io::Write;
 use std::sync::Arc;
 
 use bakery::rwlock::RwLockState;
-use bakery::{ErrorKind, RwLock, VersionedStore};
-use clap::{Args, Subcommand};
-use serde_json::json;
+use bakery::{RwLock, VersionedStore};
+use clap::Subcommand;
 
-use crate::lock::{run_while_held, HeldArgs, EXIT_BUSY};
+use crate::lock::{run_granted, HeldArgs};
 use crate::output::{self, CliError};
 
 /// `bakery rwlock …`
@@ -26,14 +25,10 @@ pub enum RwlockCommand {
     Write(HeldArgs),
 
     /// Show NAME's holders and queue. Exits 1 if it was never used.
-    Show(ShowArgs),
-}
-
-/// Arguments of `bakery rwlock show`.
-#[derive(Debug, Args)]
-pub struct ShowArgs {
-    /// Lock name.
-    pub name: String,
+    Show {
+        /// Lock name.
+        name: String,
+    },
 }
 
 impl RwlockCommand {
@@ -41,7 +36,7 @@ impl RwlockCommand {
     pub fn name(&self) -> &str {
         match self {
             RwlockCommand::Read(args) | RwlockCommand::Write(args) => &args.name,
-            RwlockCommand::Show(args) => &args.name,
+            RwlockCommand::Show { name } => name,
         }
     }
 }
@@ -57,41 +52,17 @@ pub async fn run(
         builder = builder.acquire_timeout(timeout);
     }
     let lock = builder.build()?;
-    let busy = |err: bakery::Error| -> Result<u8, CliError> {
-        if err.kind() == ErrorKind::TimedOut {
-            output::report(&CliError::from(err));
-            Ok(EXIT_BUSY)
-        } else {
-            Err(err.into())
-        }
-    };
     if write {
-        let guard = match lock.write().await {
-            Ok(guard) => guard,
-            Err(err) => return busy(err),
-        };
-        let (token, lost) = (guard.token(), guard.lost());
-        run_while_held(token, lost, || guard.release(), &args.name, &args.command).await
+        run_granted(lock.write().await, &args.name, &args.command).await
     } else {
-        let guard = match lock.read().await {
-            Ok(guard) => guard,
-            Err(err) => return busy(err),
-        };
-        let (token, lost) = (guard.token(), guard.lost());
-        run_while_held(token, lost, || guard.release(), &args.name, &args.command).await
+        run_granted(lock.read().await, &args.name, &args.command).await
     }
 }
 
 /// `bakery rwlock show`.
-pub async fn show(store: &dyn VersionedStore, args: &ShowArgs, json: bool) -> Result<(), CliError> {
-    let Some(state) = RwLock::inspect(store, &args.name).await? else {
-        return Err(CliError::Message(format!(
-            "rwlock {} does not exist (never used)",
-            args.name
-        )));
-    };
-    let value = json.then(|| json!({ "name": args.name, "state": state }));
-    output::print(value, |out| write_state(out, &args.name, &state))
+pub async fn show(store: &dyn VersionedStore, name: &str, json: bool) -> Result<(), CliError> {
+    let state = RwLock::inspect(store, name).await?;
+    output::show_state("rwlock", name, "never used", state, json, write_state)
 }
 
 fn write_state(out: &mut impl Write, name: &str, state: &RwLockState) -> std::io::Result<()> {
@@ -104,22 +75,12 @@ fn write_state(out: &mut impl Write, name: &str, state: &RwLockState) -> std::io
     writeln!(out, "held by: {held}")?;
     writeln!(out, "token:   {}", state.token)?;
     for holder in &state.holders {
-        writeln!(
-            out,
-            "  {} {} (request {}, token {}, heartbeat {})",
-            holder.mode, holder.owner, holder.id, holder.token, holder.beat
-        )?;
+        let who = format!("{} {}", holder.mode, holder.owner);
+        output::write_holder(out, &who, &holder.id, holder.token, holder.beat)?;
     }
-    writeln!(out, "queue:   {} waiting", state.queue.len())?;
-    for (position, waiter) in state.queue.iter().enumerate() {
-        writeln!(
-            out,
-            "  {}. {} {} (request {})",
-            position + 1,
-            waiter.mode,
-            waiter.owner,
-            waiter.id
-        )?;
-    }
-    Ok(())
+    let waiters = state
+        .queue
+        .iter()
+        .map(|w| (format!("{} {}", w.mode, w.owner), &w.id));
+    output::write_queue(out, "queue:   ", waiters)
 }

@@ -4,11 +4,10 @@ use std::io::Write;
 use std::sync::Arc;
 
 use bakery::semaphore::SemaphoreState;
-use bakery::{ErrorKind, Semaphore, VersionedStore};
+use bakery::{Semaphore, VersionedStore};
 use clap::{Args, Subcommand};
-use serde_json::json;
 
-use crate::lock::{run_while_held, HeldArgs, EXIT_BUSY};
+use crate::lock::{run_granted, HeldArgs};
 use crate::output::{self, CliError};
 
 /// `bakery semaphore …`
@@ -20,7 +19,20 @@ pub enum SemaphoreCommand {
     Run(RunArgs),
 
     /// Show NAME's permits, holders and queue. Exits 1 if it was never used.
-    Show(ShowArgs),
+    Show {
+        /// Semaphore name.
+        name: String,
+    },
+}
+
+impl SemaphoreCommand {
+    /// The semaphore the command names.
+    pub fn name(&self) -> &str {
+        match self {
+            SemaphoreCommand::Run(args) => &args.held.name,
+            SemaphoreCommand::Show { name } => name,
+        }
+    }
 }
 
 /// Arguments of `bakery semaphore run`.
@@ -34,23 +46,6 @@ pub struct RunArgs {
     pub permits: u32,
 }
 
-/// Arguments of `bakery semaphore show`.
-#[derive(Debug, Args)]
-pub struct ShowArgs {
-    /// Semaphore name.
-    pub name: String,
-}
-
-impl SemaphoreCommand {
-    /// The semaphore the command names.
-    pub fn name(&self) -> &str {
-        match self {
-            SemaphoreCommand::Run(args) => &args.held.name,
-            SemaphoreCommand::Show(args) => &args.name,
-        }
-    }
-}
-
 /// `bakery semaphore run`.
 pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, CliError> {
     let mut builder = Semaphore::builder(store, &args.held.name)
@@ -60,19 +55,8 @@ pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, C
         builder = builder.acquire_timeout(timeout);
     }
     let semaphore = builder.build()?;
-    let permit = match semaphore.acquire().await {
-        Ok(permit) => permit,
-        Err(err) if err.kind() == ErrorKind::TimedOut => {
-            output::report(&CliError::from(err));
-            return Ok(EXIT_BUSY);
-        }
-        Err(err) => return Err(err.into()),
-    };
-    let (token, lost) = (permit.token(), permit.lost());
-    run_while_held(
-        token,
-        lost,
-        || permit.release(),
+    run_granted(
+        semaphore.acquire().await,
         &args.held.name,
         &args.held.command,
     )
@@ -80,15 +64,9 @@ pub async fn run(store: Arc<dyn VersionedStore>, args: &RunArgs) -> Result<u8, C
 }
 
 /// `bakery semaphore show`.
-pub async fn show(store: &dyn VersionedStore, args: &ShowArgs, json: bool) -> Result<(), CliError> {
-    let Some(state) = Semaphore::inspect(store, &args.name).await? else {
-        return Err(CliError::Message(format!(
-            "semaphore {} does not exist (never used)",
-            args.name
-        )));
-    };
-    let value = json.then(|| json!({ "name": args.name, "state": state }));
-    output::print(value, |out| write_state(out, &args.name, &state))
+pub async fn show(store: &dyn VersionedStore, name: &str, json: bool) -> Result<(), CliError> {
+    let state = Semaphore::inspect(store, name).await?;
+    output::show_state("semaphore", name, "never used", state, json, write_state)
 }
 
 fn write_state(out: &mut impl Write, name: &str, state: &SemaphoreState) -> std::io::Result<()> {
@@ -101,21 +79,9 @@ fn write_state(out: &mut impl Write, name: &str, state: &SemaphoreState) -> std:
     )?;
     writeln!(out, "token:     {}", state.token)?;
     for holder in &state.holders {
-        writeln!(
-            out,
-            "  holder {} (request {}, token {}, heartbeat {})",
-            holder.owner, holder.id, holder.token, holder.beat
-        )?;
+        let who = format!("holder {}", holder.owner);
+        output::write_holder(out, &who, &holder.id, holder.token, holder.beat)?;
     }
-    writeln!(out, "queue:     {} waiting", state.queue.len())?;
-    for (position, waiter) in state.queue.iter().enumerate() {
-        writeln!(
-            out,
-            "  {}. {} (request {})",
-            position + 1,
-            waiter.owner,
-            waiter.id
-        )?;
-    }
-    Ok(())
+    let waiters = state.queue.iter().map(|w| (&w.owner, &w.id));
+    output::write_queue(out, "queue:     ", waiters)
 }

@@ -73,12 +73,9 @@ pub async fn show(
     args: &ShowArgs,
     json: bool,
 ) -> Result<(), CliError> {
-    let Some(state) = Sequence::inspect(store, &args.name).await? else {
-        return Err(CliError::Message(format!(
-            "sequence {} does not exist",
-            args.name
-        )));
-    };
+    let state = output::found(Sequence::inspect(store, &args.name).await?, || {
+        format!("sequence {} does not exist", args.name)
+    })?;
     let value = output::json_if(json, || show_json(&args.name, &state))?;
     output::print(value, |out| {
         writeln!(out, "sequence    {}", args.name)?;

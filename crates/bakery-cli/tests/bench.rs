@@ -37,6 +37,13 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// `bakery ARGS…` with `home`, which must exit with `code`.
+fn exits(home: &Path, args: &[&str], code: i32) -> Output {
+    let out = run(bakery(home).args(args));
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
+    out
+}
+
 fn assert_ok(out: &Output) {
     assert!(
         out.status.success(),
@@ -370,8 +377,7 @@ fn usage_errors_exit_2_with_a_clear_first_line() {
         (&["bench", "--worker-threads", "0"], "--worker-threads"),
         (&["bench", "--worker-threads", "many"], "--worker-threads"),
     ] {
-        let out = run(bakery(home.path()).args(args));
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let out = exits(home.path(), args, 2);
         let err = stderr(&out);
         let first = err.lines().next().unwrap_or_default();
         assert!(first.starts_with("error:"), "{args:?}: {err}");
@@ -411,9 +417,7 @@ fn runtime_errors_exit_1_with_one_line() {
             "cannot write",
         ),
     ] {
-        let out = run(bakery(home.path()).args(args));
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
-        let err = stderr(&out);
+        let err = stderr(&exits(home.path(), args, 1));
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
         assert!(err.starts_with("bakery: error: "), "{args:?}: {err}");
         assert!(err.contains(mentions), "{args:?}: {err}");
@@ -629,7 +633,7 @@ fn processes_run_the_cells_across_processes_and_check_them() {
 #[test]
 fn processes_refuse_a_memory_store() {
     let home = TempDir::new().expect("temp dir");
-    let out = run(bakery(home.path()).args([
+    let args = [
         "bench",
         "--uri",
         "memory://",
@@ -637,9 +641,8 @@ fn processes_refuse_a_memory_store() {
         "lock",
         "--processes",
         "2",
-    ]));
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let err = stderr(&out);
+    ];
+    let err = stderr(&exits(home.path(), &args, 1));
     assert!(err.contains("memory:// is a store of one process"), "{err}");
     assert!(err.contains("processes share"), "{err}");
 }
@@ -649,15 +652,14 @@ fn processes_refuse_a_memory_store() {
 #[test]
 fn mariadb_peer_refuses_a_url_that_is_not_mysql() {
     let home = TempDir::new().expect("temp dir");
-    let out = run(bakery(home.path()).args([
+    let args = [
         "bench",
         "--workload",
         "lock",
         "--mariadb",
         "postgres://user:secret@127.0.0.1/db",
-    ]));
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let err = stderr(&out);
+    ];
+    let err = stderr(&exits(home.path(), &args, 1));
     assert!(err.contains("not a mysql:// or mariadb:// URL"), "{err}");
     assert!(!err.contains("secret"), "{err}");
 }

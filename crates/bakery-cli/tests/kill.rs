@@ -24,6 +24,8 @@
 //!   writes with the dead holder's token, and the value keeps the new
 //!   holder's write.
 
+mod common;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -31,7 +33,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
-use tempfile::TempDir;
+
+use common::{targets, text, Target};
 
 const BIN: &str = env!("CARGO_BIN_EXE_bakery");
 
@@ -50,32 +53,6 @@ const BLOCK: &str = "10";
 /// a loaded machine while processes start), and holders killed per target.
 const LEASE: Duration = Duration::from_secs(4);
 const HOLDERS: usize = 2;
-
-struct Target {
-    label: &'static str,
-    uri: String,
-    dir: TempDir,
-}
-
-/// SQLite always; each server backend whose URI the run provides.
-fn targets() -> Vec<Target> {
-    let dir = || tempfile::tempdir().expect("temp dir");
-    let sqlite = dir();
-    let uri = format!("sqlite://{}", sqlite.path().join("b.db").display());
-    let mut all = vec![Target {
-        label: "sqlite",
-        uri,
-        dir: sqlite,
-    }];
-    for label in ["postgres", "redis", "etcd", "cassandra", "mongodb"] {
-        let var = format!("BAKERY_{}_URI", label.to_uppercase());
-        if let Some(uri) = bakery_testkit::server_uri(&var, "kill") {
-            let dir = dir();
-            all.push(Target { label, uri, dir });
-        }
-    }
-    all
-}
 
 impl Target {
     /// `bakery ARGS…` on this target, in its own process group, with `D`
@@ -150,10 +127,6 @@ impl Moments {
     }
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 /// `ready()`'s value once it has one, polled every 10 ms; fails after
 /// [`PATIENCE`].
 fn within<T>(what: &str, mut ready: impl FnMut() -> Option<T>) -> T {
@@ -207,7 +180,7 @@ fn was_killed(out: &Output) -> bool {
 }
 
 fn on_every_target(test: impl Fn(&Target) + Sync) {
-    let targets = targets();
+    let targets = targets("kill");
     std::thread::scope(|scope| {
         let test = &test;
         for target in &targets {
@@ -319,9 +292,8 @@ fn killed_reservations_never_hand_out_an_id_twice() {
     });
 }
 
-/// The fencing token of the current grant, and how many wait, from `bakery
-/// --json lock show`.
-fn lock_state(target: &Target, scratch: &Path, lock: &str) -> (u64, usize) {
+/// The lock's stored state, from `bakery --json lock show`.
+fn lock_shown(target: &Target, scratch: &Path, lock: &str) -> serde_json::Value {
     let out = target.run(scratch, &["--json", "lock", "show", lock]);
     assert!(
         out.status.success(),
@@ -330,22 +302,20 @@ fn lock_state(target: &Target, scratch: &Path, lock: &str) -> (u64, usize) {
         text(&out.stderr)
     );
     let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("lock show json");
-    let state = &shown["state"];
+    shown["state"].clone()
+}
+
+/// The fencing token of the current grant, and how many wait, from `bakery
+/// --json lock show`.
+fn lock_state(target: &Target, scratch: &Path, lock: &str) -> (u64, usize) {
+    let state = lock_shown(target, scratch, lock);
     let queued = state["queue"].as_array().map_or(0, Vec::len);
     (state["token"].as_u64().expect("a token"), queued)
 }
 
 /// The holder's request id and heartbeat, from `bakery --json lock show`.
 fn holder_beat(target: &Target, scratch: &Path, lock: &str) -> (String, u64) {
-    let out = target.run(scratch, &["--json", "lock", "show", lock]);
-    assert!(
-        out.status.success(),
-        "{}: lock show: {}",
-        target.label,
-        text(&out.stderr)
-    );
-    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("lock show json");
-    let holder = &shown["state"]["holder"];
+    let holder = &lock_shown(target, scratch, lock)["holder"];
     let id = holder["id"].as_str().expect("a holder").to_owned();
     (id, holder["beat"].as_u64().expect("a heartbeat"))
 }

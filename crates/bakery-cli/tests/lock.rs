@@ -3,13 +3,16 @@
 //! server backend configured for the run (the URIs `scripts/backends.sh`
 //! exports; under CI=true a missing one fails).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
-use tempfile::TempDir;
+
+use common::{targets, text, Target};
 
 const BIN: &str = env!("CARGO_BIN_EXE_bakery");
 
@@ -25,24 +28,7 @@ const SHORT_LEASE: Duration = Duration::from_secs(3);
 /// `lock try`'s status when the lock is busy.
 const EXIT_BUSY: i32 = 75;
 
-/// One store to run against, and a scratch directory for files.
-struct Target {
-    label: &'static str,
-    uri: String,
-    dir: TempDir,
-}
-
 impl Target {
-    fn sqlite() -> Target {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let uri = format!("sqlite://{}", dir.path().join("b.db").display());
-        Target {
-            label: "sqlite",
-            uri,
-            dir,
-        }
-    }
-
     fn path(&self, file: &str) -> PathBuf {
         self.dir.path().join(file)
     }
@@ -76,49 +62,50 @@ impl Target {
             .expect("spawn bakery")
     }
 
+    /// `bakery HEAD… -- sh -c SCRIPT`, run to its end.
+    fn run_sh(&self, head: &[&str], script: &str) -> Output {
+        self.run(&sh(head, script))
+    }
+
+    /// `bakery HEAD… -- sh -c SCRIPT`, spawned as by [`Target::spawn`].
+    fn spawn_sh(&self, head: &[&str], script: &str) -> Child {
+        self.spawn(&sh(head, script))
+    }
+
     /// A holder with the [`SHORT_LEASE`] running `script`, in the background.
     fn hold_briefly(&self, lock: &str, script: &str) -> Child {
         let lease = format!("{}ms", SHORT_LEASE.as_millis());
-        self.spawn(&[
-            "lock", "run", lock, "--lease", &lease, "--", "sh", "-c", script,
-        ])
+        self.spawn_sh(&["lock", "run", lock, "--lease", &lease], script)
     }
 
     /// The next holder: waits (up to 60 s) for the lock, then runs `script`
     /// (with the default lease: it is not the one to be replaced).
     fn take_over(&self, lock: &str, script: &str) -> Output {
-        let args = ["--timeout", "60s", "--", "sh", "-c", script];
-        self.run(&[&["lock", "run", lock][..], &args].concat())
+        self.run_sh(&["lock", "run", lock, "--timeout", "60s"], script)
     }
 }
 
-/// SQLite always; each server backend whose URI the run provides.
-fn targets() -> Vec<Target> {
-    let mut all = vec![Target::sqlite()];
-    for (label, var) in [
-        ("postgres", "BAKERY_POSTGRES_URI"),
-        ("redis", "BAKERY_REDIS_URI"),
-        ("etcd", "BAKERY_ETCD_URI"),
-        ("cassandra", "BAKERY_CASSANDRA_URI"),
-        ("mongodb", "BAKERY_MONGODB_URI"),
-    ] {
-        if let Some(uri) = bakery_testkit::server_uri(var, "lock") {
-            all.push(Target {
-                label,
-                uri,
-                dir: tempfile::tempdir().expect("temp dir"),
-            });
-        }
-    }
-    all
+/// `HEAD… -- sh -c SCRIPT`: the arguments of a command running `script`.
+fn sh<'a>(head: &[&'a str], script: &'a str) -> Vec<&'a str> {
+    [head, &["--", "sh", "-c", script]].concat()
+}
+
+/// A script that marks `$D/ready-TAG`, then runs until `$D/stop-TAG` exists.
+fn until_stopped(tag: &str) -> String {
+    format!("touch \"$D/ready-{tag}\"; while [ ! -e \"$D/stop-{tag}\" ]; do sleep 0.02; done")
+}
+
+/// The numbers of `file` in the target's directory, one a line.
+fn counts(target: &Target, file: &str) -> Vec<u32> {
+    std::fs::read_to_string(target.path(file))
+        .unwrap_or_else(|e| panic!("{file}: {e}"))
+        .lines()
+        .map(|line| line.trim().parse().expect("a count"))
+        .collect()
 }
 
 fn unique(prefix: &str) -> String {
     bakery_testkit::unique_name(prefix)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// `output` (a command's stdout or stderr) contains `needle`.
@@ -172,7 +159,7 @@ fn wait_with_patience(child: Child, what: &str) -> Output {
 fn eight_lock_run_loops_count_to_200_on_every_backend() {
     const LOOPS: usize = 8;
     const RUNS: usize = 25;
-    for target in targets() {
+    for target in targets("lock") {
         let lock = unique("jobs");
         let counter = target.path("counter");
         std::fs::write(&counter, "0").expect("init counter");
@@ -185,7 +172,7 @@ fn eight_lock_run_loops_count_to_200_on_every_backend() {
             for _ in 0..LOOPS {
                 scope.spawn(|| {
                     for _ in 0..RUNS {
-                        let out = target.run(&["lock", "run", &lock, "--", "sh", "-c", &script]);
+                        let out = target.run_sh(&["lock", "run", &lock], &script);
                         assert_status(&out, 0, "lock run");
                     }
                 });
@@ -213,7 +200,7 @@ fn eight_lock_run_loops_count_to_200_on_every_backend() {
 /// once the dead holder's lease has run out.
 #[test]
 fn killed_holder_is_replaced_after_its_lease_on_every_backend() {
-    for target in targets() {
+    for target in targets("lock") {
         let lock = unique("killed");
         let ready = target.path("ready-kill");
         let holder = target.hold_briefly(&lock, "touch \"$D/ready-kill\"; sleep 120");
@@ -308,7 +295,7 @@ fn paused_holder(target: &Target, fenced: bool) -> (String, Output, String) {
 
 #[test]
 fn paused_holder_is_fenced_off_on_every_backend() {
-    for target in targets() {
+    for target in targets("lock") {
         let (stale_status, old, final_value) = paused_holder(&target, true);
         assert_eq!(
             stale_status, "1",
@@ -354,20 +341,12 @@ fn without_fencing_the_paused_holder_overwrites_the_new_holder() {
 fn try_exits_75_when_busy_and_run_passes_status_and_token() {
     let target = Target::sqlite();
     let lock = unique("try");
-    let out = target.run(&["lock", "run", &lock, "--", "sh", "-c", "exit 7"]);
+    let out = target.run_sh(&["lock", "run", &lock], "exit 7");
     assert_status(&out, 7, "command status passed through");
 
-    let holder = target.spawn(&[
-        "lock",
-        "run",
-        &lock,
-        "--",
-        "sh",
-        "-c",
-        "touch \"$D/ready-try\"; while [ ! -e \"$D/stop-try\" ]; do sleep 0.02; done",
-    ]);
+    let holder = target.spawn_sh(&["lock", "run", &lock], &until_stopped("try"));
     wait_for_file(&target.path("ready-try"));
-    let busy = target.run(&["lock", "try", &lock, "--", "sh", "-c", "touch \"$D/ran\""]);
+    let busy = target.run_sh(&["lock", "try", &lock], "touch \"$D/ran\"");
     assert_status(&busy, 75, "try while held");
     assert!(!target.path("ran").exists(), "ran the command while busy");
     let timed_out = target.run(&["lock", "run", &lock, "--timeout", "200ms", "--", "true"]);
@@ -385,15 +364,7 @@ fn try_exits_75_when_busy_and_run_passes_status_and_token() {
 
     std::fs::write(target.path("stop-try"), "").expect("stop holder");
     assert_status(&wait_with_patience(holder, "holder"), 0, "holder");
-    let free = target.run(&[
-        "lock",
-        "try",
-        &lock,
-        "--",
-        "sh",
-        "-c",
-        "echo $BAKERY_FENCING_TOKEN",
-    ]);
+    let free = target.run_sh(&["lock", "try", &lock], "echo $BAKERY_FENCING_TOKEN");
     assert_status(&free, 0, "try when free");
     assert_eq!(text(&free.stdout).trim(), "3");
 }
@@ -474,7 +445,7 @@ fn at_least_keeps_the_lock(target: &Target, window: Duration) -> bool {
     let mut told = false;
     if let Some(shown) = shown {
         assert!(shown.contains("data:   node-a:8080"), "{shown}");
-        let second = target.run(&["lock", "try", &lock, "--", "sh", "-c", "touch \"$D/ran\""]);
+        let second = target.run_sh(&["lock", "try", &lock], "touch \"$D/ran\"");
         // The grant was written after `asked`, so the lock is kept at
         // least until `asked + window`: a try that ended before then found
         // it held.
@@ -507,17 +478,10 @@ fn at_least_keeps_the_lock(target: &Target, window: Duration) -> bool {
 fn leader_run_publishes_value_and_hands_over_with_the_next_term() {
     let target = Target::sqlite();
     let election = unique("leader");
-    let first = target.spawn(&[
-        "leader",
-        "run",
-        &election,
-        "--value",
-        "node-a:8080",
-        "--",
-        "sh",
-        "-c",
+    let first = target.spawn_sh(
+        &["leader", "run", &election, "--value", "node-a:8080"],
         "echo $BAKERY_FENCING_TOKEN > \"$D/term-a\"; while [ ! -e \"$D/stop-a\" ]; do sleep 0.02; done",
-    ]);
+    );
     wait_for_file(&target.path("term-a"));
     let show = target.run(&["leader", "show", &election]);
     assert_status(&show, 0, "leader show");
@@ -530,19 +494,18 @@ fn leader_run_publishes_value_and_hands_over_with_the_next_term() {
         .expect("a number");
     assert!(shown.contains(&format!("term:     {term_a}")), "{shown}");
 
-    let second = target.spawn(&[
-        "leader",
-        "run",
-        &election,
-        "--value",
-        "node-b:8080",
-        "--timeout",
-        "60s",
-        "--",
-        "sh",
-        "-c",
+    let second = target.spawn_sh(
+        &[
+            "leader",
+            "run",
+            &election,
+            "--value",
+            "node-b:8080",
+            "--timeout",
+            "60s",
+        ],
         "echo $BAKERY_FENCING_TOKEN",
-    ]);
+    );
     std::fs::write(target.path("stop-a"), "").expect("stop the first leader");
     assert_status(
         &wait_with_patience(first, "first leader"),
@@ -571,17 +534,10 @@ fn metrics_addr_serves_store_and_lock_metrics() {
         .expect("a free port")
         .port();
     let addr = format!("127.0.0.1:{port}");
-    let holder = target.spawn(&[
-        "--metrics-addr",
-        &addr,
-        "lock",
-        "run",
-        &lock,
-        "--",
-        "sh",
-        "-c",
-        "touch \"$D/ready-m\"; while [ ! -e \"$D/stop-m\" ]; do sleep 0.02; done",
-    ]);
+    let holder = target.spawn_sh(
+        &["--metrics-addr", &addr, "lock", "run", &lock],
+        &until_stopped("m"),
+    );
     wait_for_file(&target.path("ready-m"));
     let mut page = String::new();
     let mut stream = std::net::TcpStream::connect(&addr).expect("metrics listener");
@@ -616,7 +572,7 @@ fn semaphore_run_admits_at_most_n_processes() {
                   sleep 0.3; rm \"$D/in.$$\"";
     let children: Vec<Child> = (0..4)
         .map(|_| {
-            target.spawn(&[
+            let head = [
                 "semaphore",
                 "run",
                 &name,
@@ -624,11 +580,8 @@ fn semaphore_run_admits_at_most_n_processes() {
                 "2",
                 "--timeout",
                 "60s",
-                "--",
-                "sh",
-                "-c",
-                script,
-            ])
+            ];
+            target.spawn_sh(&head, script)
         })
         .collect();
     for child in children {
@@ -638,11 +591,7 @@ fn semaphore_run_admits_at_most_n_processes() {
             "semaphore run",
         );
     }
-    let counts = std::fs::read_to_string(target.path("counts")).expect("counts");
-    let counts: Vec<u32> = counts
-        .lines()
-        .map(|line| line.trim().parse().expect("a count"))
-        .collect();
+    let counts = counts(&target, "counts");
     assert_eq!(counts.len(), 4, "{counts:?}");
     assert!(
         counts.iter().all(|&n| (1..=2).contains(&n)),
@@ -757,17 +706,7 @@ fn wait_for_rwlock(
 
 /// `bakery rwlock read|write NAME -- sh -c SCRIPT`, waiting up to 60 s.
 fn rwlock_run(target: &Target, mode: &str, name: &str, script: &str) -> Child {
-    target.spawn(&[
-        "rwlock",
-        mode,
-        name,
-        "--timeout",
-        "60s",
-        "--",
-        "sh",
-        "-c",
-        script,
-    ])
+    target.spawn_sh(&["rwlock", mode, name, "--timeout", "60s"], script)
 }
 
 /// Readers share the lock: three reader processes each wait, inside, until
@@ -792,11 +731,7 @@ fn rwlock_readers_hold_together_across_processes() {
         let what = "rwlock read (exit 4: the other readers never got in beside it)";
         assert_status(&wait_with_patience(child, what), 0, what);
     }
-    let readers = std::fs::read_to_string(target.path("readers")).expect("readers ran");
-    let readers: Vec<u32> = readers
-        .lines()
-        .map(|line| line.trim().parse().expect("a count"))
-        .collect();
+    let readers = counts(&target, "readers");
     assert_eq!(readers.len(), 3, "{readers:?}");
     assert_eq!(
         readers.iter().max(),

@@ -6,23 +6,23 @@ use bakery_core::{
     Bytes, CountingStore, DeleteOutcome, ErrorKind, Key, PutOutcome, Row, VersionedStore,
 };
 
-use crate::{case, clients_case, unique_key, Case, Clients};
+use crate::{unique_key, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![
-        case!("cas", get_of_missing_key_is_none),
-        case!("cas", create_if_absent_applies),
-        case!("cas", second_create_conflicts_with_current_row),
-        case!("cas", update_at_current_version_applies),
-        case!("cas", stale_version_conflicts_with_current_row),
-        case!("cas", update_of_missing_key_conflicts_with_none),
-        case!("cas", delete_if_version),
-        case!("cas", versions_never_repeat_across_delete),
-        case!("cas", values_round_trip_byte_for_byte),
-        clients_case!("cas", race_of_8_tasks_loses_no_update),
-        case!("cas", invalid_keys_are_rejected_before_the_store),
-        clients_case!("cas", create_and_delete_churn_never_repeats_a_version),
-    ]
+    crate::cases_of!("cas":
+        get_of_missing_key_is_none,
+        create_if_absent_applies,
+        second_create_conflicts_with_current_row,
+        update_at_current_version_applies,
+        stale_version_conflicts_with_current_row,
+        update_of_missing_key_conflicts_with_none,
+        delete_if_version,
+        versions_never_repeat_across_delete,
+        values_round_trip_byte_for_byte,
+        race_of_8_tasks_loses_no_update,
+        invalid_keys_are_rejected_before_the_store,
+        create_and_delete_churn_never_repeats_a_version,
+    )
 }
 
 fn applied(outcome: PutOutcome, what: &str) -> Row {

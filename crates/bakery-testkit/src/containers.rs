@@ -289,7 +289,7 @@ mod imp {
 
     use testcontainers::core::{Healthcheck, IntoContainerPort, WaitFor};
     use testcontainers::runners::AsyncRunner;
-    use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+    use testcontainers::{ContainerAsync, ContainerRequest, GenericImage, ImageExt};
     use testcontainers_modules::postgres::Postgres;
     use testcontainers_modules::redis::Redis;
     use tokio::sync::{mpsc, oneshot};
@@ -437,11 +437,13 @@ mod imp {
         }
     }
 
-    /// `127.0.0.1` for a local engine (the IPv4 port is the one asked
-    /// for), the engine's host for a remote one.
-    async fn host<I: testcontainers::Image>(
+    /// `HOST:PORT` where the container's port `inner` is reached: the host
+    /// `127.0.0.1` for a local engine (the IPv4 port is the one asked for),
+    /// the engine's host for a remote one.
+    async fn address<I: testcontainers::Image>(
         backend: &str,
         container: &ContainerAsync<I>,
+        inner: u16,
     ) -> Result<String, String> {
         let host = container
             .get_host()
@@ -449,31 +451,55 @@ mod imp {
             .map_err(|e| format!("{backend}: container host: {e}"))?;
         // `url::Host`'s Display: a name, an IPv4 address, or `[IPv6]`.
         let host = host.to_string();
-        Ok(if host == "localhost" {
+        let host = if host == "localhost" {
             "127.0.0.1".to_string()
         } else {
             host
-        })
-    }
-
-    async fn port<I: testcontainers::Image>(
-        backend: &str,
-        container: &ContainerAsync<I>,
-        inner: u16,
-    ) -> Result<u16, String> {
-        container
+        };
+        let port = container
             .get_host_port_ipv4(inner.tcp())
             .await
-            .map_err(|e| format!("{backend}: host port for {inner}: {e}"))
+            .map_err(|e| format!("{backend}: host port for {inner}: {e}"))?;
+        Ok(format!("{host}:{port}"))
+    }
+
+    /// Start `request`, allowing it `bound` (from the container's start to
+    /// its readiness).
+    async fn boot<I: testcontainers::Image>(
+        backend: &str,
+        request: ContainerRequest<I>,
+        bound: Duration,
+    ) -> Result<ContainerAsync<I>, String> {
+        request
+            .with_startup_timeout(bound)
+            .start()
+            .await
+            .map_err(|e| format!("{backend}: {e}"))
+    }
+
+    /// `name:tag` serving `port`, ready once its health check passes.
+    fn healthy(name: &str, tag: &str, port: u16) -> GenericImage {
+        GenericImage::new(name, tag)
+            .with_exposed_port(port.tcp())
+            .with_wait_for(WaitFor::healthcheck())
+    }
+
+    /// A health check running `cmd` every `interval`, each run given
+    /// `timeout`, failing after `retries` failures in a row.
+    fn check(cmd: &[&str], interval: Duration, timeout: Duration, retries: u32) -> Healthcheck {
+        Healthcheck::cmd(cmd.iter().copied())
+            .with_interval(interval)
+            .with_timeout(timeout)
+            .with_retries(retries)
     }
 
     async fn launch(backend: &'static str) -> Result<(String, Container), String> {
-        let failed = |e: testcontainers::TestcontainersError| format!("{backend}: {e}");
+        let secs = Duration::from_secs;
         match backend {
             "postgres" => {
                 // As docker/compose.yaml: wal_level=logical, fsync on (the
                 // module turns it off by default); trust auth from outside.
-                let c = Postgres::default()
+                let request = Postgres::default()
                     .with_host_auth()
                     .with_fsync_enabled()
                     .with_tag("16")
@@ -483,50 +509,35 @@ mod imp {
                         "wal_level=logical",
                         "-c",
                         "max_connections=200",
-                    ])
-                    .with_startup_timeout(Duration::from_secs(180))
-                    .start()
-                    .await
-                    .map_err(failed)?;
-                let uri = format!(
-                    "postgres://postgres@{}:{}/postgres",
-                    host(backend, &c).await?,
-                    port(backend, &c, 5432).await?
-                );
-                Ok((uri, Container::Postgres(c)))
+                    ]);
+                let c = boot(backend, request, secs(180)).await?;
+                let at = address(backend, &c, 5432).await?;
+                Ok((
+                    format!("postgres://postgres@{at}/postgres"),
+                    Container::Postgres(c),
+                ))
             }
             "redis" => {
                 // Append-only file, fsync per write: acknowledged writes
                 // survive a restart, as scripts/backends.sh runs it.
-                let c = Redis::default()
-                    .with_tag("7")
-                    .with_cmd([
-                        "redis-server",
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "yes",
-                        "--appendfsync",
-                        "always",
-                    ])
-                    .with_startup_timeout(Duration::from_secs(120))
-                    .start()
-                    .await
-                    .map_err(failed)?;
-                let uri = format!(
-                    "redis://{}:{}/0",
-                    host(backend, &c).await?,
-                    port(backend, &c, 6379).await?
-                );
-                Ok((uri, Container::Redis(c)))
+                let request = Redis::default().with_tag("7").with_cmd([
+                    "redis-server",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "always",
+                ]);
+                let c = boot(backend, request, secs(120)).await?;
+                let at = address(backend, &c, 6379).await?;
+                Ok((format!("redis://{at}/0"), Container::Redis(c)))
             }
             "etcd" => {
                 // No module: the image has no shell, so exec form only. The
                 // advertised URL is inside the container; bakery's client
                 // talks to the endpoint it is given and never syncs members.
-                let c = GenericImage::new("quay.io/coreos/etcd", "v3.5.17")
-                    .with_exposed_port(2379.tcp())
-                    .with_wait_for(WaitFor::healthcheck())
+                let request = healthy("quay.io/coreos/etcd", "v3.5.17", 2379)
                     .with_cmd([
                         "/usr/local/bin/etcd",
                         "--name=bakery",
@@ -537,62 +548,51 @@ mod imp {
                         "--initial-advertise-peer-urls=http://127.0.0.1:2380",
                         "--initial-cluster=bakery=http://127.0.0.1:2380",
                     ])
-                    .with_health_check(
-                        Healthcheck::cmd([
+                    .with_health_check(check(
+                        &[
                             "/usr/local/bin/etcdctl",
                             "--endpoints=http://127.0.0.1:2379",
                             "endpoint",
                             "health",
-                        ])
-                        .with_interval(Duration::from_secs(1))
-                        .with_timeout(Duration::from_secs(5))
-                        .with_retries(60),
-                    )
-                    .with_startup_timeout(Duration::from_secs(120))
-                    .start()
-                    .await
-                    .map_err(failed)?;
-                let uri = format!(
-                    "etcd://{}:{}",
-                    host(backend, &c).await?,
-                    port(backend, &c, 2379).await?
-                );
-                Ok((uri, Container::Generic(c)))
+                        ],
+                        secs(1),
+                        secs(5),
+                        60,
+                    ));
+                let c = boot(backend, request, secs(120)).await?;
+                let at = address(backend, &c, 2379).await?;
+                Ok((format!("etcd://{at}"), Container::Generic(c)))
             }
             "mongodb" => {
                 // A single-node replica set (majority writes, transactions).
                 // The healthcheck initiates it on its first run and is
                 // healthy once this node is primary (docker/compose.yaml's).
-                let c = GenericImage::new("mongo", "7")
-                    .with_exposed_port(27017.tcp())
-                    .with_wait_for(WaitFor::healthcheck())
+                let request = healthy("mongo", "7", 27017)
                     .with_cmd(["--replSet", "rs0", "--bind_ip_all"])
                     .with_health_check(
-                        Healthcheck::cmd([
-                            "mongosh",
-                            "--quiet",
-                            "--eval",
-                            "try { rs.status().ok } catch (e) { rs.initiate({_id: 'rs0', \
-                             members: [{_id: 0, host: 'localhost:27017'}]}).ok }; \
-                             quit(db.hello().isWritablePrimary ? 0 : 1)",
-                        ])
-                        .with_interval(Duration::from_secs(2))
-                        .with_timeout(Duration::from_secs(20))
-                        .with_retries(30)
-                        .with_start_period(Duration::from_secs(10)),
-                    )
-                    .with_startup_timeout(Duration::from_secs(180))
-                    .start()
-                    .await
-                    .map_err(failed)?;
+                        check(
+                            &[
+                                "mongosh",
+                                "--quiet",
+                                "--eval",
+                                "try { rs.status().ok } catch (e) { rs.initiate({_id: 'rs0', \
+                                 members: [{_id: 0, host: 'localhost:27017'}]}).ok }; \
+                                 quit(db.hello().isWritablePrimary ? 0 : 1)",
+                            ],
+                            secs(2),
+                            secs(20),
+                            30,
+                        )
+                        .with_start_period(secs(10)),
+                    );
+                let c = boot(backend, request, secs(180)).await?;
                 // directConnection: the member's own name (localhost:27017)
                 // means nothing outside the container.
-                let uri = format!(
-                    "mongodb://{}:{}/bakery?replicaSet=rs0&directConnection=true",
-                    host(backend, &c).await?,
-                    port(backend, &c, 27017).await?
-                );
-                Ok((uri, Container::Generic(c)))
+                let at = address(backend, &c, 27017).await?;
+                Ok((
+                    format!("mongodb://{at}/bakery?replicaSet=rs0&directConnection=true"),
+                    Container::Generic(c),
+                ))
             }
             "cassandra" => {
                 // Healthy once CQL answers; the check also creates the
@@ -601,9 +601,7 @@ mod imp {
                 // The commit log is synced per write (`batch`): with the
                 // image's periodic sync, bakery refuses a keyspace of one
                 // replica (a power cut could forget acknowledged writes).
-                let c = GenericImage::new("cassandra", "5.0")
-                    .with_exposed_port(9042.tcp())
-                    .with_wait_for(WaitFor::healthcheck())
+                let request = healthy("cassandra", "5.0", 9042)
                     .with_entrypoint("bash")
                     .with_cmd(["-c", super::CASSANDRA_BATCH_COMMITLOG])
                     .with_env_var("MAX_HEAP_SIZE", "512M")
@@ -614,28 +612,23 @@ mod imp {
                          -Dcassandra.initial_token=0",
                     )
                     .with_health_check(
-                        Healthcheck::cmd([
-                            "cqlsh",
-                            "-e",
-                            "CREATE KEYSPACE IF NOT EXISTS bakery WITH replication = \
-                             {'class': 'SimpleStrategy', 'replication_factor': 1}; \
-                             DESCRIBE KEYSPACES",
-                        ])
-                        .with_interval(Duration::from_secs(5))
-                        .with_timeout(Duration::from_secs(30))
-                        .with_retries(30)
-                        .with_start_period(Duration::from_secs(120)),
-                    )
-                    .with_startup_timeout(Duration::from_secs(360))
-                    .start()
-                    .await
-                    .map_err(failed)?;
-                let uri = format!(
-                    "cassandra://{}:{}/bakery",
-                    host(backend, &c).await?,
-                    port(backend, &c, 9042).await?
-                );
-                Ok((uri, Container::Generic(c)))
+                        check(
+                            &[
+                                "cqlsh",
+                                "-e",
+                                "CREATE KEYSPACE IF NOT EXISTS bakery WITH replication = \
+                                 {'class': 'SimpleStrategy', 'replication_factor': 1}; \
+                                 DESCRIBE KEYSPACES",
+                            ],
+                            secs(5),
+                            secs(30),
+                            30,
+                        )
+                        .with_start_period(secs(120)),
+                    );
+                let c = boot(backend, request, secs(360)).await?;
+                let at = address(backend, &c, 9042).await?;
+                Ok((format!("cassandra://{at}/bakery"), Container::Generic(c)))
             }
             other => Err(format!("no container recipe for backend {other:?}")),
         }

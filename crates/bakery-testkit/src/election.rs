@@ -6,21 +6,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bakery_core::VersionedStore;
-use bakery_recipes::election::{Election, ElectionBuilder};
+use bakery_recipes::election::{Election, ElectionBuilder, Leader, LeaderWatch};
 use bakery_recipes::fence::FencedValue;
 use bakery_recipes::lock::LostReason;
-use tokio::time::Instant;
 
 use crate::faults::FaultStore;
-use crate::support::PATIENCE;
-use crate::{clients_case, unique_name, Case, Clients};
+use crate::support::{not_before, PATIENCE};
+use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![
-        clients_case!("election", one_leader_at_a_time_and_terms_increase),
-        clients_case!("election", observers_see_each_new_leader),
-        clients_case!("election", silent_leader_is_replaced_with_a_new_term),
-    ]
+    crate::cases_of!("election":
+        one_leader_at_a_time_and_terms_increase,
+        observers_see_each_new_leader,
+        silent_leader_is_replaced_with_a_new_term,
+    )
 }
 
 fn candidate(store: &Arc<dyn VersionedStore>, name: &str, value: &str) -> ElectionBuilder {
@@ -28,6 +27,14 @@ fn candidate(store: &Arc<dyn VersionedStore>, name: &str, value: &str) -> Electi
         .value(value)
         .campaign_timeout(PATIENCE)
         .observe_interval(Duration::from_millis(50))
+}
+
+/// What `observer` sees next (`None`: nobody leads), within PATIENCE.
+async fn next_seen(observer: &mut LeaderWatch, what: &str) -> Option<Leader> {
+    tokio::time::timeout(PATIENCE, observer.next())
+        .await
+        .unwrap_or_else(|_| panic!("observer never saw {what}"))
+        .expect("observe")
 }
 
 /// Four candidates campaign five times each: never two leaders at once,
@@ -83,21 +90,9 @@ async fn observers_see_each_new_leader(clients: Clients) {
         .build()
         .expect("valid")
         .observe();
-    let within = |what: &'static str| move |_| panic!("observer never saw {what}");
-
-    assert_eq!(
-        tokio::time::timeout(PATIENCE, observer.next())
-            .await
-            .unwrap_or_else(within("the start"))
-            .expect("observe"),
-        None
-    );
+    assert_eq!(next_seen(&mut observer, "the start").await, None);
     let leading_a = a.campaign().await.expect("campaign a");
-    let seen = tokio::time::timeout(PATIENCE, observer.next())
-        .await
-        .unwrap_or_else(within("a"))
-        .expect("observe")
-        .expect("a leads");
+    let seen = next_seen(&mut observer, "a").await.expect("a leads");
     assert_eq!(
         (seen.value.as_deref(), seen.term),
         (Some("a"), leading_a.term())
@@ -107,11 +102,7 @@ async fn observers_see_each_new_leader(clients: Clients) {
     let waiting_b = tokio::spawn(async move { b.campaign().await });
     leading_a.resign().await.expect("resign a");
     let leading_b = waiting_b.await.expect("join").expect("campaign b");
-    let seen = tokio::time::timeout(PATIENCE, observer.next())
-        .await
-        .unwrap_or_else(within("b"))
-        .expect("observe")
-        .expect("b leads");
+    let seen = next_seen(&mut observer, "b").await.expect("b leads");
     assert_eq!(
         (seen.value.as_deref(), seen.term),
         (Some("b"), leading_b.term())
@@ -119,10 +110,7 @@ async fn observers_see_each_new_leader(clients: Clients) {
     assert!(leading_b.term() > a_term);
 
     leading_b.resign().await.expect("resign b");
-    let seen = tokio::time::timeout(PATIENCE, observer.next())
-        .await
-        .unwrap_or_else(within("no leader"))
-        .expect("observe");
+    let seen = next_seen(&mut observer, "no leader").await;
     assert_eq!(seen, None);
 }
 
@@ -142,18 +130,16 @@ async fn silent_leader_is_replaced_with_a_new_term(clients: Clients) {
         .expect("valid");
     let old = frozen.campaign().await.expect("campaign");
     frozen_store.pause();
-    let asked = Instant::now();
-    let next = candidate(&clients.client().await, &name, "next")
-        .build()
-        .expect("valid")
-        .campaign()
-        .await
-        .expect("take over");
-    assert!(
-        asked.elapsed() >= LEASE,
-        "replaced after {:?}",
-        asked.elapsed()
-    );
+    let next = not_before(
+        LEASE,
+        "a lease of silence",
+        candidate(&clients.client().await, &name, "next")
+            .build()
+            .expect("valid")
+            .campaign(),
+    )
+    .await
+    .expect("take over");
     assert_eq!(next.term(), old.term() + 1);
     let fenced = FencedValue::new(store.clone(), &name).expect("valid");
     let written = fenced

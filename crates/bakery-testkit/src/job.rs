@@ -6,42 +6,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bakery_core::{ErrorKind, VersionedStore};
-use bakery_recipes::lock::{Lock, LockBuilder, LockState, LostReason, MAX_DATA_LEN};
+use bakery_recipes::lock::{Lock, LockBuilder, LostReason, MAX_DATA_LEN};
 use tokio::time::Instant;
 
 use crate::faults::FaultStore;
-use crate::support::{wait_for, PATIENCE};
-use crate::{clients_case, unique_name, Case, Clients};
+use crate::queued::wait_for_state;
+use crate::support::{not_before, PATIENCE};
+use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![
-        clients_case!("job", data_is_stored_with_the_grant_and_handed_on),
-        clients_case!("job", at_most_releases_and_tells_the_holder),
-        clients_case!("job", extend_moves_the_hold_limit),
-        clients_case!("job", at_least_keeps_the_lock_after_an_early_release),
-        clients_case!("job", try_acquire_evicts_a_holder_silent_for_a_lease),
-    ]
+    crate::cases_of!("job":
+        data_is_stored_with_the_grant_and_handed_on,
+        at_most_releases_and_tells_the_holder,
+        extend_moves_the_hold_limit,
+        at_least_keeps_the_lock_after_an_early_release,
+        try_acquire_evicts_a_holder_silent_for_a_lease,
+    )
 }
 
 fn builder(store: &Arc<dyn VersionedStore>, name: &str) -> LockBuilder {
     Lock::builder(store.clone(), name).acquire_timeout(PATIENCE)
-}
-
-async fn inspect(store: &Arc<dyn VersionedStore>, name: &str) -> LockState {
-    Lock::inspect(&**store, name)
-        .await
-        .expect("inspect lock")
-        .unwrap_or_default()
-}
-
-/// Wait (bounded) until the lock's stored state satisfies `done`.
-async fn wait_for_state(
-    store: &Arc<dyn VersionedStore>,
-    name: &str,
-    what: &str,
-    done: impl Fn(&LockState) -> bool,
-) -> LockState {
-    wait_for(what, || async { Some(inspect(store, name).await) }, done).await
 }
 
 /// Each client's data is in its queue entry, then in the holder when the
@@ -63,7 +47,7 @@ async fn data_is_stored_with_the_grant_and_handed_on(clients: Clients) {
     assert_eq!(holder.data.as_deref(), Some("10.0.0.1:8080"));
 
     let waiting = tokio::spawn(async move { second.acquire().await });
-    let state = wait_for_state(&store, &name, "the second client queued", |s| {
+    let state = wait_for_state::<Lock>(&store, &name, "the second client queued", |s| {
         s.queue.len() == 1
     })
     .await;
@@ -100,21 +84,20 @@ async fn at_most_releases_and_tells_the_holder(clients: Clients) {
         .lock_at_most_for(AT_MOST)
         .build()
         .expect("valid");
-    // The limit counts from the grant write's send, after this.
-    let asked = Instant::now();
-    let guard = job.acquire().await.expect("acquire");
-    let next = builder(&clients.client().await, &name)
+    let waiter = builder(&clients.client().await, &name)
         .lease(PATIENCE)
         .build()
-        .expect("valid")
-        .acquire()
-        .await
-        .expect("granted after the hold limit");
-    assert!(
-        asked.elapsed() >= AT_MOST,
-        "handed on after {:?}, before lock_at_most_for",
-        asked.elapsed()
-    );
+        .expect("valid");
+    // The limit counts from the grant write's send, after this.
+    let (guard, next) = not_before(AT_MOST, "lock_at_most_for", async {
+        let guard = job.acquire().await.expect("acquire");
+        let next = waiter
+            .acquire()
+            .await
+            .expect("granted after the hold limit");
+        (guard, next)
+    })
+    .await;
     assert_eq!(next.token(), guard.token() + 1);
     let reason = tokio::time::timeout(PATIENCE, guard.lost())
         .await
@@ -234,18 +217,16 @@ async fn try_acquire_evicts_a_holder_silent_for_a_lease(clients: Clients) {
         .build()
         .expect("valid");
     let first_try = Instant::now();
-    let guard = loop {
-        if let Some(guard) = scheduler.try_acquire().await.expect("try") {
-            break guard;
+    let guard = not_before(LEASE, "a lease of silence", async {
+        loop {
+            if let Some(guard) = scheduler.try_acquire().await.expect("try") {
+                break guard;
+            }
+            assert!(first_try.elapsed() < PATIENCE, "never evicted");
+            tokio::time::sleep(LEASE / 10).await;
         }
-        assert!(first_try.elapsed() < PATIENCE, "never evicted");
-        tokio::time::sleep(LEASE / 10).await;
-    };
-    assert!(
-        first_try.elapsed() >= LEASE,
-        "evicted after {:?}, before a lease of silence",
-        first_try.elapsed()
-    );
+    })
+    .await;
     assert_eq!(guard.token(), crashed_token + 1);
     guard.release().await.expect("release");
     drop(crashed); // its release (held by the pause) is never sent

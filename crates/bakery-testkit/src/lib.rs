@@ -15,6 +15,7 @@ mod once;
 pub mod options;
 pub mod processes;
 pub mod proxy;
+mod queued;
 mod rwlock;
 mod semaphore;
 mod sequence;
@@ -218,30 +219,54 @@ pub fn capability_cases() -> Vec<TargetCase> {
     all
 }
 
-/// A case of one client: `$f` takes the store.
-macro_rules! case {
-    ($module:literal, $f:ident) => {
-        $crate::Case {
-            name: concat!($module, "::", stringify!($f)),
-            run: |clients| Box::pin($f(clients.store())),
-            many_clients: false,
-        }
-    };
+/// A case function: of one store (`async fn(Arc<dyn VersionedStore>)`),
+/// run once, or of several clients (`async fn(Clients)`), run in every
+/// topology. `Args`, the parameter's type, tells them apart, so [`cases_of!`]
+/// registers both alike.
+pub(crate) trait CaseFn<Args> {
+    const MANY_CLIENTS: bool;
+    fn start(&self, clients: Clients) -> CaseFuture;
 }
-pub(crate) use case;
 
-/// A case of several clients: `$f` takes the [`Clients`], and runs in
-/// every topology.
-macro_rules! clients_case {
-    ($module:literal, $f:ident) => {
-        $crate::Case {
+impl<F, Fut> CaseFn<Arc<dyn VersionedStore>> for F
+where
+    F: Fn(Arc<dyn VersionedStore>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    const MANY_CLIENTS: bool = false;
+    fn start(&self, clients: Clients) -> CaseFuture {
+        Box::pin(self(clients.store()))
+    }
+}
+
+impl<F, Fut> CaseFn<Clients> for F
+where
+    F: Fn(Clients) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    const MANY_CLIENTS: bool = true;
+    fn start(&self, clients: Clients) -> CaseFuture {
+        Box::pin(self(clients))
+    }
+}
+
+/// Whether case function `f` runs several clients.
+pub(crate) fn many_clients<Args, F: CaseFn<Args>>(_f: &F) -> bool {
+    F::MANY_CLIENTS
+}
+
+/// The cases of module `$module`, in order: each `$f` (a [`CaseFn`]) named
+/// `$module::$f`.
+macro_rules! cases_of {
+    ($module:literal: $($f:ident),+ $(,)?) => {
+        vec![$($crate::Case {
             name: concat!($module, "::", stringify!($f)),
-            run: |clients| Box::pin($f(clients)),
-            many_clients: true,
-        }
+            run: |clients| $crate::CaseFn::start(&$f, clients),
+            many_clients: $crate::many_clients(&$f),
+        }),+]
     };
 }
-pub(crate) use clients_case;
+pub(crate) use cases_of;
 
 macro_rules! target_case {
     ($module:literal, $capability:ident, $f:ident) => {

@@ -7,55 +7,39 @@ use std::time::Duration;
 
 use bakery_core::{Bytes, ErrorKind, Key, PutOutcome, VersionedStore};
 use bakery_recipes::fence::{FencedRead, FencedValue};
-use bakery_recipes::lock::{Lock, LockGuard, LockState, LostReason};
+use bakery_recipes::lock::{Lock, LostReason};
 use bakery_recipes::time::TimeService;
-use tokio::time::Instant;
 
-use crate::faults::{Fault, FaultStore};
-use crate::support::{wait_for, PATIENCE};
-use crate::{case, clients_case, unique_name, Case, Clients};
-
-/// The acquire timeout of the refused-withdrawal case: long enough for the
-/// test to see the request queued and script the refusals before it passes
-/// (on a busy machine, a Cassandra enqueue and the read that sees it).
-const WITHDRAWN_AFTER: Duration = Duration::from_secs(3);
-
-/// Lease of the locks whose store calls are counted: its heartbeat (every
-/// lease/3, 20 s) never falls inside a counted hold, however slow the
-/// machine.
-const COUNTED_LEASE: Duration = Duration::from_secs(60);
+use crate::faults::FaultStore;
+use crate::queued::{self, queued_request, wait_for_state, Queued, COUNTED_LEASE};
+use crate::support::{assert_corrupt, not_before, PATIENCE};
+use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![
-        clients_case!("lock", fenced_counter_eight_clients_fifty_each),
-        clients_case!("lock", waiters_are_granted_in_request_order),
-        clients_case!("lock", release_hands_off_with_the_next_token),
-        clients_case!("lock", try_acquire_refuses_when_held_or_queued),
-        clients_case!("lock", acquire_timeout_withdraws_the_request),
-        clients_case!("lock", cancelled_waiter_leaves_the_queue),
-        clients_case!("lock", a_refused_withdrawal_is_tried_again),
-        clients_case!("lock", a_refused_release_is_tried_again),
-        clients_case!("lock", silent_holder_is_evicted_after_its_lease),
-        clients_case!("lock", paused_holder_loses_and_its_fenced_write_is_rejected),
-        clients_case!("lock", without_fencing_a_paused_holder_loses_an_update),
-        case!("lock", uncontended_acquire_and_release_are_one_write_each),
-        case!("lock", clients_of_one_process_never_conflict),
-        case!("lock", corrupt_lock_row_is_a_typed_error_and_kept),
-        case!("lock", invalid_names_and_settings_are_rejected),
-        case!("lock", watch_capability_matches_behaviour),
-        clients_case!("lock", time_service_never_goes_back),
-        case!(
-            "lock",
-            reentrant_acquire_shares_the_grant_until_the_last_release
-        ),
-    ]
+    crate::cases_of!("lock":
+        fenced_counter_eight_clients_fifty_each,
+        waiters_are_granted_in_request_order,
+        release_hands_off_with_the_next_token,
+        try_acquire_refuses_when_held_or_queued,
+        acquire_timeout_withdraws_the_request,
+        cancelled_waiter_leaves_the_queue,
+        a_refused_withdrawal_is_tried_again,
+        a_refused_release_is_tried_again,
+        silent_holder_is_evicted_after_its_lease,
+        paused_holder_loses_and_its_fenced_write_is_rejected,
+        without_fencing_a_paused_holder_loses_an_update,
+        uncontended_acquire_and_release_are_one_write_each,
+        clients_of_one_process_never_conflict,
+        corrupt_lock_row_is_a_typed_error_and_kept,
+        invalid_names_and_settings_are_rejected,
+        watch_capability_matches_behaviour,
+        time_service_never_goes_back,
+        reentrant_acquire_shares_the_grant_until_the_last_release,
+    )
 }
 
 fn lock(store: &Arc<dyn VersionedStore>, name: &str) -> Lock {
-    Lock::builder(store.clone(), name)
-        .acquire_timeout(PATIENCE)
-        .build()
-        .expect("valid lock settings")
+    Lock::handle(store.clone(), name, PATIENCE, None)
 }
 
 fn short_lease(store: &Arc<dyn VersionedStore>, name: &str, lease_ms: u64) -> Lock {
@@ -100,37 +84,6 @@ async fn increment_fenced(value: &FencedValue, token: u64, who: &str) {
         .await
         .unwrap_or_else(|e| panic!("{who}: fenced write: {e}"));
     assert!(write.is_accepted(), "{who} refused: {write:?}");
-}
-
-/// Another client's `acquire` of `name`, in a task of its own, once its
-/// request is the one queued (as `observer` reads the row).
-async fn enqueued_waiter(
-    clients: &Clients,
-    name: &str,
-) -> tokio::task::JoinHandle<bakery_core::Result<LockGuard>> {
-    let waiting = {
-        let (store, name) = (clients.client().await, name.to_string());
-        tokio::spawn(async move { lock(&store, &name).acquire().await })
-    };
-    wait_for_state(&clients.store(), name, "the waiter enqueued", |s| {
-        s.queue.len() == 1
-    })
-    .await;
-    waiting
-}
-
-/// Wait (bounded) until the lock's stored state satisfies `done`.
-async fn wait_for_state(
-    store: &Arc<dyn VersionedStore>,
-    name: &str,
-    what: &str,
-    done: impl Fn(&LockState) -> bool,
-) -> LockState {
-    let read = || async {
-        let state = Lock::inspect(&**store, name).await.expect("inspect lock");
-        Some(state.unwrap_or_default())
-    };
-    wait_for(what, read, done).await
 }
 
 /// 8 clients × 50 acquisitions; each reads the lock row (it must show its
@@ -201,12 +154,7 @@ async fn fenced_counter_eight_clients_fifty_each(clients: Clients) {
 /// in exactly that order.
 async fn waiters_are_granted_in_request_order(clients: Clients) {
     const WAITERS: usize = 5;
-    let name = unique_name("fifo");
-    let store = clients.store();
-    let holder = lock(&clients.client().await, &name)
-        .acquire()
-        .await
-        .expect("first acquire");
+    let (store, name, holder) = queued::held::<Lock>(&clients, "fifo").await;
     let served = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..WAITERS {
@@ -217,7 +165,7 @@ async fn waiters_are_granted_in_request_order(clients: Clients) {
             served.lock().expect("served").push((i, guard.token()));
             guard.release().await.expect("release");
         }));
-        wait_for_state(&store, &name, "the waiter enqueued", |s| {
+        wait_for_state::<Lock>(&store, &name, "the waiter enqueued", |s| {
             s.queue.len() == i + 1
         })
         .await;
@@ -234,13 +182,8 @@ async fn waiters_are_granted_in_request_order(clients: Clients) {
 }
 
 async fn release_hands_off_with_the_next_token(clients: Clients) {
-    let name = unique_name("handoff");
-    let store = clients.store();
-    let first = lock(&clients.client().await, &name)
-        .acquire()
-        .await
-        .expect("acquire");
-    let waiting = enqueued_waiter(&clients, &name).await;
+    let (store, name, first) = queued::held::<Lock>(&clients, "handoff").await;
+    let waiting = queued_request::<Lock>(&clients, &name).await;
     let token = first.token();
     first.release().await.expect("release");
     // The release itself made the waiter the holder (direct hand-off).
@@ -261,7 +204,7 @@ async fn try_acquire_refuses_when_held_or_queued(clients: Clients) {
     let b = lock(&clients.client().await, &name);
     let guard = a.try_acquire().await.expect("try").expect("free lock");
     assert!(b.try_acquire().await.expect("try").is_none(), "held");
-    let waiting = enqueued_waiter(&clients, &name).await;
+    let waiting = queued_request::<Lock>(&clients, &name).await;
     assert!(b.try_acquire().await.expect("try").is_none(), "queued");
     guard.release().await.expect("release");
     // Handed to the waiter: still refused.
@@ -278,47 +221,11 @@ async fn try_acquire_refuses_when_held_or_queued(clients: Clients) {
 }
 
 async fn acquire_timeout_withdraws_the_request(clients: Clients) {
-    let name = unique_name("timeout");
-    let store = clients.store();
-    let guard = lock(&clients.client().await, &name)
-        .acquire()
-        .await
-        .expect("acquire");
-    let impatient = Lock::builder(clients.client().await, &name)
-        .acquire_timeout(Duration::from_millis(300))
-        .build()
-        .expect("settings");
-    let err = impatient.acquire().await.expect_err("must time out");
-    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
-    let state = Lock::inspect(&*store, &name).await.expect("inspect");
-    assert!(
-        state.expect("row").queue.is_empty(),
-        "a timed-out request stayed in the queue"
-    );
-    guard.release().await.expect("release");
-    let state = Lock::inspect(&*store, &name).await.expect("inspect");
-    assert!(
-        state.expect("row").holder.is_none(),
-        "lock handed to a ghost"
-    );
+    queued::timeout_withdraws_the_request(clients, "timeout", |_: Lock| async {}).await;
 }
 
 async fn cancelled_waiter_leaves_the_queue(clients: Clients) {
-    let name = unique_name("cancel");
-    let store = clients.store();
-    let guard = lock(&clients.client().await, &name)
-        .acquire()
-        .await
-        .expect("acquire");
-    let waiting = enqueued_waiter(&clients, &name).await;
-    waiting.abort(); // drops the acquire future
-    wait_for_state(&store, &name, "the cancelled waiter leave", |s| {
-        s.queue.is_empty()
-    })
-    .await;
-    guard.release().await.expect("release");
-    let state = Lock::inspect(&*store, &name).await.expect("inspect");
-    assert!(state.expect("row").holder.is_none());
+    queued::cancelled_request_leaves_the_queue::<Lock>(clients, "cancel").await;
 }
 
 /// A request whose withdrawal the store refused (a fault as its acquire
@@ -326,56 +233,14 @@ async fn cancelled_waiter_leaves_the_queue(clients: Clients) {
 /// queued for the waiters behind it to wait out its lease. The acquire
 /// still ends `TimedOut`.
 async fn a_refused_withdrawal_is_tried_again(clients: Clients) {
-    let name = unique_name("withdraw-again");
-    let store = clients.store();
-    let guard = lock(&clients.client().await, &name)
-        .acquire()
-        .await
-        .expect("acquire");
-    let faulty = Arc::new(FaultStore::new(clients.client().await));
-    let impatient = Lock::builder(faulty.clone(), &name)
-        .acquire_timeout(WITHDRAWN_AFTER)
-        .build()
-        .expect("settings");
-    let waiting = tokio::spawn(async move { impatient.acquire().await });
-    wait_for_state(&store, &name, "the waiter enqueued", |s| s.queue.len() == 1).await;
-    // Its next puts are its withdrawal's.
-    faulty.script([Fault::Refuse, Fault::Refuse]);
-    let err = waiting
-        .await
-        .expect("acquire task")
-        .expect_err("must time out");
-    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
-    wait_for_state(&store, &name, "the refused request withdrawn", |s| {
-        s.queue.is_empty()
-    })
-    .await;
-    assert_eq!(faulty.remaining(), 0, "the withdrawal met both refusals");
-    guard.release().await.expect("release");
-    let state = Lock::inspect(&*store, &name).await.expect("inspect");
-    assert!(
-        state.expect("row").holder.is_none(),
-        "lock handed to a ghost"
-    );
+    queued::a_refused_withdrawal_is_tried_again::<Lock>(clients, "withdraw-again").await;
 }
 
 /// A release the store refused (`Unavailable`, reported to the caller) is
 /// tried again until it applies: the lock is free again without anyone
 /// waiting out the lease.
 async fn a_refused_release_is_tried_again(clients: Clients) {
-    let name = unique_name("release-again");
-    let store = clients.store();
-    let faulty = Arc::new(FaultStore::new(clients.client().await));
-    let holder = lock(&(faulty.clone() as Arc<dyn VersionedStore>), &name);
-    let guard = holder.acquire().await.expect("acquire");
-    faulty.script([Fault::Refuse, Fault::Refuse]);
-    let err = guard.release().await.expect_err("the store refused it");
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    wait_for_state(&store, &name, "the refused release given back", |s| {
-        s.holder.is_none()
-    })
-    .await;
-    assert_eq!(faulty.remaining(), 0, "the release met both refusals");
+    queued::a_refused_release_is_tried_again::<Lock>(clients, "release-again").await;
 }
 
 /// A holder that stops talking to the store (its calls held, like a crashed
@@ -394,16 +259,13 @@ async fn silent_holder_is_evicted_after_its_lease(clients: Clients) {
     let crashed = silent.acquire().await.expect("acquire");
     let crashed_token = crashed.token();
     silent_store.pause();
-    let started = Instant::now();
-    let next = lock(&store, &name)
-        .acquire()
-        .await
-        .expect("evict and acquire");
-    assert!(
-        started.elapsed() >= Duration::from_millis(LEASE_MS),
-        "evicted after {:?}, before a lease of silence",
-        started.elapsed()
-    );
+    let next = not_before(
+        Duration::from_millis(LEASE_MS),
+        "a lease of silence",
+        lock(&store, &name).acquire(),
+    )
+    .await
+    .expect("evict and acquire");
     assert_eq!(next.token(), crashed_token + 1);
     next.release().await.expect("release");
     drop(crashed); // its release (held by the pause) is never sent
@@ -571,59 +433,17 @@ async fn uncontended_acquire_and_release_are_one_write_each(store: Arc<dyn Versi
 /// process's one writer for the row, so none conflicts with another (and
 /// the grants still never overlap).
 async fn clients_of_one_process_never_conflict(store: Arc<dyn VersionedStore>) {
-    const CLIENTS: u64 = 8;
-    const ROUNDS: u64 = 10;
-    let name = unique_name("combined");
-    let counting = Arc::new(bakery_core::CountingStore::new(store));
-    let store: Arc<dyn VersionedStore> = counting.clone();
-    let inside = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut clients = Vec::new();
-    for _ in 0..CLIENTS {
-        // A heartbeat racing an enqueue would conflict: the lease is long
-        // beside any hold here, however slow the machine.
-        let lock = Lock::builder(store.clone(), &name)
-            .lease(COUNTED_LEASE)
-            .acquire_timeout(PATIENCE)
-            .build()
-            .expect("valid lock settings");
-        let inside = inside.clone();
-        clients.push(tokio::spawn(async move {
-            for _ in 0..ROUNDS {
-                let guard = lock.acquire().await.expect("acquire");
-                assert!(
-                    !inside.swap(true, std::sync::atomic::Ordering::SeqCst),
-                    "two holders at once"
-                );
-                tokio::task::yield_now().await;
-                inside.store(false, std::sync::atomic::Ordering::SeqCst);
-                guard.release().await.expect("release");
-            }
-        }));
-    }
-    for client in clients {
-        client.await.expect("client task");
-    }
-    crate::assert_clients_took_turns(counting.counts(), CLIENTS * ROUNDS);
+    queued::clients_of_one_process_never_conflict::<Lock>(store, "combined", 10).await;
 }
 
 async fn corrupt_lock_row_is_a_typed_error_and_kept(store: Arc<dyn VersionedStore>) {
     let name = unique_name("corrupt");
     let key = Key::with_prefix(bakery_recipes::lock::KEY_PREFIX, &name).expect("key");
-    let _ = store
-        .put_if_version(&key, None, "{not a lock".into())
-        .await
-        .expect("seed garbage");
+    crate::applied(&*store, &key, None, "{not a lock").await;
     let lock = lock(&store, &name);
-    assert_eq!(
-        lock.acquire().await.expect_err("corrupt").kind(),
-        ErrorKind::Corrupt
-    );
-    assert_eq!(
-        lock.try_acquire().await.expect_err("corrupt").kind(),
-        ErrorKind::Corrupt
-    );
-    let err = Lock::inspect(&*store, &name).await.expect_err("corrupt");
-    assert_eq!(err.kind(), ErrorKind::Corrupt);
+    assert_corrupt(lock.acquire().await, "acquire");
+    assert_corrupt(lock.try_acquire().await, "try_acquire");
+    assert_corrupt(Lock::inspect(&*store, &name).await, "inspect");
     let row = store.get(&key).await.expect("get").expect("kept");
     assert_eq!(&row.value[..], b"{not a lock");
 }
@@ -739,12 +559,12 @@ async fn reentrant_acquire_shares_the_grant_until_the_last_release(store: Arc<dy
     };
     tokio::select! {
         shared = &mut elsewhere => panic!("another task shared the grant: {shared:?}"),
-        _ = wait_for_state(&store, &name, "the other task's request queued", |s| {
+        _ = wait_for_state::<Lock>(&store, &name, "the other task's request queued", |s| {
             s.queue.len() == 1
         }) => {}
     }
     elsewhere.abort(); // drops its acquire future
-    wait_for_state(&store, &name, "the other task's request withdrawn", |s| {
+    wait_for_state::<Lock>(&store, &name, "the other task's request withdrawn", |s| {
         s.queue.is_empty()
     })
     .await;
@@ -763,11 +583,11 @@ async fn reentrant_acquire_shares_the_grant_until_the_last_release(store: Arc<dy
     let held = plain.acquire().await.expect("acquire");
     tokio::select! {
         again = plain.acquire() => panic!("not reentrant by default, yet acquired again: {again:?}"),
-        _ = wait_for_state(&store, &name, "the second acquire queued behind its own grant", |s| {
+        _ = wait_for_state::<Lock>(&store, &name, "the second acquire queued behind its own grant", |s| {
             s.queue.len() == 1
         }) => {}
     } // the second acquire's future is dropped here
-    wait_for_state(&store, &name, "the dropped request withdrawn", |s| {
+    wait_for_state::<Lock>(&store, &name, "the dropped request withdrawn", |s| {
         s.queue.is_empty()
     })
     .await;

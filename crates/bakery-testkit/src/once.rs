@@ -12,27 +12,30 @@ use bakery_recipes::once::{Execution, Idempotency, OnBusy, OnFailure, RunError, 
 
 use crate::faults::{Fault, FaultStore};
 use crate::support::PATIENCE;
-use crate::{case, clients_case, unique_name, Case, Clients};
+use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![
-        clients_case!("once", concurrent_duplicates_run_once),
-        case!("once", completed_key_replays_and_other_payload_is_refused),
-        clients_case!("once", busy_key_waits_or_fails_as_asked),
-        clients_case!("once", crashed_worker_is_taken_over_after_its_lease),
-        clients_case!("once", paused_worker_loses_and_its_result_is_not_stored),
-        case!("once", failure_is_released_or_recorded),
-        case!("once", expired_record_runs_again),
-        case!("once", lost_replies_still_run_once),
-        case!("once", corrupt_record_is_a_typed_error_and_kept),
-        case!("once", new_key_costs_two_round_trips),
-        case!("once", a_listening_waiter_marks_the_claim_and_is_notified),
-        clients_case!("consumer", duplicates_and_reordering_apply_once),
-        case!("consumer", lost_reply_is_resolved_by_reading_back),
-        case!("consumer", one_round_trip_per_message),
-        case!("consumer", old_time_ordered_keys_are_expired),
-        case!("consumer", corrupt_row_is_a_typed_error_and_kept),
-    ]
+    let mut all = crate::cases_of!("once":
+        concurrent_duplicates_run_once,
+        completed_key_replays_and_other_payload_is_refused,
+        busy_key_waits_or_fails_as_asked,
+        crashed_worker_is_taken_over_after_its_lease,
+        paused_worker_loses_and_its_result_is_not_stored,
+        failure_is_released_or_recorded,
+        expired_record_runs_again,
+        lost_replies_still_run_once,
+        corrupt_record_is_a_typed_error_and_kept,
+        new_key_costs_two_round_trips,
+        a_listening_waiter_marks_the_claim_and_is_notified,
+    );
+    all.extend(crate::cases_of!("consumer":
+        duplicates_and_reordering_apply_once,
+        lost_reply_is_resolved_by_reading_back,
+        one_round_trip_per_message,
+        old_time_ordered_keys_are_expired,
+        corrupt_row_is_a_typed_error_and_kept,
+    ));
+    all
 }
 
 fn once(store: &Arc<dyn VersionedStore>, scope: &str) -> Idempotency {

@@ -42,6 +42,8 @@ use bakery_recipes::rwlock::RwLock;
 use bakery_recipes::semaphore::Semaphore;
 use bakery_recipes::sequence::Sequence;
 
+use crate::support;
+
 /// The environment variable that makes a process a child of a case: its
 /// role (`lock`, `sequence`, …). Set only by the parent of a case.
 pub const ROLE_VAR: &str = "BAKERY_PROCESS_ROLE";
@@ -328,6 +330,36 @@ async fn bump_counter(path: &Path) -> Result<(), ChildError> {
     Ok(())
 }
 
+/// The times (`now_ns`) `section` ran from and to.
+async fn timed(
+    section: impl Future<Output = Result<(), ChildError>>,
+) -> Result<(u64, u64), ChildError> {
+    let start = now_ns();
+    section.await?;
+    Ok((start, now_ns()))
+}
+
+/// Run `section` under `grant` (from after the grant to before the
+/// release), release it, and log it as a grant of `kind`.
+async fn hold(
+    log: &mut ChildLog,
+    kind: Kind,
+    grant: impl support::Grant,
+    section: impl Future<Output = Result<(), ChildError>>,
+) -> Result<(), ChildError> {
+    let (start, end) = timed(section).await?;
+    let token = grant.token();
+    grant.release().await?;
+    log.grant(kind, token, start, end)?;
+    Ok(())
+}
+
+/// What a holder that only holds does.
+async fn pause() -> Result<(), ChildError> {
+    tokio::time::sleep(HOLD).await;
+    Ok(())
+}
+
 async fn run_role(spec: &ChildSpec, store: Arc<dyn VersionedStore>) -> Result<(), ChildError> {
     let mut log = ChildLog::create(spec)?;
     let counter = counter_path(&spec.dir);
@@ -350,28 +382,26 @@ async fn run_role(spec: &ChildSpec, store: Arc<dyn VersionedStore>) -> Result<()
             all_ready(spec).await?;
             for round in 0..spec.rounds {
                 let guard = lock.acquire().await?;
-                let start = now_ns();
-                bump_counter(&counter).await?;
                 let token = guard.token();
-                let data = format!("{}/{round}", spec.index);
-                let written = fence.write(token, data.into()).await?;
-                if !written.is_accepted() {
-                    return Err(format!(
-                        "the fenced write of token {token} was refused: {written:?}"
-                    )
-                    .into());
-                }
-                let end = now_ns();
-                guard.release().await?;
-                log.grant(Kind::Lock, token, start, end)?;
+                let section = async {
+                    bump_counter(&counter).await?;
+                    let data = format!("{}/{round}", spec.index);
+                    let written = fence.write(token, data.into()).await?;
+                    if !written.is_accepted() {
+                        return Err(format!(
+                            "the fenced write of token {token} was refused: {written:?}"
+                        )
+                        .into());
+                    }
+                    Ok(())
+                };
+                hold(&mut log, Kind::Lock, guard, section).await?;
             }
         }
         Role::Unlocked => {
             all_ready(spec).await?;
             for round in 0..spec.rounds {
-                let start = now_ns();
-                bump_counter(&counter).await?;
-                let end = now_ns();
+                let (start, end) = timed(bump_counter(&counter)).await?;
                 log.grant(Kind::Lock, round as u64 + 1, start, end)?;
             }
         }
@@ -384,12 +414,7 @@ async fn run_role(spec: &ChildSpec, store: Arc<dyn VersionedStore>) -> Result<()
             all_ready(spec).await?;
             for _ in 0..spec.rounds {
                 let permit = semaphore.acquire().await?;
-                let start = now_ns();
-                tokio::time::sleep(HOLD).await;
-                let end = now_ns();
-                let token = permit.token();
-                permit.release().await?;
-                log.grant(Kind::Permit, token, start, end)?;
+                hold(&mut log, Kind::Permit, permit, pause()).await?;
             }
         }
         Role::RwLock => {
@@ -401,20 +426,10 @@ async fn run_role(spec: &ChildSpec, store: Arc<dyn VersionedStore>) -> Result<()
             for round in 0..spec.rounds {
                 if (spec.index + round).is_multiple_of(3) {
                     let guard = rwlock.write().await?;
-                    let start = now_ns();
-                    bump_counter(&counter).await?;
-                    let end = now_ns();
-                    let token = guard.token();
-                    guard.release().await?;
-                    log.grant(Kind::Write, token, start, end)?;
+                    hold(&mut log, Kind::Write, guard, bump_counter(&counter)).await?;
                 } else {
                     let guard = rwlock.read().await?;
-                    let start = now_ns();
-                    tokio::time::sleep(HOLD).await;
-                    let end = now_ns();
-                    let token = guard.token();
-                    guard.release().await?;
-                    log.grant(Kind::Read, token, start, end)?;
+                    hold(&mut log, Kind::Read, guard, pause()).await?;
                 }
             }
         }
@@ -427,12 +442,7 @@ async fn run_role(spec: &ChildSpec, store: Arc<dyn VersionedStore>) -> Result<()
             all_ready(spec).await?;
             for _ in 0..spec.rounds {
                 let leadership = election.campaign().await?;
-                let start = now_ns();
-                tokio::time::sleep(HOLD).await;
-                let end = now_ns();
-                let term = leadership.term();
-                leadership.resign().await?;
-                log.grant(Kind::Leader, term, start, end)?;
+                hold(&mut log, Kind::Leader, leadership, pause()).await?;
             }
         }
     }
@@ -459,6 +469,17 @@ impl fmt::Debug for ProcessCase {
     }
 }
 
+/// The case `$name` runs [`run_case`] with `$spec` (`run` is a plain fn
+/// pointer: no closure may capture the spec).
+macro_rules! process_case {
+    ($name:literal, $spec:ident) => {
+        ProcessCase {
+            name: $name,
+            run: |backend, uri| run_case(backend, uri, &$spec),
+        }
+    };
+}
+
 /// The cases every shared backend runs in separate processes (not
 /// `MemoryStore`: it lives in one process).
 ///
@@ -470,26 +491,11 @@ impl fmt::Debug for ProcessCase {
 /// ```
 pub fn cases() -> Vec<ProcessCase> {
     vec![
-        ProcessCase {
-            name: "sequence_four_processes",
-            run: |backend, uri| run_case(backend, uri, &SEQUENCE),
-        },
-        ProcessCase {
-            name: "lock_four_processes",
-            run: |backend, uri| run_case(backend, uri, &LOCK),
-        },
-        ProcessCase {
-            name: "semaphore_five_processes_two_permits",
-            run: |backend, uri| run_case(backend, uri, &SEMAPHORE),
-        },
-        ProcessCase {
-            name: "rwlock_four_processes",
-            run: |backend, uri| run_case(backend, uri, &RWLOCK),
-        },
-        ProcessCase {
-            name: "election_three_candidates",
-            run: |backend, uri| run_case(backend, uri, &ELECTION),
-        },
+        process_case!("sequence_four_processes", SEQUENCE),
+        process_case!("lock_four_processes", LOCK),
+        process_case!("semaphore_five_processes_two_permits", SEMAPHORE),
+        process_case!("rwlock_four_processes", RWLOCK),
+        process_case!("election_three_candidates", ELECTION),
     ]
 }
 
@@ -538,36 +544,27 @@ struct CaseSpec {
     permits: u32,
 }
 
-const SEQUENCE: CaseSpec = CaseSpec {
-    role: Role::Sequence,
-    processes: 4,
-    rounds: 2_000,
-    permits: 1,
-};
-const LOCK: CaseSpec = CaseSpec {
-    role: Role::Lock,
-    processes: 4,
-    rounds: 15,
-    permits: 1,
-};
+impl CaseSpec {
+    /// `processes` children of `role`, `rounds` each (one permit: only a
+    /// semaphore's spec sets more).
+    const fn of(role: Role, processes: usize, rounds: usize) -> CaseSpec {
+        CaseSpec {
+            role,
+            processes,
+            rounds,
+            permits: 1,
+        }
+    }
+}
+
+const SEQUENCE: CaseSpec = CaseSpec::of(Role::Sequence, 4, 2_000);
+const LOCK: CaseSpec = CaseSpec::of(Role::Lock, 4, 15);
 const SEMAPHORE: CaseSpec = CaseSpec {
-    role: Role::Semaphore,
-    processes: 5,
-    rounds: 8,
     permits: 2,
+    ..CaseSpec::of(Role::Semaphore, 5, 8)
 };
-const RWLOCK: CaseSpec = CaseSpec {
-    role: Role::RwLock,
-    processes: 4,
-    rounds: 12,
-    permits: 1,
-};
-const ELECTION: CaseSpec = CaseSpec {
-    role: Role::Election,
-    processes: 3,
-    rounds: 3,
-    permits: 1,
-};
+const RWLOCK: CaseSpec = CaseSpec::of(Role::RwLock, 4, 12);
+const ELECTION: CaseSpec = CaseSpec::of(Role::Election, 3, 3);
 
 /// What the children left: each one's log, and the file counter.
 #[derive(Debug, Default)]
@@ -925,12 +922,16 @@ mod tests {
         }
     }
 
-    const TWO_BY_TWO: CaseSpec = CaseSpec {
-        role: Role::Lock,
-        processes: 2,
-        rounds: 2,
-        permits: 1,
-    };
+    const TWO_BY_TWO: CaseSpec = CaseSpec::of(Role::Lock, 2, 2);
+
+    /// One of `violations` mentions `needle`.
+    #[track_caller]
+    fn assert_flagged(violations: &[String], needle: &str) {
+        assert!(
+            violations.iter().any(|v| v.contains(needle)),
+            "{violations:?}"
+        );
+    }
 
     #[test]
     fn a_clean_lock_log_passes() {
@@ -941,44 +942,28 @@ mod tests {
     fn overlapping_lock_grants_are_flagged() {
         let mut outcome = clean_lock();
         outcome.grants[1] = grant(1, Kind::Lock, 2, 15, 30);
-        let violations = check(&TWO_BY_TWO, &outcome);
-        assert!(
-            violations.iter().any(|v| v.contains("overlap")),
-            "{violations:?}"
-        );
+        assert_flagged(&check(&TWO_BY_TWO, &outcome), "overlap");
     }
 
     #[test]
     fn a_lost_counter_update_is_flagged() {
         let mut outcome = clean_lock();
         outcome.counter = 3;
-        let violations = check(&TWO_BY_TWO, &outcome);
-        assert!(
-            violations.iter().any(|v| v.contains("counter")),
-            "{violations:?}"
-        );
+        assert_flagged(&check(&TWO_BY_TWO, &outcome), "counter");
     }
 
     #[test]
     fn a_repeated_token_is_flagged() {
         let mut outcome = clean_lock();
         outcome.grants[3].token = 3;
-        let violations = tokens_follow_grant_order(&outcome.grants);
-        assert!(
-            violations.iter().any(|v| v.contains("twice")),
-            "{violations:?}"
-        );
+        assert_flagged(&tokens_follow_grant_order(&outcome.grants), "twice");
     }
 
     #[test]
     fn a_token_out_of_grant_order_is_flagged() {
         let mut outcome = clean_lock();
         (outcome.grants[1].token, outcome.grants[2].token) = (3, 2);
-        let violations = tokens_follow_grant_order(&outcome.grants);
-        assert!(
-            violations.iter().any(|v| v.contains("released")),
-            "{violations:?}"
-        );
+        assert_flagged(&tokens_follow_grant_order(&outcome.grants), "released");
     }
 
     #[test]
@@ -999,11 +984,7 @@ mod tests {
         outcome
             .failed
             .push((1, "exit status: 1".into(), "boom".into()));
-        let violations = check(&TWO_BY_TWO, &outcome);
-        assert!(
-            violations.iter().any(|v| v.contains("boom")),
-            "{violations:?}"
-        );
+        assert_flagged(&check(&TWO_BY_TWO, &outcome), "boom");
     }
 
     #[test]
@@ -1011,11 +992,7 @@ mod tests {
         let mut outcome = clean_lock();
         outcome.grants.pop();
         outcome.counter = 3;
-        let violations = check(&TWO_BY_TWO, &outcome);
-        assert!(
-            violations.iter().any(|v| v.contains("expected")),
-            "{violations:?}"
-        );
+        assert_flagged(&check(&TWO_BY_TWO, &outcome), "expected");
     }
 
     #[test]

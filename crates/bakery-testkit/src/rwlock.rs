@@ -9,45 +9,28 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bakery_core::{ErrorKind, Key, VersionedStore};
-use bakery_recipes::lock::LostReason;
-use bakery_recipes::rwlock::{self, Mode, RwLock, RwLockBuilder, RwLockState};
-use tokio::time::Instant;
+use bakery_recipes::rwlock::{self, Mode, RwLock, RwLockBuilder};
 
 use crate::faults::FaultStore;
-use crate::support::{wait_for, Running, PATIENCE};
-use crate::{case, clients_case, unique_name, Case, Clients};
+use crate::queued::{self, frozen_holder_learns_it_lost, inspect, wait_for_state};
+use crate::support::{not_before, Running, PATIENCE};
+use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![
-        clients_case!("rwlock", never_a_writer_with_anyone),
-        case!("rwlock", clients_of_one_process_never_conflict),
-        clients_case!("rwlock", queued_writer_blocks_new_readers),
-        clients_case!("rwlock", readers_behind_a_writer_are_granted_together),
-        clients_case!("rwlock", paused_writer_is_evicted_after_its_lease),
-        clients_case!("rwlock", acquire_timeout_withdraws_the_request),
-        clients_case!("rwlock", cancelled_acquire_leaves_the_queue),
-        case!("rwlock", corrupt_row_is_a_typed_error_and_kept),
-    ]
+    crate::cases_of!("rwlock":
+        never_a_writer_with_anyone,
+        clients_of_one_process_never_conflict,
+        queued_writer_blocks_new_readers,
+        readers_behind_a_writer_are_granted_together,
+        paused_writer_is_evicted_after_its_lease,
+        acquire_timeout_withdraws_the_request,
+        cancelled_acquire_leaves_the_queue,
+        corrupt_row_is_a_typed_error_and_kept,
+    )
 }
 
 fn rwlock(store: &Arc<dyn VersionedStore>, name: &str) -> RwLockBuilder {
     RwLock::builder(store.clone(), name).acquire_timeout(PATIENCE)
-}
-
-async fn inspect(store: &Arc<dyn VersionedStore>, name: &str) -> Option<RwLockState> {
-    RwLock::inspect(&**store, name)
-        .await
-        .expect("inspect rwlock")
-}
-
-/// Wait (bounded) until the lock's stored state satisfies `done`.
-async fn wait_for_state(
-    store: &Arc<dyn VersionedStore>,
-    name: &str,
-    what: &str,
-    done: impl Fn(&RwLockState) -> bool,
-) -> RwLockState {
-    wait_for(what, || inspect(store, name), done).await
 }
 
 /// 4 readers and 2 writers × 15 rounds each. Inside every critical
@@ -95,7 +78,7 @@ async fn never_a_writer_with_anyone(clients: Clients) {
             let mut samples = 0;
             while running.load(Ordering::SeqCst) > 0 {
                 // Decoding refuses a row with a writer and anyone else.
-                if inspect(&store, &name).await.is_some() {
+                if inspect::<RwLock>(&store, &name).await.is_some() {
                     samples += 1;
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
@@ -186,7 +169,7 @@ async fn never_a_writer_with_anyone(clients: Clients) {
     let grants = READERS + (READERS + WRITERS) * ROUNDS;
     assert_eq!(tokens.len(), grants);
     assert_eq!(unique.len(), grants, "a token was granted twice");
-    let state = inspect(&store, &name).await.expect("row");
+    let state = inspect::<RwLock>(&store, &name).await.expect("row");
     assert!(
         state.holders.is_empty() && state.queue.is_empty(),
         "{state:?}"
@@ -198,42 +181,7 @@ async fn never_a_writer_with_anyone(clients: Clients) {
 /// they write the row in the process's turn, each deciding on the row the
 /// last write left, so none conflicts with another at the store.
 async fn clients_of_one_process_never_conflict(store: Arc<dyn VersionedStore>) {
-    const CLIENTS: u64 = 8;
-    const ROUNDS: u64 = 6;
-    let name = unique_name("rw-turn");
-    let counting = Arc::new(bakery_core::CountingStore::new(store));
-    let store: Arc<dyn VersionedStore> = counting.clone();
-    let writing = Arc::new(AtomicBool::new(false));
-    let mut clients = Vec::new();
-    for _ in 0..CLIENTS {
-        // A heartbeat is a write of its own: the lease is long beside any
-        // hold here, however slow the machine.
-        let lock = rwlock(&store, &name)
-            .lease(Duration::from_secs(600))
-            .build()
-            .expect("valid");
-        let writing = writing.clone();
-        clients.push(tokio::spawn(async move {
-            for round in 0..ROUNDS {
-                if round % 2 == 0 {
-                    let guard = lock.write().await.expect("write");
-                    assert!(!writing.swap(true, Ordering::SeqCst), "two writers");
-                    tokio::task::yield_now().await;
-                    writing.store(false, Ordering::SeqCst);
-                    guard.release().await.expect("release");
-                } else {
-                    let guard = lock.read().await.expect("read");
-                    assert!(!writing.load(Ordering::SeqCst), "a reader beside a writer");
-                    tokio::task::yield_now().await;
-                    guard.release().await.expect("release");
-                }
-            }
-        }));
-    }
-    for client in clients {
-        client.await.expect("client task");
-    }
-    crate::assert_clients_took_turns(counting.counts(), CLIENTS * ROUNDS);
+    queued::clients_of_one_process_never_conflict::<RwLock>(store, "rw-turn", 6).await;
 }
 
 /// With a reader holding, a queued writer blocks new readers: `try_read`
@@ -264,7 +212,7 @@ async fn queued_writer_blocks_new_readers(clients: Clients) {
             guard.release().await.expect("release");
         })
     };
-    wait_for_state(&store, &name, "the writer queued", |s| s.queue.len() == 1).await;
+    wait_for_state::<RwLock>(&store, &name, "the writer queued", |s| s.queue.len() == 1).await;
     let other = rwlock(&clients.client().await, &name)
         .build()
         .expect("valid");
@@ -285,7 +233,8 @@ async fn queued_writer_blocks_new_readers(clients: Clients) {
             guard.release().await.expect("release");
         })
     };
-    let state = wait_for_state(&store, &name, "the reader queued", |s| s.queue.len() == 2).await;
+    let state =
+        wait_for_state::<RwLock>(&store, &name, "the reader queued", |s| s.queue.len() == 2).await;
     let queued: Vec<(&str, Mode)> = state
         .queue
         .iter()
@@ -297,7 +246,7 @@ async fn queued_writer_blocks_new_readers(clients: Clients) {
     );
     assert_eq!(state.readers(), 2);
     first.release().await.expect("release");
-    let state = inspect(&store, &name).await.expect("row");
+    let state = inspect::<RwLock>(&store, &name).await.expect("row");
     assert_eq!(
         state.queue.len(),
         2,
@@ -350,14 +299,15 @@ async fn readers_behind_a_writer_are_granted_together(clients: Clients) {
             let token = guard.token();
             (guard, token)
         }));
-        wait_for_state(&store, &name, "the reader queued", |s| {
+        wait_for_state::<RwLock>(&store, &name, "the reader queued", |s| {
             s.queue.len() == i + 1
         })
         .await;
     }
     assert_eq!(writer.token(), 1);
     writer.release().await.expect("release");
-    let state = wait_for_state(&store, &name, "both readers granted", |s| s.readers() == 2).await;
+    let state =
+        wait_for_state::<RwLock>(&store, &name, "both readers granted", |s| s.readers() == 2).await;
     assert!(state.queue.is_empty(), "{state:?}");
     let mut guards = Vec::new();
     let mut tokens = BTreeSet::new();
@@ -377,7 +327,7 @@ async fn readers_behind_a_writer_are_granted_together(clients: Clients) {
     for guard in guards {
         guard.release().await.expect("release");
     }
-    let state = inspect(&store, &name).await.expect("row");
+    let state = inspect::<RwLock>(&store, &name).await.expect("row");
     assert!(state.holders.is_empty(), "{state:?}");
 }
 
@@ -400,97 +350,43 @@ async fn paused_writer_is_evicted_after_its_lease(clients: Clients) {
     let frozen_lost = frozen.lost();
     frozen_store.pause();
 
-    let asked = Instant::now();
-    let next = rwlock(&clients.client().await, &name)
-        .build()
-        .expect("valid")
-        .read()
-        .await
-        .expect("evict and read");
-    assert!(
-        asked.elapsed() >= LEASE,
-        "evicted after {:?}, before a lease of silence",
-        asked.elapsed()
-    );
+    let next = not_before(
+        LEASE,
+        "a lease of silence",
+        rwlock(&clients.client().await, &name)
+            .build()
+            .expect("valid")
+            .read(),
+    )
+    .await
+    .expect("evict and read");
     assert!(next.token() > frozen.token());
-    let state = inspect(&store, &name).await.expect("row");
+    let state = inspect::<RwLock>(&store, &name).await.expect("row");
     assert!(!state.has_writer(), "{state:?}");
-
-    let reason = tokio::time::timeout(PATIENCE, frozen_lost)
-        .await
-        .expect("the frozen writer learns it is lost");
-    assert!(
-        matches!(reason, LostReason::LeaseExpired | LostReason::Evicted),
-        "{reason:?}"
-    );
-    assert!(!frozen.is_held());
-    frozen_store.resume();
-    let err = frozen.release().await.expect_err("no longer held");
-    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    frozen_holder_learns_it_lost(frozen, frozen_lost, &frozen_store).await;
     assert!(next.is_held());
     next.release().await.expect("release");
-    let state = inspect(&store, &name).await.expect("row");
+    let state = inspect::<RwLock>(&store, &name).await.expect("row");
     assert!(state.holders.is_empty(), "{state:?}");
 }
 
 /// A writer that times out leaves the queue before it returns: readers are
 /// not kept out by a ghost writer, and a later release grants nobody.
 async fn acquire_timeout_withdraws_the_request(clients: Clients) {
-    let store = clients.store();
-    let name = unique_name("rw-timeout");
-    let held = rwlock(&clients.client().await, &name)
-        .build()
-        .expect("valid")
-        .read()
-        .await
-        .expect("read");
-    let impatient = RwLock::builder(clients.client().await, &name)
-        .acquire_timeout(Duration::from_millis(300))
-        .build()
-        .expect("valid");
-    let err = impatient.write().await.expect_err("must time out");
-    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
-    let state = inspect(&store, &name).await.expect("row");
-    assert!(
-        state.queue.is_empty(),
-        "a timed-out request stayed queued: {state:?}"
-    );
-    let reader = impatient
-        .try_read()
-        .await
-        .expect("try_read")
-        .expect("no writer queues any more");
-    reader.release().await.expect("release");
-    held.release().await.expect("release");
-    let state = inspect(&store, &name).await.expect("row");
-    assert!(state.holders.is_empty(), "granted to a ghost: {state:?}");
+    queued::timeout_withdraws_the_request(clients, "rw-timeout", |impatient: RwLock| async move {
+        let reader = impatient
+            .try_read()
+            .await
+            .expect("try_read")
+            .expect("no writer queues any more");
+        reader.release().await.expect("release");
+    })
+    .await;
 }
 
 /// Dropping a waiting `write()` withdraws its request in the background.
 async fn cancelled_acquire_leaves_the_queue(clients: Clients) {
-    let store = clients.store();
-    let name = unique_name("rw-cancel");
-    let held = rwlock(&clients.client().await, &name)
-        .build()
-        .expect("valid")
-        .read()
-        .await
-        .expect("read");
-    let waiting = {
-        let lock = rwlock(&clients.client().await, &name)
-            .build()
-            .expect("valid");
-        tokio::spawn(async move { lock.write().await })
-    };
-    wait_for_state(&store, &name, "the writer queued", |s| s.queue.len() == 1).await;
-    waiting.abort(); // drops the write future
-    wait_for_state(&store, &name, "the cancelled writer leave", |s| {
-        s.queue.is_empty()
-    })
-    .await;
-    held.release().await.expect("release");
-    let state = inspect(&store, &name).await.expect("row");
-    assert!(state.holders.is_empty(), "granted to a ghost: {state:?}");
+    queued::cancelled_request_leaves_the_queue::<RwLock>(clients, "rw-cancel").await;
 }
 
 /// A row that is not a read-write lock, or one holding a writer together

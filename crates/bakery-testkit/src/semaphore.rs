@@ -8,59 +8,32 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bakery_core::{ErrorKind, Key, VersionedStore};
-use bakery_recipes::lock::LostReason;
-use bakery_recipes::semaphore::{self, Semaphore, SemaphoreBuilder, SemaphoreState};
+use bakery_recipes::semaphore::{self, Semaphore, SemaphoreBuilder};
 use tokio::time::Instant;
 
-use crate::faults::{Fault, FaultStore};
-use crate::support::{wait_for, Running, PATIENCE};
-use crate::{case, clients_case, unique_name, Case, Clients};
-
-/// The acquire timeout of the refused-withdrawal case: long enough for the
-/// test to see the request queued and script the refusals before it passes
-/// (on a busy machine, a Cassandra enqueue and the read that sees it).
-const WITHDRAWN_AFTER: Duration = Duration::from_secs(3);
+use crate::faults::FaultStore;
+use crate::queued::{self, frozen_holder_learns_it_lost, inspect, wait_for_state};
+use crate::support::{assert_corrupt, not_before, Running, PATIENCE};
+use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![
-        clients_case!("semaphore", never_more_than_n_holders_at_once),
-        clients_case!("semaphore", waiters_are_granted_in_queue_order),
-        case!("semaphore", clients_of_one_process_never_conflict),
-        clients_case!("semaphore", try_acquire_refuses_when_full_or_queued),
-        clients_case!("semaphore", paused_holder_is_evicted_after_its_lease),
-        clients_case!("semaphore", acquire_timeout_withdraws_the_request),
-        clients_case!("semaphore", cancelled_acquire_leaves_the_queue),
-        clients_case!(
-            "semaphore",
-            refused_withdrawals_and_releases_are_tried_again
-        ),
-        case!(
-            "semaphore",
-            corrupt_row_and_other_permit_count_are_typed_errors
-        ),
-    ]
+    crate::cases_of!("semaphore":
+        never_more_than_n_holders_at_once,
+        waiters_are_granted_in_queue_order,
+        clients_of_one_process_never_conflict,
+        try_acquire_refuses_when_full_or_queued,
+        paused_holder_is_evicted_after_its_lease,
+        acquire_timeout_withdraws_the_request,
+        cancelled_acquire_leaves_the_queue,
+        refused_withdrawals_and_releases_are_tried_again,
+        corrupt_row_and_other_permit_count_are_typed_errors,
+    )
 }
 
 fn semaphore(store: &Arc<dyn VersionedStore>, name: &str, permits: u32) -> SemaphoreBuilder {
     Semaphore::builder(store.clone(), name)
         .permits(permits)
         .acquire_timeout(PATIENCE)
-}
-
-async fn inspect(store: &Arc<dyn VersionedStore>, name: &str) -> Option<SemaphoreState> {
-    Semaphore::inspect(&**store, name)
-        .await
-        .expect("inspect semaphore")
-}
-
-/// Wait (bounded) until the semaphore's stored state satisfies `done`.
-async fn wait_for_state(
-    store: &Arc<dyn VersionedStore>,
-    name: &str,
-    what: &str,
-    done: impl Fn(&SemaphoreState) -> bool,
-) -> SemaphoreState {
-    wait_for(what, || inspect(store, name), done).await
 }
 
 /// 8 clients × 20 acquisitions of a 3-permit semaphore: the number of
@@ -86,7 +59,7 @@ async fn never_more_than_n_holders_at_once(clients: Clients) {
         tokio::spawn(async move {
             while running.load(Ordering::SeqCst) > 0 {
                 // Decoding refuses a row with more holders than permits.
-                if let Some(state) = inspect(&store, &name).await {
+                if let Some(state) = inspect::<Semaphore>(&store, &name).await {
                     most_stored.fetch_max(state.holders.len(), Ordering::SeqCst);
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
@@ -155,7 +128,7 @@ async fn never_more_than_n_holders_at_once(clients: Clients) {
         PERMITS,
         "never {PERMITS} clients inside at once: the semaphore under-admits"
     );
-    let state = inspect(&store, &name).await.expect("row");
+    let state = inspect::<Semaphore>(&store, &name).await.expect("row");
     assert!(
         state.holders.is_empty() && state.queue.is_empty(),
         "{state:?}"
@@ -187,12 +160,12 @@ async fn waiters_are_granted_in_queue_order(clients: Clients) {
             granted.lock().expect("granted").push((i, permit.token()));
             permit.release().await.expect("release");
         }));
-        wait_for_state(&store, &name, "the waiter queued", |s| {
+        wait_for_state::<Semaphore>(&store, &name, "the waiter queued", |s| {
             s.queue.len() == i + 1
         })
         .await;
     }
-    let state = inspect(&store, &name).await.expect("row");
+    let state = inspect::<Semaphore>(&store, &name).await.expect("row");
     let queued: Vec<&str> = state.queue.iter().map(|w| w.owner.as_str()).collect();
     assert_eq!(queued, ["waiter-0", "waiter-1", "waiter-2", "waiter-3"]);
     first.release().await.expect("release");
@@ -215,37 +188,7 @@ async fn waiters_are_granted_in_queue_order(clients: Clients) {
 /// conflicts with another at the store, and every one is served (a client
 /// re-joining after its release must not keep the others from joining).
 async fn clients_of_one_process_never_conflict(store: Arc<dyn VersionedStore>) {
-    const CLIENTS: u64 = 8;
-    const ROUNDS: u64 = 10;
-    let name = unique_name("sem-turn");
-    let counting = Arc::new(bakery_core::CountingStore::new(store));
-    let store: Arc<dyn VersionedStore> = counting.clone();
-    let inside = Arc::new(AtomicUsize::new(0));
-    let mut clients = Vec::new();
-    for _ in 0..CLIENTS {
-        // A heartbeat is a write of its own: the lease is long beside any
-        // hold here, however slow the machine.
-        let sem = semaphore(&store, &name, 1)
-            .lease(Duration::from_secs(600))
-            .build()
-            .expect("valid");
-        let inside = inside.clone();
-        clients.push(tokio::spawn(async move {
-            for _ in 0..ROUNDS {
-                let permit = sem.acquire().await.expect("acquire");
-                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
-                tokio::task::yield_now().await;
-                inside.fetch_sub(1, Ordering::SeqCst);
-                permit.release().await.expect("release");
-            }
-        }));
-    }
-    for client in clients {
-        client.await.expect("client task");
-    }
-    crate::assert_clients_took_turns(counting.counts(), CLIENTS * ROUNDS);
-    let state = inspect(&store, &name).await.expect("row");
-    assert_eq!(state.token, CLIENTS * ROUNDS, "one token per grant");
+    queued::clients_of_one_process_never_conflict::<Semaphore>(store, "sem-turn", 10).await;
 }
 
 /// The soft form takes a free permit, and refuses while every permit is
@@ -275,7 +218,7 @@ async fn try_acquire_refuses_when_full_or_queued(clients: Clients) {
             .expect("valid");
         tokio::spawn(async move { sem.acquire().await })
     };
-    wait_for_state(&store, &name, "the waiter queued", |s| s.queue.len() == 1).await;
+    wait_for_state::<Semaphore>(&store, &name, "the waiter queued", |s| s.queue.len() == 1).await;
     assert!(other.try_acquire().await.expect("try").is_none(), "queued");
     a.release().await.expect("release");
     // The release granted the freed permit to the waiter in the same write.
@@ -324,20 +267,18 @@ async fn paused_holder_is_evicted_after_its_lease(clients: Clients) {
     let frozen_lost = frozen.lost();
     frozen_store.pause();
 
-    let asked = Instant::now();
-    let next = semaphore(&clients.client().await, &name, 2)
-        .build()
-        .expect("valid")
-        .acquire()
-        .await
-        .expect("evict and acquire");
-    assert!(
-        asked.elapsed() >= FROZEN_LEASE,
-        "evicted after {:?}, before a lease of silence",
-        asked.elapsed()
-    );
+    let next = not_before(
+        FROZEN_LEASE,
+        "a lease of silence",
+        semaphore(&clients.client().await, &name, 2)
+            .build()
+            .expect("valid")
+            .acquire(),
+    )
+    .await
+    .expect("evict and acquire");
     assert!(next.token() > frozen.token() && next.token() > live.token());
-    let state = inspect(&store, &name).await.expect("row");
+    let state = inspect::<Semaphore>(&store, &name).await.expect("row");
     let tokens: BTreeSet<u64> = state.holders.iter().map(|h| h.token).collect();
     assert_eq!(
         tokens,
@@ -345,125 +286,31 @@ async fn paused_holder_is_evicted_after_its_lease(clients: Clients) {
         "the heartbeating holder must keep its permit: {state:?}"
     );
     assert!(live.is_held());
-
-    let reason = tokio::time::timeout(PATIENCE, frozen_lost)
-        .await
-        .expect("the frozen permit learns it is lost");
-    assert!(
-        matches!(reason, LostReason::LeaseExpired | LostReason::Evicted),
-        "{reason:?}"
-    );
-    assert!(!frozen.is_held());
-    frozen_store.resume();
-    let err = frozen.release().await.expect_err("no longer held");
-    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    frozen_holder_learns_it_lost(frozen, frozen_lost, &frozen_store).await;
 
     live.release().await.expect("release");
     next.release().await.expect("release");
-    let state = inspect(&store, &name).await.expect("row");
+    let state = inspect::<Semaphore>(&store, &name).await.expect("row");
     assert!(state.holders.is_empty(), "{state:?}");
 }
 
 /// A waiter that times out leaves the queue before it returns, so a later
 /// release does not hand the permit to a ghost.
 async fn acquire_timeout_withdraws_the_request(clients: Clients) {
-    let store = clients.store();
-    let name = unique_name("sem-timeout");
-    let held = semaphore(&clients.client().await, &name, 1)
-        .build()
-        .expect("valid")
-        .acquire()
-        .await
-        .expect("acquire");
-    let impatient = Semaphore::builder(clients.client().await, &name)
-        .permits(1)
-        .acquire_timeout(Duration::from_millis(300))
-        .build()
-        .expect("valid");
-    let err = impatient.acquire().await.expect_err("must time out");
-    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
-    let state = inspect(&store, &name).await.expect("row");
-    assert!(
-        state.queue.is_empty(),
-        "a timed-out request stayed queued: {state:?}"
-    );
-    held.release().await.expect("release");
-    let state = inspect(&store, &name).await.expect("row");
-    assert!(state.holders.is_empty(), "granted to a ghost: {state:?}");
+    queued::timeout_withdraws_the_request(clients, "sem-timeout", |_: Semaphore| async {}).await;
 }
 
 /// A withdrawal and a release the store refused are tried again until
 /// they apply: neither a timed-out request nor a released permit stays in
 /// the row for others to wait out its lease.
 async fn refused_withdrawals_and_releases_are_tried_again(clients: Clients) {
-    let store = clients.store();
-    let name = unique_name("sem-again");
-    let faulty = Arc::new(FaultStore::new(clients.client().await));
-    let held = semaphore(&(faulty.clone() as Arc<dyn VersionedStore>), &name, 1)
-        .build()
-        .expect("valid")
-        .acquire()
-        .await
-        .expect("acquire");
-    let waiter_store = Arc::new(FaultStore::new(clients.client().await));
-    let impatient = Semaphore::builder(waiter_store.clone(), &name)
-        .permits(1)
-        .acquire_timeout(WITHDRAWN_AFTER)
-        .build()
-        .expect("valid");
-    let waiting = tokio::spawn(async move { impatient.acquire().await });
-    wait_for_state(&store, &name, "the waiter queued", |s| s.queue.len() == 1).await;
-    waiter_store.script([Fault::Refuse, Fault::Refuse]);
-    let err = waiting
-        .await
-        .expect("acquire task")
-        .expect_err("must time out");
-    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
-    wait_for_state(&store, &name, "the refused request withdrawn", |s| {
-        s.queue.is_empty()
-    })
-    .await;
-    assert_eq!(
-        waiter_store.remaining(),
-        0,
-        "the withdrawal met both refusals"
-    );
-
-    faulty.script([Fault::Refuse, Fault::Refuse]);
-    let err = held.release().await.expect_err("the store refused it");
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    wait_for_state(&store, &name, "the refused release given back", |s| {
-        s.holders.is_empty()
-    })
-    .await;
-    assert_eq!(faulty.remaining(), 0, "the release met both refusals");
+    queued::a_refused_withdrawal_is_tried_again::<Semaphore>(clients.clone(), "sem-again").await;
+    queued::a_refused_release_is_tried_again::<Semaphore>(clients, "sem-again").await;
 }
 
 /// Dropping a waiting acquire withdraws its request in the background.
 async fn cancelled_acquire_leaves_the_queue(clients: Clients) {
-    let store = clients.store();
-    let name = unique_name("sem-cancel");
-    let held = semaphore(&clients.client().await, &name, 1)
-        .build()
-        .expect("valid")
-        .acquire()
-        .await
-        .expect("acquire");
-    let waiting = {
-        let sem = semaphore(&clients.client().await, &name, 1)
-            .build()
-            .expect("valid");
-        tokio::spawn(async move { sem.acquire().await })
-    };
-    wait_for_state(&store, &name, "the waiter queued", |s| s.queue.len() == 1).await;
-    waiting.abort(); // drops the acquire future
-    wait_for_state(&store, &name, "the cancelled waiter leave", |s| {
-        s.queue.is_empty()
-    })
-    .await;
-    held.release().await.expect("release");
-    let state = inspect(&store, &name).await.expect("row");
-    assert!(state.holders.is_empty(), "granted to a ghost: {state:?}");
+    queued::cancelled_request_leaves_the_queue::<Semaphore>(clients, "sem-cancel").await;
 }
 
 /// A row that is not a semaphore, and a semaphore stored with another
@@ -472,20 +319,12 @@ async fn cancelled_acquire_leaves_the_queue(clients: Clients) {
 async fn corrupt_row_and_other_permit_count_are_typed_errors(store: Arc<dyn VersionedStore>) {
     let name = unique_name("sem-corrupt");
     let key = Key::with_prefix(semaphore::KEY_PREFIX, &name).expect("key");
-    let _ = store
-        .put_if_version(&key, None, "{not a semaphore".into())
-        .await
-        .expect("seed garbage");
+    crate::applied(&*store, &key, None, "{not a semaphore").await;
     let sem = semaphore(&store, &name, 2).build().expect("valid");
-    let err = sem.acquire().await.expect_err("corrupt");
-    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    let err = assert_corrupt(sem.acquire().await, "acquire");
     assert!(err.message().contains(key.as_str()), "{err}");
-    let err = sem.try_acquire().await.expect_err("corrupt");
-    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
-    let err = Semaphore::inspect(&*store, &name)
-        .await
-        .expect_err("corrupt");
-    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    assert_corrupt(sem.try_acquire().await, "try_acquire");
+    assert_corrupt(Semaphore::inspect(&*store, &name).await, "inspect");
     let row = store.get(&key).await.expect("get").expect("kept");
     assert_eq!(&row.value[..], b"{not a semaphore");
 
@@ -502,7 +341,13 @@ async fn corrupt_row_and_other_permit_count_are_typed_errors(store: Arc<dyn Vers
     assert_eq!(err.kind(), ErrorKind::Config, "{err}");
     let after = store.get(&key).await.expect("get").expect("row");
     assert_eq!(after.version, before.version, "the row was rewritten");
-    assert_eq!(inspect(&store, &name).await.expect("row").permits, 2);
+    assert_eq!(
+        inspect::<Semaphore>(&store, &name)
+            .await
+            .expect("row")
+            .permits,
+        2
+    );
     permit.release().await.expect("release");
 
     for bad in [

@@ -9,27 +9,25 @@ use bakery_recipes::sequence::{Sequence, KEY_PREFIX};
 
 use crate::cas::on_tasks;
 use crate::faults::{Fault, FaultStore};
-use crate::{case, clients_case, unique_name, Case, Clients};
+use crate::support::assert_corrupt;
+use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![
-        case!("sequence", ids_start_at_one_and_increase),
-        clients_case!("sequence", eight_clients_10000_ids_unique_and_increasing),
-        clients_case!(
-            "sequence",
-            block_size_one_is_strictly_increasing_across_clients
-        ),
-        case!("sequence", conflicting_reservation_retries_without_a_read),
-        case!("sequence", handles_built_alike_are_one_client),
-        case!("sequence", unknown_outcome_is_never_reused),
-        case!("sequence", failed_prefetch_is_retried_inline),
-        case!("sequence", prefetch_reserves_before_the_block_runs_out),
-        case!("sequence", next_batch_spans_blocks),
-        case!("sequence", row_records_the_reserving_node),
-        case!("sequence", corrupt_row_is_a_typed_error_and_kept),
-        case!("sequence", deleted_row_is_refused_not_restarted),
-        case!("sequence", invalid_names_are_rejected),
-    ]
+    crate::cases_of!("sequence":
+        ids_start_at_one_and_increase,
+        eight_clients_10000_ids_unique_and_increasing,
+        block_size_one_is_strictly_increasing_across_clients,
+        conflicting_reservation_retries_without_a_read,
+        handles_built_alike_are_one_client,
+        unknown_outcome_is_never_reused,
+        failed_prefetch_is_retried_inline,
+        prefetch_reserves_before_the_block_runs_out,
+        next_batch_spans_blocks,
+        row_records_the_reserving_node,
+        corrupt_row_is_a_typed_error_and_kept,
+        deleted_row_is_refused_not_restarted,
+        invalid_names_are_rejected,
+    )
 }
 
 fn build(store: &Arc<dyn VersionedStore>, name: &str, block: u64) -> Sequence {
@@ -363,12 +361,8 @@ async fn corrupt_row_is_a_typed_error_and_kept(store: Arc<dyn VersionedStore>) {
         .expect("plant junk");
     assert!(row.is_applied());
     let seq = build(&store, &name, 10);
-    let err = seq.next().await.expect_err("junk is not a sequence");
-    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
-    let err = Sequence::inspect(&*store, &name)
-        .await
-        .expect_err("inspect junk");
-    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    assert_corrupt(seq.next().await, "junk is not a sequence");
+    assert_corrupt(Sequence::inspect(&*store, &name).await, "inspect junk");
     let kept = store.get(&key).await.expect("get").expect("row kept");
     assert_eq!(kept.value, junk, "the foreign row must not be overwritten");
 }

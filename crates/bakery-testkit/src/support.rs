@@ -6,6 +6,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bakery_recipes::election::Leadership;
+use bakery_recipes::lock::LockGuard;
+use bakery_recipes::rwlock::{ReadGuard, WriteGuard};
+use bakery_recipes::semaphore::Permit;
 use tokio::time::Instant;
 
 /// Upper bound on waiting for something that must happen; reaching it means
@@ -31,6 +35,76 @@ where
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Await `granted`, a grant that must not come before `bound` has passed
+/// from now (`why`: a lease of silence, a hold limit), and check it did not.
+pub(crate) async fn not_before<T>(
+    bound: Duration,
+    why: &str,
+    granted: impl Future<Output = T>,
+) -> T {
+    let asked = Instant::now();
+    let grant = granted.await;
+    assert!(
+        asked.elapsed() >= bound,
+        "granted after {:?}, before {why}",
+        asked.elapsed()
+    );
+    grant
+}
+
+/// A grant a case or a child process holds: a lock guard, a permit, a read
+/// or write hold, a leadership.
+pub(crate) trait Grant: Debug + Send + 'static {
+    /// Its fencing token (a leadership's term).
+    fn token(&self) -> u64;
+    fn is_held(&self) -> bool;
+    /// Give it back (a leadership: resign).
+    fn release(self) -> impl Future<Output = bakery_core::Result<()>> + Send;
+}
+
+/// The queue recipes' guards have the same methods (one macro makes them),
+/// but no trait of their own.
+macro_rules! grant {
+    ($($guard:ty),+) => {$(
+        impl Grant for $guard {
+            fn token(&self) -> u64 {
+                <$guard>::token(self)
+            }
+            fn is_held(&self) -> bool {
+                <$guard>::is_held(self)
+            }
+            fn release(self) -> impl Future<Output = bakery_core::Result<()>> + Send {
+                <$guard>::release(self)
+            }
+        }
+    )+};
+}
+grant!(LockGuard, Permit, ReadGuard, WriteGuard);
+
+impl Grant for Leadership {
+    fn token(&self) -> u64 {
+        self.term()
+    }
+    fn is_held(&self) -> bool {
+        self.is_leader()
+    }
+    fn release(self) -> impl Future<Output = bakery_core::Result<()>> + Send {
+        self.resign()
+    }
+}
+
+/// `result` (of `what`) is a `Corrupt` error, returned: a row the recipe
+/// must not touch.
+#[track_caller]
+pub(crate) fn assert_corrupt<T: Debug>(
+    result: bakery_core::Result<T>,
+    what: &str,
+) -> bakery_core::Error {
+    let err = result.expect_err(what);
+    assert_eq!(err.kind(), bakery_core::ErrorKind::Corrupt, "{what}: {err}");
+    err
 }
 
 /// Counts a client out when its task ends, however it ends.

@@ -10,10 +10,12 @@ use std::time::Duration;
 use bakery_core::VersionedStore;
 use bakery_verify::{verify, Config, Status};
 
-use crate::{case, unique_name, Case};
+use crate::{unique_name, Case};
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![case!("verify", recorded_histories_check_out)]
+    crate::cases_of!("verify":
+        recorded_histories_check_out,
+    )
 }
 
 /// Small enough for every backend's share of the test command (a few

@@ -250,19 +250,25 @@ fn capability_and_watch_cases_detect_the_breakage_they_check() {
 /// same idea, longer).
 const BROKEN_CASE_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Run multi-client case `name` with every client on a store of its own,
-/// each a `FaultyStore` with `fault` over one shared MemoryStore state (as
-/// separate processes on one broken server); true if it failed.
-fn fails_separate(name: &str, fault: Fault) -> bool {
+/// Run multi-client case `name` with every client on a store of its own
+/// over one shared MemoryStore state (as separate processes on one
+/// server), each a `FaultyStore` with `fault` if one is given; true if it
+/// failed (panicked, or still waited for a grant after
+/// [`BROKEN_CASE_LIMIT`]).
+fn fails_separate(name: &str, fault: Option<Fault>) -> bool {
     let case = case(name);
     assert!(case.many_clients, "{name} is not a case of several clients");
     let memory = MemoryStore::new();
-    let broken = move |memory: &MemoryStore| -> Arc<dyn VersionedStore> {
-        Arc::new(FaultyStore::new(Arc::new(memory.handle()), fault))
+    let open = move |memory: &MemoryStore| -> Arc<dyn VersionedStore> {
+        let store = Arc::new(memory.handle());
+        match fault {
+            Some(fault) => Arc::new(FaultyStore::new(store, fault)),
+            None => store,
+        }
     };
-    let store = broken(&memory);
+    let store = open(&memory);
     let clients = Clients::separate(store, move || {
-        let client = broken(&memory);
+        let client = open(&memory);
         async move { Ok(client) }
     });
     bakery_testkit::runtime(4).block_on(async move {
@@ -275,72 +281,35 @@ fn fails_separate(name: &str, fault: Fault) -> bool {
     })
 }
 
-/// The same case on separate clients of a sound store passes.
-fn passes_separate(name: &str) -> bool {
-    let case = case(name);
-    let memory = MemoryStore::new();
-    let store: Arc<dyn VersionedStore> = Arc::new(memory.handle());
-    let clients = Clients::separate(store, move || {
-        let client: Arc<dyn VersionedStore> = Arc::new(memory.handle());
-        async move { Ok(client) }
-    });
-    bakery_testkit::runtime(4)
-        .block_on(async move { tokio::spawn((case.run)(clients)).await.is_ok() })
-}
-
 const LOCK_EXCLUSION: &str = "lock::fenced_counter_eight_clients_fifty_each";
 const SEMAPHORE_BOUND: &str = "semaphore::never_more_than_n_holders_at_once";
 const RWLOCK_EXCLUSION: &str = "rwlock::never_a_writer_with_anyone";
 const ONE_LEADER: &str = "election::one_leader_at_a_time_and_terms_increase";
 
+const LOCK_FAMILY: [&str; 4] = [
+    LOCK_EXCLUSION,
+    SEMAPHORE_BOUND,
+    RWLOCK_EXCLUSION,
+    ONE_LEADER,
+];
+
 #[test]
 fn lock_family_cases_pass_with_separate_clients_on_a_sound_store() {
-    for name in [
-        LOCK_EXCLUSION,
-        SEMAPHORE_BOUND,
-        RWLOCK_EXCLUSION,
-        ONE_LEADER,
-    ] {
-        assert!(passes_separate(name), "{name} failed on MemoryStore");
+    for name in LOCK_FAMILY {
+        assert!(!fails_separate(name, None), "{name} failed on MemoryStore");
     }
 }
 
+/// Each case of the lock family fails with separate clients on a store
+/// whose compare-and-set reads then writes, and on one whose reads lag.
 #[test]
-fn lock_case_detects_a_read_then_write_cas() {
-    assert!(fails_separate(LOCK_EXCLUSION, Fault::LostConflicts));
-}
-
-#[test]
-fn lock_case_detects_stale_reads() {
-    assert!(fails_separate(LOCK_EXCLUSION, Fault::StaleReads));
-}
-
-#[test]
-fn semaphore_case_detects_a_read_then_write_cas() {
-    assert!(fails_separate(SEMAPHORE_BOUND, Fault::LostConflicts));
-}
-
-#[test]
-fn semaphore_case_detects_stale_reads() {
-    assert!(fails_separate(SEMAPHORE_BOUND, Fault::StaleReads));
-}
-
-#[test]
-fn rwlock_case_detects_a_read_then_write_cas() {
-    assert!(fails_separate(RWLOCK_EXCLUSION, Fault::LostConflicts));
-}
-
-#[test]
-fn rwlock_case_detects_stale_reads() {
-    assert!(fails_separate(RWLOCK_EXCLUSION, Fault::StaleReads));
-}
-
-#[test]
-fn election_case_detects_a_read_then_write_cas() {
-    assert!(fails_separate(ONE_LEADER, Fault::LostConflicts));
-}
-
-#[test]
-fn election_case_detects_stale_reads() {
-    assert!(fails_separate(ONE_LEADER, Fault::StaleReads));
+fn lock_family_cases_detect_a_read_then_write_cas_and_stale_reads() {
+    for name in LOCK_FAMILY {
+        for fault in [Fault::LostConflicts, Fault::StaleReads] {
+            assert!(
+                fails_separate(name, Some(fault)),
+                "{name} passed on a store with {fault:?}"
+            );
+        }
+    }
 }
