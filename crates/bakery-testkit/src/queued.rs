@@ -324,9 +324,14 @@ pub(crate) async fn clients_of_one_process_never_conflict<R: Queued>(
     let counting = Arc::new(CountingStore::new(store));
     let store: Arc<dyn VersionedStore> = counting.clone();
     let exclusive = Arc::new(AtomicBool::new(false));
+    // Every handle exists before any client runs: a client that ran all its
+    // rounds before the next handle was built would drop the process's
+    // writer, and the next one's first write would find a row it never saw.
+    let handles: Vec<R> = (0..CLIENTS)
+        .map(|_| R::handle(store.clone(), &name, PATIENCE, Some(COUNTED_LEASE)))
+        .collect();
     let mut clients = Vec::new();
-    for _ in 0..CLIENTS {
-        let client = R::handle(store.clone(), &name, PATIENCE, Some(COUNTED_LEASE));
+    for client in handles {
         let exclusive = exclusive.clone();
         clients.push(tokio::spawn(async move {
             for round in 0..rounds {

@@ -541,20 +541,20 @@ impl Writer {
         }
     }
 
-    /// Note a row the store returned; an older one than known is ignored.
+    /// Note a row the store returned; an older one than known is ignored,
+    /// and so is a missing one (a read that began before the row was
+    /// written must not make the next write expect no row).
     pub(crate) fn remember(&self, row: Option<&Row>) {
+        let Some(row) = row else {
+            return;
+        };
         let mut queue = self.queue();
-        match row {
-            Some(row)
-                if queue
-                    .newest
-                    .as_ref()
-                    .is_none_or(|n| n.version < row.version) =>
-            {
-                queue.newest = Some(row.clone());
-            }
-            Some(_) => {}
-            None => queue.newest = None,
+        if queue
+            .newest
+            .as_ref()
+            .is_none_or(|n| n.version < row.version)
+        {
+            queue.newest = Some(row.clone());
         }
     }
 
