@@ -37,6 +37,25 @@
 //! - **Once round trips**: `Idempotency::run` on a new key ≤ 2 store round
 //!   trips, on every store (the notification after the completion is one
 //!   of the calls counted).
+//! - **One queue core**: the one-permit semaphore and the read-write lock
+//!   taken by writers only run the lock's algorithm with another grant
+//!   rule: each ≥ 0.8 × the fair lock's acquisitions/s in the same cell,
+//!   in one process and across processes, and ≤ 4 store round trips per
+//!   grant in one process.
+//!
+//! Across processes (a client per OS process, [`evaluate_across`]):
+//! - **Lock across processes**: the fair lock's acquisitions/s at 16
+//!   processes ≥ 0.5 × at 1 process, per store. Beside a miss, the round
+//!   trips and conflicts per acquisition at 16 processes: every
+//!   acquisition writes the row twice (enqueue, release), and a process's
+//!   release races the enqueue of the holder before it.
+//! - **Beside the native locks**: on PostgreSQL ≥ 0.5 × `pg_advisory_lock()`
+//!   at 4 and 16 processes, on etcd ≥ 1 × etcd's own Lock/Unlock at every
+//!   process count. Beside a PostgreSQL miss, the store's own contended
+//!   conditional writes of one row (`cas`, shared key, 16 clients): a
+//!   fenced grant must be durable before the next holder uses it, so a
+//!   hand-off costs at least one such write, where the advisory lock
+//!   writes nothing.
 //! - The other two targets (cached `next()` ≥ 0.5 × `fetch_add`;
 //!   `put_if_version` within 1.15 × the raw driver operation) need
 //!   nanosecond-level, statistically careful timing: they are measured by
@@ -66,6 +85,15 @@ pub const LOCK_ROUND_TRIPS: f64 = 4.0;
 pub const CONSUMER_ROUND_TRIPS: f64 = 1.0;
 /// The most store round trips of `Idempotency::run` on a new key.
 pub const ONCE_NEW_ROUND_TRIPS: f64 = 2.0;
+/// The least share of the fair lock's acquisitions/s that the semaphore
+/// and the writers-only read-write lock keep, same cell.
+pub const QUEUE_RECIPES_SHARE: f64 = 0.8;
+/// The least share of its 1-process rate the fair lock keeps at 16
+/// processes.
+pub const PROCESSES_SCALING: f64 = 0.5;
+/// The least share of `pg_advisory_lock()` the fair lock reaches across
+/// 4 and 16 processes on PostgreSQL.
+pub const ADVISORY_SHARE: f64 = 0.5;
 
 /// Every target, checked against `results`.
 pub fn evaluate(results: &[CellResult]) -> Vec<Check> {
@@ -107,7 +135,215 @@ pub fn evaluate(results: &[CellResult]) -> Vec<Check> {
         lock_handoff(results),
         lock_contended(results),
         lock_round_trips(results),
+        queue_recipes(results, "queue-recipes"),
+        queue_recipes_round_trips(results),
     ]
+}
+
+/// The targets of the cells across processes (a client per OS process),
+/// checked against those cells of `results`.
+pub fn evaluate_across(results: &[CellResult]) -> Vec<Check> {
+    vec![
+        queue_recipes(results, "queue-recipes-across"),
+        processes_scaling(results),
+        beside_native(
+            results,
+            "advisory-across",
+            ("postgres", "pg_advisory_lock()"),
+            ADVISORY_SHARE,
+            &[4, 16],
+        ),
+        beside_native(
+            results,
+            "etcd-lock-across",
+            ("etcd", "etcd Lock/Unlock"),
+            1.0,
+            &[],
+        ),
+    ]
+}
+
+/// The semaphore (1 permit) and the writers-only read-write lock against
+/// the fair lock of the same cell.
+fn queue_recipes(results: &[CellResult], id: &'static str) -> Check {
+    let target = format!(
+        "semaphore (1 permit) and RW lock (writers only): acquisitions/s ≥ {QUEUE_RECIPES_SHARE} \
+         × the fair lock's, same store and client count"
+    );
+    let cells: Vec<CheckCell> = results
+        .iter()
+        .filter(|r| {
+            r.workload == "lock"
+                && r.implementation == Implementation::Bakery
+                && (r.variant == "semaphore" || r.variant == "rwlock-write")
+        })
+        .filter_map(|other| {
+            let lock = fair_lock_cell(results, other, "fair", other.clients)
+                .filter(|c| c.ops_per_sec > 0.0)?;
+            let target = format!("{} ({})", other.target, other.variant);
+            Some(Worst::Lowest.cell(
+                QUEUE_RECIPES_SHARE,
+                target,
+                other.clients,
+                other.ops_per_sec / lock.ops_per_sec,
+            ))
+        })
+        .collect();
+    conclude_with(id, target, cells, Worst::Lowest, |ratio| {
+        format!("{ratio:.2}×")
+    })
+}
+
+fn queue_recipes_round_trips(results: &[CellResult]) -> Check {
+    let target = format!(
+        "semaphore (1 permit) and RW lock (writers only): store round trips per grant ≤ \
+         {LOCK_ROUND_TRIPS} at every client count"
+    );
+    let cells: Vec<CheckCell> = results
+        .iter()
+        .filter(|r| {
+            r.workload == "lock"
+                && r.implementation == Implementation::Bakery
+                && (r.variant == "semaphore" || r.variant == "rwlock-write")
+        })
+        .filter_map(|cell| {
+            let target = format!("{} ({})", cell.target, cell.variant);
+            Some(Worst::Highest.cell(
+                LOCK_ROUND_TRIPS,
+                target,
+                cell.clients,
+                cell.round_trips_per_op?,
+            ))
+        })
+        .collect();
+    conclude_with(
+        "queue-recipes-round-trips",
+        target,
+        cells,
+        Worst::Highest,
+        |ratio| format!("{ratio:.2} round trips/op"),
+    )
+}
+
+fn processes_scaling(results: &[CellResult]) -> Check {
+    let target = format!(
+        "fair lock across processes: acquisitions/s at 16 processes ≥ {PROCESSES_SCALING} × at \
+         1 process, same store"
+    );
+    let mut missed: Vec<&str> = Vec::new();
+    let cells: Vec<CheckCell> = fair_lock_cells(results)
+        .filter(|cell| cell.variant == "fair" && cell.clients == 16)
+        .filter_map(|many| {
+            let one = fair_lock_cell(results, many, "fair", 1).filter(|c| c.ops_per_sec > 0.0)?;
+            let ratio = many.ops_per_sec / one.ops_per_sec;
+            Some(judged(
+                &Worst::Lowest,
+                PROCESSES_SCALING,
+                many,
+                ratio,
+                &mut missed,
+            ))
+        })
+        .collect();
+    let mut check = conclude_with("processes-scaling", target, cells, Worst::Lowest, |ratio| {
+        format!("{ratio:.2}×")
+    });
+    let costs: Vec<String> = missed
+        .iter()
+        .filter_map(|store| {
+            let cell = fair_lock_cells(results)
+                .find(|c| c.target == *store && c.variant == "fair" && c.clients == 16)?;
+            Some(format!(
+                "{store} {:.2} round trips and {:.2} conflicts per acquisition",
+                cell.round_trips_per_op?, cell.conflicts_per_op?
+            ))
+        })
+        .collect();
+    add_beside(&mut check, "at 16 processes", &costs);
+    check
+}
+
+/// The fair lock on `store` against its native lock `label` of the same
+/// run, at the process counts `counts` (empty: every count).
+fn beside_native(
+    results: &[CellResult],
+    id: &'static str,
+    (store, label): (&str, &str),
+    limit: f64,
+    counts: &[usize],
+) -> Check {
+    let at = if counts.is_empty() {
+        "every process count".to_string()
+    } else {
+        let counts: Vec<String> = counts.iter().map(usize::to_string).collect();
+        format!("{} processes", counts.join(" and "))
+    };
+    let target = format!("fair lock across processes on {store}: ≥ {limit} × {label} at {at}");
+    let cells: Vec<CheckCell> = fair_lock_cells(results)
+        .filter(|cell| {
+            cell.variant == "fair"
+                && cell.backend == store
+                && (counts.is_empty() || counts.contains(&cell.clients))
+        })
+        .filter_map(|lock| {
+            let native = results.iter().find(|r| {
+                r.workload == "lock"
+                    && r.implementation == Implementation::Native
+                    && r.target == lock.target
+                    && r.label == label
+                    && r.clients == lock.clients
+                    && r.ops_per_sec > 0.0
+            })?;
+            Some(Worst::Lowest.cell(
+                limit,
+                lock.target.clone(),
+                lock.clients,
+                lock.ops_per_sec / native.ops_per_sec,
+            ))
+        })
+        .collect();
+    let mut check = conclude_with(id, target, cells, Worst::Lowest, |ratio| {
+        format!("{ratio:.3}×")
+    });
+    if check.status == CheckStatus::NotMet {
+        // What the store charges for the one write a fenced hand-off needs.
+        let bound: Vec<String> = results
+            .iter()
+            .filter(|r| {
+                r.workload == "cas"
+                    && r.implementation == Implementation::Bakery
+                    && r.backend == store
+                    && r.variant == "shared-key"
+                    && r.clients == 16
+                    && r.ops_per_sec > 0.0
+            })
+            .map(|r| {
+                let native = results.iter().find(|n| {
+                    n.implementation == Implementation::Native
+                        && n.label == label
+                        && n.target == r.target
+                        && n.clients == 16
+                        && n.ops_per_sec > 0.0
+                });
+                match native {
+                    Some(native) => format!(
+                        "{} {}/s ({:.2}× {label} at 16 processes)",
+                        r.target,
+                        crate::format::rate(r.ops_per_sec),
+                        r.ops_per_sec / native.ops_per_sec
+                    ),
+                    None => format!("{} {}/s", r.target, crate::format::rate(r.ops_per_sec)),
+                }
+            })
+            .collect();
+        add_beside(
+            &mut check,
+            "the store's own conditional writes of one contended row (cas, shared key, 16 clients, \
+             in one process), the least a durable hand-off costs",
+            &bound,
+        );
+    }
+    check
 }
 
 /// At most `limit` round trips per operation in every bakery cell of
@@ -697,6 +933,97 @@ mod tests {
         assert!(scaling.cells[0].met && !scaling.cells[1].met);
         assert!(scaling.cells[0].round_ratios.is_empty(), "one round");
         assert!(scaling.summary.contains("0.70×"), "{}", scaling.summary);
+    }
+
+    fn check<'a>(checks: &'a [Check], id: &str) -> &'a Check {
+        checks
+            .iter()
+            .find(|c| c.id == id)
+            .unwrap_or_else(|| panic!("no check {id}"))
+    }
+
+    /// The semaphore and the writers-only RW lock are held to the lock of
+    /// the same cell; a slower one misses, a cell without its lock is not
+    /// judged.
+    #[test]
+    fn queue_recipes_compare_with_the_lock_of_the_same_cell() {
+        let mut results = vec![
+            lock_cell("fair", 4, 1000.0, 1.0),
+            lock_cell("semaphore", 4, 900.0, 1.0),
+            lock_cell("rwlock-write", 4, 810.0, 1.0),
+            // No fair lock at 16 clients: nothing to compare with.
+            lock_cell("semaphore", 16, 10.0, 1.0),
+        ];
+        let checks = evaluate(&results);
+        let share = check(&checks, "queue-recipes");
+        assert_eq!(share.cells.len(), 2);
+        assert_eq!(share.status, CheckStatus::Met, "{}", share.summary);
+        results[2].ops_per_sec = 700.0;
+        let share = &evaluate(&results)[11];
+        assert_eq!(share.id, "queue-recipes");
+        assert_eq!(share.status, CheckStatus::NotMet);
+        assert!(share.summary.contains("rwlock-write"), "{}", share.summary);
+    }
+
+    /// Across processes: 16 processes against 1 (with the round trips and
+    /// conflicts beside a miss), and the native locks of the same run.
+    #[test]
+    fn across_processes_targets_judge_scaling_and_the_native_locks() {
+        let fair = |target: &str, clients: usize, rate: f64| CellResult {
+            workload: "lock".into(),
+            variant: "fair".into(),
+            across_processes: true,
+            round_trips_per_op: Some(6.0),
+            conflicts_per_op: Some(2.5),
+            ..cell(target, Implementation::Bakery, "Lock", clients, rate)
+        };
+        let native = |target: &str, label: &str, clients: usize, rate: f64| CellResult {
+            workload: "lock".into(),
+            across_processes: true,
+            ..cell(target, Implementation::Native, label, clients, rate)
+        };
+        let cas = CellResult {
+            workload: "cas".into(),
+            variant: "shared-key".into(),
+            ..cell("postgres", Implementation::Bakery, "cas", 16, 3000.0)
+        };
+        let results = vec![
+            fair("postgres", 1, 1000.0),
+            fair("postgres", 4, 600.0),
+            fair("postgres", 16, 400.0),
+            native("postgres", "pg_advisory_lock()", 4, 9000.0),
+            native("postgres", "pg_advisory_lock()", 16, 10000.0),
+            fair("etcd", 1, 900.0),
+            fair("etcd", 16, 500.0),
+            native("etcd", "etcd Lock/Unlock", 1, 800.0),
+            native("etcd", "etcd Lock/Unlock", 16, 160.0),
+            cas,
+        ];
+        let checks = evaluate_across(&results);
+        let scaling = check(&checks, "processes-scaling");
+        assert_eq!(scaling.cells.len(), 2);
+        assert_eq!(scaling.status, CheckStatus::NotMet);
+        assert!(scaling.cells.iter().any(|c| c.met), "etcd 0.56×");
+        assert!(
+            scaling
+                .summary
+                .contains("postgres 6.00 round trips and 2.50 conflicts"),
+            "{}",
+            scaling.summary
+        );
+        let advisory = check(&checks, "advisory-across");
+        assert_eq!(advisory.cells.len(), 2, "4 and 16 processes only");
+        assert_eq!(advisory.status, CheckStatus::NotMet);
+        assert!(
+            advisory
+                .summary
+                .contains("postgres 3.00k/s (0.30× pg_advisory_lock() at 16"),
+            "{}",
+            advisory.summary
+        );
+        let etcd = check(&checks, "etcd-lock-across");
+        assert_eq!(etcd.cells.len(), 2);
+        assert_eq!(etcd.status, CheckStatus::Met, "{}", etcd.summary);
     }
 
     /// Where the lock misses the scaling target, the summary gives what

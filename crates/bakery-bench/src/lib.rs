@@ -111,15 +111,20 @@ pub use session::{Plan, ProcessPlan, ALL_WORKLOADS};
 pub async fn run(plan: Plan) -> Result<Report, BenchError> {
     let run = session::execute(plan).await?;
     let mut report = Report::from_run(run);
-    // The targets are judged in one process (the cells across processes
-    // are reported, not judged).
-    let in_process: Vec<results::CellResult> = report
+    // The cells in one process and those across processes are judged
+    // apart (a count of clients is not a count of processes).
+    let (across, in_process): (Vec<results::CellResult>, Vec<results::CellResult>) = report
         .results
         .iter()
-        .filter(|cell| !cell.across_processes)
         .cloned()
-        .collect();
+        .partition(|cell| cell.across_processes);
     report.checks = checks::evaluate(&in_process);
+    // The PostgreSQL bound beside the native lock: the in-process cas cells.
+    let mut across_and_cas = across;
+    across_and_cas.extend(in_process.into_iter().filter(|cell| cell.workload == "cas"));
+    report
+        .checks
+        .extend(checks::evaluate_across(&across_and_cas));
     Ok(report)
 }
 
@@ -149,11 +154,11 @@ mod tests {
         };
         let report = run(plan).await.expect("run");
         assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);
-        // 1 store × 2 client counts × (3 cas + 2 sequence + 5 lock (fair,
-        // polling, old, election, semaphore) + 1 rwlock + 2 once + 2
+        // 1 store × 2 client counts × (3 cas + 2 sequence + 6 lock (fair,
+        // polling, old, election, semaphore, rwlock writers) + 1 rwlock + 2 once + 2
         // consumer variants, and the memory store's two native lock peers,
         // `tokio::sync::Mutex` and the FIFO hand-off); the outbox skipped.
-        assert_eq!(report.results.len(), 2 * 17);
+        assert_eq!(report.results.len(), 2 * 18);
         for peer in ["tokio::sync::Mutex", "FIFO hand-off (tokio, no store)"] {
             assert!(
                 report
@@ -171,7 +176,7 @@ mod tests {
             "{:?}",
             report.skipped
         );
-        assert_eq!(report.checks.len(), 11);
+        assert_eq!(report.checks.len(), 17);
         assert_eq!(report.checks[4].status, results::CheckStatus::SeeCriterion);
 
         let text = report::text::render(&report, None);

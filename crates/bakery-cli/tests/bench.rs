@@ -522,7 +522,14 @@ fn lock_workload_reports_fairness_and_native_locks() {
     let mut targets = vec!["memory", "sqlite"];
     targets.extend(servers.iter().map(|(_, target, _)| *target));
     for target in targets {
-        for variant in ["fair", "fair-polling", "old", "election", "semaphore"] {
+        for variant in [
+            "fair",
+            "fair-polling",
+            "old",
+            "election",
+            "semaphore",
+            "rwlock-write",
+        ] {
             let cell = cell(&report, "lock", target, variant, 3);
             assert_clean_cell(cell);
             let fairness = cell["fairness"].as_f64().unwrap_or(-1.0);
@@ -603,9 +610,9 @@ fn processes_run_the_cells_across_processes_and_check_them() {
         .iter()
         .filter(|r| r["across_processes"] == true)
         .collect();
-    // 5 lock variants and 2 sequence variants, at 1 and 2 processes, on
+    // 6 lock variants and 2 sequence variants, at 1 and 2 processes, on
     // the one SQLite store (no memory store across processes).
-    assert_eq!(across.len(), (5 + 2) * 2, "{report:#}");
+    assert_eq!(across.len(), (6 + 2) * 2, "{report:#}");
     for cell in &across {
         assert_eq!(cell["target"], "sqlite", "{cell:#}");
         assert_clean_cell(cell);

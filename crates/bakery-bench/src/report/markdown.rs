@@ -236,6 +236,22 @@ pub fn render(report: &Report, charts: &[String]) -> String {
          variants, met when ≤ 4 in every cell (the `round trips/op` column; the \
          dispatcher's polls and reads are counted, so a store without notifications \
          pays its polls here).\n\
+         - **One queue core**: the one-permit semaphore and the read-write lock taken by \
+         writers only share the fair lock's queue, writer and listener, with another grant \
+         rule and row: each is held to ≥ 0.8 × the lock's acquisitions/s in the same cell \
+         (in one process, and across processes) and to ≤ 4 round trips per grant in one \
+         process.\n\
+         - **Lock across processes** (a client per OS process): the fair lock's \
+         acquisitions/s at 16 processes over its rate at 1, met when ≥ 0.5. No write is \
+         shared between processes: every acquisition writes the lock's row twice (its \
+         enqueue and its release), and a process's release races the enqueue of the \
+         holder before it, so a miss shows the round trips and conflicts per acquisition \
+         that cost it. Beside the native locks of the same run: on PostgreSQL ≥ 0.5 × \
+         `pg_advisory_lock()` at 4 and 16 processes, on etcd ≥ 1 × etcd's own Lock/Unlock \
+         at every count. A fenced grant must be durable before its holder uses the token, \
+         so each hand-off costs at least one durable conditional write of the row; the \
+         advisory lock writes nothing. Beside a miss, that write's own rate on one contended \
+         row (`cas`, shared key, 16 clients), the most any durable hand-off could reach.\n\
          - **Cached `next()` ≥ 0.5 × `fetch_add`** and **`put_if_version` ≤ 1.15 × the raw \
          driver operation** need nanosecond-level, statistically careful timing: the \
          criterion suites measure them — `cargo bench --bench sequence` and \

@@ -5,9 +5,10 @@
 //! them), the fair lock polling only, and the old try-and-back-off lock
 //! ([`OldLock`], the baseline: try, and sleep a random back-off while it is
 //! held; no queue), leader election on the fair lock (campaign + resign:
-//! a leadership hand-over per operation) and a one-permit semaphore (its
-//! own row and algorithm, without the lock's per-process writer). One
-//! operation is one acquire + release; the
+//! a leadership hand-over per operation), a one-permit semaphore and a
+//! read-write lock taken by writers only (the same queue core as the lock,
+//! with another grant rule and row). One operation is one acquire +
+//! release; the
 //! latency is the wait plus both writes. Besides throughput the table shows
 //! fairness: Jain's index over the clients' grants (from the runner) and the
 //! longest run of consecutive grants to one client while another client
@@ -24,8 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bakery::{
-    Bytes, Election, Key, Lock, PutOutcome, Result as StoreResult, Semaphore, StoreLayer, Version,
-    VersionedStore,
+    Bytes, Election, Key, Lock, PutOutcome, Result as StoreResult, RwLock, Semaphore, StoreLayer,
+    Version, VersionedStore,
 };
 
 use crate::baseline::{self, OldLock};
@@ -43,6 +44,7 @@ const FAIR_POLLING: Variant = Variant::new("fair-polling", "Lock (FIFO, no notif
 const OLD: Variant = Variant::new("old", "old lock (try and back off)");
 const ELECTION: Variant = Variant::new("election", "Election (campaign + resign)");
 const SEMAPHORE: Variant = Variant::new("semaphore", "Semaphore (1 permit)");
+const RWLOCK_WRITERS: Variant = Variant::new("rwlock-write", "RwLock (writers only)");
 
 /// Extra column: most consecutive grants to the same client while another
 /// client was asking.
@@ -63,13 +65,14 @@ pub const ROW_BYTES: &str = "row bytes";
 pub const SPEC: WorkloadSpec = WorkloadSpec::new(
     "lock",
     "acq",
-    &[FAIR, FAIR_POLLING, OLD, ELECTION, SEMAPHORE],
+    &[FAIR, FAIR_POLLING, OLD, ELECTION, SEMAPHORE, RWLOCK_WRITERS],
     &LockWorkload,
 )
 .summary(
     "Lock acquire + release: the fair lock (with and without store \
              notifications), the old try-and-back-off lock, leader election's \
-             campaign + resign, and a one-permit semaphore.",
+             campaign + resign, a one-permit semaphore, and a read-write lock \
+             taken by writers only.",
 )
 .title(
     "lock: acquire + release of one lock by every client (acquisitions/s; latency = wait \
@@ -95,6 +98,8 @@ impl Workload for LockWorkload {
             baseline::KEY_PREFIX
         } else if cell.variant == SEMAPHORE.id {
             bakery::semaphore::KEY_PREFIX
+        } else if cell.variant == RWLOCK_WRITERS.id {
+            bakery::rwlock::KEY_PREFIX
         } else {
             bakery::lock::KEY_PREFIX
         };
@@ -112,6 +117,12 @@ impl Workload for LockWorkload {
                 LockKind::Semaphore(
                     Semaphore::builder(counted.clone(), &name)
                         .permits(1)
+                        .build()
+                        .map_err(prepare_error)?,
+                )
+            } else if cell.variant == RWLOCK_WRITERS.id {
+                LockKind::Writer(
+                    RwLock::builder(counted.clone(), &name)
                         .build()
                         .map_err(prepare_error)?,
                 )
@@ -155,6 +166,7 @@ enum LockKind {
     Old(OldLock),
     Election(Election),
     Semaphore(Semaphore),
+    Writer(RwLock),
 }
 
 /// The order of grants as seen inside the critical section (so it is the
@@ -369,6 +381,12 @@ impl BenchClient for LockClient {
                 let permit = semaphore.acquire().await?;
                 let entered = asking.critical_section(self.index, Some(permit.token()));
                 permit.release().await?;
+                entered
+            }
+            LockKind::Writer(rwlock) => {
+                let guard = rwlock.write().await?;
+                let entered = asking.critical_section(self.index, Some(guard.token()));
+                guard.release().await?;
                 entered
             }
             LockKind::Election(election) => {
