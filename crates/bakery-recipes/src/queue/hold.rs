@@ -362,7 +362,6 @@ async fn release(shared: &Shared) -> Result<()> {
     // Through the process's writer: the release shares a write with the
     // enqueues of this process's other clients instead of conflicting with
     // them; it grants the next waiters and tells them.
-    let sent = Instant::now();
     let written = match handle
         .writer
         .submit(request, Some(&shared.held.get()), None)
@@ -384,9 +383,6 @@ async fn release(shared: &Shared) -> Result<()> {
             .holders
             .iter()
             .find(|h| h.beat == 0 && h.token > shared.token);
-        if let Some(next) = handed {
-            handle.writer.handed_on(&next.ask.id, sent);
-        }
         crate::metrics::released(
             handle.recipe(),
             &handle.name,

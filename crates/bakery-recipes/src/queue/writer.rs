@@ -432,6 +432,14 @@ impl Writer {
                         .filter(|h| h.beat == 0 && !holders_before.contains(&h.ask.id))
                         .map(|h| h.ask.id.clone())
                         .collect();
+                    // Noted before anyone is woken: the woken waiter
+                    // may run before the release's caller does.
+                    let released = requests
+                        .iter()
+                        .any(|r| matches!(r, Request::Release { .. }));
+                    if let (true, Some(to)) = (released, handed.first()) {
+                        self.handed_on(to, sent);
+                    }
                     let state = Arc::new(state);
                     let replaced = self.keep_decoded(&row.value, &state);
                     dispatch::wrote(&self.store, &self.key, &row);
@@ -508,7 +516,7 @@ impl Writer {
     }
 
     /// A release sent at `sent` handed a grant to request `to`.
-    pub(crate) fn handed_on(&self, to: &Arc<str>, sent: Instant) {
+    fn handed_on(&self, to: &Arc<str>, sent: Instant) {
         if let Ok(mut handed) = self.handed.lock() {
             *handed = Some((to.clone(), sent));
         }
