@@ -753,6 +753,30 @@ mod tests {
         }
     }
 
+    /// The rows the release before the queue core wrote for these states,
+    /// byte for byte (its own tests' expected rows): it reads the rows of
+    /// this one and this one its, so processes of both can share a lock or
+    /// a semaphore.
+    #[test]
+    fn the_release_before_the_core_writes_and_reads_the_same_rows() {
+        let w = |id| ask(id, Mode::Write);
+        let mut e = w("e");
+        e.owner = "elsewhere".into();
+        let lock = joined(
+            Rule::Permits(1),
+            &[w("a"), w("b"), w("c"), w("d"), e, w("f")],
+        );
+        let before = r#"{"token":1,"holder":{"id":"a","owner":"test","beat":1,"lease_ms":1000},"queue":["b","c","d",{"id":"e","owner":"elsewhere","lease_ms":1000},{"id":"f","owner":"test","lease_ms":1000}]}"#;
+        assert_eq!(text(Shape::Lock, &lock), before);
+        assert_eq!(decode(Shape::Lock, &row(before)).unwrap(), lock);
+        let mut d = w("d");
+        d.lease_ms = 5;
+        let semaphore = joined(Rule::Permits(1), &[w("a"), w("b"), w("c"), d]);
+        let before = r#"{"token":1,"permits":1,"holders":[{"id":"a","owner":"test","token":1,"beat":1,"lease_ms":1000}],"queue":[{"id":"b","owner":"test","lease_ms":1000},"c",{"id":"d","owner":"test","lease_ms":5}]}"#;
+        assert_eq!(text(Shape::Semaphore, &semaphore), before);
+        assert_eq!(decode(Shape::Semaphore, &row(before)).unwrap(), semaphore);
+    }
+
     #[test]
     fn a_lock_waiter_with_data_keeps_its_data_when_short() {
         let mut a = ask("a", Mode::Write);
