@@ -161,6 +161,39 @@ pub const RECHECK_OPTION: &str = "durability_recheck_ms";
 /// lock well within one lease, for one cheap read a second.
 pub const DEFAULT_RECHECK: Duration = Duration::from_secs(1);
 
+/// The durability options of a store URI that differ from their defaults,
+/// as `&name=value` pairs: what a backend's config prints after its own
+/// options, so its URI parses back to the same settings.
+///
+/// ```
+/// use std::time::Duration;
+/// use bakery_core::durability::{UriOptions, DEFAULT_RECHECK};
+///
+/// let shown = UriOptions { accept_data_loss: false, recheck: DEFAULT_RECHECK };
+/// assert_eq!(shown.to_string(), "");
+/// let shown = UriOptions { accept_data_loss: true, recheck: Duration::from_millis(250) };
+/// assert_eq!(shown.to_string(), "&accept_data_loss=true&durability_recheck_ms=250");
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct UriOptions {
+    /// The [`ACCEPT_DATA_LOSS`] opt-in.
+    pub accept_data_loss: bool,
+    /// The [`RECHECK_OPTION`] interval.
+    pub recheck: Duration,
+}
+
+impl fmt::Display for UriOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.accept_data_loss {
+            write!(f, "&{ACCEPT_DATA_LOSS}=true")?;
+        }
+        if self.recheck != DEFAULT_RECHECK {
+            write!(f, "&{RECHECK_OPTION}={}", self.recheck.as_millis())?;
+        }
+        Ok(())
+    }
+}
+
 /// The durability check of [`check`], repeated while a store is live: a
 /// server can become unsafe after the store opened (a replica lost, a
 /// setting changed and reloaded, a reconnect that reached another server).

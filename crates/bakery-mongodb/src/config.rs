@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use bakery_core::durability::{ACCEPT_DATA_LOSS, DEFAULT_RECHECK, RECHECK_OPTION};
+use bakery_core::durability::{UriOptions, DEFAULT_RECHECK, RECHECK_OPTION};
 use bakery_core::options::{self, split_query};
 use bakery_core::{Error, Operation, Result};
 use mongodb::error::ErrorKind as DriverKind;
@@ -362,16 +362,11 @@ impl MongoConfig {
         if self.allow_unproven_update {
             write!(f, "&{ALLOW_UNPROVEN_UPDATE}=true")?;
         }
-        if self.accept_data_loss {
-            write!(f, "&{ACCEPT_DATA_LOSS}=true")?;
-        }
-        if self.durability_recheck != DEFAULT_RECHECK {
-            write!(
-                f,
-                "&{RECHECK_OPTION}={}",
-                self.durability_recheck.as_millis()
-            )?;
-        }
+        let durability = UriOptions {
+            accept_data_loss: self.accept_data_loss,
+            recheck: self.durability_recheck,
+        };
+        write!(f, "{durability}")?;
         for option in &self.shown_options {
             write!(f, "&{option}")?;
         }

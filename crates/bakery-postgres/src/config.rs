@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bakery_core::durability::{ACCEPT_DATA_LOSS, DEFAULT_RECHECK, RECHECK_OPTION};
+use bakery_core::durability::{UriOptions, DEFAULT_RECHECK, RECHECK_OPTION};
 use bakery_core::error::cause_chain;
 use bakery_core::options;
 use bakery_core::{Error, Result};
@@ -571,16 +571,11 @@ impl PostgresConfig {
         if let Some(root) = &self.root_cert {
             write!(f, "&sslrootcert={root}")?;
         }
-        if self.accept_data_loss {
-            write!(f, "&{ACCEPT_DATA_LOSS}=true")?;
-        }
-        if self.durability_recheck != DEFAULT_RECHECK {
-            write!(
-                f,
-                "&{RECHECK_OPTION}={}",
-                self.durability_recheck.as_millis()
-            )?;
-        }
+        let durability = UriOptions {
+            accept_data_loss: self.accept_data_loss,
+            recheck: self.durability_recheck,
+        };
+        write!(f, "{durability}")?;
         for path in unix {
             write!(f, "&host={path}")?;
         }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bakery_core::durability::{ACCEPT_DATA_LOSS, DEFAULT_RECHECK, RECHECK_OPTION};
+use bakery_core::durability::{UriOptions, DEFAULT_RECHECK, RECHECK_OPTION};
 use bakery_core::options::{self, invalid};
 use bakery_core::uri::{percent_decode, Password};
 use bakery_core::{Error, Result};
@@ -362,16 +362,11 @@ impl fmt::Display for RedisConfig {
         if let Some(n) = self.wait_replicas {
             write!(f, "&wait_replicas={n}")?;
         }
-        if self.accept_data_loss {
-            write!(f, "&{ACCEPT_DATA_LOSS}=true")?;
-        }
-        if self.durability_recheck != DEFAULT_RECHECK {
-            write!(
-                f,
-                "&{RECHECK_OPTION}={}",
-                self.durability_recheck.as_millis()
-            )?;
-        }
+        let durability = UriOptions {
+            accept_data_loss: self.accept_data_loss,
+            recheck: self.durability_recheck,
+        };
+        write!(f, "{durability}")?;
         Ok(())
     }
 }
