@@ -6,6 +6,8 @@ mod counting;
 pub mod driver;
 pub mod durability;
 pub mod error;
+#[cfg(test)]
+mod flaky;
 mod key;
 mod layer;
 mod memory;

@@ -220,72 +220,13 @@ impl StoreLayer for MetricsStore {
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
-    use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;
 
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
     use super::*;
-    use crate::{Error, MemoryStore, RetryPolicy, RetryStore};
-
-    /// A store that fails its next `fail` calls with `kind` before they
-    /// reach the MemoryStore inside.
-    #[derive(Debug)]
-    struct Failing {
-        inner: MemoryStore,
-        kind: std::sync::Mutex<ErrorKind>,
-        fail: AtomicU32,
-    }
-
-    impl Failing {
-        fn new() -> Arc<Failing> {
-            Arc::new(Failing {
-                inner: MemoryStore::new(),
-                kind: std::sync::Mutex::new(ErrorKind::Unavailable),
-                fail: AtomicU32::new(0),
-            })
-        }
-
-        fn fail_next(&self, n: u32, kind: ErrorKind) {
-            *self.kind.lock().expect("not poisoned") = kind;
-            self.fail.store(n, Ordering::SeqCst);
-        }
-
-        fn fails(&self, op: Operation) -> Result<()> {
-            let left = self.fail.load(Ordering::SeqCst);
-            if left == 0 {
-                return Ok(());
-            }
-            self.fail.store(left - 1, Ordering::SeqCst);
-            let kind = *self.kind.lock().expect("not poisoned");
-            Err(match kind {
-                ErrorKind::Unknown => Error::in_doubt("failing", op, "reset"),
-                kind => Error::not_sent(kind, "failing", op, "refused"),
-            })
-        }
-    }
-
-    #[async_trait]
-    impl StoreLayer for Failing {
-        fn inner(&self) -> &dyn VersionedStore {
-            &self.inner
-        }
-
-        async fn get(&self, key: &Key) -> Result<Option<Row>> {
-            self.fails(Operation::Get)?;
-            self.inner.get(key).await
-        }
-
-        async fn put_if_version(
-            &self,
-            key: &Key,
-            expected: Option<Version>,
-            value: Bytes,
-        ) -> Result<PutOutcome> {
-            self.fails(Operation::Put)?;
-            self.inner.put_if_version(key, expected, value).await
-        }
-    }
+    use crate::flaky::Flaky;
+    use crate::{RetryPolicy, RetryStore};
 
     /// The metrics' values by `name{label=value,…}` (labels sorted), and
     /// their descriptions by name.
@@ -346,7 +287,7 @@ mod tests {
     #[test]
     fn calls_conflicts_errors_and_unknown_outcomes_are_counted() {
         let (values, help) = recorded(|| async {
-            let failing = Failing::new();
+            let failing = Flaky::new(ErrorKind::Unavailable, 0);
             let store: Arc<dyn VersionedStore> = Arc::new(MetricsStore::new(failing.clone()));
             let row = store
                 .put_if_version(&key(), None, "v".into())
@@ -491,7 +432,7 @@ mod tests {
     #[test]
     fn inside_a_retry_store_every_attempt_is_recorded() {
         let (values, _) = recorded(|| async {
-            let failing = Failing::new();
+            let failing = Flaky::new(ErrorKind::Unavailable, 0);
             let metered = Arc::new(MetricsStore::new(failing.clone()));
             let policy = RetryPolicy::default()
                 .max_attempts(5)

@@ -429,87 +429,9 @@ impl StoreLayer for RetryStore {
 #[cfg(test)]
 mod tests {
     use std::error::Error as _;
-    use std::sync::atomic::{AtomicU32, Ordering};
 
     use super::*;
-    use crate::MemoryStore;
-
-    /// A store whose first `fail` calls (of any kind) fail with `kind`
-    /// before reaching the MemoryStore inside; it counts every call.
-    #[derive(Debug)]
-    struct Flaky {
-        inner: MemoryStore,
-        kind: ErrorKind,
-        fail: AtomicU32,
-        calls: AtomicU32,
-    }
-
-    impl Flaky {
-        fn new(kind: ErrorKind, fail: u32) -> Arc<Flaky> {
-            Arc::new(Flaky {
-                inner: MemoryStore::new(),
-                kind,
-                fail: AtomicU32::new(fail),
-                calls: AtomicU32::new(0),
-            })
-        }
-
-        fn calls(&self) -> u32 {
-            self.calls.load(Ordering::SeqCst)
-        }
-
-        /// `Err` for the first `fail` calls: each attempt's number in its
-        /// message, so a test can tell which one came back.
-        fn fails(&self, op: Operation) -> Result<()> {
-            let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-            let left = self.fail.load(Ordering::SeqCst);
-            if left == 0 {
-                return Ok(());
-            }
-            self.fail.store(left - 1, Ordering::SeqCst);
-            Err(match self.kind {
-                ErrorKind::Unknown => Error::in_doubt("flaky", op, format!("reset #{call}")),
-                kind => Error::not_sent(kind, "flaky", op, format!("refused #{call}")),
-            })
-        }
-    }
-
-    #[async_trait]
-    impl StoreLayer for Flaky {
-        fn inner(&self) -> &dyn VersionedStore {
-            &self.inner
-        }
-
-        async fn get(&self, key: &Key) -> Result<Option<Row>> {
-            self.fails(Operation::Get)?;
-            self.inner.get(key).await
-        }
-
-        async fn put_if_version(
-            &self,
-            key: &Key,
-            expected: Option<Version>,
-            value: Bytes,
-        ) -> Result<PutOutcome> {
-            self.fails(Operation::Put)?;
-            self.inner.put_if_version(key, expected, value).await
-        }
-
-        async fn delete_if_version(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
-            self.fails(Operation::Delete)?;
-            self.inner.delete_if_version(key, expected).await
-        }
-
-        async fn watch(&self, key: &Key) -> Result<Option<Watch>> {
-            self.fails(Operation::Watch)?;
-            self.inner.watch(key).await
-        }
-
-        async fn notify(&self, key: &Key) -> Result<()> {
-            self.fails(Operation::Notify)?;
-            self.inner.notify(key).await
-        }
-    }
+    use crate::flaky::Flaky;
 
     /// `flaky` behind a RetryStore, as callers see it (with both traits
     /// in scope a call on the concrete type would be ambiguous).
@@ -567,7 +489,8 @@ mod tests {
         assert!(last.message().ends_with("refused #3"), "{last}");
         assert_eq!(last.sent(), Some(crate::Sent::No));
         // Nothing applied.
-        assert_eq!(flaky.inner.get(&key()).await.expect("get"), None);
+        let inner = StoreLayer::inner(flaky.as_ref());
+        assert_eq!(inner.get(&key()).await.expect("get"), None);
     }
 
     #[tokio::test]
@@ -652,7 +575,7 @@ mod tests {
             Operation::Notify,
             Operation::Delete,
         ] {
-            flaky.fail.store(2, Ordering::SeqCst);
+            flaky.fail_next(2, ErrorKind::Unavailable);
             let result = match op {
                 Operation::Get => store.get(&key()).await.map(drop),
                 Operation::Watch => store.watch(&key()).await.map(drop),
