@@ -623,11 +623,16 @@ mod tests {
         )
         .expect("merge");
         assert_eq!(merged.errors, 1);
+        assert_first_error(&merged, "exclusion violated");
+    }
+
+    /// The cell's first error says `what`.
+    fn assert_first_error(merged: &Measurement, what: &str) {
         assert!(
             merged
                 .first_error
                 .as_deref()
-                .is_some_and(|e| e.contains("exclusion violated")),
+                .is_some_and(|e| e.contains(what)),
             "{:?}",
             merged.first_error
         );
@@ -646,14 +651,7 @@ mod tests {
         .expect("merge");
         assert_eq!(merged.errors, 2, "overlap and a lost increment");
         assert_eq!(merged.violations, 2, "both are failed checks");
-        assert!(
-            merged
-                .first_error
-                .as_deref()
-                .is_some_and(|e| e.contains("exclusion violated")),
-            "{:?}",
-            merged.first_error
-        );
+        assert_first_error(&merged, "exclusion violated");
         let merged = merge(
             vec![
                 outcome(5, Vec::new(), vec![(1, 5)]),
@@ -665,13 +663,6 @@ mod tests {
         )
         .expect("merge");
         assert_eq!((merged.errors, merged.violations), (1, 1));
-        assert!(
-            merged
-                .first_error
-                .as_deref()
-                .is_some_and(|e| e.contains("1 ids handed out twice")),
-            "{:?}",
-            merged.first_error
-        );
+        assert_first_error(&merged, "1 ids handed out twice");
     }
 }

@@ -2,6 +2,17 @@
 //! bakery URIs turned into what a driver takes, the peers' error messages
 //! and the one operation of the native counters.
 
+// Only the server peers use these; a build with none of them has no caller.
+#![cfg_attr(
+    not(any(
+        feature = "postgres",
+        feature = "redis",
+        feature = "etcd",
+        feature = "mariadb"
+    )),
+    allow(dead_code)
+)]
+
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,15 +23,6 @@ use crate::journal::Journal;
 use crate::model::{OpError, Peer};
 
 /// How long opening one connection may take.
-#[cfg_attr(
-    not(any(
-        feature = "postgres",
-        feature = "redis",
-        feature = "etcd",
-        feature = "mariadb"
-    )),
-    allow(dead_code)
-)]
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `uri` without the query options named in `bakery_options` (which the
@@ -56,15 +58,6 @@ pub(crate) fn without_options(uri: &str, bakery_options: &[&str]) -> String {
 
 /// Why the peer `peer` of `backend` could not set up: `what` failed with
 /// `err`.
-#[cfg_attr(
-    not(any(
-        feature = "postgres",
-        feature = "redis",
-        feature = "etcd",
-        feature = "mariadb"
-    )),
-    allow(dead_code)
-)]
 pub(crate) fn peer_error(
     backend: &str,
     peer: &dyn Peer,
@@ -79,15 +72,6 @@ pub(crate) fn peer_error(
 
 /// The connection `connecting` opens for the peer `peer` of `backend`; a
 /// failure is the peer's.
-#[cfg_attr(
-    not(any(
-        feature = "postgres",
-        feature = "redis",
-        feature = "etcd",
-        feature = "mariadb"
-    )),
-    allow(dead_code)
-)]
 pub(crate) async fn connected<T>(
     backend: &str,
     peer: &dyn Peer,
@@ -108,15 +92,6 @@ pub(crate) fn tag_hash(tag: &str) -> u64 {
 }
 
 /// Why one operation of a peer failed: `what` failed with `err`.
-#[cfg_attr(
-    not(any(
-        feature = "postgres",
-        feature = "redis",
-        feature = "etcd",
-        feature = "mariadb"
-    )),
-    allow(dead_code)
-)]
 pub(crate) fn op_error(what: &str, err: impl Display) -> OpError {
     OpError(one_line(&format!("{what}: {err}")))
 }

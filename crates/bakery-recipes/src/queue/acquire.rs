@@ -12,7 +12,7 @@ use super::arrival::Arrival;
 use super::dispatch::Registration;
 use super::handle::QueueHandle;
 use super::state::{Ask, Head, Silent};
-use super::writer::{check_rule, grantees, Request};
+use super::writer::{check_rule, grantees, Request, Written};
 
 /// A grant as the acquire loop hands it over.
 pub(crate) struct Grant {
@@ -176,6 +176,21 @@ fn missing_row(handle: &QueueHandle) -> Error {
     )
 }
 
+/// The grant `me` took in `written`, if that write applied and granted it:
+/// its lease counts from the write's send time.
+fn granted_by(written: &Written, me: &Arc<str>, handle: &QueueHandle) -> Result<Option<Grant>> {
+    let (true, Some(token)) = (written.applied, written.head.token_of(me)) else {
+        return Ok(None);
+    };
+    let row = written.row.clone().ok_or_else(|| missing_row(handle))?;
+    Ok(Some(Grant {
+        id: me.clone(),
+        token,
+        row,
+        lease_from: written.sent,
+    }))
+}
+
 /// The acquire loop: every step is one write decided from the row the last
 /// call returned; only waiting re-reads.
 async fn wait_for_grant(ticket: &mut Ticket, arrival: &mut Arrival) -> Result<Grant> {
@@ -274,15 +289,9 @@ async fn wait_for_grant(ticket: &mut Ticket, arrival: &mut Arrival) -> Result<Gr
                 if written.applied && written.tell_others {
                     writer.notify_others().await;
                 }
-                if let (true, Some(token)) = (written.applied, written.head.token_of(&me)) {
-                    // Evicted and claimed in one write.
-                    let row = written.row.ok_or_else(|| missing_row(&handle))?;
-                    return Ok(Grant {
-                        id: me,
-                        token,
-                        row,
-                        lease_from: written.sent,
-                    });
+                // Evicted and claimed in one write.
+                if let Some(grant) = granted_by(&written, &me, &handle)? {
+                    return Ok(grant);
                 }
                 current = written.row;
                 current_head = Some(written.head);
@@ -328,16 +337,9 @@ async fn wait_for_grant(ticket: &mut Ticket, arrival: &mut Arrival) -> Result<Gr
                 return Err(err);
             }
         };
-        if let (true, Some(token)) = (written.applied, written.head.token_of(&me)) {
-            // Taken (or queued and handed over) by this very write: the
-            // lease counts from its send time.
-            let row = written.row.ok_or_else(|| missing_row(&handle))?;
-            return Ok(Grant {
-                id: me,
-                token,
-                row,
-                lease_from: written.sent,
-            });
+        // Taken (or queued and handed over) by this very write.
+        if let Some(grant) = granted_by(&written, &me, &handle)? {
+            return Ok(grant);
         }
         joined_current = joining && written.applied;
         current = written.row;
