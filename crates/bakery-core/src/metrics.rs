@@ -264,7 +264,15 @@ mod tests {
         (values, help)
     }
 
-    fn counter(values: &Values, key: &str) -> u64 {
+    /// The key of `metric` on the MemoryStore the tests meter, with
+    /// `labels` (sorted, comma-separated) beside its backend label.
+    fn memory_key(metric: &str, labels: &str) -> String {
+        format!("{metric}{{backend=memory,{labels}}}")
+    }
+
+    fn counter(values: &Values, metric: &str, labels: &str) -> u64 {
+        let key = memory_key(metric, labels);
+        let key = key.as_str();
         match values.get(key) {
             Some(DebugValue::Counter(n)) => *n,
             Some(other) => panic!("{key} is not a counter: {other:?}"),
@@ -272,7 +280,9 @@ mod tests {
         }
     }
 
-    fn samples(values: &Values, key: &str) -> usize {
+    fn samples(values: &Values, metric: &str, labels: &str) -> usize {
+        let key = memory_key(metric, labels);
+        let key = key.as_str();
         match values.get(key) {
             Some(DebugValue::Histogram(samples)) => samples.len(),
             Some(other) => panic!("{key} is not a histogram: {other:?}"),
@@ -312,97 +322,47 @@ mod tests {
         });
         let m = "backend=memory";
         assert_eq!(
-            counter(
-                &values,
-                &format!("{}{{{m},op=put_if_version}}", MetricsStore::CALLS)
-            ),
+            counter(&values, MetricsStore::CALLS, "op=put_if_version"),
             4
         );
+        assert_eq!(counter(&values, MetricsStore::CALLS, "op=get"), 2);
         assert_eq!(
-            counter(&values, &format!("{}{{{m},op=get}}", MetricsStore::CALLS)),
-            2
-        );
-        assert_eq!(
-            counter(
-                &values,
-                &format!("{}{{{m},op=delete_if_version}}", MetricsStore::CALLS)
-            ),
+            counter(&values, MetricsStore::CALLS, "op=delete_if_version"),
             1
         );
+        assert_eq!(counter(&values, MetricsStore::CALLS, "op=notify"), 1);
         assert_eq!(
-            counter(
-                &values,
-                &format!("{}{{{m},op=notify}}", MetricsStore::CALLS)
-            ),
-            1
-        );
-        assert_eq!(
-            samples(
-                &values,
-                &format!("{}{{{m},op=put_if_version}}", MetricsStore::DURATION)
-            ),
+            samples(&values, MetricsStore::DURATION, "op=put_if_version"),
             4
         );
+        assert_eq!(samples(&values, MetricsStore::DURATION, "op=get"), 2);
         assert_eq!(
-            samples(
-                &values,
-                &format!("{}{{{m},op=get}}", MetricsStore::DURATION)
-            ),
+            counter(&values, MetricsStore::CONFLICTS, "op=put_if_version"),
             2
         );
         assert_eq!(
-            counter(
-                &values,
-                &format!("{}{{{m},op=put_if_version}}", MetricsStore::CONFLICTS)
-            ),
-            2
+            counter(&values, MetricsStore::CONFLICTS, "op=delete_if_version"),
+            1
         );
+        assert_eq!(counter(&values, MetricsStore::CONFLICTS, "op=get"), 0);
         assert_eq!(
-            counter(
-                &values,
-                &format!("{}{{{m},op=delete_if_version}}", MetricsStore::CONFLICTS)
-            ),
+            counter(&values, MetricsStore::ERRORS, "kind=unavailable,op=get"),
             1
         );
         assert_eq!(
             counter(
                 &values,
-                &format!("{}{{{m},op=get}}", MetricsStore::CONFLICTS)
-            ),
-            0
-        );
-        assert_eq!(
-            counter(
-                &values,
-                &format!("{}{{{m},kind=unavailable,op=get}}", MetricsStore::ERRORS)
+                MetricsStore::ERRORS,
+                "kind=unknown,op=put_if_version"
             ),
             1
         );
         assert_eq!(
-            counter(
-                &values,
-                &format!(
-                    "{}{{{m},kind=unknown,op=put_if_version}}",
-                    MetricsStore::ERRORS
-                )
-            ),
+            counter(&values, MetricsStore::UNKNOWN_OUTCOMES, "op=put_if_version"),
             1
         );
         assert_eq!(
-            counter(
-                &values,
-                &format!(
-                    "{}{{{m},op=put_if_version}}",
-                    MetricsStore::UNKNOWN_OUTCOMES
-                )
-            ),
-            1
-        );
-        assert_eq!(
-            counter(
-                &values,
-                &format!("{}{{{m},op=get}}", MetricsStore::UNKNOWN_OUTCOMES)
-            ),
+            counter(&values, MetricsStore::UNKNOWN_OUTCOMES, "op=get"),
             0
         );
         // Nothing else was recorded (no stray labels or names).
@@ -447,33 +407,17 @@ mod tests {
                 .await
                 .expect_err("unknown: not retried");
         });
-        let m = "backend=memory";
+        assert_eq!(counter(&values, MetricsStore::CALLS, "op=get"), 3);
         assert_eq!(
-            counter(&values, &format!("{}{{{m},op=get}}", MetricsStore::CALLS)),
-            3
-        );
-        assert_eq!(
-            counter(
-                &values,
-                &format!("{}{{{m},kind=unavailable,op=get}}", MetricsStore::ERRORS)
-            ),
+            counter(&values, MetricsStore::ERRORS, "kind=unavailable,op=get"),
             2
         );
         assert_eq!(
-            counter(
-                &values,
-                &format!("{}{{{m},op=put_if_version}}", MetricsStore::CALLS)
-            ),
+            counter(&values, MetricsStore::CALLS, "op=put_if_version"),
             1
         );
         assert_eq!(
-            counter(
-                &values,
-                &format!(
-                    "{}{{{m},op=put_if_version}}",
-                    MetricsStore::UNKNOWN_OUTCOMES
-                )
-            ),
+            counter(&values, MetricsStore::UNKNOWN_OUTCOMES, "op=put_if_version"),
             1
         );
     }
