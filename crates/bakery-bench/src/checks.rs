@@ -163,6 +163,16 @@ pub fn evaluate_across(results: &[CellResult]) -> Vec<Check> {
     ]
 }
 
+/// The cells of the one-permit semaphore and the writers-only read-write
+/// lock.
+fn queue_recipe_cells(results: &[CellResult]) -> impl Iterator<Item = &CellResult> {
+    results.iter().filter(|r| {
+        r.workload == "lock"
+            && r.implementation == Implementation::Bakery
+            && (r.variant == "semaphore" || r.variant == "rwlock-write")
+    })
+}
+
 /// The semaphore (1 permit) and the writers-only read-write lock against
 /// the fair lock of the same cell.
 fn queue_recipes(results: &[CellResult], id: &'static str) -> Check {
@@ -170,13 +180,7 @@ fn queue_recipes(results: &[CellResult], id: &'static str) -> Check {
         "semaphore (1 permit) and RW lock (writers only): acquisitions/s ≥ {QUEUE_RECIPES_SHARE} \
          × the fair lock's, same store and client count"
     );
-    let cells: Vec<CheckCell> = results
-        .iter()
-        .filter(|r| {
-            r.workload == "lock"
-                && r.implementation == Implementation::Bakery
-                && (r.variant == "semaphore" || r.variant == "rwlock-write")
-        })
+    let cells: Vec<CheckCell> = queue_recipe_cells(results)
         .filter_map(|other| {
             let lock = fair_lock_cell(results, other, "fair", other.clients)
                 .filter(|c| c.ops_per_sec > 0.0)?;
@@ -199,13 +203,7 @@ fn queue_recipes_round_trips(results: &[CellResult]) -> Check {
         "semaphore (1 permit) and RW lock (writers only): store round trips per grant ≤ \
          {LOCK_ROUND_TRIPS} at every client count"
     );
-    let cells: Vec<CheckCell> = results
-        .iter()
-        .filter(|r| {
-            r.workload == "lock"
-                && r.implementation == Implementation::Bakery
-                && (r.variant == "semaphore" || r.variant == "rwlock-write")
-        })
+    let cells: Vec<CheckCell> = queue_recipe_cells(results)
         .filter_map(|cell| {
             let target = format!("{} ({})", cell.target, cell.variant);
             Some(Worst::Highest.cell(
@@ -959,8 +957,8 @@ mod tests {
         assert_eq!(share.cells.len(), 2);
         assert_eq!(share.status, CheckStatus::Met, "{}", share.summary);
         results[2].ops_per_sec = 700.0;
-        let share = &evaluate(&results)[11];
-        assert_eq!(share.id, "queue-recipes");
+        let checks = evaluate(&results);
+        let share = check(&checks, "queue-recipes");
         assert_eq!(share.status, CheckStatus::NotMet);
         assert!(share.summary.contains("rwlock-write"), "{}", share.summary);
     }
