@@ -184,18 +184,15 @@ fn queue_recipes(results: &[CellResult], id: &'static str) -> Check {
         .filter_map(|other| {
             let lock = fair_lock_cell(results, other, "fair", other.clients)
                 .filter(|c| c.ops_per_sec > 0.0)?;
-            let target = format!("{} ({})", other.target, other.variant);
             Some(Worst::Lowest.cell(
                 QUEUE_RECIPES_SHARE,
-                target,
+                store_and_variant(other),
                 other.clients,
                 other.ops_per_sec / lock.ops_per_sec,
             ))
         })
         .collect();
-    conclude_with(id, target, cells, Worst::Lowest, |ratio| {
-        format!("{ratio:.2}×")
-    })
+    conclude_with(id, target, cells, Worst::Lowest, share)
 }
 
 fn queue_recipes_round_trips(results: &[CellResult]) -> Check {
@@ -203,24 +200,44 @@ fn queue_recipes_round_trips(results: &[CellResult]) -> Check {
         "semaphore (1 permit) and RW lock (writers only): store round trips per grant ≤ \
          {LOCK_ROUND_TRIPS} at every client count"
     );
-    let cells: Vec<CheckCell> = queue_recipe_cells(results)
-        .filter_map(|cell| {
-            let target = format!("{} ({})", cell.target, cell.variant);
-            Some(Worst::Highest.cell(
-                LOCK_ROUND_TRIPS,
-                target,
-                cell.clients,
-                cell.round_trips_per_op?,
-            ))
-        })
-        .collect();
-    conclude_with(
+    at_most_round_trips(
+        queue_recipe_cells(results),
         "queue-recipes-round-trips",
         target,
-        cells,
-        Worst::Highest,
-        |ratio| format!("{ratio:.2} round trips/op"),
+        LOCK_ROUND_TRIPS,
+        store_and_variant,
     )
+}
+
+/// At most `limit` round trips per operation in each of `cells`, each
+/// named by `name`.
+fn at_most_round_trips<'a>(
+    cells: impl Iterator<Item = &'a CellResult>,
+    id: &'static str,
+    target: String,
+    limit: f64,
+    name: fn(&CellResult) -> String,
+) -> Check {
+    let cells: Vec<CheckCell> = cells
+        .filter_map(|cell| {
+            let ratio = cell.round_trips_per_op?;
+            Some(Worst::Highest.cell(limit, name(cell), cell.clients, ratio))
+        })
+        .collect();
+    conclude_with(id, target, cells, Worst::Highest, |ratio| {
+        format!("{ratio:.2} round trips/op")
+    })
+}
+
+/// A share of another rate, with two decimals: at a limit of 0.8 a 0.75
+/// must not read as "0.8×", nor 0.33 as "0.3×" at a limit of 1/3.
+fn share(ratio: f64) -> String {
+    format!("{ratio:.2}×")
+}
+
+/// How a check names a cell of a lock-like recipe: its store and variant.
+fn store_and_variant(cell: &CellResult) -> String {
+    format!("{} ({})", cell.target, cell.variant)
 }
 
 fn processes_scaling(results: &[CellResult]) -> Check {
@@ -243,9 +260,7 @@ fn processes_scaling(results: &[CellResult]) -> Check {
             ))
         })
         .collect();
-    let mut check = conclude_with("processes-scaling", target, cells, Worst::Lowest, |ratio| {
-        format!("{ratio:.2}×")
-    });
+    let mut check = conclude_with("processes-scaling", target, cells, Worst::Lowest, share);
     let costs: Vec<String> = missed
         .iter()
         .filter_map(|store| {
@@ -353,20 +368,11 @@ fn round_trips(
     limit: f64,
     target: &str,
 ) -> Check {
-    let cells: Vec<CheckCell> = results
-        .iter()
-        .filter(|r| {
-            r.workload == workload
-                && r.implementation == Implementation::Bakery
-                && r.variant == variant
-        })
-        .filter_map(|cell| {
-            let ratio = cell.round_trips_per_op?;
-            Some(Worst::Highest.cell(limit, cell.target.clone(), cell.clients, ratio))
-        })
-        .collect();
-    conclude_with(id, target.to_string(), cells, Worst::Highest, |ratio| {
-        format!("{ratio:.2} round trips/op")
+    let cells = results.iter().filter(|r| {
+        r.workload == workload && r.implementation == Implementation::Bakery && r.variant == variant
+    });
+    at_most_round_trips(cells, id, target.to_string(), limit, |cell| {
+        cell.target.clone()
     })
 }
 
@@ -456,8 +462,12 @@ fn lock_fairness(results: &[CellResult]) -> Check {
     let cells: Vec<CheckCell> = fair_lock_cells(results)
         .filter(|cell| cell.clients == 16 || cell.clients == 64)
         .filter_map(|cell| {
-            let target = format!("{} ({})", cell.target, cell.variant);
-            Some(Worst::Lowest.cell(LOCK_FAIRNESS, target, cell.clients, cell.fairness?))
+            Some(Worst::Lowest.cell(
+                LOCK_FAIRNESS,
+                store_and_variant(cell),
+                cell.clients,
+                cell.fairness?,
+            ))
         })
         .collect();
     conclude("lock-fairness", target, cells, Worst::Lowest)
@@ -493,10 +503,7 @@ fn lock_scaling(results: &[CellResult]) -> Check {
             Some(cell)
         })
         .collect();
-    // Two decimals: the limit is 0.8, and 0.75 must not read as "0.8×".
-    let mut check = conclude_with("lock-scaling", target, cells, Worst::Lowest, |ratio| {
-        format!("{ratio:.2}×")
-    });
+    let mut check = conclude_with("lock-scaling", target, cells, Worst::Lowest, share);
     let costs: Vec<String> = missed_stores
         .iter()
         .filter_map(|store| Some(format!("{store} {:.2}×", row_size_cost(results, store)?)))
@@ -519,8 +526,7 @@ fn judged<'a>(
     ratio: f64,
     missed: &mut Vec<&'a str>,
 ) -> CheckCell {
-    let target = format!("{} ({})", lock.target, lock.variant);
-    let cell = worst.cell(limit, target, lock.clients, ratio);
+    let cell = worst.cell(limit, store_and_variant(lock), lock.clients, ratio);
     if !cell.met && !missed.contains(&lock.target.as_str()) {
         missed.push(&lock.target);
     }
@@ -658,30 +664,20 @@ fn lock_contended(results: &[CellResult]) -> Check {
             ))
         })
         .collect();
-    // Two decimals: 0.33 must not read as "0.3×".
-    conclude_with("lock-contended", target, cells, Worst::Lowest, |ratio| {
-        format!("{ratio:.2}×")
-    })
+    conclude_with("lock-contended", target, cells, Worst::Lowest, share)
 }
 
 fn lock_round_trips(results: &[CellResult]) -> Check {
     let target = format!(
         "fair lock: store round trips per acquisition ≤ {LOCK_ROUND_TRIPS} at every client count"
     );
-    let cells: Vec<CheckCell> = fair_lock_cells(results)
-        .filter_map(|cell| {
-            let target = format!("{} ({})", cell.target, cell.variant);
-            Some(Worst::Highest.cell(
-                LOCK_ROUND_TRIPS,
-                target,
-                cell.clients,
-                cell.round_trips_per_op?,
-            ))
-        })
-        .collect();
-    conclude_with("lock-round-trips", target, cells, Worst::Highest, |ratio| {
-        format!("{ratio:.2} round trips/op")
-    })
+    at_most_round_trips(
+        fair_lock_cells(results),
+        "lock-round-trips",
+        target,
+        LOCK_ROUND_TRIPS,
+        store_and_variant,
+    )
 }
 
 /// The hand-off p50 of the lock cell `many`, in round trips of its store:
