@@ -70,21 +70,15 @@ async fn postgres_consumer_peers_and_outbox() {
     let Some(uri) = bakery_testkit::server_uri("BAKERY_POSTGRES_URI", "peers") else {
         return;
     };
-    let plan = short_plan(&["consumer", "outbox"], uri, vec![1, 2]);
-    let report = bakery_bench::run(plan).await.expect("run");
+    let report = run_clean(short_plan(&["consumer", "outbox"], uri, vec![1, 2])).await;
     assert!(report.skipped.is_empty(), "{:?}", report.skipped);
-    assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);
     for (label, requests) in [
         ("processed-keys table, BEGIN/INSERT/UPDATE/COMMIT", 4.0),
         ("processed-keys table, one CTE statement", 1.0),
         ("Consumer::process, partition per client", 1.0),
     ] {
         for clients in [1, 2] {
-            let cell = report
-                .cells("consumer")
-                .find(|r| r.label == label && r.clients == clients)
-                .unwrap_or_else(|| panic!("no {label} cell: {:#?}", report.results));
-            assert!(cell.ops > 0, "{cell:#?}");
+            let cell = ran(&report, "consumer", Some(label), clients);
             assert_eq!(cell.round_trips_per_op, Some(requests), "{cell:#?}");
         }
     }
@@ -133,24 +127,14 @@ async fn redis_lock_peer_and_rwlock() {
     let Some(uri) = bakery_testkit::server_uri("BAKERY_REDIS_URI", "peers") else {
         return;
     };
-    let plan = short_plan(&["lock", "rwlock"], uri, vec![1, 4]);
-    let report = bakery_bench::run(plan).await.expect("run");
-    assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);
+    let report = run_clean(short_plan(&["lock", "rwlock"], uri, vec![1, 4])).await;
     for clients in [1, 4] {
-        let cell = report
-            .cells("lock")
-            .find(|r| r.label == "SET NX PX + Lua release" && r.clients == clients)
-            .unwrap_or_else(|| panic!("no SET NX cell: {:#?}", report.results));
-        assert!(cell.ops > 0, "{cell:#?}");
+        let cell = ran(&report, "lock", Some("SET NX PX + Lua release"), clients);
         assert!(
             cell.round_trips_per_op.is_some_and(|r| r >= 2.0),
             "{cell:#?}"
         );
-        let rwlock = report
-            .cells("rwlock")
-            .find(|r| r.clients == clients)
-            .unwrap_or_else(|| panic!("no rwlock cell: {:#?}", report.results));
-        assert!(rwlock.ops > 0, "{rwlock:#?}");
+        ran(&report, "rwlock", None, clients);
     }
 }
 
@@ -169,15 +153,10 @@ async fn mariadb_get_lock_beside_postgres() {
     };
     let mut plan = short_plan(&["lock"], uri, vec![1, 4]);
     plan.mariadb = Some(mariadb);
-    let report = bakery_bench::run(plan).await.expect("run");
-    assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);
+    let report = run_clean(plan).await;
     for label in ["MariaDB GET_LOCK() (its own server)", "pg_advisory_lock()"] {
         for clients in [1, 4] {
-            let cell = report
-                .cells("lock")
-                .find(|r| r.label == label && r.clients == clients)
-                .unwrap_or_else(|| panic!("no {label} cell: {:#?}", report.results));
-            assert!(cell.ops > 0, "{cell:#?}");
+            let cell = ran(&report, "lock", Some(label), clients);
             assert_eq!(cell.round_trips_per_op, Some(2.0), "{cell:#?}");
         }
     }
@@ -284,4 +263,34 @@ fn short_plan(workloads: &[&str], uri: String, clients: Vec<usize>) -> bakery_be
         processes: None,
         mariadb: None,
     }
+}
+
+/// The report of `plan`, which ran without an error in any cell.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+async fn run_clean(plan: bakery_bench::Plan) -> bakery_bench::Report {
+    let report = bakery_bench::run(plan).await.expect("run");
+    assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);
+    report
+}
+
+/// The cell of `workload` (of the implementation `label`, if given) at
+/// `clients` clients, which did some operations.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+fn ran<'a>(
+    report: &'a bakery_bench::Report,
+    workload: &'a str,
+    label: Option<&str>,
+    clients: usize,
+) -> &'a bakery_bench::results::CellResult {
+    let cell = report
+        .cells(workload)
+        .find(|r| label.is_none_or(|label| r.label == label) && r.clients == clients)
+        .unwrap_or_else(|| {
+            panic!(
+                "no {workload} cell of {label:?} at {clients} clients: {:#?}",
+                report.results
+            )
+        });
+    assert!(cell.ops > 0, "{cell:#?}");
+    cell
 }

@@ -3,39 +3,31 @@
 use async_trait::async_trait;
 use bakery::backends::postgres::tokio_postgres::{Client, Statement};
 
-use super::driver::{op_error, peer_error, tag_hash};
+use super::driver::{op_error, peer_error, server_peer, tag_hash};
 use super::postgres::sessions;
 use crate::error::BenchError;
-use crate::model::{CellSpec, OpError, Peer, PreparedCell, RoundTrips};
+use crate::model::{CellSpec, OpError, PreparedCell, RoundTrips};
 use crate::workloads::lock::{native_lock_cell, NativeLock};
 
-/// `pg_advisory_lock(k)` + `pg_advisory_unlock(k)`, one connection per
-/// client: the server queues the waiters (no polling), two round trips per
-/// acquisition. No lease and no fencing: the lock lives as long as the
-/// session.
-#[derive(Debug, Clone)]
-pub struct AdvisoryLock {
-    uri: String,
+server_peer! {
+    /// `pg_advisory_lock(k)` + `pg_advisory_unlock(k)`, one connection per
+    /// client: the server queues the waiters (no polling), two round trips
+    /// per acquisition. No lease and no fencing: the lock lives as long as
+    /// the session.
+    pub struct AdvisoryLock;
+    /// The peer on the server of `uri` (a bakery postgres URI).
+    fn new;
+    workload: "lock",
+    label: "pg_advisory_lock()",
 }
 
 impl AdvisoryLock {
-    /// The peer on the server of `uri` (a bakery postgres URI).
-    pub fn new(uri: impl Into<String>) -> Self {
-        AdvisoryLock { uri: uri.into() }
-    }
-}
-
-#[async_trait]
-impl Peer for AdvisoryLock {
-    fn workload(&self) -> &'static str {
-        "lock"
-    }
-
-    fn label(&self) -> String {
-        "pg_advisory_lock()".to_string()
-    }
-
-    async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError> {
+    /// A cell's sessions, each with its two statements prepared.
+    async fn open_cell(
+        &self,
+        cell: &CellSpec,
+        sent: RoundTrips,
+    ) -> Result<PreparedCell, BenchError> {
         // One 64-bit key per cell, from its tag (unique in the run).
         let key = tag_hash(&cell.tag) as i64;
         let mut locks = Vec::with_capacity(cell.clients);

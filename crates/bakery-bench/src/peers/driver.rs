@@ -10,7 +10,7 @@
         feature = "etcd",
         feature = "mariadb"
     )),
-    allow(dead_code)
+    allow(dead_code, unused_macros, unused_imports)
 )]
 
 use std::fmt::Display;
@@ -25,11 +25,69 @@ use crate::model::{OpError, Peer};
 /// How long opening one connection may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// What `connecting` opens, unless it takes longer than
+/// [`CONNECT_TIMEOUT`]; a failure as the message a peer reports.
+pub(crate) async fn within_connect_timeout<T, E: Display>(
+    connecting: impl Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    tokio::time::timeout(CONNECT_TIMEOUT, connecting)
+        .await
+        .map_err(|_| "timed out".to_string())?
+        .map_err(|e| e.to_string())
+}
+
+/// A peer on one server: a struct of the server's bakery URI (`uri`), its
+/// `new`, and its [`Peer`] impl of a fixed workload and label, whose
+/// `setup` is the struct's own `open_cell`.
+macro_rules! server_peer {
+    (
+        $(#[$doc:meta])*
+        pub struct $name:ident;
+        $(#[$new_doc:meta])*
+        fn new;
+        workload: $workload:literal,
+        label: $label:literal $(,)?
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $name {
+            uri: String,
+        }
+
+        impl $name {
+            $(#[$new_doc])*
+            pub fn new(uri: impl Into<String>) -> Self {
+                $name { uri: uri.into() }
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::model::Peer for $name {
+            fn workload(&self) -> &'static str {
+                $workload
+            }
+
+            fn label(&self) -> String {
+                $label.to_string()
+            }
+
+            async fn setup(
+                &self,
+                cell: &$crate::model::CellSpec,
+                sent: $crate::model::RoundTrips,
+            ) -> Result<$crate::model::PreparedCell, $crate::error::BenchError> {
+                self.open_cell(cell, sent).await
+            }
+        }
+    };
+}
+pub(crate) use server_peer;
+
 /// `uri` without the query options named in `bakery_options` (which the
 /// driver would not understand). Like bakery's postgres URI parser (and
 /// the driver), everything up to the first `@` is credentials, so a `?` in
 /// a password is not taken for the start of the options.
-#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "postgres", feature = "mongodb")), allow(dead_code))]
 pub(crate) fn without_options(uri: &str, bakery_options: &[&str]) -> String {
     let authority_start = uri.find("://").map_or(0, |at| at + 3);
     let credentials_end = uri[authority_start..]

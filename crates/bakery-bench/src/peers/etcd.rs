@@ -10,9 +10,9 @@ use bakery::backends::etcd::etcd_client::{
 };
 use bakery::backends::etcd::EtcdConfig;
 
-use super::driver::{connected, op_error, peer_error, CONNECT_TIMEOUT};
+use super::driver::{connected, op_error, peer_error, server_peer, within_connect_timeout};
 use crate::error::BenchError;
-use crate::model::{CellSpec, OpError, Peer, PreparedCell, RoundTrips};
+use crate::model::{CellSpec, OpError, PreparedCell, RoundTrips};
 use crate::workloads::lock::{native_lock_cell, NativeLock};
 
 /// The lease every client's lock ownership is attached to; longer than any
@@ -23,10 +23,7 @@ const LEASE_TTL_SECONDS: i64 = 600;
 /// options are not the driver's).
 pub async fn connect(uri: &str) -> Result<Client, String> {
     let config = EtcdConfig::from_uri(uri).map_err(|e| format!("bad URI: {e}"))?;
-    tokio::time::timeout(CONNECT_TIMEOUT, Client::connect(config.endpoints(), None))
-        .await
-        .map_err(|_| "timed out".to_string())?
-        .map_err(|e| e.to_string())
+    within_connect_timeout(Client::connect(config.endpoints(), None)).await
 }
 
 /// A conditional update through the raw driver: one key of its own,
@@ -80,32 +77,24 @@ impl RawCas {
     }
 }
 
-/// `Lock(name, lease)` + `Unlock(key)`, one connection and one lease per
-/// client: etcd orders waiters by the revision of their key (FIFO) and
-/// wakes the next one with a watch. Two round trips per acquisition.
-#[derive(Debug, Clone)]
-pub struct EtcdLock {
-    uri: String,
+server_peer! {
+    /// `Lock(name, lease)` + `Unlock(key)`, one connection and one lease per
+    /// client: etcd orders waiters by the revision of their key (FIFO) and
+    /// wakes the next one with a watch. Two round trips per acquisition.
+    pub struct EtcdLock;
+    /// The peer on the cluster of `uri` (a bakery etcd URI).
+    fn new;
+    workload: "lock",
+    label: "etcd Lock/Unlock",
 }
 
 impl EtcdLock {
-    /// The peer on the cluster of `uri` (a bakery etcd URI).
-    pub fn new(uri: impl Into<String>) -> Self {
-        EtcdLock { uri: uri.into() }
-    }
-}
-
-#[async_trait]
-impl Peer for EtcdLock {
-    fn workload(&self) -> &'static str {
-        "lock"
-    }
-
-    fn label(&self) -> String {
-        "etcd Lock/Unlock".to_string()
-    }
-
-    async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError> {
+    /// A cell's connections, each with a lease of its own.
+    async fn open_cell(
+        &self,
+        cell: &CellSpec,
+        sent: RoundTrips,
+    ) -> Result<PreparedCell, BenchError> {
         let name = format!("bakery-bench-lock/{}", cell.tag);
         let mut locks = Vec::with_capacity(cell.clients);
         for _ in 0..cell.clients {

@@ -4,31 +4,30 @@ use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Statement};
 
-use super::driver::{connected, op_error, peer_error, tag_hash, CONNECT_TIMEOUT};
+use super::driver::{
+    connected, op_error, peer_error, server_peer, tag_hash, within_connect_timeout,
+};
 use crate::error::BenchError;
-use crate::model::{CellSpec, OpError, Peer, PreparedCell, RoundTrips};
+use crate::model::{CellSpec, OpError, PreparedCell, RoundTrips};
 use crate::workloads::lock::{native_lock_cell, NativeLock};
 
 /// How long one `GET_LOCK` may wait before the server gives up (it then
 /// returns 0, counted as an operation error): far above any cell's wait.
 const WAIT_S: u32 = 120;
 
-/// `GET_LOCK(name, timeout)` + `RELEASE_LOCK(name)`, one connection per
-/// client, statements prepared once: the server queues the waiters (no
-/// polling), two round trips per acquisition. No lease and no fencing: the
-/// lock lives as long as the connection. Measured on its own MariaDB or
-/// MySQL server (`mysql://…`, [`Plan::mariadb`](crate::Plan::mariadb)),
-/// beside the PostgreSQL targets.
-#[derive(Debug, Clone)]
-pub struct GetLock {
-    url: String,
-}
-
-impl GetLock {
-    /// The peer on the server of `url` (`mysql://` or `mariadb://`).
-    pub fn new(url: impl Into<String>) -> Self {
-        GetLock { url: url.into() }
-    }
+server_peer! {
+    /// `GET_LOCK(name, timeout)` + `RELEASE_LOCK(name)`, one connection per
+    /// client, statements prepared once: the server queues the waiters (no
+    /// polling), two round trips per acquisition. No lease and no fencing:
+    /// the lock lives as long as the connection. Measured on its own
+    /// MariaDB or MySQL server (`mysql://…`,
+    /// [`Plan::mariadb`](crate::Plan::mariadb)), beside the PostgreSQL
+    /// targets.
+    pub struct GetLock;
+    /// The peer on the server of `uri` (`mysql://` or `mariadb://`).
+    fn new;
+    workload: "lock",
+    label: "MariaDB GET_LOCK() (its own server)",
 }
 
 /// A connection to the server of `url`; `mariadb://` means `mysql://`.
@@ -44,28 +43,21 @@ pub async fn connect(url: &str) -> Result<Conn, String> {
         None => url.to_string(),
     };
     let opts = Opts::from_url(&url).map_err(|e| e.to_string())?;
-    tokio::time::timeout(CONNECT_TIMEOUT, Conn::new(opts))
-        .await
-        .map_err(|_| "timed out".to_string())?
-        .map_err(|e| e.to_string())
+    within_connect_timeout(Conn::new(opts)).await
 }
 
-#[async_trait]
-impl Peer for GetLock {
-    fn workload(&self) -> &'static str {
-        "lock"
-    }
-
-    fn label(&self) -> String {
-        "MariaDB GET_LOCK() (its own server)".to_string()
-    }
-
-    async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError> {
+impl GetLock {
+    /// A cell's connections, each with its two statements prepared.
+    async fn open_cell(
+        &self,
+        cell: &CellSpec,
+        sent: RoundTrips,
+    ) -> Result<PreparedCell, BenchError> {
         // One name per cell, from its tag (unique in the run).
         let name = format!("bakery_bench_{:016x}", tag_hash(&cell.tag));
         let mut locks = Vec::with_capacity(cell.clients);
         for _ in 0..cell.clients {
-            let mut conn = connected("mariadb", self, connect(&self.url)).await?;
+            let mut conn = connected("mariadb", self, connect(&self.uri)).await?;
             let lock = conn
                 .prep("SELECT GET_LOCK(?, ?)")
                 .await

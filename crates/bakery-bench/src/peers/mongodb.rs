@@ -11,19 +11,12 @@ use bakery::backends::mongodb::mongodb::options::CollectionOptions;
 use bakery::backends::mongodb::mongodb::{Client, Collection};
 use bakery::backends::mongodb::MongoConfig;
 
+use super::driver::without_options;
+
 /// A bakery mongodb `uri` as the driver takes it: without bakery's `cas`
 /// option.
 pub fn driver_uri(uri: &str) -> String {
-    let (base, query) = uri.split_once('?').unwrap_or((uri, ""));
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|o| !o.is_empty() && !o.starts_with("cas="))
-        .collect();
-    if kept.is_empty() {
-        base.to_string()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    }
+    without_options(uri, &["cas"])
 }
 
 /// A conditional write through the raw driver: one insert of an immutable

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bakery::backends::postgres::tokio_postgres::{self, Client, NoTls, Statement};
 
-use super::driver::{connected, next_id, peer_error, without_options, CONNECT_TIMEOUT};
+use super::driver::{connected, next_id, peer_error, within_connect_timeout, without_options};
 use crate::error::BenchError;
 use crate::journal::Journal;
 use crate::model::{BenchClient, CellSpec, Finish, OpError, Peer, PreparedCell, RoundTrips};
@@ -54,10 +54,7 @@ pub(crate) async fn sessions(
 pub async fn connect(uri: &str) -> Result<Client, String> {
     let driver_uri = driver_uri(uri);
     let connecting = tokio_postgres::connect(&driver_uri, NoTls);
-    let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
-        .await
-        .map_err(|_| "timed out".to_string())?
-        .map_err(|e| e.to_string())?;
+    let (client, connection) = within_connect_timeout(connecting).await?;
     // The connection's I/O runs on its own task until the client is
     // dropped; its errors reach the client's calls.
     tokio::spawn(async move {

@@ -11,10 +11,12 @@ use async_trait::async_trait;
 use bakery::backends::redis::redis::{self, aio::MultiplexedConnection, RedisError};
 use rand::Rng;
 
-use super::driver::{connected, next_id, op_error, peer_error, CONNECT_TIMEOUT};
+use super::driver::{
+    connected, next_id, op_error, peer_error, server_peer, within_connect_timeout,
+};
 use crate::error::BenchError;
 use crate::journal::Journal;
-use crate::model::{BenchClient, CellSpec, Finish, OpError, Peer, PreparedCell, RoundTrips};
+use crate::model::{BenchClient, CellSpec, Finish, OpError, PreparedCell, RoundTrips};
 use crate::workloads::lock::{native_lock_cell, NativeLock};
 
 /// A bakery redis `uri` as the driver takes it: without bakery's options
@@ -27,10 +29,7 @@ pub fn driver_uri(uri: &str) -> &str {
 /// One multiplexed connection to the server of a bakery redis `uri`.
 pub async fn connect(uri: &str) -> Result<MultiplexedConnection, String> {
     let client = redis::Client::open(driver_uri(uri)).map_err(|e| format!("bad URI: {e}"))?;
-    tokio::time::timeout(CONNECT_TIMEOUT, client.get_multiplexed_async_connection())
-        .await
-        .map_err(|_| "timed out".to_string())?
-        .map_err(|e| e.to_string())
+    within_connect_timeout(client.get_multiplexed_async_connection()).await
 }
 
 /// One `INCRBY key 1`: one round trip, atomic on the server; the new value.
@@ -116,31 +115,23 @@ impl RawCas {
     }
 }
 
-/// `INCRBY key 1` on a key of its own, one connection per client: one
-/// round trip per id, atomic on the server.
-#[derive(Debug, Clone)]
-pub struct Incrby {
-    uri: String,
+server_peer! {
+    /// `INCRBY key 1` on a key of its own, one connection per client: one
+    /// round trip per id, atomic on the server.
+    pub struct Incrby;
+    /// The peer on the server of `uri`.
+    fn new;
+    workload: "sequence",
+    label: "INCRBY",
 }
 
 impl Incrby {
-    /// The peer on the server of `uri`.
-    pub fn new(uri: impl Into<String>) -> Self {
-        Incrby { uri: uri.into() }
-    }
-}
-
-#[async_trait]
-impl Peer for Incrby {
-    fn workload(&self) -> &'static str {
-        "sequence"
-    }
-
-    fn label(&self) -> String {
-        "INCRBY".to_string()
-    }
-
-    async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError> {
+    /// A cell's connections on one counter, and one more to delete it.
+    async fn open_cell(
+        &self,
+        cell: &CellSpec,
+        sent: RoundTrips,
+    ) -> Result<PreparedCell, BenchError> {
         let key = format!("bakery-bench:{}:incrby", cell.tag);
         let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
         for _ in 0..cell.clients {
@@ -218,36 +209,28 @@ pub const MAX_BACKOFF: Duration = Duration::from_millis(16);
 const UNLOCK_SCRIPT: &str =
     "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end";
 
-/// The lock a Redis user writes by hand, as the common Redis lock libraries
-/// do: acquire = `SET key <random token> NX PX <ttl>`, tried again after a
-/// short jittered back-off (1 ms doubling to 16 ms) until it succeeds;
-/// release = a Lua compare-and-delete on the token (`EVALSHA`, the script
-/// loaded once per connection). One multiplexed connection per client. No
-/// queue (whoever tries right after a release wins), no fencing token;
-/// one round trip per try, one per release.
-#[derive(Debug, Clone)]
-pub struct SetNxLock {
-    uri: String,
+server_peer! {
+    /// The lock a Redis user writes by hand, as the common Redis lock libraries
+    /// do: acquire = `SET key <random token> NX PX <ttl>`, tried again after a
+    /// short jittered back-off (1 ms doubling to 16 ms) until it succeeds;
+    /// release = a Lua compare-and-delete on the token (`EVALSHA`, the script
+    /// loaded once per connection). One multiplexed connection per client. No
+    /// queue (whoever tries right after a release wins), no fencing token;
+    /// one round trip per try, one per release.
+    pub struct SetNxLock;
+    /// The peer on the server of `uri` (a bakery redis URI).
+    fn new;
+    workload: "lock",
+    label: "SET NX PX + Lua release",
 }
 
 impl SetNxLock {
-    /// The peer on the server of `uri` (a bakery redis URI).
-    pub fn new(uri: impl Into<String>) -> Self {
-        SetNxLock { uri: uri.into() }
-    }
-}
-
-#[async_trait]
-impl Peer for SetNxLock {
-    fn workload(&self) -> &'static str {
-        "lock"
-    }
-
-    fn label(&self) -> String {
-        "SET NX PX + Lua release".to_string()
-    }
-
-    async fn setup(&self, cell: &CellSpec, sent: RoundTrips) -> Result<PreparedCell, BenchError> {
+    /// A cell's connections, each with the release script loaded.
+    async fn open_cell(
+        &self,
+        cell: &CellSpec,
+        sent: RoundTrips,
+    ) -> Result<PreparedCell, BenchError> {
         let key = format!("bakery-bench:{}:lock", cell.tag);
         let script = redis::Script::new(UNLOCK_SCRIPT);
         let mut locks = Vec::with_capacity(cell.clients);
