@@ -3,11 +3,11 @@
 use async_trait::async_trait;
 use bakery::backends::postgres::tokio_postgres::{Client, Statement};
 
-use super::driver::{op_error, peer_error, server_peer, tag_hash};
-use super::postgres::sessions;
+use super::driver::{lock_connections, op_error, peer_error, server_peer, tag_hash};
+use super::postgres::session;
 use crate::error::BenchError;
 use crate::model::{CellSpec, OpError, PreparedCell, RoundTrips};
-use crate::workloads::lock::{native_lock_cell, NativeLock};
+use crate::workloads::lock::NativeLock;
 
 server_peer! {
     /// `pg_advisory_lock(k)` + `pg_advisory_unlock(k)`, one connection per
@@ -30,8 +30,8 @@ impl AdvisoryLock {
     ) -> Result<PreparedCell, BenchError> {
         // One 64-bit key per cell, from its tag (unique in the run).
         let key = tag_hash(&cell.tag) as i64;
-        let mut locks = Vec::with_capacity(cell.clients);
-        for client in sessions(self, &self.uri, cell.clients).await? {
+        lock_connections(cell, &sent, || async {
+            let client = session(self, &self.uri).await?;
             let lock = client
                 .prepare("SELECT pg_advisory_lock($1)")
                 .await
@@ -40,14 +40,14 @@ impl AdvisoryLock {
                 .prepare("SELECT pg_advisory_unlock($1)")
                 .await
                 .map_err(|e| peer_error("postgres", self, "cannot prepare", e))?;
-            locks.push(AdvisoryConnection {
+            Ok(AdvisoryConnection {
                 client,
                 lock,
                 unlock,
                 key,
-            });
-        }
-        Ok(native_lock_cell(locks, &sent, cell.journal.clone()))
+            })
+        })
+        .await
     }
 }
 

@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use crate::error::{one_line, BenchError};
 use crate::journal::Journal;
-use crate::model::{OpError, Peer};
+use crate::model::{CellSpec, OpError, Peer, PreparedCell, RoundTrips};
+use crate::workloads::lock::{native_lock_cell, NativeLock};
 
 /// How long opening one connection may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -82,6 +83,33 @@ macro_rules! server_peer {
     };
 }
 pub(crate) use server_peer;
+
+/// The cell of a native lock peer: a lock client per connection `open`
+/// opens, one per client of `cell`.
+#[cfg_attr(
+    not(any(
+        feature = "postgres",
+        feature = "redis",
+        feature = "etcd",
+        feature = "mariadb"
+    )),
+    allow(dead_code)
+)]
+pub(crate) async fn lock_connections<L, Opening>(
+    cell: &CellSpec,
+    sent: &RoundTrips,
+    open: impl Fn() -> Opening,
+) -> Result<PreparedCell, BenchError>
+where
+    L: NativeLock + 'static,
+    Opening: Future<Output = Result<L, BenchError>>,
+{
+    let mut locks = Vec::with_capacity(cell.clients);
+    for _ in 0..cell.clients {
+        locks.push(open().await?);
+    }
+    Ok(native_lock_cell(locks, sent, cell.journal.clone()))
+}
 
 /// `uri` without the query options named in `bakery_options` (which the
 /// driver would not understand). Like bakery's postgres URI parser (and

@@ -10,10 +10,12 @@ use bakery::backends::etcd::etcd_client::{
 };
 use bakery::backends::etcd::EtcdConfig;
 
-use super::driver::{connected, op_error, peer_error, server_peer, within_connect_timeout};
+use super::driver::{
+    connected, lock_connections, op_error, peer_error, server_peer, within_connect_timeout,
+};
 use crate::error::BenchError;
 use crate::model::{CellSpec, OpError, PreparedCell, RoundTrips};
-use crate::workloads::lock::{native_lock_cell, NativeLock};
+use crate::workloads::lock::NativeLock;
 
 /// The lease every client's lock ownership is attached to; longer than any
 /// cell, so it never expires mid-run (etcd's lock needs a lease).
@@ -96,21 +98,20 @@ impl EtcdLock {
         sent: RoundTrips,
     ) -> Result<PreparedCell, BenchError> {
         let name = format!("bakery-bench-lock/{}", cell.tag);
-        let mut locks = Vec::with_capacity(cell.clients);
-        for _ in 0..cell.clients {
+        lock_connections(cell, &sent, || async {
             let mut client = connected("etcd", self, connect(&self.uri)).await?;
             let lease = client
                 .lease_grant(LEASE_TTL_SECONDS, None)
                 .await
                 .map_err(|e| peer_error("etcd", self, "cannot grant a lease", e))?
                 .id();
-            locks.push(EtcdLockConnection {
+            Ok(EtcdLockConnection {
                 client,
                 lease,
                 name: name.clone(),
-            });
-        }
-        Ok(native_lock_cell(locks, &sent, cell.journal.clone()))
+            })
+        })
+        .await
     }
 }
 

@@ -5,11 +5,12 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Statement};
 
 use super::driver::{
-    connected, op_error, peer_error, server_peer, tag_hash, within_connect_timeout,
+    connected, lock_connections, op_error, peer_error, server_peer, tag_hash,
+    within_connect_timeout,
 };
 use crate::error::BenchError;
 use crate::model::{CellSpec, OpError, PreparedCell, RoundTrips};
-use crate::workloads::lock::{native_lock_cell, NativeLock};
+use crate::workloads::lock::NativeLock;
 
 /// How long one `GET_LOCK` may wait before the server gives up (it then
 /// returns 0, counted as an operation error): far above any cell's wait.
@@ -55,8 +56,7 @@ impl GetLock {
     ) -> Result<PreparedCell, BenchError> {
         // One name per cell, from its tag (unique in the run).
         let name = format!("bakery_bench_{:016x}", tag_hash(&cell.tag));
-        let mut locks = Vec::with_capacity(cell.clients);
-        for _ in 0..cell.clients {
+        lock_connections(cell, &sent, || async {
             let mut conn = connected("mariadb", self, connect(&self.uri)).await?;
             let lock = conn
                 .prep("SELECT GET_LOCK(?, ?)")
@@ -66,14 +66,14 @@ impl GetLock {
                 .prep("SELECT RELEASE_LOCK(?)")
                 .await
                 .map_err(|e| peer_error("mariadb", self, "cannot prepare", e))?;
-            locks.push(NamedLockConnection {
+            Ok(NamedLockConnection {
                 conn,
                 lock,
                 unlock,
                 name: name.clone(),
-            });
-        }
-        Ok(native_lock_cell(locks, &sent, cell.journal.clone()))
+            })
+        })
+        .await
     }
 }
 

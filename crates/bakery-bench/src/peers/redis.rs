@@ -12,12 +12,12 @@ use bakery::backends::redis::redis::{self, aio::MultiplexedConnection, RedisErro
 use rand::Rng;
 
 use super::driver::{
-    connected, next_id, op_error, peer_error, server_peer, within_connect_timeout,
+    connected, lock_connections, next_id, op_error, peer_error, server_peer, within_connect_timeout,
 };
 use crate::error::BenchError;
 use crate::journal::Journal;
 use crate::model::{BenchClient, CellSpec, Finish, OpError, PreparedCell, RoundTrips};
-use crate::workloads::lock::{native_lock_cell, NativeLock};
+use crate::workloads::lock::NativeLock;
 
 /// A bakery redis `uri` as the driver takes it: without bakery's options
 /// (all of a redis URI's options are bakery's: prefix, cas, timeout_ms,
@@ -233,22 +233,21 @@ impl SetNxLock {
     ) -> Result<PreparedCell, BenchError> {
         let key = format!("bakery-bench:{}:lock", cell.tag);
         let script = redis::Script::new(UNLOCK_SCRIPT);
-        let mut locks = Vec::with_capacity(cell.clients);
-        for _ in 0..cell.clients {
+        lock_connections(cell, &sent, || async {
             let mut connection = connected("redis", self, connect(&self.uri)).await?;
             script
                 .prepare_invoke()
                 .load_async(&mut connection)
                 .await
                 .map_err(|e| peer_error("redis", self, "cannot load the release script", e))?;
-            locks.push(SetNxConnection {
+            Ok(SetNxConnection {
                 connection,
                 key: key.clone(),
                 script: script.clone(),
                 retries: sent.clone(),
-            });
-        }
-        Ok(native_lock_cell(locks, &sent, cell.journal.clone()))
+            })
+        })
+        .await
     }
 }
 
