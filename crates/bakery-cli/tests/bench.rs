@@ -635,40 +635,47 @@ fn processes_run_the_cells_across_processes_and_check_them() {
     );
 }
 
-/// A memory store is one process's: asking for cells across processes on
-/// it is refused with a clear error, before anything runs.
+/// Plans that cannot run are refused with a clear error before anything
+/// runs: cells across processes on a memory store (a store of one
+/// process), and a `--mariadb` URL that is not MySQL's (its password not
+/// echoed).
 #[test]
-fn processes_refuse_a_memory_store() {
+fn plans_that_cannot_run_are_refused_before_anything_runs() {
     let home = TempDir::new().expect("temp dir");
-    let args = [
-        "bench",
-        "--uri",
-        "memory://",
-        "--workload",
-        "lock",
-        "--processes",
-        "2",
-    ];
-    let err = stderr(&exits(home.path(), &args, 1));
-    assert!(err.contains("memory:// is a store of one process"), "{err}");
-    assert!(err.contains("processes share"), "{err}");
-}
-
-/// `--mariadb` takes only a MySQL URL, refused before anything runs; the
-/// password is not echoed.
-#[test]
-fn mariadb_peer_refuses_a_url_that_is_not_mysql() {
-    let home = TempDir::new().expect("temp dir");
-    let args = [
-        "bench",
-        "--workload",
-        "lock",
-        "--mariadb",
-        "postgres://user:secret@127.0.0.1/db",
-    ];
-    let err = stderr(&exits(home.path(), &args, 1));
-    assert!(err.contains("not a mysql:// or mariadb:// URL"), "{err}");
-    assert!(!err.contains("secret"), "{err}");
+    for (args, mentions, hidden) in [
+        (
+            &[
+                "bench",
+                "--uri",
+                "memory://",
+                "--workload",
+                "lock",
+                "--processes",
+                "2",
+            ][..],
+            &["memory:// is a store of one process", "processes share"][..],
+            None,
+        ),
+        (
+            &[
+                "bench",
+                "--workload",
+                "lock",
+                "--mariadb",
+                "postgres://user:secret@127.0.0.1/db",
+            ],
+            &["not a mysql:// or mariadb:// URL"],
+            Some("secret"),
+        ),
+    ] {
+        let err = stderr(&exits(home.path(), args, 1));
+        for mention in mentions {
+            assert!(err.contains(mention), "{args:?}: {err}");
+        }
+        if let Some(hidden) = hidden {
+            assert!(!err.contains(hidden), "{args:?}: {err}");
+        }
+    }
 }
 
 /// `--mariadb` beside PostgreSQL: MariaDB's `GET_LOCK` runs in the lock
