@@ -194,26 +194,23 @@ struct CasFinish {
 #[async_trait]
 impl Finish for CasFinish {
     async fn finish(self: Box<Self>, had_errors: bool) -> Vec<String> {
-        let mut problems = Vec::new();
-        let mut stored = 0u64;
+        let mut tally = Tally::default();
         for key in &self.keys {
-            match self.store.get(key).await {
-                Ok(Some(row)) => match decode(&row) {
-                    Ok(count) => stored += count,
-                    Err(OpError(message)) => problems.push(message),
-                },
-                Ok(None) => {}
-                Err(err) => problems.push(format!("cannot read back {key}: {err}")),
-            }
+            tally.add(match self.store.get(key).await {
+                Ok(row) => row
+                    .map(|row| decode(&row))
+                    .transpose()
+                    .map_err(|OpError(message)| message),
+                Err(err) => Err(format!("cannot read back {key}: {err}")),
+            });
             delete_quietly(&*self.store, key).await;
         }
         let applied = self.applied.load(Ordering::Relaxed);
-        if counts_disagree(stored, applied, had_errors) && problems.is_empty() {
-            problems.push(format!(
+        tally.problems(applied, had_errors, |stored, applied| {
+            format!(
                 "lost update: the counters hold {stored} but {applied} increments were acknowledged"
-            ));
-        }
-        problems
+            )
+        })
     }
 }
 

@@ -46,6 +46,40 @@ pub(crate) fn counts_disagree(stored: u64, acknowledged: u64, had_errors: bool) 
     }
 }
 
+/// The counters a cell's finish reads back, added up, and why those that
+/// could not be read could not.
+#[derive(Default)]
+pub(crate) struct Tally {
+    stored: u64,
+    problems: Vec<String>,
+}
+
+impl Tally {
+    /// Add one counter read back (`None`: absent, nothing to add), or
+    /// keep why it could not be read.
+    pub(crate) fn add(&mut self, read: Result<Option<u64>, String>) {
+        match read {
+            Ok(count) => self.stored += count.unwrap_or(0),
+            Err(problem) => self.problems.push(problem),
+        }
+    }
+
+    /// The cell's problems: the failed reads; or, when every counter was
+    /// read, the total against the `acknowledged` count if they disagree
+    /// ([`counts_disagree`]), said by `disagreement(stored, acknowledged)`.
+    pub(crate) fn problems(
+        mut self,
+        acknowledged: u64,
+        had_errors: bool,
+        disagreement: impl FnOnce(u64, u64) -> String,
+    ) -> Vec<String> {
+        if self.problems.is_empty() && counts_disagree(self.stored, acknowledged, had_errors) {
+            self.problems.push(disagreement(self.stored, acknowledged));
+        }
+        self.problems
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::counts_disagree;

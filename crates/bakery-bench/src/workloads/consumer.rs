@@ -146,25 +146,22 @@ struct ConsumerFinish {
 #[async_trait]
 impl Finish for ConsumerFinish {
     async fn finish(self: Box<Self>, had_errors: bool) -> Vec<String> {
-        let mut problems = Vec::new();
-        let mut stored = 0u64;
+        let mut tally = Tally::default();
         for partition in &self.partitions {
-            match self.consumer.state::<u64>(partition).await {
-                Ok(Some((_, count))) => stored += count,
-                Ok(None) => {}
-                Err(err) => problems.push(format!("cannot read back partition {partition}: {err}")),
-            }
+            tally.add(match self.consumer.state::<u64>(partition).await {
+                Ok(state) => Ok(state.map(|(_, count)| count)),
+                Err(err) => Err(format!("cannot read back partition {partition}: {err}")),
+            });
             if let Ok(key) = self.consumer.row_key(partition) {
                 delete_quietly(&*self.store, &key).await;
             }
         }
         let applied = self.applied.load(Ordering::Relaxed);
-        if counts_disagree(stored, applied, had_errors) && problems.is_empty() {
-            problems.push(format!(
-                "the counters hold {stored} but {applied} messages were applied \
-                 (a lost update or a double apply)"
-            ));
-        }
-        problems
+        tally.problems(applied, had_errors, |stored, applied| {
+            format!(
+                "the counters hold {stored} but {applied} messages were applied (a lost update \
+                 or a double apply)"
+            )
+        })
     }
 }
