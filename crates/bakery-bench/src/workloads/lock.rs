@@ -145,9 +145,7 @@ impl Workload for LockWorkload {
                 kind,
                 grants: grants.clone(),
                 written: written.clone(),
-                store: counted.clone(),
-                key: key.clone(),
-                warmed: false,
+                warm_up: WarmUp::new(counted.clone(), key.clone()),
             }));
         }
         Ok(PreparedCell {
@@ -346,21 +344,15 @@ struct LockClient {
     grants: Arc<GrantLog>,
     /// The sizes of the rows the cell's recipes wrote.
     written: Arc<WrittenBytes>,
-    /// For the warm-up read.
-    store: Arc<dyn VersionedStore>,
-    key: Key,
-    /// The runner's untimed warm-up operation only opens connections: a
-    /// warm-up grant per client would take minutes for the old lock at 64
-    /// clients, and would not be measured anyway.
-    warmed: bool,
+    /// Not a grant: one per client would take minutes for the old lock at
+    /// 64 clients, and would not be measured anyway.
+    warm_up: WarmUp,
 }
 
 #[async_trait]
 impl BenchClient for LockClient {
     async fn op(&mut self) -> Result<(), OpError> {
-        if !self.warmed {
-            self.warmed = true;
-            self.store.get(&self.key).await?;
+        if self.warm_up.first_op().await? {
             return Ok(());
         }
         let asking = self.grants.ask();
@@ -491,6 +483,37 @@ pub trait NativeLock: Send {
 
     /// Release what [`lock`](Self::lock) acquired (one round trip).
     async fn unlock(&mut self, held: Self::Held) -> Result<(), OpError>;
+}
+
+/// The runner's untimed warm-up operation of a lock client: one read of
+/// the cell's row, which opens the client's connections and never takes a
+/// grant.
+pub(crate) struct WarmUp {
+    store: Arc<dyn VersionedStore>,
+    key: Key,
+    done: bool,
+}
+
+impl WarmUp {
+    /// The warm-up of a client of `store` reading `key`.
+    pub(crate) fn new(store: Arc<dyn VersionedStore>, key: Key) -> Self {
+        WarmUp {
+            store,
+            key,
+            done: false,
+        }
+    }
+
+    /// Whether this operation is the warm-up (the client's first), then
+    /// done by this call.
+    pub(crate) async fn first_op(&mut self) -> Result<bool, OpError> {
+        if self.done {
+            return Ok(false);
+        }
+        self.done = true;
+        self.store.get(&self.key).await?;
+        Ok(true)
+    }
 }
 
 /// A native lock peer's cell: one client per connection in `locks`, every

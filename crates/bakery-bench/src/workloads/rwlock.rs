@@ -20,6 +20,7 @@ use std::sync::Arc;
 use bakery::{Key, RwLock, VersionedStore};
 
 use crate::journal::{monotonic_ns, Journal};
+use crate::workloads::lock::WarmUp;
 
 use super::prelude::*;
 
@@ -79,9 +80,7 @@ impl Workload for RwLockWorkload {
                     .build()
                     .map_err(prepare_error)?,
                 log: log.clone(),
-                store: counted.clone(),
-                key: key.clone(),
-                warmed: false,
+                warm_up: WarmUp::new(counted.clone(), key.clone()),
                 writes: 0,
                 reads: 0,
             }));
@@ -195,12 +194,7 @@ struct RwLockClient {
     writer: bool,
     lock: RwLock,
     log: Arc<RwGrantLog>,
-    /// For the warm-up read.
-    store: Arc<dyn VersionedStore>,
-    key: Key,
-    /// The runner's untimed warm-up operation only opens connections (as
-    /// the lock workload's).
-    warmed: bool,
+    warm_up: WarmUp,
     writes: u64,
     reads: u64,
 }
@@ -208,9 +202,7 @@ struct RwLockClient {
 #[async_trait]
 impl BenchClient for RwLockClient {
     async fn op(&mut self) -> Result<(), OpError> {
-        if !self.warmed {
-            self.warmed = true;
-            self.store.get(&self.key).await?;
+        if self.warm_up.first_op().await? {
             return Ok(());
         }
         let asked_ns = if self.log.journal.is_some() {
