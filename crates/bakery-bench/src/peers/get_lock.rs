@@ -89,30 +89,39 @@ impl NativeLock for NamedLockConnection {
     type Held = ();
 
     async fn lock(&mut self) -> Result<(), OpError> {
-        let got: Option<Option<i64>> = self
-            .conn
-            .exec_first(&self.lock, (self.name.as_str(), WAIT_S))
-            .await
-            .map_err(|e| op_error("GET_LOCK", e))?;
-        match got.flatten() {
-            Some(1) => Ok(()),
-            other => Err(OpError(format!(
-                "GET_LOCK gave {other:?}, not 1 (0: not granted in {WAIT_S} s)"
-            ))),
-        }
+        let asked = (self.name.as_str(), WAIT_S);
+        let got = self.conn.exec_first(&self.lock, asked).await;
+        answered_one(
+            "GET_LOCK",
+            got,
+            format_args!("0: not granted in {WAIT_S} s"),
+        )
     }
 
     async fn unlock(&mut self, (): ()) -> Result<(), OpError> {
-        let released: Option<Option<i64>> = self
+        let released = self
             .conn
             .exec_first(&self.unlock, (self.name.as_str(),))
-            .await
-            .map_err(|e| op_error("RELEASE_LOCK", e))?;
-        match released.flatten() {
-            Some(1) => Ok(()),
-            other => Err(OpError(format!(
-                "RELEASE_LOCK gave {other:?}, not 1 (the lock was not this connection's)"
-            ))),
-        }
+            .await;
+        answered_one(
+            "RELEASE_LOCK",
+            released,
+            "the lock was not this connection's",
+        )
+    }
+}
+
+/// The answer of `what` (`GET_LOCK` or `RELEASE_LOCK`), which must be 1;
+/// `otherwise` says what another answer means.
+fn answered_one(
+    what: &str,
+    answer: Result<Option<Option<i64>>, mysql_async::Error>,
+    otherwise: impl std::fmt::Display,
+) -> Result<(), OpError> {
+    match answer.map_err(|e| op_error(what, e))?.flatten() {
+        Some(1) => Ok(()),
+        other => Err(OpError(format!(
+            "{what} gave {other:?}, not 1 ({otherwise})"
+        ))),
     }
 }
