@@ -1,10 +1,13 @@
 //! What the workloads' cells share: the error a failed setup reports,
 //! checking what a cell wrote, and removing it.
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
 use bakery::{DeleteOutcome, Key, VersionedStore};
 
 use crate::error::BenchError;
-use crate::model::CellStore;
+use crate::model::{CellStore, Finish};
 
 /// The error of `workload` failing to set up a cell on `store`.
 pub(crate) fn prepare_error<'a>(
@@ -30,6 +33,23 @@ pub(crate) async fn delete_quietly(store: &dyn VersionedStore, key: &Key) {
             Ok(DeleteOutcome::Conflict(_)) => continue,
             _ => return,
         }
+    }
+}
+
+/// The finish of a cell of one recipe row: deletes the row once every
+/// client is done, then reports what `problems` finds (the overlapping
+/// grants of the cell's log).
+pub(crate) struct DeleteRowFinish {
+    pub(crate) store: Arc<dyn VersionedStore>,
+    pub(crate) key: Key,
+    pub(crate) problems: Box<dyn FnOnce() -> Vec<String> + Send>,
+}
+
+#[async_trait]
+impl Finish for DeleteRowFinish {
+    async fn finish(self: Box<Self>, _had_errors: bool) -> Vec<String> {
+        delete_quietly(&*self.store, &self.key).await;
+        (self.problems)()
     }
 }
 

@@ -150,10 +150,10 @@ impl Workload for LockWorkload {
         }
         Ok(PreparedCell {
             clients,
-            finish: Some(Box::new(LockFinish {
+            finish: Some(Box::new(DeleteRowFinish {
                 store: store.raw.clone(),
                 key,
-                grants,
+                problems: Box::new(move || grants.problems()),
             })),
         })
     }
@@ -441,21 +441,6 @@ impl StoreLayer for WrittenBytes {
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(value.len() as u64, Ordering::Relaxed);
         self.inner.put_if_version(key, expected, value).await
-    }
-}
-
-/// Deletes the lock row once every client is done.
-struct LockFinish {
-    store: Arc<dyn VersionedStore>,
-    key: Key,
-    grants: Arc<GrantLog>,
-}
-
-#[async_trait]
-impl Finish for LockFinish {
-    async fn finish(self: Box<Self>, _had_errors: bool) -> Vec<String> {
-        delete_quietly(&*self.store, &self.key).await;
-        self.grants.problems()
     }
 }
 

@@ -21,7 +21,7 @@ use crate::model::WorkloadSpec;
 mod prelude {
     pub(super) use async_trait::async_trait;
 
-    pub(super) use super::cleanup::{delete_quietly, prepare_error, Tally};
+    pub(super) use super::cleanup::{delete_quietly, prepare_error, DeleteRowFinish, Tally};
     pub(super) use crate::error::BenchError;
     pub(super) use crate::model::{
         BenchClient, CellSpec, CellStore, Finish, OpError, PreparedCell, RoundTrips, Variant,

@@ -87,10 +87,10 @@ impl Workload for RwLockWorkload {
         }
         Ok(PreparedCell {
             clients,
-            finish: Some(Box::new(RwLockFinish {
+            finish: Some(Box::new(DeleteRowFinish {
                 store: store.raw.clone(),
                 key,
-                log,
+                problems: Box::new(move || log.problems()),
             })),
         })
     }
@@ -232,21 +232,6 @@ impl BenchClient for RwLockClient {
             extras.push((MOST_READERS, self.log.most_readers()));
         }
         extras
-    }
-}
-
-/// Deletes the lock row once every client is done, and reports overlaps.
-struct RwLockFinish {
-    store: Arc<dyn VersionedStore>,
-    key: Key,
-    log: Arc<RwGrantLog>,
-}
-
-#[async_trait]
-impl Finish for RwLockFinish {
-    async fn finish(self: Box<Self>, _had_errors: bool) -> Vec<String> {
-        delete_quietly(&*self.store, &self.key).await;
-        self.log.problems()
     }
 }
 
