@@ -319,6 +319,23 @@ struct Running {
     stdout: Lines<BufReader<tokio::process::ChildStdout>>,
 }
 
+impl Running {
+    /// The next message of this worker, of process index `process`: `what`
+    /// (`ready`, `done`) within `timeout`, else the error `late`.
+    async fn message(
+        &mut self,
+        process: usize,
+        what: &str,
+        timeout: Duration,
+        late: &str,
+    ) -> Result<FromWorker, BenchError> {
+        tokio::time::timeout(timeout, read_line(&mut self.stdout, what))
+            .await
+            .map_err(|_| worker_error(process, late.into()))?
+            .map_err(|e| worker_error(process, e.to_string()))
+    }
+}
+
 /// Run the cell of `job` (its `process` and `counter` filled in per
 /// worker) with `processes` workers started by `command`, and merge what
 /// they measured; the cross-process checks' problems are errors of the
@@ -368,10 +385,9 @@ pub async fn measure(
         workers.push(running);
     }
     for (process, running) in workers.iter_mut().enumerate() {
-        let message = tokio::time::timeout(READY_TIMEOUT, read_line(&mut running.stdout, "ready"))
-            .await
-            .map_err(|_| worker_error(process, "not ready in time".into()))?
-            .map_err(|e| worker_error(process, e.to_string()))?;
+        let message = running
+            .message(process, "ready", READY_TIMEOUT, "not ready in time")
+            .await?;
         match message {
             FromWorker::Ready => {}
             FromWorker::Failed {
@@ -395,10 +411,9 @@ pub async fn measure(
     let done_timeout = lead + duration * runner::MAX_EXTENSION + runner::STRAGGLER_GRACE;
     let mut outcomes = Vec::with_capacity(processes);
     for (process, running) in workers.iter_mut().enumerate() {
-        let message = tokio::time::timeout(done_timeout, read_line(&mut running.stdout, "done"))
-            .await
-            .map_err(|_| worker_error(process, "did not finish in time".into()))?
-            .map_err(|e| worker_error(process, e.to_string()))?;
+        let message = running
+            .message(process, "done", done_timeout, "did not finish in time")
+            .await?;
         match message {
             FromWorker::Done(outcome) => outcomes.push(*outcome),
             other => {
