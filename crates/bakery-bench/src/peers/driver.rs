@@ -15,7 +15,8 @@
 
 use std::fmt::Display;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{one_line, BenchError};
@@ -182,29 +183,47 @@ pub(crate) fn op_error(what: &str, err: impl Display) -> OpError {
     OpError(one_line(&format!("{what}: {err}")))
 }
 
-/// One id from the native counter `name` (`nextval()`, `INCRBY`): one
-/// round trip, counted before it is sent; the id must be above the
-/// client's `last`, which it becomes (and is logged in `journal`, across
-/// processes).
+/// What a client of a native counter (`nextval()`, `INCRBY`) keeps between
+/// its ids: where its round trips are counted, the journal its ids are
+/// logged in (across processes), and its last id.
 #[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
-pub(crate) async fn next_id<E: Display>(
-    name: &str,
-    round_trips: &AtomicU64,
-    last: &mut i64,
-    journal: Option<&Journal>,
-    request: impl Future<Output = Result<i64, E>>,
-) -> Result<(), OpError> {
-    round_trips.fetch_add(1, Ordering::Relaxed);
-    let id = request.await.map_err(|e| op_error(name, e))?;
-    if id <= *last {
-        return Err(OpError(format!("{name} gave {id} after {last}")));
+pub(crate) struct NextIds {
+    round_trips: RoundTrips,
+    journal: Option<Arc<Journal>>,
+    last: i64,
+}
+
+#[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
+impl NextIds {
+    /// A client of `cell` whose requests are counted in `round_trips`.
+    pub(crate) fn new(cell: &CellSpec, round_trips: &RoundTrips) -> Self {
+        NextIds {
+            round_trips: round_trips.clone(),
+            journal: cell.journal.clone(),
+            last: 0,
+        }
     }
-    *last = id;
-    if let Some(journal) = journal {
-        // Above the client's last id, which starts at 0: positive.
-        journal.id(id.unsigned_abs());
+
+    /// One id from the counter `name`, asked by `request`: one round trip,
+    /// counted before it is sent; the id must be above the client's last,
+    /// which it becomes (and is logged in the journal, if any).
+    pub(crate) async fn next<E: Display>(
+        &mut self,
+        name: &str,
+        request: impl Future<Output = Result<i64, E>>,
+    ) -> Result<(), OpError> {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let id = request.await.map_err(|e| op_error(name, e))?;
+        if id <= self.last {
+            return Err(OpError(format!("{name} gave {id} after {}", self.last)));
+        }
+        self.last = id;
+        if let Some(journal) = &self.journal {
+            // Above the client's last id, which starts at 0: positive.
+            journal.id(id.unsigned_abs());
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]

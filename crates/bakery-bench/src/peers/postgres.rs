@@ -3,14 +3,12 @@
 //! own (the raw counterpart of bakery's `put_if_version`).
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use bakery::backends::postgres::tokio_postgres::{self, Client, NoTls, Statement};
 
-use super::driver::{connected, next_id, peer_error, within_connect_timeout, without_options};
+use super::driver::{connected, peer_error, within_connect_timeout, without_options, NextIds};
 use crate::error::BenchError;
-use crate::journal::Journal;
 use crate::model::{BenchClient, CellSpec, Finish, OpError, Peer, PreparedCell, RoundTrips};
 
 pub use tokio_postgres::Error;
@@ -208,9 +206,7 @@ impl Peer for Nextval {
             clients.push(Box::new(NextvalClient {
                 client,
                 statement,
-                round_trips: sent.clone(),
-                journal: cell.journal.clone(),
-                last: 0,
+                ids: NextIds::new(cell, &sent),
             }));
         }
         Ok(PreparedCell {
@@ -223,24 +219,14 @@ impl Peer for Nextval {
 struct NextvalClient {
     client: Client,
     statement: Statement,
-    round_trips: RoundTrips,
-    journal: Option<Arc<Journal>>,
-    last: i64,
+    ids: NextIds,
 }
 
 #[async_trait]
 impl BenchClient for NextvalClient {
     async fn op(&mut self) -> Result<(), OpError> {
         let request = nextval(&self.client, &self.statement);
-        let journal = self.journal.as_deref();
-        next_id(
-            "nextval()",
-            &self.round_trips,
-            &mut self.last,
-            journal,
-            request,
-        )
-        .await
+        self.ids.next("nextval()", request).await
     }
 }
 

@@ -4,7 +4,6 @@
 //! (the raw counterpart of bakery's `put_if_version`).
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,10 +11,9 @@ use bakery::backends::redis::redis::{self, aio::MultiplexedConnection, RedisErro
 use rand::Rng;
 
 use super::driver::{
-    connected, lock_connections, next_id, op_error, peer_error, server_peer, within_connect_timeout,
+    connected, lock_connections, op_error, peer_error, server_peer, within_connect_timeout, NextIds,
 };
 use crate::error::BenchError;
-use crate::journal::Journal;
 use crate::model::{BenchClient, CellSpec, Finish, OpError, PreparedCell, RoundTrips};
 use crate::workloads::lock::NativeLock;
 
@@ -138,9 +136,7 @@ impl Incrby {
             clients.push(Box::new(IncrbyClient {
                 connection: connected("redis", self, connect(&self.uri)).await?,
                 key: key.clone(),
-                round_trips: sent.clone(),
-                journal: cell.journal.clone(),
-                last: 0,
+                ids: NextIds::new(cell, &sent),
             }));
         }
         Ok(PreparedCell {
@@ -156,24 +152,14 @@ impl Incrby {
 struct IncrbyClient {
     connection: MultiplexedConnection,
     key: String,
-    round_trips: RoundTrips,
-    journal: Option<Arc<Journal>>,
-    last: i64,
+    ids: NextIds,
 }
 
 #[async_trait]
 impl BenchClient for IncrbyClient {
     async fn op(&mut self) -> Result<(), OpError> {
         let request = incrby(&mut self.connection, &self.key);
-        let journal = self.journal.as_deref();
-        next_id(
-            "INCRBY",
-            &self.round_trips,
-            &mut self.last,
-            journal,
-            request,
-        )
-        .await
+        self.ids.next("INCRBY", request).await
     }
 }
 
