@@ -873,14 +873,10 @@ mod tests {
         let vs = &checks[0];
         assert_eq!(vs.status, CheckStatus::NotMet);
         assert_eq!(vs.cells.len(), 3);
-        assert!(vs.summary.contains("postgres 50.0×"), "{}", vs.summary);
+        assert_says(vs, "postgres 50.0×");
         let tail = &checks[1];
         assert_eq!(tail.status, CheckStatus::NotMet);
-        assert!(
-            tail.summary.contains("not met on postgres"),
-            "{}",
-            tail.summary
-        );
+        assert_says(tail, "not met on postgres");
         assert_eq!(checks[2].status, CheckStatus::NotMeasured, "no lock cell");
         assert_eq!(checks[3].status, CheckStatus::NotMeasured, "no lock cell");
         assert_eq!(checks[4].status, CheckStatus::SeeCriterion);
@@ -915,18 +911,28 @@ mod tests {
         let fairness = &checks[2];
         assert_eq!(fairness.cells.len(), 3);
         assert_eq!(fairness.status, CheckStatus::NotMet);
-        assert!(
-            fairness.summary.contains("fair-polling"),
-            "{}",
-            fairness.summary
-        );
+        assert_says(fairness, "fair-polling");
         let scaling = &checks[3];
         assert_eq!(scaling.cells.len(), 2);
         assert_eq!(scaling.status, CheckStatus::NotMet);
         assert!((scaling.cells[0].ratio - 0.85).abs() < 1e-9);
         assert!(scaling.cells[0].met && !scaling.cells[1].met);
         assert!(scaling.cells[0].round_ratios.is_empty(), "one round");
-        assert!(scaling.summary.contains("0.70×"), "{}", scaling.summary);
+        assert_says(scaling, "0.70×");
+    }
+
+    /// `check`'s summary says `text`.
+    #[track_caller]
+    fn assert_says(check: &Check, text: &str) {
+        assert!(check.summary.contains(text), "{}", check.summary);
+    }
+
+    /// The check `id` of [`evaluate`] on `results`.
+    fn evaluated(results: &[CellResult], id: &str) -> Check {
+        evaluate(results)
+            .into_iter()
+            .find(|c| c.id == id)
+            .unwrap_or_else(|| panic!("no check {id}"))
     }
 
     fn check<'a>(checks: &'a [Check], id: &str) -> &'a Check {
@@ -956,7 +962,7 @@ mod tests {
         let checks = evaluate(&results);
         let share = check(&checks, "queue-recipes");
         assert_eq!(share.status, CheckStatus::NotMet);
-        assert!(share.summary.contains("rwlock-write"), "{}", share.summary);
+        assert_says(share, "rwlock-write");
     }
 
     /// Across processes: 16 processes against 1 (with the round trips and
@@ -998,23 +1004,11 @@ mod tests {
         assert_eq!(scaling.cells.len(), 2);
         assert_eq!(scaling.status, CheckStatus::NotMet);
         assert!(scaling.cells.iter().any(|c| c.met), "etcd 0.56×");
-        assert!(
-            scaling
-                .summary
-                .contains("postgres 6.00 round trips and 2.50 conflicts"),
-            "{}",
-            scaling.summary
-        );
+        assert_says(scaling, "postgres 6.00 round trips and 2.50 conflicts");
         let advisory = check(&checks, "advisory-across");
         assert_eq!(advisory.cells.len(), 2, "4 and 16 processes only");
         assert_eq!(advisory.status, CheckStatus::NotMet);
-        assert!(
-            advisory
-                .summary
-                .contains("postgres 3.00k/s (0.30× pg_advisory_lock() at 16"),
-            "{}",
-            advisory.summary
-        );
+        assert_says(advisory, "postgres 3.00k/s (0.30× pg_advisory_lock() at 16");
         let etcd = check(&checks, "etcd-lock-across");
         assert_eq!(etcd.cells.len(), 2);
         assert_eq!(etcd.status, CheckStatus::Met, "{}", etcd.summary);
@@ -1045,13 +1039,10 @@ mod tests {
         ]);
         let scaling = &evaluate(&results)[3];
         assert_eq!(scaling.status, CheckStatus::NotMet);
-        assert!(
-            scaling.summary.contains(
-                "the store's own write of a 4 KiB row, against a small one (cas, key per \
-                 client, 1 client): sqlite 0.75×"
-            ),
-            "{}",
-            scaling.summary
+        assert_says(
+            scaling,
+            "the store's own write of a 4 KiB row, against a small one (cas, key per \
+                 client, 1 client): sqlite 0.75×",
         );
         assert_eq!(row_size_cost(&results, "sqlite"), Some(0.75));
         assert_eq!(row_size_cost(&results, "redis"), None);
@@ -1075,13 +1066,7 @@ mod tests {
         for (got, want) in cell.round_ratios.iter().zip(expected) {
             assert!((got - want).abs() < 1e-9, "{:?}", cell.round_ratios);
         }
-        assert!(
-            scaling
-                .summary
-                .contains("0.79× (its rounds: 0.60× to 0.95×)"),
-            "{}",
-            scaling.summary
-        );
+        assert_says(scaling, "0.79× (its rounds: 0.60× to 0.95×)");
     }
 
     /// Contended cells are set against the same store's single client, with
@@ -1102,36 +1087,20 @@ mod tests {
             with_trips("old", 4, 10.0, 9.0),          // the baseline: never judged
         ];
         let checks = evaluate(&results);
-        let contended = checks
-            .iter()
-            .find(|c| c.id == "lock-contended")
-            .expect("the contention check");
+        let contended = check(&checks, "lock-contended");
         assert_eq!(contended.cells.len(), 2, "{:?}", contended.cells);
         assert!(contended.cells[0].met && !contended.cells[1].met);
         assert_eq!(contended.status, CheckStatus::NotMet);
-        assert!(
-            contended.summary.contains("0.30× at 64 clients"),
-            "{}",
-            contended.summary
-        );
-        let trips = checks
-            .iter()
-            .find(|c| c.id == "lock-round-trips")
-            .expect("the round-trip check");
+        assert_says(contended, "0.30× at 64 clients");
+        let trips = check(&checks, "lock-round-trips");
         assert_eq!(trips.cells.len(), 5, "the old lock is not judged");
         assert_eq!(trips.status, CheckStatus::NotMet);
-        assert!(
-            trips
-                .summary
-                .contains("not met on sqlite (fair-polling); worst: sqlite (fair-polling) 4.50"),
-            "{}",
-            trips.summary
+        assert_says(
+            trips,
+            "not met on sqlite (fair-polling); worst: sqlite (fair-polling) 4.50",
         );
         let met = evaluate(&results[..3]);
-        let trips = met
-            .iter()
-            .find(|c| c.id == "lock-round-trips")
-            .expect("the round-trip check");
+        let trips = check(&met, "lock-round-trips");
         assert_eq!(trips.status, CheckStatus::Met, "{}", trips.summary);
     }
 
@@ -1159,26 +1128,13 @@ mod tests {
             with_handoff("fair-polling", 4, 2_500), // polls: shown, not judged
             with_handoff("old", 4, 50_000),  // the baseline: not judged
         ];
-        let handoff = evaluate(&results)
-            .into_iter()
-            .find(|c| c.id == "lock-handoff")
-            .expect("the hand-off check");
+        let handoff = evaluated(&results, "lock-handoff");
         assert_eq!(handoff.cells.len(), 2);
         assert!((handoff.cells[0].ratio - 1.8).abs() < 1e-9);
         assert!(handoff.cells[0].met && !handoff.cells[1].met);
         assert_eq!(handoff.status, CheckStatus::NotMet);
-        assert!(
-            handoff.summary.contains("2.5 round trips"),
-            "{}",
-            handoff.summary
-        );
-        assert!(
-            handoff
-                .summary
-                .contains("not judged, polling without notifications (a timer tick; worst cell): sqlite (fair-polling) 5.0 round trips at 4 clients"),
-            "{}",
-            handoff.summary
-        );
+        assert_says(&handoff, "2.5 round trips");
+        assert_says(&handoff, "not judged, polling without notifications (a timer tick; worst cell): sqlite (fair-polling) 5.0 round trips at 4 clients");
         assert!(
             !handoff.summary.contains("own lock"),
             "no native lock in the run: {}",
@@ -1206,17 +1162,11 @@ mod tests {
         let mut native_single = native(1, 0);
         native_single.latency.p50_ns = 1_000_000; // its own round trip: 500 µs
         with_native.extend([native_single, native(4, 1_200), native(64, 1_500)]);
-        let handoff = evaluate(&with_native)
-            .into_iter()
-            .find(|c| c.id == "lock-handoff")
-            .expect("the hand-off check");
+        let handoff = evaluated(&with_native, "lock-handoff");
         assert_eq!(handoff.cells.len(), 2, "a native cell is not judged");
-        assert!(
-            handoff
-                .summary
-                .contains("sqlite its mutex 3.00 round trips, 3.00 of its own at 64 clients"),
-            "{}",
-            handoff.summary
+        assert_says(
+            &handoff,
+            "sqlite its mutex 3.00 round trips, 3.00 of its own at 64 clients",
         );
 
         // Judged on the ns figure, not the µs column: 3.4 µs shown as
@@ -1228,18 +1178,12 @@ mod tests {
             .insert(crate::workloads::lock::HANDOFF_P50.to_string(), 4);
         fine.extras
             .insert(crate::workloads::lock::HANDOFF_P50_NS.to_string(), 3_400);
-        let fine = evaluate(&[fine_single, fine])
-            .into_iter()
-            .find(|c| c.id == "lock-handoff")
-            .expect("the hand-off check");
+        let fine = evaluated(&[fine_single, fine], "lock-handoff");
         assert_eq!(fine.cells.len(), 1);
         assert!((fine.cells[0].ratio - 1.7).abs() < 1e-9, "{}", fine.summary);
 
         // Without a single-client cell there is nothing to count in.
-        let alone = evaluate(&results[2..3])
-            .into_iter()
-            .find(|c| c.id == "lock-handoff")
-            .expect("the hand-off check");
+        let alone = evaluated(&results[2..3], "lock-handoff");
         assert_eq!(alone.status, CheckStatus::NotMeasured);
     }
 }
