@@ -32,14 +32,12 @@ impl AdvisoryLock {
         let key = tag_hash(&cell.tag) as i64;
         lock_connections(cell, &sent, || async {
             let client = session(self, &self.uri).await?;
-            let lock = client
-                .prepare("SELECT pg_advisory_lock($1)")
-                .await
-                .map_err(|e| peer_error("postgres", self, "cannot prepare", e))?;
-            let unlock = client
-                .prepare("SELECT pg_advisory_unlock($1)")
-                .await
-                .map_err(|e| peer_error("postgres", self, "cannot prepare", e))?;
+            let prepare = async |sql: &str| {
+                let prepared = client.prepare(sql).await;
+                prepared.map_err(|e| peer_error("postgres", self, "cannot prepare", e))
+            };
+            let lock = prepare("SELECT pg_advisory_lock($1)").await?;
+            let unlock = prepare("SELECT pg_advisory_unlock($1)").await?;
             Ok(AdvisoryConnection {
                 client,
                 lock,

@@ -58,14 +58,12 @@ impl GetLock {
         let name = format!("bakery_bench_{:016x}", tag_hash(&cell.tag));
         lock_connections(cell, &sent, || async {
             let mut conn = connected("mariadb", self, connect(&self.uri)).await?;
-            let lock = conn
-                .prep("SELECT GET_LOCK(?, ?)")
-                .await
-                .map_err(|e| peer_error("mariadb", self, "cannot prepare", e))?;
-            let unlock = conn
-                .prep("SELECT RELEASE_LOCK(?)")
-                .await
-                .map_err(|e| peer_error("mariadb", self, "cannot prepare", e))?;
+            let mut prepare = async |sql: &str| {
+                let prepared = conn.prep(sql).await;
+                prepared.map_err(|e| peer_error("mariadb", self, "cannot prepare", e))
+            };
+            let lock = prepare("SELECT GET_LOCK(?, ?)").await?;
+            let unlock = prepare("SELECT RELEASE_LOCK(?)").await?;
             Ok(NamedLockConnection {
                 conn,
                 lock,
