@@ -287,16 +287,13 @@ impl Lock {
         let row = self.handle.store.get(&self.handle.key).await?;
         self.handle.writer.remember(row.as_ref());
         match &row {
-            Some(row) => {
-                let head = self.handle.writer.head(row)?;
-                let state = crate::queue::state::QueueState {
-                    token: head.token,
-                    rule: head.rule,
-                    holders: head.holders,
-                    queue: Default::default(),
-                };
-                Ok(LockState::from(state).holder)
-            }
+            Some(row) => Ok(self
+                .handle
+                .writer
+                .head(row)?
+                .holders
+                .first()
+                .map(crate::queue::view::lock_holder)),
             None => Ok(None),
         }
     }
