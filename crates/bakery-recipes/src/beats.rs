@@ -236,6 +236,7 @@ mod tests {
 
     use super::*;
 
+    /// An entry that only counts its starts.
     struct Counted(AtomicUsize);
 
     impl Due for Counted {
@@ -244,56 +245,57 @@ mod tests {
         }
     }
 
-    fn entry() -> (Arc<Counted>, Weak<dyn Due>) {
+    impl Counted {
+        fn starts(&self) -> usize {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    /// A [`Counted`] entry of `beats`, to start at `at`; its ticket.
+    fn counted(beats: &Arc<Beats>, at: Instant) -> (Arc<Counted>, Ticket) {
         let counted = Arc::new(Counted(AtomicUsize::new(0)));
         let weak: Weak<Counted> = Arc::downgrade(&counted);
-        (counted, weak)
+        let ticket = beats.start_at(weak, at);
+        (counted, ticket)
     }
 
     #[tokio::test(start_paused = true)]
     async fn starts_what_is_due_and_not_what_was_cancelled() {
         let beats = Beats::new(Duration::from_secs(10));
         let now = Instant::now();
-        let (late, late_entry) = entry();
-        let (cancelled, cancelled_entry) = entry();
-        let (soon, soon_entry) = entry();
-        beats.start_at(late_entry, now + Duration::from_secs(10));
-        let ticket = beats.start_at(cancelled_entry, now + Duration::from_secs(1));
+        let (late, _) = counted(&beats, now + Duration::from_secs(10));
+        let (cancelled, ticket) = counted(&beats, now + Duration::from_secs(1));
         // Sooner than the timer's next look: it must be woken for it.
-        beats.start_at(soon_entry, now + Duration::from_millis(500));
+        let (soon, _) = counted(&beats, now + Duration::from_millis(500));
         beats.cancel(ticket);
         tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!(soon.0.load(Ordering::SeqCst), 1);
-        assert_eq!(cancelled.0.load(Ordering::SeqCst), 0);
-        assert_eq!(late.0.load(Ordering::SeqCst), 0, "not due yet");
+        assert_eq!(soon.starts(), 1);
+        assert_eq!(cancelled.starts(), 0);
+        assert_eq!(late.starts(), 0, "not due yet");
         tokio::time::sleep(Duration::from_secs(9)).await;
-        assert_eq!(late.0.load(Ordering::SeqCst), 1);
+        assert_eq!(late.starts(), 1);
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_idle_timer_is_woken_by_the_next_start() {
         let beats = Beats::new(Duration::from_millis(10));
-        let (first, first_entry) = entry();
-        beats.start_at(first_entry, Instant::now() + Duration::from_millis(10));
+        let (first, _) = counted(&beats, Instant::now() + Duration::from_millis(10));
         // Long idle: the timer ticks once more, then sleeps until told.
         tokio::time::sleep(Duration::from_secs(60)).await;
-        assert_eq!(first.0.load(Ordering::SeqCst), 1);
-        let (second, second_entry) = entry();
-        beats.start_at(second_entry, Instant::now() + Duration::from_secs(5));
+        assert_eq!(first.starts(), 1);
+        let (second, _) = counted(&beats, Instant::now() + Duration::from_secs(5));
         tokio::time::sleep(Duration::from_secs(6)).await;
-        assert_eq!(second.0.load(Ordering::SeqCst), 1);
+        assert_eq!(second.starts(), 1);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_dropped_entry_is_skipped() {
         let beats = Beats::new(Duration::from_millis(10));
-        let (gone, gone_entry) = entry();
-        beats.start_at(gone_entry, Instant::now() + Duration::from_millis(10));
+        let (gone, _) = counted(&beats, Instant::now() + Duration::from_millis(10));
         drop(gone);
-        let (kept, kept_entry) = entry();
-        beats.start_at(kept_entry, Instant::now() + Duration::from_millis(20));
+        let (kept, _) = counted(&beats, Instant::now() + Duration::from_millis(20));
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(kept.0.load(Ordering::SeqCst), 1);
+        assert_eq!(kept.starts(), 1);
     }
 
     /// A grant whose heartbeat task only counts its starts.

@@ -232,6 +232,16 @@ mod tests {
     use super::*;
     use bakery_core::{ErrorKind, MemoryStore};
 
+    /// Two clients of the fenced value `name` on one store, each with its
+    /// own cache.
+    fn two_clients(name: &str) -> [FencedValue; 2] {
+        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
+        [
+            FencedValue::new(store.clone(), name).unwrap(),
+            FencedValue::new(store, name).unwrap(),
+        ]
+    }
+
     #[tokio::test]
     async fn a_foreign_row_is_corrupt_and_kept() {
         let store = Arc::new(MemoryStore::new());
@@ -249,9 +259,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_stale_cache_costs_a_conflict_not_a_wrong_answer() {
-        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
-        let a = FencedValue::new(store.clone(), "y").unwrap();
-        let b = FencedValue::new(store, "y").unwrap();
+        let [a, b] = two_clients("y");
         assert!(a.write(1, "a".into()).await.unwrap().is_accepted());
         assert!(b.write(5, "b".into()).await.unwrap().is_accepted());
         // `a` still caches token 1; the conflict returns token 5.
@@ -263,9 +271,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_fenced_read_shuts_out_an_older_writer_before_the_new_one_writes() {
-        let store: Arc<dyn VersionedStore> = Arc::new(MemoryStore::new());
-        let old = FencedValue::new(store.clone(), "z").unwrap();
-        let new = FencedValue::new(store, "z").unwrap();
+        let [old, new] = two_clients("z");
         assert!(old.write(4, "10".into()).await.unwrap().is_accepted());
         // The new holder (token 5) reads first; the old one then tries to
         // write its stale result: refused, so no update can be lost.

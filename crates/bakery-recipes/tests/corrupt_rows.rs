@@ -8,7 +8,6 @@
 //! [`MemoryStore`], so the mutations reach deep into the decoders rather
 //! than stopping at the first byte.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use bakery_core::{Bytes, ErrorKind, Key, MemoryStore, Row, VersionedStore};
@@ -103,70 +102,99 @@ fn digit_runs(bytes: &[u8]) -> Vec<(usize, usize)> {
     runs
 }
 
-fn block_on<F: Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime")
-        .block_on(future)
+/// One case: a recipe's row on a fresh [`MemoryStore`], damaged once the
+/// recipe has written it, then every call on it checked.
+struct Case {
+    memory: Arc<MemoryStore>,
+    damage: Damage,
+    /// The row as stored now; `None` until [`Case::damage`].
+    damaged: Option<Row>,
 }
 
-/// Overwrite `key`'s row (which the recipe wrote) with `damage` applied.
-async fn damage_row(store: &MemoryStore, key: &Key, damage: &Damage) -> Row {
-    let valid = store
-        .get(key)
-        .await
-        .unwrap()
-        .expect("the recipe wrote its row");
-    let bytes = damage.apply(&valid.value);
-    store
-        .put_if_version(key, Some(valid.version), Bytes::from(bytes))
-        .await
-        .unwrap()
-        .applied()
-        .expect("nobody else writes")
-}
+impl Case {
+    /// Run `case` on a current-thread runtime with a fresh store.
+    fn run(
+        damage: Damage,
+        case: impl AsyncFnOnce(&mut Case) -> Result<(), TestCaseError>,
+    ) -> Result<(), TestCaseError> {
+        let mut this = Case {
+            memory: Arc::new(MemoryStore::new()),
+            damage,
+            damaged: None,
+        };
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime")
+            .block_on(case(&mut this))
+    }
 
-/// A call on a damaged row: Ok (the damage left a valid row; `damaged`
-/// becomes what is stored now), or a Corrupt error after which the row is
-/// unchanged.
-async fn check<T>(
-    store: &MemoryStore,
-    damaged: &mut Row,
-    call: &str,
-    result: Result<T, bakery_core::Error>,
-) -> Result<(), TestCaseError> {
-    let now = store.get(&damaged.key).await.unwrap();
-    match result {
-        Ok(_) => {
-            if let Some(now) = now {
-                *damaged = now;
+    /// The store, as the recipes take it.
+    fn store(&self) -> Arc<dyn VersionedStore> {
+        self.memory.clone()
+    }
+
+    /// Overwrite the row the recipe wrote at `prefix`/`name` with the
+    /// damage applied.
+    async fn damage_at(&mut self, prefix: &str, name: &str) {
+        self.damage(Key::with_prefix(prefix, name).unwrap()).await;
+    }
+
+    /// Overwrite `key`'s row (which the recipe wrote) with the damage
+    /// applied.
+    async fn damage(&mut self, key: Key) {
+        let valid = self
+            .memory
+            .get(&key)
+            .await
+            .unwrap()
+            .expect("the recipe wrote its row");
+        let bytes = self.damage.apply(&valid.value);
+        let damaged = self
+            .memory
+            .put_if_version(&key, Some(valid.version), Bytes::from(bytes))
+            .await
+            .unwrap()
+            .applied()
+            .expect("nobody else writes");
+        self.damaged = Some(damaged);
+    }
+
+    /// A call on the damaged row: Ok (the damage left a valid row, which
+    /// becomes the damaged row now stored), or a Corrupt error after which
+    /// the row is unchanged.
+    async fn check<T>(
+        &mut self,
+        call: &str,
+        result: Result<T, bakery_core::Error>,
+    ) -> Result<(), TestCaseError> {
+        let damaged = self.damaged.as_mut().expect("the row is damaged first");
+        let now = self.memory.get(&damaged.key).await.unwrap();
+        match result {
+            Ok(_) => {
+                if let Some(now) = now {
+                    *damaged = now;
+                }
+            }
+            Err(err) => {
+                prop_assert_eq!(
+                    err.kind(),
+                    ErrorKind::Corrupt,
+                    "{} on {:?}: {}",
+                    call,
+                    String::from_utf8_lossy(&damaged.value),
+                    err
+                );
+                prop_assert_eq!(
+                    now.as_ref(),
+                    Some(&*damaged),
+                    "{} changed a corrupt row",
+                    call
+                );
             }
         }
-        Err(err) => {
-            prop_assert_eq!(
-                err.kind(),
-                ErrorKind::Corrupt,
-                "{} on {:?}: {}",
-                call,
-                String::from_utf8_lossy(&damaged.value),
-                err
-            );
-            prop_assert_eq!(
-                now.as_ref(),
-                Some(&*damaged),
-                "{} changed a corrupt row",
-                call
-            );
-        }
+        Ok(())
     }
-    Ok(())
-}
-
-/// The store, as the recipes take it, and as this test reads it.
-fn stores() -> (Arc<MemoryStore>, Arc<dyn VersionedStore>) {
-    let memory = Arc::new(MemoryStore::new());
-    (memory.clone(), memory)
 }
 
 proptest! {
@@ -174,103 +202,89 @@ proptest! {
 
     #[test]
     fn sequence_rows(damage in damage()) {
-        block_on(async {
-            let (memory, store) = stores();
+        Case::run(damage, async |case| {
+            let store = case.store();
             let build = || Sequence::builder(store.clone(), "s").block_size(10).build().unwrap();
             build().next().await.unwrap();
-            let key = Key::with_prefix(bakery_recipes::sequence::KEY_PREFIX, "s").unwrap();
-            let mut damaged = damage_row(&memory, &key, &damage).await;
-            check(&memory, &mut damaged, "inspect", Sequence::inspect(&*store, "s").await).await?;
-            check(&memory, &mut damaged, "next", build().next().await).await?;
-            Ok::<(), TestCaseError>(())
+            case.damage_at(bakery_recipes::sequence::KEY_PREFIX, "s").await;
+            case.check("inspect", Sequence::inspect(&*store, "s").await).await?;
+            case.check("next", build().next().await).await
         })?;
     }
 
     #[test]
     fn lock_rows(damage in damage()) {
-        block_on(async {
-            let (memory, store) = stores();
+        Case::run(damage, async |case| {
+            let store = case.store();
             let lock = Lock::builder(store.clone(), "l").build().unwrap();
             let guard = lock.try_acquire().await.unwrap().expect("free");
-            let key = Key::with_prefix(bakery_recipes::lock::KEY_PREFIX, "l").unwrap();
-            let mut damaged = damage_row(&memory, &key, &damage).await;
-            check(&memory, &mut damaged, "inspect", Lock::inspect(&*store, "l").await).await?;
-            let other = Lock::builder(store.clone(), "l").build().unwrap();
-            check(&memory, &mut damaged, "try_acquire", other.try_acquire().await).await?;
+            case.damage_at(bakery_recipes::lock::KEY_PREFIX, "l").await;
+            case.check("inspect", Lock::inspect(&*store, "l").await).await?;
+            let other = Lock::builder(store, "l").build().unwrap();
+            case.check("try_acquire", other.try_acquire().await).await?;
             drop(guard);
-            Ok::<(), TestCaseError>(())
+            Ok(())
         })?;
     }
 
     #[test]
     fn fenced_rows(damage in damage()) {
-        block_on(async {
-            let (memory, store) = stores();
-            let value = FencedValue::new(store.clone(), "f").unwrap();
+        Case::run(damage, async |case| {
+            let value = FencedValue::new(case.store(), "f").unwrap();
             let first = value.write(7, Bytes::from_static(b"data")).await.unwrap();
             assert!(matches!(first, FencedWrite::Accepted(_)), "{first:?}");
-            let key = Key::with_prefix(bakery_recipes::fence::KEY_PREFIX, "f").unwrap();
-            let mut damaged = damage_row(&memory, &key, &damage).await;
-            check(&memory, &mut damaged, "read", value.read().await).await?;
-            check(&memory, &mut damaged, "read_fenced", value.read_fenced(8).await).await?;
-            check(&memory, &mut damaged, "write", value.write(9, Bytes::from_static(b"more")).await).await?;
-            Ok::<(), TestCaseError>(())
+            case.damage_at(bakery_recipes::fence::KEY_PREFIX, "f").await;
+            case.check("read", value.read().await).await?;
+            case.check("read_fenced", value.read_fenced(8).await).await?;
+            case.check("write", value.write(9, Bytes::from_static(b"more")).await).await
         })?;
     }
 
     #[test]
     fn time_rows(damage in damage()) {
-        block_on(async {
-            let (memory, store) = stores();
-            let time = TimeService::new(store.clone(), "t").unwrap();
+        Case::run(damage, async |case| {
+            let time = TimeService::new(case.store(), "t").unwrap();
             time.advance_to(1_000).await.unwrap();
-            let key = Key::with_prefix(bakery_recipes::time::KEY_PREFIX, "t").unwrap();
-            let mut damaged = damage_row(&memory, &key, &damage).await;
-            check(&memory, &mut damaged, "read", time.read().await).await?;
-            check(&memory, &mut damaged, "advance_to", time.advance_to(2_000).await).await?;
-            Ok::<(), TestCaseError>(())
+            case.damage_at(bakery_recipes::time::KEY_PREFIX, "t").await;
+            case.check("read", time.read().await).await?;
+            case.check("advance_to", time.advance_to(2_000).await).await
         })?;
     }
 
     #[test]
     fn idempotency_rows(damage in damage()) {
-        block_on(async {
-            let (memory, store) = stores();
+        Case::run(damage, async |case| {
             // Fail at once on a record that reads as running: no waiting.
-            let once = Idempotency::builder(store.clone(), "scope")
+            let once = Idempotency::builder(case.store(), "scope")
                 .on_busy(OnBusy::Fail)
                 .build()
                 .unwrap();
             let op = |_| async { Ok::<_, String>(Bytes::from_static(b"result")) };
             once.run_bytes("k", b"payload", op).await.unwrap();
-            let key = once.row_key("k").unwrap();
-            let mut damaged = damage_row(&memory, &key, &damage).await;
-            check(&memory, &mut damaged, "inspect", once.inspect("k").await).await?;
+            case.damage(once.row_key("k").unwrap()).await;
+            case.check("inspect", once.inspect("k").await).await?;
             // A damaged row that still decodes may give any outcome but a
             // store error: that is the recipe's normal behaviour.
             if let Err(RunError::Store(err)) = once.run_bytes("k", b"payload", op).await {
-                check(&memory, &mut damaged, "run_bytes", Err::<(), _>(err)).await?;
+                case.check("run_bytes", Err::<(), _>(err)).await?;
             }
-            Ok::<(), TestCaseError>(())
+            Ok(())
         })?;
     }
 
     #[test]
     fn consumer_rows(damage in damage()) {
-        block_on(async {
-            let (memory, store) = stores();
-            let consumer = Consumer::builder(store.clone(), "c").build().unwrap();
+        Case::run(damage, async |case| {
+            let consumer = Consumer::builder(case.store(), "c").build().unwrap();
             let add = |state: Option<&[u8]>| {
                 let mut next = state.unwrap_or_default().to_vec();
                 next.push(b'+');
                 next
             };
             consumer.process_bytes("p", 5, add).await.unwrap();
-            let key = consumer.row_key("p").unwrap();
-            let mut damaged = damage_row(&memory, &key, &damage).await;
-            check(&memory, &mut damaged, "state_bytes", consumer.state_bytes("p").await).await?;
-            check(&memory, &mut damaged, "process_bytes", consumer.process_bytes("p", 6, add).await).await?;
-            Ok::<(), TestCaseError>(())
+            case.damage(consumer.row_key("p").unwrap()).await;
+            case.check("state_bytes", consumer.state_bytes("p").await).await?;
+            case.check("process_bytes", consumer.process_bytes("p", 6, add).await).await
         })?;
     }
 }

@@ -83,13 +83,13 @@
 mod guard;
 mod state;
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bakery_core::{Key, Result, VersionedStore};
 
 pub use crate::grant::LostReason;
+pub use crate::queue::handle::{DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, MIN_LEASE};
 pub use guard::LockGuard;
 pub use state::{Holder, LockState, Waiter};
 
@@ -102,16 +102,6 @@ use crate::queue::state::{Mode, Rule};
 /// Key prefix of lock rows: the lock `jobs` is stored under `lock/jobs`.
 pub const KEY_PREFIX: &str = "lock";
 
-/// Default lease: long enough for a heartbeat to survive a few slow round
-/// trips, short enough that a crashed holder is replaced quickly.
-pub const DEFAULT_LEASE: Duration = crate::queue::handle::DEFAULT_LEASE;
-
-/// Default longest delay between two polls of a waiter (without notifications).
-pub const DEFAULT_POLL_INTERVAL: Duration = crate::queue::handle::DEFAULT_POLL_INTERVAL;
-
-/// Shortest lease accepted: the heartbeat runs every lease/3.
-pub const MIN_LEASE: Duration = crate::queue::handle::MIN_LEASE;
-
 /// Longest [`LockBuilder::data`] accepted, in bytes: it is copied into the
 /// lock's row with every waiter.
 pub const MAX_DATA_LEN: usize = crate::queue::handle::MAX_DATA_LEN;
@@ -123,25 +113,10 @@ pub struct LockBuilder {
     reentrant: bool,
 }
 
-bakery_core::setters! { LockBuilder {
-    /// How long the lock survives its holder's silence (default 10 s). The
-    /// holder heartbeats every lease/3. At least 30 ms.
-    [settings] lease(lease: Duration);
-    /// Give up [`Lock::acquire`] after this long with
-    /// [`ErrorKind::TimedOut`](bakery_core::ErrorKind::TimedOut) (leaving
-    /// the queue). Default: wait forever.
-    [settings] acquire_timeout(acquire_timeout: Duration) Some;
-    /// Longest delay between two polls while waiting (default 25 ms). Polls
-    /// start at 1 ms and double. With store notifications this is only the
-    /// fallback.
-    [settings] poll_interval(poll_interval: Duration);
-    /// Use the store's notifications when it has
-    /// [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH) (default
-    /// `true`): waiters wake when the lock changes hands instead of polling,
-    /// and releases notify. `false` polls only (to compare the two).
-    [settings] notifications(notifications: bool);
-    /// The owner shown by `bakery lock show` (default `host:pid`).
-    [settings] owner(owner: impl Into<String>) Some;
+crate::queue::handle::builder_setters! { LockBuilder {
+    recipe: "lock",
+    survives: "the lock",
+    waits: "[`Lock::acquire`]",
     /// A small value stored with every grant of this handle (at most
     /// [`MAX_DATA_LEN`] bytes), readable by everyone: [`Lock::holder`],
     /// [`Lock::inspect`], `bakery lock show`. E.g. the address of the node
@@ -194,11 +169,7 @@ pub struct Lock {
     task_holds: Arc<TaskHolds>,
 }
 
-impl fmt::Debug for Lock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.handle.debug(f, "Lock")
-    }
-}
+crate::queue::handle::handle_accessors!(Lock, "lock", "grants");
 
 impl Lock {
     /// Start configuring the lock `name` (letters, digits, `_ - . : @ + =`).
@@ -207,16 +178,6 @@ impl Lock {
             settings: Settings::new(store, name),
             reentrant: false,
         }
-    }
-
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        &self.handle.name
-    }
-
-    /// The lease this handle's grants are held with.
-    pub fn lease(&self) -> Duration {
-        self.handle.lease
     }
 
     /// Wait until the lock is granted, in FIFO order of request.
@@ -287,16 +248,13 @@ impl Lock {
         let row = self.handle.store.get(&self.handle.key).await?;
         self.handle.writer.remember(row.as_ref());
         match &row {
-            Some(row) => {
-                let head = self.handle.writer.head(row)?;
-                let state = crate::queue::state::QueueState {
-                    token: head.token,
-                    rule: head.rule,
-                    holders: head.holders,
-                    queue: Default::default(),
-                };
-                Ok(LockState::from(state).holder)
-            }
+            Some(row) => Ok(self
+                .handle
+                .writer
+                .head(row)?
+                .holders
+                .first()
+                .map(crate::queue::view::lock_holder)),
             None => Ok(None),
         }
     }

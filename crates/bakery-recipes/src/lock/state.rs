@@ -6,40 +6,41 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::queue::state::{Ask, QueueState};
-
 /// The stored state of one lock, as `bakery lock show` prints it.
 ///
 /// When nobody holds the lock the queue is empty (a release hands the lock
 /// to the head of the queue in the same write). Serialized, every waiter
-/// is whole; in the row, a waiter that repeats the owner and lease of the
-/// entry before it is stored as its bare id.
+/// is whole, whatever the row leaves out of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockState {
-    /// The fencing token of the latest grant (0: never granted). It grows by
-    /// one with every grant and is never reset, not even by a release.
+    /// The token of the lock's latest grant, the one its holder fences
+    /// with (0: never granted). A release keeps it; the next grant takes
+    /// the one after it.
     pub token: u64,
     /// Who holds the lock now, if anyone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<Holder>,
-    /// Waiters in the order their enqueue write applied (FIFO).
+    /// Who waits for the lock, the next holder first.
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub queue: VecDeque<Waiter>,
 }
 
-/// The holder of a lock.
+/// The holder of a lock (and, as [`Worker`](crate::once::Worker), the
+/// worker of an idempotency key).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Holder {
-    /// Unique id of the acquisition (one per `acquire` call).
+    /// Unique id of the acquisition (one per `acquire` call; the guards of
+    /// a reentrant lock share it).
     pub id: Arc<str>,
-    /// Human-readable owner (`host:pid` unless set by the builder).
+    /// Who holds the lock, for people: `host:pid` unless set with
+    /// [`LockBuilder::owner`](super::LockBuilder::owner).
     pub owner: Arc<str>,
     /// Heartbeat counter: 0 when the lock was handed over and not yet
     /// claimed; the holder advances it every lease/3.
     pub beat: u64,
-    /// The holder's lease in milliseconds: an observer that sees the same
-    /// (holder, beat) for this long on its own clock may evict it.
+    /// The holder's lease in milliseconds: a waiter that sees the same
+    /// (holder, beat) for this long on its own clock may take the lock.
     pub lease_ms: u64,
     /// The holder's data, set by [`LockBuilder::data`](super::LockBuilder::data)
     /// (e.g. the address of the node that runs the job).
@@ -47,44 +48,17 @@ pub struct Holder {
     pub data: Option<Arc<str>>,
 }
 
-/// A client waiting in a lock's queue.
+/// A client waiting in a lock's queue: what it will hold the lock with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Waiter {
-    /// Unique id of the acquisition.
+    /// The acquisition's id, its [`Holder::id`] once granted.
     pub id: Arc<str>,
-    /// Human-readable owner.
+    /// Its [`Holder::owner`] once granted.
     pub owner: Arc<str>,
-    /// The lease this waiter will hold the lock with.
+    /// Its [`Holder::lease_ms`] once granted.
     pub lease_ms: u64,
-    /// The data this waiter will hold the lock with.
+    /// Its [`Holder::data`] once granted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Arc<str>>,
-}
-
-impl From<&Ask> for Waiter {
-    fn from(ask: &Ask) -> Waiter {
-        Waiter {
-            id: ask.id.clone(),
-            owner: ask.owner.clone(),
-            lease_ms: ask.lease_ms,
-            data: ask.data.clone(),
-        }
-    }
-}
-
-impl From<QueueState> for LockState {
-    fn from(state: QueueState) -> LockState {
-        LockState {
-            token: state.token,
-            holder: state.holders.first().map(|holder| Holder {
-                id: holder.ask.id.clone(),
-                owner: holder.ask.owner.clone(),
-                beat: holder.beat,
-                lease_ms: holder.ask.lease_ms,
-                data: holder.ask.data.clone(),
-            }),
-            queue: state.queue.iter().map(Waiter::from).collect(),
-        }
-    }
 }

@@ -1,5 +1,6 @@
 //! One handle of a queue recipe: its checked settings, the process's writer
-//! of its row, and its grants' heartbeat timer.
+//! of its row, and its grants' heartbeat timer. Its `pub` constants are
+//! each recipe's (`lock::DEFAULT_LEASE`, `semaphore::DEFAULT_LEASE`, …).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use super::writer::Writer;
 use crate::beats::Beats;
 
 /// Shortest lease accepted: the heartbeat runs every lease/3.
-pub(crate) const MIN_LEASE: Duration = Duration::from_millis(30);
+pub const MIN_LEASE: Duration = Duration::from_millis(30);
 
 /// Longest `data` accepted, in bytes: it is copied into the row with every
 /// waiter.
@@ -51,13 +52,78 @@ impl Settings {
     }
 }
 
+/// The setters every queue recipe's builder has, on its `settings`
+/// ([`Settings`]), with their docs, then the recipe's own setters
+/// (`$($own)*`, in [`bakery_core::setters!`]'s form). `$recipe` names the
+/// recipe in `bakery $recipe show`, `$survives` is what a grant is ("the
+/// lock", "a permit") and `$waits` the calls that queue, as doc links.
+macro_rules! builder_setters {
+    ($builder:ident {
+        recipe: $recipe:literal,
+        survives: $survives:literal,
+        waits: $waits:literal,
+        $($own:tt)*
+    }) => {
+        ::bakery_core::setters! { $builder {
+            #[doc = concat!("How long ", $survives, " survives its holder's silence (default 10 s).")]
+            /// The holder heartbeats every lease/3. At least 30 ms.
+            [settings] lease(lease: ::std::time::Duration);
+            #[doc = concat!("Give up ", $waits, " after this long with")]
+            /// [`ErrorKind::TimedOut`](bakery_core::ErrorKind::TimedOut)
+            /// (leaving the queue first). Default: wait forever.
+            [settings] acquire_timeout(acquire_timeout: ::std::time::Duration) Some;
+            /// Longest delay between two polls while waiting (default 25 ms).
+            /// Polls start at 1 ms and double while nothing changes. With
+            /// store notifications this is only the fallback.
+            [settings] poll_interval(poll_interval: ::std::time::Duration);
+            /// Use the store's notifications when it has
+            /// [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH)
+            /// (default `true`): waiters wake when a write grants them
+            /// instead of polling, and such writes notify. `false` polls
+            /// only (to compare the two).
+            [settings] notifications(notifications: bool);
+            #[doc = concat!("The owner stored with each holder and waiter, shown by `bakery ", $recipe, " show`")]
+            /// (default `host:pid`).
+            [settings] owner(owner: impl Into<String>) Some;
+            $($own)*
+        }}
+    };
+}
+pub(crate) use builder_setters;
+
+/// `Debug`, `name` and `lease` of a queue recipe's handle `$recipe`, whose
+/// `handle` field is its [`QueueHandle`]; `$what` names it in the docs,
+/// `$grants` what it holds ("grants", "permits").
+macro_rules! handle_accessors {
+    ($recipe:ident, $what:literal, $grants:literal) => {
+        impl ::std::fmt::Debug for $recipe {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                self.handle.debug(f, stringify!($recipe))
+            }
+        }
+
+        impl $recipe {
+            #[doc = concat!("The ", $what, "'s name.")]
+            pub fn name(&self) -> &str {
+                &self.handle.name
+            }
+
+            #[doc = concat!("The lease this handle's ", $grants, " are held with.")]
+            pub fn lease(&self) -> ::std::time::Duration {
+                self.handle.lease
+            }
+        }
+    };
+}
+pub(crate) use handle_accessors;
+
 /// Default lease: long enough for a heartbeat to survive a few slow round
-/// trips, short enough that a crashed holder is replaced quickly.
-pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+/// trips, short enough that a crashed holder's grant comes back quickly.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 
 /// Default longest delay between two polls of a waiter (without
 /// notifications).
-pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(25);
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(25);
 
 /// A queue recipe's handle, shared by its clones and its grants.
 pub(crate) struct QueueHandle {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use bakery_core::{Bytes, Error, ErrorKind, Result, Row};
 use serde::{Deserialize, Serialize};
 
-use super::state::{Ask, Head, Holder, Mode, QueueState, Rule};
+use super::state::{broken_ids, Ask, Head, Holder, Mode, QueueState, Rule};
 
 /// Which recipe's form a row has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -375,7 +375,7 @@ fn broken(shape: Shape, row: &Row, what: String) -> Error {
     )
 }
 
-/// The head of `row` (token, rule, holders) without building its queue: a
+/// The head of `row` (rule, holders) without building its queue: a
 /// woken waiter only needs to know whether the row grants it, and at 64
 /// waiters building (and later dropping) the queue costs more than the
 /// rest of its grant. A row [`decode`] refuses is refused here too.
@@ -400,29 +400,15 @@ pub(crate) fn decode_head(shape: Shape, row: &Row) -> Result<Head> {
             .into_iter()
             .collect(),
     };
-    if let Some(what) = probe.broken_apart_from_ids() {
+    let queued = parsed.queue.iter().map(|w| &*w.id);
+    if let Some(what) = probe
+        .broken_apart_from_ids()
+        .or_else(|| broken_ids(&probe.holders, queued))
+    {
         return Err(broken(shape, row, what));
     }
-    let mut ids: Vec<&str> = probe
-        .holders
-        .iter()
-        .map(|h| &*h.ask.id)
-        .chain(parsed.queue.iter().map(|w| &*w.id))
-        .collect();
-    let all = ids.len();
-    ids.sort_unstable();
-    ids.dedup();
-    if ids.len() != all {
-        return Err(broken(shape, row, "a request id twice".to_owned()));
-    }
-    let QueueState {
-        token,
-        rule,
-        holders,
-        ..
-    } = probe;
+    let QueueState { rule, holders, .. } = probe;
     Ok(Head {
-        token,
         rule,
         holders,
         queued: parsed.queue.len(),
@@ -671,17 +657,8 @@ impl Fragments {
 
 #[cfg(test)]
 mod tests {
+    use super::super::state::test_support::ask;
     use super::*;
-
-    fn ask(id: &str, mode: Mode) -> Ask {
-        Ask {
-            id: id.into(),
-            owner: "test".into(),
-            lease_ms: 1000,
-            mode,
-            data: None,
-        }
-    }
 
     fn row(value: &str) -> Row {
         Row {
@@ -695,32 +672,39 @@ mod tests {
         String::from_utf8(encode(shape, state).unwrap().to_vec()).unwrap()
     }
 
+    /// Write request `id` (what the lock and the semaphore ask).
+    fn writer(id: &str) -> Ask {
+        ask(id, Mode::Write)
+    }
+
+    /// Write request `id` of an owner other than the others'.
+    fn elsewhere(id: &str) -> Ask {
+        Ask {
+            owner: "elsewhere".into(),
+            ..writer(id)
+        }
+    }
+
     fn joined(rule: Rule, asks: &[Ask]) -> QueueState {
         let mut s = QueueState::new(rule);
         for ask in asks {
-            if s.can_take(ask) {
-                s.take(ask).unwrap();
-            } else {
-                s.queue.push_back(ask.clone());
-            }
+            s.join(ask.clone());
         }
         s
     }
 
     #[test]
     fn each_recipe_has_its_own_form_and_reads_it_back() {
-        let w = |id| ask(id, Mode::Write);
-        let mut other = w("d");
-        other.owner = "elsewhere".into();
+        let w = writer;
         let lock = joined(
             Rule::Permits(1),
-            &[w("a"), w("b"), w("c"), other.clone(), w("e")],
+            &[w("a"), w("b"), w("c"), elsewhere("d"), w("e")],
         );
         assert_eq!(
             text(Shape::Lock, &lock),
             r#"{"token":1,"holder":{"id":"a","owner":"test","beat":1,"lease_ms":1000},"queue":["b","c",{"id":"d","owner":"elsewhere","lease_ms":1000},{"id":"e","owner":"test","lease_ms":1000}]}"#
         );
-        let semaphore = joined(Rule::Permits(1), &[w("a"), w("b"), w("c"), other]);
+        let semaphore = joined(Rule::Permits(1), &[w("a"), w("b"), w("c"), elsewhere("d")]);
         assert_eq!(
             text(Shape::Semaphore, &semaphore),
             r#"{"token":1,"permits":1,"holders":[{"id":"a","owner":"test","token":1,"beat":1,"lease_ms":1000}],"queue":[{"id":"b","owner":"test","lease_ms":1000},"c",{"id":"d","owner":"elsewhere","lease_ms":1000}]}"#
@@ -747,8 +731,8 @@ mod tests {
             assert_eq!(decode(shape, &stored).unwrap(), state, "{shape:?}");
             let head = decode_head(shape, &stored).unwrap();
             assert_eq!(
-                (head.token, head.holders, head.queued),
-                (state.token, state.holders, state.queue.len())
+                (head.rule, head.holders, head.queued),
+                (state.rule, state.holders, state.queue.len())
             );
         }
     }
@@ -759,18 +743,18 @@ mod tests {
     /// a semaphore.
     #[test]
     fn the_release_before_the_core_writes_and_reads_the_same_rows() {
-        let w = |id| ask(id, Mode::Write);
-        let mut e = w("e");
-        e.owner = "elsewhere".into();
+        let w = writer;
         let lock = joined(
             Rule::Permits(1),
-            &[w("a"), w("b"), w("c"), w("d"), e, w("f")],
+            &[w("a"), w("b"), w("c"), w("d"), elsewhere("e"), w("f")],
         );
         let before = r#"{"token":1,"holder":{"id":"a","owner":"test","beat":1,"lease_ms":1000},"queue":["b","c","d",{"id":"e","owner":"elsewhere","lease_ms":1000},{"id":"f","owner":"test","lease_ms":1000}]}"#;
         assert_eq!(text(Shape::Lock, &lock), before);
         assert_eq!(decode(Shape::Lock, &row(before)).unwrap(), lock);
-        let mut d = w("d");
-        d.lease_ms = 5;
+        let d = Ask {
+            lease_ms: 5,
+            ..w("d")
+        };
         let semaphore = joined(Rule::Permits(1), &[w("a"), w("b"), w("c"), d]);
         let before = r#"{"token":1,"permits":1,"holders":[{"id":"a","owner":"test","token":1,"beat":1,"lease_ms":1000}],"queue":[{"id":"b","owner":"test","lease_ms":1000},"c",{"id":"d","owner":"test","lease_ms":5}]}"#;
         assert_eq!(text(Shape::Semaphore, &semaphore), before);
@@ -864,7 +848,7 @@ mod tests {
             assert_eq!(head.is_ok(), full.is_ok(), "{shape:?} {value}");
             match (full, head) {
                 (Ok(full), Ok(head)) => {
-                    assert_eq!((head.token, head.holders), (full.token, full.holders));
+                    assert_eq!((head.rule, head.holders), (full.rule, full.holders));
                 }
                 (Err(full), Err(head)) => {
                     refused += 1;

@@ -105,37 +105,37 @@ impl Silence {
 mod tests {
     use super::*;
 
-    fn row(version: Version) -> Option<Row> {
+    /// What `silence` finds silent in row `version`, where `held` hold:
+    /// each an id and its heartbeat, with a lease of 1 s.
+    fn see(silence: &Silence, version: Version, held: &[(&str, u64)]) -> Vec<String> {
         let key = bakery_core::Key::new("lock/t").expect("key");
-        Some(Row::new(&key, bakery_core::Bytes::new(), version))
-    }
-
-    fn holder(id: &str, beat: u64) -> Beating<'_> {
-        Beating {
+        let row = Row::new(&key, bakery_core::Bytes::new(), version);
+        let holders = held.iter().map(|&(id, beat)| Beating {
             id,
             beat,
             lease_ms: 1000,
-        }
+        });
+        silence.update(Some(&row), holders)
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_holder_is_silent_after_a_lease_of_the_same_heartbeat() {
         let silence = Silence::default();
-        assert!(silence.update(row(1).as_ref(), [holder("a", 0)]).is_empty());
+        assert!(see(&silence, 1, &[("a", 0)]).is_empty());
         tokio::time::advance(Duration::from_millis(999)).await;
-        assert!(silence.update(row(1).as_ref(), [holder("a", 0)]).is_empty());
+        assert!(see(&silence, 1, &[("a", 0)]).is_empty());
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(silence.update(row(1).as_ref(), [holder("a", 0)]), ["a"]);
+        assert_eq!(see(&silence, 1, &[("a", 0)]), ["a"]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_heartbeat_starts_the_count_again() {
         let silence = Silence::default();
-        silence.update(row(1).as_ref(), [holder("a", 0)]);
+        see(&silence, 1, &[("a", 0)]);
         tokio::time::advance(Duration::from_millis(600)).await;
-        silence.update(row(2).as_ref(), [holder("a", 1)]);
+        see(&silence, 2, &[("a", 1)]);
         tokio::time::advance(Duration::from_millis(600)).await;
-        assert!(silence.update(row(2).as_ref(), [holder("a", 1)]).is_empty());
+        assert!(see(&silence, 2, &[("a", 1)]).is_empty());
         assert_eq!(
             silence.deadline(),
             Some(Instant::now() + Duration::from_millis(400))
@@ -145,20 +145,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stale_row_neither_resets_nor_evicts() {
         let silence = Silence::default();
-        silence.update(row(5).as_ref(), [holder("b", 3)]);
+        see(&silence, 5, &[("b", 3)]);
         tokio::time::advance(Duration::from_secs(2)).await;
         // An older copy, where "a" held: it must not reset "b"'s count.
-        assert!(silence.update(row(4).as_ref(), [holder("a", 7)]).is_empty());
-        assert_eq!(silence.update(row(5).as_ref(), [holder("b", 3)]), ["b"]);
+        assert!(see(&silence, 4, &[("a", 7)]).is_empty());
+        assert_eq!(see(&silence, 5, &[("b", 3)]), ["b"]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_holder_gone_and_back_is_counted_afresh() {
         let silence = Silence::default();
-        silence.update(row(1).as_ref(), [holder("a", 0)]);
+        see(&silence, 1, &[("a", 0)]);
         tokio::time::advance(Duration::from_secs(2)).await;
-        silence.update(row(2).as_ref(), []);
+        see(&silence, 2, &[]);
         assert_eq!(silence.deadline(), None);
-        assert!(silence.update(row(3).as_ref(), [holder("a", 0)]).is_empty());
+        assert!(see(&silence, 3, &[("a", 0)]).is_empty());
     }
 }

@@ -106,11 +106,11 @@ pub(crate) struct QueueState {
     pub(crate) queue: VecDeque<Ask>,
 }
 
-/// What most readers of a row need: the token, the rule and the holders,
-/// without the queue (keeping one costs the same at any queue length).
+/// What most readers of a row need: the rule and the holders (with their
+/// tokens), without the queue (keeping one costs the same at any queue
+/// length).
 #[derive(Debug, Clone)]
 pub(crate) struct Head {
-    pub(crate) token: u64,
     pub(crate) rule: Rule,
     pub(crate) holders: Vec<Holder>,
     /// How many wait in the queue.
@@ -132,7 +132,6 @@ impl Head {
     /// The state of a row that does not exist.
     pub(crate) fn empty(rule: Rule) -> Head {
         Head {
-            token: 0,
             rule,
             holders: Vec::new(),
             queued: 0,
@@ -164,10 +163,9 @@ impl QueueState {
         }
     }
 
-    /// Its token, rule and holders.
+    /// Its rule and holders.
     pub(crate) fn head(&self) -> Head {
         Head {
-            token: self.token,
             rule: self.rule,
             holders: self.holders.clone(),
             queued: self.queue.len(),
@@ -294,19 +292,8 @@ impl QueueState {
 
     /// What a row this code cannot have written breaks, if anything.
     pub(crate) fn broken(&self) -> Option<String> {
-        if let Some(what) = self.broken_apart_from_ids() {
-            return Some(what);
-        }
-        let mut ids: Vec<&str> = self
-            .holders
-            .iter()
-            .map(|h| &*h.ask.id)
-            .chain(self.queue.iter().map(|w| &*w.id))
-            .collect();
-        let all = ids.len();
-        ids.sort_unstable();
-        ids.dedup();
-        (ids.len() != all).then(|| "a request id twice".to_owned())
+        self.broken_apart_from_ids()
+            .or_else(|| broken_ids(&self.holders, self.queue.iter().map(|w| &*w.id)))
     }
 
     /// [`Self::broken`] but for repeated request ids: what the holders and
@@ -336,6 +323,20 @@ impl QueueState {
     }
 }
 
+/// What the request ids of `holders` and of the waiters `queued` break, if
+/// anything: no id may appear twice. Apart from [`QueueState::broken`] for a
+/// reader that has the waiters' ids but not their requests.
+pub(crate) fn broken_ids<'a>(
+    holders: &'a [Holder],
+    queued: impl Iterator<Item = &'a str>,
+) -> Option<String> {
+    let mut ids: Vec<&str> = holders.iter().map(|h| &*h.ask.id).chain(queued).collect();
+    let all = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    (ids.len() != all).then(|| "a request id twice".to_owned())
+}
+
 /// The token after `token`; its overflow is [`ErrorKind::Exhausted`], never
 /// a wrap (fencing tokens only grow).
 fn next_token(token: u64) -> Result<u64> {
@@ -344,11 +345,14 @@ fn next_token(token: u64) -> Result<u64> {
         .ok_or_else(|| Error::new(ErrorKind::Exhausted, "queue", "fencing token overflow"))
 }
 
+/// Requests and rows for the tests of the queue's state and of its stored
+/// forms.
 #[cfg(test)]
-mod tests {
+pub(crate) mod test_support {
     use super::*;
 
-    fn ask(id: &str, mode: Mode) -> Ask {
+    /// Request `id` of owner `test` with a lease of 1 s.
+    pub(crate) fn ask(id: &str, mode: Mode) -> Ask {
         Ask {
             id: id.into(),
             owner: "test".into(),
@@ -358,13 +362,26 @@ mod tests {
         }
     }
 
-    fn join(s: &mut QueueState, id: &str, mode: Mode) -> Option<u64> {
-        let ask = ask(id, mode);
-        if s.can_take(&ask) {
-            return Some(s.take(&ask).unwrap());
+    impl QueueState {
+        /// Take `ask` at once if it can be, as an acquire does, or queue
+        /// it; the token it was granted with.
+        pub(crate) fn join(&mut self, ask: Ask) -> Option<u64> {
+            if self.can_take(&ask) {
+                return Some(self.take(&ask).unwrap());
+            }
+            self.queue.push_back(ask);
+            None
         }
-        s.queue.push_back(ask);
-        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::ask;
+    use super::*;
+
+    fn join(s: &mut QueueState, id: &str, mode: Mode) -> Option<u64> {
+        s.join(ask(id, mode))
     }
 
     fn ids(s: &QueueState) -> Vec<&str> {

@@ -98,15 +98,14 @@
 mod guard;
 mod state;
 
-use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 #[cfg(doc)]
 use bakery_core::ErrorKind;
 use bakery_core::{Key, Result, VersionedStore};
 
 pub use crate::grant::LostReason;
+pub use crate::queue::handle::{DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, MIN_LEASE};
 pub use guard::{ReadGuard, WriteGuard};
 pub use state::{Holder, Mode, RwLockState, Waiter};
 
@@ -120,41 +119,16 @@ use crate::queue::state::Rule;
 /// `rwlock/config`.
 pub const KEY_PREFIX: &str = "rwlock";
 
-/// Default lease: long enough for a heartbeat to survive a few slow round
-/// trips, short enough that a crashed holder's lock comes back quickly.
-pub const DEFAULT_LEASE: Duration = crate::queue::handle::DEFAULT_LEASE;
-
-/// Default longest delay between two polls of a waiter (without
-/// notifications).
-pub const DEFAULT_POLL_INTERVAL: Duration = crate::queue::handle::DEFAULT_POLL_INTERVAL;
-
-/// Shortest lease accepted: the heartbeat runs every lease/3.
-pub const MIN_LEASE: Duration = crate::queue::handle::MIN_LEASE;
-
 /// Configures a [`RwLock`]; start with [`RwLock::builder`].
 #[derive(Debug, Clone)]
 pub struct RwLockBuilder {
     settings: Settings,
 }
 
-bakery_core::setters! { RwLockBuilder {
-    /// How long a hold survives its holder's silence (default 10 s). The
-    /// holder heartbeats every lease/3. At least 30 ms.
-    [settings] lease(lease: Duration);
-    /// Give up [`RwLock::read`] and [`RwLock::write`] after this long with
-    /// [`ErrorKind::TimedOut`] (leaving the queue first). Default: wait
-    /// forever.
-    [settings] acquire_timeout(acquire_timeout: Duration) Some;
-    /// Longest delay between two polls while waiting (default 25 ms). Polls
-    /// start at 1 ms and double while nothing changes. With store
-    /// notifications this is only the fallback.
-    [settings] poll_interval(poll_interval: Duration);
-    /// Use the store's notifications when it has
-    /// [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH) (default
-    /// `true`); `false` polls only.
-    [settings] notifications(notifications: bool);
-    /// The owner stored with each holder and waiter (default `host:pid`).
-    [settings] owner(owner: impl Into<String>) Some;
+crate::queue::handle::builder_setters! { RwLockBuilder {
+    recipe: "rwlock",
+    survives: "a hold",
+    waits: "[`RwLock::read`] and [`RwLock::write`]",
 }}
 
 impl RwLockBuilder {
@@ -175,11 +149,7 @@ pub struct RwLock {
     handle: Arc<QueueHandle>,
 }
 
-impl fmt::Debug for RwLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.handle.debug(f, "RwLock")
-    }
-}
+crate::queue::handle::handle_accessors!(RwLock, "lock", "holds");
 
 impl RwLock {
     /// Start configuring the read-write lock `name` (letters, digits,
@@ -188,16 +158,6 @@ impl RwLock {
         RwLockBuilder {
             settings: Settings::new(store, name),
         }
-    }
-
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        &self.handle.name
-    }
-
-    /// The lease this handle's holds are taken with.
-    pub fn lease(&self) -> Duration {
-        self.handle.lease
     }
 
     /// Wait until the lock is granted for reading (shared with other

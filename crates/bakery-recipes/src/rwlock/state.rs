@@ -6,7 +6,6 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 pub use crate::queue::state::Mode;
-use crate::queue::state::QueueState;
 
 /// What a grant in `mode` is, for messages.
 pub(crate) fn held(mode: Mode) -> &'static str {
@@ -26,52 +25,53 @@ pub(crate) fn held(mode: Mode) -> &'static str {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RwLockState {
-    /// The fencing token of the latest grant (0: never granted). It grows by
-    /// one with every grant, read or write, and is never reset.
+    /// The token of the lock's latest grant, read or write (0: never
+    /// granted); never reset.
     pub token: u64,
-    /// Who holds the lock now, in the order they were granted: readers, or
+    /// Who holds the lock now, the earliest grant first: readers, or
     /// exactly one writer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub holders: Vec<Holder>,
-    /// Waiters in the order their enqueue write applied (FIFO). Serialized
-    /// whole; in the row, a waiter that repeats the one before it but for
-    /// its id is stored as that bare id.
+    /// Who waits, readers and writers in one line (a reader behind a
+    /// writer waits for it); serialized whole.
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub queue: VecDeque<Waiter>,
 }
 
-/// One holder of the lock.
+/// One holder of the lock, a reader or the writer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Holder {
     /// Unique id of the acquisition (one per `read`/`write` call).
     pub id: String,
-    /// Human-readable owner (`host:pid` unless set by the builder).
+    /// Who holds, for people: `host:pid` unless set with
+    /// [`RwLockBuilder::owner`](super::RwLockBuilder::owner).
     pub owner: String,
     /// Read or write.
     pub mode: Mode,
-    /// The fencing token of this grant: larger than that of every earlier
-    /// grant of the lock.
+    /// The fencing token of this hold: larger than that of every earlier
+    /// grant of the lock, a reader's too.
     pub token: u64,
-    /// Heartbeat counter: 0 when the lock was handed over and not yet
+    /// Heartbeat counter: 0 when the hold was handed over and not yet
     /// claimed; the holder advances it every lease/3.
     pub beat: u64,
-    /// The holder's lease in milliseconds: an observer that sees the same
-    /// (holder, beat) for this long on its own clock may evict it.
+    /// The holder's lease in milliseconds: a waiter that sees the same
+    /// `beat` for this long on its own clock ends the hold.
     pub lease_ms: u64,
 }
 
-/// A client waiting in the lock's queue.
+/// A reader or writer waiting in the lock's queue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Waiter {
-    /// Unique id of the acquisition.
+    /// The id of the waiting `read` or `write` call, kept as the
+    /// [`Holder::id`] of its hold.
     pub id: String,
-    /// Human-readable owner.
+    /// Who waits, for people.
     pub owner: String,
-    /// Read or write.
+    /// Whether it waits to read or to write.
     pub mode: Mode,
-    /// The lease this waiter will hold the lock with.
+    /// The lease it will hold the lock with.
     pub lease_ms: u64,
 }
 
@@ -84,35 +84,5 @@ impl RwLockState {
     /// How many readers hold the lock.
     pub fn readers(&self) -> usize {
         self.holders.iter().filter(|h| h.mode == Mode::Read).count()
-    }
-}
-
-impl From<QueueState> for RwLockState {
-    fn from(state: QueueState) -> RwLockState {
-        RwLockState {
-            token: state.token,
-            holders: state
-                .holders
-                .iter()
-                .map(|h| Holder {
-                    id: h.ask.id.to_string(),
-                    owner: h.ask.owner.to_string(),
-                    mode: h.ask.mode,
-                    token: h.token,
-                    beat: h.beat,
-                    lease_ms: h.ask.lease_ms,
-                })
-                .collect(),
-            queue: state
-                .queue
-                .iter()
-                .map(|w| Waiter {
-                    id: w.id.to_string(),
-                    owner: w.owner.to_string(),
-                    mode: w.mode,
-                    lease_ms: w.lease_ms,
-                })
-                .collect(),
-        }
     }
 }

@@ -82,15 +82,14 @@
 mod permit;
 mod state;
 
-use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 #[cfg(doc)]
 use bakery_core::ErrorKind;
 use bakery_core::{Error, Key, Result, VersionedStore};
 
 pub use crate::grant::LostReason;
+pub use crate::queue::handle::{DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, MIN_LEASE};
 pub use permit::Permit;
 pub use state::{Holder, SemaphoreState, Waiter};
 
@@ -104,17 +103,6 @@ use crate::queue::state::{Mode, Rule};
 /// `semaphore/exports`.
 pub const KEY_PREFIX: &str = "semaphore";
 
-/// Default lease: long enough for a heartbeat to survive a few slow round
-/// trips, short enough that a crashed holder's permit comes back quickly.
-pub const DEFAULT_LEASE: Duration = crate::queue::handle::DEFAULT_LEASE;
-
-/// Default longest delay between two polls of a waiter (without
-/// notifications).
-pub const DEFAULT_POLL_INTERVAL: Duration = crate::queue::handle::DEFAULT_POLL_INTERVAL;
-
-/// Shortest lease accepted: the heartbeat runs every lease/3.
-pub const MIN_LEASE: Duration = crate::queue::handle::MIN_LEASE;
-
 /// Most permits a semaphore may have: all holders live in its one row.
 pub const MAX_PERMITS: u32 = 1000;
 
@@ -125,29 +113,15 @@ pub struct SemaphoreBuilder {
     permits: Option<u32>,
 }
 
-bakery_core::setters! { SemaphoreBuilder {
+crate::queue::handle::builder_setters! { SemaphoreBuilder {
+    recipe: "semaphore",
+    survives: "a permit",
+    waits: "[`Semaphore::acquire`]",
     /// How many permits the semaphore has (required; 1 to [`MAX_PERMITS`]).
     /// Every client of the semaphore must use the same number: the row
     /// keeps the first one, and a handle configured otherwise is refused
     /// with [`ErrorKind::Config`].
     permits(permits: u32) Some;
-    /// How long a permit survives its holder's silence (default 10 s). The
-    /// holder heartbeats every lease/3. At least 30 ms.
-    [settings] lease(lease: Duration);
-    /// Give up [`Semaphore::acquire`] after this long with
-    /// [`ErrorKind::TimedOut`] (leaving the queue first). Default: wait
-    /// forever.
-    [settings] acquire_timeout(acquire_timeout: Duration) Some;
-    /// Longest delay between two polls while waiting (default 25 ms). Polls
-    /// start at 1 ms and double while nothing changes. With store
-    /// notifications this is only the fallback.
-    [settings] poll_interval(poll_interval: Duration);
-    /// Use the store's notifications when it has
-    /// [`Capabilities::WATCH`](bakery_core::Capabilities::WATCH) (default
-    /// `true`); `false` polls only.
-    [settings] notifications(notifications: bool);
-    /// The owner stored with each holder and waiter (default `host:pid`).
-    [settings] owner(owner: impl Into<String>) Some;
 }}
 
 impl SemaphoreBuilder {
@@ -190,11 +164,7 @@ pub struct Semaphore {
     permits: u32,
 }
 
-impl fmt::Debug for Semaphore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.handle.debug(f, "Semaphore")
-    }
-}
+crate::queue::handle::handle_accessors!(Semaphore, "semaphore", "permits");
 
 impl Semaphore {
     /// Start configuring the semaphore `name` (letters, digits,
@@ -207,19 +177,9 @@ impl Semaphore {
         }
     }
 
-    /// The semaphore's name.
-    pub fn name(&self) -> &str {
-        &self.handle.name
-    }
-
     /// The number of permits this handle is configured with.
     pub fn permits(&self) -> u32 {
         self.permits
-    }
-
-    /// The lease this handle's permits are held with.
-    pub fn lease(&self) -> Duration {
-        self.handle.lease
     }
 
     /// Wait until a permit is granted, in FIFO order of request.
