@@ -9,11 +9,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bakery_core::{ErrorKind, Key, VersionedStore};
-use bakery_recipes::rwlock::{self, Mode, RwLock, RwLockBuilder};
+use bakery_recipes::rwlock::{self, Mode, ReadGuard, RwLock, RwLockBuilder};
+use tokio::sync::Barrier;
+use tokio::task::JoinHandle;
 
 use crate::faults::FaultStore;
-use crate::queued::{self, frozen_holder_learns_it_lost, inspect, wait_for_state};
-use crate::support::{not_before, Running, PATIENCE};
+use crate::queued::{
+    self, frozen_holder_learns_it_lost, inspect, sample_while_running, wait_for_state,
+};
+use crate::support::{assert_distinct_tokens, join_clients, not_before, Running, PATIENCE};
 use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
@@ -33,6 +37,26 @@ fn rwlock(store: &Arc<dyn VersionedStore>, name: &str) -> RwLockBuilder {
     RwLock::builder(store.clone(), name).acquire_timeout(PATIENCE)
 }
 
+/// A task in which `lock` reads, then waits until every reader sharing
+/// `together` holds at the same time (`why` fails the case if they never
+/// do: a lock that let them in one after the other); it returns the read
+/// guard, still held.
+fn reader_held_together(
+    lock: RwLock,
+    together: &Arc<Barrier>,
+    why: &'static str,
+) -> JoinHandle<ReadGuard> {
+    let together = together.clone();
+    tokio::spawn(async move {
+        let guard = lock.read().await.expect("read");
+        tokio::time::timeout(PATIENCE, together.wait())
+            .await
+            .expect(why);
+        assert!(guard.is_held(), "{why}: lost while waiting");
+        guard
+    })
+}
+
 /// 4 readers and 2 writers × 15 rounds each. Inside every critical
 /// section a shared (readers inside, writer inside) pair is checked: a
 /// writer never finds anyone inside, a reader never finds a writer. It is
@@ -49,43 +73,23 @@ async fn never_a_writer_with_anyone(clients: Clients) {
     let readers_inside = Arc::new(AtomicUsize::new(0));
     let writer_inside = Arc::new(AtomicBool::new(false));
     let tokens = Arc::new(Mutex::new(Vec::new()));
-    let together = Arc::new(tokio::sync::Barrier::new(READERS));
+    let together = Arc::new(Barrier::new(READERS));
     let mut first = Vec::new();
     for c in 0..READERS {
         let lock = rwlock(&clients.client().await, &name)
             .owner(format!("first-reader-{c}"))
             .build()
             .expect("valid");
-        let together = together.clone();
-        first.push(tokio::spawn(async move {
-            let guard = lock.read().await.expect("read");
-            tokio::time::timeout(PATIENCE, together.wait())
-                .await
-                .expect("all the readers hold at once: it behaves as a mutex");
-            let token = guard.token();
-            guard.release().await.expect("release");
-            token
-        }));
+        let why = "all the readers hold at once: it behaves as a mutex";
+        first.push(reader_held_together(lock, &together, why));
     }
-    for task in first {
-        let token = task.await.expect("reader");
-        tokens.lock().expect("tokens").push(token);
+    for guard in join_clients(first).await {
+        tokens.lock().expect("tokens").push(guard.token());
+        guard.release().await.expect("release");
     }
     let running = Arc::new(AtomicUsize::new(READERS + WRITERS));
-    let sampler = {
-        let (store, name, running) = (store.clone(), name.clone(), running.clone());
-        tokio::spawn(async move {
-            let mut samples = 0;
-            while running.load(Ordering::SeqCst) > 0 {
-                // Decoding refuses a row with a writer and anyone else.
-                if inspect::<RwLock>(&store, &name).await.is_some() {
-                    samples += 1;
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            samples
-        })
-    };
+    // Decoding refuses a row with a writer and anyone else.
+    let sampler = sample_while_running::<RwLock>(&store, &name, &running, |_| ());
     let mut tasks = Vec::new();
     for c in 0..READERS + WRITERS {
         let mode = if c < READERS { Mode::Read } else { Mode::Write };
@@ -159,16 +163,11 @@ async fn never_a_writer_with_anyone(clients: Clients) {
             }
         }));
     }
-    for task in tasks {
-        task.await.expect("client");
-    }
+    join_clients(tasks).await;
     let samples = sampler.await.expect("sampler");
     assert!(samples > 0, "the sampler never read the row");
-    let tokens = tokens.lock().expect("tokens").clone();
-    let unique: BTreeSet<u64> = tokens.iter().copied().collect();
     let grants = READERS + (READERS + WRITERS) * ROUNDS;
-    assert_eq!(tokens.len(), grants);
-    assert_eq!(unique.len(), grants, "a token was granted twice");
+    assert_distinct_tokens(&tokens, grants);
     let state = inspect::<RwLock>(&store, &name).await.expect("row");
     assert!(
         state.holders.is_empty() && state.queue.is_empty(),
@@ -280,25 +279,15 @@ async fn readers_behind_a_writer_are_granted_together(clients: Clients) {
         .write()
         .await
         .expect("write");
-    let both_in = Arc::new(tokio::sync::Barrier::new(2));
+    let both_in = Arc::new(Barrier::new(2));
     let mut readers = Vec::new();
     for i in 0..2 {
         let lock = rwlock(&clients.client().await, &name)
             .owner(format!("reader-{i}"))
             .build()
             .expect("valid");
-        let both_in = both_in.clone();
-        readers.push(tokio::spawn(async move {
-            let guard = lock.read().await.expect("read");
-            // Both must be inside at once: a lock that let them in one
-            // after the other never passes this barrier.
-            tokio::time::timeout(PATIENCE, both_in.wait())
-                .await
-                .expect("the other reader holds at the same time");
-            assert!(guard.is_held());
-            let token = guard.token();
-            (guard, token)
-        }));
+        let why = "the other reader holds at the same time";
+        readers.push(reader_held_together(lock, &both_in, why));
         wait_for_state::<RwLock>(&store, &name, "the reader queued", |s| {
             s.queue.len() == i + 1
         })
@@ -312,11 +301,11 @@ async fn readers_behind_a_writer_are_granted_together(clients: Clients) {
     let mut guards = Vec::new();
     let mut tokens = BTreeSet::new();
     for reader in readers {
-        let (guard, token) = tokio::time::timeout(PATIENCE, reader)
+        let guard = tokio::time::timeout(PATIENCE, reader)
             .await
             .expect("reader granted")
             .expect("reader task");
-        tokens.insert(token);
+        tokens.insert(guard.token());
         guards.push(guard);
     }
     assert_eq!(

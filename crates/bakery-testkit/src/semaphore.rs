@@ -12,8 +12,12 @@ use bakery_recipes::semaphore::{self, Semaphore, SemaphoreBuilder};
 use tokio::time::Instant;
 
 use crate::faults::FaultStore;
-use crate::queued::{self, frozen_holder_learns_it_lost, inspect, wait_for_state};
-use crate::support::{assert_corrupt, not_before, Running, PATIENCE};
+use crate::queued::{
+    self, frozen_holder_learns_it_lost, inspect, sample_while_running, wait_for_state,
+};
+use crate::support::{
+    assert_corrupt, assert_distinct_tokens, join_clients, not_before, Running, PATIENCE,
+};
 use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
@@ -53,17 +57,11 @@ async fn never_more_than_n_holders_at_once(clients: Clients) {
     let tokens = Arc::new(Mutex::new(Vec::new()));
     let running = Arc::new(AtomicUsize::new(CLIENTS));
     let most_stored = Arc::new(AtomicUsize::new(0));
+    // Decoding refuses a row with more holders than permits.
     let sampler = {
-        let (store, name, running) = (store.clone(), name.clone(), running.clone());
         let most_stored = most_stored.clone();
-        tokio::spawn(async move {
-            while running.load(Ordering::SeqCst) > 0 {
-                // Decoding refuses a row with more holders than permits.
-                if let Some(state) = inspect::<Semaphore>(&store, &name).await {
-                    most_stored.fetch_max(state.holders.len(), Ordering::SeqCst);
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
+        sample_while_running::<Semaphore>(&store, &name, &running, move |state| {
+            most_stored.fetch_max(state.holders.len(), Ordering::SeqCst);
         })
     };
     let mut tasks = Vec::new();
@@ -110,15 +108,10 @@ async fn never_more_than_n_holders_at_once(clients: Clients) {
             }
         }));
     }
-    for task in tasks {
-        task.await.expect("client");
-    }
+    join_clients(tasks).await;
     sampler.await.expect("sampler");
     let most_stored = most_stored.load(Ordering::SeqCst);
-    let tokens = tokens.lock().expect("tokens").clone();
-    let unique: BTreeSet<u64> = tokens.iter().copied().collect();
-    assert_eq!(tokens.len(), CLIENTS * ROUNDS);
-    assert_eq!(unique.len(), tokens.len(), "a token was granted twice");
+    assert_distinct_tokens(&tokens, CLIENTS * ROUNDS);
     assert_eq!(
         most_stored, PERMITS,
         "never {PERMITS} holders stored at once: the semaphore under-admits"

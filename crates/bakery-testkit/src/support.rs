@@ -1,15 +1,17 @@
 //! What the cases share while they wait for something that must happen.
 
+use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bakery_recipes::election::Leadership;
 use bakery_recipes::lock::LockGuard;
 use bakery_recipes::rwlock::{ReadGuard, WriteGuard};
 use bakery_recipes::semaphore::Permit;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// Upper bound on waiting for something that must happen; reaching it means
@@ -52,6 +54,25 @@ pub(crate) async fn not_before<T>(
         asked.elapsed()
     );
     grant
+}
+
+/// Await every client task of a case (a panic in one fails the case).
+pub(crate) async fn join_clients<T>(tasks: Vec<JoinHandle<T>>) -> Vec<T> {
+    let mut done = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        done.push(task.await.expect("client task"));
+    }
+    done
+}
+
+/// Every grant of a run had its own fencing token: `tokens` (pushed by
+/// the holders, one a grant) holds `grants` tokens, no two alike.
+#[track_caller]
+pub(crate) fn assert_distinct_tokens(tokens: &Mutex<Vec<u64>>, grants: usize) {
+    let tokens = tokens.lock().expect("tokens");
+    let distinct: BTreeSet<u64> = tokens.iter().copied().collect();
+    assert_eq!(tokens.len(), grants, "grants recorded");
+    assert_eq!(distinct.len(), grants, "a token was granted twice");
 }
 
 /// A grant a case or a child process holds: a lock guard, a permit, a read
