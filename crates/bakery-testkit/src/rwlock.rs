@@ -4,6 +4,7 @@
 //! cancel, and typed errors for rows it must not touch.
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,7 +18,7 @@ use crate::faults::FaultStore;
 use crate::queued::{
     self, frozen_holder_learns_it_lost, inspect, sample_while_running, wait_for_state,
 };
-use crate::support::{assert_distinct_tokens, join_clients, not_before, Running, PATIENCE};
+use crate::support::{assert_distinct_tokens, join_clients, not_before, Grant, Running, PATIENCE};
 use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
@@ -37,15 +38,18 @@ fn rwlock(store: &Arc<dyn VersionedStore>, name: &str) -> RwLockBuilder {
     RwLock::builder(store.clone(), name).acquire_timeout(PATIENCE)
 }
 
-/// A task in which `lock` reads, then waits until every reader sharing
-/// `together` holds at the same time (`why` fails the case if they never
-/// do: a lock that let them in one after the other); it returns the read
-/// guard, still held.
+/// A task in which `owner`, a client of `name` on `store`, reads, then
+/// waits until every reader sharing `together` holds at the same time
+/// (`why` fails the case if they never do: a lock that let them in one
+/// after the other); it returns the read guard, still held.
 fn reader_held_together(
-    lock: RwLock,
+    store: &Arc<dyn VersionedStore>,
+    name: &str,
+    owner: String,
     together: &Arc<Barrier>,
     why: &'static str,
 ) -> JoinHandle<ReadGuard> {
+    let lock = rwlock(store, name).owner(owner).build().expect("valid");
     let together = together.clone();
     tokio::spawn(async move {
         let guard = lock.read().await.expect("read");
@@ -76,12 +80,9 @@ async fn never_a_writer_with_anyone(clients: Clients) {
     let together = Arc::new(Barrier::new(READERS));
     let mut first = Vec::new();
     for c in 0..READERS {
-        let lock = rwlock(&clients.client().await, &name)
-            .owner(format!("first-reader-{c}"))
-            .build()
-            .expect("valid");
+        let (client, owner) = (clients.client().await, format!("first-reader-{c}"));
         let why = "all the readers hold at once: it behaves as a mutex";
-        first.push(reader_held_together(lock, &together, why));
+        first.push(reader_held_together(&client, &name, owner, &together, why));
     }
     for guard in join_clients(first).await {
         tokens.lock().expect("tokens").push(guard.token());
@@ -183,6 +184,21 @@ async fn clients_of_one_process_never_conflict(store: Arc<dyn VersionedStore>) {
     queued::clients_of_one_process_never_conflict::<RwLock>(store, "rw-turn", 6).await;
 }
 
+/// Await `grant` in a task of its own, note its token in `order` under
+/// `who`, and release it: the order in which queued clients were served.
+fn noted_grant<G: Grant>(
+    who: &'static str,
+    order: &Arc<Mutex<Vec<(&'static str, u64)>>>,
+    grant: impl Future<Output = bakery_core::Result<G>> + Send + 'static,
+) -> JoinHandle<()> {
+    let order = order.clone();
+    tokio::spawn(async move {
+        let guard = grant.await.unwrap_or_else(|e| panic!("{who}: {e}"));
+        order.lock().expect("order").push((who, guard.token()));
+        guard.release().await.expect("release");
+    })
+}
+
 /// With a reader holding, a queued writer blocks new readers: `try_read`
 /// refuses, a `read()` queues behind the writer, and the writer is granted
 /// (and done) before that reader.
@@ -199,18 +215,11 @@ async fn queued_writer_blocks_new_readers(clients: Clients) {
         .expect("try_read")
         .expect("readers share while nobody queues");
     let order = Arc::new(Mutex::new(Vec::new()));
-    let writer = {
-        let lock = rwlock(&clients.client().await, &name)
-            .owner("writer")
-            .build()
-            .expect("valid");
-        let order = order.clone();
-        tokio::spawn(async move {
-            let guard = lock.write().await.expect("write");
-            order.lock().expect("order").push(("writer", guard.token()));
-            guard.release().await.expect("release");
-        })
-    };
+    let lock = rwlock(&clients.client().await, &name)
+        .owner("writer")
+        .build()
+        .expect("valid");
+    let writer = noted_grant("writer", &order, async move { lock.write().await });
     wait_for_state::<RwLock>(&store, &name, "the writer queued", |s| s.queue.len() == 1).await;
     let other = rwlock(&clients.client().await, &name)
         .build()
@@ -220,18 +229,11 @@ async fn queued_writer_blocks_new_readers(clients: Clients) {
         "a reader joined the readers in front of a queued writer"
     );
     assert!(other.try_write().await.expect("try_write").is_none());
-    let reader = {
-        let lock = rwlock(&clients.client().await, &name)
-            .owner("late-reader")
-            .build()
-            .expect("valid");
-        let order = order.clone();
-        tokio::spawn(async move {
-            let guard = lock.read().await.expect("read");
-            order.lock().expect("order").push(("reader", guard.token()));
-            guard.release().await.expect("release");
-        })
-    };
+    let lock = rwlock(&clients.client().await, &name)
+        .owner("late-reader")
+        .build()
+        .expect("valid");
+    let reader = noted_grant("reader", &order, async move { lock.read().await });
     let state =
         wait_for_state::<RwLock>(&store, &name, "the reader queued", |s| s.queue.len() == 2).await;
     let queued: Vec<(&str, Mode)> = state
@@ -282,12 +284,9 @@ async fn readers_behind_a_writer_are_granted_together(clients: Clients) {
     let both_in = Arc::new(Barrier::new(2));
     let mut readers = Vec::new();
     for i in 0..2 {
-        let lock = rwlock(&clients.client().await, &name)
-            .owner(format!("reader-{i}"))
-            .build()
-            .expect("valid");
+        let (client, owner) = (clients.client().await, format!("reader-{i}"));
         let why = "the other reader holds at the same time";
-        readers.push(reader_held_together(lock, &both_in, why));
+        readers.push(reader_held_together(&client, &name, owner, &both_in, why));
         wait_for_state::<RwLock>(&store, &name, "the reader queued", |s| {
             s.queue.len() == i + 1
         })
