@@ -7,12 +7,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bakery_core::VersionedStore;
 use bakery_recipes::election::Leadership;
 use bakery_recipes::lock::LockGuard;
 use bakery_recipes::rwlock::{ReadGuard, WriteGuard};
 use bakery_recipes::semaphore::Permit;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+
+use crate::Clients;
 
 /// Upper bound on waiting for something that must happen; reaching it means
 /// the behaviour is broken (never a speed check).
@@ -63,6 +66,27 @@ pub(crate) async fn join_clients<T>(tasks: Vec<JoinHandle<T>>) -> Vec<T> {
         done.push(task.await.expect("client task"));
     }
     done
+}
+
+/// Run `task(i, client)` for `n` clients of their own (`i` in `0..n`),
+/// each on a tokio task of its own; their results, in order.
+pub(crate) async fn on_clients<T, F>(
+    clients: &Clients,
+    n: usize,
+    task: impl Fn(usize, Arc<dyn VersionedStore>) -> F,
+) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+{
+    let stores = clients.clients(n).await;
+    let tasks = stores.into_iter().enumerate();
+    join_clients(
+        tasks
+            .map(|(i, store)| tokio::spawn(task(i, store)))
+            .collect(),
+    )
+    .await
 }
 
 /// Every grant of a run had its own fencing token: `tokens` (pushed by
