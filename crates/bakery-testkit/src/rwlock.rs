@@ -18,7 +18,10 @@ use crate::faults::FaultStore;
 use crate::queued::{
     self, frozen_holder_learns_it_lost, inspect, sample_while_running, wait_for_state,
 };
-use crate::support::{assert_distinct_tokens, join_clients, not_before, Grant, Running, PATIENCE};
+use crate::support::{
+    assert_distinct_tokens, assert_settings_refused, join_clients, not_before, Grant, Running,
+    PATIENCE,
+};
 use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
@@ -103,9 +106,7 @@ async fn never_a_writer_with_anyone(clients: Clients) {
             writer_inside.clone(),
             tokens.clone(),
         );
-        let running = Running(running.clone());
-        tasks.push(tokio::spawn(async move {
-            let _running = running;
+        tasks.push(Running::spawn(&running, async move {
             for round in 0..ROUNDS {
                 let what = format!("{mode} client {c}, round {round}");
                 match mode {
@@ -393,14 +394,7 @@ async fn corrupt_row_is_a_typed_error_and_kept(store: Arc<dyn VersionedStore>) {
     ] {
         let name = unique_name(&format!("rw-corrupt-{label}"));
         let key = Key::with_prefix(rwlock::KEY_PREFIX, &name).expect("key");
-        let seeded = match store
-            .put_if_version(&key, None, value.clone().into())
-            .await
-            .expect("seed")
-        {
-            bakery_core::PutOutcome::Applied(row) => row,
-            other => panic!("seed: {other:?}"),
-        };
+        let seeded = crate::applied(&*store, &key, None, &value).await;
         let lock = rwlock(&store, &name).build().expect("valid");
         let errors = [
             lock.read().await.map(|_| ()).expect_err("read"),
@@ -423,12 +417,9 @@ async fn corrupt_row_is_a_typed_error_and_kept(store: Arc<dyn VersionedStore>) {
         );
         assert_eq!(&row.value[..], value.as_bytes());
     }
-    for bad in [
-        rwlock(&store, "x").lease(Duration::from_millis(1)),
-        rwlock(&store, "x").poll_interval(Duration::ZERO),
-        rwlock(&store, "bad/name"),
-    ] {
-        let err = bad.build().expect_err("bad settings");
-        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
-    }
+    assert_settings_refused([
+        rwlock(&store, "x").lease(Duration::from_millis(1)).build(),
+        rwlock(&store, "x").poll_interval(Duration::ZERO).build(),
+        rwlock(&store, "bad/name").build(),
+    ]);
 }

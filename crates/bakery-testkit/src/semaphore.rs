@@ -16,7 +16,8 @@ use crate::queued::{
     self, frozen_holder_learns_it_lost, inspect, sample_while_running, wait_for_state,
 };
 use crate::support::{
-    assert_corrupt, assert_distinct_tokens, join_clients, not_before, Running, PATIENCE,
+    assert_corrupt, assert_distinct_tokens, assert_settings_refused, join_clients, not_before,
+    Running, PATIENCE,
 };
 use crate::{unique_name, Case, Clients};
 
@@ -72,9 +73,7 @@ async fn never_more_than_n_holders_at_once(clients: Clients) {
             .expect("valid");
         let (inside, most, tokens) = (inside.clone(), most.clone(), tokens.clone());
         let most_stored = most_stored.clone();
-        let running = Running(running.clone());
-        tasks.push(tokio::spawn(async move {
-            let _running = running;
+        tasks.push(Running::spawn(&running, async move {
             for round in 0..ROUNDS {
                 let permit = sem
                     .acquire()
@@ -343,14 +342,13 @@ async fn corrupt_row_and_other_permit_count_are_typed_errors(store: Arc<dyn Vers
     );
     permit.release().await.expect("release");
 
-    for bad in [
-        Semaphore::builder(store.clone(), &name),
-        semaphore(&store, &name, 0),
-        semaphore(&store, &name, semaphore::MAX_PERMITS + 1),
-        semaphore(&store, &name, 1).lease(Duration::from_millis(1)),
-        semaphore(&store, "bad/name", 1),
-    ] {
-        let err = bad.build().expect_err("bad settings");
-        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
-    }
+    assert_settings_refused([
+        Semaphore::builder(store.clone(), &name).build(),
+        semaphore(&store, &name, 0).build(),
+        semaphore(&store, &name, semaphore::MAX_PERMITS + 1).build(),
+        semaphore(&store, &name, 1)
+            .lease(Duration::from_millis(1))
+            .build(),
+        semaphore(&store, "bad/name", 1).build(),
+    ]);
 }

@@ -152,8 +152,38 @@ pub(crate) fn assert_corrupt<T: Debug>(
     err
 }
 
+/// Every one of `built` (a recipe built with settings it must refuse) is
+/// an `InvalidInput` error.
+#[track_caller]
+pub(crate) fn assert_settings_refused<T: Debug>(
+    built: impl IntoIterator<Item = bakery_core::Result<T>>,
+) {
+    for (i, result) in built.into_iter().enumerate() {
+        let err = result.expect_err("bad settings accepted");
+        assert_eq!(
+            err.kind(),
+            bakery_core::ErrorKind::InvalidInput,
+            "#{i}: {err}"
+        );
+    }
+}
+
 /// Counts a client out when its task ends, however it ends.
 pub(crate) struct Running(pub(crate) Arc<AtomicUsize>);
+
+impl Running {
+    /// Spawn `client`, counted in `running` until its task ends.
+    pub(crate) fn spawn(
+        running: &Arc<AtomicUsize>,
+        client: impl Future<Output = ()> + Send + 'static,
+    ) -> JoinHandle<()> {
+        let counted = Running(running.clone());
+        tokio::spawn(async move {
+            let _counted = counted;
+            client.await
+        })
+    }
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
