@@ -1,15 +1,55 @@
 //! A store layer for the core's own tests that fails the calls it is told
-//! to fail before they reach the MemoryStore inside.
+//! to fail before they reach the MemoryStore inside, and the key, retry
+//! policy and writes those tests share.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::{
-    Bytes, DeleteOutcome, Error, ErrorKind, Key, MemoryStore, Operation, PutOutcome, Result, Row,
-    StoreLayer, Version, VersionedStore, Watch,
+    Bytes, DeleteOutcome, Error, ErrorKind, Key, MemoryStore, Operation, PutOutcome, Result,
+    RetryPolicy, Row, StoreLayer, Version, VersionedStore, Watch,
 };
+
+/// The key the tests write.
+pub(crate) fn key() -> Key {
+    Key::new("k").expect("a valid key")
+}
+
+/// Tiny delays: the tests never wait long on a real clock.
+pub(crate) fn fast(attempts: u32) -> RetryPolicy {
+    RetryPolicy::default()
+        .max_attempts(attempts)
+        .min_delay(Duration::from_millis(1))
+        .max_delay(Duration::from_millis(2))
+}
+
+/// Create [`key`] on `store`: its first row.
+pub(crate) async fn create(store: &dyn VersionedStore) -> Row {
+    store
+        .put_if_version(&key(), None, "v".into())
+        .await
+        .expect("create")
+        .applied()
+        .expect("applied")
+}
+
+/// Create [`key`] on `store`, then make the three writes that must
+/// conflict with that row, in four calls: a create over it, and a put and a
+/// delete at a stale version. Each conflict carries the row; it is returned.
+pub(crate) async fn create_then_conflict(store: &dyn VersionedStore) -> Row {
+    let row = create(store).await;
+    for (expected, value) in [(None, "again"), (Some(7), "stale")] {
+        let put = store.put_if_version(&key(), expected, value.into()).await;
+        let put = put.expect("a conflict is not an error");
+        assert_eq!(put, PutOutcome::Conflict(Some(row.clone())), "{value}");
+    }
+    let delete = store.delete_if_version(&key(), 7).await.expect("delete");
+    assert_eq!(delete, DeleteOutcome::Conflict(Some(row.clone())));
+    row
+}
 
 /// Fails its next `fail` calls (of any kind) with `kind`, each attempt's
 /// number in its message (`refused #3`, `reset #1`) so a test can tell

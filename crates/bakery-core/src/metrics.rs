@@ -87,30 +87,31 @@ impl MetricsStore {
     /// bakery_core::MetricsStore::describe(); // no recorder: a no-op
     /// ```
     pub fn describe() {
-        ::metrics::describe_counter!(
-            Self::CALLS,
-            ::metrics::Unit::Count,
-            "bakery store calls that returned, by backend and operation"
-        );
+        let counters = [
+            (
+                Self::CALLS,
+                "bakery store calls that returned, by backend and operation",
+            ),
+            (
+                Self::CONFLICTS,
+                "conditional writes that found another version (a conflict, not an error)",
+            ),
+            (
+                Self::ERRORS,
+                "bakery store calls that failed, by backend, operation and error kind",
+            ),
+            (
+                Self::UNKNOWN_OUTCOMES,
+                "bakery store calls sent without a reply: they may or may not have applied",
+            ),
+        ];
+        for (name, help) in counters {
+            ::metrics::describe_counter!(name, ::metrics::Unit::Count, help);
+        }
         ::metrics::describe_histogram!(
             Self::DURATION,
             ::metrics::Unit::Seconds,
             "how long bakery store calls took, by backend and operation"
-        );
-        ::metrics::describe_counter!(
-            Self::CONFLICTS,
-            ::metrics::Unit::Count,
-            "conditional writes that found another version (a conflict, not an error)"
-        );
-        ::metrics::describe_counter!(
-            Self::ERRORS,
-            ::metrics::Unit::Count,
-            "bakery store calls that failed, by backend, operation and error kind"
-        );
-        ::metrics::describe_counter!(
-            Self::UNKNOWN_OUTCOMES,
-            ::metrics::Unit::Count,
-            "bakery store calls sent without a reply: they may or may not have applied"
         );
     }
 
@@ -220,13 +221,12 @@ impl StoreLayer for MetricsStore {
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
-    use std::time::Duration;
 
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
     use super::*;
-    use crate::flaky::Flaky;
-    use crate::{RetryPolicy, RetryStore};
+    use crate::flaky::{create_then_conflict, fast, key, Flaky};
+    use crate::RetryStore;
 
     /// The metrics' values by `name{label=value,…}` (labels sorted), and
     /// their descriptions by name.
@@ -290,28 +290,14 @@ mod tests {
         }
     }
 
-    fn key() -> Key {
-        Key::new("k").expect("a valid key")
-    }
-
     #[test]
     fn calls_conflicts_errors_and_unknown_outcomes_are_counted() {
         let (values, help) = recorded(|| async {
             let failing = Flaky::new(ErrorKind::Unavailable, 0);
             let store: Arc<dyn VersionedStore> = Arc::new(MetricsStore::new(failing.clone()));
-            let row = store
-                .put_if_version(&key(), None, "v".into())
-                .await
-                .expect("create")
-                .applied()
-                .expect("applied");
-            // Two conflicts: a create over the row, a stale version.
-            let put = store.put_if_version(&key(), None, "w".into()).await;
-            assert!(!put.expect("a conflict").is_applied());
-            let put = store.put_if_version(&key(), Some(9), "w".into()).await;
-            assert!(!put.expect("a conflict").is_applied());
-            let delete = store.delete_if_version(&key(), 9).await.expect("delete");
-            assert_eq!(delete, DeleteOutcome::Conflict(Some(row)));
+            // Two put conflicts (a create over the row, a stale version)
+            // and a delete conflict.
+            create_then_conflict(&*store).await;
             store.get(&key()).await.expect("get");
             failing.fail_next(1, ErrorKind::Unavailable);
             store.get(&key()).await.expect_err("unavailable");
@@ -394,11 +380,7 @@ mod tests {
         let (values, _) = recorded(|| async {
             let failing = Flaky::new(ErrorKind::Unavailable, 0);
             let metered = Arc::new(MetricsStore::new(failing.clone()));
-            let policy = RetryPolicy::default()
-                .max_attempts(5)
-                .min_delay(Duration::from_millis(1))
-                .max_delay(Duration::from_millis(2));
-            let store: Arc<dyn VersionedStore> = Arc::new(RetryStore::new(metered, policy));
+            let store: Arc<dyn VersionedStore> = Arc::new(RetryStore::new(metered, fast(5)));
             failing.fail_next(2, ErrorKind::Unavailable);
             store.get(&key()).await.expect("the third attempt succeeds");
             failing.fail_next(1, ErrorKind::Unknown);

@@ -431,24 +431,12 @@ mod tests {
     use std::error::Error as _;
 
     use super::*;
-    use crate::flaky::Flaky;
+    use crate::flaky::{create, create_then_conflict, fast, key, Flaky};
 
     /// `flaky` behind a RetryStore, as callers see it (with both traits
     /// in scope a call on the concrete type would be ambiguous).
     fn retrying(flaky: &Arc<Flaky>, policy: RetryPolicy) -> Arc<dyn VersionedStore> {
         Arc::new(RetryStore::new(flaky.clone(), policy))
-    }
-
-    /// Tiny delays: the tests never wait long on a real clock.
-    fn fast(attempts: u32) -> RetryPolicy {
-        RetryPolicy::default()
-            .max_attempts(attempts)
-            .min_delay(Duration::from_millis(1))
-            .max_delay(Duration::from_millis(2))
-    }
-
-    fn key() -> Key {
-        Key::new("k").expect("a valid key")
     }
 
     #[tokio::test]
@@ -534,40 +522,16 @@ mod tests {
     async fn conflicts_pass_through_untouched() {
         let flaky = Flaky::new(ErrorKind::Unavailable, 0);
         let store = retrying(&flaky, fast(5));
-        let v1 = store
-            .put_if_version(&key(), None, "v1".into())
-            .await
-            .expect("create")
-            .applied()
-            .expect("applied");
-        let calls = flaky.calls();
-        // A create over an existing row, and a stale version: conflicts
-        // carrying the current row, each from exactly one call.
-        let put = store
-            .put_if_version(&key(), None, "again".into())
-            .await
-            .expect("a conflict is not an error");
-        assert_eq!(put, PutOutcome::Conflict(Some(v1.clone())));
-        let put = store
-            .put_if_version(&key(), Some(7), "stale".into())
-            .await
-            .expect("a conflict is not an error");
-        assert_eq!(put, PutOutcome::Conflict(Some(v1.clone())));
-        let delete = store.delete_if_version(&key(), 7).await.expect("delete");
-        assert_eq!(delete, DeleteOutcome::Conflict(Some(v1)));
-        assert_eq!(flaky.calls(), calls + 3);
+        create_then_conflict(&*store).await;
+        // The create, then each conflict from exactly one call.
+        assert_eq!(flaky.calls(), 4);
     }
 
     #[tokio::test]
     async fn every_call_is_retried() {
         let flaky = Flaky::new(ErrorKind::Unavailable, 0);
         let store = retrying(&flaky, fast(3));
-        let row = store
-            .put_if_version(&key(), None, "v".into())
-            .await
-            .expect("put")
-            .applied()
-            .expect("applied");
+        let row = create(&*store).await;
         let mut before = flaky.calls();
         for op in [
             Operation::Get,

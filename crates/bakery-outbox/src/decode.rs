@@ -32,12 +32,14 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// A damaged message, named by its kind.
+    fn corrupt(&self, problem: &str) -> Error {
+        Error::corrupt(BACKEND, format!("{} message: {problem}", self.what))
+    }
+
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.data.len() < n {
-            return Err(Error::corrupt(
-                BACKEND,
-                format!("{} message is truncated", self.what),
-            ));
+            return Err(self.corrupt("truncated"));
         }
         let (head, rest) = self.data.split_at(n);
         self.data = rest;
@@ -61,19 +63,10 @@ impl<'a> Reader<'a> {
     }
 
     fn cstring(&mut self) -> Result<String> {
-        let end = self.data.iter().position(|b| *b == 0).ok_or_else(|| {
-            Error::corrupt(
-                BACKEND,
-                format!("{} message: unterminated string", self.what),
-            )
-        })?;
+        let end = (self.data.iter().position(|b| *b == 0))
+            .ok_or_else(|| self.corrupt("unterminated string"))?;
         let s = std::str::from_utf8(&self.data[..end])
-            .map_err(|_| {
-                Error::corrupt(
-                    BACKEND,
-                    format!("{} message: prefix is not UTF-8", self.what),
-                )
-            })?
+            .map_err(|_| self.corrupt("prefix is not UTF-8"))?
             .to_owned();
         self.data = &self.data[end + 1..];
         Ok(s)
@@ -99,89 +92,87 @@ impl Decoder {
         let Some((&tag, body)) = data.split_first() else {
             return Err(Error::corrupt(BACKEND, "empty pgoutput message"));
         };
-        match tag {
-            b'B' => {
-                let mut r = Reader {
-                    data: body,
-                    what: "begin",
-                };
-                let final_lsn = r.u64()?;
-                let _commit_time = r.u64()?;
-                let xid = r.u32()?;
-                if self.open.is_some() {
-                    return Err(Error::corrupt(BACKEND, "begin inside an open transaction"));
-                }
-                self.open = Some(Open {
-                    commit_lsn: final_lsn,
-                    xid,
-                    messages: Vec::new(),
-                });
-            }
-            b'M' => {
-                let mut r = Reader {
-                    data: body,
-                    what: "logical",
-                };
-                let flags = r.u8()?;
-                let lsn = r.u64()?;
-                let prefix = r.cstring()?;
-                let len = usize::try_from(r.u32()?)
-                    .map_err(|_| Error::corrupt(BACKEND, "message length overflows"))?;
-                let payload = Bytes::copy_from_slice(r.take(len)?);
-                let transactional = flags & 1 == 1;
-                match (&mut self.open, transactional) {
-                    (Some(open), true) => open.messages.push(Message {
-                        key: keys::wal(open.commit_lsn, lsn),
-                        commit_lsn: open.commit_lsn,
-                        lsn,
-                        xid: open.xid,
-                        prefix,
-                        payload,
-                    }),
-                    // Emitted outside any transaction's guarantee: not an
-                    // outbox message (emit always uses transactional=true).
-                    (_, false) => {
-                        tracing::debug!(prefix, "outbox: skipping a non-transactional message")
-                    }
-                    (None, true) => {
-                        return Err(Error::corrupt(
-                            BACKEND,
-                            "transactional message outside a transaction",
-                        ))
-                    }
-                }
-            }
-            b'C' => {
-                let mut r = Reader {
-                    data: body,
-                    what: "commit",
-                };
-                let _flags = r.u8()?;
-                let commit_lsn = r.u64()?;
-                let end_lsn = r.u64()?;
-                let open = self
-                    .open
-                    .take()
-                    .ok_or_else(|| Error::corrupt(BACKEND, "commit without a begin"))?;
-                if commit_lsn != open.commit_lsn {
-                    return Err(Error::corrupt(
-                        BACKEND,
-                        format!(
-                            "commit at {} does not match its begin ({})",
-                            format_lsn(commit_lsn),
-                            format_lsn(open.commit_lsn)
-                        ),
-                    ));
-                }
-                self.done.push(Transaction {
-                    commit_lsn,
-                    end_lsn,
-                    messages: open.messages,
-                });
-            }
+        type Step = fn(&mut Decoder, &mut Reader<'_>) -> Result<()>;
+        let (what, step): (&'static str, Step) = match tag {
+            b'B' => ("begin", Self::begin),
+            b'M' => ("logical", Self::message),
+            b'C' => ("commit", Self::commit),
             // Relation, type, origin, truncate and row messages: not ours.
-            _ => {}
+            _ => return Ok(()),
+        };
+        step(self, &mut Reader { data: body, what })
+    }
+
+    fn begin(&mut self, r: &mut Reader<'_>) -> Result<()> {
+        let final_lsn = r.u64()?;
+        let _commit_time = r.u64()?;
+        let xid = r.u32()?;
+        if self.open.is_some() {
+            return Err(Error::corrupt(BACKEND, "begin inside an open transaction"));
         }
+        self.open = Some(Open {
+            commit_lsn: final_lsn,
+            xid,
+            messages: Vec::new(),
+        });
+        Ok(())
+    }
+
+    fn message(&mut self, r: &mut Reader<'_>) -> Result<()> {
+        let flags = r.u8()?;
+        let lsn = r.u64()?;
+        let prefix = r.cstring()?;
+        let len = usize::try_from(r.u32()?)
+            .map_err(|_| Error::corrupt(BACKEND, "message length overflows"))?;
+        let payload = Bytes::copy_from_slice(r.take(len)?);
+        let transactional = flags & 1 == 1;
+        match (&mut self.open, transactional) {
+            (Some(open), true) => open.messages.push(Message {
+                key: keys::wal(open.commit_lsn, lsn),
+                commit_lsn: open.commit_lsn,
+                lsn,
+                xid: open.xid,
+                prefix,
+                payload,
+            }),
+            // Emitted outside any transaction's guarantee: not an
+            // outbox message (emit always uses transactional=true).
+            (_, false) => {
+                tracing::debug!(prefix, "outbox: skipping a non-transactional message")
+            }
+            (None, true) => {
+                return Err(Error::corrupt(
+                    BACKEND,
+                    "transactional message outside a transaction",
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, r: &mut Reader<'_>) -> Result<()> {
+        let _flags = r.u8()?;
+        let commit_lsn = r.u64()?;
+        let end_lsn = r.u64()?;
+        let open = self
+            .open
+            .take()
+            .ok_or_else(|| Error::corrupt(BACKEND, "commit without a begin"))?;
+        if commit_lsn != open.commit_lsn {
+            return Err(Error::corrupt(
+                BACKEND,
+                format!(
+                    "commit at {} does not match its begin ({})",
+                    format_lsn(commit_lsn),
+                    format_lsn(open.commit_lsn)
+                ),
+            ));
+        }
+        self.done.push(Transaction {
+            commit_lsn,
+            end_lsn,
+            messages: open.messages,
+        });
         Ok(())
     }
 

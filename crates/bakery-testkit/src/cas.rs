@@ -6,6 +6,7 @@ use bakery_core::{
     Bytes, CountingStore, DeleteOutcome, ErrorKind, Key, PutOutcome, Row, VersionedStore,
 };
 
+use crate::support::on_clients;
 use crate::{unique_key, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
@@ -236,9 +237,8 @@ async fn race_of_8_tasks_loses_no_update(clients: Clients) {
     const INCREMENTS: u64 = 200;
     let key = unique_key("race");
     let store = clients.store();
-    let stores = clients.clients(TASKS as usize).await;
-    let applied = on_tasks(TASKS as usize, |i| {
-        let (store, key) = (stores[i].clone(), key.clone());
+    let applied = on_clients(&clients, TASKS as usize, |_, store| {
+        let key = key.clone();
         async move { increment_n(&*store, &key, INCREMENTS).await }
     });
     let applied_total: u64 = applied.await.into_iter().sum();
@@ -250,21 +250,6 @@ async fn race_of_8_tasks_loses_no_update(clients: Clients) {
         "lost updates: every one of {} increments was acknowledged",
         TASKS * INCREMENTS
     );
-}
-
-/// Run `task(i)` for each `i` in `0..n`, each on a tokio task of its own;
-/// their results, in order (a task that panics fails the case).
-pub(crate) async fn on_tasks<T, F>(n: usize, task: impl Fn(usize) -> F) -> Vec<T>
-where
-    T: Send + 'static,
-    F: std::future::Future<Output = T> + Send + 'static,
-{
-    let tasks: Vec<_> = (0..n).map(|i| tokio::spawn(task(i))).collect();
-    let mut results = Vec::with_capacity(n);
-    for task in tasks {
-        results.push(task.await.expect("task panicked"));
-    }
-    results
 }
 
 /// Increment the counter at `key` `n` times by CAS; returns how many applied.
@@ -312,9 +297,8 @@ async fn create_and_delete_churn_never_repeats_a_version(clients: Clients) {
     const TASKS: usize = 8;
     const ROUNDS: usize = 25;
     let key = unique_key("churn");
-    let stores = clients.clients(TASKS).await;
-    let tasks = on_tasks(TASKS, |i| {
-        let (store, key) = (stores[i].clone(), key.clone());
+    let tasks = on_clients(&clients, TASKS, |_, store| {
+        let key = key.clone();
         async move {
             let mut versions = Vec::new();
             for _ in 0..ROUNDS {

@@ -80,11 +80,18 @@ impl Case {
     }
 }
 
-impl std::fmt::Debug for Case {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name)
-    }
+/// A case prints as its name: its fn pointer and flags tell a reader
+/// nothing.
+macro_rules! debug_as_name {
+    ($($case:ty),+) => {$(
+        impl std::fmt::Debug for $case {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name)
+            }
+        }
+    )+};
 }
+debug_as_name!(Case, TargetCase);
 
 /// Every case of the suite: the contract of `put_if_version`, the
 /// sequence recipe, the lock recipes, the exactly-once recipes and the
@@ -198,12 +205,6 @@ pub struct TargetCase {
     pub capability: Capabilities,
     /// Runs the case against a target.
     pub run: fn(Target) -> CaseFuture,
-}
-
-impl std::fmt::Debug for TargetCase {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name)
-    }
 }
 
 /// The capability cases: every claim of [`Capabilities`] verified on the

@@ -12,7 +12,7 @@ use bakery_recipes::time::TimeService;
 
 use crate::faults::FaultStore;
 use crate::queued::{self, queued_request, wait_for_state, Queued, COUNTED_LEASE};
-use crate::support::{assert_corrupt, not_before, PATIENCE};
+use crate::support::{assert_corrupt, assert_distinct_tokens, join_clients, not_before, PATIENCE};
 use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
@@ -138,16 +138,10 @@ async fn fenced_counter_eight_clients_fifty_each(clients: Clients) {
             })
         })
         .collect();
-    for task in tasks {
-        task.await.expect("client task");
-    }
+    join_clients(tasks).await;
     let counter = FencedValue::new(store.clone(), &name).expect("fenced name");
     assert_eq!(read_counter(&counter).await, (CLIENTS * ROUNDS) as u64);
-    let mut tokens = tokens.lock().expect("tokens").clone();
-    let granted = tokens.len();
-    tokens.sort_unstable();
-    tokens.dedup();
-    assert_eq!(tokens.len(), granted, "a fencing token was granted twice");
+    assert_distinct_tokens(&tokens, CLIENTS * ROUNDS);
 }
 
 /// Five waiters enqueue one after another behind a holder; they are served

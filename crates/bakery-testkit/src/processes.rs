@@ -360,6 +360,26 @@ async fn pause() -> Result<(), ChildError> {
     Ok(())
 }
 
+/// Once every process is ready, take `spec.rounds` grants of `kind` with
+/// `take`, each held for a pause.
+async fn hold_rounds<G, F>(
+    spec: &ChildSpec,
+    log: &mut ChildLog,
+    kind: Kind,
+    take: impl Fn() -> F,
+) -> Result<(), ChildError>
+where
+    G: support::Grant,
+    F: Future<Output = bakery_core::Result<G>>,
+{
+    all_ready(spec).await?;
+    for _ in 0..spec.rounds {
+        let grant = take().await?;
+        hold(log, kind, grant, pause()).await?;
+    }
+    Ok(())
+}
+
 async fn run_role(spec: &ChildSpec, store: Arc<dyn VersionedStore>) -> Result<(), ChildError> {
     let mut log = ChildLog::create(spec)?;
     let counter = counter_path(&spec.dir);
@@ -411,11 +431,7 @@ async fn run_role(spec: &ChildSpec, store: Arc<dyn VersionedStore>) -> Result<()
                 .lease(LEASE)
                 .acquire_timeout(WAIT)
                 .build()?;
-            all_ready(spec).await?;
-            for _ in 0..spec.rounds {
-                let permit = semaphore.acquire().await?;
-                hold(&mut log, Kind::Permit, permit, pause()).await?;
-            }
+            hold_rounds(spec, &mut log, Kind::Permit, || semaphore.acquire()).await?;
         }
         Role::RwLock => {
             let rwlock = RwLock::builder(store, &spec.name)
@@ -439,11 +455,7 @@ async fn run_role(spec: &ChildSpec, store: Arc<dyn VersionedStore>) -> Result<()
                 .lease(LEASE)
                 .campaign_timeout(WAIT)
                 .build()?;
-            all_ready(spec).await?;
-            for _ in 0..spec.rounds {
-                let leadership = election.campaign().await?;
-                hold(&mut log, Kind::Leader, leadership, pause()).await?;
-            }
+            hold_rounds(spec, &mut log, Kind::Leader, || election.campaign()).await?;
         }
     }
     log.0.flush()?;
@@ -907,6 +919,17 @@ mod tests {
         }
     }
 
+    /// Processes 0 and 1 holding `kind` at once (tokens 1 and 2, from 10
+    /// to 40 and from 12 to 30), then process 2's grant of `third`, token
+    /// 3, from `start` to 50.
+    fn two_at_once_then(kind: Kind, third: Kind, start: u64) -> Vec<Grant> {
+        vec![
+            grant(0, kind, 1, 10, 40),
+            grant(1, kind, 2, 12, 30),
+            grant(2, third, 3, start, 50),
+        ]
+    }
+
     /// Two processes taking turns cleanly.
     fn clean_lock() -> Outcome {
         Outcome {
@@ -997,11 +1020,7 @@ mod tests {
 
     #[test]
     fn a_third_semaphore_holder_is_flagged() {
-        let grants = vec![
-            grant(0, Kind::Permit, 1, 10, 40),
-            grant(1, Kind::Permit, 2, 12, 30),
-            grant(2, Kind::Permit, 3, 29, 50),
-        ];
+        let grants = two_at_once_then(Kind::Permit, Kind::Permit, 29);
         assert_eq!(at_most_holders(&grants, 3), Vec::<String>::new());
         assert_eq!(at_most_holders(&grants, 2).len(), 1);
         // A holder that ends as another starts is not held with it.
@@ -1014,11 +1033,7 @@ mod tests {
 
     #[test]
     fn a_writer_beside_a_reader_is_flagged() {
-        let readers = vec![
-            grant(0, Kind::Read, 1, 10, 40),
-            grant(1, Kind::Read, 2, 12, 30),
-            grant(2, Kind::Write, 3, 41, 50),
-        ];
+        let readers = two_at_once_then(Kind::Read, Kind::Write, 41);
         assert_eq!(writers_overlap_nobody(&readers), Vec::<String>::new());
         let mut broken = readers.clone();
         broken[2].start = 35;

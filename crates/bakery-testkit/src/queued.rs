@@ -7,7 +7,7 @@
 
 use std::fmt::Debug;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -147,6 +147,30 @@ pub(crate) async fn inspect<R: Queued>(
     R::read(&**store, name)
         .await
         .unwrap_or_else(|e| panic!("inspect {}: {e}", R::RECIPE))
+}
+
+/// A task that reads the row of `name` every 2 ms until the clients
+/// counted by `running` have all ended, handing each decoded state to
+/// `seen` (decoding alone refuses a row that breaks the recipe's bound);
+/// it returns how many rows it read.
+pub(crate) fn sample_while_running<R: Queued>(
+    store: &Arc<dyn VersionedStore>,
+    name: &str,
+    running: &Arc<AtomicUsize>,
+    mut seen: impl FnMut(&R::State) + Send + 'static,
+) -> JoinHandle<usize> {
+    let (store, name, running) = (store.clone(), name.to_owned(), running.clone());
+    tokio::spawn(async move {
+        let mut samples = 0;
+        while running.load(Ordering::SeqCst) > 0 {
+            if let Some(state) = inspect::<R>(&store, &name).await {
+                seen(&state);
+                samples += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        samples
+    })
 }
 
 /// Wait (bounded) until the row of `name` exists and satisfies `done`.

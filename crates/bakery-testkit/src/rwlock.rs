@@ -4,16 +4,24 @@
 //! cancel, and typed errors for rows it must not touch.
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bakery_core::{ErrorKind, Key, VersionedStore};
-use bakery_recipes::rwlock::{self, Mode, RwLock, RwLockBuilder};
+use bakery_recipes::rwlock::{self, Mode, ReadGuard, RwLock, RwLockBuilder};
+use tokio::sync::Barrier;
+use tokio::task::JoinHandle;
 
 use crate::faults::FaultStore;
-use crate::queued::{self, frozen_holder_learns_it_lost, inspect, wait_for_state};
-use crate::support::{not_before, Running, PATIENCE};
+use crate::queued::{
+    self, frozen_holder_learns_it_lost, inspect, sample_while_running, wait_for_state,
+};
+use crate::support::{
+    assert_distinct_tokens, assert_settings_refused, join_clients, not_before, Grant, Running,
+    PATIENCE,
+};
 use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
@@ -33,6 +41,29 @@ fn rwlock(store: &Arc<dyn VersionedStore>, name: &str) -> RwLockBuilder {
     RwLock::builder(store.clone(), name).acquire_timeout(PATIENCE)
 }
 
+/// A task in which `owner`, a client of `name` on `store`, reads, then
+/// waits until every reader sharing `together` holds at the same time
+/// (`why` fails the case if they never do: a lock that let them in one
+/// after the other); it returns the read guard, still held.
+fn reader_held_together(
+    store: &Arc<dyn VersionedStore>,
+    name: &str,
+    owner: String,
+    together: &Arc<Barrier>,
+    why: &'static str,
+) -> JoinHandle<ReadGuard> {
+    let lock = rwlock(store, name).owner(owner).build().expect("valid");
+    let together = together.clone();
+    tokio::spawn(async move {
+        let guard = lock.read().await.expect("read");
+        tokio::time::timeout(PATIENCE, together.wait())
+            .await
+            .expect(why);
+        assert!(guard.is_held(), "{why}: lost while waiting");
+        guard
+    })
+}
+
 /// 4 readers and 2 writers × 15 rounds each. Inside every critical
 /// section a shared (readers inside, writer inside) pair is checked: a
 /// writer never finds anyone inside, a reader never finds a writer. It is
@@ -49,43 +80,20 @@ async fn never_a_writer_with_anyone(clients: Clients) {
     let readers_inside = Arc::new(AtomicUsize::new(0));
     let writer_inside = Arc::new(AtomicBool::new(false));
     let tokens = Arc::new(Mutex::new(Vec::new()));
-    let together = Arc::new(tokio::sync::Barrier::new(READERS));
+    let together = Arc::new(Barrier::new(READERS));
     let mut first = Vec::new();
     for c in 0..READERS {
-        let lock = rwlock(&clients.client().await, &name)
-            .owner(format!("first-reader-{c}"))
-            .build()
-            .expect("valid");
-        let together = together.clone();
-        first.push(tokio::spawn(async move {
-            let guard = lock.read().await.expect("read");
-            tokio::time::timeout(PATIENCE, together.wait())
-                .await
-                .expect("all the readers hold at once: it behaves as a mutex");
-            let token = guard.token();
-            guard.release().await.expect("release");
-            token
-        }));
+        let (client, owner) = (clients.client().await, format!("first-reader-{c}"));
+        let why = "all the readers hold at once: it behaves as a mutex";
+        first.push(reader_held_together(&client, &name, owner, &together, why));
     }
-    for task in first {
-        let token = task.await.expect("reader");
-        tokens.lock().expect("tokens").push(token);
+    for guard in join_clients(first).await {
+        tokens.lock().expect("tokens").push(guard.token());
+        guard.release().await.expect("release");
     }
     let running = Arc::new(AtomicUsize::new(READERS + WRITERS));
-    let sampler = {
-        let (store, name, running) = (store.clone(), name.clone(), running.clone());
-        tokio::spawn(async move {
-            let mut samples = 0;
-            while running.load(Ordering::SeqCst) > 0 {
-                // Decoding refuses a row with a writer and anyone else.
-                if inspect::<RwLock>(&store, &name).await.is_some() {
-                    samples += 1;
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            samples
-        })
-    };
+    // Decoding refuses a row with a writer and anyone else.
+    let sampler = sample_while_running::<RwLock>(&store, &name, &running, |_| ());
     let mut tasks = Vec::new();
     for c in 0..READERS + WRITERS {
         let mode = if c < READERS { Mode::Read } else { Mode::Write };
@@ -98,9 +106,7 @@ async fn never_a_writer_with_anyone(clients: Clients) {
             writer_inside.clone(),
             tokens.clone(),
         );
-        let running = Running(running.clone());
-        tasks.push(tokio::spawn(async move {
-            let _running = running;
+        tasks.push(Running::spawn(&running, async move {
             for round in 0..ROUNDS {
                 let what = format!("{mode} client {c}, round {round}");
                 match mode {
@@ -159,16 +165,11 @@ async fn never_a_writer_with_anyone(clients: Clients) {
             }
         }));
     }
-    for task in tasks {
-        task.await.expect("client");
-    }
+    join_clients(tasks).await;
     let samples = sampler.await.expect("sampler");
     assert!(samples > 0, "the sampler never read the row");
-    let tokens = tokens.lock().expect("tokens").clone();
-    let unique: BTreeSet<u64> = tokens.iter().copied().collect();
     let grants = READERS + (READERS + WRITERS) * ROUNDS;
-    assert_eq!(tokens.len(), grants);
-    assert_eq!(unique.len(), grants, "a token was granted twice");
+    assert_distinct_tokens(&tokens, grants);
     let state = inspect::<RwLock>(&store, &name).await.expect("row");
     assert!(
         state.holders.is_empty() && state.queue.is_empty(),
@@ -182,6 +183,21 @@ async fn never_a_writer_with_anyone(clients: Clients) {
 /// last write left, so none conflicts with another at the store.
 async fn clients_of_one_process_never_conflict(store: Arc<dyn VersionedStore>) {
     queued::clients_of_one_process_never_conflict::<RwLock>(store, "rw-turn", 6).await;
+}
+
+/// Await `grant` in a task of its own, note its token in `order` under
+/// `who`, and release it: the order in which queued clients were served.
+fn noted_grant<G: Grant>(
+    who: &'static str,
+    order: &Arc<Mutex<Vec<(&'static str, u64)>>>,
+    grant: impl Future<Output = bakery_core::Result<G>> + Send + 'static,
+) -> JoinHandle<()> {
+    let order = order.clone();
+    tokio::spawn(async move {
+        let guard = grant.await.unwrap_or_else(|e| panic!("{who}: {e}"));
+        order.lock().expect("order").push((who, guard.token()));
+        guard.release().await.expect("release");
+    })
 }
 
 /// With a reader holding, a queued writer blocks new readers: `try_read`
@@ -200,18 +216,11 @@ async fn queued_writer_blocks_new_readers(clients: Clients) {
         .expect("try_read")
         .expect("readers share while nobody queues");
     let order = Arc::new(Mutex::new(Vec::new()));
-    let writer = {
-        let lock = rwlock(&clients.client().await, &name)
-            .owner("writer")
-            .build()
-            .expect("valid");
-        let order = order.clone();
-        tokio::spawn(async move {
-            let guard = lock.write().await.expect("write");
-            order.lock().expect("order").push(("writer", guard.token()));
-            guard.release().await.expect("release");
-        })
-    };
+    let lock = rwlock(&clients.client().await, &name)
+        .owner("writer")
+        .build()
+        .expect("valid");
+    let writer = noted_grant("writer", &order, async move { lock.write().await });
     wait_for_state::<RwLock>(&store, &name, "the writer queued", |s| s.queue.len() == 1).await;
     let other = rwlock(&clients.client().await, &name)
         .build()
@@ -221,18 +230,11 @@ async fn queued_writer_blocks_new_readers(clients: Clients) {
         "a reader joined the readers in front of a queued writer"
     );
     assert!(other.try_write().await.expect("try_write").is_none());
-    let reader = {
-        let lock = rwlock(&clients.client().await, &name)
-            .owner("late-reader")
-            .build()
-            .expect("valid");
-        let order = order.clone();
-        tokio::spawn(async move {
-            let guard = lock.read().await.expect("read");
-            order.lock().expect("order").push(("reader", guard.token()));
-            guard.release().await.expect("release");
-        })
-    };
+    let lock = rwlock(&clients.client().await, &name)
+        .owner("late-reader")
+        .build()
+        .expect("valid");
+    let reader = noted_grant("reader", &order, async move { lock.read().await });
     let state =
         wait_for_state::<RwLock>(&store, &name, "the reader queued", |s| s.queue.len() == 2).await;
     let queued: Vec<(&str, Mode)> = state
@@ -280,25 +282,12 @@ async fn readers_behind_a_writer_are_granted_together(clients: Clients) {
         .write()
         .await
         .expect("write");
-    let both_in = Arc::new(tokio::sync::Barrier::new(2));
+    let both_in = Arc::new(Barrier::new(2));
     let mut readers = Vec::new();
     for i in 0..2 {
-        let lock = rwlock(&clients.client().await, &name)
-            .owner(format!("reader-{i}"))
-            .build()
-            .expect("valid");
-        let both_in = both_in.clone();
-        readers.push(tokio::spawn(async move {
-            let guard = lock.read().await.expect("read");
-            // Both must be inside at once: a lock that let them in one
-            // after the other never passes this barrier.
-            tokio::time::timeout(PATIENCE, both_in.wait())
-                .await
-                .expect("the other reader holds at the same time");
-            assert!(guard.is_held());
-            let token = guard.token();
-            (guard, token)
-        }));
+        let (client, owner) = (clients.client().await, format!("reader-{i}"));
+        let why = "the other reader holds at the same time";
+        readers.push(reader_held_together(&client, &name, owner, &both_in, why));
         wait_for_state::<RwLock>(&store, &name, "the reader queued", |s| {
             s.queue.len() == i + 1
         })
@@ -312,11 +301,11 @@ async fn readers_behind_a_writer_are_granted_together(clients: Clients) {
     let mut guards = Vec::new();
     let mut tokens = BTreeSet::new();
     for reader in readers {
-        let (guard, token) = tokio::time::timeout(PATIENCE, reader)
+        let guard = tokio::time::timeout(PATIENCE, reader)
             .await
             .expect("reader granted")
             .expect("reader task");
-        tokens.insert(token);
+        tokens.insert(guard.token());
         guards.push(guard);
     }
     assert_eq!(
@@ -405,14 +394,7 @@ async fn corrupt_row_is_a_typed_error_and_kept(store: Arc<dyn VersionedStore>) {
     ] {
         let name = unique_name(&format!("rw-corrupt-{label}"));
         let key = Key::with_prefix(rwlock::KEY_PREFIX, &name).expect("key");
-        let seeded = match store
-            .put_if_version(&key, None, value.clone().into())
-            .await
-            .expect("seed")
-        {
-            bakery_core::PutOutcome::Applied(row) => row,
-            other => panic!("seed: {other:?}"),
-        };
+        let seeded = crate::applied(&*store, &key, None, &value).await;
         let lock = rwlock(&store, &name).build().expect("valid");
         let errors = [
             lock.read().await.map(|_| ()).expect_err("read"),
@@ -435,12 +417,9 @@ async fn corrupt_row_is_a_typed_error_and_kept(store: Arc<dyn VersionedStore>) {
         );
         assert_eq!(&row.value[..], value.as_bytes());
     }
-    for bad in [
-        rwlock(&store, "x").lease(Duration::from_millis(1)),
-        rwlock(&store, "x").poll_interval(Duration::ZERO),
-        rwlock(&store, "bad/name"),
-    ] {
-        let err = bad.build().expect_err("bad settings");
-        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
-    }
+    assert_settings_refused([
+        rwlock(&store, "x").lease(Duration::from_millis(1)).build(),
+        rwlock(&store, "x").poll_interval(Duration::ZERO).build(),
+        rwlock(&store, "bad/name").build(),
+    ]);
 }

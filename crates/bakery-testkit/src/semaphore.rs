@@ -12,8 +12,13 @@ use bakery_recipes::semaphore::{self, Semaphore, SemaphoreBuilder};
 use tokio::time::Instant;
 
 use crate::faults::FaultStore;
-use crate::queued::{self, frozen_holder_learns_it_lost, inspect, wait_for_state};
-use crate::support::{assert_corrupt, not_before, Running, PATIENCE};
+use crate::queued::{
+    self, frozen_holder_learns_it_lost, inspect, sample_while_running, wait_for_state,
+};
+use crate::support::{
+    assert_corrupt, assert_distinct_tokens, assert_settings_refused, join_clients, not_before,
+    Running, PATIENCE,
+};
 use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
@@ -53,17 +58,11 @@ async fn never_more_than_n_holders_at_once(clients: Clients) {
     let tokens = Arc::new(Mutex::new(Vec::new()));
     let running = Arc::new(AtomicUsize::new(CLIENTS));
     let most_stored = Arc::new(AtomicUsize::new(0));
+    // Decoding refuses a row with more holders than permits.
     let sampler = {
-        let (store, name, running) = (store.clone(), name.clone(), running.clone());
         let most_stored = most_stored.clone();
-        tokio::spawn(async move {
-            while running.load(Ordering::SeqCst) > 0 {
-                // Decoding refuses a row with more holders than permits.
-                if let Some(state) = inspect::<Semaphore>(&store, &name).await {
-                    most_stored.fetch_max(state.holders.len(), Ordering::SeqCst);
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
+        sample_while_running::<Semaphore>(&store, &name, &running, move |state| {
+            most_stored.fetch_max(state.holders.len(), Ordering::SeqCst);
         })
     };
     let mut tasks = Vec::new();
@@ -74,9 +73,7 @@ async fn never_more_than_n_holders_at_once(clients: Clients) {
             .expect("valid");
         let (inside, most, tokens) = (inside.clone(), most.clone(), tokens.clone());
         let most_stored = most_stored.clone();
-        let running = Running(running.clone());
-        tasks.push(tokio::spawn(async move {
-            let _running = running;
+        tasks.push(Running::spawn(&running, async move {
             for round in 0..ROUNDS {
                 let permit = sem
                     .acquire()
@@ -110,15 +107,10 @@ async fn never_more_than_n_holders_at_once(clients: Clients) {
             }
         }));
     }
-    for task in tasks {
-        task.await.expect("client");
-    }
+    join_clients(tasks).await;
     sampler.await.expect("sampler");
     let most_stored = most_stored.load(Ordering::SeqCst);
-    let tokens = tokens.lock().expect("tokens").clone();
-    let unique: BTreeSet<u64> = tokens.iter().copied().collect();
-    assert_eq!(tokens.len(), CLIENTS * ROUNDS);
-    assert_eq!(unique.len(), tokens.len(), "a token was granted twice");
+    assert_distinct_tokens(&tokens, CLIENTS * ROUNDS);
     assert_eq!(
         most_stored, PERMITS,
         "never {PERMITS} holders stored at once: the semaphore under-admits"
@@ -350,14 +342,13 @@ async fn corrupt_row_and_other_permit_count_are_typed_errors(store: Arc<dyn Vers
     );
     permit.release().await.expect("release");
 
-    for bad in [
-        Semaphore::builder(store.clone(), &name),
-        semaphore(&store, &name, 0),
-        semaphore(&store, &name, semaphore::MAX_PERMITS + 1),
-        semaphore(&store, &name, 1).lease(Duration::from_millis(1)),
-        semaphore(&store, "bad/name", 1),
-    ] {
-        let err = bad.build().expect_err("bad settings");
-        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
-    }
+    assert_settings_refused([
+        Semaphore::builder(store.clone(), &name).build(),
+        semaphore(&store, &name, 0).build(),
+        semaphore(&store, &name, semaphore::MAX_PERMITS + 1).build(),
+        semaphore(&store, &name, 1)
+            .lease(Duration::from_millis(1))
+            .build(),
+        semaphore(&store, "bad/name", 1).build(),
+    ]);
 }

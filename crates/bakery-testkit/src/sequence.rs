@@ -7,9 +7,8 @@ use std::time::Instant;
 use bakery_core::{Bytes, CountingStore, DeleteOutcome, ErrorKind, Key, VersionedStore};
 use bakery_recipes::sequence::{Sequence, KEY_PREFIX};
 
-use crate::cas::on_tasks;
 use crate::faults::{Fault, FaultStore};
-use crate::support::assert_corrupt;
+use crate::support::{assert_corrupt, on_clients};
 use crate::{unique_name, Case, Clients};
 
 pub(crate) fn cases() -> Vec<Case> {
@@ -84,15 +83,8 @@ async fn eight_clients_10000_ids_unique_and_increasing(clients: Clients) {
     const CLIENTS: usize = 8;
     const IDS: usize = 10_000;
     let name = unique_name("eight");
-    let stores = clients.clients(CLIENTS).await;
-    let per_client = on_tasks(CLIENTS, |client| {
-        let seq = self::client(
-            &stores[client],
-            &name,
-            100 + client as u64 * 37,
-            true,
-            client,
-        );
+    let per_client = on_clients(&clients, CLIENTS, |client, store| {
+        let seq = self::client(&store, &name, 100 + client as u64 * 37, true, client);
         async move {
             let mut ids = Vec::with_capacity(IDS);
             while ids.len() < IDS {

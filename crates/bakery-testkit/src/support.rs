@@ -1,16 +1,21 @@
 //! What the cases share while they wait for something that must happen.
 
+use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bakery_core::VersionedStore;
 use bakery_recipes::election::Leadership;
 use bakery_recipes::lock::LockGuard;
 use bakery_recipes::rwlock::{ReadGuard, WriteGuard};
 use bakery_recipes::semaphore::Permit;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
+
+use crate::Clients;
 
 /// Upper bound on waiting for something that must happen; reaching it means
 /// the behaviour is broken (never a speed check).
@@ -52,6 +57,46 @@ pub(crate) async fn not_before<T>(
         asked.elapsed()
     );
     grant
+}
+
+/// Await every client task of a case (a panic in one fails the case).
+pub(crate) async fn join_clients<T>(tasks: Vec<JoinHandle<T>>) -> Vec<T> {
+    let mut done = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        done.push(task.await.expect("client task"));
+    }
+    done
+}
+
+/// Run `task(i, client)` for `n` clients of their own (`i` in `0..n`),
+/// each on a tokio task of its own; their results, in order.
+pub(crate) async fn on_clients<T, F>(
+    clients: &Clients,
+    n: usize,
+    task: impl Fn(usize, Arc<dyn VersionedStore>) -> F,
+) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+{
+    let stores = clients.clients(n).await;
+    let tasks = stores.into_iter().enumerate();
+    join_clients(
+        tasks
+            .map(|(i, store)| tokio::spawn(task(i, store)))
+            .collect(),
+    )
+    .await
+}
+
+/// Every grant of a run had its own fencing token: `tokens` (pushed by
+/// the holders, one a grant) holds `grants` tokens, no two alike.
+#[track_caller]
+pub(crate) fn assert_distinct_tokens(tokens: &Mutex<Vec<u64>>, grants: usize) {
+    let tokens = tokens.lock().expect("tokens");
+    let distinct: BTreeSet<u64> = tokens.iter().copied().collect();
+    assert_eq!(tokens.len(), grants, "grants recorded");
+    assert_eq!(distinct.len(), grants, "a token was granted twice");
 }
 
 /// A grant a case or a child process holds: a lock guard, a permit, a read
@@ -107,8 +152,38 @@ pub(crate) fn assert_corrupt<T: Debug>(
     err
 }
 
+/// Every one of `built` (a recipe built with settings it must refuse) is
+/// an `InvalidInput` error.
+#[track_caller]
+pub(crate) fn assert_settings_refused<T: Debug>(
+    built: impl IntoIterator<Item = bakery_core::Result<T>>,
+) {
+    for (i, result) in built.into_iter().enumerate() {
+        let err = result.expect_err("bad settings accepted");
+        assert_eq!(
+            err.kind(),
+            bakery_core::ErrorKind::InvalidInput,
+            "#{i}: {err}"
+        );
+    }
+}
+
 /// Counts a client out when its task ends, however it ends.
 pub(crate) struct Running(pub(crate) Arc<AtomicUsize>);
+
+impl Running {
+    /// Spawn `client`, counted in `running` until its task ends.
+    pub(crate) fn spawn(
+        running: &Arc<AtomicUsize>,
+        client: impl Future<Output = ()> + Send + 'static,
+    ) -> JoinHandle<()> {
+        let counted = Running(running.clone());
+        tokio::spawn(async move {
+            let _counted = counted;
+            client.await
+        })
+    }
+}
 
 impl Drop for Running {
     fn drop(&mut self) {

@@ -30,6 +30,12 @@ fn unknown() -> Outcome {
     }
 }
 
+fn failed() -> Outcome {
+    Outcome::Fail {
+        error: "refused".into(),
+    }
+}
+
 fn op(client: u64, (inv, ret): (u64, u64), call: Call, outcome: Outcome) -> Operation {
     let pending = outcome == Outcome::Pending;
     Operation {
@@ -65,6 +71,16 @@ fn delete(client: u64, t: (u64, u64), expected: Version, out: Outcome) -> Operat
     op(client, t, Call::Delete { expected }, out)
 }
 
+/// `a` created at v1 by client 1 over (0, 1): where most histories start.
+fn a_at_v1() -> Operation {
+    put(1, (0, 1), None, "a", applied(1, "a"))
+}
+
+/// `a` overwritten by `b` at v2, by client 1 over (2, 3).
+fn b_at_v2() -> Operation {
+    put(1, (2, 3), Some(1), "b", applied(2, "b"))
+}
+
 fn report(ops: Vec<Operation>) -> HistoryReport {
     let history = History::from_operations(ops);
     check_operations(&history.operations(), DEFAULT_STEP_LIMIT)
@@ -85,6 +101,11 @@ fn assert_rejected(ops: Vec<Operation>, id: u64, why: &str) {
         "#{id} not shown: {report}"
     );
     assert!(excerpt.reason.contains(why), "{report}");
+}
+
+/// Rejected because no order of the operations explains the replies.
+fn assert_no_linearization(ops: Vec<Operation>, id: u64) {
+    assert_rejected(ops, id, "no linearization");
 }
 
 #[test]
@@ -140,13 +161,10 @@ fn unknown_puts_that_did_and_did_not_apply_pass() {
 
 #[test]
 fn failed_calls_are_left_out() {
-    let failed = Outcome::Fail {
-        error: "refused".into(),
-    };
     let report = report(vec![
-        put(1, (0, 1), None, "x", failed.clone()),
+        put(1, (0, 1), None, "x", failed()),
         get(1, (2, 3), None),
-        op(1, (4, 5), Call::Get, failed),
+        op(1, (4, 5), Call::Get, failed()),
         put(1, (6, 7), None, "a", applied(1, "a")),
     ]);
     assert_eq!(report.verdict(), Verdict::Linearizable);
@@ -156,53 +174,38 @@ fn failed_calls_are_left_out() {
 #[test]
 fn a_version_reused_after_a_delete_is_told_apart_by_its_value() {
     assert_linearizable(vec![
-        put(1, (0, 1), None, "a", applied(1, "a")),
+        a_at_v1(),
         delete(1, (2, 3), 1, ok(Reply::Deleted)),
         put(2, (4, 5), None, "b", applied(1, "b")),
         get(1, (6, 7), row(1, "b")),
     ]);
     // ...so a read of the old incarnation after the new one is stale.
-    assert_rejected(
+    assert_no_linearization(
         vec![
-            put(1, (0, 1), None, "a", applied(1, "a")),
+            a_at_v1(),
             get(3, (2, 9), row(1, "a")),
             delete(1, (3, 4), 1, ok(Reply::Deleted)),
             put(2, (5, 6), None, "b", applied(1, "b")),
             get(1, (10, 11), row(1, "a")),
         ],
         4,
-        "no linearization",
     );
 }
 
 #[test]
 fn a_stale_read_after_an_acknowledged_write_is_rejected() {
-    assert_rejected(
-        vec![
-            put(1, (0, 1), None, "a", applied(1, "a")),
-            put(1, (2, 3), Some(1), "b", applied(2, "b")),
-            get(2, (4, 5), row(1, "a")),
-        ],
-        2,
-        "no linearization",
-    );
+    let stale = get(2, (4, 5), row(1, "a"));
+    assert_no_linearization(vec![a_at_v1(), b_at_v2(), stale], 2);
 }
 
 #[test]
 fn a_lost_update_is_rejected() {
     // Two puts applied at the same expected version, one after the other...
-    assert_rejected(
-        vec![
-            put(1, (0, 1), None, "a", applied(1, "a")),
-            put(1, (2, 3), Some(1), "b", applied(2, "b")),
-            put(2, (4, 5), Some(1), "c", applied(3, "c")),
-        ],
-        2,
-        "no linearization",
-    );
+    let lost = put(2, (4, 5), Some(1), "c", applied(3, "c"));
+    assert_no_linearization(vec![a_at_v1(), b_at_v2(), lost], 2);
     // ...or concurrently.
     let report = report(vec![
-        put(1, (0, 1), None, "a", applied(1, "a")),
+        a_at_v1(),
         put(1, (2, 6), Some(1), "b", applied(2, "b")),
         put(2, (3, 7), Some(1), "c", applied(3, "c")),
     ]);
@@ -211,20 +214,13 @@ fn a_lost_update_is_rejected() {
 
 #[test]
 fn an_unseen_unknown_put_cannot_hide_a_lost_update() {
-    assert_rejected(
-        vec![
-            put(1, (0, 1), None, "a", applied(1, "a")),
-            put(1, (2, 3), Some(1), "b", applied(2, "b")),
-            put(3, (4, 0), Some(2), "u", Outcome::Pending),
-            put(2, (6, 7), Some(1), "c", applied(3, "c")),
-        ],
-        3,
-        "no linearization",
-    );
+    let unseen = put(3, (4, 0), Some(2), "u", Outcome::Pending);
+    let lost = put(2, (6, 7), Some(1), "c", applied(3, "c"));
+    assert_no_linearization(vec![a_at_v1(), b_at_v2(), unseen, lost], 3);
     // But it may take effect and be overwritten by a write that guessed
     // its version (one never seen with another value).
     assert_linearizable(vec![
-        put(1, (0, 1), None, "a", applied(1, "a")),
+        a_at_v1(),
         put(3, (2, 3), Some(1), "u", unknown()),
         put(2, (4, 5), Some(7), "c", applied(8, "c")),
     ]);
@@ -232,39 +228,23 @@ fn an_unseen_unknown_put_cannot_hide_a_lost_update() {
 
 #[test]
 fn a_conflict_carrying_a_stale_row_is_rejected() {
-    assert_rejected(
-        vec![
-            put(1, (0, 1), None, "a", applied(1, "a")),
-            put(1, (2, 3), Some(1), "b", applied(2, "b")),
-            put(2, (4, 5), None, "c", conflict(row(1, "a"))),
-        ],
-        2,
-        "no linearization",
-    );
+    let stale = put(2, (4, 5), None, "c", conflict(row(1, "a")));
+    assert_no_linearization(vec![a_at_v1(), b_at_v2(), stale], 2);
 }
 
 #[test]
 fn a_conflict_without_a_row_while_one_exists_is_rejected() {
-    assert_rejected(
-        vec![
-            put(1, (0, 1), None, "a", applied(1, "a")),
-            put(2, (2, 3), None, "b", conflict(None)),
-        ],
-        1,
-        "no linearization",
-    );
+    let rowless = put(2, (2, 3), None, "b", conflict(None));
+    assert_no_linearization(vec![a_at_v1(), rowless], 1);
 }
 
 #[test]
 fn a_read_of_a_value_never_written_is_rejected() {
     assert_rejected(vec![get(1, (0, 1), row(1, "ghost"))], 0, "no put");
     // A put that failed (did not apply) wrote nothing.
-    let failed = Outcome::Fail {
-        error: "refused".into(),
-    };
     assert_rejected(
         vec![
-            put(1, (0, 1), None, "a", failed),
+            put(1, (0, 1), None, "a", failed()),
             get(1, (2, 3), row(1, "a")),
         ],
         1,
@@ -274,42 +254,29 @@ fn a_read_of_a_value_never_written_is_rejected() {
 
 #[test]
 fn a_read_that_goes_back_in_time_is_rejected() {
-    assert_rejected(
+    assert_no_linearization(
         vec![
-            put(1, (0, 1), None, "a", applied(1, "a")),
+            a_at_v1(),
             put(1, (2, 10), Some(1), "b", applied(2, "b")),
             get(2, (3, 4), row(2, "b")),
             get(2, (5, 6), row(1, "a")),
         ],
         3,
-        "no linearization",
     );
 }
 
 #[test]
 fn a_value_seen_at_two_versions_or_an_unchanged_version_is_rejected() {
-    assert_rejected(
-        vec![
-            put(1, (0, 1), None, "a", applied(1, "a")),
-            get(2, (2, 3), row(2, "a")),
-        ],
-        1,
-        "seen at v1",
-    );
-    assert_rejected(
-        vec![
-            put(1, (0, 1), None, "a", applied(1, "a")),
-            put(1, (2, 3), Some(1), "b", applied(1, "b")),
-        ],
-        1,
-        "no linearization",
-    );
+    let a_at_v2 = get(2, (2, 3), row(2, "a"));
+    assert_rejected(vec![a_at_v1(), a_at_v2], 1, "seen at v1");
+    let b_at_v1 = put(1, (2, 3), Some(1), "b", applied(1, "b"));
+    assert_no_linearization(vec![a_at_v1(), b_at_v1], 1);
 }
 
 #[test]
 fn keys_are_judged_alone() {
     let mut ops = vec![
-        put(1, (0, 1), None, "a", applied(1, "a")),
+        a_at_v1(),
         get(1, (2, 3), None),
         put(1, (4, 5), None, "z", applied(1, "z")),
     ];
@@ -346,10 +313,8 @@ fn the_step_limit_gives_inconclusive_never_a_pass() {
 
 #[test]
 fn a_value_written_twice_is_inconclusive() {
-    let report = report(vec![
-        put(1, (0, 1), None, "a", applied(1, "a")),
-        put(2, (2, 3), Some(1), "a", applied(2, "a")),
-    ]);
+    let rewritten = put(2, (2, 3), Some(1), "a", applied(2, "a"));
+    let report = report(vec![a_at_v1(), rewritten]);
     assert_eq!(report.verdict(), Verdict::Inconclusive, "{report}");
 }
 
@@ -358,7 +323,7 @@ fn a_value_written_twice_is_inconclusive() {
 #[test]
 fn a_retried_compare_and_set_may_repeat_its_value() {
     assert_linearizable(vec![
-        put(1, (0, 1), None, "a", applied(1, "a")),
+        a_at_v1(),
         put(1, (2, 3), Some(1), "b", unknown()),
         put(1, (4, 5), Some(1), "b", unknown()),
         put(1, (6, 7), Some(1), "b", conflict(row(2, "b"))),
@@ -369,13 +334,6 @@ fn a_retried_compare_and_set_may_repeat_its_value() {
 /// ...but only one of the retries can apply.
 #[test]
 fn a_retried_compare_and_set_applied_twice_is_rejected() {
-    assert_rejected(
-        vec![
-            put(1, (0, 1), None, "a", applied(1, "a")),
-            put(1, (2, 3), Some(1), "b", applied(2, "b")),
-            put(1, (4, 5), Some(1), "b", applied(3, "b")),
-        ],
-        2,
-        "",
-    );
+    let again = put(1, (4, 5), Some(1), "b", applied(3, "b"));
+    assert_rejected(vec![a_at_v1(), b_at_v2(), again], 2, "");
 }
