@@ -19,7 +19,8 @@ use bakery_mongodb::mongodb::IndexModel;
 use bakery_mongodb::{CasStrategy, MongoStore, LAYOUT_ID};
 use bakery_testkit::{applied, corrupt};
 use common::{
-    drop_collection, raw, server_uri, store, unique_collection, with_options, Mode, Proxy,
+    drop_collection, raw, refused_open, server_uri, store, unique_collection, with_options, Mode,
+    Proxy,
 };
 
 const STRATEGIES: [&str; 2] = ["update", "insert"];
@@ -379,13 +380,10 @@ async fn ferretdb_is_identified_and_gets_the_insert_strategy() {
     let k = key("ident/one");
     applied(&store, &k, None, "a").await;
 
-    let refused = MongoStore::connect(&with_options(&plain, &["cas=update"]))
-        .await
-        .expect_err("cas=update must be refused on FerretDB");
-    assert_eq!(refused.kind(), ErrorKind::Config, "{refused}");
-    let message = refused.to_string();
-    bakery_testkit::assert_mentions(
-        &message,
+    refused_open(
+        &with_options(&plain, &["cas=update"]),
+        "cas=update on FerretDB",
+        ErrorKind::Config,
         &[
             "on FerretDB",
             "cas=update is refused",
@@ -393,7 +391,8 @@ async fn ferretdb_is_identified_and_gets_the_insert_strategy() {
             "cas=insert",
             "allow_unproven_update=true",
         ],
-    );
+    )
+    .await;
 
     // The explicit override opens it (the negative control depends on it),
     // on a collection of its own: this one now holds `insert` rows.
@@ -424,13 +423,13 @@ async fn an_unjournaled_write_concern_is_refused_unless_accepted() {
         &uri,
         &[&format!("collection={collection}"), "journal=false"],
     );
-    let refused = MongoStore::connect(&unjournaled)
-        .await
-        .expect_err("journal=false must be refused");
-    assert_eq!(refused.kind(), ErrorKind::Config, "{refused}");
-    let message = refused.to_string();
-    assert!(message.contains("journal = false"), "{message}");
-    assert!(message.contains("accept_data_loss=true"), "{message}");
+    refused_open(
+        &unjournaled,
+        "journal=false",
+        ErrorKind::Config,
+        &["journal = false", "accept_data_loss=true"],
+    )
+    .await;
 
     let store = MongoStore::connect(&with_options(&unjournaled, &["accept_data_loss=true"]))
         .await
@@ -462,30 +461,26 @@ async fn a_collection_of_the_other_layout_is_refused() {
             drop_collection(&uri, &first).await;
             continue;
         }
-        let err = MongoStore::connect(&reopen)
-            .await
-            .expect_err("a store of the other layout must be refused");
-        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
-        let message = err.to_string();
-        assert!(
-            message.contains(&format!("is marked as written with cas={written}")),
-            "{message}"
-        );
-        assert!(message.contains("hand out its ids again"), "{message}");
+        let marked = format!("is marked as written with cas={written}");
+        refused_open(
+            &reopen,
+            "a store of the other layout",
+            ErrorKind::Config,
+            &[&marked, "hand out its ids again"],
+        )
+        .await;
         // Without its marker (a collection from before markers), the row
         // of the other layout is found and refused all the same.
         let coll = raw(&uri, &first).await;
         let removed = coll.delete_one(doc! {"_id": LAYOUT_ID}).await.unwrap();
         assert_eq!(removed.deleted_count, 1, "the first open left no marker");
-        let err = MongoStore::connect(&reopen)
-            .await
-            .expect_err("an unmarked collection of the other layout must be refused");
-        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
-        assert!(
-            err.to_string()
-                .contains(&format!("holds rows written with cas={written}")),
-            "{err}"
-        );
+        refused_open(
+            &reopen,
+            "an unmarked collection of the other layout",
+            ErrorKind::Config,
+            &[&format!("holds rows written with cas={written}")],
+        )
+        .await;
         // The same strategy still opens it.
         let again = with_options(
             &uri,
@@ -564,11 +559,13 @@ async fn a_damaged_layout_marker_is_a_typed_error() {
         coll.replace_one(marker.clone(), replacement.clone())
             .await
             .unwrap();
-        let err = MongoStore::connect(&reopen)
-            .await
-            .expect_err("a damaged marker must fail the open");
-        assert_eq!(err.kind(), ErrorKind::Corrupt, "{damage}: {err}");
-        assert!(err.to_string().contains(LAYOUT_ID), "{err}");
+        refused_open(
+            &reopen,
+            &format!("the damaged marker {damage}"),
+            ErrorKind::Corrupt,
+            &[LAYOUT_ID],
+        )
+        .await;
         let kept = coll.find_one(marker).await.unwrap();
         assert_eq!(kept, Some(replacement), "the marker was changed");
     }
@@ -593,13 +590,13 @@ async fn a_clashing_index_is_a_config_error() {
     coll.create_index(theirs).await.unwrap();
     let collection = first.config().collection().to_string();
     let reopen = with_options(&uri, &["cas=insert", &format!("collection={collection}")]);
-    let err = MongoStore::connect(&reopen)
-        .await
-        .expect_err("a clashing index must fail the open");
-    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
-    let message = err.to_string();
-    assert!(message.contains("clashes with bakery's"), "{message}");
-    assert!(message.contains(&collection), "{message}");
+    refused_open(
+        &reopen,
+        "a clashing index",
+        ErrorKind::Config,
+        &["clashes with bakery's", &collection],
+    )
+    .await;
     let names = coll.list_index_names().await.unwrap();
     assert!(names.contains(&"theirs".to_string()), "{names:?}");
     drop_collection(&uri, &first).await;
