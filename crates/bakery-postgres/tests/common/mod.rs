@@ -271,6 +271,51 @@ pub async fn tcp_target(uri: &str, test: &str) -> Option<(SocketAddr, tokio_post
     Some((target, base))
 }
 
+/// Two stores on a fresh table whose connections go through a [`Relay`]
+/// to the test server, and the row the writer created at `key`, which the
+/// reader read back: the set-up of a test that stalls or cuts the network
+/// under calls in flight.
+pub struct Relayed {
+    pub uri: String,
+    pub relay: Relay,
+    pub table: String,
+    pub writer: PostgresStore,
+    pub reader: PostgresStore,
+    pub key: Key,
+    pub row: Row,
+}
+
+/// [`Relayed`] for test `test`, with `options` (`name=value&…`) on the
+/// stores' URI; `None` (see [`server_uri`] and [`tcp_target`]) without a
+/// server on TCP.
+pub async fn relayed(test: &str, options: &str) -> Option<Relayed> {
+    let uri = server_uri(test)?;
+    let (target, base) = tcp_target(&uri, test).await?;
+    let relay = Relay::start(target).await;
+    let table = unique_table("bk_relayed");
+    let through = format!(
+        "postgres://{}@{}/{}?table={table}&pool_size=1&sslmode=disable&{options}",
+        base.get_user().unwrap(),
+        relay.addr,
+        base.get_dbname().unwrap_or("postgres"),
+    );
+    // Both stores connect and prepare before the network stalls.
+    let writer = PostgresStore::connect(&through).await.unwrap();
+    let reader = PostgresStore::connect(&through).await.unwrap();
+    let key = key("relayed/k");
+    let row = applied(&writer, &key, None, "v").await;
+    assert_eq!(reader.get(&key).await.unwrap(), Some(row.clone()));
+    Some(Relayed {
+        uri,
+        relay,
+        table,
+        writer,
+        reader,
+        key,
+        row,
+    })
+}
+
 /// A TCP relay on loopback that can hold what the clients send (a stalled
 /// network: nothing reaches the server, so no reply comes back), keeps
 /// what each connection had held, and cuts every connection (the network
