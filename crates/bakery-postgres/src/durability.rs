@@ -74,34 +74,35 @@ fn is_off(value: &str) -> bool {
 
 /// Every setting under which the server can lose a write it acknowledged.
 pub(crate) fn hazards(settings: &Settings) -> Vec<Hazard> {
-    let mut found = Vec::new();
-    if is_off(&settings.fsync) {
-        found.push(Hazard::new(
+    // (setting, its value, what `off` loses, the fix)
+    let switches = [
+        (
             "fsync",
-            settings.fsync.as_str(),
+            &settings.fsync,
             "the server never forces its writes to disk: an OS crash or power loss can lose or corrupt committed transactions",
             "fsync = on",
-        ));
-    }
-    if is_off(&settings.full_page_writes) {
-        found.push(Hazard::new(
+        ),
+        (
             "full_page_writes",
-            settings.full_page_writes.as_str(),
+            &settings.full_page_writes,
             "a power loss can leave torn pages that WAL replay cannot repair: committed rows can be lost or corrupted",
             "full_page_writes = on",
-        ));
-    }
-    if is_off(&settings.synchronous_commit) {
+        ),
         // bakery raised it on this session; still `off` means the raise
         // did not stick (e.g. a pooler in transaction mode ran the next
         // transaction on another server session).
-        found.push(Hazard::new(
+        (
             "synchronous_commit",
-            settings.synchronous_commit.as_str(),
+            &settings.synchronous_commit,
             "bakery's session still commits asynchronously after raising it to on (a connection pooler in transaction mode?): a server crash can lose the commits of the last 3 × wal_writer_delay",
             "synchronous_commit = on, or a direct or session-pooled connection",
-        ));
-    }
+        ),
+    ];
+    let mut found: Vec<Hazard> = switches
+        .into_iter()
+        .filter(|(_, value, _, _)| is_off(value))
+        .map(|(setting, value, loses, fix)| Hazard::new(setting, value.as_str(), loses, fix))
+        .collect();
     if settings.unconfirmed_standbys > 0 {
         found.push(Hazard::new(
             "standbys that do not confirm commits",

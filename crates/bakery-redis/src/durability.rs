@@ -135,53 +135,28 @@ pub(crate) fn hazards(s: &Settings, wait: usize) -> Vec<Hazard> {
                     ));
                 }
             }
-            Some("everysec") => found.push(Hazard::new(
-                "appendfsync",
-                "everysec",
-                "an OS crash or power loss forgets up to about a second of acknowledged writes",
-                AOF_FIX,
-            )),
-            Some("no") => found.push(Hazard::new(
-                "appendfsync",
-                "no",
-                "the OS decides when to write the file: an OS crash or power loss forgets up to about 30 seconds of acknowledged writes",
-                AOF_FIX,
-            )),
-            Some(other) => found.push(Hazard::new(
-                "appendfsync",
-                other,
-                "not a policy that fsyncs every write",
-                AOF_FIX,
-            )),
-            None => found.push(Hazard::new(
-                "appendfsync",
-                "unknown",
-                format!(
-                    "the fsync policy could not be read: {refused}, and INFO does not show it; an acknowledged write may not be fsynced"
-                ),
-                AOF_FIX,
-            )),
+            policy => {
+                let loses = match policy {
+                    Some("everysec") => "an OS crash or power loss forgets up to about a second of acknowledged writes".to_string(),
+                    Some("no") => "the OS decides when to write the file: an OS crash or power loss forgets up to about 30 seconds of acknowledged writes".to_string(),
+                    Some(_) => "not a policy that fsyncs every write".to_string(),
+                    None => format!(
+                        "the fsync policy could not be read: {refused}, and INFO does not show it; an acknowledged write may not be fsynced"
+                    ),
+                };
+                found.push(aof_hazard("appendfsync", policy, loses));
+            }
         },
-        Some("no") => found.push(Hazard::new(
-            "appendonly",
-            "no",
-            "a restart forgets every write since the last RDB snapshot",
-            AOF_FIX,
-        )),
-        Some(other) => found.push(Hazard::new(
-            "appendonly",
-            other,
-            "not `yes`: a restart may forget acknowledged writes",
-            AOF_FIX,
-        )),
-        None => found.push(Hazard::new(
-            "appendonly",
-            "unknown",
-            format!(
-                "persistence could not be read: {refused}, and INFO shows no aof_enabled; a restart may forget acknowledged writes"
-            ),
-            AOF_FIX,
-        )),
+        appendonly => {
+            let loses = match appendonly {
+                Some("no") => "a restart forgets every write since the last RDB snapshot".to_string(),
+                Some(_) => "not `yes`: a restart may forget acknowledged writes".to_string(),
+                None => format!(
+                    "persistence could not be read: {refused}, and INFO shows no aof_enabled; a restart may forget acknowledged writes"
+                ),
+            };
+            found.push(aof_hazard("appendonly", appendonly, loses));
+        }
     }
     if let (Some(limit), Some(policy)) = (s.maxmemory, s.maxmemory_policy.as_deref()) {
         if limit > 0 && policy != "noeviction" && !policy.starts_with("volatile-") {
@@ -228,6 +203,12 @@ pub(crate) fn hazards(s: &Settings, wait: usize) -> Vec<Hazard> {
         ));
     }
     found
+}
+
+/// A hazard of the append-only file's `setting`, whose `value` (`None`:
+/// unreadable) `loses`; the fix is always [`AOF_FIX`].
+fn aof_hazard(setting: &str, value: Option<&str>, loses: String) -> Hazard {
+    Hazard::new(setting, value.unwrap_or("unknown"), loses, AOF_FIX)
 }
 
 /// The hazards of the server behind `conn` now, for a store whose calls
