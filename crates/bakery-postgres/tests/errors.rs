@@ -15,7 +15,7 @@ use std::time::Duration;
 use bakery_core::{ErrorKind, Operation, Sent, VersionedStore};
 use bakery_postgres::PostgresStore;
 use common::{
-    applied, drop_tables, get_retrying, key, raw_client, raw_row, relayed, server_uri,
+    applied, drop_tables, get_retrying, key, lock_row, raw_client, raw_row, relayed, server_uri,
     unique_table, with_options, Relayed,
 };
 
@@ -111,13 +111,7 @@ async fn a_session_terminated_under_a_statement_is_unknown_for_writes_unavailabl
 
     // Writes: the row is locked by another transaction, the write waits.
     let mut holder = raw_client(&uri).await;
-    let tx = holder.transaction().await.unwrap();
-    tx.execute(
-        &format!("SELECT 1 FROM {table} WHERE key = $1 FOR UPDATE"),
-        &[&k.as_str()],
-    )
-    .await
-    .unwrap();
+    let tx = lock_row(&mut holder, &table, &k).await;
     let writes: [(&str, &String); 2] = [("put", &update), ("delete", &delete)];
     for (what, sql) in writes {
         let (caller, k2) = (store.clone(), k.clone());

@@ -16,8 +16,8 @@ use bakery_testkit::watch::{
     count_reaches, next_wake, recovers_from_a_lost_feed, the_last_watch_still_wakes,
 };
 use common::{
-    applied, bare_table, drop_tables, exec, key, raw_client, raw_row, raw_server, relayed,
-    server_uri, unique_table, with_options, Relayed,
+    applied, bare_table, drop_tables, exec, key, lock_row, raw_client, raw_row, raw_server,
+    relayed, server_uri, unique_table, with_options, Relayed,
 };
 
 async fn open(uri: &str, table: &str) -> PostgresStore {
@@ -265,13 +265,7 @@ async fn server_statement_timeout_is_unavailable_and_reads_do_not_wait() {
     let k = key("locked/k");
     let row = applied(&store, &k, None, "v").await;
     let mut raw = raw_client(&uri).await;
-    let tx = raw.transaction().await.unwrap();
-    tx.execute(
-        &format!("SELECT 1 FROM {table} WHERE key = $1 FOR UPDATE"),
-        &[&k.as_str()],
-    )
-    .await
-    .unwrap();
+    let tx = lock_row(&mut raw, &table, &k).await;
     let started = Instant::now();
     let err = store
         .put_if_version(&k, Some(row.version), "blocked".into())

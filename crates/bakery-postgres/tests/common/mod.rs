@@ -116,6 +116,23 @@ pub async fn raw_server(test: &str) -> Option<(String, tokio_postgres::Client)> 
     Some((uri, raw))
 }
 
+/// Lock the row of `key` in `table` in a transaction of `raw` (`SELECT …
+/// FOR UPDATE`): the store's writes of it wait until the transaction ends.
+pub async fn lock_row<'a>(
+    raw: &'a mut tokio_postgres::Client,
+    table: &str,
+    key: &Key,
+) -> tokio_postgres::Transaction<'a> {
+    let tx = raw.transaction().await.unwrap();
+    tx.execute(
+        &format!("SELECT 1 FROM {table} WHERE key = $1 FOR UPDATE"),
+        &[&key.as_str()],
+    )
+    .await
+    .unwrap();
+    tx
+}
+
 /// Run `sql` through a raw client, behind the store.
 pub async fn exec(raw: &tokio_postgres::Client, sql: &str) {
     raw.batch_execute(sql)
