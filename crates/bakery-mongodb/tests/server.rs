@@ -19,7 +19,7 @@ use bakery_mongodb::mongodb::IndexModel;
 use bakery_mongodb::{CasStrategy, MongoStore, LAYOUT_ID};
 use bakery_testkit::{applied, corrupt};
 use common::{
-    drop_collection, raw, refused_open, server_uri, store, unique_collection, with_options, Mode,
+    drop_collection, fresh_collection, raw, refused_open, server_uri, store, with_options, Mode,
     Proxy,
 };
 
@@ -346,8 +346,7 @@ async fn ferretdb_is_identified_and_gets_the_insert_strategy() {
     let Some(uri) = server_uri("ferretdb_is_identified_and_gets_the_insert_strategy") else {
         return;
     };
-    let collection = common::unique_collection("bk_ident");
-    let plain = with_options(&uri, &[&format!("collection={collection}")]);
+    let plain = with_options(&uri, &[&fresh_collection("bk_ident")]);
     // The default URI (whatever `cas` the environment's URI carried is
     // replaced by `auto`, the default).
     let default = with_options(&plain, &["cas=auto"]);
@@ -396,10 +395,7 @@ async fn ferretdb_is_identified_and_gets_the_insert_strategy() {
 
     // The explicit override opens it (the negative control depends on it),
     // on a collection of its own: this one now holds `insert` rows.
-    let other = format!(
-        "collection={}",
-        common::unique_collection("bk_ident_update")
-    );
+    let other = fresh_collection("bk_ident_update");
     let overridden = MongoStore::connect(&with_options(
         &uri,
         &[&other, "cas=update", "allow_unproven_update=true"],
@@ -418,11 +414,7 @@ async fn an_unjournaled_write_concern_is_refused_unless_accepted() {
     let Some(uri) = server_uri("an_unjournaled_write_concern_is_refused_unless_accepted") else {
         return;
     };
-    let collection = common::unique_collection("bk_journal");
-    let unjournaled = with_options(
-        &uri,
-        &[&format!("collection={collection}"), "journal=false"],
-    );
+    let unjournaled = with_options(&uri, &[&fresh_collection("bk_journal"), "journal=false"]);
     refused_open(
         &unjournaled,
         "journal=false",
@@ -503,7 +495,7 @@ async fn one_strategy_claims_an_empty_collection() {
     let Some(uri) = server_uri("one_strategy_claims_an_empty_collection") else {
         return;
     };
-    let collection = format!("collection={}", unique_collection("bk_claim"));
+    let collection = fresh_collection("bk_claim");
     let opens: Vec<_> = (0..8)
         .map(|i| {
             let cas = format!("cas={}", STRATEGIES[i % 2]);

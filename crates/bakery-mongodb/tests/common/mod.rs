@@ -80,6 +80,12 @@ pub fn driver_uri(uri: &str) -> String {
 #[allow(unused_imports)]
 pub use bakery_testkit::unique_ident as unique_collection;
 
+/// The option `collection=…` naming a collection no other test or run
+/// uses, its name starting with `prefix`.
+pub fn fresh_collection(prefix: &str) -> String {
+    format!("collection={}", unique_collection(prefix))
+}
+
 /// A store on the test server with `cas` and a fresh collection. `update`
 /// is opened with `allow_unproven_update=true`: FerretDB refuses it
 /// otherwise, and what these tests check of it (layout, single-writer
