@@ -190,43 +190,44 @@ mod tests {
         }
     }
 
+    /// Each setting off alone is one hazard, refused naming the setting,
+    /// its fix and the opt-in (and none of the others), and accepted with
+    /// `accept_data_loss=true`. bakery raises `synchronous_commit` on every
+    /// session it opens; a session that still reads `off` is one the raise
+    /// did not reach.
     #[test]
-    fn fsync_off_is_refused_naming_the_setting_and_the_opt_in() {
-        let found = hazards(&settings("off", "on", "on"));
-        assert_eq!(found.len(), 1);
-        assert_eq!(found[0].setting, "fsync");
-        assert_eq!(found[0].value, "off");
-        assert_eq!(found[0].fix, "fsync = on");
-        assert!(found[0].loses.contains("OS crash or power loss"));
-        let e = check(BACKEND, &found, false).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Config);
-        assert_eq!(e.backend(), "postgres");
-        bakery_testkit::assert_mentions(
-            &e,
-            &["fsync = off", "fsync = on", "accept_data_loss=true"],
-        );
-        assert!(!e.message().contains("full_page_writes"), "{e}");
-        assert!(check(BACKEND, &found, true).is_ok());
-    }
-
-    #[test]
-    fn full_page_writes_off_is_refused_naming_the_setting_and_the_opt_in() {
-        let found = hazards(&settings("on", "off", "on"));
-        assert_eq!(found.len(), 1);
-        assert_eq!(found[0].setting, "full_page_writes");
-        assert!(found[0].loses.contains("torn pages"));
-        let e = check(BACKEND, &found, false).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Config);
-        bakery_testkit::assert_mentions(
-            &e,
-            &[
-                "full_page_writes = off",
-                "full_page_writes = on",
-                "accept_data_loss=true",
-            ],
-        );
-        assert!(!e.message().contains("fsync"), "{e}");
-        assert!(check(BACKEND, &found, true).is_ok());
+    fn each_setting_off_is_refused_naming_it_and_the_opt_in() {
+        let all = ["fsync", "full_page_writes", "synchronous_commit"];
+        for (off, loses) in [
+            (0, "OS crash or power loss"),
+            (1, "torn pages"),
+            (2, "commits asynchronously"),
+        ] {
+            let value = |i: usize| if i == off { "off" } else { "on" };
+            let found = hazards(&settings(value(0), value(1), value(2)));
+            let setting = all[off];
+            assert_eq!(found.len(), 1, "{setting}: {found:?}");
+            assert_eq!(found[0].setting, setting);
+            assert_eq!(found[0].value, "off");
+            assert!(found[0].fix.starts_with(&format!("{setting} = on")));
+            assert!(found[0].loses.contains(loses), "{setting}: {found:?}");
+            let e = check(BACKEND, &found, false).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Config);
+            assert_eq!(e.backend(), "postgres");
+            bakery_testkit::assert_mentions(
+                &e,
+                &[
+                    &format!("{setting} = off"),
+                    &format!("{setting} = on"),
+                    "accept_data_loss=true",
+                ],
+            );
+            for other in all.iter().filter(|other| **other != setting) {
+                assert!(!e.message().contains(*other), "{e}");
+            }
+            assert!(check(BACKEND, &found, true).is_ok());
+        }
+        assert_eq!(hazards(&settings("OFF", "Off", "on")).len(), 2);
     }
 
     #[test]
@@ -246,19 +247,6 @@ mod tests {
             ],
         );
         assert!(check(BACKEND, &found, true).is_ok());
-    }
-
-    /// bakery raises `synchronous_commit` on every session it opens; a
-    /// session that still reads `off` is one the raise did not reach.
-    #[test]
-    fn synchronous_commit_still_off_after_the_raise_is_a_hazard() {
-        let found = hazards(&settings("on", "on", "off"));
-        assert_eq!(found.len(), 1);
-        assert_eq!(found[0].setting, "synchronous_commit");
-        let e = check(BACKEND, &found, false).unwrap_err();
-        assert!(e.message().contains("synchronous_commit = off"), "{e}");
-        assert!(e.message().contains("accept_data_loss=true"), "{e}");
-        assert_eq!(hazards(&settings("OFF", "Off", "on")).len(), 2);
     }
 
     /// An asynchronous standby can be promoted without the last commits:

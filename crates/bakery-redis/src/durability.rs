@@ -390,6 +390,15 @@ mod tests {
         assert_eq!(hazards(&s, 0), []);
     }
 
+    /// A durable AOF, and `maxmemory` `limit` with `policy`.
+    fn limited(limit: u64, policy: &str) -> Settings {
+        Settings {
+            maxmemory: Some(limit),
+            maxmemory_policy: Some(policy.into()),
+            ..settings("yes", "always")
+        }
+    }
+
     #[test]
     fn evicting_policy_with_a_limit_is_a_hazard() {
         for policy in [
@@ -398,15 +407,11 @@ mod tests {
             "allkeys-random",
             "something-new",
         ] {
-            let mut s = settings("yes", "always");
-            s.maxmemory = Some(100 << 20);
-            s.maxmemory_policy = Some(policy.into());
-            let found = hazards(&s, 0);
+            let found = hazards(&limited(100 << 20, policy), 0);
             assert_eq!(names(&found), [("maxmemory-policy", policy)]);
             assert_eq!(found[0].fix, "maxmemory-policy noeviction");
             // No limit: nothing is ever evicted.
-            s.maxmemory = Some(0);
-            assert_eq!(hazards(&s, 0), [], "{policy}");
+            assert_eq!(hazards(&limited(0, policy), 0), [], "{policy}");
         }
         // The volatile policies evict only keys with a TTL; bakery sets none.
         for policy in [
@@ -416,10 +421,7 @@ mod tests {
             "volatile-random",
             "volatile-ttl",
         ] {
-            let mut s = settings("yes", "always");
-            s.maxmemory = Some(100 << 20);
-            s.maxmemory_policy = Some(policy.into());
-            assert_eq!(hazards(&s, 0), [], "{policy}");
+            assert_eq!(hazards(&limited(100 << 20, policy), 0), [], "{policy}");
         }
     }
 
