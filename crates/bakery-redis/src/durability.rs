@@ -304,6 +304,14 @@ mod tests {
             .collect()
     }
 
+    /// The one hazard of `s` (no replica waited for), checked to be
+    /// `setting` with `value`.
+    fn the_hazard(s: &Settings, setting: &str, value: &str) -> Hazard {
+        let found = hazards(s, 0);
+        assert_eq!(names(&found), [(setting, value)]);
+        found.into_iter().next().unwrap()
+    }
+
     #[test]
     fn aof_with_fsync_always_is_durable() {
         assert_eq!(hazards(&settings("yes", "always"), 0), []);
@@ -313,33 +321,28 @@ mod tests {
     fn appendonly_no_forgets_since_the_snapshot() {
         // The fsync policy is irrelevant without an append-only file.
         for fsync in ["always", "everysec", "no"] {
-            let found = hazards(&settings("no", fsync), 0);
-            assert_eq!(names(&found), [("appendonly", "no")]);
-            assert!(found[0].loses.contains("since the last RDB snapshot"));
-            assert_eq!(found[0].fix, "appendonly yes and appendfsync always");
+            let found = the_hazard(&settings("no", fsync), "appendonly", "no");
+            assert!(found.loses.contains("since the last RDB snapshot"));
+            assert_eq!(found.fix, "appendonly yes and appendfsync always");
         }
     }
 
     #[test]
     fn fsync_everysec_and_no_lose_acknowledged_writes() {
-        let found = hazards(&settings("yes", "everysec"), 0);
-        assert_eq!(names(&found), [("appendfsync", "everysec")]);
-        assert!(found[0].loses.contains("about a second"), "{}", found[0]);
-        assert!(found[0].loses.contains("power loss"), "{}", found[0]);
-        let found = hazards(&settings("yes", "no"), 0);
-        assert_eq!(names(&found), [("appendfsync", "no")]);
-        assert_eq!(found[0].fix, AOF_FIX);
-        let found = hazards(&settings("yes", "sometimes"), 0);
-        assert_eq!(names(&found), [("appendfsync", "sometimes")]);
+        let found = the_hazard(&settings("yes", "everysec"), "appendfsync", "everysec");
+        assert!(found.loses.contains("about a second"), "{}", found);
+        assert!(found.loses.contains("power loss"), "{}", found);
+        let found = the_hazard(&settings("yes", "no"), "appendfsync", "no");
+        assert_eq!(found.fix, AOF_FIX);
+        the_hazard(&settings("yes", "sometimes"), "appendfsync", "sometimes");
     }
 
     #[test]
     fn no_fsync_during_rewrites_is_a_hazard() {
         let mut s = settings("yes", "always");
         s.no_appendfsync_on_rewrite = Some("yes".into());
-        let found = hazards(&s, 0);
-        assert_eq!(names(&found), [("no-appendfsync-on-rewrite", "yes")]);
-        assert_eq!(found[0].fix, "no-appendfsync-on-rewrite no");
+        let found = the_hazard(&s, "no-appendfsync-on-rewrite", "yes");
+        assert_eq!(found.fix, "no-appendfsync-on-rewrite no");
         // Unknown (not reported): not a hazard by itself.
         s.no_appendfsync_on_rewrite = None;
         assert_eq!(hazards(&s, 0), []);
@@ -357,10 +360,9 @@ mod tests {
         );
         assert_eq!(s.appendonly.as_deref(), Some("yes"));
         assert_eq!(s.role.as_deref(), Some("master"));
-        let found = hazards(&s, 0);
-        assert_eq!(names(&found), [("appendfsync", "unknown")]);
-        assert!(found[0].loses.contains("could not be read"), "{}", found[0]);
-        assert!(found[0].loses.contains("NOPERM"), "{}", found[0]);
+        let found = the_hazard(&s, "appendfsync", "unknown");
+        assert!(found.loses.contains("could not be read"), "{}", found);
+        assert!(found.loses.contains("NOPERM"), "{}", found);
 
         let mut s = Settings {
             config_refused: Some("ERR".into()),
@@ -376,9 +378,8 @@ mod tests {
             config_refused: Some("ERR".into()),
             ..Settings::default()
         };
-        let found = hazards(&s, 0);
-        assert_eq!(names(&found), [("appendonly", "unknown")]);
-        assert!(found[0].loses.contains("could not be read"), "{}", found[0]);
+        let found = the_hazard(&s, "appendonly", "unknown");
+        assert!(found.loses.contains("could not be read"), "{}", found);
     }
 
     #[test]
@@ -407,9 +408,8 @@ mod tests {
             "allkeys-random",
             "something-new",
         ] {
-            let found = hazards(&limited(100 << 20, policy), 0);
-            assert_eq!(names(&found), [("maxmemory-policy", policy)]);
-            assert_eq!(found[0].fix, "maxmemory-policy noeviction");
+            let found = the_hazard(&limited(100 << 20, policy), "maxmemory-policy", policy);
+            assert_eq!(found.fix, "maxmemory-policy noeviction");
             // No limit: nothing is ever evicted.
             assert_eq!(hazards(&limited(0, policy), 0), [], "{policy}");
         }
@@ -429,9 +429,8 @@ mod tests {
     fn a_replica_is_a_hazard() {
         let mut s = settings("yes", "always");
         s.role = Some("slave".into());
-        let found = hazards(&s, 0);
-        assert_eq!(names(&found), [("role", "slave")]);
-        assert_eq!(found[0].fix, "point the URI at the primary");
+        let found = the_hazard(&s, "role", "slave");
+        assert_eq!(found.fix, "point the URI at the primary");
     }
 
     /// A primary with replicas: every call WAITs for all of them unless
