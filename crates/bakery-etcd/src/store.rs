@@ -182,10 +182,40 @@ impl EtcdStore {
         out
     }
 
-    /// Run one transaction of `op` (put or delete) under the call deadline.
-    async fn txn(&self, op: Operation, txn: Txn) -> Result<TxnResponse> {
+    /// Run "if `guard` then `write`, else get the key" as one transaction
+    /// of `op` (put or delete) under the call deadline: the reply when
+    /// `guard` held, else the key's current row (the conflict), from the
+    /// same reply.
+    async fn write_if(
+        &self,
+        op: Operation,
+        key: &Key,
+        etcd_key: &[u8],
+        guard: Compare,
+        write: TxnOp,
+    ) -> Result<std::result::Result<TxnResponse, Option<Row>>> {
+        let txn = Txn::new()
+            .when([guard])
+            .and_then([write])
+            .or_else([TxnOp::get(etcd_key, None)]);
         let mut kv = self.kv.clone();
-        bounded(Request::Txn(op), self.config.timeout(), kv.txn(txn)).await
+        let reply = bounded(Request::Txn(op), self.config.timeout(), kv.txn(txn)).await?;
+        if reply.succeeded() {
+            return Ok(Ok(reply));
+        }
+        let current = Self::current_row(op, key, etcd_key, &reply)?;
+        Ok(Err(conflict(current)))
+    }
+
+    /// The key's current row, read because no key can hold the version a
+    /// write of `op` expects: the conflict that write returns.
+    async fn unmatchable(
+        &self,
+        op: Operation,
+        key: &Key,
+        etcd_key: Vec<u8>,
+    ) -> Result<Option<Row>> {
+        Ok(conflict(self.read(op, key, etcd_key).await?))
     }
 
     /// A linearizable read of one key, made by the store call `op`.
@@ -322,6 +352,13 @@ fn hand_over(key: &Key, sender: &WatchSender, kv: Option<&KeyValue>) -> bool {
     }
 }
 
+/// `current`, the row a write met instead of the version it expected,
+/// logged as the conflict it is.
+fn conflict(current: Option<Row>) -> Option<Row> {
+    tracing::debug!(current = ?current.as_ref().map(|row| row.version), "conflict");
+    current
+}
+
 /// Names a transaction's first response without printing it (it may hold
 /// a large value).
 fn describe(response: Option<&TxnOpResponse>) -> String {
@@ -408,22 +445,19 @@ impl VersionedStore for EtcdStore {
                 // … and no key ever has revision 0 or above i64::MAX: a plain
                 // linearizable read is the whole answer.
                 _ => {
-                    let current = self.read(Operation::Put, key, etcd_key).await?;
-                    tracing::debug!(current = ?current.as_ref().map(|row| row.version), "conflict");
+                    let current = self.unmatchable(Operation::Put, key, etcd_key).await?;
                     return Ok(PutOutcome::Conflict(current));
                 }
             },
         };
-        let txn = Txn::new()
-            .when([guard])
-            .and_then([TxnOp::put(etcd_key.clone(), value.to_vec(), None)])
-            .or_else([TxnOp::get(etcd_key.clone(), None)]);
-        let reply = self.txn(Operation::Put, txn).await?;
-        if !reply.succeeded() {
-            let current = Self::current_row(Operation::Put, key, &etcd_key, &reply)?;
-            tracing::debug!(current = ?current.as_ref().map(|row| row.version), "conflict");
-            return Ok(PutOutcome::Conflict(current));
-        }
+        let write = TxnOp::put(etcd_key.clone(), value.to_vec(), None);
+        let reply = match self
+            .write_if(Operation::Put, key, &etcd_key, guard, write)
+            .await?
+        {
+            Ok(reply) => reply,
+            Err(current) => return Ok(PutOutcome::Conflict(current)),
+        };
         let version = written_revision(key, &reply)?;
         tracing::debug!(version, "applied");
         Ok(PutOutcome::Applied(Row::new(key, value, version)))
@@ -436,25 +470,19 @@ impl VersionedStore for EtcdStore {
             // No key has such a revision (and an absent key's mod_revision
             // is 0, which must not "match" a delete of nothing).
             _ => {
-                let current = self.read(Operation::Delete, key, etcd_key).await?;
-                tracing::debug!(current = ?current.as_ref().map(|row| row.version), "conflict");
+                let current = self.unmatchable(Operation::Delete, key, etcd_key).await?;
                 return Ok(DeleteOutcome::Conflict(current));
             }
         };
-        let txn = Txn::new()
-            .when([Compare::mod_revision(
-                etcd_key.clone(),
-                CompareOp::Equal,
-                revision,
-            )])
-            .and_then([TxnOp::delete(etcd_key.clone(), None)])
-            .or_else([TxnOp::get(etcd_key.clone(), None)]);
-        let reply = self.txn(Operation::Delete, txn).await?;
-        if !reply.succeeded() {
-            let current = Self::current_row(Operation::Delete, key, &etcd_key, &reply)?;
-            tracing::debug!(current = ?current.as_ref().map(|row| row.version), "conflict");
-            return Ok(DeleteOutcome::Conflict(current));
-        }
+        let guard = Compare::mod_revision(etcd_key.clone(), CompareOp::Equal, revision);
+        let write = TxnOp::delete(etcd_key.clone(), None);
+        let reply = match self
+            .write_if(Operation::Delete, key, &etcd_key, guard, write)
+            .await?
+        {
+            Ok(reply) => reply,
+            Err(current) => return Ok(DeleteOutcome::Conflict(current)),
+        };
         match reply.op_responses().into_iter().next() {
             Some(TxnOpResponse::Delete(delete)) if delete.deleted() == 1 => {
                 tracing::debug!("deleted");

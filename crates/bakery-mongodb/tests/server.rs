@@ -19,7 +19,8 @@ use bakery_mongodb::mongodb::IndexModel;
 use bakery_mongodb::{CasStrategy, MongoStore, LAYOUT_ID};
 use bakery_testkit::{applied, corrupt};
 use common::{
-    drop_collection, raw, server_uri, store, unique_collection, with_options, Mode, Proxy,
+    drop_collection, fresh_collection, raw, refused_open, server_uri, store, with_options, Mode,
+    Proxy,
 };
 
 const STRATEGIES: [&str; 2] = ["update", "insert"];
@@ -345,8 +346,7 @@ async fn ferretdb_is_identified_and_gets_the_insert_strategy() {
     let Some(uri) = server_uri("ferretdb_is_identified_and_gets_the_insert_strategy") else {
         return;
     };
-    let collection = common::unique_collection("bk_ident");
-    let plain = with_options(&uri, &[&format!("collection={collection}")]);
+    let plain = with_options(&uri, &[&fresh_collection("bk_ident")]);
     // The default URI (whatever `cas` the environment's URI carried is
     // replaced by `auto`, the default).
     let default = with_options(&plain, &["cas=auto"]);
@@ -379,13 +379,10 @@ async fn ferretdb_is_identified_and_gets_the_insert_strategy() {
     let k = key("ident/one");
     applied(&store, &k, None, "a").await;
 
-    let refused = MongoStore::connect(&with_options(&plain, &["cas=update"]))
-        .await
-        .expect_err("cas=update must be refused on FerretDB");
-    assert_eq!(refused.kind(), ErrorKind::Config, "{refused}");
-    let message = refused.to_string();
-    bakery_testkit::assert_mentions(
-        &message,
+    refused_open(
+        &with_options(&plain, &["cas=update"]),
+        "cas=update on FerretDB",
+        ErrorKind::Config,
         &[
             "on FerretDB",
             "cas=update is refused",
@@ -393,14 +390,12 @@ async fn ferretdb_is_identified_and_gets_the_insert_strategy() {
             "cas=insert",
             "allow_unproven_update=true",
         ],
-    );
+    )
+    .await;
 
     // The explicit override opens it (the negative control depends on it),
     // on a collection of its own: this one now holds `insert` rows.
-    let other = format!(
-        "collection={}",
-        common::unique_collection("bk_ident_update")
-    );
+    let other = fresh_collection("bk_ident_update");
     let overridden = MongoStore::connect(&with_options(
         &uri,
         &[&other, "cas=update", "allow_unproven_update=true"],
@@ -419,18 +414,14 @@ async fn an_unjournaled_write_concern_is_refused_unless_accepted() {
     let Some(uri) = server_uri("an_unjournaled_write_concern_is_refused_unless_accepted") else {
         return;
     };
-    let collection = common::unique_collection("bk_journal");
-    let unjournaled = with_options(
-        &uri,
-        &[&format!("collection={collection}"), "journal=false"],
-    );
-    let refused = MongoStore::connect(&unjournaled)
-        .await
-        .expect_err("journal=false must be refused");
-    assert_eq!(refused.kind(), ErrorKind::Config, "{refused}");
-    let message = refused.to_string();
-    assert!(message.contains("journal = false"), "{message}");
-    assert!(message.contains("accept_data_loss=true"), "{message}");
+    let unjournaled = with_options(&uri, &[&fresh_collection("bk_journal"), "journal=false"]);
+    refused_open(
+        &unjournaled,
+        "journal=false",
+        ErrorKind::Config,
+        &["journal = false", "accept_data_loss=true"],
+    )
+    .await;
 
     let store = MongoStore::connect(&with_options(&unjournaled, &["accept_data_loss=true"]))
         .await
@@ -462,30 +453,26 @@ async fn a_collection_of_the_other_layout_is_refused() {
             drop_collection(&uri, &first).await;
             continue;
         }
-        let err = MongoStore::connect(&reopen)
-            .await
-            .expect_err("a store of the other layout must be refused");
-        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
-        let message = err.to_string();
-        assert!(
-            message.contains(&format!("is marked as written with cas={written}")),
-            "{message}"
-        );
-        assert!(message.contains("hand out its ids again"), "{message}");
+        let marked = format!("is marked as written with cas={written}");
+        refused_open(
+            &reopen,
+            "a store of the other layout",
+            ErrorKind::Config,
+            &[&marked, "hand out its ids again"],
+        )
+        .await;
         // Without its marker (a collection from before markers), the row
         // of the other layout is found and refused all the same.
         let coll = raw(&uri, &first).await;
         let removed = coll.delete_one(doc! {"_id": LAYOUT_ID}).await.unwrap();
         assert_eq!(removed.deleted_count, 1, "the first open left no marker");
-        let err = MongoStore::connect(&reopen)
-            .await
-            .expect_err("an unmarked collection of the other layout must be refused");
-        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
-        assert!(
-            err.to_string()
-                .contains(&format!("holds rows written with cas={written}")),
-            "{err}"
-        );
+        refused_open(
+            &reopen,
+            "an unmarked collection of the other layout",
+            ErrorKind::Config,
+            &[&format!("holds rows written with cas={written}")],
+        )
+        .await;
         // The same strategy still opens it.
         let again = with_options(
             &uri,
@@ -508,7 +495,7 @@ async fn one_strategy_claims_an_empty_collection() {
     let Some(uri) = server_uri("one_strategy_claims_an_empty_collection") else {
         return;
     };
-    let collection = format!("collection={}", unique_collection("bk_claim"));
+    let collection = fresh_collection("bk_claim");
     let opens: Vec<_> = (0..8)
         .map(|i| {
             let cas = format!("cas={}", STRATEGIES[i % 2]);
@@ -564,11 +551,13 @@ async fn a_damaged_layout_marker_is_a_typed_error() {
         coll.replace_one(marker.clone(), replacement.clone())
             .await
             .unwrap();
-        let err = MongoStore::connect(&reopen)
-            .await
-            .expect_err("a damaged marker must fail the open");
-        assert_eq!(err.kind(), ErrorKind::Corrupt, "{damage}: {err}");
-        assert!(err.to_string().contains(LAYOUT_ID), "{err}");
+        refused_open(
+            &reopen,
+            &format!("the damaged marker {damage}"),
+            ErrorKind::Corrupt,
+            &[LAYOUT_ID],
+        )
+        .await;
         let kept = coll.find_one(marker).await.unwrap();
         assert_eq!(kept, Some(replacement), "the marker was changed");
     }
@@ -593,13 +582,13 @@ async fn a_clashing_index_is_a_config_error() {
     coll.create_index(theirs).await.unwrap();
     let collection = first.config().collection().to_string();
     let reopen = with_options(&uri, &["cas=insert", &format!("collection={collection}")]);
-    let err = MongoStore::connect(&reopen)
-        .await
-        .expect_err("a clashing index must fail the open");
-    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
-    let message = err.to_string();
-    assert!(message.contains("clashes with bakery's"), "{message}");
-    assert!(message.contains(&collection), "{message}");
+    refused_open(
+        &reopen,
+        "a clashing index",
+        ErrorKind::Config,
+        &["clashes with bakery's", &collection],
+    )
+    .await;
     let names = coll.list_index_names().await.unwrap();
     assert!(names.contains(&"theirs".to_string()), "{names:?}");
     drop_collection(&uri, &first).await;

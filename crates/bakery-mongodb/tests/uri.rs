@@ -299,25 +299,19 @@ const REFUSED: &[(&str, &str)] = &[
     ("mongodb://h:99999/db", "mongodb URI"),
 ];
 
-/// The option rules every backend shares: unknown, repeated and valueless
-/// options, escapes, and the bounds of `timeout_ms`. An option that neither
-/// bakery nor the driver knows is refused as unknown too.
-///
-/// And `accept_data_loss`: the shared checks every backend passes.
+bakery_testkit::shared_option_rules! {
+    /// The option rules every backend shares: unknown, repeated and
+    /// valueless options, escapes, and the bounds of `timeout_ms`; and
+    /// `accept_data_loss`: the shared checks every backend passes.
+    MongoConfig: "mongodb://h/db?w=majority",
+    refused: REFUSED,
+    longest: &[("mongodb://h/db?collection={}", 120)],
+}
+
+/// An option that neither bakery nor the driver knows is refused as
+/// unknown, naming bakery's options and the driver's.
 #[test]
-fn shared_option_rules() {
-    bakery_testkit::options::Shared {
-        backend: "mongodb",
-        base: "mongodb://h/db?w=majority",
-        durations: &["timeout_ms", "durability_recheck_ms"],
-        parse: MongoConfig::from_uri,
-        accept_data_loss: Some(MongoConfig::accept_data_loss),
-        shown: Some(MongoConfig::to_string),
-        built: None,
-        refused: REFUSED,
-        longest: &[("mongodb://h/db?collection={}", 120)],
-    }
-    .check();
+fn unknown_options_name_both_sets() {
     let err = MongoConfig::from_uri("mongodb://h/db?replicaset=rs0&colour=blue").unwrap_err();
     assert!(
         err.message().starts_with(

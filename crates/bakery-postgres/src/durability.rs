@@ -74,34 +74,35 @@ fn is_off(value: &str) -> bool {
 
 /// Every setting under which the server can lose a write it acknowledged.
 pub(crate) fn hazards(settings: &Settings) -> Vec<Hazard> {
-    let mut found = Vec::new();
-    if is_off(&settings.fsync) {
-        found.push(Hazard::new(
+    // (setting, its value, what `off` loses, the fix)
+    let switches = [
+        (
             "fsync",
-            settings.fsync.as_str(),
+            &settings.fsync,
             "the server never forces its writes to disk: an OS crash or power loss can lose or corrupt committed transactions",
             "fsync = on",
-        ));
-    }
-    if is_off(&settings.full_page_writes) {
-        found.push(Hazard::new(
+        ),
+        (
             "full_page_writes",
-            settings.full_page_writes.as_str(),
+            &settings.full_page_writes,
             "a power loss can leave torn pages that WAL replay cannot repair: committed rows can be lost or corrupted",
             "full_page_writes = on",
-        ));
-    }
-    if is_off(&settings.synchronous_commit) {
+        ),
         // bakery raised it on this session; still `off` means the raise
         // did not stick (e.g. a pooler in transaction mode ran the next
         // transaction on another server session).
-        found.push(Hazard::new(
+        (
             "synchronous_commit",
-            settings.synchronous_commit.as_str(),
+            &settings.synchronous_commit,
             "bakery's session still commits asynchronously after raising it to on (a connection pooler in transaction mode?): a server crash can lose the commits of the last 3 × wal_writer_delay",
             "synchronous_commit = on, or a direct or session-pooled connection",
-        ));
-    }
+        ),
+    ];
+    let mut found: Vec<Hazard> = switches
+        .into_iter()
+        .filter(|(_, value, _, _)| is_off(value))
+        .map(|(setting, value, loses, fix)| Hazard::new(setting, value.as_str(), loses, fix))
+        .collect();
     if settings.unconfirmed_standbys > 0 {
         found.push(Hazard::new(
             "standbys that do not confirm commits",
@@ -180,6 +181,19 @@ mod tests {
         }
     }
 
+    /// `found` is refused with a config error of this backend that
+    /// mentions every one of `needles` and the opt-in, and accepted with
+    /// the opt-in; returns the refusal.
+    fn refused_unless_accepted(found: &[Hazard], needles: &[&str]) -> bakery_core::Error {
+        let e = check(BACKEND, found, false).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        assert_eq!(e.backend(), "postgres");
+        bakery_testkit::assert_mentions(&e, needles);
+        bakery_testkit::assert_mentions(&e, &["accept_data_loss=true"]);
+        assert!(check(BACKEND, found, true).is_ok());
+        e
+    }
+
     #[test]
     fn a_durable_server_has_no_hazard() {
         for sc in ["on", "local", "remote_write", "remote_apply"] {
@@ -189,43 +203,36 @@ mod tests {
         }
     }
 
+    /// Each setting off alone is one hazard, refused naming the setting,
+    /// its fix and the opt-in (and none of the others), and accepted with
+    /// `accept_data_loss=true`. bakery raises `synchronous_commit` on every
+    /// session it opens; a session that still reads `off` is one the raise
+    /// did not reach.
     #[test]
-    fn fsync_off_is_refused_naming_the_setting_and_the_opt_in() {
-        let found = hazards(&settings("off", "on", "on"));
-        assert_eq!(found.len(), 1);
-        assert_eq!(found[0].setting, "fsync");
-        assert_eq!(found[0].value, "off");
-        assert_eq!(found[0].fix, "fsync = on");
-        assert!(found[0].loses.contains("OS crash or power loss"));
-        let e = check(BACKEND, &found, false).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Config);
-        assert_eq!(e.backend(), "postgres");
-        bakery_testkit::assert_mentions(
-            &e,
-            &["fsync = off", "fsync = on", "accept_data_loss=true"],
-        );
-        assert!(!e.message().contains("full_page_writes"), "{e}");
-        assert!(check(BACKEND, &found, true).is_ok());
-    }
-
-    #[test]
-    fn full_page_writes_off_is_refused_naming_the_setting_and_the_opt_in() {
-        let found = hazards(&settings("on", "off", "on"));
-        assert_eq!(found.len(), 1);
-        assert_eq!(found[0].setting, "full_page_writes");
-        assert!(found[0].loses.contains("torn pages"));
-        let e = check(BACKEND, &found, false).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Config);
-        bakery_testkit::assert_mentions(
-            &e,
-            &[
-                "full_page_writes = off",
-                "full_page_writes = on",
-                "accept_data_loss=true",
-            ],
-        );
-        assert!(!e.message().contains("fsync"), "{e}");
-        assert!(check(BACKEND, &found, true).is_ok());
+    fn each_setting_off_is_refused_naming_it_and_the_opt_in() {
+        let all = ["fsync", "full_page_writes", "synchronous_commit"];
+        for (off, loses) in [
+            (0, "OS crash or power loss"),
+            (1, "torn pages"),
+            (2, "commits asynchronously"),
+        ] {
+            let value = |i: usize| if i == off { "off" } else { "on" };
+            let found = hazards(&settings(value(0), value(1), value(2)));
+            let setting = all[off];
+            assert_eq!(found.len(), 1, "{setting}: {found:?}");
+            assert_eq!(found[0].setting, setting);
+            assert_eq!(found[0].value, "off");
+            assert!(found[0].fix.starts_with(&format!("{setting} = on")));
+            assert!(found[0].loses.contains(loses), "{setting}: {found:?}");
+            let e = refused_unless_accepted(
+                &found,
+                &[&format!("{setting} = off"), &format!("{setting} = on")],
+            );
+            for other in all.iter().filter(|other| **other != setting) {
+                assert!(!e.message().contains(*other), "{e}");
+            }
+        }
+        assert_eq!(hazards(&settings("OFF", "Off", "on")).len(), 2);
     }
 
     #[test]
@@ -233,31 +240,14 @@ mod tests {
         let found = hazards(&settings("off", "off", "on"));
         let names: Vec<_> = found.iter().map(|h| h.setting.as_str()).collect();
         assert_eq!(names, ["fsync", "full_page_writes"]);
-        let e = check(BACKEND, &found, false).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Config);
-        bakery_testkit::assert_mentions(
-            &e,
+        refused_unless_accepted(
+            &found,
             &[
                 "fsync = off",
                 "full_page_writes = off",
                 "fsync = on; full_page_writes = on",
-                "accept_data_loss=true",
             ],
         );
-        assert!(check(BACKEND, &found, true).is_ok());
-    }
-
-    /// bakery raises `synchronous_commit` on every session it opens; a
-    /// session that still reads `off` is one the raise did not reach.
-    #[test]
-    fn synchronous_commit_still_off_after_the_raise_is_a_hazard() {
-        let found = hazards(&settings("on", "on", "off"));
-        assert_eq!(found.len(), 1);
-        assert_eq!(found[0].setting, "synchronous_commit");
-        let e = check(BACKEND, &found, false).unwrap_err();
-        assert!(e.message().contains("synchronous_commit = off"), "{e}");
-        assert!(e.message().contains("accept_data_loss=true"), "{e}");
-        assert_eq!(hazards(&settings("OFF", "Off", "on")).len(), 2);
     }
 
     /// An asynchronous standby can be promoted without the last commits:
@@ -269,16 +259,9 @@ mod tests {
         let found = hazards(&s);
         assert_eq!(found.len(), 1);
         assert!(found[0].value.starts_with("2 connected"), "{found:?}");
-        let e = check(BACKEND, &found, false).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Config);
-        bakery_testkit::assert_mentions(
-            &e,
-            &[
-                "do not confirm commits",
-                "synchronous_standby_names",
-                "accept_data_loss=true",
-            ],
+        refused_unless_accepted(
+            &found,
+            &["do not confirm commits", "synchronous_standby_names"],
         );
-        assert!(check(BACKEND, &found, true).is_ok());
     }
 }

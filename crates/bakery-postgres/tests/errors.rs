@@ -15,8 +15,8 @@ use std::time::Duration;
 use bakery_core::{ErrorKind, Operation, Sent, VersionedStore};
 use bakery_postgres::PostgresStore;
 use common::{
-    applied, drop_tables, get_retrying, key, raw_client, raw_row, server_uri, tcp_target,
-    unique_table, with_options, Relay,
+    applied, drop_tables, get_retrying, key, lock_row, raw_client, raw_row, relayed, server_uri,
+    unique_table, with_options, Relayed,
 };
 
 /// The driver error behind a store error.
@@ -111,13 +111,7 @@ async fn a_session_terminated_under_a_statement_is_unknown_for_writes_unavailabl
 
     // Writes: the row is locked by another transaction, the write waits.
     let mut holder = raw_client(&uri).await;
-    let tx = holder.transaction().await.unwrap();
-    tx.execute(
-        &format!("SELECT 1 FROM {table} WHERE key = $1 FOR UPDATE"),
-        &[&k.as_str()],
-    )
-    .await
-    .unwrap();
+    let tx = lock_row(&mut holder, &table, &k).await;
     let writes: [(&str, &String); 2] = [("put", &update), ("delete", &delete)];
     for (what, sql) in writes {
         let (caller, k2) = (store.clone(), k.clone());
@@ -189,25 +183,19 @@ async fn a_session_terminated_under_a_statement_is_unknown_for_writes_unavailabl
 /// `Unavailable`. Both before the client's own deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_lost_after_the_statement_was_sent_is_unknown_for_writes() {
-    let Some(uri) = server_uri("lost_after_send") else {
+    let Some(Relayed {
+        uri,
+        relay,
+        table,
+        writer,
+        reader,
+        key: k,
+        row,
+    }) = relayed("lost_after_send", "timeout_ms=20000").await
+    else {
         return;
     };
-    let Some((target, base)) = tcp_target(&uri, "lost_after_send").await else {
-        return;
-    };
-    let relay = Relay::start(target).await;
-    let table = unique_table("bk_lost");
-    let relayed = format!(
-        "postgres://{}@{}/{}?table={table}&timeout_ms=20000&pool_size=1&sslmode=disable",
-        base.get_user().unwrap(),
-        relay.addr,
-        base.get_dbname().unwrap_or("postgres"),
-    );
-    let writer = Arc::new(PostgresStore::connect(&relayed).await.unwrap());
-    let reader = Arc::new(PostgresStore::connect(&relayed).await.unwrap());
-    let k = key("lost/k");
-    let row = applied(&*writer, &k, None, "v").await;
-    assert_eq!(reader.get(&k).await.unwrap(), Some(row.clone()));
+    let (writer, reader) = (Arc::new(writer), Arc::new(reader));
 
     relay.hold.store(true, Ordering::SeqCst);
     let started = std::time::Instant::now();

@@ -16,8 +16,8 @@ use bakery_testkit::watch::{
     count_reaches, next_wake, recovers_from_a_lost_feed, the_last_watch_still_wakes,
 };
 use common::{
-    applied, bare_table, drop_tables, exec, key, raw_client, raw_row, raw_server, server_uri,
-    tcp_target, unique_table, with_options, Relay,
+    applied, bare_table, drop_tables, exec, key, lock_row, raw_client, raw_row, raw_server,
+    relayed, server_uri, unique_table, with_options, Relayed,
 };
 
 async fn open(uri: &str, table: &str) -> PostgresStore {
@@ -265,13 +265,7 @@ async fn server_statement_timeout_is_unavailable_and_reads_do_not_wait() {
     let k = key("locked/k");
     let row = applied(&store, &k, None, "v").await;
     let mut raw = raw_client(&uri).await;
-    let tx = raw.transaction().await.unwrap();
-    tx.execute(
-        &format!("SELECT 1 FROM {table} WHERE key = $1 FOR UPDATE"),
-        &[&k.as_str()],
-    )
-    .await
-    .unwrap();
+    let tx = lock_row(&mut raw, &table, &k).await;
     let started = Instant::now();
     let err = store
         .put_if_version(&k, Some(row.version), "blocked".into())
@@ -296,26 +290,18 @@ async fn server_statement_timeout_is_unavailable_and_reads_do_not_wait() {
 
 #[tokio::test]
 async fn client_timeout_after_send_is_unknown_for_writes_unavailable_for_reads() {
-    let Some(uri) = server_uri("client_timeout") else {
+    let Some(Relayed {
+        uri,
+        relay,
+        table,
+        writer,
+        reader,
+        key: k,
+        row,
+    }) = relayed("client_timeout", "timeout_ms=300&connect_timeout=2").await
+    else {
         return;
     };
-    let Some((target, base)) = tcp_target(&uri, "client_timeout").await else {
-        return;
-    };
-    let relay = Relay::start(target).await;
-    let table = unique_table("bk_stall");
-    let proxied = format!(
-        "postgres://{}@{}/{}?table={table}&timeout_ms=300&pool_size=1&connect_timeout=2&sslmode=disable",
-        base.get_user().unwrap(),
-        relay.addr,
-        base.get_dbname().unwrap_or("postgres"),
-    );
-    // Both stores connect and prepare before the network stalls.
-    let reader = PostgresStore::connect(&proxied).await.unwrap();
-    let writer = PostgresStore::connect(&proxied).await.unwrap();
-    let k = key("stall/k");
-    let row = applied(&writer, &k, None, "v").await;
-    assert_eq!(reader.get(&k).await.unwrap(), Some(row.clone()));
 
     relay.hold.store(true, Ordering::Relaxed);
     let started = Instant::now();

@@ -9,44 +9,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
 use bakery_core::{ErrorKind, Key, VersionedStore};
 use bakery_postgres::PostgresStore;
+use bakery_testkit::options::{certificate_refused, written_over_tls, TlsServer};
 use common::{drop_tables, raw_client, unique_table, with_options as with};
 
-/// The TLS server: its URI and its CA, and the CA that did not sign it.
-struct TlsServer {
-    uri: String,
-    ca: String,
-    other_ca: PathBuf,
-}
-
-/// [`TlsServer`] from the environment, by the rule of
-/// `bakery_testkit::server_uri` (which would name a server `postgres_tls`;
-/// this one is `postgres`).
+/// The TLS server of `scripts/backends.sh start postgres`.
 fn tls_server(test: &str) -> Option<TlsServer> {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    let (Some(uri), Some(ca)) = (
-        var("BAKERY_POSTGRES_TLS_URI"),
-        var("BAKERY_POSTGRES_TLS_CA"),
-    ) else {
-        let why = "BAKERY_POSTGRES_TLS_URI and BAKERY_POSTGRES_TLS_CA are not both set; \
-                   `scripts/backends.sh start postgres` exports them";
-        assert!(
-            !bakery_testkit::in_ci(),
-            "{test}: {why}, and CI requires the TLS tests"
-        );
-        eprintln!("{test}: skipped: {why} (CI fails instead)");
-        return None;
-    };
-    let other_ca = Path::new(&ca).with_file_name("other-ca.pem");
-    assert!(
-        other_ca.is_file(),
-        "{test}: {} is missing: the second CA that scripts/backends.sh makes next to {ca}",
-        other_ca.display()
-    );
-    Some(TlsServer { uri, ca, other_ca })
+    bakery_testkit::options::tls_server("postgres", test)
 }
 
 /// Whether the server of `uri` has TLS on (`SHOW ssl`).
@@ -91,14 +61,7 @@ async fn verify_full_against_the_ca_connects_encrypted_and_puts() {
     let store = PostgresStore::connect(&target)
         .await
         .unwrap_or_else(|e| panic!("{target}: {e}"));
-    let key = Key::new("tls/verify-full").unwrap();
-    let row = store
-        .put_if_version(&key, None, "over TLS".into())
-        .await
-        .unwrap()
-        .applied()
-        .expect("a fresh key is created");
-    assert_eq!(store.get(&key).await.unwrap(), Some(row));
+    written_over_tls(&store, &store, "tls/verify-full").await;
     // The server itself says the store's sessions are TLS.
     let (encrypted, sessions) = sessions_encrypted(&server.uri, &table).await;
     assert!(sessions > 0, "no session named {table}");
@@ -162,13 +125,7 @@ async fn sslmodes_check_what_libpq_checks() {
         ),
     ];
     for (target, problem) in refused {
-        let err = PostgresStore::connect(&target).await.unwrap_err();
-        eprintln!("{target}: {err}");
-        assert_eq!(err.kind(), ErrorKind::Config, "{target}: {err}");
-        let message = err.message();
-        assert!(message.contains("TLS"), "{target}: {err}");
-        assert!(message.contains("certificate"), "{target}: {err}");
-        assert!(message.contains(problem), "{target}: {err}");
+        certificate_refused(&target, problem, PostgresStore::connect(&target).await);
     }
 }
 

@@ -147,28 +147,19 @@ const REFUSED: &[(&str, &str)] = &[
     ("postgres://u@h/db?sslcert=/x.pem", "sslcert"),
 ];
 
-/// The rules every backend's options share (`timeout_ms=0`, which meant
-/// "no limit" here, is refused like every other duration of 0), through
-/// the split between bakery's options and the driver's.
-///
-/// And `accept_data_loss`: the shared checks every backend passes.
-#[test]
-fn shared_option_rules() {
-    bakery_testkit::options::Shared {
-        backend: "postgres",
-        base: "postgres://u@h/db",
-        durations: &["timeout_ms", "durability_recheck_ms"],
-        parse: PostgresConfig::from_uri,
-        accept_data_loss: Some(PostgresConfig::accept_data_loss),
-        shown: Some(PostgresConfig::to_string),
-        built: Some(|accept| {
-            let config = PostgresConfig::from_uri("postgres://u@h/db").unwrap();
-            config.with_accept_data_loss(accept)
-        }),
-        refused: REFUSED,
-        longest: &[("postgres://u@h/db?table={}", 63)],
-    }
-    .check();
+bakery_testkit::shared_option_rules! {
+    /// The rules every backend's options share (`timeout_ms=0`, which
+    /// meant "no limit" here, is refused like every other duration of 0),
+    /// through the split between bakery's options and the driver's.
+    ///
+    /// And `accept_data_loss`: the shared checks every backend passes.
+    PostgresConfig: "postgres://u@h/db",
+    refused: REFUSED,
+    longest: &[("postgres://u@h/db?table={}", 63)],
+    built: |accept| {
+        let config = PostgresConfig::from_uri("postgres://u@h/db").unwrap();
+        config.with_accept_data_loss(accept)
+    },
 }
 
 #[test]

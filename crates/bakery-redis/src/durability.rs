@@ -135,53 +135,28 @@ pub(crate) fn hazards(s: &Settings, wait: usize) -> Vec<Hazard> {
                     ));
                 }
             }
-            Some("everysec") => found.push(Hazard::new(
-                "appendfsync",
-                "everysec",
-                "an OS crash or power loss forgets up to about a second of acknowledged writes",
-                AOF_FIX,
-            )),
-            Some("no") => found.push(Hazard::new(
-                "appendfsync",
-                "no",
-                "the OS decides when to write the file: an OS crash or power loss forgets up to about 30 seconds of acknowledged writes",
-                AOF_FIX,
-            )),
-            Some(other) => found.push(Hazard::new(
-                "appendfsync",
-                other,
-                "not a policy that fsyncs every write",
-                AOF_FIX,
-            )),
-            None => found.push(Hazard::new(
-                "appendfsync",
-                "unknown",
-                format!(
-                    "the fsync policy could not be read: {refused}, and INFO does not show it; an acknowledged write may not be fsynced"
-                ),
-                AOF_FIX,
-            )),
+            policy => {
+                let loses = match policy {
+                    Some("everysec") => "an OS crash or power loss forgets up to about a second of acknowledged writes".to_string(),
+                    Some("no") => "the OS decides when to write the file: an OS crash or power loss forgets up to about 30 seconds of acknowledged writes".to_string(),
+                    Some(_) => "not a policy that fsyncs every write".to_string(),
+                    None => format!(
+                        "the fsync policy could not be read: {refused}, and INFO does not show it; an acknowledged write may not be fsynced"
+                    ),
+                };
+                found.push(aof_hazard("appendfsync", policy, loses));
+            }
         },
-        Some("no") => found.push(Hazard::new(
-            "appendonly",
-            "no",
-            "a restart forgets every write since the last RDB snapshot",
-            AOF_FIX,
-        )),
-        Some(other) => found.push(Hazard::new(
-            "appendonly",
-            other,
-            "not `yes`: a restart may forget acknowledged writes",
-            AOF_FIX,
-        )),
-        None => found.push(Hazard::new(
-            "appendonly",
-            "unknown",
-            format!(
-                "persistence could not be read: {refused}, and INFO shows no aof_enabled; a restart may forget acknowledged writes"
-            ),
-            AOF_FIX,
-        )),
+        appendonly => {
+            let loses = match appendonly {
+                Some("no") => "a restart forgets every write since the last RDB snapshot".to_string(),
+                Some(_) => "not `yes`: a restart may forget acknowledged writes".to_string(),
+                None => format!(
+                    "persistence could not be read: {refused}, and INFO shows no aof_enabled; a restart may forget acknowledged writes"
+                ),
+            };
+            found.push(aof_hazard("appendonly", appendonly, loses));
+        }
     }
     if let (Some(limit), Some(policy)) = (s.maxmemory, s.maxmemory_policy.as_deref()) {
         if limit > 0 && policy != "noeviction" && !policy.starts_with("volatile-") {
@@ -228,6 +203,12 @@ pub(crate) fn hazards(s: &Settings, wait: usize) -> Vec<Hazard> {
         ));
     }
     found
+}
+
+/// A hazard of the append-only file's `setting`, whose `value` (`None`:
+/// unreadable) `loses`; the fix is always [`AOF_FIX`].
+fn aof_hazard(setting: &str, value: Option<&str>, loses: String) -> Hazard {
+    Hazard::new(setting, value.unwrap_or("unknown"), loses, AOF_FIX)
 }
 
 /// The hazards of the server behind `conn` now, for a store whose calls
@@ -323,6 +304,14 @@ mod tests {
             .collect()
     }
 
+    /// The one hazard of `s` (no replica waited for), checked to be
+    /// `setting` with `value`.
+    fn the_hazard(s: &Settings, setting: &str, value: &str) -> Hazard {
+        let found = hazards(s, 0);
+        assert_eq!(names(&found), [(setting, value)]);
+        found.into_iter().next().unwrap()
+    }
+
     #[test]
     fn aof_with_fsync_always_is_durable() {
         assert_eq!(hazards(&settings("yes", "always"), 0), []);
@@ -332,33 +321,28 @@ mod tests {
     fn appendonly_no_forgets_since_the_snapshot() {
         // The fsync policy is irrelevant without an append-only file.
         for fsync in ["always", "everysec", "no"] {
-            let found = hazards(&settings("no", fsync), 0);
-            assert_eq!(names(&found), [("appendonly", "no")]);
-            assert!(found[0].loses.contains("since the last RDB snapshot"));
-            assert_eq!(found[0].fix, "appendonly yes and appendfsync always");
+            let found = the_hazard(&settings("no", fsync), "appendonly", "no");
+            assert!(found.loses.contains("since the last RDB snapshot"));
+            assert_eq!(found.fix, "appendonly yes and appendfsync always");
         }
     }
 
     #[test]
     fn fsync_everysec_and_no_lose_acknowledged_writes() {
-        let found = hazards(&settings("yes", "everysec"), 0);
-        assert_eq!(names(&found), [("appendfsync", "everysec")]);
-        assert!(found[0].loses.contains("about a second"), "{}", found[0]);
-        assert!(found[0].loses.contains("power loss"), "{}", found[0]);
-        let found = hazards(&settings("yes", "no"), 0);
-        assert_eq!(names(&found), [("appendfsync", "no")]);
-        assert_eq!(found[0].fix, AOF_FIX);
-        let found = hazards(&settings("yes", "sometimes"), 0);
-        assert_eq!(names(&found), [("appendfsync", "sometimes")]);
+        let found = the_hazard(&settings("yes", "everysec"), "appendfsync", "everysec");
+        assert!(found.loses.contains("about a second"), "{}", found);
+        assert!(found.loses.contains("power loss"), "{}", found);
+        let found = the_hazard(&settings("yes", "no"), "appendfsync", "no");
+        assert_eq!(found.fix, AOF_FIX);
+        the_hazard(&settings("yes", "sometimes"), "appendfsync", "sometimes");
     }
 
     #[test]
     fn no_fsync_during_rewrites_is_a_hazard() {
         let mut s = settings("yes", "always");
         s.no_appendfsync_on_rewrite = Some("yes".into());
-        let found = hazards(&s, 0);
-        assert_eq!(names(&found), [("no-appendfsync-on-rewrite", "yes")]);
-        assert_eq!(found[0].fix, "no-appendfsync-on-rewrite no");
+        let found = the_hazard(&s, "no-appendfsync-on-rewrite", "yes");
+        assert_eq!(found.fix, "no-appendfsync-on-rewrite no");
         // Unknown (not reported): not a hazard by itself.
         s.no_appendfsync_on_rewrite = None;
         assert_eq!(hazards(&s, 0), []);
@@ -376,10 +360,9 @@ mod tests {
         );
         assert_eq!(s.appendonly.as_deref(), Some("yes"));
         assert_eq!(s.role.as_deref(), Some("master"));
-        let found = hazards(&s, 0);
-        assert_eq!(names(&found), [("appendfsync", "unknown")]);
-        assert!(found[0].loses.contains("could not be read"), "{}", found[0]);
-        assert!(found[0].loses.contains("NOPERM"), "{}", found[0]);
+        let found = the_hazard(&s, "appendfsync", "unknown");
+        assert!(found.loses.contains("could not be read"), "{}", found);
+        assert!(found.loses.contains("NOPERM"), "{}", found);
 
         let mut s = Settings {
             config_refused: Some("ERR".into()),
@@ -395,9 +378,8 @@ mod tests {
             config_refused: Some("ERR".into()),
             ..Settings::default()
         };
-        let found = hazards(&s, 0);
-        assert_eq!(names(&found), [("appendonly", "unknown")]);
-        assert!(found[0].loses.contains("could not be read"), "{}", found[0]);
+        let found = the_hazard(&s, "appendonly", "unknown");
+        assert!(found.loses.contains("could not be read"), "{}", found);
     }
 
     #[test]
@@ -409,6 +391,15 @@ mod tests {
         assert_eq!(hazards(&s, 0), []);
     }
 
+    /// A durable AOF, and `maxmemory` `limit` with `policy`.
+    fn limited(limit: u64, policy: &str) -> Settings {
+        Settings {
+            maxmemory: Some(limit),
+            maxmemory_policy: Some(policy.into()),
+            ..settings("yes", "always")
+        }
+    }
+
     #[test]
     fn evicting_policy_with_a_limit_is_a_hazard() {
         for policy in [
@@ -417,15 +408,10 @@ mod tests {
             "allkeys-random",
             "something-new",
         ] {
-            let mut s = settings("yes", "always");
-            s.maxmemory = Some(100 << 20);
-            s.maxmemory_policy = Some(policy.into());
-            let found = hazards(&s, 0);
-            assert_eq!(names(&found), [("maxmemory-policy", policy)]);
-            assert_eq!(found[0].fix, "maxmemory-policy noeviction");
+            let found = the_hazard(&limited(100 << 20, policy), "maxmemory-policy", policy);
+            assert_eq!(found.fix, "maxmemory-policy noeviction");
             // No limit: nothing is ever evicted.
-            s.maxmemory = Some(0);
-            assert_eq!(hazards(&s, 0), [], "{policy}");
+            assert_eq!(hazards(&limited(0, policy), 0), [], "{policy}");
         }
         // The volatile policies evict only keys with a TTL; bakery sets none.
         for policy in [
@@ -435,10 +421,7 @@ mod tests {
             "volatile-random",
             "volatile-ttl",
         ] {
-            let mut s = settings("yes", "always");
-            s.maxmemory = Some(100 << 20);
-            s.maxmemory_policy = Some(policy.into());
-            assert_eq!(hazards(&s, 0), [], "{policy}");
+            assert_eq!(hazards(&limited(100 << 20, policy), 0), [], "{policy}");
         }
     }
 
@@ -446,9 +429,8 @@ mod tests {
     fn a_replica_is_a_hazard() {
         let mut s = settings("yes", "always");
         s.role = Some("slave".into());
-        let found = hazards(&s, 0);
-        assert_eq!(names(&found), [("role", "slave")]);
-        assert_eq!(found[0].fix, "point the URI at the primary");
+        let found = the_hazard(&s, "role", "slave");
+        assert_eq!(found.fix, "point the URI at the primary");
     }
 
     /// A primary with replicas: every call WAITs for all of them unless

@@ -13,7 +13,7 @@ mod common;
 
 use bakery_core::{Capabilities, ErrorKind, Key, PutOutcome, VersionedStore};
 use bakery_redis::RedisStore;
-use common::{raw, store_with};
+use common::{query, raw, store_with};
 
 /// The tests share the pair, and one pauses the replica: they take turns.
 static PAIR: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -29,12 +29,7 @@ async fn pair(test: &str) -> Option<(String, String, tokio::sync::MutexGuard<'st
 /// The replica's `ver` field of `key` under `store`'s prefix.
 async fn replica_version(replica: &str, store: &RedisStore, key: &Key) -> Option<u64> {
     let mut conn = raw(replica).await;
-    let ver: Option<String> = redis::cmd("HGET")
-        .arg(store.redis_key(key))
-        .arg("ver")
-        .query_async(&mut conn)
-        .await
-        .expect("HGET on the replica");
+    let ver: Option<String> = query(&mut conn, &["HGET", &store.redis_key(key), "ver"]).await;
     ver.map(|v| v.parse().expect("a decimal version"))
 }
 
@@ -158,11 +153,7 @@ async fn a_write_the_replica_does_not_acknowledge_is_unknown() {
         .expect("put")
         .applied()
         .expect("applied");
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut raw(&replica).await)
-        .await
-        .expect("INFO server");
+    let info: String = query(&mut raw(&replica).await, &["INFO", "server"]).await;
     let pid = info
         .lines()
         .find_map(|line| line.strip_prefix("process_id:"))

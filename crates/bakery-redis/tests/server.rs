@@ -15,7 +15,7 @@ use bakery_testkit::watch::{
     count_reaches, next_wake, recovers_from_a_lost_feed, the_last_watch_still_wakes,
 };
 use bakery_testkit::{corrupt, count_up, number};
-use common::{cas_cases, cleanup, raw, server_uri, store, store_with, STRATEGIES};
+use common::{cas_cases, cleanup, query, raw, server_uri, store, store_with, STRATEGIES};
 
 fn key(k: &str) -> Key {
     Key::new(k).unwrap()
@@ -121,29 +121,15 @@ async fn key_layout_and_tombstones() {
             .unwrap()
             .applied()
             .unwrap();
-        let kind: String = redis::cmd("TYPE")
-            .arg(&full)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let kind: String = query(&mut conn, &["TYPE", &full]).await;
         assert_eq!(kind, "hash");
-        let (v, ver): (Vec<u8>, String) = redis::cmd("HMGET")
-            .arg(&full)
-            .arg("v")
-            .arg("ver")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let (v, ver): (Vec<u8>, String) = query(&mut conn, &["HMGET", &full, "v", "ver"]).await;
         assert_eq!((&v[..], ver.as_str()), (&b"hello"[..], "1"));
         assert_eq!(
             store.delete_if_version(&k, row.version).await.unwrap(),
             DeleteOutcome::Deleted
         );
-        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
-            .arg(&full)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let fields: Vec<(String, String)> = query(&mut conn, &["HGETALL", &full]).await;
         assert_eq!(
             fields,
             vec![("ver".to_string(), "1".to_string())],
@@ -158,19 +144,8 @@ async fn key_layout_and_tombstones() {
         assert_eq!(again.version, 2, "{strategy}: versions never repeat");
 
         // A tombstone far along: the next create continues above it.
-        let _: () = redis::cmd("HSET")
-            .arg(&full)
-            .arg("ver")
-            .arg("9223372036854775806")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        let _: () = redis::cmd("HDEL")
-            .arg(&full)
-            .arg("v")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let _: () = query(&mut conn, &["HSET", &full, "ver", "9223372036854775806"]).await;
+        let _: () = query(&mut conn, &["HDEL", &full, "v"]).await;
         let last = store
             .put_if_version(&k, None, "last".into())
             .await
@@ -221,16 +196,13 @@ async fn corrupt_hash_is_a_typed_error() {
         for (i, (fields, needle)) in damages.iter().enumerate() {
             let k = key(&format!("bad{i}"));
             let full = store.redis_key(&k);
-            let mut cmd = redis::cmd("HSET");
-            cmd.arg(&full);
+            let mut hset = vec!["HSET", full.as_str()];
             for (field, value) in fields.iter() {
-                cmd.arg(*field).arg(*value);
+                hset.extend([*field, *value]);
             }
-            let _: () = cmd.query_async(&mut conn).await.unwrap();
+            let _: () = query(&mut conn, &hset).await;
             let hash = async |_: &str| -> Vec<(String, String)> {
-                let mut conn = conn.clone();
-                let cmd = redis::cmd("HGETALL").arg(&full).to_owned();
-                cmd.query_async(&mut conn).await.unwrap()
+                query(&mut conn.clone(), &["HGETALL", &full]).await
             };
             let errors =
                 corrupt::rejected(&store, "redis", k.as_str(), &[None, Some(1)], 1, hash).await;
@@ -259,19 +231,9 @@ async fn wrong_type_is_corrupt() {
         let store = store(&uri, "wrongtype", strategy).await;
         let k = key("plain");
         let full = store.redis_key(&k);
-        let _: () = redis::cmd("SET")
-            .arg(&full)
-            .arg("not a hash")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let _: () = query(&mut conn, &["SET", &full, "not a hash"]).await;
         let list = key("list");
-        let _: () = redis::cmd("RPUSH")
-            .arg(store.redis_key(&list))
-            .arg("x")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let _: () = query(&mut conn, &["RPUSH", &store.redis_key(&list), "x"]).await;
         for k in [&k, &list] {
             let errors = [
                 store.get(k).await.unwrap_err(),
@@ -283,11 +245,7 @@ async fn wrong_type_is_corrupt() {
                 assert!(err.message().contains(&format!("`{k}`")), "{err}");
             }
         }
-        let still: String = redis::cmd("GET")
-            .arg(&full)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let still: String = query(&mut conn, &["GET", &full]).await;
         assert_eq!(still, "not a hash");
         // The store keeps working for other keys (a pooled connection that
         // saw the error was not reused in a bad state).
@@ -484,12 +442,7 @@ async fn watch(store: &RedisStore, k: &Key) -> Watch {
 
 /// Subscribers of `channel` on the server (`PUBSUB NUMSUB`).
 async fn subscribers(uri: &str, channel: &str) -> i64 {
-    let (_, n): (String, i64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query_async(&mut raw(uri).await)
-        .await
-        .expect("PUBSUB NUMSUB");
+    let (_, n): (String, i64) = query(&mut raw(uri).await, &["PUBSUB", "NUMSUB", channel]).await;
     n
 }
 

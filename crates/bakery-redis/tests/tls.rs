@@ -9,49 +9,18 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bakery_core::{ErrorKind, Key, VersionedStore};
+use bakery_core::VersionedStore;
 use bakery_redis::{RedisConfig, RedisStore};
+use bakery_testkit::options::{certificate_refused, written_over_tls, TlsServer};
+use bakery_testkit::proxy::with_option;
 use common::{cleanup, server_uri, unique_prefix, STRATEGIES};
 
-/// The TLS server: its URI (no `ca_file`) and its CA, and the CA that did
-/// not sign it.
-struct TlsServer {
-    uri: String,
-    ca: String,
-    other_ca: PathBuf,
-}
-
-/// [`TlsServer`] from the environment, by the rule of
-/// `bakery_testkit::server_uri` (which would name a server `redis_tls`;
-/// this one is `redis`).
+/// The TLS server of `scripts/backends.sh start redis` (its URI has no
+/// `ca_file`).
 fn tls_server(test: &str) -> Option<TlsServer> {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    let (Some(uri), Some(ca)) = (var("BAKERY_REDIS_TLS_URI"), var("BAKERY_REDIS_TLS_CA")) else {
-        let why = "BAKERY_REDIS_TLS_URI and BAKERY_REDIS_TLS_CA are not both set; \
-                   `scripts/backends.sh start redis` exports them";
-        assert!(
-            !bakery_testkit::in_ci(),
-            "{test}: {why}, and CI requires the TLS tests"
-        );
-        eprintln!("{test}: skipped: {why} (CI fails instead)");
-        return None;
-    };
-    let other_ca = Path::new(&ca).with_file_name("other-ca.pem");
-    assert!(
-        other_ca.is_file(),
-        "{test}: {} is missing: the second CA that scripts/backends.sh makes next to {ca}",
-        other_ca.display()
-    );
-    Some(TlsServer { uri, ca, other_ca })
-}
-
-/// `uri` with `extra` options appended.
-fn with(uri: &str, extra: &str) -> String {
-    let sep = if uri.contains('?') { '&' } else { '?' };
-    format!("{uri}{sep}{extra}")
+    bakery_testkit::options::tls_server("redis", test)
 }
 
 #[tokio::test]
@@ -59,7 +28,7 @@ async fn rediss_with_the_ca_passes_the_cas_cases_with_both_strategies() {
     let Some(server) = tls_server("rediss_cas") else {
         return;
     };
-    let config = RedisConfig::from_uri(&with(&server.uri, &format!("ca_file={}", server.ca)))
+    let config = RedisConfig::from_uri(&with_option(&server.uri, "ca_file", &server.ca))
         .unwrap_or_else(|e| panic!("{}: {e}", server.uri));
     assert!(config.tls(), "{} is not rediss://", server.uri);
     for strategy in STRATEGIES {
@@ -106,16 +75,9 @@ async fn the_tls_port_serves_the_same_data_as_the_plain_port() {
                 .unwrap_or_else(|e| panic!("{uri}: {e}"))
         }
     };
-    let tls = open(with(&server.uri, &format!("ca_file={}", server.ca))).await;
+    let tls = open(with_option(&server.uri, "ca_file", &server.ca)).await;
     let tcp = open(plain.clone()).await;
-    let key = Key::new("tls/same").unwrap();
-    let row = tls
-        .put_if_version(&key, None, "over TLS".into())
-        .await
-        .unwrap()
-        .applied()
-        .expect("a fresh key is created");
-    assert_eq!(tcp.get(&key).await.unwrap(), Some(row));
+    written_over_tls(&tls, &tcp, "tls/same").await;
     cleanup(&plain, &tcp).await;
 }
 
@@ -132,21 +94,15 @@ async fn a_certificate_that_fails_the_check_is_refused_naming_the_problem() {
     let refused = [
         // Signed by a CA we were not told to trust.
         (
-            with(&uri, &format!("ca_file={}", other_ca.display())),
+            with_option(&uri, "ca_file", &other_ca.display().to_string()),
             "UnknownIssuer",
         ),
         // The system roots do not hold a private CA.
         (uri.clone(), "UnknownIssuer"),
         // The right CA, but the certificate names localhost, not 127.0.0.1.
-        (with(&by_ip, &format!("ca_file={ca}")), "not valid for name"),
+        (with_option(&by_ip, "ca_file", &ca), "not valid for name"),
     ];
     for (target, problem) in refused {
-        let err = RedisStore::connect(&target).await.unwrap_err();
-        eprintln!("{target}: {err}");
-        assert_eq!(err.kind(), ErrorKind::Config, "{target}: {err}");
-        let message = err.message();
-        assert!(message.contains("TLS"), "{target}: {err}");
-        assert!(message.contains("certificate"), "{target}: {err}");
-        assert!(message.contains(problem), "{target}: {err}");
+        certificate_refused(&target, problem, RedisStore::connect(&target).await);
     }
 }

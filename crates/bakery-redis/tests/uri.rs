@@ -163,23 +163,14 @@ const REFUSED: &[(&str, &str)] = &[
     ("redis://user@h", "without a password"),
 ];
 
-/// The option rules every backend shares: unknown, repeated and valueless
-/// options, escapes, and the bounds of `timeout_ms`; and `accept_data_loss`:
-/// the shared checks every backend passes.
-#[test]
-fn shared_option_rules() {
-    bakery_testkit::options::Shared {
-        backend: "redis",
-        base: "redis://h/0",
-        durations: &["timeout_ms", "durability_recheck_ms"],
-        parse: RedisConfig::from_uri,
-        accept_data_loss: Some(RedisConfig::accept_data_loss),
-        shown: Some(RedisConfig::to_string),
-        built: Some(|accept| RedisConfig::new("h").with_accept_data_loss(accept)),
-        refused: REFUSED,
-        longest: &[("redis://h?prefix={}", 128)],
-    }
-    .check();
+bakery_testkit::shared_option_rules! {
+    /// The option rules every backend shares: unknown, repeated and
+    /// valueless options, escapes, and the bounds of `timeout_ms`; and
+    /// `accept_data_loss`: the shared checks every backend passes.
+    RedisConfig: "redis://h/0",
+    refused: REFUSED,
+    longest: &[("redis://h?prefix={}", 128)],
+    built: |accept| RedisConfig::new("h").with_accept_data_loss(accept),
 }
 
 /// `wait_replicas`: unset by default (the replicas connected at open),

@@ -372,3 +372,137 @@ impl<C: std::fmt::Debug + PartialEq> Shared<C> {
         });
     }
 }
+
+/// A backend's `#[test] fn shared_option_rules`: [`Shared::check`] on a
+/// config type with the options of the backends that check durability —
+/// `from_uri`, a redacted `Display`, `accept_data_loss` and the duration
+/// options `timeout_ms` and `durability_recheck_ms` — named once with its
+/// base URI, whose scheme is the backend's name. `built`, where given, is
+/// [`Shared::built`].
+///
+/// ```text
+/// bakery_testkit::shared_option_rules! {
+///     /// The test's doc.
+///     RedisConfig: "redis://h/0",
+///     refused: REFUSED,
+///     longest: &[("redis://h?prefix={}", 128)],
+///     built: |accept| RedisConfig::new("h").with_accept_data_loss(accept),
+/// }
+/// ```
+#[macro_export]
+macro_rules! shared_option_rules {
+    (
+        $(#[$attr:meta])*
+        $config:ident: $base:literal,
+        refused: $refused:expr,
+        longest: $longest:expr
+        $(, built: $built:expr)?
+        $(,)?
+    ) => {
+        $(#[$attr])*
+        #[test]
+        fn shared_option_rules() {
+            $crate::options::Shared::<$config> {
+                backend: match $base.split_once("://") {
+                    Some((scheme, _)) => scheme,
+                    None => $base,
+                },
+                base: $base,
+                durations: &["timeout_ms", "durability_recheck_ms"],
+                parse: $config::from_uri,
+                accept_data_loss: Some($config::accept_data_loss),
+                shown: Some(|config| config.to_string()),
+                built: $crate::shared_option_rules!(@built $($built)?),
+                refused: $refused,
+                longest: $longest,
+            }
+            .check();
+        }
+    };
+    (@built) => {
+        None
+    };
+    (@built $built:expr) => {
+        Some($built)
+    };
+}
+
+/// A backend's TLS test server, as `scripts/backends.sh start <backend>`
+/// runs it: its URI names it by `localhost`, the only name in its
+/// certificate; `ca` is the PEM file of the CA that signed it, and
+/// `other_ca` a second CA next to it that signed nothing (the wrong trust
+/// anchor).
+#[derive(Debug, Clone)]
+pub struct TlsServer {
+    /// `BAKERY_<BACKEND>_TLS_URI`.
+    pub uri: String,
+    /// `BAKERY_<BACKEND>_TLS_CA`.
+    pub ca: String,
+    /// `other-ca.pem` next to `ca`.
+    pub other_ca: std::path::PathBuf,
+}
+
+/// The [`TlsServer`] of `backend` (e.g. `"postgres"`) that test `test`
+/// needs, by the rule of [`crate::server_uri`] (which would name the
+/// server `<backend>_tls`; the TLS server is `<backend>`'s own): when a
+/// variable is unset the test fails under CI and returns elsewhere.
+pub fn tls_server(backend: &str, test: &str) -> Option<TlsServer> {
+    let upper = backend.to_uppercase();
+    let (uri_var, ca_var) = (
+        format!("BAKERY_{upper}_TLS_URI"),
+        format!("BAKERY_{upper}_TLS_CA"),
+    );
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let (Some(uri), Some(ca)) = (var(&uri_var), var(&ca_var)) else {
+        let why = format!(
+            "{uri_var} and {ca_var} are not both set; \
+             `scripts/backends.sh start {backend}` exports them"
+        );
+        assert!(
+            !crate::in_ci(),
+            "{test}: {why}, and CI requires the TLS tests"
+        );
+        eprintln!("{test}: skipped: {why} (CI fails instead)");
+        return None;
+    };
+    let other_ca = std::path::Path::new(&ca).with_file_name("other-ca.pem");
+    assert!(
+        other_ca.is_file(),
+        "{test}: {} is missing: the second CA that scripts/backends.sh makes next to {ca}",
+        other_ca.display()
+    );
+    Some(TlsServer { uri, ca, other_ca })
+}
+
+/// Check that connecting to `target` failed with `connected`'s error: an
+/// [`ErrorKind::Config`] error whose message names TLS, the certificate
+/// and `problem` (what the check found wrong with it).
+pub fn certificate_refused<S>(target: &str, problem: &str, connected: Result<S>) {
+    let Err(err) = connected else {
+        panic!("{target} must be refused ({problem})");
+    };
+    eprintln!("{target}: {err}");
+    assert_eq!(err.kind(), ErrorKind::Config, "{target}: {err}");
+    let message = err.message();
+    assert!(message.contains("TLS"), "{target}: {err}");
+    assert!(message.contains("certificate"), "{target}: {err}");
+    assert!(message.contains(problem), "{target}: {err}");
+}
+
+/// Check a write over TLS: `writer` creates the fresh key `key`, and
+/// `reader` (the same store, or another on the same server) reads back the
+/// row it wrote.
+pub async fn written_over_tls(
+    writer: &dyn bakery_core::VersionedStore,
+    reader: &dyn bakery_core::VersionedStore,
+    key: &str,
+) {
+    let key = bakery_core::Key::new(key).unwrap();
+    let row = writer
+        .put_if_version(&key, None, "over TLS".into())
+        .await
+        .unwrap()
+        .applied()
+        .expect("a fresh key is created");
+    assert_eq!(reader.get(&key).await.unwrap(), Some(row));
+}

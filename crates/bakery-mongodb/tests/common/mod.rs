@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
+use bakery_core::ErrorKind;
 use bakery_mongodb::mongodb::bson::Document;
 use bakery_mongodb::mongodb::{Client, Collection};
 use bakery_mongodb::MongoStore;
@@ -16,6 +17,22 @@ use tokio::net::{TcpListener, TcpStream};
 /// machine it prints why and the test returns early.
 pub fn server_uri(test: &str) -> Option<String> {
     bakery_testkit::server_uri("BAKERY_MONGODB_URI", test)
+}
+
+/// Check that opening a store on `uri` fails with an error of `kind` that
+/// mentions every one of `needles`; `what` says why it must fail.
+pub async fn refused_open(
+    uri: &str,
+    what: &str,
+    kind: ErrorKind,
+    needles: &[&str],
+) -> bakery_core::Error {
+    let err = MongoStore::connect(uri)
+        .await
+        .expect_err(&format!("{what} must fail the open"));
+    assert_eq!(err.kind(), kind, "{what}: {err}");
+    bakery_testkit::assert_mentions(&err, needles);
+    err
 }
 
 /// `uri` with the bakery options in `set` (`name=value`) replacing any the
@@ -62,6 +79,12 @@ pub fn driver_uri(uri: &str) -> String {
 /// A collection name no other test or run uses.
 #[allow(unused_imports)]
 pub use bakery_testkit::unique_ident as unique_collection;
+
+/// The option `collection=…` naming a collection no other test or run
+/// uses, its name starting with `prefix`.
+pub fn fresh_collection(prefix: &str) -> String {
+    format!("collection={}", unique_collection(prefix))
+}
 
 /// A store on the test server with `cas` and a fresh collection. `update`
 /// is opened with `allow_unproven_update=true`: FerretDB refuses it

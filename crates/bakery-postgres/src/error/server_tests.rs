@@ -19,6 +19,17 @@ async fn client(uri: &str) -> Client {
     client
 }
 
+/// A fresh session to terminate, and its backend pid.
+async fn session_to_terminate(uri: &str) -> (Client, i32) {
+    let victim = client(uri).await;
+    let pid = victim
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    (victim, pid)
+}
+
 fn unique(prefix: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     format!(
@@ -238,12 +249,7 @@ async fn a_terminated_session_is_unknown_only_for_a_sent_write() {
     };
 
     // Under a running statement.
-    let victim = client(&uri).await;
-    let pid: i32 = victim
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let (victim, pid) = session_to_terminate(&uri).await;
     let running = tokio::spawn(async move { victim.batch_execute("SELECT pg_sleep(30)").await });
     wait_until(&admin, pid, "active").await;
     terminate(pid).await;
@@ -264,12 +270,7 @@ async fn a_terminated_session_is_unknown_only_for_a_sent_write() {
     assert!(err.message().contains("may or may not"), "{err}");
 
     // Idle when terminated: the next statement meets a closed connection.
-    let victim = client(&uri).await;
-    let pid: i32 = victim
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let (victim, pid) = session_to_terminate(&uri).await;
     terminate(pid).await;
     tokio::time::timeout(Duration::from_secs(10), async {
         while !victim.is_closed() {

@@ -116,6 +116,23 @@ pub async fn raw_server(test: &str) -> Option<(String, tokio_postgres::Client)> 
     Some((uri, raw))
 }
 
+/// Lock the row of `key` in `table` in a transaction of `raw` (`SELECT …
+/// FOR UPDATE`): the store's writes of it wait until the transaction ends.
+pub async fn lock_row<'a>(
+    raw: &'a mut tokio_postgres::Client,
+    table: &str,
+    key: &Key,
+) -> tokio_postgres::Transaction<'a> {
+    let tx = raw.transaction().await.unwrap();
+    tx.execute(
+        &format!("SELECT 1 FROM {table} WHERE key = $1 FOR UPDATE"),
+        &[&key.as_str()],
+    )
+    .await
+    .unwrap();
+    tx
+}
+
 /// Run `sql` through a raw client, behind the store.
 pub async fn exec(raw: &tokio_postgres::Client, sql: &str) {
     raw.batch_execute(sql)
@@ -269,6 +286,51 @@ pub async fn tcp_target(uri: &str, test: &str) -> Option<(SocketAddr, tokio_post
         }
     };
     Some((target, base))
+}
+
+/// Two stores on a fresh table whose connections go through a [`Relay`]
+/// to the test server, and the row the writer created at `key`, which the
+/// reader read back: the set-up of a test that stalls or cuts the network
+/// under calls in flight.
+pub struct Relayed {
+    pub uri: String,
+    pub relay: Relay,
+    pub table: String,
+    pub writer: PostgresStore,
+    pub reader: PostgresStore,
+    pub key: Key,
+    pub row: Row,
+}
+
+/// [`Relayed`] for test `test`, with `options` (`name=value&…`) on the
+/// stores' URI; `None` (see [`server_uri`] and [`tcp_target`]) without a
+/// server on TCP.
+pub async fn relayed(test: &str, options: &str) -> Option<Relayed> {
+    let uri = server_uri(test)?;
+    let (target, base) = tcp_target(&uri, test).await?;
+    let relay = Relay::start(target).await;
+    let table = unique_table("bk_relayed");
+    let through = format!(
+        "postgres://{}@{}/{}?table={table}&pool_size=1&sslmode=disable&{options}",
+        base.get_user().unwrap(),
+        relay.addr,
+        base.get_dbname().unwrap_or("postgres"),
+    );
+    // Both stores connect and prepare before the network stalls.
+    let writer = PostgresStore::connect(&through).await.unwrap();
+    let reader = PostgresStore::connect(&through).await.unwrap();
+    let key = key("relayed/k");
+    let row = applied(&writer, &key, None, "v").await;
+    assert_eq!(reader.get(&key).await.unwrap(), Some(row.clone()));
+    Some(Relayed {
+        uri,
+        relay,
+        table,
+        writer,
+        reader,
+        key,
+        row,
+    })
 }
 
 /// A TCP relay on loopback that can hold what the clients send (a stalled

@@ -64,20 +64,29 @@ pub async fn raw(uri: &str) -> redis::aio::MultiplexedConnection {
         .expect("raw connection")
 }
 
+/// Run the raw command `args` (its name, then its arguments) on `conn`;
+/// the test fails, naming the command, if it does.
+pub async fn query<T: redis::FromRedisValue>(
+    conn: &mut redis::aio::MultiplexedConnection,
+    args: &[&str],
+) -> T {
+    let (name, rest) = args.split_first().expect("a command name");
+    redis::cmd(name)
+        .arg(rest)
+        .query_async(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", args.join(" ")))
+}
+
 /// Remove every Redis key of `store` (tests clean up after themselves).
 pub async fn cleanup(uri: &str, store: &RedisStore) {
     let mut conn = raw(uri).await;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}*", store.config().prefix()))
-        .query_async(&mut conn)
-        .await
-        .expect("KEYS");
+    let pattern = format!("{}*", store.config().prefix());
+    let keys: Vec<String> = query(&mut conn, &["KEYS", &pattern]).await;
     if !keys.is_empty() {
-        let _: i64 = redis::cmd("DEL")
-            .arg(&keys)
-            .query_async(&mut conn)
-            .await
-            .expect("DEL");
+        let mut del = vec!["DEL"];
+        del.extend(keys.iter().map(String::as_str));
+        let _: i64 = query(&mut conn, &del).await;
     }
 }
 
