@@ -41,6 +41,12 @@ pub trait BenchClient: Send {
     /// release). Its latency is what the histograms record.
     async fn op(&mut self) -> Result<(), OpError>;
 
+    /// The untimed operation the runner does once before the timed part
+    /// (it opens the client's connections); by default one [`op`](Self::op).
+    async fn warm_up(&mut self) -> Result<(), OpError> {
+        self.op().await
+    }
+
     /// Counters this client keeps besides its operations (named like the
     /// workload's [`WorkloadSpec::extra_columns`]); summed over the clients.
     fn extras(&self) -> Vec<(&'static str, u64)> {

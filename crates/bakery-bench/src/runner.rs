@@ -366,7 +366,7 @@ async fn run_client(
         extras: Vec::new(),
         stopped: Instant::now(),
     };
-    if let Err(err) = client.op().await {
+    if let Err(err) = client.warm_up().await {
         outcome.errors += 1;
         outcome.first_error = Some(format!("warm-up: {}", err.0));
     }

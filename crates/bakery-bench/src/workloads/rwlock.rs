@@ -201,10 +201,11 @@ struct RwLockClient {
 
 #[async_trait]
 impl BenchClient for RwLockClient {
+    async fn warm_up(&mut self) -> Result<(), OpError> {
+        self.warm_up.read().await
+    }
+
     async fn op(&mut self) -> Result<(), OpError> {
-        if self.warm_up.first_op().await? {
-            return Ok(());
-        }
         let asked_ns = if self.log.journal.is_some() {
             monotonic_ns()
         } else {
