@@ -434,6 +434,22 @@ mod tests {
         }
     }
 
+    /// The problems [`check_grants`] finds in `grants`, the first of which
+    /// mentions `found`.
+    fn problems_with(
+        grants: &mut [Grant],
+        holders: usize,
+        counter: Option<u64>,
+        found: &str,
+    ) -> Vec<String> {
+        let problems = check_grants(grants, holders, counter);
+        assert!(
+            problems.first().is_some_and(|p| p.contains(found)),
+            "{problems:?}"
+        );
+        problems
+    }
+
     /// The negative control of a read-write lock: a writer overlapping a
     /// reader is found, readers overlapping each other are not.
     #[test]
@@ -454,14 +470,12 @@ mod tests {
             vec![shared(0, 10, 30), grant(1, 0, 20, 25)],
             vec![grant(1, 0, 10, 25), shared(0, 20, 30)],
         ] {
-            let problems = check_grants(&mut overlapping, 1, Some(1));
+            let problems = problems_with(&mut overlapping, 1, Some(1), "exclusion violated");
             assert_eq!(problems.len(), 1, "{problems:?}");
-            assert!(problems[0].contains("exclusion violated"), "{problems:?}");
         }
         // The counter counts the writers only.
         let mut lost = vec![grant(1, 0, 1, 5), shared(0, 10, 30), grant(1, 0, 31, 35)];
-        let problems = check_grants(&mut lost, 1, Some(1));
-        assert!(problems[0].contains("1 increments lost"), "{problems:?}");
+        problems_with(&mut lost, 1, Some(1), "1 increments lost");
         // Readers granted together may enter out of token order; a reader
         // after a writer may not have a lower token than the writer's.
         let mut together = vec![shared(0, 10, 30), shared(1, 11, 31), grant(2, 0, 40, 45)];
@@ -470,13 +484,11 @@ mod tests {
         together[2].token = Some(3);
         assert!(check_grants(&mut together, 1, None).is_empty());
         together[2].token = Some(2);
-        let problems = check_grants(&mut together, 1, None);
-        assert!(problems[0].contains("did not increase"), "{problems:?}");
+        problems_with(&mut together, 1, None, "did not increase");
         let mut stale_reader = vec![grant(2, 0, 1, 5), shared(0, 10, 30)];
         stale_reader[0].token = Some(4);
         stale_reader[1].token = Some(3);
-        let problems = check_grants(&mut stale_reader, 1, None);
-        assert!(problems[0].contains("did not increase"), "{problems:?}");
+        problems_with(&mut stale_reader, 1, None, "did not increase");
     }
 
     /// A record written before the shared flag existed reads as exclusive.
@@ -503,9 +515,8 @@ mod tests {
     #[test]
     fn overlaps_lost_increments_and_tokens_out_of_order_are_found() {
         let mut overlapping = vec![grant(0, 0, 10, 30), grant(1, 0, 20, 40)];
-        let problems = check_grants(&mut overlapping, 1, None);
+        let problems = problems_with(&mut overlapping, 1, None, "exclusion violated");
         assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(problems[0].contains("exclusion violated"), "{problems:?}");
         // Two holders are within a two-permit rule; three are not.
         let mut three = vec![
             grant(0, 0, 10, 50),
@@ -518,14 +529,12 @@ mod tests {
         assert!(check_grants(&mut three[..2], 2, None).is_empty());
 
         let mut lost = vec![grant(0, 0, 10, 15), grant(1, 0, 20, 25)];
-        let problems = check_grants(&mut lost, 1, Some(1));
-        assert!(problems[0].contains("1 increments lost"), "{problems:?}");
+        problems_with(&mut lost, 1, Some(1), "1 increments lost");
 
         let mut stale = vec![grant(0, 0, 10, 15), grant(1, 0, 20, 25)];
         stale[1].token = Some(3);
         stale[0].token = Some(7);
-        let problems = check_grants(&mut stale, 1, None);
-        assert!(problems[0].contains("did not increase"), "{problems:?}");
+        problems_with(&mut stale, 1, None, "did not increase");
     }
 
     #[test]
