@@ -141,16 +141,14 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_run_reports_in_every_form() {
         let plan = Plan {
-            workloads: vec![ALL_WORKLOADS.into()],
-            uris: vec!["memory://".into()],
-            clients: vec![1, 2],
-            duration: Duration::from_millis(20),
-            rounds: 1,
             block_size: 10,
             command: "bakery bench --test".into(),
-            progress: false,
-            processes: None,
-            mariadb: None,
+            ..Plan::new(
+                &[ALL_WORKLOADS],
+                &["memory://"],
+                vec![1, 2],
+                Duration::from_millis(20),
+            )
         };
         let report = run(plan).await.expect("run");
         assert_eq!(report.cells_with_errors(), 0, "{:#?}", report.results);

@@ -61,6 +61,27 @@ pub struct Plan {
     pub mariadb: Option<String>,
 }
 
+impl Plan {
+    /// A plan of `workloads` on `uris` with `clients`, each cell timed for
+    /// `duration`, the rest as `bakery bench` has it by default: one round,
+    /// block size 1000, in one process, no MariaDB peer; no progress
+    /// indicator and no command line. Change the fields to differ.
+    pub fn new(workloads: &[&str], uris: &[&str], clients: Vec<usize>, duration: Duration) -> Plan {
+        Plan {
+            workloads: workloads.iter().map(|w| w.to_string()).collect(),
+            uris: uris.iter().map(|u| u.to_string()).collect(),
+            clients,
+            duration,
+            rounds: 1,
+            block_size: 1000,
+            command: String::new(),
+            progress: false,
+            processes: None,
+            mariadb: None,
+        }
+    }
+}
+
 /// The cells across processes of a [`Plan`]: the workloads that have them
 /// ([`WorkloadSpec::across_processes`]) and their native peers, with a
 /// client per OS process ([`process`]).
@@ -687,16 +708,9 @@ mod tests {
 
     fn plan(workloads: &[&str], uris: &[&str]) -> Plan {
         Plan {
-            workloads: workloads.iter().map(|w| w.to_string()).collect(),
-            uris: uris.iter().map(|u| u.to_string()).collect(),
-            clients: vec![4, 1, 4],
-            duration: Duration::from_millis(10),
-            rounds: 1,
             block_size: 10,
             command: "test".into(),
-            progress: false,
-            processes: None,
-            mariadb: None,
+            ..Plan::new(workloads, uris, vec![4, 1, 4], Duration::from_millis(10))
         }
     }
 

@@ -251,17 +251,11 @@ async fn mongodb_raw_insert() {
 /// process.
 #[cfg(any(feature = "postgres", feature = "redis"))]
 fn short_plan(workloads: &[&str], uri: String, clients: Vec<usize>) -> bakery_bench::Plan {
+    let duration = std::time::Duration::from_millis(100);
     bakery_bench::Plan {
-        workloads: workloads.iter().map(|w| w.to_string()).collect(),
-        uris: vec![uri],
-        clients,
-        duration: std::time::Duration::from_millis(100),
-        rounds: 1,
         block_size: 10,
         command: "test".into(),
-        progress: false,
-        processes: None,
-        mariadb: None,
+        ..bakery_bench::Plan::new(workloads, &[&uri], clients, duration)
     }
 }
 
