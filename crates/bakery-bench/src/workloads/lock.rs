@@ -109,7 +109,7 @@ impl Workload for LockWorkload {
             name.clone()
         };
         let key = Key::with_prefix(prefix, &row_name).map_err(prepare_error)?;
-        let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
+        let mut clients = Vec::with_capacity(cell.clients);
         for index in 0..cell.clients {
             let kind = if cell.variant == OLD.id {
                 LockKind::Old(OldLock::new(counted.clone(), &name).map_err(prepare_error)?)
@@ -140,22 +140,15 @@ impl Workload for LockWorkload {
                         .map_err(prepare_error)?,
                 )
             };
-            clients.push(Box::new(LockClient {
+            clients.push(LockClient {
                 index,
                 kind,
                 grants: grants.clone(),
                 written: written.clone(),
-                warm_up: WarmUp::new(counted.clone(), key.clone()),
-            }));
+            });
         }
-        Ok(PreparedCell {
-            clients,
-            finish: Some(Box::new(DeleteRowFinish {
-                store: store.raw.clone(),
-                key,
-                problems: Box::new(move || grants.problems()),
-            })),
-        })
+        let problems = Box::new(move || grants.problems());
+        Ok(row_lock_cell(store, &counted, key, clients, problems))
     }
 }
 
@@ -344,15 +337,10 @@ struct LockClient {
     grants: Arc<GrantLog>,
     /// The sizes of the rows the cell's recipes wrote.
     written: Arc<WrittenBytes>,
-    warm_up: WarmUp,
 }
 
 #[async_trait]
 impl BenchClient for LockClient {
-    async fn warm_up(&mut self) -> Result<(), OpError> {
-        self.warm_up.read().await
-    }
-
     async fn op(&mut self) -> Result<(), OpError> {
         let asking = self.grants.ask();
         let index = self.index;
@@ -471,24 +459,62 @@ pub trait NativeLock: Send {
     async fn unlock(&mut self, held: Self::Held) -> Result<(), OpError>;
 }
 
-/// The warm-up of a lock client: one read of the cell's row, which opens
-/// the client's connections and never takes a grant (a grant per client
-/// would take minutes for the old lock at 64 clients, unmeasured anyway).
-pub(crate) struct WarmUp {
-    store: Arc<dyn VersionedStore>,
+/// A cell of lock `clients` on the row at `key`, each warmed up by reading
+/// the row through `counted` ([`RowWarmUp`]); afterwards the row is deleted
+/// and the grant log's `problems` reported.
+pub(crate) fn row_lock_cell<C: BenchClient + 'static>(
+    store: &CellStore,
+    counted: &Arc<dyn VersionedStore>,
     key: Key,
+    clients: Vec<C>,
+    problems: Box<dyn FnOnce() -> Vec<String> + Send>,
+) -> PreparedCell {
+    let clients = clients
+        .into_iter()
+        .map(|client| {
+            let warmed = RowWarmUp::new(counted.clone(), key.clone(), client);
+            Box::new(warmed) as Box<dyn BenchClient>
+        })
+        .collect();
+    PreparedCell {
+        clients,
+        finish: Some(Box::new(DeleteRowFinish {
+            store: store.raw.clone(),
+            key,
+            problems,
+        })),
+    }
 }
 
-impl WarmUp {
-    /// The warm-up of a client of `store` reading `key`.
-    pub(crate) fn new(store: Arc<dyn VersionedStore>, key: Key) -> Self {
-        WarmUp { store, key }
-    }
+/// A lock client whose warm-up is one read of the cell's row: it opens the
+/// client's connections and never takes a grant (a grant per client would
+/// take minutes for the old lock at 64 clients, unmeasured anyway).
+struct RowWarmUp<C> {
+    store: Arc<dyn VersionedStore>,
+    key: Key,
+    client: C,
+}
 
-    /// Read the row.
-    pub(crate) async fn read(&self) -> Result<(), OpError> {
+impl<C> RowWarmUp<C> {
+    /// `client`, warmed up by reading `key` from `store`.
+    fn new(store: Arc<dyn VersionedStore>, key: Key, client: C) -> Self {
+        RowWarmUp { store, key, client }
+    }
+}
+
+#[async_trait]
+impl<C: BenchClient> BenchClient for RowWarmUp<C> {
+    async fn warm_up(&mut self) -> Result<(), OpError> {
         self.store.get(&self.key).await?;
         Ok(())
+    }
+
+    async fn op(&mut self) -> Result<(), OpError> {
+        self.client.op().await
+    }
+
+    fn extras(&self) -> Vec<(&'static str, u64)> {
+        self.client.extras()
     }
 }
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use bakery::{Key, RwLock, VersionedStore};
 
 use crate::journal::{monotonic_ns, Journal};
-use crate::workloads::lock::WarmUp;
+use crate::workloads::lock::row_lock_cell;
 
 use super::prelude::*;
 
@@ -71,28 +71,21 @@ impl Workload for RwLockWorkload {
         // Across processes a worker's one client is the cell's client of
         // its process index.
         let first = cell.journal.as_ref().map_or(0, |j| j.process());
-        let mut clients: Vec<Box<dyn BenchClient>> = Vec::with_capacity(cell.clients);
+        let mut clients = Vec::with_capacity(cell.clients);
         for index in 0..cell.clients {
-            clients.push(Box::new(RwLockClient {
+            clients.push(RwLockClient {
                 index,
                 writer: is_writer(first + index),
                 lock: RwLock::builder(counted.clone(), &name)
                     .build()
                     .map_err(prepare_error)?,
                 log: log.clone(),
-                warm_up: WarmUp::new(counted.clone(), key.clone()),
                 writes: 0,
                 reads: 0,
-            }));
+            });
         }
-        Ok(PreparedCell {
-            clients,
-            finish: Some(Box::new(DeleteRowFinish {
-                store: store.raw.clone(),
-                key,
-                problems: Box::new(move || log.problems()),
-            })),
-        })
+        let problems = Box::new(move || log.problems());
+        Ok(row_lock_cell(store, &counted, key, clients, problems))
     }
 }
 
@@ -194,17 +187,12 @@ struct RwLockClient {
     writer: bool,
     lock: RwLock,
     log: Arc<RwGrantLog>,
-    warm_up: WarmUp,
     writes: u64,
     reads: u64,
 }
 
 #[async_trait]
 impl BenchClient for RwLockClient {
-    async fn warm_up(&mut self) -> Result<(), OpError> {
-        self.warm_up.read().await
-    }
-
     async fn op(&mut self) -> Result<(), OpError> {
         let asked_ns = if self.log.journal.is_some() {
             monotonic_ns()
