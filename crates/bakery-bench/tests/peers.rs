@@ -21,6 +21,26 @@ macro_rules! assert_chained_then_refused {
     };
 }
 
+/// `$next` (a native counter's increment by one, on a new counter) counts
+/// 1, then 2.
+macro_rules! assert_counts_from_one {
+    ($next:expr) => {
+        assert_eq!($next.await.expect("1"), 1);
+        assert_eq!($next.await.expect("2"), 2);
+    };
+}
+
+/// The URI of the server in the environment variable `$var`; without one
+/// the test returns early (skipped, as [`bakery_testkit::server_uri`] says).
+macro_rules! uri_or_skip {
+    ($var:literal) => {
+        match bakery_testkit::server_uri($var, "peers") {
+            Some(uri) => uri,
+            None => return,
+        }
+    };
+}
+
 /// A name no other run uses: `prefix` + the time in hex.
 fn unique(prefix: &str) -> String {
     let nanos = SystemTime::now()
@@ -33,9 +53,7 @@ fn unique(prefix: &str) -> String {
 #[tokio::test]
 async fn postgres_raw_cas_and_nextval() {
     use bakery_bench::peers::postgres;
-    let Some(uri) = bakery_testkit::server_uri("BAKERY_POSTGRES_URI", "peers") else {
-        return;
-    };
+    let uri = uri_or_skip!("BAKERY_POSTGRES_URI");
     let client = postgres::connect(&uri).await.expect("connect");
     let table = unique("bench_peer");
     let cas = postgres::RawCas::create(&client, &table)
@@ -51,8 +69,7 @@ async fn postgres_raw_cas_and_nextval() {
     let nextval = postgres::sequence_with_nextval(&client, &sequence, 1)
         .await
         .expect("sequence");
-    assert_eq!(postgres::nextval(&client, &nextval).await.expect("1"), 1);
-    assert_eq!(postgres::nextval(&client, &nextval).await.expect("2"), 2);
+    assert_counts_from_one!(postgres::nextval(&client, &nextval));
     postgres::drop_sequence(&client, &sequence)
         .await
         .expect("drop sequence");
@@ -67,9 +84,7 @@ async fn postgres_raw_cas_and_nextval() {
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_consumer_peers_and_outbox() {
-    let Some(uri) = bakery_testkit::server_uri("BAKERY_POSTGRES_URI", "peers") else {
-        return;
-    };
+    let uri = uri_or_skip!("BAKERY_POSTGRES_URI");
     let report = run_clean(short_plan(&["consumer", "outbox"], uri, vec![1, 2])).await;
     assert!(report.skipped.is_empty(), "{:?}", report.skipped);
     for (label, requests) in [
@@ -92,9 +107,7 @@ async fn postgres_consumer_peers_and_outbox() {
 async fn redis_raw_cas_and_incrby() {
     use bakery::backends::redis::redis;
     use bakery_bench::peers::redis as peer;
-    let Some(uri) = bakery_testkit::server_uri("BAKERY_REDIS_URI", "peers") else {
-        return;
-    };
+    let uri = uri_or_skip!("BAKERY_REDIS_URI");
     let mut conn = peer::connect(&uri).await.expect("connect");
     let key = unique("bench-peer:cas");
     let cas = peer::RawCas::create(&mut conn, &key).await.expect("create");
@@ -109,8 +122,7 @@ async fn redis_raw_cas_and_incrby() {
     cas.delete(&mut conn).await.expect("delete");
 
     let counter = unique("bench-peer:incr");
-    assert_eq!(peer::incrby(&mut conn, &counter).await.expect("1"), 1);
-    assert_eq!(peer::incrby(&mut conn, &counter).await.expect("2"), 2);
+    assert_counts_from_one!(peer::incrby(&mut conn, &counter));
     redis::cmd("DEL")
         .arg(&counter)
         .query_async::<()>(&mut conn)
@@ -124,9 +136,7 @@ async fn redis_raw_cas_and_incrby() {
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_lock_peer_and_rwlock() {
-    let Some(uri) = bakery_testkit::server_uri("BAKERY_REDIS_URI", "peers") else {
-        return;
-    };
+    let uri = uri_or_skip!("BAKERY_REDIS_URI");
     let report = run_clean(short_plan(&["lock", "rwlock"], uri, vec![1, 4])).await;
     for clients in [1, 4] {
         let cell = ran(&report, "lock", Some("SET NX PX + Lua release"), clients);
@@ -145,12 +155,8 @@ async fn redis_lock_peer_and_rwlock() {
 #[cfg(all(feature = "postgres", feature = "mariadb"))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_get_lock_beside_postgres() {
-    let Some(uri) = bakery_testkit::server_uri("BAKERY_POSTGRES_URI", "peers") else {
-        return;
-    };
-    let Some(mariadb) = bakery_testkit::server_uri("BAKERY_MARIADB_URI", "peers") else {
-        return;
-    };
+    let uri = uri_or_skip!("BAKERY_POSTGRES_URI");
+    let mariadb = uri_or_skip!("BAKERY_MARIADB_URI");
     let mut plan = short_plan(&["lock"], uri, vec![1, 4]);
     plan.mariadb = Some(mariadb);
     let report = run_clean(plan).await;
@@ -169,9 +175,7 @@ async fn mariadb_get_lock_beside_postgres() {
 async fn mariadb_get_lock_excludes_a_second_connection() {
     use bakery_bench::peers::get_lock;
     use mysql_async::prelude::Queryable;
-    let Some(url) = bakery_testkit::server_uri("BAKERY_MARIADB_URI", "peers") else {
-        return;
-    };
+    let url = uri_or_skip!("BAKERY_MARIADB_URI");
     let mut first = get_lock::connect(&url).await.expect("connect");
     let mut second = get_lock::connect(&url).await.expect("connect");
     let name = unique("bench_peer");
@@ -193,9 +197,7 @@ async fn mariadb_get_lock_excludes_a_second_connection() {
 #[tokio::test]
 async fn etcd_raw_cas() {
     use bakery_bench::peers::etcd;
-    let Some(uri) = bakery_testkit::server_uri("BAKERY_ETCD_URI", "peers") else {
-        return;
-    };
+    let uri = uri_or_skip!("BAKERY_ETCD_URI");
     let client = etcd::connect(&uri).await.expect("connect");
     let key = unique("bench-peer/cas");
     let cas = etcd::RawCas::create(&client, &key).await.expect("create");
@@ -211,9 +213,7 @@ async fn etcd_raw_cas() {
 async fn cassandra_raw_cas() {
     use bakery::backends::cassandra::CassandraStore;
     use bakery_bench::peers::cassandra;
-    let Some(uri) = bakery_testkit::server_uri("BAKERY_CASSANDRA_URI", "peers") else {
-        return;
-    };
+    let uri = uri_or_skip!("BAKERY_CASSANDRA_URI");
     let store = CassandraStore::connect(&uri).await.expect("connect");
     let table = unique("bench_peer");
     let cas = cassandra::RawCas::create(&store, &table)
@@ -236,9 +236,7 @@ async fn cassandra_raw_cas() {
 #[tokio::test]
 async fn mongodb_raw_insert() {
     use bakery_bench::peers::mongodb;
-    let Some(uri) = bakery_testkit::server_uri("BAKERY_MONGODB_URI", "peers") else {
-        return;
-    };
+    let uri = uri_or_skip!("BAKERY_MONGODB_URI");
     let raw = mongodb::RawInsert::connect(&uri, &unique("bench_peer"))
         .await
         .expect("connect");
