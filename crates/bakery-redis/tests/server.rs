@@ -14,7 +14,7 @@ use bakery_redis::{CasStrategy, RedisConfig, RedisStore};
 use bakery_testkit::watch::{
     count_reaches, next_wake, recovers_from_a_lost_feed, the_last_watch_still_wakes,
 };
-use bakery_testkit::{corrupt, count_up, number};
+use bakery_testkit::{applied, corrupt, count_up, number};
 use common::{cas_cases, cleanup, query, raw, server_uri, store, store_with, STRATEGIES};
 use redis::aio::MultiplexedConnection;
 
@@ -22,13 +22,12 @@ fn key(k: &str) -> Key {
     Key::new(k).unwrap()
 }
 
-/// Run `body` once per strategy, with the server URI, a raw connection,
-/// a store with that strategy under a fresh prefix that `prefix` names,
-/// and the strategy; each store's keys are removed after its run. Without
-/// a server, print why and pass (see [`server_uri`]).
+/// Run test `test`'s `body` once per strategy, with the server URI, a raw
+/// connection, a store with that strategy under a fresh prefix named after
+/// the test, and the strategy; each store's keys are removed after its run.
+/// Without a server, print why and pass (see [`server_uri`]).
 async fn on_each_strategy(
     test: &str,
-    prefix: &str,
     mut body: impl AsyncFnMut(&str, &mut MultiplexedConnection, Arc<RedisStore>, CasStrategy),
 ) {
     let Some(uri) = server_uri(test) else {
@@ -36,7 +35,7 @@ async fn on_each_strategy(
     };
     let mut conn = raw(&uri).await;
     for strategy in STRATEGIES {
-        let store = Arc::new(store(&uri, prefix, strategy).await);
+        let store = Arc::new(store(&uri, test, strategy).await);
         body(&uri, &mut conn, store.clone(), strategy).await;
         cleanup(&uri, &store).await;
     }
@@ -129,17 +128,11 @@ async fn strategies_interoperate_on_one_key() {
 async fn key_layout_and_tombstones() {
     on_each_strategy(
         "key_layout_and_tombstones",
-        "layout",
         async |uri, conn, store, strategy| {
             let k = key("a/b");
             let full = store.redis_key(&k);
             assert_eq!(full, format!("{}a/b", store.config().prefix()));
-            let row = store
-                .put_if_version(&k, None, "hello".into())
-                .await
-                .unwrap()
-                .applied()
-                .unwrap();
+            let row = applied(&*store, &k, None, "hello").await;
             let kind: String = query(conn, &["TYPE", &full]).await;
             assert_eq!(kind, "hash");
             let (v, ver): (Vec<u8>, String) = query(conn, &["HMGET", &full, "v", "ver"]).await;
@@ -154,23 +147,13 @@ async fn key_layout_and_tombstones() {
                 vec![("ver".to_string(), "1".to_string())],
                 "{strategy}"
             );
-            let again = store
-                .put_if_version(&k, None, "again".into())
-                .await
-                .unwrap()
-                .applied()
-                .unwrap();
+            let again = applied(&*store, &k, None, "again").await;
             assert_eq!(again.version, 2, "{strategy}: versions never repeat");
 
             // A tombstone far along: the next create continues above it.
             let _: () = query(conn, &["HSET", &full, "ver", "9223372036854775806"]).await;
             let _: () = query(conn, &["HDEL", &full, "v"]).await;
-            let last = store
-                .put_if_version(&k, None, "last".into())
-                .await
-                .unwrap()
-                .applied()
-                .unwrap();
+            let last = applied(&*store, &k, None, "last").await;
             assert_eq!(last.version, i64::MAX as u64, "{strategy}");
             assert_eq!(store.get(&k).await.unwrap(), Some(last.clone()));
             // And then the version space is exhausted: nothing is written.
@@ -209,7 +192,6 @@ async fn corrupt_hash_is_a_typed_error() {
     ];
     on_each_strategy(
         "corrupt_hash_is_a_typed_error",
-        "corrupt",
         async |_, conn, store, strategy| {
             for (i, (fields, needle)) in damages.iter().enumerate() {
                 let k = key(&format!("bad{i}"));
@@ -243,33 +225,29 @@ async fn corrupt_hash_is_a_typed_error() {
 /// is `Corrupt` naming the key (the server's WRONGTYPE), never overwritten.
 #[tokio::test]
 async fn wrong_type_is_corrupt() {
-    on_each_strategy(
-        "wrong_type_is_corrupt",
-        "wrongtype",
-        async |_, conn, store, strategy| {
-            let k = key("plain");
-            let full = store.redis_key(&k);
-            let _: () = query(conn, &["SET", &full, "not a hash"]).await;
-            let list = key("list");
-            let _: () = query(conn, &["RPUSH", &store.redis_key(&list), "x"]).await;
-            for k in [&k, &list] {
-                let errors = [
-                    store.get(k).await.unwrap_err(),
-                    store.put_if_version(k, None, "v".into()).await.unwrap_err(),
-                    store.delete_if_version(k, 1).await.unwrap_err(),
-                ];
-                for err in errors {
-                    assert_eq!(err.kind(), ErrorKind::Corrupt, "{strategy}: {err}");
-                    assert!(err.message().contains(&format!("`{k}`")), "{err}");
-                }
+    on_each_strategy("wrong_type_is_corrupt", async |_, conn, store, strategy| {
+        let k = key("plain");
+        let full = store.redis_key(&k);
+        let _: () = query(conn, &["SET", &full, "not a hash"]).await;
+        let list = key("list");
+        let _: () = query(conn, &["RPUSH", &store.redis_key(&list), "x"]).await;
+        for k in [&k, &list] {
+            let errors = [
+                store.get(k).await.unwrap_err(),
+                store.put_if_version(k, None, "v".into()).await.unwrap_err(),
+                store.delete_if_version(k, 1).await.unwrap_err(),
+            ];
+            for err in errors {
+                assert_eq!(err.kind(), ErrorKind::Corrupt, "{strategy}: {err}");
+                assert!(err.message().contains(&format!("`{k}`")), "{err}");
             }
-            let still: String = query(conn, &["GET", &full]).await;
-            assert_eq!(still, "not a hash");
-            // The store keeps working for other keys (a pooled connection that
-            // saw the error was not reused in a bad state).
-            cas_cases(store).await;
-        },
-    )
+        }
+        let still: String = query(conn, &["GET", &full]).await;
+        assert_eq!(still, "not a hash");
+        // The store keeps working for other keys (a pooled connection that
+        // saw the error was not reused in a bad state).
+        cas_cases(store).await;
+    })
     .await;
 }
 
@@ -307,12 +285,7 @@ async fn lost_reply_is_unknown_for_writes_and_unavailable_for_reads() {
         })
         .await;
         let k = key("stalled");
-        let row = direct
-            .put_if_version(&k, None, "before".into())
-            .await
-            .unwrap()
-            .applied()
-            .unwrap();
+        let row = applied(&direct, &k, None, "before").await;
 
         // From here no reply reaches `stalled` until `release`.
         proxy.hold();
