@@ -31,19 +31,18 @@ fn key(k: &str) -> Key {
 
 /// Run test `test`'s `body` once per strategy in `strategies`, with the
 /// server URI, the strategy and a store with it on a fresh collection
-/// named from `prefix`, dropped after the run. Without a server, print why
-/// and pass (see [`server_uri`]).
+/// `bk_TEST_…`, dropped after the run. Without a server, print why and
+/// pass (see [`server_uri`]).
 async fn on_stores(
     test: &str,
     strategies: &[&str],
-    prefix: &str,
     mut body: impl AsyncFnMut(&str, &str, MongoStore),
 ) {
     let Some(uri) = server_uri(test) else {
         return;
     };
     for cas in strategies {
-        let store = store(&uri, cas, prefix).await;
+        let store = store(&uri, cas, &format!("bk_{test}")).await;
         body(&uri, cas, store.clone()).await;
         drop_collection(&uri, &store).await;
     }
@@ -75,85 +74,80 @@ async fn documents(uri: &str, store: &MongoStore, k: &str) -> Vec<(String, i64, 
 
 #[tokio::test]
 async fn life_cycle_and_layout_of_both_strategies() {
-    on_stores(
-        "life_cycle_and_layout_of_both_strategies",
-        &STRATEGIES,
-        "bk_life",
-        async |uri, cas, store| {
-            assert_eq!(store.strategy().as_str(), cas);
-            assert_eq!(store.backend(), "mongodb");
+    on_stores("life", &STRATEGIES, async |uri, cas, store| {
+        assert_eq!(store.strategy().as_str(), cas);
+        assert_eq!(store.backend(), "mongodb");
+        assert_eq!(
+            store.capabilities(),
+            Capabilities::PERSISTENT | Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+        );
+        let k = key("life/one");
+        assert_eq!(store.get(&k).await.unwrap(), None);
+        let v1 = applied(&store, &k, None, "a").await;
+        assert_eq!(v1.version, 1);
+        assert_eq!(
+            store.put_if_version(&k, None, "x".into()).await.unwrap(),
+            PutOutcome::Conflict(Some(v1.clone()))
+        );
+        let v2 = applied(&store, &k, Some(1), "b").await;
+        assert_eq!(v2.version, 2);
+        for stale in [0, 1, 3, u64::MAX] {
             assert_eq!(
-                store.capabilities(),
-                Capabilities::PERSISTENT | Capabilities::SHARED | Capabilities::LINEARIZABLE_READS
+                store
+                    .put_if_version(&k, Some(stale), "x".into())
+                    .await
+                    .unwrap(),
+                PutOutcome::Conflict(Some(v2.clone())),
+                "{cas}: expected {stale}"
             );
-            let k = key("life/one");
-            assert_eq!(store.get(&k).await.unwrap(), None);
-            let v1 = applied(&store, &k, None, "a").await;
-            assert_eq!(v1.version, 1);
-            assert_eq!(
-                store.put_if_version(&k, None, "x".into()).await.unwrap(),
-                PutOutcome::Conflict(Some(v1.clone()))
-            );
-            let v2 = applied(&store, &k, Some(1), "b").await;
-            assert_eq!(v2.version, 2);
-            for stale in [0, 1, 3, u64::MAX] {
-                assert_eq!(
-                    store
-                        .put_if_version(&k, Some(stale), "x".into())
-                        .await
-                        .unwrap(),
-                    PutOutcome::Conflict(Some(v2.clone())),
-                    "{cas}: expected {stale}"
-                );
-            }
-            assert_eq!(
-                store.delete_if_version(&k, 1).await.unwrap(),
-                DeleteOutcome::Conflict(Some(v2.clone()))
-            );
-            assert_eq!(
-                store.delete_if_version(&k, 2).await.unwrap(),
-                DeleteOutcome::Deleted
-            );
-            assert_eq!(store.get(&k).await.unwrap(), None);
-            assert_eq!(
-                store.put_if_version(&k, Some(2), "x".into()).await.unwrap(),
-                PutOutcome::Conflict(None),
-                "{cas}: a deleted row cannot be updated"
-            );
-            assert_eq!(
-                store.delete_if_version(&k, 2).await.unwrap(),
-                DeleteOutcome::Conflict(None)
-            );
+        }
+        assert_eq!(
+            store.delete_if_version(&k, 1).await.unwrap(),
+            DeleteOutcome::Conflict(Some(v2.clone()))
+        );
+        assert_eq!(
+            store.delete_if_version(&k, 2).await.unwrap(),
+            DeleteOutcome::Deleted
+        );
+        assert_eq!(store.get(&k).await.unwrap(), None);
+        assert_eq!(
+            store.put_if_version(&k, Some(2), "x".into()).await.unwrap(),
+            PutOutcome::Conflict(None),
+            "{cas}: a deleted row cannot be updated"
+        );
+        assert_eq!(
+            store.delete_if_version(&k, 2).await.unwrap(),
+            DeleteOutcome::Conflict(None)
+        );
 
-            // The layout: a tombstone keeps the version, a re-create goes above it.
-            let docs = documents(uri, &store, "life/one").await;
-            match cas {
-                "update" => assert_eq!(docs, vec![("life/one".to_string(), 2, true)]),
-                _ => {
-                    // Version 1 may already be pruned (in the background).
-                    assert_eq!(
-                        docs.last(),
-                        Some(&("life/one#00000000000000000003".to_string(), 3, true))
-                    );
-                    for (id, ver, _) in &docs {
-                        assert_eq!(id, &format!("life/one#{ver:020}"));
-                    }
+        // The layout: a tombstone keeps the version, a re-create goes above it.
+        let docs = documents(uri, &store, "life/one").await;
+        match cas {
+            "update" => assert_eq!(docs, vec![("life/one".to_string(), 2, true)]),
+            _ => {
+                // Version 1 may already be pruned (in the background).
+                assert_eq!(
+                    docs.last(),
+                    Some(&("life/one#00000000000000000003".to_string(), 3, true))
+                );
+                for (id, ver, _) in &docs {
+                    assert_eq!(id, &format!("life/one#{ver:020}"));
                 }
             }
-            let again = applied(&store, &k, None, "c").await;
-            let tombstone_version = if cas == "update" { 2 } else { 3 };
-            assert_eq!(
-                again.version,
-                tombstone_version + 1,
-                "{cas}: re-create continues above the tombstone"
-            );
-            assert_eq!(store.get(&k).await.unwrap(), Some(again.clone()));
-            assert_eq!(
-                store.put_if_version(&k, None, "x".into()).await.unwrap(),
-                PutOutcome::Conflict(Some(again))
-            );
-        },
-    )
+        }
+        let again = applied(&store, &k, None, "c").await;
+        let tombstone_version = if cas == "update" { 2 } else { 3 };
+        assert_eq!(
+            again.version,
+            tombstone_version + 1,
+            "{cas}: re-create continues above the tombstone"
+        );
+        assert_eq!(store.get(&k).await.unwrap(), Some(again.clone()));
+        assert_eq!(
+            store.put_if_version(&k, None, "x".into()).await.unwrap(),
+            PutOutcome::Conflict(Some(again))
+        );
+    })
     .await;
 }
 
@@ -161,48 +155,43 @@ async fn life_cycle_and_layout_of_both_strategies() {
 /// at most three documents, and the newest is always there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insert_strategy_prunes_old_versions() {
-    on_stores(
-        "insert_strategy_prunes_old_versions",
-        &["insert"],
-        "bk_prune",
-        async |uri, _, store| {
-            let k = key("pruned");
-            let started = Instant::now();
-            let mut row = applied(&store, &k, None, "0").await;
-            for i in 1..=100 {
-                row = applied(&store, &k, Some(row.version), &i.to_string()).await;
-                // A reader never sees the key absent between versions.
-                assert_eq!(store.get(&k).await.unwrap(), Some(row.clone()));
+    on_stores("prune", &["insert"], async |uri, _, store| {
+        let k = key("pruned");
+        let started = Instant::now();
+        let mut row = applied(&store, &k, None, "0").await;
+        for i in 1..=100 {
+            row = applied(&store, &k, Some(row.version), &i.to_string()).await;
+            // A reader never sees the key absent between versions.
+            assert_eq!(store.get(&k).await.unwrap(), Some(row.clone()));
+        }
+        eprintln!(
+            "cas=insert: 101 sequential writes + reads in {:?}",
+            started.elapsed()
+        );
+        assert_eq!(row.version, 101);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let docs = documents(uri, &store, "pruned").await;
+            assert_eq!(docs.last().map(|d| d.1), Some(101), "the newest stays");
+            if docs.len() <= 3 {
+                break;
             }
-            eprintln!(
-                "cas=insert: 101 sequential writes + reads in {:?}",
-                started.elapsed()
+            assert!(
+                Instant::now() < deadline,
+                "still {} documents: {docs:?}",
+                docs.len()
             );
-            assert_eq!(row.version, 101);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                let docs = documents(uri, &store, "pruned").await;
-                assert_eq!(docs.last().map(|d| d.1), Some(101), "the newest stays");
-                if docs.len() <= 3 {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "still {} documents: {docs:?}",
-                    docs.len()
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            // Deleting and re-creating continues the versions.
-            assert_eq!(
-                store.delete_if_version(&k, 101).await.unwrap(),
-                DeleteOutcome::Deleted
-            );
-            assert_eq!(store.get(&k).await.unwrap(), None);
-            let again = applied(&store, &k, None, "again").await;
-            assert_eq!(again.version, 103);
-        },
-    )
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Deleting and re-creating continues the versions.
+        assert_eq!(
+            store.delete_if_version(&k, 101).await.unwrap(),
+            DeleteOutcome::Deleted
+        );
+        assert_eq!(store.get(&k).await.unwrap(), None);
+        let again = applied(&store, &k, None, "again").await;
+        assert_eq!(again.version, 103);
+    })
     .await;
 }
 
@@ -210,44 +199,39 @@ async fn insert_strategy_prunes_old_versions() {
 /// stalled while the key moved on) never becomes the current row.
 #[tokio::test]
 async fn late_insert_into_a_pruned_slot_is_ignored() {
-    on_stores(
-        "late_insert_into_a_pruned_slot_is_ignored",
-        &["insert"],
-        "bk_late",
-        async |uri, _, store| {
-            let k = key("late");
-            let mut row = applied(&store, &k, None, "1").await;
-            for i in 2..=9 {
-                row = applied(&store, &k, Some(row.version), &i.to_string()).await;
-            }
-            let coll = raw(uri, &store).await;
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while coll
-                .find_one(doc! {"_id": "late#00000000000000000002"})
-                .await
-                .unwrap()
-                .is_some()
-            {
-                assert!(Instant::now() < deadline, "version 2 was never pruned");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            coll.insert_one(doc! {
-                "_id": "late#00000000000000000002", "k": "late", "ver": 2_i64,
-                "v": Bson::Binary(bakery_mongodb::mongodb::bson::Binary {
-                    subtype: bakery_mongodb::mongodb::bson::spec::BinarySubtype::Generic,
-                    bytes: b"late".to_vec(),
-                }),
-                "tok": bakery_mongodb::mongodb::bson::oid::ObjectId::new(), "anc": [],
-            })
+    on_stores("late", &["insert"], async |uri, _, store| {
+        let k = key("late");
+        let mut row = applied(&store, &k, None, "1").await;
+        for i in 2..=9 {
+            row = applied(&store, &k, Some(row.version), &i.to_string()).await;
+        }
+        let coll = raw(uri, &store).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while coll
+            .find_one(doc! {"_id": "late#00000000000000000002"})
             .await
-            .unwrap();
-            assert_eq!(store.get(&k).await.unwrap(), Some(row.clone()));
-            assert_eq!(
-                store.put_if_version(&k, Some(2), "x".into()).await.unwrap(),
-                PutOutcome::Conflict(Some(row))
-            );
-        },
-    )
+            .unwrap()
+            .is_some()
+        {
+            assert!(Instant::now() < deadline, "version 2 was never pruned");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        coll.insert_one(doc! {
+            "_id": "late#00000000000000000002", "k": "late", "ver": 2_i64,
+            "v": Bson::Binary(bakery_mongodb::mongodb::bson::Binary {
+                subtype: bakery_mongodb::mongodb::bson::spec::BinarySubtype::Generic,
+                bytes: b"late".to_vec(),
+            }),
+            "tok": bakery_mongodb::mongodb::bson::oid::ObjectId::new(), "anc": [],
+        })
+        .await
+        .unwrap();
+        assert_eq!(store.get(&k).await.unwrap(), Some(row.clone()));
+        assert_eq!(
+            store.put_if_version(&k, Some(2), "x".into()).await.unwrap(),
+            PutOutcome::Conflict(Some(row))
+        );
+    })
     .await;
 }
 
@@ -255,7 +239,7 @@ async fn late_insert_into_a_pruned_slot_is_ignored() {
 /// panics, and bakery leaves them alone.
 #[tokio::test]
 async fn corrupt_documents_are_typed_errors() {
-    on_stores("corrupt_documents_are_typed_errors", &STRATEGIES, "bk_corrupt", async |uri, cas, store| {
+    on_stores("corrupt", &STRATEGIES, async |uri, cas, store| {
         let coll = raw(uri, &store).await;
         let before = coll.count_documents(doc! {}).await.unwrap();
         let id = |k: &str| match cas {
@@ -555,38 +539,33 @@ async fn one_strategy_claims_an_empty_collection() {
 /// is left as it was.
 #[tokio::test]
 async fn a_damaged_layout_marker_is_a_typed_error() {
-    on_stores(
-        "a_damaged_layout_marker_is_a_typed_error",
-        &["insert"],
-        "bk_marker",
-        async |uri, _, first| {
-            let coll = raw(uri, &first).await;
-            let reopen = with_options(
-                uri,
-                &[
-                    "cas=insert",
-                    &format!("collection={}", first.config().collection()),
-                ],
-            );
-            for damage in [doc! {"cas": 42_i32}, doc! {"cas": "upsert"}, doc! {}] {
-                let marker = doc! {"_id": LAYOUT_ID};
-                let mut replacement = damage.clone();
-                replacement.insert("_id", LAYOUT_ID);
-                coll.replace_one(marker.clone(), replacement.clone())
-                    .await
-                    .unwrap();
-                refused_open(
-                    &reopen,
-                    &format!("the damaged marker {damage}"),
-                    ErrorKind::Corrupt,
-                    &[LAYOUT_ID],
-                )
-                .await;
-                let kept = coll.find_one(marker).await.unwrap();
-                assert_eq!(kept, Some(replacement), "the marker was changed");
-            }
-        },
-    )
+    on_stores("marker", &["insert"], async |uri, _, first| {
+        let coll = raw(uri, &first).await;
+        let reopen = with_options(
+            uri,
+            &[
+                "cas=insert",
+                &format!("collection={}", first.config().collection()),
+            ],
+        );
+        for damage in [doc! {"cas": 42_i32}, doc! {"cas": "upsert"}, doc! {}] {
+            let marker = doc! {"_id": LAYOUT_ID};
+            let mut replacement = damage.clone();
+            replacement.insert("_id", LAYOUT_ID);
+            coll.replace_one(marker.clone(), replacement.clone())
+                .await
+                .unwrap();
+            refused_open(
+                &reopen,
+                &format!("the damaged marker {damage}"),
+                ErrorKind::Corrupt,
+                &[LAYOUT_ID],
+            )
+            .await;
+            let kept = coll.find_one(marker).await.unwrap();
+            assert_eq!(kept, Some(replacement), "the marker was changed");
+        }
+    })
     .await;
 }
 
@@ -595,30 +574,25 @@ async fn a_damaged_layout_marker_is_a_typed_error() {
 /// collection, and is left alone.
 #[tokio::test]
 async fn a_clashing_index_is_a_config_error() {
-    on_stores(
-        "a_clashing_index_is_a_config_error",
-        &["insert"],
-        "bk_index",
-        async |uri, _, first| {
-            let coll = raw(uri, &first).await;
-            coll.drop_index("bakery_k_ver").await.unwrap();
-            let theirs = IndexModel::builder()
-                .keys(doc! {"k": 1, "ver": -1})
-                .options(IndexOptions::builder().name("theirs".to_string()).build())
-                .build();
-            coll.create_index(theirs).await.unwrap();
-            let collection = first.config().collection().to_string();
-            let reopen = with_options(uri, &["cas=insert", &format!("collection={collection}")]);
-            refused_open(
-                &reopen,
-                "a clashing index",
-                ErrorKind::Config,
-                &["clashes with bakery's", &collection],
-            )
-            .await;
-            let names = coll.list_index_names().await.unwrap();
-            assert!(names.contains(&"theirs".to_string()), "{names:?}");
-        },
-    )
+    on_stores("index", &["insert"], async |uri, _, first| {
+        let coll = raw(uri, &first).await;
+        coll.drop_index("bakery_k_ver").await.unwrap();
+        let theirs = IndexModel::builder()
+            .keys(doc! {"k": 1, "ver": -1})
+            .options(IndexOptions::builder().name("theirs".to_string()).build())
+            .build();
+        coll.create_index(theirs).await.unwrap();
+        let collection = first.config().collection().to_string();
+        let reopen = with_options(uri, &["cas=insert", &format!("collection={collection}")]);
+        refused_open(
+            &reopen,
+            "a clashing index",
+            ErrorKind::Config,
+            &["clashes with bakery's", &collection],
+        )
+        .await;
+        let names = coll.list_index_names().await.unwrap();
+        assert!(names.contains(&"theirs".to_string()), "{names:?}");
+    })
     .await;
 }
