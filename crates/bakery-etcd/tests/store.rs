@@ -36,15 +36,22 @@ async fn open(uri: &str, prefix: &str) -> EtcdStore {
         .unwrap_or_else(|e| panic!("cannot connect to etcd: {e}"))
 }
 
-/// Run the test `name`'s `body` with the server URI and a store under a
-/// prefix no other test or run uses; without a server, print why and pass
-/// (see [`server_uri`]).
-async fn on_store(name: &str, body: impl AsyncFnOnce(&str, EtcdStore) -> Result<()>) -> Result<()> {
+/// Run the test `name`'s `body` with the server URI and a prefix no other
+/// test or run uses; without a server, print why and pass (see
+/// [`server_uri`]).
+async fn on_server(name: &str, body: impl AsyncFnOnce(&str, &str) -> Result<()>) -> Result<()> {
     let Some(uri) = server_uri(name) else {
         return Ok(());
     };
-    let store = open(&uri, &run_prefix(name)).await;
-    body(&uri, store).await
+    body(&uri, &run_prefix(name)).await
+}
+
+/// [`on_server`] with a store under the prefix.
+async fn on_store(name: &str, body: impl AsyncFnOnce(&str, EtcdStore) -> Result<()>) -> Result<()> {
+    on_server(name, async |uri, prefix| {
+        body(uri, open(uri, prefix).await).await
+    })
+    .await
 }
 
 fn applied(outcome: PutOutcome) -> Row {
@@ -142,30 +149,29 @@ async fn versions_that_no_key_can_have_always_conflict() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn prefixes_isolate_stores() -> Result<()> {
-    let Some(uri) = server_uri("prefixes_isolate_stores") else {
-        return Ok(());
-    };
-    let base = run_prefix("isolation");
-    let a = open(&uri, &format!("{base}a/")).await;
-    let b = open(&uri, &format!("{base}b/")).await;
-    let key = Key::new("same/name")?;
-    let in_a = applied(a.put_if_version(&key, None, "from a".into()).await?);
-    assert_eq!(b.get(&key).await?, None, "b must not see a's key");
-    // b creates its own row under the same name; a's is untouched.
-    let in_b = applied(b.put_if_version(&key, None, "from b".into()).await?);
-    assert_eq!(a.get(&key).await?, Some(in_a.clone()));
-    assert_eq!(b.get(&key).await?, Some(in_b.clone()));
-    // Versions of one store do not act on the other's row.
-    assert_eq!(
-        b.delete_if_version(&key, in_a.version).await?,
-        DeleteOutcome::Conflict(Some(in_b.clone()))
-    );
-    assert_eq!(
-        a.delete_if_version(&key, in_a.version).await?,
-        DeleteOutcome::Deleted
-    );
-    assert_eq!(b.get(&key).await?, Some(in_b));
-    Ok(())
+    on_server("isolation", async |uri, prefix| {
+        let a = open(uri, &format!("{prefix}a/")).await;
+        let b = open(uri, &format!("{prefix}b/")).await;
+        let key = Key::new("same/name")?;
+        let in_a = applied(a.put_if_version(&key, None, "from a".into()).await?);
+        assert_eq!(b.get(&key).await?, None, "b must not see a's key");
+        // b creates its own row under the same name; a's is untouched.
+        let in_b = applied(b.put_if_version(&key, None, "from b".into()).await?);
+        assert_eq!(a.get(&key).await?, Some(in_a.clone()));
+        assert_eq!(b.get(&key).await?, Some(in_b.clone()));
+        // Versions of one store do not act on the other's row.
+        assert_eq!(
+            b.delete_if_version(&key, in_a.version).await?,
+            DeleteOutcome::Conflict(Some(in_b.clone()))
+        );
+        assert_eq!(
+            a.delete_if_version(&key, in_a.version).await?,
+            DeleteOutcome::Deleted
+        );
+        assert_eq!(b.get(&key).await?, Some(in_b));
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -259,38 +265,37 @@ async fn dropping_a_watch_ends_its_task() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_watch_outlives_the_call_timeout() -> Result<()> {
-    let Some(uri) = server_uri("a_watch_outlives_the_call_timeout") else {
-        return Ok(());
-    };
-    let prefix = run_prefix("watch-long");
-    let config = EtcdConfig::from_uri(&uri)
-        .unwrap_or_else(|e| panic!("BAKERY_ETCD_URI: {e}"))
-        .with_prefix(&prefix)
-        .with_timeout(Duration::from_millis(300));
-    let store = EtcdStore::open(config).await?;
-    // The write that wakes it comes from a store with the default timeout:
-    // a commit (an fsync) on a busy machine may take longer than 300 ms,
-    // and this test is about the watch, not the write.
-    let writer = open(&uri, &prefix).await;
-    let key = Key::new("lock/d")?;
-    // Opening the watch is itself a call under the 300 ms timeout: one
-    // that missed it on a busy machine is tried again (bounded).
-    let until = std::time::Instant::now() + Duration::from_secs(30);
-    let mut watch = loop {
-        match store.watch(&key).await {
-            Ok(watch) => break watch.expect("etcd can watch"),
-            Err(e) if e.is_temporary() && std::time::Instant::now() < until => {}
-            Err(e) => return Err(e),
-        }
-    };
-    // Three call timeouts pass: the stream must neither end (`changed()`
-    // returning false) nor wake.
-    let quiet = tokio::time::timeout(Duration::from_millis(900), watch.changed()).await;
-    assert!(
-        quiet.is_err(),
-        "the watch ended or woke by itself: {quiet:?}"
-    );
-    applied(writer.put_if_version(&key, None, "x".into()).await?);
-    assert!(next_wake(&mut watch).await);
-    Ok(())
+    on_server("watch-long", async |uri, prefix| {
+        let config = EtcdConfig::from_uri(uri)
+            .unwrap_or_else(|e| panic!("BAKERY_ETCD_URI: {e}"))
+            .with_prefix(prefix)
+            .with_timeout(Duration::from_millis(300));
+        let store = EtcdStore::open(config).await?;
+        // The write that wakes it comes from a store with the default timeout:
+        // a commit (an fsync) on a busy machine may take longer than 300 ms,
+        // and this test is about the watch, not the write.
+        let writer = open(uri, prefix).await;
+        let key = Key::new("lock/d")?;
+        // Opening the watch is itself a call under the 300 ms timeout: one
+        // that missed it on a busy machine is tried again (bounded).
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        let mut watch = loop {
+            match store.watch(&key).await {
+                Ok(watch) => break watch.expect("etcd can watch"),
+                Err(e) if e.is_temporary() && std::time::Instant::now() < until => {}
+                Err(e) => return Err(e),
+            }
+        };
+        // Three call timeouts pass: the stream must neither end (`changed()`
+        // returning false) nor wake.
+        let quiet = tokio::time::timeout(Duration::from_millis(900), watch.changed()).await;
+        assert!(
+            quiet.is_err(),
+            "the watch ended or woke by itself: {quiet:?}"
+        );
+        applied(writer.put_if_version(&key, None, "x".into()).await?);
+        assert!(next_wake(&mut watch).await);
+        Ok(())
+    })
+    .await
 }

@@ -29,6 +29,25 @@ fn key(k: &str) -> Key {
     Key::new(k).unwrap()
 }
 
+/// Run test `test`'s `body` once per strategy in `strategies`, with the
+/// server URI, the strategy and a store with it on a fresh collection
+/// `bk_TEST_…`, dropped after the run. Without a server, print why and
+/// pass (see [`server_uri`]).
+async fn on_stores(
+    test: &str,
+    strategies: &[&str],
+    mut body: impl AsyncFnMut(&str, &str, MongoStore),
+) {
+    let Some(uri) = server_uri(test) else {
+        return;
+    };
+    for cas in strategies {
+        let store = store(&uri, cas, &format!("bk_{test}")).await;
+        body(&uri, cas, store.clone()).await;
+        drop_collection(&uri, &store).await;
+    }
+}
+
 /// The documents behind a key, oldest first: `(_id, ver, dead)`.
 async fn documents(uri: &str, store: &MongoStore, k: &str) -> Vec<(String, i64, bool)> {
     let filter = match store.strategy() {
@@ -55,11 +74,7 @@ async fn documents(uri: &str, store: &MongoStore, k: &str) -> Vec<(String, i64, 
 
 #[tokio::test]
 async fn life_cycle_and_layout_of_both_strategies() {
-    let Some(uri) = server_uri("life_cycle_and_layout_of_both_strategies") else {
-        return;
-    };
-    for cas in STRATEGIES {
-        let store = store(&uri, cas, "bk_life").await;
+    on_stores("life", &STRATEGIES, async |uri, cas, store| {
         assert_eq!(store.strategy().as_str(), cas);
         assert_eq!(store.backend(), "mongodb");
         assert_eq!(
@@ -106,7 +121,7 @@ async fn life_cycle_and_layout_of_both_strategies() {
         );
 
         // The layout: a tombstone keeps the version, a re-create goes above it.
-        let docs = documents(&uri, &store, "life/one").await;
+        let docs = documents(uri, &store, "life/one").await;
         match cas {
             "update" => assert_eq!(docs, vec![("life/one".to_string(), 2, true)]),
             _ => {
@@ -132,108 +147,100 @@ async fn life_cycle_and_layout_of_both_strategies() {
             store.put_if_version(&k, None, "x".into()).await.unwrap(),
             PutOutcome::Conflict(Some(again))
         );
-        drop_collection(&uri, &store).await;
-    }
+    })
+    .await;
 }
 
 /// Old versions are pruned in the background: after 100 updates a key has
 /// at most three documents, and the newest is always there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insert_strategy_prunes_old_versions() {
-    let Some(uri) = server_uri("insert_strategy_prunes_old_versions") else {
-        return;
-    };
-    let store = store(&uri, "insert", "bk_prune").await;
-    let k = key("pruned");
-    let started = Instant::now();
-    let mut row = applied(&store, &k, None, "0").await;
-    for i in 1..=100 {
-        row = applied(&store, &k, Some(row.version), &i.to_string()).await;
-        // A reader never sees the key absent between versions.
-        assert_eq!(store.get(&k).await.unwrap(), Some(row.clone()));
-    }
-    eprintln!(
-        "cas=insert: 101 sequential writes + reads in {:?}",
-        started.elapsed()
-    );
-    assert_eq!(row.version, 101);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let docs = documents(&uri, &store, "pruned").await;
-        assert_eq!(docs.last().map(|d| d.1), Some(101), "the newest stays");
-        if docs.len() <= 3 {
-            break;
+    on_stores("prune", &["insert"], async |uri, _, store| {
+        let k = key("pruned");
+        let started = Instant::now();
+        let mut row = applied(&store, &k, None, "0").await;
+        for i in 1..=100 {
+            row = applied(&store, &k, Some(row.version), &i.to_string()).await;
+            // A reader never sees the key absent between versions.
+            assert_eq!(store.get(&k).await.unwrap(), Some(row.clone()));
         }
-        assert!(
-            Instant::now() < deadline,
-            "still {} documents: {docs:?}",
-            docs.len()
+        eprintln!(
+            "cas=insert: 101 sequential writes + reads in {:?}",
+            started.elapsed()
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // Deleting and re-creating continues the versions.
-    assert_eq!(
-        store.delete_if_version(&k, 101).await.unwrap(),
-        DeleteOutcome::Deleted
-    );
-    assert_eq!(store.get(&k).await.unwrap(), None);
-    let again = applied(&store, &k, None, "again").await;
-    assert_eq!(again.version, 103);
-    drop_collection(&uri, &store).await;
+        assert_eq!(row.version, 101);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let docs = documents(uri, &store, "pruned").await;
+            assert_eq!(docs.last().map(|d| d.1), Some(101), "the newest stays");
+            if docs.len() <= 3 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "still {} documents: {docs:?}",
+                docs.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Deleting and re-creating continues the versions.
+        assert_eq!(
+            store.delete_if_version(&k, 101).await.unwrap(),
+            DeleteOutcome::Deleted
+        );
+        assert_eq!(store.get(&k).await.unwrap(), None);
+        let again = applied(&store, &k, None, "again").await;
+        assert_eq!(again.version, 103);
+    })
+    .await;
 }
 
 /// A document inserted into a slot that pruning freed (a writer that
 /// stalled while the key moved on) never becomes the current row.
 #[tokio::test]
 async fn late_insert_into_a_pruned_slot_is_ignored() {
-    let Some(uri) = server_uri("late_insert_into_a_pruned_slot_is_ignored") else {
-        return;
-    };
-    let store = store(&uri, "insert", "bk_late").await;
-    let k = key("late");
-    let mut row = applied(&store, &k, None, "1").await;
-    for i in 2..=9 {
-        row = applied(&store, &k, Some(row.version), &i.to_string()).await;
-    }
-    let coll = raw(&uri, &store).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while coll
-        .find_one(doc! {"_id": "late#00000000000000000002"})
+    on_stores("late", &["insert"], async |uri, _, store| {
+        let k = key("late");
+        let mut row = applied(&store, &k, None, "1").await;
+        for i in 2..=9 {
+            row = applied(&store, &k, Some(row.version), &i.to_string()).await;
+        }
+        let coll = raw(uri, &store).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while coll
+            .find_one(doc! {"_id": "late#00000000000000000002"})
+            .await
+            .unwrap()
+            .is_some()
+        {
+            assert!(Instant::now() < deadline, "version 2 was never pruned");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        coll.insert_one(doc! {
+            "_id": "late#00000000000000000002", "k": "late", "ver": 2_i64,
+            "v": Bson::Binary(bakery_mongodb::mongodb::bson::Binary {
+                subtype: bakery_mongodb::mongodb::bson::spec::BinarySubtype::Generic,
+                bytes: b"late".to_vec(),
+            }),
+            "tok": bakery_mongodb::mongodb::bson::oid::ObjectId::new(), "anc": [],
+        })
         .await
-        .unwrap()
-        .is_some()
-    {
-        assert!(Instant::now() < deadline, "version 2 was never pruned");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    coll.insert_one(doc! {
-        "_id": "late#00000000000000000002", "k": "late", "ver": 2_i64,
-        "v": Bson::Binary(bakery_mongodb::mongodb::bson::Binary {
-            subtype: bakery_mongodb::mongodb::bson::spec::BinarySubtype::Generic,
-            bytes: b"late".to_vec(),
-        }),
-        "tok": bakery_mongodb::mongodb::bson::oid::ObjectId::new(), "anc": [],
+        .unwrap();
+        assert_eq!(store.get(&k).await.unwrap(), Some(row.clone()));
+        assert_eq!(
+            store.put_if_version(&k, Some(2), "x".into()).await.unwrap(),
+            PutOutcome::Conflict(Some(row))
+        );
     })
-    .await
-    .unwrap();
-    assert_eq!(store.get(&k).await.unwrap(), Some(row.clone()));
-    assert_eq!(
-        store.put_if_version(&k, Some(2), "x".into()).await.unwrap(),
-        PutOutcome::Conflict(Some(row))
-    );
-    drop_collection(&uri, &store).await;
+    .await;
 }
 
 /// Foreign or damaged documents are `Corrupt` errors naming the key, never
 /// panics, and bakery leaves them alone.
 #[tokio::test]
 async fn corrupt_documents_are_typed_errors() {
-    let Some(uri) = server_uri("corrupt_documents_are_typed_errors") else {
-        return;
-    };
-    for cas in STRATEGIES {
-        let store = store(&uri, cas, "bk_corrupt").await;
-        let coll = raw(&uri, &store).await;
+    on_stores("corrupt", &STRATEGIES, async |uri, cas, store| {
+        let coll = raw(uri, &store).await;
         let before = coll.count_documents(doc! {}).await.unwrap();
         let id = |k: &str| match cas {
             "update" => k.to_string(),
@@ -258,8 +265,8 @@ async fn corrupt_documents_are_typed_errors() {
         }
         // Nothing was changed.
         assert_eq!(coll.count_documents(doc! {}).await.unwrap(), before + 4);
-        drop_collection(&uri, &store).await;
-    }
+    })
+    .await;
 }
 
 fn upstream(uri: &str) -> SocketAddr {
@@ -532,36 +539,34 @@ async fn one_strategy_claims_an_empty_collection() {
 /// is left as it was.
 #[tokio::test]
 async fn a_damaged_layout_marker_is_a_typed_error() {
-    let Some(uri) = server_uri("a_damaged_layout_marker_is_a_typed_error") else {
-        return;
-    };
-    let first = store(&uri, "insert", "bk_marker").await;
-    let coll = raw(&uri, &first).await;
-    let reopen = with_options(
-        &uri,
-        &[
-            "cas=insert",
-            &format!("collection={}", first.config().collection()),
-        ],
-    );
-    for damage in [doc! {"cas": 42_i32}, doc! {"cas": "upsert"}, doc! {}] {
-        let marker = doc! {"_id": LAYOUT_ID};
-        let mut replacement = damage.clone();
-        replacement.insert("_id", LAYOUT_ID);
-        coll.replace_one(marker.clone(), replacement.clone())
-            .await
-            .unwrap();
-        refused_open(
-            &reopen,
-            &format!("the damaged marker {damage}"),
-            ErrorKind::Corrupt,
-            &[LAYOUT_ID],
-        )
-        .await;
-        let kept = coll.find_one(marker).await.unwrap();
-        assert_eq!(kept, Some(replacement), "the marker was changed");
-    }
-    drop_collection(&uri, &first).await;
+    on_stores("marker", &["insert"], async |uri, _, first| {
+        let coll = raw(uri, &first).await;
+        let reopen = with_options(
+            uri,
+            &[
+                "cas=insert",
+                &format!("collection={}", first.config().collection()),
+            ],
+        );
+        for damage in [doc! {"cas": 42_i32}, doc! {"cas": "upsert"}, doc! {}] {
+            let marker = doc! {"_id": LAYOUT_ID};
+            let mut replacement = damage.clone();
+            replacement.insert("_id", LAYOUT_ID);
+            coll.replace_one(marker.clone(), replacement.clone())
+                .await
+                .unwrap();
+            refused_open(
+                &reopen,
+                &format!("the damaged marker {damage}"),
+                ErrorKind::Corrupt,
+                &[LAYOUT_ID],
+            )
+            .await;
+            let kept = coll.find_one(marker).await.unwrap();
+            assert_eq!(kept, Some(replacement), "the marker was changed");
+        }
+    })
+    .await;
 }
 
 /// An index of someone else's that clashes with bakery's (the same keys
@@ -569,27 +574,25 @@ async fn a_damaged_layout_marker_is_a_typed_error() {
 /// collection, and is left alone.
 #[tokio::test]
 async fn a_clashing_index_is_a_config_error() {
-    let Some(uri) = server_uri("a_clashing_index_is_a_config_error") else {
-        return;
-    };
-    let first = store(&uri, "insert", "bk_index").await;
-    let coll = raw(&uri, &first).await;
-    coll.drop_index("bakery_k_ver").await.unwrap();
-    let theirs = IndexModel::builder()
-        .keys(doc! {"k": 1, "ver": -1})
-        .options(IndexOptions::builder().name("theirs".to_string()).build())
-        .build();
-    coll.create_index(theirs).await.unwrap();
-    let collection = first.config().collection().to_string();
-    let reopen = with_options(&uri, &["cas=insert", &format!("collection={collection}")]);
-    refused_open(
-        &reopen,
-        "a clashing index",
-        ErrorKind::Config,
-        &["clashes with bakery's", &collection],
-    )
+    on_stores("index", &["insert"], async |uri, _, first| {
+        let coll = raw(uri, &first).await;
+        coll.drop_index("bakery_k_ver").await.unwrap();
+        let theirs = IndexModel::builder()
+            .keys(doc! {"k": 1, "ver": -1})
+            .options(IndexOptions::builder().name("theirs".to_string()).build())
+            .build();
+        coll.create_index(theirs).await.unwrap();
+        let collection = first.config().collection().to_string();
+        let reopen = with_options(uri, &["cas=insert", &format!("collection={collection}")]);
+        refused_open(
+            &reopen,
+            "a clashing index",
+            ErrorKind::Config,
+            &["clashes with bakery's", &collection],
+        )
+        .await;
+        let names = coll.list_index_names().await.unwrap();
+        assert!(names.contains(&"theirs".to_string()), "{names:?}");
+    })
     .await;
-    let names = coll.list_index_names().await.unwrap();
-    assert!(names.contains(&"theirs".to_string()), "{names:?}");
-    drop_collection(&uri, &first).await;
 }

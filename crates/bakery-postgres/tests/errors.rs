@@ -15,7 +15,7 @@ use std::time::Duration;
 use bakery_core::{ErrorKind, Operation, Sent, VersionedStore};
 use bakery_postgres::PostgresStore;
 use common::{
-    applied, drop_tables, get_retrying, key, lock_row, raw_client, raw_row, relayed, server_uri,
+    applied, drop_tables, get_retrying, key, lock_row, on_relayed, raw_client, raw_row, server_uri,
     unique_table, with_options, Relayed,
 };
 
@@ -183,61 +183,60 @@ async fn a_session_terminated_under_a_statement_is_unknown_for_writes_unavailabl
 /// `Unavailable`. Both before the client's own deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_lost_after_the_statement_was_sent_is_unknown_for_writes() {
-    let Some(Relayed {
-        uri,
-        relay,
-        table,
-        writer,
-        reader,
-        key: k,
-        row,
-    }) = relayed("lost_after_send", "timeout_ms=20000").await
-    else {
-        return;
-    };
-    let (writer, reader) = (Arc::new(writer), Arc::new(reader));
+    on_relayed("lost_after_send", "timeout_ms=20000", async |relayed| {
+        let Relayed {
+            uri,
+            relay,
+            table,
+            writer,
+            reader,
+            key: k,
+            row,
+        } = relayed;
+        let (writer, reader) = (Arc::new(writer), Arc::new(reader));
 
-    relay.hold.store(true, Ordering::SeqCst);
-    let started = std::time::Instant::now();
-    let put = {
-        let (writer, k) = (writer.clone(), k.clone());
-        tokio::spawn(async move {
-            writer
-                .put_if_version(&k, Some(row.version), "lost?".into())
-                .await
-        })
-    };
-    let get = {
-        let (reader, k) = (reader.clone(), k.clone());
-        tokio::spawn(async move { reader.get(&k).await })
-    };
-    // Each store's one connection (its statements prepared while opening)
-    // has sent its call's statement, held by the relay: cut only then.
-    relay.sent_statements(2).await;
-    relay.cut();
-    let err = put.await.unwrap().unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unknown, "{err}");
-    assert!(err.message().contains("may or may not"), "{err}");
-    assert!(driver_error(&err).is_closed(), "{err}");
-    assert_eq!(err.sent(), Some(Sent::Maybe), "{err}");
-    let err = get.await.unwrap().unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    assert!(driver_error(&err).is_closed(), "{err}");
-    assert_eq!(err.operation(), Some(Operation::Get), "{err}");
-    // (A deadline would carry no driver error, and `is_closed()` above
-    // says it is the lost connection; this only bounds a hang.)
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "not the client's deadline: {:?}",
-        started.elapsed()
-    );
+        relay.hold.store(true, Ordering::SeqCst);
+        let started = std::time::Instant::now();
+        let put = {
+            let (writer, k) = (writer.clone(), k.clone());
+            tokio::spawn(async move {
+                writer
+                    .put_if_version(&k, Some(row.version), "lost?".into())
+                    .await
+            })
+        };
+        let get = {
+            let (reader, k) = (reader.clone(), k.clone());
+            tokio::spawn(async move { reader.get(&k).await })
+        };
+        // Each store's one connection (its statements prepared while opening)
+        // has sent its call's statement, held by the relay: cut only then.
+        relay.sent_statements(2).await;
+        relay.cut();
+        let err = put.await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unknown, "{err}");
+        assert!(err.message().contains("may or may not"), "{err}");
+        assert!(driver_error(&err).is_closed(), "{err}");
+        assert_eq!(err.sent(), Some(Sent::Maybe), "{err}");
+        let err = get.await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        assert!(driver_error(&err).is_closed(), "{err}");
+        assert_eq!(err.operation(), Some(Operation::Get), "{err}");
+        // (A deadline would carry no driver error, and `is_closed()` above
+        // says it is the lost connection; this only bounds a hang.)
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "not the client's deadline: {:?}",
+            started.elapsed()
+        );
 
-    relay.hold.store(false, Ordering::SeqCst);
-    let admin = raw_client(&uri).await;
-    assert_eq!(
-        raw_row(&admin, &table, k.as_str()).await,
-        Some((Some(b"v".to_vec()), Some(row.version as i64))),
-        "the held write never reached the server"
-    );
-    drop_tables(&uri, &[&table]).await;
+        relay.hold.store(false, Ordering::SeqCst);
+        let admin = raw_client(&uri).await;
+        assert_eq!(
+            raw_row(&admin, &table, k.as_str()).await,
+            Some((Some(b"v".to_vec()), Some(row.version as i64))),
+            "the held write never reached the server"
+        );
+    })
+    .await;
 }

@@ -9,15 +9,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bakery_core::{DeleteOutcome, ErrorKind, Key, PutOutcome, VersionedStore, Watch};
+use bakery_core::{ErrorKind, Key, PutOutcome, VersionedStore, Watch};
 use bakery_postgres::PostgresStore;
 use bakery_testkit::corrupt;
 use bakery_testkit::watch::{
     count_reaches, next_wake, recovers_from_a_lost_feed, the_last_watch_still_wakes,
 };
 use common::{
-    applied, bare_table, drop_tables, exec, key, lock_row, raw_client, raw_row, raw_server,
-    relayed, server_uri, unique_table, with_options, Relayed,
+    applied, bare_table, drop_tables, exec, key, lock_row, on_relayed, raw_client, raw_row,
+    raw_server, server_uri, unique_table, with_options, Relayed,
 };
 
 async fn open(uri: &str, table: &str) -> PostgresStore {
@@ -75,62 +75,49 @@ async fn conflicts_under_contention_carry_a_newer_row() {
     .await;
 }
 
-/// Creates and deletes racing on one key: a create that conflicts must
-/// see a live row, a delete that conflicts must see another version, and
-/// every applied create gets a version above all earlier ones.
+/// Creates and deletes racing on one key. What a conflict carries and
+/// that no version repeats is the conformance suite's churn case; what is
+/// this store's own is that its re-run of `Statements` settles nearly every
+/// race: a delete never fails, and a create gives up (`Unavailable` after
+/// its lost races) only rarely.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn create_and_delete_churn_gives_consistent_conflicts() {
+async fn create_and_delete_churn_rarely_gives_up() {
     on_fresh_table("churn", "bk_churn", async |_, _, store| {
         let k = key("churn/k");
         let tasks: Vec<_> = (0..8)
             .map(|_| {
                 let (store, k) = (store.clone(), k.clone());
                 tokio::spawn(async move {
-                    let mut versions = Vec::new();
-                    let mut retries = 0;
+                    let mut gave_up = 0;
                     for _ in 0..60 {
-                        let row = match store.put_if_version(&k, None, "x".into()).await {
-                            Ok(PutOutcome::Applied(row)) => {
-                                versions.push(row.version);
-                                row
+                        let version = match store.put_if_version(&k, None, "x".into()).await {
+                            Ok(PutOutcome::Applied(row) | PutOutcome::Conflict(Some(row))) => {
+                                row.version
                             }
-                            Ok(PutOutcome::Conflict(current)) => {
-                                current.expect("a create conflicts only with a live row")
+                            Ok(PutOutcome::Conflict(None)) => {
+                                panic!("a create conflicted with no row")
                             }
                             Err(e) if e.kind() == ErrorKind::Unavailable => {
-                                retries += 1;
+                                gave_up += 1;
                                 continue;
                             }
                             Err(e) => panic!("create: {e}"),
                         };
-                        match store.delete_if_version(&k, row.version).await.unwrap() {
-                            DeleteOutcome::Deleted => {}
-                            DeleteOutcome::Conflict(current) => assert_ne!(
-                                current.map(|c| c.version),
-                                Some(row.version),
-                                "a delete conflicted with the version it presented"
-                            ),
+                        if let Err(e) = store.delete_if_version(&k, version).await {
+                            panic!("delete: {e}");
                         }
                     }
-                    (versions, retries)
+                    gave_up
                 })
             })
             .collect();
-        let mut all = Vec::new();
-        let mut retries = 0;
+        let mut gave_up = 0;
         for task in tasks {
-            let (versions, r) = task.await.unwrap();
-            assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
-            all.extend(versions);
-            retries += r;
+            gave_up += task.await.unwrap();
         }
-        let count = all.len();
-        all.sort_unstable();
-        all.dedup();
-        assert_eq!(all.len(), count, "a version was handed out twice");
         assert!(
-            retries <= 8,
-            "{retries} creates gave up after repeated races"
+            gave_up <= 8,
+            "{gave_up} creates gave up after repeated races"
         );
     })
     .await;
@@ -290,47 +277,46 @@ async fn server_statement_timeout_is_unavailable_and_reads_do_not_wait() {
 
 #[tokio::test]
 async fn client_timeout_after_send_is_unknown_for_writes_unavailable_for_reads() {
-    let Some(Relayed {
-        uri,
-        relay,
-        table,
-        writer,
-        reader,
-        key: k,
-        row,
-    }) = relayed("client_timeout", "timeout_ms=300&connect_timeout=2").await
-    else {
-        return;
-    };
+    let options = "timeout_ms=300&connect_timeout=2";
+    on_relayed("client_timeout", options, async |relayed| {
+        let Relayed {
+            relay,
+            writer,
+            reader,
+            key: k,
+            row,
+            ..
+        } = relayed;
 
-    relay.hold.store(true, Ordering::Relaxed);
-    let started = Instant::now();
-    let err = reader.get(&k).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    let err = writer
-        .put_if_version(&k, Some(row.version), "lost?".into())
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unknown, "{err}");
-    assert!(err.outcome_unknown());
-    assert!(err.message().contains("may or may not"), "{err}");
-    let err = writer.delete_if_version(&k, row.version).await.unwrap_err();
-    // The stalled connection was dropped; a new one cannot get through.
-    assert!(err.is_temporary(), "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(8),
-        "{:?}",
-        started.elapsed()
-    );
+        relay.hold.store(true, Ordering::Relaxed);
+        let started = Instant::now();
+        let err = reader.get(&k).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        let err = writer
+            .put_if_version(&k, Some(row.version), "lost?".into())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unknown, "{err}");
+        assert!(err.outcome_unknown());
+        assert!(err.message().contains("may or may not"), "{err}");
+        let err = writer.delete_if_version(&k, row.version).await.unwrap_err();
+        // The stalled connection was dropped; a new one cannot get through.
+        assert!(err.is_temporary(), "{err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "{:?}",
+            started.elapsed()
+        );
 
-    // Once the network flows again the bytes held in the "network" reach
-    // the server: the write may apply now, after it was reported Unknown.
-    // That is exactly why Unknown is not Unavailable.
-    relay.hold.store(false, Ordering::Relaxed);
-    let now = reader.get(&k).await.expect("the store recovers").unwrap();
-    let late = now.version == row.version + 1 && &now.value[..] == b"lost?";
-    assert!(now == row || late, "{now:?}");
-    drop_tables(&uri, &[&table]).await;
+        // Once the network flows again the bytes held in the "network" reach
+        // the server: the write may apply now, after it was reported Unknown.
+        // That is exactly why Unknown is not Unavailable.
+        relay.hold.store(false, Ordering::Relaxed);
+        let now = reader.get(&k).await.expect("the store recovers").unwrap();
+        let late = now.version == row.version + 1 && &now.value[..] == b"lost?";
+        assert!(now == row || late, "{now:?}");
+    })
+    .await;
 }
 
 #[tokio::test]

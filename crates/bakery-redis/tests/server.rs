@@ -14,11 +14,31 @@ use bakery_redis::{CasStrategy, RedisConfig, RedisStore};
 use bakery_testkit::watch::{
     count_reaches, next_wake, recovers_from_a_lost_feed, the_last_watch_still_wakes,
 };
-use bakery_testkit::{corrupt, count_up, number};
+use bakery_testkit::{applied, corrupt, count_up, number};
 use common::{cas_cases, cleanup, query, raw, server_uri, store, store_with, STRATEGIES};
+use redis::aio::MultiplexedConnection;
 
 fn key(k: &str) -> Key {
     Key::new(k).unwrap()
+}
+
+/// Run test `test`'s `body` once per strategy, with the server URI, a raw
+/// connection, a store with that strategy under a fresh prefix named after
+/// the test, and the strategy; each store's keys are removed after its run.
+/// Without a server, print why and pass (see [`server_uri`]).
+async fn on_each_strategy(
+    test: &str,
+    mut body: impl AsyncFnMut(&str, &mut MultiplexedConnection, Arc<RedisStore>, CasStrategy),
+) {
+    let Some(uri) = server_uri(test) else {
+        return;
+    };
+    let mut conn = raw(&uri).await;
+    for strategy in STRATEGIES {
+        let store = Arc::new(store(&uri, test, strategy).await);
+        body(&uri, &mut conn, store.clone(), strategy).await;
+        cleanup(&uri, &store).await;
+    }
 }
 
 /// 8 tasks × 200 CAS increments of one hot key with the watch strategy
@@ -106,78 +126,57 @@ async fn strategies_interoperate_on_one_key() {
 /// `ver` alone (a tombstone) and a re-create continues above it.
 #[tokio::test]
 async fn key_layout_and_tombstones() {
-    let Some(uri) = server_uri("key_layout_and_tombstones") else {
-        return;
-    };
-    let mut conn = raw(&uri).await;
-    for strategy in STRATEGIES {
-        let store = store(&uri, "layout", strategy).await;
-        let k = key("a/b");
-        let full = store.redis_key(&k);
-        assert_eq!(full, format!("{}a/b", store.config().prefix()));
-        let row = store
-            .put_if_version(&k, None, "hello".into())
-            .await
-            .unwrap()
-            .applied()
-            .unwrap();
-        let kind: String = query(&mut conn, &["TYPE", &full]).await;
-        assert_eq!(kind, "hash");
-        let (v, ver): (Vec<u8>, String) = query(&mut conn, &["HMGET", &full, "v", "ver"]).await;
-        assert_eq!((&v[..], ver.as_str()), (&b"hello"[..], "1"));
-        assert_eq!(
-            store.delete_if_version(&k, row.version).await.unwrap(),
-            DeleteOutcome::Deleted
-        );
-        let fields: Vec<(String, String)> = query(&mut conn, &["HGETALL", &full]).await;
-        assert_eq!(
-            fields,
-            vec![("ver".to_string(), "1".to_string())],
-            "{strategy}"
-        );
-        let again = store
-            .put_if_version(&k, None, "again".into())
-            .await
-            .unwrap()
-            .applied()
-            .unwrap();
-        assert_eq!(again.version, 2, "{strategy}: versions never repeat");
+    on_each_strategy(
+        "key_layout_and_tombstones",
+        async |uri, conn, store, strategy| {
+            let k = key("a/b");
+            let full = store.redis_key(&k);
+            assert_eq!(full, format!("{}a/b", store.config().prefix()));
+            let row = applied(&*store, &k, None, "hello").await;
+            let kind: String = query(conn, &["TYPE", &full]).await;
+            assert_eq!(kind, "hash");
+            let (v, ver): (Vec<u8>, String) = query(conn, &["HMGET", &full, "v", "ver"]).await;
+            assert_eq!((&v[..], ver.as_str()), (&b"hello"[..], "1"));
+            assert_eq!(
+                store.delete_if_version(&k, row.version).await.unwrap(),
+                DeleteOutcome::Deleted
+            );
+            let fields: Vec<(String, String)> = query(conn, &["HGETALL", &full]).await;
+            assert_eq!(
+                fields,
+                vec![("ver".to_string(), "1".to_string())],
+                "{strategy}"
+            );
+            let again = applied(&*store, &k, None, "again").await;
+            assert_eq!(again.version, 2, "{strategy}: versions never repeat");
 
-        // A tombstone far along: the next create continues above it.
-        let _: () = query(&mut conn, &["HSET", &full, "ver", "9223372036854775806"]).await;
-        let _: () = query(&mut conn, &["HDEL", &full, "v"]).await;
-        let last = store
-            .put_if_version(&k, None, "last".into())
-            .await
-            .unwrap()
-            .applied()
-            .unwrap();
-        assert_eq!(last.version, i64::MAX as u64, "{strategy}");
-        assert_eq!(store.get(&k).await.unwrap(), Some(last.clone()));
-        // And then the version space is exhausted: nothing is written.
-        let err = store
-            .put_if_version(&k, Some(last.version), "over".into())
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Exhausted, "{strategy}: {err}");
-        assert_eq!(store.get(&k).await.unwrap(), Some(last));
+            // A tombstone far along: the next create continues above it.
+            let _: () = query(conn, &["HSET", &full, "ver", "9223372036854775806"]).await;
+            let _: () = query(conn, &["HDEL", &full, "v"]).await;
+            let last = applied(&*store, &k, None, "last").await;
+            assert_eq!(last.version, i64::MAX as u64, "{strategy}");
+            assert_eq!(store.get(&k).await.unwrap(), Some(last.clone()));
+            // And then the version space is exhausted: nothing is written.
+            let err = store
+                .put_if_version(&k, Some(last.version), "over".into())
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Exhausted, "{strategy}: {err}");
+            assert_eq!(store.get(&k).await.unwrap(), Some(last));
 
-        // Prefixes keep stores apart.
-        let neighbour = common::store(&uri, "layout-other", strategy).await;
-        assert_eq!(neighbour.get(&k).await.unwrap(), None);
-        cleanup(&uri, &store).await;
-        cleanup(&uri, &neighbour).await;
-    }
+            // Prefixes keep stores apart.
+            let neighbour = common::store(uri, "layout-other", strategy).await;
+            assert_eq!(neighbour.get(&k).await.unwrap(), None);
+            cleanup(uri, &neighbour).await;
+        },
+    )
+    .await;
 }
 
 /// Foreign or damaged data at a bakery key is `Corrupt`, naming the key,
 /// from every operation and both strategies; nothing is overwritten.
 #[tokio::test]
 async fn corrupt_hash_is_a_typed_error() {
-    let Some(uri) = server_uri("corrupt_hash_is_a_typed_error") else {
-        return;
-    };
-    let mut conn = raw(&uri).await;
     // (fields to write, what the error mentions)
     let damages: &[(&[(&str, &str)], &str)] = &[
         (&[("v", "x"), ("ver", "junk")], "\"junk\""),
@@ -191,49 +190,47 @@ async fn corrupt_hash_is_a_typed_error() {
         ),
         (&[("v", "x")], "no version"),
     ];
-    for strategy in STRATEGIES {
-        let store = store(&uri, "corrupt", strategy).await;
-        for (i, (fields, needle)) in damages.iter().enumerate() {
-            let k = key(&format!("bad{i}"));
-            let full = store.redis_key(&k);
-            let mut hset = vec!["HSET", full.as_str()];
-            for (field, value) in fields.iter() {
-                hset.extend([*field, *value]);
+    on_each_strategy(
+        "corrupt_hash_is_a_typed_error",
+        async |_, conn, store, strategy| {
+            for (i, (fields, needle)) in damages.iter().enumerate() {
+                let k = key(&format!("bad{i}"));
+                let full = store.redis_key(&k);
+                let mut hset = vec!["HSET", full.as_str()];
+                for (field, value) in fields.iter() {
+                    hset.extend([*field, *value]);
+                }
+                let _: () = query(conn, &hset).await;
+                let hash = async |_: &str| -> Vec<(String, String)> {
+                    query(&mut conn.clone(), &["HGETALL", &full]).await
+                };
+                let errors =
+                    corrupt::rejected(&*store, "redis", k.as_str(), &[None, Some(1)], 1, hash)
+                        .await;
+                for (_, err) in errors {
+                    assert!(
+                        err.message().contains(needle),
+                        "{strategy} {fields:?}: {err}"
+                    );
+                }
+                // Untouched.
+                assert_eq!(hash("").await.len(), fields.len(), "{strategy}");
             }
-            let _: () = query(&mut conn, &hset).await;
-            let hash = async |_: &str| -> Vec<(String, String)> {
-                query(&mut conn.clone(), &["HGETALL", &full]).await
-            };
-            let errors =
-                corrupt::rejected(&store, "redis", k.as_str(), &[None, Some(1)], 1, hash).await;
-            for (_, err) in errors {
-                assert!(
-                    err.message().contains(needle),
-                    "{strategy} {fields:?}: {err}"
-                );
-            }
-            // Untouched.
-            assert_eq!(hash("").await.len(), fields.len(), "{strategy}");
-        }
-        cleanup(&uri, &store).await;
-    }
+        },
+    )
+    .await;
 }
 
 /// A Redis value of another type at a bakery key (a plain string, a list)
 /// is `Corrupt` naming the key (the server's WRONGTYPE), never overwritten.
 #[tokio::test]
 async fn wrong_type_is_corrupt() {
-    let Some(uri) = server_uri("wrong_type_is_corrupt") else {
-        return;
-    };
-    let mut conn = raw(&uri).await;
-    for strategy in STRATEGIES {
-        let store = store(&uri, "wrongtype", strategy).await;
+    on_each_strategy("wrong_type_is_corrupt", async |_, conn, store, strategy| {
         let k = key("plain");
         let full = store.redis_key(&k);
-        let _: () = query(&mut conn, &["SET", &full, "not a hash"]).await;
+        let _: () = query(conn, &["SET", &full, "not a hash"]).await;
         let list = key("list");
-        let _: () = query(&mut conn, &["RPUSH", &store.redis_key(&list), "x"]).await;
+        let _: () = query(conn, &["RPUSH", &store.redis_key(&list), "x"]).await;
         for k in [&k, &list] {
             let errors = [
                 store.get(k).await.unwrap_err(),
@@ -245,14 +242,13 @@ async fn wrong_type_is_corrupt() {
                 assert!(err.message().contains(&format!("`{k}`")), "{err}");
             }
         }
-        let still: String = query(&mut conn, &["GET", &full]).await;
+        let still: String = query(conn, &["GET", &full]).await;
         assert_eq!(still, "not a hash");
         // The store keeps working for other keys (a pooled connection that
         // saw the error was not reused in a bad state).
-        let store = Arc::new(store);
-        cas_cases(store.clone()).await;
-        cleanup(&uri, &store).await;
-    }
+        cas_cases(store).await;
+    })
+    .await;
 }
 
 /// The replies stop coming (held back by a proxy between the store and
@@ -289,12 +285,7 @@ async fn lost_reply_is_unknown_for_writes_and_unavailable_for_reads() {
         })
         .await;
         let k = key("stalled");
-        let row = direct
-            .put_if_version(&k, None, "before".into())
-            .await
-            .unwrap()
-            .applied()
-            .unwrap();
+        let row = applied(&direct, &k, None, "before").await;
 
         // From here no reply reaches `stalled` until `release`.
         proxy.hold();

@@ -333,6 +333,17 @@ pub async fn relayed(test: &str, options: &str) -> Option<Relayed> {
     })
 }
 
+/// Run `body` on [`relayed`]'s set-up for test `test`, then drop its
+/// table; without a server on TCP, return at once.
+pub async fn on_relayed(test: &str, options: &str, body: impl AsyncFnOnce(Relayed)) {
+    let Some(relayed) = relayed(test, options).await else {
+        return;
+    };
+    let (uri, table) = (relayed.uri.clone(), relayed.table.clone());
+    body(relayed).await;
+    drop_tables(&uri, &[&table]).await;
+}
+
 /// A TCP relay on loopback that can hold what the clients send (a stalled
 /// network: nothing reaches the server, so no reply comes back), keeps
 /// what each connection had held, and cuts every connection (the network
