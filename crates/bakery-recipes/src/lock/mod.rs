@@ -254,7 +254,7 @@ impl Lock {
                 .head(row)?
                 .holders
                 .first()
-                .map(crate::queue::view::lock_holder)),
+                .map(state::lock_holder)),
             None => Ok(None),
         }
     }

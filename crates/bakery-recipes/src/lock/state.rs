@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::queue::state::{Ask, Holder as QueueHolder, QueueState};
+
 /// The stored state of one lock, as `bakery lock show` prints it.
 ///
 /// When nobody holds the lock the queue is empty (a release hands the lock
@@ -61,4 +63,32 @@ pub struct Waiter {
     /// Its [`Holder::data`] once granted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Arc<str>>,
+}
+
+/// A lock's holder as [`Holder`] shows it (its token is the row's).
+pub(crate) fn lock_holder(holder: &QueueHolder) -> Holder {
+    let ask = &holder.ask;
+    Holder {
+        id: ask.id.clone(),
+        owner: ask.owner.clone(),
+        beat: holder.beat,
+        lease_ms: ask.lease_ms,
+        data: ask.data.clone(),
+    }
+}
+
+impl From<QueueState> for LockState {
+    fn from(state: QueueState) -> LockState {
+        let waiter = |ask: &Ask| Waiter {
+            id: ask.id.clone(),
+            owner: ask.owner.clone(),
+            lease_ms: ask.lease_ms,
+            data: ask.data.clone(),
+        };
+        LockState {
+            token: state.token,
+            holder: state.holders.first().map(lock_holder),
+            queue: state.queue.iter().map(waiter).collect(),
+        }
+    }
 }

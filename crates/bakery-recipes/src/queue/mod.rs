@@ -18,7 +18,6 @@
 //! | `acquire.rs` | the acquire loop, the try that never queues, withdrawal of a request given up |
 //! | `hold.rs`, `lease.rs` | a held grant: heartbeat, release, hold limits, lost signal, reentrancy |
 //! | `give_back.rs` | withdrawals and releases that failed, tried again in the background |
-//! | `view.rs` | the recipes' public views of a row (`LockState`, `SemaphoreState`, `RwLockState`) |
 //!
 //! # How it works
 //! - **Order without clocks.** An acquisition takes a free grant with one
@@ -65,7 +64,6 @@ mod lease;
 pub(crate) mod row;
 mod silence;
 pub(crate) mod state;
-pub(crate) mod view;
 pub(crate) mod writer;
 
 #[cfg(test)]

@@ -5,6 +5,8 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+use crate::queue::state::{Ask, Holder as QueueHolder, QueueState};
+
 pub use crate::queue::state::Mode;
 
 /// What a grant in `mode` is, for messages.
@@ -84,5 +86,29 @@ impl RwLockState {
     /// How many readers hold the lock.
     pub fn readers(&self) -> usize {
         self.holders.iter().filter(|h| h.mode == Mode::Read).count()
+    }
+}
+
+impl From<QueueState> for RwLockState {
+    fn from(state: QueueState) -> RwLockState {
+        let holder = |h: &QueueHolder| Holder {
+            id: h.ask.id.to_string(),
+            owner: h.ask.owner.to_string(),
+            mode: h.ask.mode,
+            token: h.token,
+            beat: h.beat,
+            lease_ms: h.ask.lease_ms,
+        };
+        let waiter = |ask: &Ask| Waiter {
+            id: ask.id.to_string(),
+            owner: ask.owner.to_string(),
+            mode: ask.mode,
+            lease_ms: ask.lease_ms,
+        };
+        RwLockState {
+            token: state.token,
+            holders: state.holders.iter().map(holder).collect(),
+            queue: state.queue.iter().map(waiter).collect(),
+        }
     }
 }

@@ -5,6 +5,8 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+use crate::queue::state::{Ask, Holder as QueueHolder, QueueState, Rule};
+
 /// The stored state of one semaphore, as
 /// [`Semaphore::inspect`](super::Semaphore::inspect) returns it.
 ///
@@ -65,5 +67,31 @@ impl SemaphoreState {
     pub fn available(&self) -> u32 {
         let held = u32::try_from(self.holders.len()).unwrap_or(u32::MAX);
         self.permits.saturating_sub(held)
+    }
+}
+
+impl From<QueueState> for SemaphoreState {
+    fn from(state: QueueState) -> SemaphoreState {
+        let holder = |h: &QueueHolder| Holder {
+            id: h.ask.id.to_string(),
+            owner: h.ask.owner.to_string(),
+            token: h.token,
+            beat: h.beat,
+            lease_ms: h.ask.lease_ms,
+        };
+        let waiter = |ask: &Ask| Waiter {
+            id: ask.id.to_string(),
+            owner: ask.owner.to_string(),
+            lease_ms: ask.lease_ms,
+        };
+        SemaphoreState {
+            token: state.token,
+            permits: match state.rule {
+                Rule::Permits(permits) => permits,
+                Rule::ReadWrite => 0,
+            },
+            holders: state.holders.iter().map(holder).collect(),
+            queue: state.queue.iter().map(waiter).collect(),
+        }
     }
 }
