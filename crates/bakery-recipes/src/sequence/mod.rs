@@ -362,6 +362,7 @@ pub struct SequenceStats {
 
 /// The stored state of a sequence, from [`Sequence::inspect`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SequenceState {
     /// The sequence name.
     pub name: String,
@@ -482,6 +483,40 @@ impl Sequence {
             }
         }
         Ok(batch)
+    }
+
+    /// Reserve `size` consecutive ids straight from the store, for a caller
+    /// that hands them out itself (a thin client of a service, as Tinyid's
+    /// segments): one conditional write, not this handle's cached block. The
+    /// range is above every id reserved before it, by anyone; the ids
+    /// [`next`](Self::next) serves from a block reserved earlier may be lower.
+    ///
+    /// `size` must be at least 1. An error reserves nothing usable: when the
+    /// outcome of the write is unknown, the range it may have taken is never
+    /// handed out again, by this call or any other.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use bakery_core::MemoryStore;
+    /// # use bakery_recipes::sequence::Sequence;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> bakery_core::Result<()> {
+    /// let store = Arc::new(MemoryStore::new());
+    /// let orders = Sequence::builder(store, "orders").prefetch(false).build()?;
+    /// let block = orders.reserve_block(1_000).await?;
+    /// assert_eq!(block.end - block.start, 1_000);
+    /// let next = orders.reserve_block(10).await?;
+    /// assert_eq!(next.start, block.end);
+    /// # Ok(()) }
+    /// ```
+    pub async fn reserve_block(&self, size: u64) -> Result<Range<u64>> {
+        if size == 0 {
+            return Err(Error::invalid_input(
+                "sequence",
+                format!("sequence {}: a block of 0 ids", self.inner.name),
+            ));
+        }
+        self.inner.reserve(size).await
     }
 
     /// Counters of the slow path so far.
