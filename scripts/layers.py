@@ -37,6 +37,7 @@ LAYERS = {
     "bakery": 4,
     "bakery-testkit": 5,
     "bakery-bench": 5,
+    "bakery-serve": 5,
     "bakery-cli": 6,
 }
 # The testkit may be a dev-dependency of the crates it tests; dev arrows into

@@ -1,0 +1,154 @@
+//! Ids: next ids from the instance's block, blocks for thin clients, and
+//! where a sequence stands.
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use bakery::{Sequence, SequenceState};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::error::{ApiError, ErrorBody, TakeErrors};
+use crate::Service;
+
+/// The most ids one `next` call returns.
+pub const MAX_COUNT: u64 = 100_000;
+
+/// The most ids one `reserve` call reserves.
+pub const MAX_BLOCK: u64 = 100_000_000;
+
+/// How many ids `next` returns.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct CountParams {
+    /// How many ids (1 to 100,000; default 1).
+    count: Option<u64>,
+}
+
+/// How many ids `reserve` reserves.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct SizeParams {
+    /// How many consecutive ids (1 to 100,000,000).
+    size: u64,
+}
+
+/// Ids of one sequence, increasing.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Ids {
+    /// The sequence.
+    pub name: String,
+    /// The ids, each handed out once, by this or any other instance.
+    pub ids: Vec<u64>,
+}
+
+/// Consecutive ids `start..end` (end excluded), reserved for one caller.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Block {
+    /// The sequence.
+    pub name: String,
+    /// The first id of the block.
+    pub start: u64,
+    /// One past the last id of the block.
+    pub end: u64,
+}
+
+/// Checks a count against `1..=max`.
+pub(crate) fn bounded(what: &str, value: u64, max: u64) -> Result<u64, ApiError> {
+    if (1..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(ApiError::invalid_input(format!(
+            "{what} must be within 1..={max}; got {value}"
+        )))
+    }
+}
+
+/// `count` ids from the sequence's handle in this instance.
+pub(crate) async fn take(sequence: &Sequence, count: u64) -> Result<Vec<u64>, ApiError> {
+    let batch = sequence.next_batch(count).await?;
+    Ok(batch.iter().collect())
+}
+
+/// Next ids of a sequence.
+///
+/// Served from a block this instance reserved (made on first use): one
+/// store round trip per block, not per id.
+#[utoipa::path(
+    post,
+    path = "/v1/sequences/{name}/next",
+    tag = "ids",
+    params(("name" = String, Path, description = "The sequence name."), CountParams),
+    responses(
+        (status = 200, description = "The ids.", body = Ids),
+        TakeErrors,
+    )
+)]
+pub(crate) async fn next(
+    State(service): State<Service>,
+    name: Result<Path<String>, PathRejection>,
+    params: Result<Query<CountParams>, QueryRejection>,
+) -> Result<Json<Ids>, ApiError> {
+    let Path(name) = name?;
+    let Query(params) = params?;
+    let count = bounded("count", params.count.unwrap_or(1), MAX_COUNT)?;
+    let sequence = service.sequences().get(&name)?;
+    let ids = take(&sequence, count).await?;
+    Ok(Json(Ids { name, ids }))
+}
+
+/// Reserve a block of consecutive ids.
+///
+/// For a client that hands ids out itself: one conditional write to the
+/// store, above every id reserved before it.
+#[utoipa::path(
+    post,
+    path = "/v1/sequences/{name}/reserve",
+    tag = "ids",
+    params(("name" = String, Path, description = "The sequence name."), SizeParams),
+    responses(
+        (status = 200, description = "The block.", body = Block),
+        TakeErrors,
+    )
+)]
+pub(crate) async fn reserve(
+    State(service): State<Service>,
+    name: Result<Path<String>, PathRejection>,
+    params: Result<Query<SizeParams>, QueryRejection>,
+) -> Result<Json<Block>, ApiError> {
+    let Path(name) = name?;
+    let Query(params) = params?;
+    let size = bounded("size", params.size, MAX_BLOCK)?;
+    let sequence = service.sequences().get(&name)?;
+    let block = sequence.reserve_block(size).await?;
+    Ok(Json(Block {
+        name,
+        start: block.start,
+        end: block.end,
+    }))
+}
+
+/// Where a sequence stands.
+#[utoipa::path(
+    get,
+    path = "/v1/sequences/{name}",
+    tag = "ids",
+    params(("name" = String, Path, description = "The sequence name.")),
+    responses(
+        (status = 200, description = "The sequence's row.", body = SequenceState),
+        (status = 400, description = "A bad name.", body = ErrorBody),
+        (status = 404, description = "Nobody has taken an id of this sequence.", body = ErrorBody),
+        (status = 503, description = "The store is unavailable; retry.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn show(
+    State(service): State<Service>,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<Json<SequenceState>, ApiError> {
+    let Path(name) = name?;
+    bakery::validate_name(&name)?;
+    let state = Sequence::inspect(service.sequences().store().as_ref(), &name)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no sequence {name:?}")))?;
+    Ok(Json(state))
+}
