@@ -145,6 +145,16 @@ pub enum Command {
     #[cfg(not(feature = "migrate"))]
     Migrate(crate::missing::Missing),
 
+    /// Serve the store's sequences over HTTP/JSON (and Leaf's and Tinyid's
+    /// routes) to programs in any language; prints `listening on
+    /// http://ADDR` once it accepts calls, stops on Ctrl-C or SIGTERM after
+    /// the calls in flight.
+    #[cfg(feature = "serve")]
+    Serve(crate::serve::ServeArgs),
+    /// Serve ids over HTTP/JSON (not in this build: cargo feature `serve`).
+    #[cfg(not(feature = "serve"))]
+    Serve(crate::missing::Missing),
+
     /// Check a store as bakery's own tests check every backend: concurrent
     /// recorded workloads, then every compare-and-set checked for
     /// linearizability, sequence ids for duplicates, fenced writes for

@@ -15,7 +15,8 @@ mod migrate;
     feature = "bench",
     feature = "migrate",
     feature = "outbox",
-    feature = "prometheus"
+    feature = "prometheus",
+    feature = "serve"
 )))]
 mod missing;
 mod once;
@@ -25,6 +26,8 @@ mod output;
 mod rwlock;
 mod semaphore;
 mod seq;
+#[cfg(feature = "serve")]
+mod serve;
 mod verify;
 
 use std::io::Write;
@@ -54,6 +57,9 @@ fn main() -> ExitCode {
             }
             builder
         }
+        // A service answers its clients on every core.
+        #[cfg(feature = "serve")]
+        Command::Serve(_) => tokio::runtime::Builder::new_multi_thread(),
         _ => tokio::runtime::Builder::new_current_thread(),
     };
     let runtime = match builder.enable_all().build() {
@@ -174,6 +180,13 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
             verify::run(store, args, cli.json).await
         }
+        #[cfg(feature = "serve")]
+        Command::Serve(args) => {
+            let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
+            serve::run(store, args).await
+        }
+        #[cfg(not(feature = "serve"))]
+        Command::Serve(_) => Err(missing::refuse("serve", "serve")),
         #[cfg(feature = "migrate")]
         Command::Migrate(args) => {
             let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;

@@ -1,0 +1,131 @@
+//! `bakery serve` as a process: it says where it listens, answers a plain
+//! HTTP client over a real socket, stops cleanly on SIGTERM, and refuses an
+//! address beyond loopback.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use common::{targets, text, Target};
+
+const BIN: &str = env!("CARGO_BIN_EXE_bakery");
+
+/// A `bakery serve` child and the address it printed.
+struct Served {
+    child: Child,
+    addr: String,
+}
+
+impl Served {
+    /// Starts it in `target`'s scratch directory, on its store.
+    fn start(target: &Target) -> Served {
+        let mut child = Command::new(BIN)
+            .args(["--uri", &target.uri, "serve", "--listen", "127.0.0.1:0"])
+            .current_dir(target.dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn bakery serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the listening line");
+        let addr = line
+            .trim()
+            .strip_prefix("listening on http://")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Served { child, addr }
+    }
+
+    /// One HTTP/1.1 request on a fresh connection: (status, body).
+    fn call(&self, method: &str, path: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(&self.addr).expect("connect");
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            self.addr
+        )
+        .expect("send");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read");
+        let (head, body) = response.split_once("\r\n\r\n").expect("a full response");
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("no status in {head:?}"));
+        // Bodies here are short and sent with a Content-Length.
+        (status, body.to_owned())
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn serve_answers_http_and_stops_on_sigterm_on_every_store() {
+    for target in targets("bakery serve") {
+        answers_and_stops(&target);
+    }
+}
+
+fn answers_and_stops(target: &Target) {
+    let label = target.label;
+    let name = format!("orders-{}", std::process::id());
+    let served = Served::start(target);
+    let (status, first) = served.call("GET", &format!("/api/segment/get/{name}"));
+    assert_eq!(status, 200, "{label}: {first}");
+    let first: u64 = first.parse().expect("Leaf's bare id");
+    let (status, body) = served.call("POST", &format!("/v1/sequences/{name}/next?count=2"));
+    assert_eq!(status, 200, "{label}: {body}");
+    let ids: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let ids: Vec<u64> = ids["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|id| id.as_u64().expect("an id"))
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids[0] > first);
+    let (status, body) = served.call("GET", &format!("/v1/sequences/{name}/next"));
+    assert_eq!(status, 405, "{label}: {body}");
+
+    let mut served = served;
+    let pid = Pid::from_raw(i32::try_from(served.child.id()).expect("pid"));
+    kill(pid, Signal::SIGTERM).expect("SIGTERM");
+    let status = served.child.wait().expect("wait");
+    assert!(
+        status.success(),
+        "{label}: bakery serve exited with {status} after SIGTERM"
+    );
+
+    // The ids continue above what the stopped instance handed out.
+    let again = Served::start(target);
+    let (status, next) = again.call("GET", &format!("/api/segment/get/{name}"));
+    assert_eq!(status, 200, "{label}: {next}");
+    assert!(next.parse::<u64>().expect("an id") > ids[1], "{label}");
+}
+
+#[test]
+fn serve_refuses_an_address_beyond_loopback() {
+    let target = Target::sqlite();
+    let output = Command::new(BIN)
+        .args(["--uri", &target.uri, "serve", "--listen", "0.0.0.0:0"])
+        .output()
+        .expect("run bakery serve");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("0.0.0.0"), "{stderr}");
+    assert!(stderr.contains("loopback"), "{stderr}");
+}
