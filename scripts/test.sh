@@ -59,6 +59,10 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quie
 step "cargo test (unit, doc, CLI and conformance tests)"
 cargo test --workspace --all-features
 
+step "schemathesis over bakery serve's OpenAPI document (SQLite and PostgreSQL)"
+# (the binary the CLI tests ran, built with every feature)
+scripts/schemathesis.sh target/debug/bakery "$BAKERY_POSTGRES_URI"
+
 step "the light default CLI: ids on SQLite work, a left-out subcommand names its feature"
 # (after the tests: this build replaces target/debug/bakery, which the CLI
 # tests ran with every feature)
@@ -69,7 +73,7 @@ if [ "$ids" != "1 2 3 " ]; then
     echo "test.sh: the default CLI handed out '$ids', expected '1 2 3 '" >&2
     exit 1
 fi
-for sub in bench migrate outbox; do
+for sub in bench migrate outbox serve; do
     status=0
     message=$(target/debug/bakery --uri "sqlite://$light_dir/ids.db" "$sub" 2>&1 >/dev/null) || status=$?
     if [ "$status" != 2 ] || ! grep -q "cargo feature \`$sub\`" <<<"$message"; then
@@ -78,4 +82,4 @@ for sub in bench migrate outbox; do
     fi
 done
 rm -rf "$light_dir"
-echo "default CLI: ids 1 2 3; bench, migrate and outbox refused, each naming its feature"
+echo "default CLI: ids 1 2 3; bench, migrate, outbox and serve refused, each naming its feature"
