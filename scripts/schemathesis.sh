@@ -45,9 +45,9 @@ doc["components"]["schemas"]["Ids"]["properties"]["ids"]["items"] = {"type": "st
 with open(sys.argv[2], "w") as broken:
     json.dump(doc, broken)
 PY
-    if "$venv/bin/schemathesis" run "$scratch/broken.json" --url "$addr" \
+    if (cd "$scratch" && "$venv/bin/schemathesis" run "$scratch/broken.json" --url "$addr" \
         --include-path /v1/sequences/{name}/next --checks "$checks" \
-        --max-examples 5 --seed 42 --workers 1 --generation-database none >"$scratch/control" 2>&1; then
+        --max-examples 5 --seed 42 --workers 1 --generation-database none) >"$scratch/control" 2>&1; then
         cat "$scratch/control" >&2
         echo "schemathesis.sh: negative control passed: a response breaking the document went unseen" >&2
         exit 1
@@ -74,9 +74,11 @@ run_on() {
     addr=${line#listening on }
     [[ $addr == http://* ]] || { echo "schemathesis.sh: bakery serve did not start on $uri" >&2; cat "$scratch/err" >&2; exit 1; }
     echo "schemathesis.sh: $uri at $addr" >&2
-    "$venv/bin/schemathesis" run "$addr/openapi.json" --checks "$checks" \
+    # (in the scratch directory: schemathesis writes its cache, .schemathesis/,
+    # where it runs)
+    (cd "$scratch" && "$venv/bin/schemathesis" run "$addr/openapi.json" --checks "$checks" \
         --max-examples 25 --seed 42 --workers 1 --generation-database none \
-        --max-response-time 30
+        --max-response-time 30)
     if [[ $uri == sqlite://* ]]; then
         curl -sf "$addr/openapi.json" >"$scratch/served.json"
         negative_control "$addr"
