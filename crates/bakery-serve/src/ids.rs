@@ -146,7 +146,6 @@ pub(crate) async fn show(
     name: Result<Path<String>, PathRejection>,
 ) -> Result<Json<SequenceState>, ApiError> {
     let Path(name) = name?;
-    bakery::validate_name(&name)?;
     let state = Sequence::inspect(service.sequences().store().as_ref(), &name)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no sequence {name:?}")))?;

@@ -11,7 +11,7 @@ use bakery::Key;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::error::{ApiError, ErrorBody, Kind};
+use crate::error::{ApiError, ErrorBody};
 use crate::Service;
 
 /// A liveness or readiness answer.
@@ -37,11 +37,8 @@ pub(crate) async fn healthz() -> Json<Health> {
         (status = 503, description = "The store did not answer; retry.", body = ErrorBody),
     ))]
 pub(crate) async fn readyz(State(service): State<Service>) -> Result<Json<Health>, ApiError> {
-    static PROBE: LazyLock<Option<Key>> = LazyLock::new(|| Key::new("bakery-serve/ready").ok());
-    let key = PROBE
-        .as_ref()
-        .ok_or_else(|| ApiError::new(Kind::Internal, "the readiness key is invalid"))?;
-    service.sequences().store().get(key).await?;
+    let key = Key::new("bakery-serve/ready")?;
+    service.sequences().store().get(&key).await?;
     Ok(Json(Health {
         status: "ok".into(),
     }))
