@@ -118,6 +118,36 @@ fn answers_and_stops(target: &Target) {
 }
 
 #[test]
+fn two_serve_processes_on_one_store_never_hand_out_the_same_id() {
+    for target in targets("two bakery serve processes") {
+        let label = target.label;
+        let name = format!("shared-{}", std::process::id());
+        let (a, b) = (Served::start(&target), Served::start(&target));
+        let mut seen = std::collections::HashSet::new();
+        for round in 0..20 {
+            for served in [&a, &b] {
+                let (status, body) =
+                    served.call("POST", &format!("/v1/sequences/{name}/reserve?size=3"));
+                assert_eq!(status, 200, "{label}: {body}");
+                let block: serde_json::Value = serde_json::from_str(&body).expect("json");
+                let (start, end) = (
+                    block["start"].as_u64().expect("start"),
+                    block["end"].as_u64().expect("end"),
+                );
+                assert_eq!(end - start, 3, "{label}");
+                for id in start..end {
+                    assert!(seen.insert(id), "{label}: round {round}: id {id} twice");
+                }
+                let (status, id) = served.call("GET", &format!("/api/segment/get/{name}"));
+                assert_eq!(status, 200, "{label}: {id}");
+                let id: u64 = id.parse().expect("an id");
+                assert!(seen.insert(id), "{label}: round {round}: id {id} twice");
+            }
+        }
+    }
+}
+
+#[test]
 fn serve_refuses_an_address_beyond_loopback() {
     let target = Target::sqlite();
     let output = Command::new(BIN)
