@@ -76,7 +76,10 @@ run_on() {
     echo "schemathesis.sh: $uri at $addr" >&2
     # (in the scratch directory: schemathesis writes its cache, .schemathesis/,
     # where it runs)
+    # (the election observe route is left out: an SSE stream stays open until
+    # its timeout, which no response-time limit fits; tests/locks.rs reads it)
     (cd "$scratch" && "$venv/bin/schemathesis" run "$addr/openapi.json" --checks "$checks" \
+        --exclude-path '/v1/elections/{name}/observe' \
         --max-examples 25 --seed 42 --workers 1 --generation-database none \
         --max-response-time 30)
     if [[ $uri == sqlite://* ]]; then

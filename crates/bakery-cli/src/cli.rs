@@ -145,13 +145,15 @@ pub enum Command {
     #[cfg(not(feature = "migrate"))]
     Migrate(crate::missing::Missing),
 
-    /// Serve the store's sequences over HTTP/JSON (and Leaf's and Tinyid's
-    /// routes) to programs in any language; prints `listening on
-    /// http://ADDR` once it accepts calls, stops on Ctrl-C or SIGTERM after
-    /// the calls in flight.
+    /// Serve the store's sequences, locks, semaphores, RW locks, elections,
+    /// fenced values and idempotency keys over HTTP/JSON (and Leaf's and
+    /// Tinyid's routes) to programs in any language; prints `listening on
+    /// http://ADDR` once it accepts calls; on Ctrl-C or SIGTERM ends its
+    /// sessions (releasing their grants) and finishes the calls in flight.
     #[cfg(feature = "serve")]
     Serve(crate::serve::ServeArgs),
-    /// Serve ids over HTTP/JSON (not in this build: cargo feature `serve`).
+    /// Serve ids, locks and idempotency over HTTP/JSON (not in this build:
+    /// cargo feature `serve`).
     #[cfg(not(feature = "serve"))]
     Serve(crate::missing::Missing),
 

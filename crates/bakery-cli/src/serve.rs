@@ -1,11 +1,14 @@
-//! `bakery serve`: the store's sequences over HTTP/JSON.
+//! `bakery serve`: the store's sequences, locks and idempotency keys over
+//! HTTP/JSON.
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bakery::VersionedStore;
-use bakery_serve::{ServeConfig, DEFAULT_LISTEN, DEFAULT_SEGMENT_SIZE};
+use bakery_serve::{ServeConfig, DEFAULT_LISTEN, DEFAULT_MAX_SESSIONS, DEFAULT_SEGMENT_SIZE};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::output::{self, CliError};
@@ -13,11 +16,23 @@ use crate::output::{self, CliError};
 /// `bakery serve` options.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Address to listen on. Only loopback addresses are accepted (the
-    /// service has no access tokens yet): put an authenticating proxy in
-    /// front to reach it from elsewhere. Port 0 picks a free port.
+    /// Address to listen on. Without --tokens only loopback addresses are
+    /// accepted. Port 0 picks a free port.
     #[arg(long, default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
+    /// Require bearer tokens listed in this TOML file, each scoped to name
+    /// prefixes and operations (read, ids, locks, once, admin); see the
+    /// README. Needed to listen beyond loopback.
+    #[arg(long, value_name = "FILE")]
+    pub tokens: Option<PathBuf>,
+    /// Lease of the grants held for sessions (e.g. 10s, 500ms): if this
+    /// process dies, waiters elsewhere are served this long after its last
+    /// renewal.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub lease: Duration,
+    /// Most sessions open at once.
+    #[arg(long, default_value_t = DEFAULT_MAX_SESSIONS)]
+    pub max_sessions: usize,
     /// Ids per Tinyid segment (`/tinyid/id/nextSegmentId`).
     #[arg(long, default_value_t = DEFAULT_SEGMENT_SIZE)]
     pub segment_size: u64,
@@ -26,9 +41,14 @@ pub struct ServeArgs {
 /// Listen, say where on stdout, and serve until Ctrl-C or SIGTERM; the
 /// calls in flight finish first.
 pub async fn run(store: Arc<dyn VersionedStore>, args: &ServeArgs) -> Result<(), CliError> {
-    let config = ServeConfig::default()
+    let mut config = ServeConfig::default()
         .with_listen(args.listen)
+        .with_lease(args.lease)
+        .with_max_sessions(args.max_sessions)
         .with_segment_size(args.segment_size);
+    if let Some(tokens) = &args.tokens {
+        config = config.with_tokens_file(tokens);
+    }
     let listener = bakery_serve::bind(&config).await.map_err(failed)?;
     let addr = listener.local_addr()?;
     let mut out = output::stdout();

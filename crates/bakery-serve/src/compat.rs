@@ -10,7 +10,8 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::error::{ApiError, TakeErrors};
+use crate::auth::{tinyid_caller, Caller, Operation};
+use crate::error::{ApiError, Kind, TakeErrors};
 use crate::ids::{bounded, take, MAX_COUNT};
 use crate::Service;
 
@@ -29,9 +30,11 @@ use crate::Service;
 )]
 pub(crate) async fn leaf_segment(
     State(service): State<Service>,
+    caller: Caller,
     key: Result<Path<String>, PathRejection>,
 ) -> Result<String, ApiError> {
     let Path(key) = key?;
+    caller.allow(Operation::Ids, &key)?;
     let id = service.sequences().get(&key)?.next().await?;
     Ok(id.to_string())
 }
@@ -52,7 +55,8 @@ pub(crate) struct TinyidParams {
     /// id routes.
     #[param(rename = "batchSize")]
     batch_size: Option<i64>,
-    /// Tinyid's access token (accepted; checked once access tokens exist).
+    /// Tinyid's access token: with a tokens file, one of its tokens allowed
+    /// `ids` on `bizType` (else `code` 5); without one, ignored.
     token: Option<String>,
 }
 
@@ -111,14 +115,30 @@ pub struct TinyidSegment {
 
 /// Tinyid's code for every failure but a bad token.
 const TINYID_ERROR: i32 = 6;
+/// Tinyid's code for a token that is unknown or not allowed the `bizType`.
+const TINYID_TOKEN_ERROR: i32 = 5;
 const TINYID_OK: i32 = 200;
 
 /// Tinyid's `data`, `code` and `message` for a result.
 fn envelope<T>(result: Result<T, ApiError>) -> (Option<T>, i32, String) {
     match result {
         Ok(data) => (Some(data), TINYID_OK, String::new()),
-        Err(err) => (None, TINYID_ERROR, err.body().message.clone()),
+        Err(err) => {
+            let code = match err.body().kind {
+                Kind::Unauthorized | Kind::Forbidden => TINYID_TOKEN_ERROR,
+                _ => TINYID_ERROR,
+            };
+            (None, code, err.body().message.clone())
+        }
     }
+}
+
+/// The sequence a Tinyid call names, once its `token` may take its ids.
+fn tinyid_name<'a>(service: &Service, params: &'a Params) -> Result<&'a str, ApiError> {
+    let name = biz_type(params)?;
+    tinyid_caller(service.tokens(), params.get("token").map(String::as_str))?
+        .allow(Operation::Ids, name)?;
+    Ok(name)
 }
 
 /// The sequence name a Tinyid call names.
@@ -147,7 +167,7 @@ async fn tinyid_ids(
     params: Result<Query<Params>, QueryRejection>,
 ) -> Result<Vec<u64>, ApiError> {
     let Query(params) = params?;
-    let name = biz_type(&params)?;
+    let name = tinyid_name(service, &params)?;
     let count = batch_size(&params)?;
     take(&service.sequences().get(name)?, count).await
 }
@@ -157,13 +177,13 @@ async fn tinyid_segment(
     params: Result<Query<Params>, QueryRejection>,
 ) -> Result<TinyidSegment, ApiError> {
     let Query(params) = params?;
-    let name = biz_type(&params)?;
+    let name = tinyid_name(service, &params)?;
     let step = service.segment_size();
     let block = service.sequences().get(name)?.reserve_block(step).await?;
     let signed = |id: u64| {
         i64::try_from(id).map_err(|_| {
             ApiError::new(
-                crate::error::Kind::Exhausted,
+                Kind::Exhausted,
                 format!(
                     "sequence {name:?} is past Tinyid's largest id ({})",
                     i64::MAX

@@ -1,6 +1,8 @@
 //! How an instance listens and sizes what it hands out.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
 
 /// Where `bakery serve` listens unless told otherwise: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
@@ -12,6 +14,13 @@ pub const DEFAULT_SEGMENT_SIZE: u64 = 1_000;
 /// in memory); past it, the least recently created is dropped, its unserved
 /// ids left unused.
 pub const DEFAULT_MAX_SEQUENCES: usize = 10_000;
+
+/// The lease of the store-side grants an instance holds for its sessions
+/// unless configured: an instance that dies loses its holds after this.
+pub const DEFAULT_LEASE: Duration = bakery::lock::DEFAULT_LEASE;
+
+/// The most sessions an instance keeps open at once unless configured.
+pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
 
 /// The settings of one instance.
 ///
@@ -28,6 +37,9 @@ pub struct ServeConfig {
     listen: SocketAddr,
     segment_size: u64,
     max_sequences: usize,
+    lease: Duration,
+    max_sessions: usize,
+    tokens_file: Option<PathBuf>,
 }
 
 impl Default for ServeConfig {
@@ -36,6 +48,9 @@ impl Default for ServeConfig {
             listen: DEFAULT_LISTEN.parse().unwrap_or_else(|_| unreachable!()),
             segment_size: DEFAULT_SEGMENT_SIZE,
             max_sequences: DEFAULT_MAX_SEQUENCES,
+            lease: DEFAULT_LEASE,
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            tokens_file: None,
         }
     }
 }
@@ -67,6 +82,16 @@ bakery_core::setters! { ServeConfig {
     with_segment_size(segment_size: u64);
     /// The most sequence handles kept (default [`DEFAULT_MAX_SEQUENCES`]).
     with_max_sequences(max_sequences: usize);
+    /// The lease of the grants held for sessions (default
+    /// [`DEFAULT_LEASE`]; at least 30 ms): renewed every lease/3 while the
+    /// session lives; after a crash of the instance, waiters elsewhere are
+    /// served one lease after its last renewal.
+    with_lease(lease: Duration);
+    /// The most sessions open at once (default [`DEFAULT_MAX_SESSIONS`]).
+    with_max_sessions(max_sessions: usize);
+    /// Require bearer tokens from this file (see [`Tokens`](crate::Tokens)
+    /// for its format); also what allows a non-loopback address.
+    with_tokens_file(tokens_file: impl Into<PathBuf>) Some;
 }}
 
 bakery_core::getters! { ServeConfig {
@@ -76,21 +101,44 @@ bakery_core::getters! { ServeConfig {
     segment_size: u64;
     /// The most sequence handles kept.
     max_sequences: usize;
+    /// The lease of the grants held for sessions.
+    lease: Duration;
+    /// The most sessions open at once.
+    max_sessions: usize;
 }}
+
+impl ServeConfig {
+    /// The tokens file, if access needs tokens.
+    pub fn tokens_file(&self) -> Option<&std::path::Path> {
+        self.tokens_file.as_deref()
+    }
+}
 
 impl ServeConfig {
     /// Refuse what is unsafe or meaningless: a non-loopback address while
     /// the service has no access tokens (anyone who reaches the port could
-    /// take ids and, later, locks), a segment of no ids, no room for a
-    /// single sequence.
+    /// take ids and locks), a segment of no ids, no room for a single
+    /// sequence or session, a lease shorter than 30 ms.
     pub fn check(&self) -> Result<(), ServeError> {
-        if !self.listen.ip().is_loopback() {
+        if !self.listen.ip().is_loopback() && self.tokens_file.is_none() {
             return Err(ServeError::Config(format!(
                 "refusing to listen on {}: without access tokens bakery serve answers anyone \
-                 who reaches the port, so it binds loopback only; listen on 127.0.0.1 or ::1 \
-                 and put an authenticating proxy in front",
+                 who reaches the port, so it binds loopback only; give a tokens file \
+                 (--tokens FILE) or listen on 127.0.0.1 or ::1 behind an authenticating proxy",
                 self.listen
             )));
+        }
+        if self.lease < bakery::lock::MIN_LEASE {
+            return Err(ServeError::Config(format!(
+                "the lease must be at least {:?}, got {:?}",
+                bakery::lock::MIN_LEASE,
+                self.lease
+            )));
+        }
+        if self.max_sessions == 0 {
+            return Err(ServeError::Config(
+                "the session limit must be at least 1".into(),
+            ));
         }
         if self.segment_size == 0 {
             return Err(ServeError::Config(

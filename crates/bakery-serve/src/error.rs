@@ -27,6 +27,18 @@ pub enum Kind {
     Exhausted,
     /// A stored row could not be understood; nothing was changed.
     Corrupt,
+    /// No access token, or one the server does not know (with a tokens
+    /// file); send `Authorization: Bearer TOKEN`.
+    Unauthorized,
+    /// The token is known but not for this operation or name, or the
+    /// session belongs to another token.
+    Forbidden,
+    /// The grant is no longer the session's (its lease ran out and another
+    /// holder was served): what was done under it may have overlapped.
+    Lost,
+    /// The request contradicts what is stored: an idempotency key reused
+    /// with another payload, a semaphore asked with another permit count.
+    Conflict,
     /// The server is misconfigured, or broke an invariant of its own.
     Internal,
 }
@@ -48,11 +60,45 @@ pub(crate) enum TakeErrors {
     /// A bad name, count or size; the message names it.
     #[response(status = 400)]
     InvalidInput(ErrorBody),
+    /// No token, or an unknown one (only with a tokens file).
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// The token may not take ids of this name.
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
     /// The sequence has no ids left.
     #[response(status = 409)]
     Exhausted(ErrorBody),
     /// The store is unavailable, or the outcome of a reservation is
     /// unknown (its ids are never handed out); retry after `Retry-After`.
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}
+
+/// The errors of the session, lock-family, fenced-value and once routes,
+/// as the OpenAPI document lists them.
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub(crate) enum CallErrors {
+    /// A bad name, TTL, timeout or field; the message names it.
+    #[response(status = 400)]
+    InvalidInput(ErrorBody),
+    /// No token, or an unknown one (only with a tokens file).
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// The token may not do this to this name, or the session is another
+    /// token's.
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    /// No such session (it ended, expired, or lives on another instance),
+    /// grant or record.
+    #[response(status = 404)]
+    NotFound(ErrorBody),
+    /// The grant was lost, or the request contradicts the stored state.
+    #[response(status = 409)]
+    Conflict(ErrorBody),
+    /// The store is unavailable or the outcome unknown; retry after
+    /// `Retry-After`.
     #[response(status = 503)]
     Unavailable(ErrorBody),
 }
@@ -105,7 +151,9 @@ impl ApiError {
         match self.body.kind {
             Kind::InvalidInput => StatusCode::BAD_REQUEST,
             Kind::NotFound => StatusCode::NOT_FOUND,
-            Kind::Exhausted => StatusCode::CONFLICT,
+            Kind::Unauthorized => StatusCode::UNAUTHORIZED,
+            Kind::Forbidden => StatusCode::FORBIDDEN,
+            Kind::Exhausted | Kind::Lost | Kind::Conflict => StatusCode::CONFLICT,
             Kind::Unavailable | Kind::UnknownOutcome => StatusCode::SERVICE_UNAVAILABLE,
             Kind::Corrupt | Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -128,7 +176,8 @@ impl From<bakery::Error> for ApiError {
             ErrorKind::Unknown => Kind::UnknownOutcome,
             ErrorKind::Exhausted => Kind::Exhausted,
             ErrorKind::Corrupt => Kind::Corrupt,
-            // Config, Lost, Internal, and kinds added later: the server's own fault.
+            ErrorKind::Lost => Kind::Lost,
+            // Config, Internal, and kinds added later: the server's own fault.
             _ => Kind::Internal,
         };
         if kind == Kind::Internal || kind == Kind::Corrupt {
@@ -140,6 +189,12 @@ impl From<bakery::Error> for ApiError {
 
 impl From<axum::extract::rejection::QueryRejection> for ApiError {
     fn from(rejection: axum::extract::rejection::QueryRejection) -> ApiError {
+        ApiError::invalid_input(rejection.body_text())
+    }
+}
+
+impl From<axum::extract::rejection::JsonRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::JsonRejection) -> ApiError {
         ApiError::invalid_input(rejection.body_text())
     }
 }
@@ -158,6 +213,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }

@@ -8,6 +8,7 @@ use bakery::{Sequence, SequenceState};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::auth::{Caller, Operation};
 use crate::error::{ApiError, ErrorBody, TakeErrors};
 use crate::Service;
 
@@ -86,10 +87,12 @@ pub(crate) async fn take(sequence: &Sequence, count: u64) -> Result<Vec<u64>, Ap
 )]
 pub(crate) async fn next(
     State(service): State<Service>,
+    caller: Caller,
     name: Result<Path<String>, PathRejection>,
     params: Result<Query<CountParams>, QueryRejection>,
 ) -> Result<Json<Ids>, ApiError> {
     let Path(name) = name?;
+    caller.allow(Operation::Ids, &name)?;
     let Query(params) = params?;
     let count = bounded("count", params.count.unwrap_or(1), MAX_COUNT)?;
     let sequence = service.sequences().get(&name)?;
@@ -113,10 +116,12 @@ pub(crate) async fn next(
 )]
 pub(crate) async fn reserve(
     State(service): State<Service>,
+    caller: Caller,
     name: Result<Path<String>, PathRejection>,
     params: Result<Query<SizeParams>, QueryRejection>,
 ) -> Result<Json<Block>, ApiError> {
     let Path(name) = name?;
+    caller.allow(Operation::Ids, &name)?;
     let Query(params) = params?;
     let size = bounded("size", params.size, MAX_BLOCK)?;
     let sequence = service.sequences().get(&name)?;
@@ -137,15 +142,19 @@ pub(crate) async fn reserve(
     responses(
         (status = 200, description = "The sequence's row.", body = SequenceState),
         (status = 400, description = "A bad name.", body = ErrorBody),
+        (status = 401, description = "No token, or an unknown one (only with a tokens file).", body = ErrorBody),
+        (status = 403, description = "The token may not read this name.", body = ErrorBody),
         (status = 404, description = "Nobody has taken an id of this sequence.", body = ErrorBody),
         (status = 503, description = "The store is unavailable; retry.", body = ErrorBody),
     )
 )]
 pub(crate) async fn show(
     State(service): State<Service>,
+    caller: Caller,
     name: Result<Path<String>, PathRejection>,
 ) -> Result<Json<SequenceState>, ApiError> {
     let Path(name) = name?;
+    caller.allow(Operation::Read, &name)?;
     let state = Sequence::inspect(service.sequences().store().as_ref(), &name)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no sequence {name:?}")))?;

@@ -1,15 +1,22 @@
 #![doc = include_str!("../docs.md")]
 #![deny(missing_docs)]
 
+mod auth;
 mod compat;
 mod config;
 mod error;
+mod fenced;
+mod grants;
 mod ids;
+mod locks;
+mod once;
 mod ops;
 mod sequences;
+mod sessions;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use bakery::VersionedStore;
@@ -18,15 +25,25 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+pub use auth::{Caller, Operation, Tokens, MIN_SECRET_LEN};
 pub use compat::{TinyidIds, TinyidSegment, TinyidSegmentResponse};
 pub use config::{
-    ServeConfig, ServeError, DEFAULT_LISTEN, DEFAULT_MAX_SEQUENCES, DEFAULT_SEGMENT_SIZE,
+    ServeConfig, ServeError, DEFAULT_LEASE, DEFAULT_LISTEN, DEFAULT_MAX_SEQUENCES,
+    DEFAULT_MAX_SESSIONS, DEFAULT_SEGMENT_SIZE,
 };
 pub use error::{ApiError, ErrorBody, Kind};
+pub use fenced::{FencedContent, FencedWriteRequest};
+pub use grants::{Family, Mode, Party, QueueView};
 pub use ids::{Block, Ids, MAX_BLOCK, MAX_COUNT};
+pub use locks::{
+    AcquireRequest, Acquired, LeaderEvent, OpenSession, ReleaseRequest, DEFAULT_WAIT, MAX_WAIT,
+};
+pub use once::{ClaimRequest, ClaimStatus, FinishRequest, OnceState};
 pub use ops::Health;
+pub use sessions::{GrantView, SessionView, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 
 use sequences::Sequences;
+use sessions::Sessions;
 
 /// The API's description: fixed title and version, so the checked-in
 /// document changes only when the API does.
@@ -35,11 +52,14 @@ use sequences::Sequences;
     info(
         title = "bakery serve",
         version = "1",
-        description = "Unique increasing ids from any bakery store, over HTTP/JSON.",
+        description = "Unique increasing ids, fair fenced locks and exactly-once processing from any bakery store, over HTTP/JSON.",
         license(name = "MIT OR Apache-2.0")
     ),
     tags(
         (name = "ids", description = "Sequences: ids each handed out once."),
+        (name = "sessions", description = "Client sessions: what holds grants and claims."),
+        (name = "locks", description = "Locks, semaphores, RW locks, elections and fenced values."),
+        (name = "once", description = "Idempotency keys: run at most once, replay the result."),
         (name = "compatible", description = "Meituan Leaf's and Didi Tinyid's routes."),
         (name = "operations", description = "Health and the API's description."),
     )
@@ -52,6 +72,19 @@ fn routes() -> OpenApiRouter<Service> {
         .routes(routes!(ids::next))
         .routes(routes!(ids::reserve))
         .routes(routes!(ids::show))
+        .routes(routes!(locks::open_session))
+        .routes(routes!(locks::show_session, locks::close_session))
+        .routes(routes!(locks::keep_alive))
+        .routes(routes!(locks::acquire))
+        .routes(routes!(locks::try_acquire))
+        .routes(routes!(locks::release))
+        .routes(routes!(locks::show))
+        .routes(routes!(locks::observe))
+        .routes(routes!(fenced::read, fenced::write))
+        .routes(routes!(once::claim))
+        .routes(routes!(once::complete))
+        .routes(routes!(once::fail))
+        .routes(routes!(once::show, once::forget))
         .routes(routes!(compat::leaf_segment))
         .routes(routes!(compat::tinyid_next_id))
         .routes(routes!(compat::tinyid_next_id_simple))
@@ -73,14 +106,14 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     routes().split_for_parts().1
 }
 
-/// One instance's state: the store and the sequence handles it keeps.
-/// Cheap to clone.
+/// One instance's state: the store, the sequence handles and the client
+/// sessions it keeps. Cheap to clone.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> bakery::Result<()> {
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = bakery::connect("memory://").await?;
-/// let app = bakery_serve::Service::new(store, &bakery_serve::ServeConfig::default()).router();
+/// let app = bakery_serve::Service::new(store, &bakery_serve::ServeConfig::default())?.router();
 /// # let _ = app;
 /// # Ok(()) }
 /// ```
@@ -90,19 +123,40 @@ pub struct Service {
 }
 
 struct Inner {
+    store: Arc<dyn VersionedStore>,
     sequences: Sequences,
+    sessions: Sessions,
+    tokens: Option<Tokens>,
     segment_size: u64,
+    lease: Duration,
 }
 
 impl Service {
-    /// A service over `store` with `config`'s limits.
-    pub fn new(store: Arc<dyn VersionedStore>, config: &ServeConfig) -> Service {
-        Service {
+    /// A service over `store` with `config`'s limits (its tokens file read
+    /// now).
+    pub fn new(
+        store: Arc<dyn VersionedStore>,
+        config: &ServeConfig,
+    ) -> Result<Service, ServeError> {
+        config.check()?;
+        let tokens = config.tokens_file().map(Tokens::load).transpose()?;
+        Ok(Service {
             inner: Arc::new(Inner {
-                sequences: Sequences::new(store, config.max_sequences()),
+                sequences: Sequences::new(store.clone(), config.max_sequences()),
+                store,
+                sessions: Sessions::new(config.max_sessions()),
+                tokens,
                 segment_size: config.segment_size(),
+                lease: config.lease(),
             }),
-        }
+        })
+    }
+
+    /// Begin shutting down: end every session, releasing its grants (each
+    /// release serves the next waiter, on any instance, at once) and giving
+    /// up its claims; waits in flight end, new sessions are refused.
+    pub async fn shut_down(&self) {
+        self.inner.sessions.shut_down().await;
     }
 
     /// The HTTP application: every route, JSON errors for the rest.
@@ -121,6 +175,22 @@ impl Service {
     pub(crate) fn segment_size(&self) -> u64 {
         self.inner.segment_size
     }
+
+    pub(crate) fn store(&self) -> &Arc<dyn VersionedStore> {
+        &self.inner.store
+    }
+
+    pub(crate) fn sessions(&self) -> &Sessions {
+        &self.inner.sessions
+    }
+
+    pub(crate) fn tokens(&self) -> Option<&Tokens> {
+        self.inner.tokens.as_ref()
+    }
+
+    pub(crate) fn lease(&self) -> Duration {
+        self.inner.lease
+    }
 }
 
 /// The largest request body accepted.
@@ -136,16 +206,23 @@ pub async fn bind(config: &ServeConfig) -> Result<TcpListener, ServeError> {
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
-/// Serve `store` on `listener` until `shutdown` completes; calls in flight
-/// then finish before this returns.
+/// Serve `store` on `listener` until `shutdown` completes; then every
+/// session ends (its grants released, so waiters elsewhere are served at
+/// once), and calls in flight finish before this returns.
 pub async fn serve_on(
     listener: TcpListener,
     store: Arc<dyn VersionedStore>,
     config: &ServeConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let app = Service::new(store, config).router();
+    let service = Service::new(store, config)?;
+    let app = service.router();
     tracing::info!(addr = ?listener.local_addr().ok(), "bakery serve listening");
+    let shutdown = async move {
+        shutdown.await;
+        tracing::info!("shutting down: ending sessions, releasing their grants");
+        service.shut_down().await;
+    };
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await?;

@@ -1,138 +1,18 @@
 //! `bakery serve`'s HTTP API over real sockets, with a real HTTP client, on
 //! the embedded SQLite store and on every server backend.
 
+mod common;
+
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bakery::VersionedStore;
-use bakery_serve::{Block, ErrorBody, Ids, Kind, ServeConfig, TinyidIds, TinyidSegmentResponse};
+
+use bakery_serve::{Block, Ids, Kind, ServeConfig, TinyidIds, TinyidSegmentResponse};
 use reqwest::{Method, StatusCode};
-use tokio::sync::oneshot;
 
-/// A running instance on a free loopback port, stopped when dropped.
-struct Instance {
-    addr: SocketAddr,
-    http: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
-    served: Option<tokio::task::JoinHandle<Result<(), bakery_serve::ServeError>>>,
-}
-
-impl Instance {
-    async fn start(store: Arc<dyn VersionedStore>) -> Instance {
-        let config = ServeConfig::default().with_listen(loopback());
-        let listener = bakery_serve::bind(&config).await.expect("bind");
-        let addr = listener.local_addr().expect("local address");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let served = tokio::spawn(async move {
-            bakery_serve::serve_on(listener, store, &config, async {
-                let _ = stopped.await;
-            })
-            .await
-        });
-        Instance {
-            addr,
-            http: reqwest::Client::new(),
-            stop: Some(stop),
-            served: Some(served),
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    async fn send(&self, method: Method, path: impl AsRef<str>) -> reqwest::Response {
-        let url = self.url(path.as_ref());
-        self.http
-            .request(method, &url)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{url}: {e}"))
-    }
-
-    async fn text(&self, method: Method, path: impl AsRef<str>) -> String {
-        self.send(method, path)
-            .await
-            .text()
-            .await
-            .expect("a text body")
-    }
-
-    async fn json<T: serde::de::DeserializeOwned>(
-        &self,
-        method: Method,
-        path: impl AsRef<str>,
-    ) -> T {
-        self.send(method, path)
-            .await
-            .json()
-            .await
-            .expect("a JSON body of the documented type")
-    }
-
-    /// Stop it and wait until it has: calls in flight finish first.
-    async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(served) = self.served.take() {
-            served
-                .await
-                .expect("server task")
-                .expect("server stopped cleanly");
-        }
-    }
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
-}
-
-fn loopback() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 0))
-}
-
-/// The stores the API is checked on: SQLite always, each server when its
-/// URI is set (and in CI, where a missing one fails).
-async fn stores() -> Vec<(String, Arc<dyn VersionedStore>, Option<tempfile::TempDir>)> {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let sqlite = format!("sqlite://{}", dir.path().join("serve.db").display());
-    let mut stores = vec![(
-        "sqlite".to_owned(),
-        bakery::connect(&sqlite).await.expect("sqlite"),
-        Some(dir),
-    )];
-    for (name, var) in [
-        ("postgres", "BAKERY_POSTGRES_URI"),
-        ("redis", "BAKERY_REDIS_URI"),
-        ("etcd", "BAKERY_ETCD_URI"),
-        ("mongodb", "BAKERY_MONGODB_URI"),
-        ("cassandra", "BAKERY_CASSANDRA_URI"),
-    ] {
-        if let Some(uri) = bakery_testkit::server_uri(var, "bakery serve over HTTP") {
-            let store = bakery::connect(&uri)
-                .await
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
-            stores.push((name.to_owned(), store, None));
-        }
-    }
-    stores
-}
-
-/// The status and JSON body of an error response.
-async fn error_of(response: reqwest::Response) -> (StatusCode, ErrorBody) {
-    let status = response.status();
-    let body = response
-        .json::<ErrorBody>()
-        .await
-        .expect("a JSON error body");
-    (status, body)
-}
+use common::{error_of, stores, Instance};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_clients_take_a_thousand_ids_each_all_distinct_on_every_store() {

@@ -1,0 +1,330 @@
+//! The lock family as the service holds it for its sessions: which recipe
+//! a request names, how the grant is taken, and the held grant itself.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bakery::{
+    Election, ErrorKind, Lock, LockGuard, LockState, Permit, ReadGuard, RwLock, Semaphore,
+    VersionedStore, WriteGuard,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::error::ApiError;
+
+/// The recipes a session can hold grants of (the path's `{family}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    /// Fair locks: one holder.
+    Locks,
+    /// Semaphores: up to `permits` holders.
+    Semaphores,
+    /// RW locks: one writer or many readers.
+    Rwlocks,
+    /// Leader elections: the holder is the leader.
+    Elections,
+}
+
+impl Family {
+    /// The singular, for messages.
+    pub(crate) fn one(self) -> &'static str {
+        match self {
+            Family::Locks => "lock",
+            Family::Semaphores => "semaphore",
+            Family::Rwlocks => "RW lock",
+            Family::Elections => "election",
+        }
+    }
+}
+
+/// An RW lock's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Shared with other readers.
+    Read,
+    /// Alone.
+    Write,
+}
+
+/// How to take a grant: what the request asked for, checked.
+pub(crate) struct Ask {
+    pub(crate) family: Family,
+    pub(crate) name: String,
+    pub(crate) lease: Duration,
+    pub(crate) owner: String,
+    pub(crate) data: Option<String>,
+    pub(crate) permits: Option<u32>,
+    pub(crate) mode: Option<Mode>,
+}
+
+/// A grant the service holds for a session. Its recipe guard renews the
+/// store-side lease until it is released or dropped.
+#[derive(Debug)]
+pub(crate) enum Held {
+    Lock(LockGuard),
+    Permit(Permit),
+    Read(ReadGuard),
+    Write(WriteGuard),
+}
+
+/// Each guard type has the same three calls; this picks the variant's.
+macro_rules! on_guard {
+    ($held:expr, $guard:ident => $body:expr) => {
+        match $held {
+            Held::Lock($guard) => $body,
+            Held::Permit($guard) => $body,
+            Held::Read($guard) => $body,
+            Held::Write($guard) => $body,
+        }
+    };
+}
+
+impl Held {
+    pub(crate) fn token(&self) -> u64 {
+        on_guard!(self, guard => guard.token())
+    }
+
+    pub(crate) async fn release(self) -> bakery::Result<()> {
+        on_guard!(self, guard => guard.release().await)
+    }
+}
+
+impl Ask {
+    /// Wait for the grant (`wait` bounds it), or with `wait` `None` take it
+    /// only if free now. `Ok(None)`: not granted (busy, or the wait ran out).
+    pub(crate) async fn take(
+        &self,
+        store: Arc<dyn VersionedStore>,
+        wait: Option<Duration>,
+    ) -> Result<Option<Held>, ApiError> {
+        let name = self.name.as_str();
+        // Every recipe's builder has these setters.
+        macro_rules! configure {
+            ($builder:expr) => {{
+                let builder = $builder.lease(self.lease).owner(self.owner.clone());
+                match wait {
+                    Some(limit) => builder.acquire_timeout(limit),
+                    None => builder,
+                }
+            }};
+        }
+        let taken = match self.family {
+            Family::Locks => {
+                let mut builder = configure!(Lock::builder(store, name));
+                if let Some(data) = &self.data {
+                    builder = builder.data(data.clone());
+                }
+                let lock = builder.build()?;
+                granted(wait, lock.acquire(), lock.try_acquire(), Held::Lock).await
+            }
+            Family::Semaphores => {
+                let permits = self.permits.ok_or_else(|| {
+                    ApiError::invalid_input("a semaphore needs `permits`: how many may hold it")
+                })?;
+                let semaphore = configure!(Semaphore::builder(store, name))
+                    .permits(permits)
+                    .build()?;
+                granted(
+                    wait,
+                    semaphore.acquire(),
+                    semaphore.try_acquire(),
+                    Held::Permit,
+                )
+                .await
+            }
+            Family::Rwlocks => {
+                let mode = self.mode.ok_or_else(|| {
+                    ApiError::invalid_input("an RW lock needs `mode`: \"read\" or \"write\"")
+                })?;
+                let rwlock = configure!(RwLock::builder(store, name)).build()?;
+                match mode {
+                    Mode::Read => granted(wait, rwlock.read(), rwlock.try_read(), Held::Read).await,
+                    Mode::Write => {
+                        granted(wait, rwlock.write(), rwlock.try_write(), Held::Write).await
+                    }
+                }
+            }
+            Family::Elections => {
+                let mut builder = Election::builder(store, name)
+                    .lease(self.lease)
+                    .owner(self.owner.clone());
+                if let Some(limit) = wait {
+                    builder = builder.campaign_timeout(limit);
+                }
+                if let Some(value) = &self.data {
+                    builder = builder.value(value.clone());
+                }
+                let election = builder.build()?;
+                let lead =
+                    |leadership: bakery::Leadership| Held::Lock(leadership.into_lock_guard());
+                granted(wait, election.campaign(), election.try_campaign(), lead).await
+            }
+        };
+        Ok(taken?)
+    }
+}
+
+/// Run the waiting or the trying call (only the one chosen is polled), a
+/// timeout of the waiting one being "not granted".
+async fn granted<G>(
+    wait: Option<Duration>,
+    acquire: impl Future<Output = bakery::Result<G>>,
+    try_acquire: impl Future<Output = bakery::Result<Option<G>>>,
+    hold: impl FnOnce(G) -> Held,
+) -> bakery::Result<Option<Held>> {
+    let guard = match wait {
+        Some(_) => match acquire.await {
+            Ok(guard) => Some(guard),
+            Err(err) if err.kind() == ErrorKind::TimedOut => None,
+            Err(err) => return Err(err),
+        },
+        None => try_acquire.await?,
+    };
+    Ok(guard.map(hold))
+}
+
+/// A holder or waiter as the state routes show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Party {
+    /// Who: the owner recorded with the grant (`session ID` for the
+    /// service's sessions).
+    pub owner: String,
+    /// The grant's fencing token (holders only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    /// Read or write (RW locks only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// The value stored with the grant (a lock's data, a leader's value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// The lease the holder renews, in milliseconds.
+    pub lease_ms: u64,
+}
+
+/// The stored state of one member of the lock family.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QueueView {
+    /// Which recipe.
+    pub family: Family,
+    /// Its name.
+    pub name: String,
+    /// The largest fencing token handed out so far.
+    pub token: u64,
+    /// A semaphore's number of permits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
+    /// Who holds it now (for an election: the leader).
+    pub holders: Vec<Party>,
+    /// Who waits, first served first.
+    pub queue: Vec<Party>,
+}
+
+impl QueueView {
+    /// Read `name`'s state from the store; `None` if it was never taken.
+    pub(crate) async fn read(
+        store: &dyn VersionedStore,
+        family: Family,
+        name: &str,
+    ) -> Result<Option<QueueView>, ApiError> {
+        let view = |token, permits, holders, queue| QueueView {
+            family,
+            name: name.to_owned(),
+            token,
+            permits,
+            holders,
+            queue,
+        };
+        let lock = |state: LockState| {
+            let holders = state
+                .holder
+                .iter()
+                .map(|h| Party {
+                    owner: h.owner.to_string(),
+                    token: Some(state.token),
+                    mode: None,
+                    data: h.data.as_deref().map(str::to_owned),
+                    lease_ms: h.lease_ms,
+                })
+                .collect();
+            let queue = state
+                .queue
+                .iter()
+                .map(|w| Party {
+                    owner: w.owner.to_string(),
+                    token: None,
+                    mode: None,
+                    data: w.data.as_deref().map(str::to_owned),
+                    lease_ms: w.lease_ms,
+                })
+                .collect();
+            view(state.token, None, holders, queue)
+        };
+        Ok(match family {
+            Family::Locks => Lock::inspect(store, name).await?.map(lock),
+            Family::Elections => {
+                Lock::inspect(store, &format!("{}{name}", bakery::election::LOCK_PREFIX))
+                    .await?
+                    .map(lock)
+            }
+            Family::Semaphores => Semaphore::inspect(store, name).await?.map(|state| {
+                let holders = state
+                    .holders
+                    .into_iter()
+                    .map(|h| Party {
+                        owner: h.owner,
+                        token: Some(h.token),
+                        mode: None,
+                        data: None,
+                        lease_ms: h.lease_ms,
+                    })
+                    .collect();
+                let queue = state
+                    .queue
+                    .into_iter()
+                    .map(|w| Party {
+                        owner: w.owner,
+                        token: None,
+                        mode: None,
+                        data: None,
+                        lease_ms: w.lease_ms,
+                    })
+                    .collect();
+                view(state.token, Some(state.permits), holders, queue)
+            }),
+            Family::Rwlocks => RwLock::inspect(store, name).await?.map(|state| {
+                let mode = |m: bakery::rwlock::Mode| match m {
+                    bakery::rwlock::Mode::Read => Mode::Read,
+                    bakery::rwlock::Mode::Write => Mode::Write,
+                };
+                let holders = state
+                    .holders
+                    .into_iter()
+                    .map(|h| Party {
+                        owner: h.owner,
+                        token: Some(h.token),
+                        mode: Some(mode(h.mode)),
+                        data: None,
+                        lease_ms: h.lease_ms,
+                    })
+                    .collect();
+                let queue = state
+                    .queue
+                    .into_iter()
+                    .map(|w| Party {
+                        owner: w.owner,
+                        token: None,
+                        mode: Some(mode(w.mode)),
+                        data: None,
+                        lease_ms: w.lease_ms,
+                    })
+                    .collect();
+                view(state.token, None, holders, queue)
+            }),
+        })
+    }
+}

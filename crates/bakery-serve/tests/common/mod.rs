@@ -1,0 +1,140 @@
+//! What the HTTP tests share: an instance on a free loopback port, the
+//! stores to run on, error bodies.
+#![allow(dead_code)] // each test file uses its part
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bakery::VersionedStore;
+use bakery_serve::{ErrorBody, ServeConfig};
+use reqwest::{Method, StatusCode};
+use tokio::sync::oneshot;
+
+/// A running instance on a free loopback port, stopped when dropped.
+pub struct Instance {
+    pub addr: SocketAddr,
+    pub http: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    served: Option<tokio::task::JoinHandle<Result<(), bakery_serve::ServeError>>>,
+}
+
+impl Instance {
+    pub async fn start(store: Arc<dyn VersionedStore>) -> Instance {
+        Instance::start_with(store, ServeConfig::default()).await
+    }
+
+    /// Started with `config`, on a free loopback port.
+    pub async fn start_with(store: Arc<dyn VersionedStore>, config: ServeConfig) -> Instance {
+        let config = config.with_listen(loopback());
+        let listener = bakery_serve::bind(&config).await.expect("bind");
+        let addr = listener.local_addr().expect("local address");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let served = tokio::spawn(async move {
+            bakery_serve::serve_on(listener, store, &config, async {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        Instance {
+            addr,
+            http: reqwest::Client::new(),
+            stop: Some(stop),
+            served: Some(served),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub async fn send(&self, method: Method, path: impl AsRef<str>) -> reqwest::Response {
+        let url = self.url(path.as_ref());
+        self.http
+            .request(method, &url)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"))
+    }
+
+    pub async fn text(&self, method: Method, path: impl AsRef<str>) -> String {
+        self.send(method, path)
+            .await
+            .text()
+            .await
+            .expect("a text body")
+    }
+
+    pub async fn json<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        path: impl AsRef<str>,
+    ) -> T {
+        self.send(method, path)
+            .await
+            .json()
+            .await
+            .expect("a JSON body of the documented type")
+    }
+
+    /// Stop it and wait until it has: calls in flight finish first.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(served) = self.served.take() {
+            served
+                .await
+                .expect("server task")
+                .expect("server stopped cleanly");
+        }
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+pub fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// The stores the API is checked on: SQLite always, each server when its
+/// URI is set (and in CI, where a missing one fails).
+pub async fn stores() -> Vec<(String, Arc<dyn VersionedStore>, Option<tempfile::TempDir>)> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite = format!("sqlite://{}", dir.path().join("serve.db").display());
+    let mut stores = vec![(
+        "sqlite".to_owned(),
+        bakery::connect(&sqlite).await.expect("sqlite"),
+        Some(dir),
+    )];
+    for (name, var) in [
+        ("postgres", "BAKERY_POSTGRES_URI"),
+        ("redis", "BAKERY_REDIS_URI"),
+        ("etcd", "BAKERY_ETCD_URI"),
+        ("mongodb", "BAKERY_MONGODB_URI"),
+        ("cassandra", "BAKERY_CASSANDRA_URI"),
+    ] {
+        if let Some(uri) = bakery_testkit::server_uri(var, "bakery serve over HTTP") {
+            let store = bakery::connect(&uri)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            stores.push((name.to_owned(), store, None));
+        }
+    }
+    stores
+}
+
+/// The status and JSON body of an error response.
+pub async fn error_of(response: reqwest::Response) -> (StatusCode, ErrorBody) {
+    let status = response.status();
+    let body = response
+        .json::<ErrorBody>()
+        .await
+        .expect("a JSON error body");
+    (status, body)
+}
