@@ -71,13 +71,22 @@ pub(crate) async fn read(
     path: Result<Path<FencedPath>, PathRejection>,
 ) -> Result<Json<FencedContent>, ApiError> {
     let Path(FencedPath { name }) = path?;
-    caller.allow(Operation::Read, &name)?;
-    let value = FencedValue::new(service.store().clone(), &name)?;
+    read_value(&service, &caller, &name).await.map(Json)
+}
+
+/// Fenced value `name`: [`read`]'s operation, over any protocol.
+pub(crate) async fn read_value(
+    service: &Service,
+    caller: &Caller,
+    name: &str,
+) -> Result<FencedContent, ApiError> {
+    caller.allow(Operation::Read, name)?;
+    let value = FencedValue::new(service.store().clone(), name)?;
     let fenced = value
         .read()
         .await?
         .ok_or_else(|| ApiError::not_found(format!("fenced value {name:?} was never written")))?;
-    Ok(Json(fenced.try_into()?))
+    fenced.try_into()
 }
 
 /// Write a fenced value with a token: stored unless a larger token wrote
@@ -97,10 +106,23 @@ pub(crate) async fn write(
     body: Result<Json<FencedWriteRequest>, JsonRejection>,
 ) -> Result<Json<FencedContent>, ApiError> {
     let (Path(FencedPath { name }), Json(request)) = (path?, body?);
-    caller.allow(Operation::Locks, &name)?;
-    let value = FencedValue::new(service.store().clone(), &name)?;
+    write_value(&service, &caller, &name, request)
+        .await
+        .map(Json)
+}
+
+/// Write fenced value `name` unless a larger token wrote it:
+/// [`write`]'s operation, over any protocol.
+pub(crate) async fn write_value(
+    service: &Service,
+    caller: &Caller,
+    name: &str,
+    request: FencedWriteRequest,
+) -> Result<FencedContent, ApiError> {
+    caller.allow(Operation::Locks, name)?;
+    let value = FencedValue::new(service.store().clone(), name)?;
     match value.write(request.token, request.data.into()).await? {
-        FencedWrite::Accepted(fenced) => Ok(Json(fenced.try_into()?)),
+        FencedWrite::Accepted(fenced) => fenced.try_into(),
         FencedWrite::Rejected { highest } => Err(ApiError::new(
             Kind::Conflict,
             format!(

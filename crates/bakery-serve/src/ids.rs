@@ -91,13 +91,25 @@ pub(crate) async fn next(
     name: Result<Path<String>, PathRejection>,
     params: Result<Query<CountParams>, QueryRejection>,
 ) -> Result<Json<Ids>, ApiError> {
-    let Path(name) = name?;
+    let (Path(name), Query(params)) = (name?, params?);
+    next_ids(&service, &caller, name, params.count)
+        .await
+        .map(Json)
+}
+
+/// `count` (default 1) next ids of `name`: [`next`]'s operation, over any
+/// protocol.
+pub(crate) async fn next_ids(
+    service: &Service,
+    caller: &Caller,
+    name: String,
+    count: Option<u64>,
+) -> Result<Ids, ApiError> {
     caller.allow(Operation::Ids, &name)?;
-    let Query(params) = params?;
-    let count = bounded("count", params.count.unwrap_or(1), MAX_COUNT)?;
+    let count = bounded("count", count.unwrap_or(1), MAX_COUNT)?;
     let sequence = service.sequences().get(&name)?;
     let ids = take(&sequence, count).await?;
-    Ok(Json(Ids { name, ids }))
+    Ok(Ids { name, ids })
 }
 
 /// Reserve a block of consecutive ids.
@@ -120,17 +132,29 @@ pub(crate) async fn reserve(
     name: Result<Path<String>, PathRejection>,
     params: Result<Query<SizeParams>, QueryRejection>,
 ) -> Result<Json<Block>, ApiError> {
-    let Path(name) = name?;
+    let (Path(name), Query(params)) = (name?, params?);
+    reserve_block(&service, &caller, name, params.size)
+        .await
+        .map(Json)
+}
+
+/// A block of `size` ids of `name`: [`reserve`]'s operation, over any
+/// protocol.
+pub(crate) async fn reserve_block(
+    service: &Service,
+    caller: &Caller,
+    name: String,
+    size: u64,
+) -> Result<Block, ApiError> {
     caller.allow(Operation::Ids, &name)?;
-    let Query(params) = params?;
-    let size = bounded("size", params.size, MAX_BLOCK)?;
+    let size = bounded("size", size, MAX_BLOCK)?;
     let sequence = service.sequences().get(&name)?;
     let block = sequence.reserve_block(size).await?;
-    Ok(Json(Block {
+    Ok(Block {
         name,
         start: block.start,
         end: block.end,
-    }))
+    })
 }
 
 /// Where a sequence stands.
@@ -154,9 +178,17 @@ pub(crate) async fn show(
     name: Result<Path<String>, PathRejection>,
 ) -> Result<Json<SequenceState>, ApiError> {
     let Path(name) = name?;
-    caller.allow(Operation::Read, &name)?;
-    let state = Sequence::inspect(service.sequences().store().as_ref(), &name)
+    sequence_state(&service, &caller, &name).await.map(Json)
+}
+
+/// Where `name` stands: [`show`]'s operation, over any protocol.
+pub(crate) async fn sequence_state(
+    service: &Service,
+    caller: &Caller,
+    name: &str,
+) -> Result<SequenceState, ApiError> {
+    caller.allow(Operation::Read, name)?;
+    Sequence::inspect(service.sequences().store().as_ref(), name)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("no sequence {name:?}")))?;
-    Ok(Json(state))
+        .ok_or_else(|| ApiError::not_found(format!("no sequence {name:?}")))
 }

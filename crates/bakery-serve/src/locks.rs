@@ -53,10 +53,19 @@ pub(crate) async fn open_session(
     body: Result<Json<OpenSession>, JsonRejection>,
 ) -> Result<Json<SessionView>, ApiError> {
     let Json(request) = body?;
-    caller_may_hold(&caller)?;
+    open(&service, &caller, request).map(Json)
+}
+
+/// Open a session for `caller`: [`open_session`]'s operation, over any
+/// protocol.
+pub(crate) fn open(
+    service: &Service,
+    caller: &Caller,
+    request: OpenSession,
+) -> Result<SessionView, ApiError> {
+    caller_may_hold(caller)?;
     let ttl = request.ttl_ms.map_or(DEFAULT_TTL, Duration::from_millis);
-    let session = service.sessions().open(&caller, ttl)?;
-    Ok(Json(session.view()))
+    Ok(service.sessions().open(caller, ttl)?.view())
 }
 
 /// A session may hold locks or claims: a token needs one of the two
@@ -94,7 +103,16 @@ pub(crate) async fn show_session(
     path: Result<Path<SessionPath>, PathRejection>,
 ) -> Result<Json<SessionView>, ApiError> {
     let Path(SessionPath { id }) = path?;
-    Ok(Json(service.sessions().get(&caller, &id)?.view()))
+    session_view(&service, &caller, &id).map(Json)
+}
+
+/// Session `id` as `caller` may see it: [`show_session`]'s operation.
+pub(crate) fn session_view(
+    service: &Service,
+    caller: &Caller,
+    id: &str,
+) -> Result<SessionView, ApiError> {
+    Ok(service.sessions().get(caller, id)?.view())
 }
 
 /// Keep a session alive for another TTL.
@@ -111,9 +129,14 @@ pub(crate) async fn keep_alive(
     path: Result<Path<SessionPath>, PathRejection>,
 ) -> Result<Json<SessionView>, ApiError> {
     let Path(SessionPath { id }) = path?;
-    let session = service.sessions().get(&caller, &id)?;
+    keep(&service, &caller, &id).map(Json)
+}
+
+/// Keep session `id` alive another TTL: [`keep_alive`]'s operation.
+pub(crate) fn keep(service: &Service, caller: &Caller, id: &str) -> Result<SessionView, ApiError> {
+    let session = service.sessions().get(caller, id)?;
     session.keep_alive()?;
-    Ok(Json(session.view()))
+    Ok(session.view())
 }
 
 /// Close a session: its grants are released (each next waiter is served at
@@ -165,6 +188,20 @@ pub struct AcquireRequest {
     pub data: Option<String>,
 }
 
+/// How long an acquire may wait: when it gives no timeout, and at most.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Waits {
+    pub(crate) default: Duration,
+    pub(crate) max: Duration,
+}
+
+/// An HTTP acquire's waits: a long poll must end before the proxies and
+/// clients between give up on it.
+const HTTP_WAITS: Waits = Waits {
+    default: DEFAULT_WAIT,
+    max: MAX_WAIT,
+};
+
 /// Whether a grant was given.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Acquired {
@@ -195,18 +232,34 @@ pub(crate) async fn acquire(
     path: Result<Path<FamilyPath>, PathRejection>,
     body: Result<Json<AcquireRequest>, JsonRejection>,
 ) -> Result<Json<Acquired>, ApiError> {
-    let (Path(path), Json(request)) = (path?, body?);
+    let (Path(FamilyPath { family, name }), Json(request)) = (path?, body?);
+    wait_for_grant(&service, &caller, family, name, request, HTTP_WAITS)
+        .await
+        .map(Json)
+}
+
+/// Wait for a grant of `family` `name` (within `waits`): [`acquire`]'s
+/// operation, over any protocol. Dropping the future withdraws the request
+/// from the queue.
+pub(crate) async fn wait_for_grant(
+    service: &Service,
+    caller: &Caller,
+    family: Family,
+    name: String,
+    request: AcquireRequest,
+    waits: Waits,
+) -> Result<Acquired, ApiError> {
     let wait = match request.timeout_ms {
-        None => DEFAULT_WAIT,
-        Some(ms) if (1..=millis(MAX_WAIT)).contains(&ms) => Duration::from_millis(ms),
+        None => waits.default,
+        Some(ms) if (1..=millis(waits.max)).contains(&ms) => Duration::from_millis(ms),
         Some(ms) => {
             return Err(ApiError::invalid_input(format!(
                 "timeout_ms must be within 1..={}; got {ms}",
-                millis(MAX_WAIT)
+                millis(waits.max)
             )))
         }
     };
-    take(&service, &caller, path, request, Some(wait)).await
+    take(service, caller, family, name, request, Some(wait)).await
 }
 
 /// Take a grant only if it is free and nobody waits; never queues.
@@ -224,26 +277,31 @@ pub(crate) async fn try_acquire(
     path: Result<Path<FamilyPath>, PathRejection>,
     body: Result<Json<AcquireRequest>, JsonRejection>,
 ) -> Result<Json<Acquired>, ApiError> {
-    let (Path(path), Json(request)) = (path?, body?);
+    let (Path(FamilyPath { family, name }), Json(request)) = (path?, body?);
     if request.timeout_ms.is_some() {
         return Err(ApiError::invalid_input(
             "try never waits: timeout_ms belongs to /acquire",
         ));
     }
-    take(&service, &caller, path, request, None).await
+    take(&service, &caller, family, name, request, None)
+        .await
+        .map(Json)
 }
 
 pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-async fn take(
+/// Take a grant for the request's session: wait up to `wait`, or with
+/// `None` only if it is free now ([`try_acquire`]'s operation).
+pub(crate) async fn take(
     service: &Service,
     caller: &Caller,
-    FamilyPath { family, name }: FamilyPath,
+    family: Family,
+    name: String,
     request: AcquireRequest,
     wait: Option<Duration>,
-) -> Result<Json<Acquired>, ApiError> {
+) -> Result<Acquired, ApiError> {
     caller.allow(Operation::Locks, &name)?;
     if request.permits.is_some() && family != Family::Semaphores {
         return Err(ApiError::invalid_input("`permits` is for semaphores only"));
@@ -274,7 +332,7 @@ async fn take(
             return Err(ApiError::not_found(format!("session {:?} ended while waiting", session.id)));
         }
     };
-    Ok(Json(match taken {
+    Ok(match taken {
         Some(held) => Acquired {
             granted: true,
             token: Some(session.hold(family, &ask.name, held).await?),
@@ -283,7 +341,7 @@ async fn take(
             granted: false,
             token: None,
         },
-    }))
+    })
 }
 
 /// Giving a grant back.
@@ -316,8 +374,20 @@ pub(crate) async fn release(
     body: Result<Json<ReleaseRequest>, JsonRejection>,
 ) -> Result<StatusCode, ApiError> {
     let (Path(FamilyPath { family, name }), Json(request)) = (path?, body?);
+    give_back(&service, &caller, family, name, request).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Release the request's grant: [`release`]'s operation, over any protocol.
+pub(crate) async fn give_back(
+    service: &Service,
+    caller: &Caller,
+    family: Family,
+    name: String,
+    request: ReleaseRequest,
+) -> Result<(), ApiError> {
     caller.allow(Operation::Locks, &name)?;
-    let session = service.sessions().get(&caller, &request.session)?;
+    let session = service.sessions().get(caller, &request.session)?;
     let held = session
         .take(&(family, name.clone(), request.token))
         .ok_or_else(|| {
@@ -328,8 +398,7 @@ pub(crate) async fn release(
                 request.token
             ))
         })?;
-    held.release().await?;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(held.release().await?)
 }
 
 /// Who holds a lock, semaphore, RW lock or election, and who waits.
@@ -346,10 +415,21 @@ pub(crate) async fn show(
     path: Result<Path<FamilyPath>, PathRejection>,
 ) -> Result<Json<QueueView>, ApiError> {
     let Path(FamilyPath { family, name }) = path?;
-    caller.allow(Operation::Read, &name)?;
-    QueueView::read(&**service.store(), family, &name)
-        .await?
+    queue_state(&service, &caller, family, &name)
+        .await
         .map(Json)
+}
+
+/// The stored state of `family` `name`: [`show`]'s operation.
+pub(crate) async fn queue_state(
+    service: &Service,
+    caller: &Caller,
+    family: Family,
+    name: &str,
+) -> Result<QueueView, ApiError> {
+    caller.allow(Operation::Read, name)?;
+    QueueView::read(&**service.store(), family, name)
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("{} {name:?} was never taken", family.one())))
 }
 
@@ -404,7 +484,6 @@ pub(crate) async fn observe(
     query: Result<Query<ObserveParams>, QueryRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let (Path(ElectionPath { name }), Query(params)) = (path?, query?);
-    caller.allow(Operation::Read, &name)?;
     let limit = match params.timeout_ms {
         None => DEFAULT_OBSERVE,
         Some(ms) if (1..=millis(MAX_OBSERVE)).contains(&ms) => Duration::from_millis(ms),
@@ -415,35 +494,49 @@ pub(crate) async fn observe(
             )))
         }
     };
-    let election = bakery::Election::builder(service.store().clone(), &name).build()?;
+    let events = follow(&service, &caller, &name)
+        .await?
+        .map(|leader| {
+            Ok(match leader {
+                Ok(event) => Event::default()
+                    .event("leader")
+                    .json_data(event)
+                    .unwrap_or_else(|_| Event::default().event("error")),
+                Err(err) => Event::default()
+                    .event("error")
+                    .data(err.body().message.clone()),
+            })
+        })
+        .take_until(tokio::time::sleep(limit));
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+/// The leader of election `name` now, then each change, until the instance
+/// shuts down: [`observe`]'s operation, over any protocol. A failed read is
+/// an `Err` item; the stream goes on after it.
+pub(crate) async fn follow(
+    service: &Service,
+    caller: &Caller,
+    name: &str,
+) -> Result<impl Stream<Item = Result<LeaderEvent, ApiError>> + Send + 'static, ApiError> {
+    caller.allow(Operation::Read, name)?;
+    let election = bakery::Election::builder(service.store().clone(), name).build()?;
     let mut watch = election.observe();
     // The first read here, so a bad store answers with a status, not a
     // stream that ends at once.
     let first = watch.next().await?;
-    let events = futures::stream::once(async move { Ok(first) })
+    Ok(futures::stream::once(async move { Ok(first) })
         .chain(futures::stream::unfold(watch, |mut watch| async move {
             let next = watch.next().await;
             Some((next, watch))
         }))
         .map(|leader| {
-            Ok(match leader {
-                Ok(leader) => {
-                    let event = LeaderEvent {
-                        term: leader.as_ref().map_or(0, |l| l.term),
-                        owner: leader.as_ref().map(|l| l.owner.clone()),
-                        value: leader.and_then(|l| l.value),
-                    };
-                    Event::default()
-                        .event("leader")
-                        .json_data(event)
-                        .unwrap_or_else(|_| Event::default().event("error"))
-                }
-                Err(err) => Event::default()
-                    .event("error")
-                    .data(ApiError::from(err).body().message.clone()),
+            let leader = leader?;
+            Ok(LeaderEvent {
+                term: leader.as_ref().map_or(0, |l| l.term),
+                owner: leader.as_ref().map(|l| l.owner.clone()),
+                value: leader.and_then(|l| l.value),
             })
         })
-        .take_until(tokio::time::sleep(limit))
-        .take_until(service.sessions().closing().clone().cancelled_owned());
-    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+        .take_until(service.sessions().closing().clone().cancelled_owned()))
 }

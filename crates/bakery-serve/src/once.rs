@@ -105,6 +105,20 @@ pub(crate) async fn claim(
     body: Result<Json<ClaimRequest>, JsonRejection>,
 ) -> Result<Json<OnceState>, ApiError> {
     let (Path(KeyPath { scope, key }), Json(request)) = (path?, body?);
+    claim_key(&service, &caller, scope, key, request)
+        .await
+        .map(Json)
+}
+
+/// Claim `key` of `scope` for the request's session: [`claim`]'s
+/// operation, over any protocol.
+pub(crate) async fn claim_key(
+    service: &Service,
+    caller: &Caller,
+    scope: String,
+    key: String,
+    request: ClaimRequest,
+) -> Result<OnceState, ApiError> {
     caller.allow(Operation::Once, &scope)?;
     let wait = match request.wait_ms.unwrap_or(0) {
         0 => None,
@@ -116,7 +130,7 @@ pub(crate) async fn claim(
             )))
         }
     };
-    let session = service.sessions().get(&caller, &request.session)?;
+    let session = service.sessions().get(caller, &request.session)?;
     let once = Idempotency::builder(service.store().clone(), &scope)
         .lease(service.lease())
         .owner(session.owner())
@@ -151,7 +165,7 @@ pub(crate) async fn claim(
         answer = answer => answer,
         () = tokio::time::sleep(wait.unwrap_or(MAX_WAIT)) => {
             run.abort();
-            return Ok(Json(OnceState::of(ClaimStatus::InProgress, None)));
+            return Ok(OnceState::of(ClaimStatus::InProgress, None));
         }
         () = session.ended.cancelled() => {
             run.abort();
@@ -161,9 +175,9 @@ pub(crate) async fn claim(
     match answer {
         Ok(attempt) => {
             session.claim((scope, key, attempt), Claim { outcome, run })?;
-            Ok(Json(OnceState::of(ClaimStatus::Claimed, Some(attempt))))
+            Ok(OnceState::of(ClaimStatus::Claimed, Some(attempt)))
         }
-        Err(finished) => Ok(Json(settled(finished)?)),
+        Err(finished) => settled(finished),
     }
 }
 
@@ -237,7 +251,10 @@ pub(crate) async fn complete(
     path: Result<Path<KeyPath>, PathRejection>,
     body: Result<Json<FinishRequest>, JsonRejection>,
 ) -> Result<Json<OnceState>, ApiError> {
-    finish(&service, &caller, path, body, Ok).await.map(Json)
+    let (Path(KeyPath { scope, key }), Json(request)) = (path?, body?);
+    finish(&service, &caller, scope, key, request, Ok)
+        .await
+        .map(Json)
 }
 
 /// Fail a claimed key: the key is released, and the next claim runs it.
@@ -255,17 +272,23 @@ pub(crate) async fn fail(
     path: Result<Path<KeyPath>, PathRejection>,
     body: Result<Json<FinishRequest>, JsonRejection>,
 ) -> Result<Json<OnceState>, ApiError> {
-    finish(&service, &caller, path, body, Err).await.map(Json)
+    let (Path(KeyPath { scope, key }), Json(request)) = (path?, body?);
+    finish(&service, &caller, scope, key, request, Err)
+        .await
+        .map(Json)
 }
 
-async fn finish(
+/// Hand the claim's run its `outcome` (`Ok`: complete, `Err`: fail) and
+/// wait for it to settle: [`complete`]'s and [`fail`]'s operation, over any
+/// protocol.
+pub(crate) async fn finish(
     service: &Service,
     caller: &Caller,
-    path: Result<Path<KeyPath>, PathRejection>,
-    body: Result<Json<FinishRequest>, JsonRejection>,
+    scope: String,
+    key: String,
+    request: FinishRequest,
     outcome: fn(String) -> Result<String, String>,
 ) -> Result<OnceState, ApiError> {
-    let (Path(KeyPath { scope, key }), Json(request)) = (path?, body?);
     caller.allow(Operation::Once, &scope)?;
     let session = service.sessions().get(caller, &request.session)?;
     let claim = session
@@ -298,9 +321,19 @@ pub(crate) async fn show(
     path: Result<Path<KeyPath>, PathRejection>,
 ) -> Result<Json<OnceState>, ApiError> {
     let Path(KeyPath { scope, key }) = path?;
-    caller.allow(Operation::Read, &scope)?;
-    let once = Idempotency::builder(service.store().clone(), &scope).build()?;
-    let record = once.inspect(&key).await?.ok_or_else(|| {
+    key_state(&service, &caller, &scope, &key).await.map(Json)
+}
+
+/// Where `key` of `scope` stands: [`show`]'s operation, over any protocol.
+pub(crate) async fn key_state(
+    service: &Service,
+    caller: &Caller,
+    scope: &str,
+    key: &str,
+) -> Result<OnceState, ApiError> {
+    caller.allow(Operation::Read, scope)?;
+    let once = Idempotency::builder(service.store().clone(), scope).build()?;
+    let record = once.inspect(key).await?.ok_or_else(|| {
         ApiError::not_found(format!("key {key:?} of {scope:?} was never claimed"))
     })?;
     let status = match record.status {
@@ -312,12 +345,12 @@ pub(crate) async fn show(
         Status::Completed => Some(text(record.result_bytes()?)?),
         _ => None,
     };
-    Ok(Json(OnceState {
+    Ok(OnceState {
         status,
         attempt: Some(record.attempt),
         result,
         error: record.error,
-    }))
+    })
 }
 
 /// Forget a key whatever its state, so that it runs again (an operator's
@@ -335,10 +368,21 @@ pub(crate) async fn forget(
     path: Result<Path<KeyPath>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
     let Path(KeyPath { scope, key }) = path?;
-    caller.allow(Operation::Admin, &scope)?;
-    let once = Idempotency::builder(service.store().clone(), &scope).build()?;
-    if once.forget(&key).await? {
-        Ok(StatusCode::NO_CONTENT)
+    forget_key(&service, &caller, &scope, &key).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Forget `key` of `scope`: [`forget`]'s operation, over any protocol.
+pub(crate) async fn forget_key(
+    service: &Service,
+    caller: &Caller,
+    scope: &str,
+    key: &str,
+) -> Result<(), ApiError> {
+    caller.allow(Operation::Admin, scope)?;
+    let once = Idempotency::builder(service.store().clone(), scope).build()?;
+    if once.forget(key).await? {
+        Ok(())
     } else {
         Err(ApiError::not_found(format!(
             "key {key:?} of {scope:?} was never claimed"
