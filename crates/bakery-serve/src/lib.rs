@@ -7,6 +7,7 @@ mod config;
 mod error;
 mod fenced;
 mod grants;
+mod grpc;
 mod ids;
 mod locks;
 mod once;
@@ -34,6 +35,7 @@ pub use config::{
 pub use error::{ApiError, ErrorBody, Kind};
 pub use fenced::{FencedContent, FencedWriteRequest};
 pub use grants::{Family, Mode, Party, QueueView};
+pub use grpc::proto;
 pub use ids::{Block, Ids, MAX_BLOCK, MAX_COUNT};
 pub use locks::{
     AcquireRequest, Acquired, LeaderEvent, OpenSession, ReleaseRequest, DEFAULT_WAIT, MAX_WAIT,
@@ -159,13 +161,16 @@ impl Service {
         self.inner.sessions.shut_down().await;
     }
 
-    /// The HTTP application: every route, JSON errors for the rest.
+    /// The application: every HTTP route, JSON errors for the rest, and
+    /// the gRPC services beside them (a gRPC client needs HTTP/2, which
+    /// [`serve_on`] speaks on the same port).
     pub fn router(&self) -> Router {
         let (router, _) = routes().split_for_parts();
-        router
+        let rest = router
             .fallback(ops::not_found)
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
-            .with_state(self.clone())
+            .with_state(self.clone());
+        grpc::beside(rest, self)
     }
 
     pub(crate) fn sequences(&self) -> &Sequences {

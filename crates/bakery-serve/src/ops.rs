@@ -4,8 +4,8 @@
 use std::sync::LazyLock;
 
 use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bakery::Key;
 use serde::{Deserialize, Serialize};
@@ -61,7 +61,11 @@ pub(crate) async fn openapi_json() -> impl IntoResponse {
     )
 }
 
-/// Any other path.
-pub(crate) async fn not_found() -> ApiError {
-    ApiError::not_found("no such route; the API is described at /openapi.json")
+/// Any other path: a JSON 404, or for a gRPC call (of a service this
+/// server lacks) gRPC's UNIMPLEMENTED.
+pub(crate) async fn not_found(headers: HeaderMap) -> Response {
+    if crate::grpc::is_grpc(&headers) {
+        return crate::grpc::unimplemented();
+    }
+    ApiError::not_found("no such route; the API is described at /openapi.json").into_response()
 }
