@@ -290,11 +290,20 @@ impl Session {
         self.ended.cancel();
         let grants: Vec<_> = locked(&self.grants).drain().collect();
         let claims: Vec<_> = locked(&self.claims).drain().collect();
-        for (_, claim) in claims {
-            let _ = claim
-                .outcome
-                .send(Err(format!("session {} ended before completing", self.id)));
-        }
+        let abandons = claims
+            .into_iter()
+            .map(|((scope, key, attempt), claim)| async move {
+                let _ = claim
+                    .outcome
+                    .send(Err(format!("session {} ended before completing", self.id)));
+                // Its run releases the key: the session has ended once it has.
+                if let Ok(Err(err)) = claim.run.await {
+                    if !matches!(err, RunError::Failed(_)) {
+                        tracing::warn!(%scope, %key, attempt, error = %err,
+                            "giving up an ended session's claim failed; it expires with its lease");
+                    }
+                }
+            });
         let releases = grants
             .into_iter()
             .map(|((family, name, token), held)| async move {
@@ -303,6 +312,10 @@ impl Session {
                     "releasing an ended session's grant failed; it expires with its lease");
                 }
             });
-        futures::future::join_all(releases).await;
+        futures::future::join(
+            futures::future::join_all(abandons),
+            futures::future::join_all(releases),
+        )
+        .await;
     }
 }
