@@ -88,6 +88,11 @@ impl Held {
         on_guard!(self, guard => guard.token())
     }
 
+    /// False once the guard learned the grant is no longer its own.
+    pub(crate) fn is_held(&self) -> bool {
+        on_guard!(self, guard => guard.is_held())
+    }
+
     pub(crate) async fn release(self) -> bakery::Result<()> {
         on_guard!(self, guard => guard.release().await)
     }

@@ -84,6 +84,10 @@ pub struct GrantView {
     pub name: String,
     /// The grant's fencing token.
     pub token: u64,
+    /// False once the instance learned the grant was lost (it could not
+    /// renew the lease for a whole lease, and a waiter took over): stop
+    /// working under it; releasing it answers 409 `lost`.
+    pub held: bool,
 }
 
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -268,11 +272,12 @@ impl Session {
 
     pub(crate) fn view(&self) -> SessionView {
         let mut grants: Vec<GrantView> = locked(&self.grants)
-            .keys()
-            .map(|(family, name, token)| GrantView {
+            .iter()
+            .map(|((family, name, token), held)| GrantView {
                 family: *family,
                 name: name.clone(),
                 token: *token,
+                held: held.is_held(),
             })
             .collect();
         grants.sort_by(|a, b| (&a.name, a.token).cmp(&(&b.name, b.token)));
