@@ -31,11 +31,13 @@ pub async fn run(store: Arc<dyn VersionedStore>, args: &ServeArgs) -> Result<(),
         .with_segment_size(args.segment_size);
     let listener = bakery_serve::bind(&config).await.map_err(failed)?;
     let addr = listener.local_addr()?;
+    // Before the line is out: a SIGTERM sent as soon as it is read stops
+    // the server gracefully rather than killing it.
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
     let mut out = output::stdout();
     writeln!(out, "listening on http://{addr}")?;
     out.flush()?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
     let stop = async move {
         tokio::select! {
             _ = terminate.recv() => {}
