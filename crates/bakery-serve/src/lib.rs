@@ -7,8 +7,10 @@ mod error;
 mod ids;
 mod ops;
 mod sequences;
+mod tls;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -127,9 +129,12 @@ impl Service {
 const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// Open the listening socket `config` names, after checking the config
-/// (a non-loopback address is refused: see [`ServeConfig::check`]).
+/// (a non-loopback address is refused: see [`ServeConfig::check`]) and its
+/// TLS certificate and key, if any ([`ServeError::Tls`] names a bad file
+/// before anything listens).
 pub async fn bind(config: &ServeConfig) -> Result<TcpListener, ServeError> {
     config.check()?;
+    tls::server_config(config)?;
     let addr = config.listen();
     TcpListener::bind(addr)
         .await
@@ -137,15 +142,23 @@ pub async fn bind(config: &ServeConfig) -> Result<TcpListener, ServeError> {
 }
 
 /// Serve `store` on `listener` until `shutdown` completes; calls in flight
-/// then finish before this returns.
+/// then finish before this returns. HTTPS if `config` has a TLS certificate
+/// and key; HTTP/1.1 and HTTP/2 either way (over TLS by ALPN, in the clear
+/// with prior knowledge).
 pub async fn serve_on(
     listener: TcpListener,
     store: Arc<dyn VersionedStore>,
     config: &ServeConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let tls = tls::server_config(config)?;
     let app = Service::new(store, config).router();
-    tracing::info!(addr = ?listener.local_addr().ok(), "bakery serve listening");
+    tracing::info!(addr = ?listener.local_addr().ok(), tls = tls.is_some(), "bakery serve listening");
+    if let Some(tls) = tls {
+        return tls::serve(listener, app, tls, shutdown).await;
+    }
+    // The peer's address, for the handlers that want it.
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await?;
