@@ -7,6 +7,7 @@ mod error;
 mod ids;
 mod ops;
 mod sequences;
+mod telemetry;
 mod tls;
 
 use std::future::Future;
@@ -15,6 +16,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use bakery::VersionedStore;
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -43,7 +45,7 @@ use sequences::Sequences;
     tags(
         (name = "ids", description = "Sequences: ids each handed out once."),
         (name = "compatible", description = "Meituan Leaf's and Didi Tinyid's routes."),
-        (name = "operations", description = "Health and the API's description."),
+        (name = "operations", description = "Health, metrics and the API's description."),
     )
 )]
 struct ApiDoc;
@@ -62,6 +64,7 @@ fn routes() -> OpenApiRouter<Service> {
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::openapi_json))
+        .routes(routes!(telemetry::metrics))
 }
 
 /// The OpenAPI 3.1 document of the API, as served at `/openapi.json` (and
@@ -77,6 +80,10 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 /// One instance's state: the store and the sequence handles it keeps.
 /// Cheap to clone.
+///
+/// The first service made in a process installs a Prometheus recorder as the
+/// `metrics` facade's global recorder (unless one is installed already), so
+/// that `/metrics` shows the process's metrics.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -94,6 +101,7 @@ pub struct Service {
 struct Inner {
     sequences: Sequences,
     segment_size: u64,
+    metrics: PrometheusHandle,
 }
 
 impl Service {
@@ -103,16 +111,19 @@ impl Service {
             inner: Arc::new(Inner {
                 sequences: Sequences::new(store, config.max_sequences()),
                 segment_size: config.segment_size(),
+                metrics: telemetry::handle(),
             }),
         }
     }
 
-    /// The HTTP application: every route, JSON errors for the rest.
+    /// The HTTP application: every route, JSON errors for the rest; each
+    /// request counted, timed and logged (see `/metrics`).
     pub fn router(&self) -> Router {
         let (router, _) = routes().split_for_parts();
         router
             .fallback(ops::not_found)
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .layer(axum::middleware::from_fn(telemetry::observe))
             .with_state(self.clone())
     }
 
@@ -122,6 +133,10 @@ impl Service {
 
     pub(crate) fn segment_size(&self) -> u64 {
         self.inner.segment_size
+    }
+
+    pub(crate) fn metrics(&self) -> &PrometheusHandle {
+        &self.inner.metrics
     }
 }
 
@@ -157,7 +172,7 @@ pub async fn serve_on(
     if let Some(tls) = tls {
         return tls::serve(listener, app, tls, shutdown).await;
     }
-    // The peer's address, for the handlers that want it.
+    // The peer's address reaches the access log.
     let app = app.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
