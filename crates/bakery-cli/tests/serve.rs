@@ -1,6 +1,6 @@
 //! `bakery serve` as a process: it says where it listens, answers a plain
-//! HTTP client over a real socket, stops cleanly on SIGTERM, and refuses an
-//! address beyond loopback.
+//! HTTP client over a real socket, stops cleanly on SIGTERM, refuses an
+//! address beyond loopback, and serves HTTPS given a certificate and its key.
 
 mod common;
 
@@ -313,4 +313,70 @@ fn serve_refuses_an_address_beyond_loopback() {
     let stderr = text(&output.stderr);
     assert!(stderr.contains("0.0.0.0"), "{stderr}");
     assert!(stderr.contains("loopback"), "{stderr}");
+}
+
+#[test]
+fn serve_refuses_a_tls_certificate_without_its_key() {
+    let target = Target::sqlite();
+    let cert = target.dir.path().join("cert.pem");
+    std::fs::write(&cert, "unused").expect("write");
+    let output = Command::new(BIN)
+        .args(["--uri", &target.uri, "serve", "--listen", "127.0.0.1:0"])
+        .arg("--tls-cert")
+        .arg(&cert)
+        .output()
+        .expect("run bakery serve");
+    assert_eq!(output.status.code(), Some(2), "a usage error");
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("--tls-key"), "{stderr}");
+    assert!(text(&output.stdout).is_empty(), "nothing listened");
+}
+
+#[test]
+fn serve_with_a_certificate_and_key_listens_on_https_and_names_a_bad_file() {
+    let target = Target::sqlite();
+    let certified =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).expect("certificate");
+    let cert = target.dir.path().join("cert.pem");
+    let key = target.dir.path().join("key.pem");
+    std::fs::write(&cert, certified.cert.pem()).expect("write cert");
+    std::fs::write(&key, certified.signing_key.serialize_pem()).expect("write key");
+
+    let mut child = Command::new(BIN)
+        .args(["--uri", &target.uri, "serve", "--listen", "127.0.0.1:0"])
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn bakery serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the listening line");
+    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    kill(pid, Signal::SIGTERM).expect("SIGTERM");
+    let status = child.wait().expect("wait");
+    assert!(
+        line.starts_with("listening on https://127.0.0.1:"),
+        "{line:?}"
+    );
+    assert!(status.success(), "bakery serve exited with {status}");
+
+    // A key that is not PEM: refused before listening, naming the file.
+    std::fs::write(&key, "not a key").expect("write key");
+    let output = Command::new(BIN)
+        .args(["--uri", &target.uri, "serve", "--listen", "127.0.0.1:0"])
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .output()
+        .expect("run bakery serve");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains(&key.display().to_string()), "{stderr}");
+    assert!(text(&output.stdout).is_empty(), "nothing listened");
 }

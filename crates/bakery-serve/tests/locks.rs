@@ -549,7 +549,7 @@ operations = ["ids", "locks", "read"]
 name = "reporting"
 secret = "reporting-secret-0123456789"
 prefixes = [""]
-operations = ["read", "locks"]
+operations = ["read", "locks", "admin"]
 "#,
     )
     .expect("write tokens");
@@ -626,6 +626,11 @@ operations = ["read", "locks"]
         .await
         .expect("call");
     assert_eq!(ok.status(), StatusCode::OK);
+    // Metrics are for operators.
+    let metrics = send(Method::GET, "/metrics", payments).await.expect("call");
+    assert_eq!(metrics.status(), StatusCode::FORBIDDEN);
+    let metrics = send(Method::GET, "/metrics", reporting).await.expect("call");
+    assert_eq!(metrics.status(), StatusCode::OK);
     // A session is its opener's: another token may not use it.
     let opened = instance
         .http
