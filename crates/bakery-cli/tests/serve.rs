@@ -228,6 +228,30 @@ impl Served {
     }
 }
 
+/// Two instances with `--lease`: a client of A holds lock `name` (token
+/// `old`), a client of B waits for it (on its own thread) in the queue.
+struct Contended {
+    a: Served,
+    b: Served,
+    old: u64,
+    waiter: std::thread::JoinHandle<Option<u64>>,
+}
+
+impl Contended {
+    fn start(target: &Target, name: &str, lease: &str) -> Contended {
+        let a = Served::start_with(target, &["--lease", lease]);
+        let b = Served::start_with(target, &["--lease", lease]);
+        let (on_a, on_b) = (a.session(60_000), b.session(60_000));
+        let old = a.acquire(name, &on_a, 1_000).expect("a free lock");
+        let waiter = {
+            let (b_addr, name) = (b.addr.clone(), name.to_owned());
+            std::thread::spawn(move || Client { addr: b_addr }.acquire(&name, &on_b, 30_000))
+        };
+        b.until_queued(name);
+        Contended { a, b, old, waiter }
+    }
+}
+
 /// Instance A holds a lock for its client while a client of instance B
 /// waits; A is killed. B's client is served once A's lease runs out, with
 /// a larger token, and A's client's write fenced with the old token is
@@ -238,15 +262,12 @@ fn a_killed_instance_loses_its_locks_after_a_lease_and_a_silent_session_after_it
     for target in targets("bakery serve instances killed") {
         let label = target.label;
         let name = format!("killed-{}", std::process::id());
-        let mut a = Served::start_with(&target, &["--lease", "1s"]);
-        let b = Served::start_with(&target, &["--lease", "1s"]);
-        let (on_a, on_b) = (a.session(60_000), b.session(60_000));
-        let old = a.acquire(&name, &on_a, 1_000).expect("a free lock");
-        let waiter = {
-            let (b_addr, name, on_b) = (b.addr.clone(), name.clone(), on_b.clone());
-            std::thread::spawn(move || Client { addr: b_addr }.acquire(&name, &on_b, 30_000))
-        };
-        b.until_queued(&name);
+        let Contended {
+            mut a,
+            b,
+            old,
+            waiter,
+        } = Contended::start(&target, &name, "1s");
         a.sigkill();
         let new = waiter.join().expect("waiter").unwrap_or_else(|| {
             panic!("{label}: not granted within 30 s of a killed holder with a 1 s lease")
@@ -281,15 +302,13 @@ fn sigterm_hands_held_locks_to_waiters_on_another_instance() {
     for target in targets("bakery serve stopped by SIGTERM") {
         let label = target.label;
         let name = format!("handoff-{}", std::process::id());
-        let mut a = Served::start_with(&target, &["--lease", "600s"]);
-        let b = Served::start_with(&target, &["--lease", "600s"]);
-        let (on_a, on_b) = (a.session(60_000), b.session(60_000));
-        let old = a.acquire(&name, &on_a, 1_000).expect("a free lock");
-        let waiter = {
-            let (b_addr, name, on_b) = (b.addr.clone(), name.clone(), on_b.clone());
-            std::thread::spawn(move || Client { addr: b_addr }.acquire(&name, &on_b, 30_000))
-        };
-        b.until_queued(&name);
+        // (`b` kept in scope: dropping it would stop instance B)
+        let Contended {
+            mut a,
+            b: _b,
+            old,
+            waiter,
+        } = Contended::start(&target, &name, "600s");
         let pid = Pid::from_raw(i32::try_from(a.child.id()).expect("pid"));
         kill(pid, Signal::SIGTERM).expect("SIGTERM");
         let status = a.child.wait().expect("wait");

@@ -629,7 +629,9 @@ operations = ["read", "locks", "admin"]
     // Metrics are for operators.
     let metrics = send(Method::GET, "/metrics", payments).await.expect("call");
     assert_eq!(metrics.status(), StatusCode::FORBIDDEN);
-    let metrics = send(Method::GET, "/metrics", reporting).await.expect("call");
+    let metrics = send(Method::GET, "/metrics", reporting)
+        .await
+        .expect("call");
     assert_eq!(metrics.status(), StatusCode::OK);
     // A session is its opener's: another token may not use it.
     let opened = instance

@@ -2,6 +2,8 @@
 //! client: Prometheus metrics at `/metrics`, the access log, HTTPS with
 //! HTTP/2 and HTTP/1.1, and a graceful stop in the clear and over TLS.
 
+mod common;
+
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,72 +14,19 @@ use std::time::Duration;
 use bakery::VersionedStore;
 use bakery_core::{async_trait, Bytes, Key, PutOutcome, Result as StoreResult, StoreLayer};
 use bakery_serve::{Ids, ServeConfig, ServeError};
+
+use common::Instance;
 use reqwest::{header, StatusCode, Version};
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::Notify;
 
-/// A running instance on a free loopback port, stopped when dropped.
-struct Instance {
-    addr: SocketAddr,
-    scheme: &'static str,
-    stop: Option<oneshot::Sender<()>>,
-    served: Option<tokio::task::JoinHandle<Result<(), ServeError>>>,
+/// An instance with `config`, the access log captured first.
+async fn start(store: Arc<dyn VersionedStore>, config: ServeConfig) -> Instance {
+    log();
+    Instance::start_with(store, config).await
 }
 
-impl Instance {
-    async fn start(store: Arc<dyn VersionedStore>, config: ServeConfig) -> Instance {
-        log();
-        let config = config.with_listen(SocketAddr::from(([127, 0, 0, 1], 0)));
-        let scheme = if config.tls_cert().is_some() {
-            "https"
-        } else {
-            "http"
-        };
-        let listener = bakery_serve::bind(&config).await.expect("bind");
-        let addr = listener.local_addr().expect("local address");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let served = tokio::spawn(async move {
-            bakery_serve::serve_on(listener, store, &config, async {
-                let _ = stopped.await;
-            })
-            .await
-        });
-        Instance {
-            addr,
-            scheme,
-            stop: Some(stop),
-            served: Some(served),
-        }
-    }
-
-    async fn plain(store: Arc<dyn VersionedStore>) -> Instance {
-        Instance::start(store, ServeConfig::default()).await
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}://{}{path}", self.scheme, self.addr)
-    }
-
-    /// Ask it to stop, without waiting.
-    fn signal_stop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
-
-    /// Wait until `serve_on` has returned, and return what it returned.
-    async fn stopped(&mut self) -> Result<(), ServeError> {
-        let served = self.served.take().expect("still serving");
-        tokio::time::timeout(Duration::from_secs(10), served)
-            .await
-            .expect("serve_on returns after its shutdown")
-            .expect("server task")
-    }
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        self.signal_stop();
-    }
+async fn plain(store: Arc<dyn VersionedStore>) -> Instance {
+    start(store, ServeConfig::default()).await
 }
 
 fn memory() -> Arc<dyn VersionedStore> {
@@ -100,7 +49,7 @@ fn sample(body: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 
 #[tokio::test]
 async fn metrics_count_and_time_each_request_by_its_route_template() {
-    let instance = Instance::plain(memory()).await;
+    let instance = plain(memory()).await;
     let http = reqwest::Client::new();
     let name = "metered-orders";
     for _ in 0..3 {
@@ -250,7 +199,7 @@ fn log() -> &'static Captured {
 
 #[tokio::test]
 async fn each_request_is_one_access_log_event_with_route_status_latency_and_peer() {
-    let instance = Instance::plain(memory()).await;
+    let instance = plain(memory()).await;
     // The one test that asks for a sequence's state, so the one with this route.
     let response = reqwest::get(instance.url("/v1/sequences/logged"))
         .await
@@ -276,7 +225,7 @@ async fn each_request_is_one_access_log_event_with_route_status_latency_and_peer
 
 #[tokio::test]
 async fn plain_http_also_serves_http2_with_prior_knowledge() {
-    let instance = Instance::plain(memory()).await;
+    let instance = plain(memory()).await;
     let h2c = reqwest::Client::builder()
         .http2_prior_knowledge()
         .build()
@@ -325,7 +274,7 @@ fn tls_config(cert: &Path, key: &Path) -> ServeConfig {
 async fn https_offers_http2_and_http1_and_refuses_plain_http() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (cert, key, cert_pem) = self_signed(dir.path());
-    let instance = Instance::start(memory(), tls_config(&cert, &key)).await;
+    let instance = start(memory(), tls_config(&cert, &key)).await;
     assert!(instance.url("/").starts_with("https://"));
 
     // ALPN picks h2 when the client offers it…
@@ -462,7 +411,7 @@ async fn stops_gracefully(config: ServeConfig, client: reqwest::Client) {
         waiting: waiting.clone(),
         release: release.clone(),
     });
-    let mut instance = Instance::start(store, config).await;
+    let mut instance = start(store, config).await;
     let url = instance.url("/v1/sequences/graceful/next");
     let call = tokio::spawn({
         let client = client.clone();
