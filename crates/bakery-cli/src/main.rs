@@ -182,6 +182,8 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
         #[cfg(feature = "serve")]
         Command::Serve(args) => {
+            // Its /metrics shows the store's calls.
+            METRICS_SERVED.store(true, Ordering::Relaxed);
             let (store, _) = open(cli.uri.as_deref(), cli.retries).await?;
             serve::run(store, args).await
         }
@@ -258,7 +260,8 @@ fn install_logging() {
         .try_init();
 }
 
-/// Set once `--metrics-addr` serves metrics: stores are opened metered.
+/// Set once metrics are served (`--metrics-addr`, or `bakery serve`'s
+/// `/metrics`): stores are opened metered.
 static METRICS_SERVED: AtomicBool = AtomicBool::new(false);
 
 /// Serve Prometheus metrics at `addr` from this runtime.

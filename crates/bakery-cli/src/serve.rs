@@ -36,6 +36,14 @@ pub struct ServeArgs {
     /// Ids per Tinyid segment (`/tinyid/id/nextSegmentId`).
     #[arg(long, default_value_t = DEFAULT_SEGMENT_SIZE)]
     pub segment_size: u64,
+    /// Serve HTTPS with the PEM certificate chain in this file (leaf
+    /// first), offering HTTP/2 and HTTP/1.1. Needs --tls-key.
+    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key (PKCS#8, PKCS#1 or SEC1) of --tls-cert's
+    /// certificate. Needs --tls-cert.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Listen, say where on stdout, and serve until Ctrl-C or SIGTERM; the
@@ -49,13 +57,23 @@ pub async fn run(store: Arc<dyn VersionedStore>, args: &ServeArgs) -> Result<(),
     if let Some(tokens) = &args.tokens {
         config = config.with_tokens_file(tokens);
     }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        config = config.with_tls_cert(cert).with_tls_key(key);
+    }
+    let scheme = if config.tls_cert().is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let listener = bakery_serve::bind(&config).await.map_err(failed)?;
     let addr = listener.local_addr()?;
-    let mut out = output::stdout();
-    writeln!(out, "listening on http://{addr}")?;
-    out.flush()?;
+    // Before the line is out: a SIGTERM sent as soon as it is read stops
+    // the server gracefully rather than killing it.
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut out = output::stdout();
+    writeln!(out, "listening on {scheme}://{addr}")?;
+    out.flush()?;
     let stop = async move {
         tokio::select! {
             _ = terminate.recv() => {}

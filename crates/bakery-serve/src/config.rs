@@ -1,7 +1,7 @@
 //! How an instance listens and sizes what it hands out.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Where `bakery serve` listens unless told otherwise: loopback only.
@@ -40,6 +40,8 @@ pub struct ServeConfig {
     lease: Duration,
     max_sessions: usize,
     tokens_file: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
 }
 
 impl Default for ServeConfig {
@@ -51,6 +53,8 @@ impl Default for ServeConfig {
             lease: DEFAULT_LEASE,
             max_sessions: DEFAULT_MAX_SESSIONS,
             tokens_file: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -68,6 +72,15 @@ pub enum ServeError {
         addr: SocketAddr,
         /// Why.
         source: std::io::Error,
+    },
+    /// A TLS certificate or private key file could not be used: unreadable,
+    /// not PEM, empty, or a key that does not match the certificate.
+    #[error("cannot use the TLS file {}: {reason}", path.display())]
+    Tls {
+        /// The file at fault (the key when key and certificate disagree).
+        path: PathBuf,
+        /// Why.
+        reason: String,
     },
     /// The server stopped on an I/O error.
     #[error("serving stopped: {0}")]
@@ -92,6 +105,33 @@ bakery_core::setters! { ServeConfig {
     /// Require bearer tokens from this file (see [`Tokens`](crate::Tokens)
     /// for its format); also what allows a non-loopback address.
     with_tokens_file(tokens_file: impl Into<PathBuf>) Some;
+    /// Serve HTTPS with the PEM certificate chain in this file (leaf
+    /// first); needs [`with_tls_key`](Self::with_tls_key) too. HTTP/2 and
+    /// HTTP/1.1 are both offered (ALPN `h2`, `http/1.1`).
+    ///
+    /// ```
+    /// use bakery_serve::ServeConfig;
+    ///
+    /// let config = ServeConfig::default()
+    ///     .with_tls_cert("/etc/bakery/cert.pem")
+    ///     .with_tls_key("/etc/bakery/key.pem");
+    /// assert!(config.check().is_ok());
+    /// assert_eq!(config.tls_cert(), Some(std::path::Path::new("/etc/bakery/cert.pem")));
+    /// // A certificate without its key is refused.
+    /// assert!(ServeConfig::default().with_tls_cert("cert.pem").check().is_err());
+    /// ```
+    with_tls_cert(tls_cert: impl Into<PathBuf>) Some;
+    /// The PEM private key (PKCS#8, PKCS#1 or SEC1) of
+    /// [`with_tls_cert`](Self::with_tls_cert)'s certificate.
+    ///
+    /// ```
+    /// use bakery_serve::ServeConfig;
+    ///
+    /// let config = ServeConfig::default().with_tls_key("key.pem");
+    /// assert_eq!(config.tls_key(), Some(std::path::Path::new("key.pem")));
+    /// assert!(config.check().is_err()); // no certificate
+    /// ```
+    with_tls_key(tls_key: impl Into<PathBuf>) Some;
 }}
 
 bakery_core::getters! { ServeConfig {
@@ -105,20 +145,33 @@ bakery_core::getters! { ServeConfig {
     lease: Duration;
     /// The most sessions open at once.
     max_sessions: usize;
-}}
-
-impl ServeConfig {
+    /// The PEM certificate chain served, if HTTPS.
+    ///
+    /// ```
+    /// assert!(bakery_serve::ServeConfig::default().tls_cert().is_none());
+    /// ```
+    tls_cert: Option<&Path>;
+    /// The PEM private key of the certificate, if HTTPS.
+    ///
+    /// ```
+    /// assert!(bakery_serve::ServeConfig::default().tls_key().is_none());
+    /// ```
+    tls_key: Option<&Path>;
     /// The tokens file, if access needs tokens.
-    pub fn tokens_file(&self) -> Option<&std::path::Path> {
-        self.tokens_file.as_deref()
-    }
-}
+    ///
+    /// ```
+    /// assert!(bakery_serve::ServeConfig::default().tokens_file().is_none());
+    /// ```
+    tokens_file: Option<&Path>;
+}}
 
 impl ServeConfig {
     /// Refuse what is unsafe or meaningless: a non-loopback address while
     /// the service has no access tokens (anyone who reaches the port could
     /// take ids and locks), a segment of no ids, no room for a single
-    /// sequence or session, a lease shorter than 30 ms.
+    /// sequence or session, a lease shorter than 30 ms, a TLS certificate
+    /// without its key or a key without its certificate. (The files
+    /// themselves are read by [`bind`](crate::bind).)
     pub fn check(&self) -> Result<(), ServeError> {
         if !self.listen.ip().is_loopback() && self.tokens_file.is_none() {
             return Err(ServeError::Config(format!(
@@ -150,6 +203,14 @@ impl ServeConfig {
                 "the sequence handle limit must be at least 1".into(),
             ));
         }
-        Ok(())
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) => Err(ServeError::Config(
+                "a TLS certificate needs its private key too".into(),
+            )),
+            (None, Some(_)) => Err(ServeError::Config(
+                "a TLS private key needs its certificate too".into(),
+            )),
+            _ => Ok(()),
+        }
     }
 }

@@ -88,6 +88,11 @@ impl Held {
         on_guard!(self, guard => guard.token())
     }
 
+    /// False once the guard learned the grant is no longer its own.
+    pub(crate) fn is_held(&self) -> bool {
+        on_guard!(self, guard => guard.is_held())
+    }
+
     pub(crate) async fn release(self) -> bakery::Result<()> {
         on_guard!(self, guard => guard.release().await)
     }
@@ -224,6 +229,31 @@ pub struct QueueView {
     pub queue: Vec<Party>,
 }
 
+impl Party {
+    fn new(owner: impl ToString, token: Option<u64>, lease_ms: u64) -> Party {
+        Party {
+            owner: owner.to_string(),
+            token,
+            mode: None,
+            data: None,
+            lease_ms,
+        }
+    }
+
+    fn with_data(mut self, data: Option<&str>) -> Party {
+        self.data = data.map(str::to_owned);
+        self
+    }
+
+    fn with_mode(mut self, mode: bakery::rwlock::Mode) -> Party {
+        self.mode = Some(match mode {
+            bakery::rwlock::Mode::Read => Mode::Read,
+            bakery::rwlock::Mode::Write => Mode::Write,
+        });
+        self
+    }
+}
+
 impl QueueView {
     /// Read `name`'s state from the store; `None` if it was never taken.
     pub(crate) async fn read(
@@ -240,29 +270,12 @@ impl QueueView {
             queue,
         };
         let lock = |state: LockState| {
-            let holders = state
-                .holder
-                .iter()
-                .map(|h| Party {
-                    owner: h.owner.to_string(),
-                    token: Some(state.token),
-                    mode: None,
-                    data: h.data.as_deref().map(str::to_owned),
-                    lease_ms: h.lease_ms,
-                })
-                .collect();
-            let queue = state
-                .queue
-                .iter()
-                .map(|w| Party {
-                    owner: w.owner.to_string(),
-                    token: None,
-                    mode: None,
-                    data: w.data.as_deref().map(str::to_owned),
-                    lease_ms: w.lease_ms,
-                })
-                .collect();
-            view(state.token, None, holders, queue)
+            let holders = state.holder.iter().map(|h| {
+                Party::new(&h.owner, Some(state.token), h.lease_ms).with_data(h.data.as_deref())
+            });
+            let queue = (state.queue.iter())
+                .map(|w| Party::new(&w.owner, None, w.lease_ms).with_data(w.data.as_deref()));
+            view(state.token, None, holders.collect(), queue.collect())
         };
         Ok(match family {
             Family::Locks => Lock::inspect(store, name).await?.map(lock),
@@ -272,58 +285,22 @@ impl QueueView {
                     .map(lock)
             }
             Family::Semaphores => Semaphore::inspect(store, name).await?.map(|state| {
-                let holders = state
-                    .holders
-                    .into_iter()
-                    .map(|h| Party {
-                        owner: h.owner,
-                        token: Some(h.token),
-                        mode: None,
-                        data: None,
-                        lease_ms: h.lease_ms,
-                    })
-                    .collect();
-                let queue = state
-                    .queue
-                    .into_iter()
-                    .map(|w| Party {
-                        owner: w.owner,
-                        token: None,
-                        mode: None,
-                        data: None,
-                        lease_ms: w.lease_ms,
-                    })
-                    .collect();
-                view(state.token, Some(state.permits), holders, queue)
+                let holders =
+                    (state.holders.iter()).map(|h| Party::new(&h.owner, Some(h.token), h.lease_ms));
+                let queue = (state.queue.iter()).map(|w| Party::new(&w.owner, None, w.lease_ms));
+                view(
+                    state.token,
+                    Some(state.permits),
+                    holders.collect(),
+                    queue.collect(),
+                )
             }),
             Family::Rwlocks => RwLock::inspect(store, name).await?.map(|state| {
-                let mode = |m: bakery::rwlock::Mode| match m {
-                    bakery::rwlock::Mode::Read => Mode::Read,
-                    bakery::rwlock::Mode::Write => Mode::Write,
-                };
-                let holders = state
-                    .holders
-                    .into_iter()
-                    .map(|h| Party {
-                        owner: h.owner,
-                        token: Some(h.token),
-                        mode: Some(mode(h.mode)),
-                        data: None,
-                        lease_ms: h.lease_ms,
-                    })
-                    .collect();
-                let queue = state
-                    .queue
-                    .into_iter()
-                    .map(|w| Party {
-                        owner: w.owner,
-                        token: None,
-                        mode: Some(mode(w.mode)),
-                        data: None,
-                        lease_ms: w.lease_ms,
-                    })
-                    .collect();
-                view(state.token, None, holders, queue)
+                let holders = (state.holders.iter())
+                    .map(|h| Party::new(&h.owner, Some(h.token), h.lease_ms).with_mode(h.mode));
+                let queue = (state.queue.iter())
+                    .map(|w| Party::new(&w.owner, None, w.lease_ms).with_mode(w.mode));
+                view(state.token, None, holders.collect(), queue.collect())
             }),
         })
     }

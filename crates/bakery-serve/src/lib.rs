@@ -14,13 +14,17 @@ mod once;
 mod ops;
 mod sequences;
 mod sessions;
+mod telemetry;
+mod tls;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use bakery::VersionedStore;
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -63,7 +67,7 @@ use sessions::Sessions;
         (name = "locks", description = "Locks, semaphores, RW locks, elections and fenced values."),
         (name = "once", description = "Idempotency keys: run at most once, replay the result."),
         (name = "compatible", description = "Meituan Leaf's and Didi Tinyid's routes."),
-        (name = "operations", description = "Health and the API's description."),
+        (name = "operations", description = "Health, metrics and the API's description."),
     )
 )]
 struct ApiDoc;
@@ -95,6 +99,7 @@ fn routes() -> OpenApiRouter<Service> {
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::openapi_json))
+        .routes(routes!(telemetry::metrics))
 }
 
 /// The OpenAPI 3.1 document of the API, as served at `/openapi.json` (and
@@ -110,6 +115,10 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 /// One instance's state: the store, the sequence handles and the client
 /// sessions it keeps. Cheap to clone.
+///
+/// The first service made in a process installs a Prometheus recorder as the
+/// `metrics` facade's global recorder (unless one is installed already), so
+/// that `/metrics` shows the process's metrics.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -131,6 +140,7 @@ struct Inner {
     tokens: Option<Tokens>,
     segment_size: u64,
     lease: Duration,
+    metrics: PrometheusHandle,
 }
 
 impl Service {
@@ -150,6 +160,7 @@ impl Service {
                 tokens,
                 segment_size: config.segment_size(),
                 lease: config.lease(),
+                metrics: telemetry::handle(),
             }),
         })
     }
@@ -161,14 +172,15 @@ impl Service {
         self.inner.sessions.shut_down().await;
     }
 
-    /// The application: every HTTP route, JSON errors for the rest, and
-    /// the gRPC services beside them (a gRPC client needs HTTP/2, which
-    /// [`serve_on`] speaks on the same port).
+    /// The application: every HTTP route, JSON errors for the rest, each
+    /// HTTP request counted, timed and logged (see `/metrics`); and the
+    /// gRPC services beside them, on the same port (HTTP/2).
     pub fn router(&self) -> Router {
         let (router, _) = routes().split_for_parts();
         let rest = router
             .fallback(ops::not_found)
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .layer(axum::middleware::from_fn(telemetry::observe))
             .with_state(self.clone());
         grpc::beside(rest, self)
     }
@@ -196,15 +208,22 @@ impl Service {
     pub(crate) fn lease(&self) -> Duration {
         self.inner.lease
     }
+
+    pub(crate) fn metrics(&self) -> &PrometheusHandle {
+        &self.inner.metrics
+    }
 }
 
 /// The largest request body accepted.
 const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// Open the listening socket `config` names, after checking the config
-/// (a non-loopback address is refused: see [`ServeConfig::check`]).
+/// (a non-loopback address is refused: see [`ServeConfig::check`]) and its
+/// TLS certificate and key, if any ([`ServeError::Tls`] names a bad file
+/// before anything listens).
 pub async fn bind(config: &ServeConfig) -> Result<TcpListener, ServeError> {
     config.check()?;
+    tls::server_config(config)?;
     let addr = config.listen();
     TcpListener::bind(addr)
         .await
@@ -213,21 +232,29 @@ pub async fn bind(config: &ServeConfig) -> Result<TcpListener, ServeError> {
 
 /// Serve `store` on `listener` until `shutdown` completes; then every
 /// session ends (its grants released, so waiters elsewhere are served at
-/// once), and calls in flight finish before this returns.
+/// once), and calls in flight finish before this returns. HTTPS if
+/// `config` has a TLS certificate and key; HTTP/1.1 and HTTP/2 either way
+/// (over TLS by ALPN, in the clear with prior knowledge).
 pub async fn serve_on(
     listener: TcpListener,
     store: Arc<dyn VersionedStore>,
     config: &ServeConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let tls = tls::server_config(config)?;
     let service = Service::new(store, config)?;
     let app = service.router();
-    tracing::info!(addr = ?listener.local_addr().ok(), "bakery serve listening");
+    tracing::info!(addr = ?listener.local_addr().ok(), tls = tls.is_some(), "bakery serve listening");
     let shutdown = async move {
         shutdown.await;
         tracing::info!("shutting down: ending sessions, releasing their grants");
         service.shut_down().await;
     };
+    if let Some(tls) = tls {
+        return tls::serve(listener, app, tls, shutdown).await;
+    }
+    // The peer's address reaches the access log.
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await?;

@@ -84,6 +84,10 @@ pub struct GrantView {
     pub name: String,
     /// The grant's fencing token.
     pub token: u64,
+    /// False once the instance learned the grant was lost (it could not
+    /// renew the lease for a whole lease, and a waiter took over): stop
+    /// working under it; releasing it answers 409 `lost`.
+    pub held: bool,
 }
 
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -268,11 +272,12 @@ impl Session {
 
     pub(crate) fn view(&self) -> SessionView {
         let mut grants: Vec<GrantView> = locked(&self.grants)
-            .keys()
-            .map(|(family, name, token)| GrantView {
+            .iter()
+            .map(|((family, name, token), held)| GrantView {
                 family: *family,
                 name: name.clone(),
                 token: *token,
+                held: held.is_held(),
             })
             .collect();
         grants.sort_by(|a, b| (&a.name, a.token).cmp(&(&b.name, b.token)));
@@ -290,11 +295,20 @@ impl Session {
         self.ended.cancel();
         let grants: Vec<_> = locked(&self.grants).drain().collect();
         let claims: Vec<_> = locked(&self.claims).drain().collect();
-        for (_, claim) in claims {
-            let _ = claim
-                .outcome
-                .send(Err(format!("session {} ended before completing", self.id)));
-        }
+        let abandons = claims
+            .into_iter()
+            .map(|((scope, key, attempt), claim)| async move {
+                let _ = claim
+                    .outcome
+                    .send(Err(format!("session {} ended before completing", self.id)));
+                // Its run releases the key: the session has ended once it has.
+                if let Ok(Err(err)) = claim.run.await {
+                    if !matches!(err, RunError::Failed(_)) {
+                        tracing::warn!(%scope, %key, attempt, error = %err,
+                            "giving up an ended session's claim failed; it expires with its lease");
+                    }
+                }
+            });
         let releases = grants
             .into_iter()
             .map(|((family, name, token), held)| async move {
@@ -303,6 +317,10 @@ impl Session {
                     "releasing an ended session's grant failed; it expires with its lease");
                 }
             });
-        futures::future::join_all(releases).await;
+        futures::future::join(
+            futures::future::join_all(abandons),
+            futures::future::join_all(releases),
+        )
+        .await;
     }
 }

@@ -549,7 +549,7 @@ operations = ["ids", "locks", "read"]
 name = "reporting"
 secret = "reporting-secret-0123456789"
 prefixes = [""]
-operations = ["read", "locks"]
+operations = ["read", "locks", "admin"]
 "#,
     )
     .expect("write tokens");
@@ -626,6 +626,13 @@ operations = ["read", "locks"]
         .await
         .expect("call");
     assert_eq!(ok.status(), StatusCode::OK);
+    // Metrics are for operators.
+    let metrics = send(Method::GET, "/metrics", payments).await.expect("call");
+    assert_eq!(metrics.status(), StatusCode::FORBIDDEN);
+    let metrics = send(Method::GET, "/metrics", reporting)
+        .await
+        .expect("call");
+    assert_eq!(metrics.status(), StatusCode::OK);
     // A session is its opener's: another token may not use it.
     let opened = instance
         .http
@@ -673,5 +680,55 @@ operations = ["read", "locks"]
         .expect_err("a short secret")
         .to_string()
         .contains("at least 16"));
+    instance.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_lost_while_the_instance_was_frozen_is_reported_and_its_release_is_a_conflict() {
+    use bakery_testkit::faults::FaultStore;
+    let memory: Arc<dyn VersionedStore> = Arc::new(bakery::MemoryStore::new());
+    let faults = Arc::new(FaultStore::new(memory.clone()));
+    let lease = Duration::from_millis(300);
+    let instance =
+        Instance::start_with(faults.clone(), ServeConfig::default().with_lease(lease)).await;
+    let name = bakery_testkit::unique_name("serve-lost");
+    let session = open(&instance, 60_000).await;
+    let held = token(&acquire(&instance, "locks", &name, json!({"session": session})).await);
+    // The instance's store calls freeze (a GC pause, a partition); another
+    // process waits, and takes over after a lease of silence.
+    faults.pause();
+    let other = bakery::Lock::builder(memory, &name)
+        .lease(lease)
+        .build()
+        .expect("lock");
+    let guard = other.acquire().await.expect("taken over");
+    assert!(guard.token() > held);
+    faults.resume();
+    let mut lost = false;
+    for _ in 0..2_000 {
+        let (_, body) = call(
+            &instance,
+            Method::GET,
+            &format!("/v1/sessions/{session}"),
+            Value::Null,
+        )
+        .await;
+        if !typed::<SessionView>(body).grants[0].held {
+            lost = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(lost, "the session never reported its lost grant");
+    let (status, body) = call(
+        &instance,
+        Method::POST,
+        &format!("/v1/locks/{name}/release"),
+        json!({"session": session, "token": held}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(typed::<bakery_serve::ErrorBody>(body).kind, Kind::Lost);
+    guard.release().await.expect("release");
     instance.stop().await;
 }

@@ -14,6 +14,8 @@ use tokio::sync::oneshot;
 pub struct Instance {
     pub addr: SocketAddr,
     pub http: reqwest::Client,
+    /// `https` when the config has a certificate.
+    scheme: &'static str,
     stop: Option<oneshot::Sender<()>>,
     served: Option<tokio::task::JoinHandle<Result<(), bakery_serve::ServeError>>>,
 }
@@ -26,6 +28,11 @@ impl Instance {
     /// Started with `config`, on a free loopback port.
     pub async fn start_with(store: Arc<dyn VersionedStore>, config: ServeConfig) -> Instance {
         let config = config.with_listen(loopback());
+        let scheme = if config.tls_cert().is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let listener = bakery_serve::bind(&config).await.expect("bind");
         let addr = listener.local_addr().expect("local address");
         let (stop, stopped) = oneshot::channel::<()>();
@@ -38,13 +45,14 @@ impl Instance {
         Instance {
             addr,
             http: reqwest::Client::new(),
+            scheme,
             stop: Some(stop),
             served: Some(served),
         }
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}://{}{path}", self.scheme, self.addr)
     }
 
     pub async fn send(&self, method: Method, path: impl AsRef<str>) -> reqwest::Response {
@@ -74,6 +82,22 @@ impl Instance {
             .json()
             .await
             .expect("a JSON body of the documented type")
+    }
+
+    /// Ask it to stop, without waiting.
+    pub fn signal_stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Wait until `serve_on` has returned, and return what it returned.
+    pub async fn stopped(&mut self) -> Result<(), bakery_serve::ServeError> {
+        let served = self.served.take().expect("still serving");
+        tokio::time::timeout(std::time::Duration::from_secs(10), served)
+            .await
+            .expect("serve_on returns after its shutdown")
+            .expect("server task")
     }
 
     /// Stop it and wait until it has: calls in flight finish first.
