@@ -105,6 +105,7 @@ impl From<GrantView> for HeldGrant {
             family: proto::Family::from(grant.family).into(),
             name: grant.name,
             token: grant.token,
+            held: grant.held,
         }
     }
 }
