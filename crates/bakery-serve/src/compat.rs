@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::{tinyid_caller, Caller, Operation};
-use crate::error::{ApiError, Kind, TakeErrors};
+use crate::error::{ApiError, ErrorResponses, Kind};
 use crate::ids::{bounded, take, MAX_COUNT};
 use crate::Service;
 
@@ -25,7 +25,7 @@ use crate::Service;
     params(("key" = String, Path, description = "Leaf's biz tag: the sequence name.")),
     responses(
         (status = 200, description = "The id, in decimal, nothing else.", body = String, content_type = "text/plain"),
-        TakeErrors,
+        ErrorResponses,
     )
 )]
 pub(crate) async fn leaf_segment(

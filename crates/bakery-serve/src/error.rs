@@ -52,35 +52,14 @@ pub struct ErrorBody {
     pub message: String,
 }
 
-/// The errors of a route that takes ids, as the OpenAPI document lists
-/// them (handlers return [`ApiError`]; this type only documents).
+/// The error responses of every route that returns JSON, as the OpenAPI
+/// document lists them (handlers return [`ApiError`]; this type only
+/// documents). A route lists them all, though each answers only those its
+/// operation can meet.
 #[derive(IntoResponses)]
 #[allow(dead_code)]
-pub(crate) enum TakeErrors {
-    /// A bad name, count or size; the message names it.
-    #[response(status = 400)]
-    InvalidInput(ErrorBody),
-    /// No token, or an unknown one (only with a tokens file).
-    #[response(status = 401)]
-    Unauthorized(ErrorBody),
-    /// The token may not take ids of this name.
-    #[response(status = 403)]
-    Forbidden(ErrorBody),
-    /// The sequence has no ids left.
-    #[response(status = 409)]
-    Exhausted(ErrorBody),
-    /// The store is unavailable, or the outcome of a reservation is
-    /// unknown (its ids are never handed out); retry after `Retry-After`.
-    #[response(status = 503)]
-    Unavailable(ErrorBody),
-}
-
-/// The errors of the session, lock-family, fenced-value and once routes,
-/// as the OpenAPI document lists them.
-#[derive(IntoResponses)]
-#[allow(dead_code)]
-pub(crate) enum CallErrors {
-    /// A bad name, TTL, timeout or field; the message names it.
+pub(crate) enum ErrorResponses {
+    /// A bad name, count, size, TTL, timeout or field; the message names it.
     #[response(status = 400)]
     InvalidInput(ErrorBody),
     /// No token, or an unknown one (only with a tokens file).
@@ -94,10 +73,12 @@ pub(crate) enum CallErrors {
     /// grant or record.
     #[response(status = 404)]
     NotFound(ErrorBody),
-    /// The grant was lost, or the request contradicts the stored state.
+    /// The grant was lost, the request contradicts the stored state, or
+    /// the sequence has no ids left.
     #[response(status = 409)]
     Conflict(ErrorBody),
-    /// The store is unavailable or the outcome unknown; retry after
+    /// The store is unavailable, or the outcome of a write is unknown (ids
+    /// it may have reserved are never handed out); retry after
     /// `Retry-After`.
     #[response(status = 503)]
     Unavailable(ErrorBody),

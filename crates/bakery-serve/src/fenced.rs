@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::{Caller, Operation};
-use crate::error::{ApiError, CallErrors, Kind};
+use crate::error::{ApiError, ErrorResponses, Kind};
 use crate::Service;
 
 /// A fenced value's name in the path.
@@ -63,7 +63,7 @@ impl TryFrom<Fenced> for FencedContent {
     path = "/v1/fenced/{name}",
     tag = "locks",
     params(FencedPath),
-    responses((status = 200, description = "The value and the token that wrote it.", body = FencedContent), CallErrors)
+    responses((status = 200, description = "The value and the token that wrote it.", body = FencedContent), ErrorResponses)
 )]
 pub(crate) async fn read(
     State(service): State<Service>,
@@ -97,7 +97,7 @@ pub(crate) async fn read_value(
     tag = "locks",
     params(FencedPath),
     request_body = FencedWriteRequest,
-    responses((status = 200, description = "Stored.", body = FencedContent), CallErrors)
+    responses((status = 200, description = "Stored.", body = FencedContent), ErrorResponses)
 )]
 pub(crate) async fn write(
     State(service): State<Service>,

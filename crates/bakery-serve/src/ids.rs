@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::{Caller, Operation};
-use crate::error::{ApiError, ErrorBody, TakeErrors};
+use crate::error::{ApiError, ErrorResponses};
 use crate::Service;
 
 /// The most ids one `next` call returns.
@@ -82,7 +82,7 @@ pub(crate) async fn take(sequence: &Sequence, count: u64) -> Result<Vec<u64>, Ap
     params(("name" = String, Path, description = "The sequence name."), CountParams),
     responses(
         (status = 200, description = "The ids.", body = Ids),
-        TakeErrors,
+        ErrorResponses,
     )
 )]
 pub(crate) async fn next(
@@ -123,7 +123,7 @@ pub(crate) async fn next_ids(
     params(("name" = String, Path, description = "The sequence name."), SizeParams),
     responses(
         (status = 200, description = "The block.", body = Block),
-        TakeErrors,
+        ErrorResponses,
     )
 )]
 pub(crate) async fn reserve(
@@ -165,11 +165,7 @@ pub(crate) async fn reserve_block(
     params(("name" = String, Path, description = "The sequence name.")),
     responses(
         (status = 200, description = "The sequence's row.", body = SequenceState),
-        (status = 400, description = "A bad name.", body = ErrorBody),
-        (status = 401, description = "No token, or an unknown one (only with a tokens file).", body = ErrorBody),
-        (status = 403, description = "The token may not read this name.", body = ErrorBody),
-        (status = 404, description = "Nobody has taken an id of this sequence.", body = ErrorBody),
-        (status = 503, description = "The store is unavailable; retry.", body = ErrorBody),
+        ErrorResponses,
     )
 )]
 pub(crate) async fn show(

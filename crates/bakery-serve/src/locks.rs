@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::{Caller, Operation};
-use crate::error::{ApiError, CallErrors, Kind};
+use crate::error::{ApiError, ErrorResponses, Kind};
 use crate::grants::{Ask, Family, Mode, QueueView};
 use crate::sessions::{SessionView, DEFAULT_TTL};
 use crate::Service;
@@ -45,7 +45,7 @@ pub struct OpenSession {
     path = "/v1/sessions",
     tag = "sessions",
     request_body = OpenSession,
-    responses((status = 200, description = "The new session.", body = SessionView), CallErrors)
+    responses((status = 200, description = "The new session.", body = SessionView), ErrorResponses)
 )]
 pub(crate) async fn open_session(
     State(service): State<Service>,
@@ -95,7 +95,7 @@ pub(crate) struct SessionPath {
     path = "/v1/sessions/{id}",
     tag = "sessions",
     params(SessionPath),
-    responses((status = 200, description = "The session.", body = SessionView), CallErrors)
+    responses((status = 200, description = "The session.", body = SessionView), ErrorResponses)
 )]
 pub(crate) async fn show_session(
     State(service): State<Service>,
@@ -121,7 +121,7 @@ pub(crate) fn session_view(
     path = "/v1/sessions/{id}/keepalive",
     tag = "sessions",
     params(SessionPath),
-    responses((status = 200, description = "The session, alive a TTL from now.", body = SessionView), CallErrors)
+    responses((status = 200, description = "The session, alive a TTL from now.", body = SessionView), ErrorResponses)
 )]
 pub(crate) async fn keep_alive(
     State(service): State<Service>,
@@ -146,7 +146,7 @@ pub(crate) fn keep(service: &Service, caller: &Caller, id: &str) -> Result<Sessi
     path = "/v1/sessions/{id}",
     tag = "sessions",
     params(SessionPath),
-    responses((status = 204, description = "Closed; everything it held is given back."), CallErrors)
+    responses((status = 204, description = "Closed; everything it held is given back."), ErrorResponses)
 )]
 pub(crate) async fn close_session(
     State(service): State<Service>,
@@ -224,7 +224,7 @@ pub struct Acquired {
     tag = "locks",
     params(FamilyPath),
     request_body = AcquireRequest,
-    responses((status = 200, description = "Granted, or not within the timeout.", body = Acquired), CallErrors)
+    responses((status = 200, description = "Granted, or not within the timeout.", body = Acquired), ErrorResponses)
 )]
 pub(crate) async fn acquire(
     State(service): State<Service>,
@@ -269,7 +269,7 @@ pub(crate) async fn wait_for_grant(
     tag = "locks",
     params(FamilyPath),
     request_body = AcquireRequest,
-    responses((status = 200, description = "Granted, or busy.", body = Acquired), CallErrors)
+    responses((status = 200, description = "Granted, or busy.", body = Acquired), ErrorResponses)
 )]
 pub(crate) async fn try_acquire(
     State(service): State<Service>,
@@ -365,7 +365,7 @@ pub struct ReleaseRequest {
     tag = "locks",
     params(FamilyPath),
     request_body = ReleaseRequest,
-    responses((status = 204, description = "Released."), CallErrors)
+    responses((status = 204, description = "Released."), ErrorResponses)
 )]
 pub(crate) async fn release(
     State(service): State<Service>,
@@ -407,7 +407,7 @@ pub(crate) async fn give_back(
     path = "/v1/{family}/{name}",
     tag = "locks",
     params(FamilyPath),
-    responses((status = 200, description = "The stored state.", body = QueueView), CallErrors)
+    responses((status = 200, description = "The stored state.", body = QueueView), ErrorResponses)
 )]
 pub(crate) async fn show(
     State(service): State<Service>,
@@ -474,7 +474,7 @@ const DEFAULT_OBSERVE: Duration = Duration::from_secs(600);
     params(ElectionPath, ObserveParams),
     responses(
         (status = 200, description = "`event: leader` with a LeaderEvent as data, per change.", body = LeaderEvent, content_type = "text/event-stream"),
-        CallErrors
+        ErrorResponses
     )
 )]
 pub(crate) async fn observe(

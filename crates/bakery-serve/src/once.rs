@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::{Caller, Operation};
-use crate::error::{ApiError, CallErrors, Kind};
+use crate::error::{ApiError, ErrorResponses, Kind};
 use crate::locks::{millis, MAX_WAIT};
 use crate::sessions::{Claim, Outcome};
 use crate::Service;
@@ -96,7 +96,7 @@ impl OnceState {
     tag = "once",
     params(KeyPath),
     request_body = ClaimRequest,
-    responses((status = 200, description = "Where the key stands for this caller.", body = OnceState), CallErrors)
+    responses((status = 200, description = "Where the key stands for this caller.", body = OnceState), ErrorResponses)
 )]
 pub(crate) async fn claim(
     State(service): State<Service>,
@@ -243,7 +243,7 @@ pub struct FinishRequest {
     tag = "once",
     params(KeyPath),
     request_body = FinishRequest,
-    responses((status = 200, description = "Completed: the stored result.", body = OnceState), CallErrors)
+    responses((status = 200, description = "Completed: the stored result.", body = OnceState), ErrorResponses)
 )]
 pub(crate) async fn complete(
     State(service): State<Service>,
@@ -264,7 +264,7 @@ pub(crate) async fn complete(
     tag = "once",
     params(KeyPath),
     request_body = FinishRequest,
-    responses((status = 200, description = "Released for a retry.", body = OnceState), CallErrors)
+    responses((status = 200, description = "Released for a retry.", body = OnceState), ErrorResponses)
 )]
 pub(crate) async fn fail(
     State(service): State<Service>,
@@ -313,7 +313,7 @@ pub(crate) async fn finish(
     path = "/v1/once/{scope}/{key}",
     tag = "once",
     params(KeyPath),
-    responses((status = 200, description = "The key's record.", body = OnceState), CallErrors)
+    responses((status = 200, description = "The key's record.", body = OnceState), ErrorResponses)
 )]
 pub(crate) async fn show(
     State(service): State<Service>,
@@ -360,7 +360,7 @@ pub(crate) async fn key_state(
     path = "/v1/once/{scope}/{key}",
     tag = "once",
     params(KeyPath),
-    responses((status = 204, description = "Forgotten."), CallErrors)
+    responses((status = 204, description = "Forgotten."), ErrorResponses)
 )]
 pub(crate) async fn forget(
     State(service): State<Service>,
