@@ -625,3 +625,46 @@ async fn http_and_grpc_share_the_port_each_with_its_own_not_found() {
     }
     instance.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_over_tls_on_the_https_port() {
+    use tonic::transport::{Certificate, ClientTlsConfig};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (cert, key, cert_pem) = common::self_signed(dir.path());
+    let store: Arc<dyn VersionedStore> = Arc::new(bakery::MemoryStore::new());
+    let config = ServeConfig::default()
+        .with_tls_cert(&cert)
+        .with_tls_key(&key);
+    let instance = Instance::start_with(store, config).await;
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(cert_pem))
+        .domain_name("localhost");
+    let channel = Endpoint::from_shared(format!("https://{}", instance.addr))
+        .expect("an endpoint")
+        .tls_config(tls)
+        .expect("TLS settings")
+        .connect()
+        .await
+        .expect("a gRPC connection over TLS (ALPN h2)");
+    let ids = IdsClient::new(channel)
+        .next(NextRequest {
+            name: "tls-orders".to_owned(),
+            count: Some(3),
+        })
+        .await
+        .expect("ids over TLS")
+        .into_inner();
+    assert_eq!(ids.ids.len(), 3);
+    // A client that does not trust the certificate is refused.
+    let untrusting = Endpoint::from_shared(format!("https://{}", instance.addr))
+        .expect("an endpoint")
+        .tls_config(ClientTlsConfig::new().domain_name("localhost"))
+        .expect("TLS settings")
+        .connect()
+        .await;
+    assert!(
+        untrusting.is_err(),
+        "connected without trusting the certificate"
+    );
+    instance.stop().await;
+}

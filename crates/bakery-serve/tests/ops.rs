@@ -15,7 +15,7 @@ use bakery::VersionedStore;
 use bakery_core::{async_trait, Bytes, Key, PutOutcome, Result as StoreResult, StoreLayer};
 use bakery_serve::{Ids, ServeConfig, ServeError};
 
-use common::Instance;
+use common::{self_signed, Instance};
 use reqwest::{header, StatusCode, Version};
 use tokio::sync::Notify;
 
@@ -237,20 +237,6 @@ async fn plain_http_also_serves_http2_with_prior_knowledge() {
         .expect("healthz over h2c");
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.version(), Version::HTTP_2);
-}
-
-/// A self-signed certificate for 127.0.0.1 and localhost, written as PEM
-/// files into `dir`: (certificate path, key path, certificate PEM).
-fn self_signed(dir: &Path) -> (PathBuf, PathBuf, String) {
-    let certified =
-        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-            .expect("certificate");
-    let cert_pem = certified.cert.pem();
-    let cert = dir.join("cert.pem");
-    let key = dir.join("key.pem");
-    std::fs::write(&cert, &cert_pem).expect("write cert");
-    std::fs::write(&key, certified.signing_key.serialize_pem()).expect("write key");
-    (cert, key, cert_pem)
 }
 
 /// A client that trusts `cert_pem` only.

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test file uses its part
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bakery::VersionedStore;
@@ -161,4 +162,18 @@ pub async fn error_of(response: reqwest::Response) -> (StatusCode, ErrorBody) {
         .await
         .expect("a JSON error body");
     (status, body)
+}
+
+/// A self-signed certificate for 127.0.0.1 and localhost, written as PEM
+/// files into `dir`: (certificate path, key path, certificate PEM).
+pub fn self_signed(dir: &Path) -> (PathBuf, PathBuf, String) {
+    let certified =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+            .expect("certificate");
+    let cert_pem = certified.cert.pem();
+    let cert = dir.join("cert.pem");
+    let key = dir.join("key.pem");
+    std::fs::write(&cert, &cert_pem).expect("write cert");
+    std::fs::write(&key, certified.signing_key.serialize_pem()).expect("write key");
+    (cert, key, cert_pem)
 }
