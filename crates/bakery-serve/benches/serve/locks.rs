@@ -1,0 +1,316 @@
+//! (c) Lock acquire + release by N clients of one lock, through any
+//! [`LockTarget`]: `bakery serve`'s HTTP/JSON API ([`HttpLocks`]) or the
+//! same lock in this process ([`InProcessLocks`], `bakery::Lock` on the
+//! same store). A gRPC client is one more `LockTarget` and `LockClient`.
+//!
+//! One operation is acquire, the critical section (the checks: nobody else
+//! inside, the fencing token above every token granted before), release.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bakery::{Lock, LockGuard, VersionedStore};
+use bytes::Bytes;
+use hyper::{Method, Uri};
+use serde::Deserialize;
+
+use crate::http::{self, Conn, Reply};
+use crate::stats::{Phases, Tally};
+
+/// Where clients of one lock come from.
+pub trait LockTarget: Sync {
+    type Client: LockClient;
+
+    /// How the clients reach the lock, for the report.
+    fn implementation(&self) -> &'static str;
+
+    /// A new client of the lock `name`, with its own session or handle.
+    fn client(&self, name: &str) -> impl Future<Output = Result<Self::Client, String>> + Send;
+}
+
+/// One client of one lock.
+pub trait LockClient: Send + 'static {
+    /// What a grant hands to its release.
+    type Grant: Send;
+
+    /// Wait for the lock.
+    fn acquire(&mut self) -> impl Future<Output = Result<Self::Grant, String>> + Send;
+
+    /// The grant's fencing token.
+    fn token(grant: &Self::Grant) -> u64;
+
+    /// Give the lock up.
+    fn release(&mut self, grant: Self::Grant) -> impl Future<Output = Result<(), String>> + Send;
+
+    /// Done with the lock: close what the client opened.
+    fn close(self) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// `bakery serve`'s lock API over HTTP/JSON, a session per client.
+pub struct HttpLocks {
+    pub addr: SocketAddr,
+    /// The sessions' time to live.
+    pub ttl: Duration,
+    /// How long an acquire may wait.
+    pub timeout: Duration,
+}
+
+pub struct HttpLockClient {
+    conn: Conn,
+    session: String,
+    acquire: Uri,
+    acquire_body: Bytes,
+    release: Uri,
+}
+
+#[derive(Deserialize)]
+struct SessionBody {
+    id: String,
+}
+
+#[derive(Deserialize)]
+struct AcquireBody {
+    granted: bool,
+    token: Option<u64>,
+}
+
+fn json(value: serde_json::Value) -> Bytes {
+    Bytes::from(value.to_string())
+}
+
+impl LockTarget for HttpLocks {
+    type Client = HttpLockClient;
+
+    fn implementation(&self) -> &'static str {
+        "HTTP/JSON (bakery serve)"
+    }
+
+    async fn client(&self, name: &str) -> Result<HttpLockClient, String> {
+        let mut conn = Conn::open(self.addr).await?;
+        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        let body = conn
+            .call(
+                Method::POST,
+                &http::target("/v1/sessions")?,
+                Some(json(serde_json::json!({ "ttl_ms": ttl_ms }))),
+            )
+            .await
+            .and_then(Reply::ok)
+            .map_err(|err| format!("opening a session: {err}"))?;
+        let session: SessionBody =
+            serde_json::from_slice(&body).map_err(|err| format!("session body: {err}"))?;
+        let timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
+        Ok(HttpLockClient {
+            conn,
+            acquire: http::target(&format!("/v1/locks/{name}/acquire"))?,
+            acquire_body: json(
+                serde_json::json!({ "session": session.id, "timeout_ms": timeout_ms }),
+            ),
+            release: http::target(&format!("/v1/locks/{name}/release"))?,
+            session: session.id,
+        })
+    }
+}
+
+impl LockClient for HttpLockClient {
+    type Grant = u64;
+
+    async fn acquire(&mut self) -> Result<u64, String> {
+        let body = self
+            .conn
+            .call(Method::POST, &self.acquire, Some(self.acquire_body.clone()))
+            .await
+            .and_then(Reply::ok)?;
+        let answer: AcquireBody =
+            serde_json::from_slice(&body).map_err(|err| format!("acquire body: {err}"))?;
+        match (answer.granted, answer.token) {
+            (true, Some(token)) => Ok(token),
+            (true, None) => Err("granted without a token".into()),
+            (false, _) => Err("not granted before the timeout".into()),
+        }
+    }
+
+    fn token(grant: &u64) -> u64 {
+        *grant
+    }
+
+    async fn release(&mut self, token: u64) -> Result<(), String> {
+        let body = json(serde_json::json!({ "session": self.session, "token": token }));
+        self.conn
+            .call(Method::POST, &self.release, Some(body))
+            .await
+            .and_then(Reply::ok)
+            .map(drop)
+    }
+
+    async fn close(self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The same lock in this process: `bakery::Lock` on the store the server
+/// serves, a handle per client (as separate services would have).
+pub struct InProcessLocks {
+    pub store: Arc<dyn VersionedStore>,
+}
+
+pub struct InProcessLockClient {
+    lock: Lock,
+}
+
+impl LockTarget for InProcessLocks {
+    type Client = InProcessLockClient;
+
+    fn implementation(&self) -> &'static str {
+        "in-process bakery::Lock"
+    }
+
+    async fn client(&self, name: &str) -> Result<InProcessLockClient, String> {
+        let lock = Lock::builder(self.store.clone(), name)
+            .build()
+            .map_err(|err| format!("lock {name:?}: {err}"))?;
+        Ok(InProcessLockClient { lock })
+    }
+}
+
+impl LockClient for InProcessLockClient {
+    type Grant = LockGuard;
+
+    async fn acquire(&mut self) -> Result<LockGuard, String> {
+        self.lock.acquire().await.map_err(|err| err.to_string())
+    }
+
+    fn token(grant: &LockGuard) -> u64 {
+        grant.token()
+    }
+
+    async fn release(&mut self, grant: LockGuard) -> Result<(), String> {
+        grant.release().await.map_err(|err| err.to_string())
+    }
+
+    async fn close(self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// A finished cell.
+pub struct LockCell {
+    pub implementation: &'static str,
+    pub clients: usize,
+    pub tally: Tally,
+    pub per_sec: f64,
+    pub problems: Vec<String>,
+}
+
+/// What the critical section checks, shared by the clients of a cell.
+#[derive(Default)]
+struct Exclusion {
+    inside: AtomicBool,
+    /// The last token granted, plus one (0: none yet).
+    last: AtomicU64,
+    overlaps: AtomicU64,
+    not_increasing: AtomicU64,
+}
+
+impl Exclusion {
+    fn enter(&self, token: u64) {
+        if self.inside.swap(true, Ordering::AcqRel) {
+            self.overlaps.fetch_add(1, Ordering::Relaxed);
+        }
+        let before = self.last.swap(token.saturating_add(1), Ordering::AcqRel);
+        if token.saturating_add(1) <= before {
+            self.not_increasing.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn leave(&self) {
+        self.inside.store(false, Ordering::Release);
+    }
+}
+
+/// Run one cell: `clients` clients of one fresh lock `name` of `target`.
+pub async fn run<T: LockTarget>(
+    target: &T,
+    name: &str,
+    clients: usize,
+    warmup: Duration,
+    duration: Duration,
+) -> Result<LockCell, String> {
+    let mut opened = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        opened.push(target.client(name).await?);
+    }
+    let exclusion = Arc::new(Exclusion::default());
+    let phases = Phases::start(warmup, duration);
+    let tasks: Vec<_> = opened
+        .into_iter()
+        .map(|client| tokio::spawn(client_loop(client, exclusion.clone(), phases)))
+        .collect();
+    let mut tally = Tally::new();
+    let mut problems = Vec::new();
+    for task in tasks {
+        let (client_tally, closed) = task
+            .await
+            .map_err(|err| format!("a client task failed: {err}"))?;
+        tally.merge(client_tally);
+        if let Err(err) = closed {
+            problems.push(format!("closing a client: {err}"));
+        }
+    }
+    let overlaps = exclusion.overlaps.load(Ordering::Acquire);
+    if overlaps > 0 {
+        problems.push(format!(
+            "{overlaps} grant(s) while another client held the lock"
+        ));
+    }
+    let not_increasing = exclusion.not_increasing.load(Ordering::Acquire);
+    if not_increasing > 0 {
+        problems.push(format!(
+            "{not_increasing} token(s) not above the token granted before"
+        ));
+    }
+    let per_sec = tally.count() as f64 / phases.duration().as_secs_f64();
+    Ok(LockCell {
+        implementation: target.implementation(),
+        clients,
+        tally,
+        per_sec,
+        problems,
+    })
+}
+
+async fn client_loop<C: LockClient>(
+    mut client: C,
+    exclusion: Arc<Exclusion>,
+    phases: Phases,
+) -> (Tally, Result<(), String>) {
+    let mut tally = Tally::new();
+    loop {
+        let begin = Instant::now();
+        if begin >= phases.until {
+            break;
+        }
+        let grant = match client.acquire().await {
+            Ok(grant) => grant,
+            Err(err) => {
+                tally.error(format!("acquire: {err}"));
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                continue;
+            }
+        };
+        exclusion.enter(C::token(&grant));
+        exclusion.leave();
+        if let Err(err) = client.release(grant).await {
+            tally.error(format!("release: {err}"));
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            continue;
+        }
+        if begin >= phases.timed_from {
+            tally.record(begin.elapsed());
+        }
+    }
+    (tally, client.close().await)
+}

@@ -1,0 +1,657 @@
+//! The run's results and its Markdown section of docs/BENCHMARKS.md (the
+//! machine table and number formats of `bakery bench`'s report).
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use bakery_bench::machine::{gibibytes, Machine};
+
+use crate::args::Args;
+use crate::blocks::BlockCell;
+use crate::load::{LoadCell, Route};
+use crate::locks::LockCell;
+
+pub use bakery_bench::format::{nanos, rate};
+
+/// Goals of issue 51: single ids at this share of the floor and this rate
+/// (64 connections), the thin client's ids/s, and what the lock service may
+/// add per HTTP call (in loopback round trips).
+const FLOOR_SHARE: f64 = 0.7;
+const NEXT_PER_SEC: f64 = 50_000.0;
+const BLOCK_IDS_PER_SEC: f64 = 10_000_000.0;
+const ADDED_ROUND_TRIPS: f64 = 1.0;
+
+/// The whole run.
+pub struct Run {
+    pub args: Args,
+    pub started: SystemTime,
+    pub finished: SystemTime,
+    pub machine: Machine,
+    /// `/proc/loadavg`'s three load averages when the run began.
+    pub load: Option<String>,
+    pub stores: Vec<StoreRun>,
+}
+
+/// One store's cells.
+pub struct StoreRun {
+    /// The scheme: sqlite, memory, postgres.
+    pub label: String,
+    /// The URI, password redacted; a temporary SQLite file is shown as such.
+    pub shown_uri: String,
+    pub loads: Vec<LoadCell>,
+    pub blocks: Vec<BlockCell>,
+    pub http_locks: Vec<LockCell>,
+    pub local_locks: Vec<LockCell>,
+    /// Cells that could not run, and a server that did not stop cleanly.
+    pub failed: Vec<String>,
+    /// The sequences and HTTP locks the cells made (deleted afterwards).
+    pub sequences: Vec<String>,
+    pub http_lock_names: Vec<String>,
+}
+
+impl StoreRun {
+    pub fn new(uri: &str) -> StoreRun {
+        let label = uri.split_once("://").map_or(uri, |(scheme, _)| scheme);
+        let label = match label {
+            "postgresql" => "postgres",
+            other => other,
+        };
+        let shown_uri = if label == "sqlite" && uri.contains("/serve-bench.db") {
+            "sqlite://$TMPDIR/…/serve-bench.db (a fresh file)".to_string()
+        } else {
+            bakery::redact(uri)
+        };
+        StoreRun {
+            label: label.to_string(),
+            shown_uri,
+            loads: Vec::new(),
+            blocks: Vec::new(),
+            http_locks: Vec::new(),
+            local_locks: Vec::new(),
+            failed: Vec::new(),
+            sequences: Vec::new(),
+            http_lock_names: Vec::new(),
+        }
+    }
+
+    /// The rounds of one cell, slowest first.
+    fn rounds(&self, route: Route, connections: usize) -> Vec<&LoadCell> {
+        let mut rounds: Vec<&LoadCell> = self
+            .loads
+            .iter()
+            .filter(|cell| cell.route == route && cell.connections == connections)
+            .collect();
+        rounds.sort_by(|a, b| a.per_sec.total_cmp(&b.per_sec));
+        rounds
+    }
+
+    /// The median round of one cell (the slower of the middle two).
+    fn load(&self, route: Route, connections: usize) -> Option<&LoadCell> {
+        let rounds = self.rounds(route, connections);
+        rounds.get(rounds.len().saturating_sub(1) / 2).copied()
+    }
+
+    /// One loopback HTTP round trip: the floor's p50 at one connection.
+    fn round_trip_ns(&self) -> Option<u64> {
+        self.load(Route::Floor, 1).map(|cell| cell.tally.at(0.5))
+    }
+}
+
+impl Run {
+    pub fn begin(args: &Args) -> Run {
+        Run {
+            args: args.clone(),
+            started: SystemTime::now(),
+            finished: SystemTime::now(),
+            machine: Machine::detect(),
+            load: std::fs::read_to_string("/proc/loadavg").ok().map(|line| {
+                line.split_whitespace()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }),
+            stores: Vec::new(),
+        }
+    }
+
+    pub fn finish(&mut self) {
+        self.finished = SystemTime::now();
+    }
+
+    /// Broken guarantees and cells that could not run.
+    pub fn failures(&self) -> Vec<String> {
+        let mut failures = Vec::new();
+        for store in &self.stores {
+            let label = &store.label;
+            failures.extend(store.failed.iter().map(|err| format!("{label}: {err}")));
+            for cell in &store.loads {
+                failures.extend(cell.problems.iter().map(|p| {
+                    format!(
+                        "{label}: {} × {}: {p}",
+                        cell.route.label(),
+                        cell.connections
+                    )
+                }));
+            }
+            for cell in &store.blocks {
+                failures.extend(
+                    cell.problems
+                        .iter()
+                        .map(|p| format!("{label}: blocks of {}: {p}", cell.size)),
+                );
+            }
+            for cell in store.http_locks.iter().chain(&store.local_locks) {
+                failures.extend(
+                    cell.problems.iter().map(|p| {
+                        format!("{label}: {} × {}: {p}", cell.implementation, cell.clients)
+                    }),
+                );
+            }
+        }
+        failures
+    }
+}
+
+/// The section, from its `##` heading on (scripts/bench-serve.sh adds the
+/// markers around it).
+pub fn markdown(run: &Run) -> String {
+    let mut md = String::new();
+    let args = &run.args;
+    let _ = writeln!(md, "## bakery serve over HTTP\n");
+    let _ = writeln!(
+        md,
+        "_Generated by `scripts/bench-serve.sh` (the bench `cargo bench -p bakery-serve --bench \
+         serve`); `scripts/bench-report.sh` keeps this section. Do not edit by hand._\n"
+    );
+    let mut command = String::from("cargo bench -p bakery-serve --bench serve --");
+    for given in &args.given {
+        command.push(' ');
+        command.push_str(given);
+    }
+    let _ = writeln!(md, "```sh\n{command}\n```\n");
+    let _ = writeln!(
+        md,
+        "Run from {} to {} (UTC) with bakery {}.\n",
+        humantime::format_rfc3339_seconds(run.started),
+        humantime::format_rfc3339_seconds(run.finished),
+        env!("CARGO_PKG_VERSION")
+    );
+
+    let m = &run.machine;
+    let _ = writeln!(md, "| | |\n|---|---|");
+    let _ = writeln!(
+        md,
+        "| CPU | {} |",
+        m.cpu_model.as_deref().unwrap_or("unknown")
+    );
+    let _ = writeln!(
+        md,
+        "| cores | {} logical CPUs{} |",
+        m.logical_cpus,
+        m.physical_cores
+            .map_or_else(String::new, |c| format!(", {c} physical cores"))
+    );
+    let _ = writeln!(
+        md,
+        "| memory | {} |",
+        m.memory_bytes
+            .map_or_else(|| "unknown".to_string(), gibibytes)
+    );
+    let _ = writeln!(
+        md,
+        "| OS | {}{} ({}) |",
+        m.os,
+        m.kernel
+            .as_deref()
+            .map_or_else(String::new, |k| format!(", kernel {k}")),
+        m.arch
+    );
+    if let Some(load) = &run.load {
+        let _ = writeln!(
+            md,
+            "| load average before the run | {load} (1, 5, 15 min) |"
+        );
+    }
+    let _ = writeln!(
+        md,
+        "| server | `bakery --uri URI serve --listen 127.0.0.1:0` (release build), a process of \
+         its own: tokio multi-thread runtime, {} worker threads (one per CPU) |",
+        m.logical_cpus
+    );
+    let _ = writeln!(
+        md,
+        "| load generator | the bench's process: tokio multi-thread runtime, {} worker threads; \
+         hyper's HTTP/1.1 connection-level client, one keep-alive connection per client task \
+         (TCP_NODELAY), closed loop: a client sends its next request when it has read the \
+         answer to the last; loopback |",
+        args.client_threads
+    );
+    let _ = writeln!(
+        md,
+        "| cells | {} warm-up, then {} timed; every request (operation) timed, HDR histogram \
+         (3 significant digits); errors = non-200 answers and failed requests, warm-up \
+         included |",
+        humantime::format_duration(args.warmup),
+        humantime::format_duration(args.duration)
+    );
+    let stores: Vec<String> = run
+        .stores
+        .iter()
+        .map(|store| format!("{}: {}", store.label, store.shown_uri))
+        .collect();
+    let _ = writeln!(md, "| stores | {} |\n", stores.join("; "));
+    let _ = writeln!(
+        md,
+        "The server, the load generator and the store share the machine's {} CPUs: every \
+         figure below is what one machine does with both ends of the connection, not what a \
+         server would do with its cores to itself. The server runs as `bakery serve` does in \
+         production, a process of its own, so its runtime and worker threads are only its own; \
+         the in-process lock rows run in the bench's process after the server has stopped.\n",
+        m.logical_cpus
+    );
+
+    single_ids(&mut md, run);
+    thin_client(&mut md, run);
+    locks(&mut md, run);
+    goals(&mut md, run);
+    errors(&mut md, run);
+    md
+}
+
+fn single_ids(md: &mut String, run: &Run) {
+    let _ = writeln!(md, "### Single ids against the HTTP floor\n");
+    let _ = writeln!(
+        md,
+        "`POST /v1/sequences/{{name}}/next?count=1` (one id per request, from the server's \
+         block) beside `GET /healthz` of the same server, whose constant body is the most any \
+         route can answer. The two routes' cells take turns, round after round; each row is \
+         its cell's median round (by req/s), × floor is its req/s over the floor's median \
+         round at the same connections, and errors count all rounds. The ids of every round \
+         were checked: none twice, increasing on each connection.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| store | route | connections | req/s | × floor | p50 | p99 | p999 | errors | req/s of each round |"
+    );
+    let _ = writeln!(
+        md,
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for store in &run.stores {
+        for connections in [1, run.args.connections] {
+            for route in [Route::Floor, Route::Next] {
+                let Some(cell) = store.load(route, connections) else {
+                    continue;
+                };
+                let floor = store.load(Route::Floor, connections);
+                let share = floor
+                    .filter(|floor| floor.per_sec > 0.0)
+                    .map_or_else(|| "-".into(), |floor| ratio(cell.per_sec / floor.per_sec));
+                // In the order they ran.
+                let rounds: Vec<&LoadCell> = store
+                    .loads
+                    .iter()
+                    .filter(|round| round.route == route && round.connections == connections)
+                    .collect();
+                let each: Vec<String> = rounds.iter().map(|round| rate(round.per_sec)).collect();
+                let errors: u64 = rounds.iter().map(|round| round.tally.errors).sum();
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    store.label,
+                    route.label(),
+                    connections,
+                    rate(cell.per_sec),
+                    share,
+                    nanos(cell.tally.at(0.5)),
+                    nanos(cell.tally.at(0.99)),
+                    nanos(cell.tally.at(0.999)),
+                    errors,
+                    each.join(", ")
+                );
+            }
+        }
+    }
+    let _ = writeln!(md);
+}
+
+fn thin_client(md: &mut String, run: &Run) {
+    let _ = writeln!(md, "### Ids by reserved block (a thin client)\n");
+    let _ = writeln!(
+        md,
+        "One client reserves a block over HTTP (`POST /v1/sequences/{{name}}/reserve?size=N`), \
+         hands its ids out from memory one at a time, and reserves the next block when it runs \
+         out, on one keep-alive connection. ids/s: ids handed out in the timed part over its \
+         length, the reservation requests' time included (they are waited for: no prefetch). \
+         Checked: the blocks do not overlap, every id is above the one before.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| store | block size | ids/s | reservations | reserve p50 | reserve p99 | errors |"
+    );
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for store in &run.stores {
+        for cell in &store.blocks {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                store.label,
+                thousands(cell.size),
+                rate(cell.per_sec),
+                cell.reserves.count(),
+                nanos(cell.reserves.at(0.5)),
+                nanos(cell.reserves.at(0.99)),
+                cell.reserves.errors
+            );
+        }
+    }
+    let _ = writeln!(md);
+}
+
+fn locks(md: &mut String, run: &Run) {
+    let _ = writeln!(md, "### Lock acquire + release\n");
+    let _ = writeln!(
+        md,
+        "Every client acquires and releases one lock, again and again; one operation is \
+         acquire + release. Over HTTP each client has its own session (`POST /v1/sessions`) \
+         and connection and makes two calls per operation (`POST /v1/locks/{{name}}/acquire`, \
+         `…/release`); in process each client has its own `bakery::Lock` handle on the same \
+         store (for memory://, a store of the bench's own). Checked in the critical section: \
+         no other client inside, every fencing token above the one before.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| store | implementation | clients | ops/s | p50 | p99 | p999 | errors |"
+    );
+    let _ = writeln!(
+        md,
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for store in &run.stores {
+        for cell in store.http_locks.iter().chain(&store.local_locks) {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                store.label,
+                cell.implementation,
+                cell.clients,
+                rate(cell.per_sec),
+                nanos(cell.tally.at(0.5)),
+                nanos(cell.tally.at(0.99)),
+                nanos(cell.tally.at(0.999)),
+                cell.tally.errors
+            );
+        }
+    }
+    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "What the service adds per operation (HTTP minus in process, same store and clients). \
+         A round trip is one loopback HTTP round trip of the same server: the floor's p50 at 1 \
+         connection. At 1 client an operation is two calls, so the service adds at most one \
+         round trip per call when p50 added ≤ 2 round trips. With several clients the lock is \
+         always wanted, and its throughput is one hand-off after another: time per grant = \
+         1 / ops/s; a hand-off over HTTP is the release call going in and the grant's answer \
+         coming out, one round trip.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| store | clients | round trip | p50 added | p99 added | per call at p50 | time per grant added |"
+    );
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for store in &run.stores {
+        let Some(trip) = store.round_trip_ns() else {
+            continue;
+        };
+        for (http, local) in lock_pairs(store) {
+            let added_p50 = signed_ns(http.tally.at(0.5), local.tally.at(0.5));
+            let added_p99 = signed_ns(http.tally.at(0.99), local.tally.at(0.99));
+            let per_grant = grant_ns(http) - grant_ns(local);
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} ({} round trips) | {} | {} round trips | {} ({} round trips) |",
+                store.label,
+                http.clients,
+                nanos(trip),
+                signed(added_p50),
+                trips(added_p50, trip),
+                signed(added_p99),
+                trips(added_p50 / 2.0, trip),
+                signed(per_grant),
+                trips(per_grant, trip)
+            );
+        }
+    }
+    let _ = writeln!(md);
+}
+
+/// The HTTP and in-process cells of the same client count.
+fn lock_pairs(store: &StoreRun) -> impl Iterator<Item = (&LockCell, &LockCell)> {
+    store.http_locks.iter().filter_map(|http| {
+        store
+            .local_locks
+            .iter()
+            .find(|local| local.clients == http.clients)
+            .map(|local| (http, local))
+    })
+}
+
+fn goals(md: &mut String, run: &Run) {
+    let args = &run.args;
+    let _ = writeln!(md, "### Goals\n");
+    let _ = writeln!(md, "| status | goal | result |\n| --- | --- | --- |");
+    let mut share = Vec::new();
+    let mut next = Vec::new();
+    for store in &run.stores {
+        if let (Some(floor), Some(cell)) = (
+            store.load(Route::Floor, args.connections),
+            store.load(Route::Next, args.connections),
+        ) {
+            if floor.per_sec > 0.0 {
+                share.push((store.label.as_str(), cell.per_sec / floor.per_sec));
+            }
+            next.push((store.label.as_str(), cell.per_sec));
+        }
+    }
+    goal(
+        md,
+        &format!(
+            "single-id next ≥ {FLOOR_SHARE} × the HTTP floor (GET /healthz, same server) at {} \
+             connections",
+            args.connections
+        ),
+        &share,
+        |value| value >= FLOOR_SHARE,
+        ratio,
+    );
+    goal(
+        md,
+        &format!(
+            "single-id next ≥ {} req/s at {} connections",
+            rate(NEXT_PER_SEC),
+            args.connections
+        ),
+        &next,
+        |value| value >= NEXT_PER_SEC,
+        |value| format!("{}/s", rate(value)),
+    );
+    let largest = args.block_sizes.iter().copied().max().unwrap_or(0);
+    let blocks: Vec<(&str, f64)> = run
+        .stores
+        .iter()
+        .flat_map(|store| {
+            store
+                .blocks
+                .iter()
+                .filter(|cell| cell.size == largest)
+                .map(|cell| (store.label.as_str(), cell.per_sec))
+        })
+        .collect();
+    goal(
+        md,
+        &format!(
+            "thin client ≥ {} ids/s, blocks of {}, reservations included",
+            rate(BLOCK_IDS_PER_SEC),
+            thousands(largest)
+        ),
+        &blocks,
+        |value| value >= BLOCK_IDS_PER_SEC,
+        |value| format!("{}/s", rate(value)),
+    );
+    let mut per_call = Vec::new();
+    for store in &run.stores {
+        let Some(trip) = store.round_trip_ns() else {
+            continue;
+        };
+        for (http, local) in lock_pairs(store) {
+            let added = if http.clients == 1 {
+                signed_ns(http.tally.at(0.5), local.tally.at(0.5)) / 2.0
+            } else {
+                grant_ns(http) - grant_ns(local)
+            };
+            let label = format!("{} at {}", store.label, clients(http.clients));
+            per_call.push((label, added / trip as f64));
+        }
+    }
+    let per_call: Vec<(&str, f64)> = per_call
+        .iter()
+        .map(|(label, value)| (label.as_str(), *value))
+        .collect();
+    goal(
+        md,
+        &format!(
+            "the lock over HTTP adds ≤ {ADDED_ROUND_TRIPS} loopback round trip per call (at 1 \
+             client: half the p50 added; with more: the time per grant added)"
+        ),
+        &per_call,
+        |value| value <= ADDED_ROUND_TRIPS,
+        |value| format!("{value:.2} round trips"),
+    );
+    let _ = writeln!(md);
+}
+
+/// One row of the goals table: met when every value passes.
+fn goal(
+    md: &mut String,
+    name: &str,
+    values: &[(&str, f64)],
+    passes: impl Fn(f64) -> bool,
+    show: impl Fn(f64) -> String,
+) {
+    if values.is_empty() {
+        let _ = writeln!(md, "| not measured | {name} | - |");
+        return;
+    }
+    let status = if values.iter().all(|&(_, value)| passes(value)) {
+        "met"
+    } else {
+        "not met"
+    };
+    let shown: Vec<String> = values
+        .iter()
+        .map(|&(label, value)| {
+            let mark = if passes(value) { "" } else { " (missed)" };
+            format!("{label} {}{mark}", show(value))
+        })
+        .collect();
+    let _ = writeln!(md, "| {status} | {name} | {} |", shown.join(", "));
+}
+
+fn errors(md: &mut String, run: &Run) {
+    let mut lines = Vec::new();
+    for store in &run.stores {
+        let label = &store.label;
+        for cell in &store.loads {
+            if let Some(first) = &cell.tally.first_error {
+                lines.push(format!(
+                    "{label} · {} × {}: {} error(s), first: {first}",
+                    cell.route.label(),
+                    cell.connections,
+                    cell.tally.errors
+                ));
+            }
+        }
+        for cell in &store.blocks {
+            if let Some(first) = &cell.reserves.first_error {
+                lines.push(format!(
+                    "{label} · blocks of {}: {} error(s), first: {first}",
+                    cell.size, cell.reserves.errors
+                ));
+            }
+        }
+        for cell in store.http_locks.iter().chain(&store.local_locks) {
+            if let Some(first) = &cell.tally.first_error {
+                lines.push(format!(
+                    "{label} · {} × {}: {} error(s), first: {first}",
+                    cell.implementation, cell.clients, cell.tally.errors
+                ));
+            }
+        }
+        for failed in &store.failed {
+            lines.push(format!("{label}: {failed}"));
+        }
+    }
+    if lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "### Errors\n");
+    for line in lines {
+        let _ = writeln!(md, "- {}", line.replace('\n', " "));
+    }
+    let _ = writeln!(md);
+}
+
+/// `a - b` in nanoseconds, as a float (it may be negative).
+fn signed_ns(a: u64, b: u64) -> f64 {
+    a as f64 - b as f64
+}
+
+/// The time one grant takes of the lock's throughput, in nanoseconds.
+fn grant_ns(cell: &LockCell) -> f64 {
+    if cell.per_sec > 0.0 {
+        1e9 / cell.per_sec
+    } else {
+        f64::INFINITY
+    }
+}
+
+fn signed(ns: f64) -> String {
+    if !ns.is_finite() {
+        return "-".into();
+    }
+    let sign = if ns < 0.0 { "−" } else { "+" };
+    format!("{sign}{}", nanos(ns.abs().round() as u64))
+}
+
+fn trips(ns: f64, trip: u64) -> String {
+    if trip == 0 || !ns.is_finite() {
+        "-".into()
+    } else {
+        format!("{:.2}", ns / trip as f64)
+    }
+}
+
+fn ratio(value: f64) -> String {
+    format!("{value:.2}×")
+}
+
+fn clients(n: usize) -> String {
+    if n == 1 {
+        "1 client".into()
+    } else {
+        format!("{n} clients")
+    }
+}
+
+/// `100000` as `100,000`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
