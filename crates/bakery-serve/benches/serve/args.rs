@@ -39,7 +39,8 @@ pub struct Args {
     /// --all-targets` runs the binary without it, and then it only says so.
     pub bench: bool,
     pub help: bool,
-    /// The options as given (without `--bench`), for the report.
+    /// The options as given (without `--bench`, `--bakery` and `--out`),
+    /// for the report.
     pub given: Vec<String>,
 }
 
@@ -64,6 +65,14 @@ impl Default for Args {
 }
 
 impl Args {
+    /// The connection counts of the single-id cells: 1 (a round trip with
+    /// nothing else in flight) and `--connections`.
+    pub fn connection_counts(&self) -> Vec<usize> {
+        let mut counts = vec![1, self.connections];
+        counts.dedup();
+        counts
+    }
+
     /// Parse the arguments after the program name. `--name value` and
     /// `--name=value` both work.
     pub fn parse(raw: impl IntoIterator<Item = String>) -> Result<Args, String> {
@@ -88,7 +97,10 @@ impl Args {
                     .next()
                     .ok_or_else(|| format!("{name} needs a value\n\n{USAGE}"))?,
             };
-            args.given.push(format!("{name} {}", quoted(&value)));
+            // Where the binary and the output are does not change a figure.
+            if name != "--bakery" && name != "--out" {
+                args.given.push(format!("{name} {}", quoted(&value)));
+            }
             match name.as_str() {
                 "--duration" => args.duration = duration(&name, &value)?,
                 "--warmup" => args.warmup = duration(&name, &value)?,

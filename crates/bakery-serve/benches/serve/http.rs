@@ -30,7 +30,14 @@ impl Reply {
     /// The body of a 200; any other status is an error naming it and the
     /// start of the body.
     pub fn ok(self) -> Result<Bytes, String> {
-        if self.status == StatusCode::OK {
+        self.expect(StatusCode::OK)
+    }
+
+    /// The body if the status is the route's success status `expected`
+    /// (200, or 204 for a call that answers nothing); any other status is
+    /// an error.
+    pub fn expect(self, expected: StatusCode) -> Result<Bytes, String> {
+        if self.status == expected {
             Ok(self.body)
         } else {
             let shown = &self.body[..self.body.len().min(200)];

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bakery::{Lock, LockGuard, VersionedStore};
+use bakery_serve::{Acquired, SessionView};
 use bytes::Bytes;
-use hyper::{Method, Uri};
-use serde::Deserialize;
+use hyper::{Method, StatusCode, Uri};
 
 use crate::http::{self, Conn, Reply};
 use crate::stats::{Phases, Tally};
@@ -49,10 +49,13 @@ pub trait LockClient: Send + 'static {
     fn close(self) -> impl Future<Output = Result<(), String>> + Send;
 }
 
-/// `bakery serve`'s lock API over HTTP/JSON, a session per client.
+/// `bakery serve`'s lock API over HTTP/JSON: a session per client
+/// (`POST /v1/sessions`, closed with `DELETE /v1/sessions/{id}`), then
+/// `POST /v1/locks/{name}/acquire` (a long poll) and `…/release`.
 pub struct HttpLocks {
     pub addr: SocketAddr,
-    /// The sessions' time to live.
+    /// The sessions' time to live: longer than a cell, so that no
+    /// keepalive is needed while the clients measure.
     pub ttl: Duration,
     /// How long an acquire may wait.
     pub timeout: Duration,
@@ -64,21 +67,15 @@ pub struct HttpLockClient {
     acquire: Uri,
     acquire_body: Bytes,
     release: Uri,
-}
-
-#[derive(Deserialize)]
-struct SessionBody {
-    id: String,
-}
-
-#[derive(Deserialize)]
-struct AcquireBody {
-    granted: bool,
-    token: Option<u64>,
+    close: Uri,
 }
 
 fn json(value: serde_json::Value) -> Bytes {
     Bytes::from(value.to_string())
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl LockTarget for HttpLocks {
@@ -90,26 +87,26 @@ impl LockTarget for HttpLocks {
 
     async fn client(&self, name: &str) -> Result<HttpLockClient, String> {
         let mut conn = Conn::open(self.addr).await?;
-        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
         let body = conn
             .call(
                 Method::POST,
                 &http::target("/v1/sessions")?,
-                Some(json(serde_json::json!({ "ttl_ms": ttl_ms }))),
+                Some(json(serde_json::json!({ "ttl_ms": millis(self.ttl) }))),
             )
             .await
             .and_then(Reply::ok)
             .map_err(|err| format!("opening a session: {err}"))?;
-        let session: SessionBody =
+        let session: SessionView =
             serde_json::from_slice(&body).map_err(|err| format!("session body: {err}"))?;
-        let timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
         Ok(HttpLockClient {
             conn,
             acquire: http::target(&format!("/v1/locks/{name}/acquire"))?,
-            acquire_body: json(
-                serde_json::json!({ "session": session.id, "timeout_ms": timeout_ms }),
-            ),
+            acquire_body: json(serde_json::json!({
+                "session": session.id,
+                "timeout_ms": millis(self.timeout),
+            })),
             release: http::target(&format!("/v1/locks/{name}/release"))?,
+            close: http::target(&format!("/v1/sessions/{}", session.id))?,
             session: session.id,
         })
     }
@@ -124,7 +121,7 @@ impl LockClient for HttpLockClient {
             .call(Method::POST, &self.acquire, Some(self.acquire_body.clone()))
             .await
             .and_then(Reply::ok)?;
-        let answer: AcquireBody =
+        let answer: Acquired =
             serde_json::from_slice(&body).map_err(|err| format!("acquire body: {err}"))?;
         match (answer.granted, answer.token) {
             (true, Some(token)) => Ok(token),
@@ -142,45 +139,93 @@ impl LockClient for HttpLockClient {
         self.conn
             .call(Method::POST, &self.release, Some(body))
             .await
-            .and_then(Reply::ok)
+            .and_then(|reply| reply.expect(StatusCode::NO_CONTENT))
             .map(drop)
     }
 
-    async fn close(self) -> Result<(), String> {
-        Ok(())
+    async fn close(mut self) -> Result<(), String> {
+        self.conn
+            .call(Method::DELETE, &self.close, None)
+            .await
+            .and_then(|reply| reply.expect(StatusCode::NO_CONTENT))
+            .map(drop)
+            .map_err(|err| format!("closing session {}: {err}", self.session))
     }
 }
 
 /// The same lock in this process: `bakery::Lock` on the store the server
-/// serves, a handle per client (as separate services would have).
+/// serves (for memory://, the bench's own), a handle per client, as
+/// separate services would have. With `per_acquire`, a handle built for
+/// every acquire with an owner and acquire timeout, as the service takes a
+/// grant for a session: the service's own way of using the lock, without
+/// HTTP.
 pub struct InProcessLocks {
     pub store: Arc<dyn VersionedStore>,
+    pub per_acquire: bool,
 }
 
 pub struct InProcessLockClient {
-    lock: Lock,
+    store: Arc<dyn VersionedStore>,
+    name: String,
+    /// The handle kept for every acquire; `None`: one built per acquire.
+    lock: Option<Lock>,
+    owner: String,
 }
 
 impl LockTarget for InProcessLocks {
     type Client = InProcessLockClient;
 
     fn implementation(&self) -> &'static str {
-        "in-process bakery::Lock"
+        if self.per_acquire {
+            "in-process bakery::Lock, built per acquire"
+        } else {
+            "in-process bakery::Lock"
+        }
     }
 
     async fn client(&self, name: &str) -> Result<InProcessLockClient, String> {
-        let lock = Lock::builder(self.store.clone(), name)
-            .build()
-            .map_err(|err| format!("lock {name:?}: {err}"))?;
-        Ok(InProcessLockClient { lock })
+        let lock = if self.per_acquire {
+            None
+        } else {
+            Some(
+                Lock::builder(self.store.clone(), name)
+                    .build()
+                    .map_err(|err| format!("lock {name:?}: {err}"))?,
+            )
+        };
+        // As long as the service's owner, `session <uuid>`.
+        let owner = format!("session {:036x}", next_owner());
+        Ok(InProcessLockClient {
+            store: self.store.clone(),
+            name: name.to_string(),
+            lock,
+            owner,
+        })
     }
+}
+
+fn next_owner() -> u64 {
+    static OWNERS: AtomicU64 = AtomicU64::new(1);
+    OWNERS.fetch_add(1, Ordering::Relaxed)
 }
 
 impl LockClient for InProcessLockClient {
     type Grant = LockGuard;
 
     async fn acquire(&mut self) -> Result<LockGuard, String> {
-        self.lock.acquire().await.map_err(|err| err.to_string())
+        let built;
+        let lock = match &self.lock {
+            Some(lock) => lock,
+            None => {
+                built = Lock::builder(self.store.clone(), &self.name)
+                    .owner(self.owner.clone())
+                    .acquire_timeout(bakery_serve::DEFAULT_WAIT)
+                    .build()
+                    .map_err(|err| format!("lock {:?}: {err}", self.name))?;
+                &built
+            }
+        };
+        lock.acquire().await.map_err(|err| err.to_string())
     }
 
     fn token(grant: &LockGuard) -> u64 {

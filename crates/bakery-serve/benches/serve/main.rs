@@ -28,6 +28,7 @@
 
 mod args;
 mod blocks;
+mod cpu;
 mod http;
 mod load;
 mod locks;
@@ -48,10 +49,15 @@ use crate::locks::{HttpLocks, InProcessLocks, LockCell};
 use crate::report::{Run, StoreRun};
 use crate::server::Server;
 
-/// The sessions' time to live and the acquire timeout of the HTTP lock
-/// clients (the API's own example values).
-const SESSION_TTL: Duration = Duration::from_secs(10);
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The acquire timeout of the HTTP lock clients (the API's default wait).
+const ACQUIRE_TIMEOUT: Duration = bakery_serve::DEFAULT_WAIT;
+
+/// The HTTP lock clients' session TTL: the API's default, or longer than a
+/// cell and its setup, so that no keepalive is needed while they measure.
+fn session_ttl(args: &Args) -> Duration {
+    (args.warmup + args.duration + Duration::from_secs(30))
+        .clamp(bakery_serve::DEFAULT_TTL, bakery_serve::MAX_TTL)
+}
 
 fn main() -> ExitCode {
     let args = match Args::parse(std::env::args().skip(1)) {
@@ -155,17 +161,25 @@ async fn measure_store(args: &Args, binary: &std::path::Path, uri: &str, tag: &s
     }
     match bakery::connect(uri).await {
         Ok(connected) => {
-            let target = InProcessLocks {
-                store: connected.clone(),
-            };
-            for &clients in &args.lock_clients {
-                let name = format!("serve-bench-{tag}-{label}-local-{clients}");
-                let cell = locks::run(&target, &name, clients, args.warmup, args.duration).await;
-                if let Some(cell) = noted(&mut store.failed, &label, cell) {
-                    progress_lock(&label, &cell);
-                    store.local_locks.push(cell);
+            for per_acquire in [false, true] {
+                let target = InProcessLocks {
+                    store: connected.clone(),
+                    per_acquire,
+                };
+                for &clients in &args.lock_clients {
+                    let name = format!("serve-bench-{tag}-{label}-local-{per_acquire}-{clients}");
+                    let cell =
+                        locks::run(&target, &name, clients, args.warmup, args.duration).await;
+                    if let Some(cell) = noted(&mut store.failed, &label, cell) {
+                        progress_lock(&label, &cell);
+                        if per_acquire {
+                            store.service_locks.push(cell);
+                        } else {
+                            store.local_locks.push(cell);
+                        }
+                    }
+                    delete_quietly(&connected, bakery::lock::KEY_PREFIX, &name).await;
                 }
-                delete_quietly(&connected, bakery::lock::KEY_PREFIX, &name).await;
             }
             for name in &store.sequences {
                 delete_quietly(&connected, bakery::sequence::KEY_PREFIX, name).await;
@@ -187,7 +201,7 @@ async fn measure_server(args: &Args, server: &Server, store: &mut StoreRun, tag:
     // Rounds interleaved, so that a slower or busier moment of the machine
     // falls on both routes, not on one.
     for round in 1..=args.rounds {
-        for connections in [1, args.connections] {
+        for connections in args.connection_counts() {
             for route in [Route::Floor, Route::Next] {
                 let name = format!("serve-bench-{tag}-{label}-next-{connections}-{round}");
                 let cell = load::run(
@@ -221,7 +235,7 @@ async fn measure_server(args: &Args, server: &Server, store: &mut StoreRun, tag:
     }
     let target = HttpLocks {
         addr,
-        ttl: SESSION_TTL,
+        ttl: session_ttl(args),
         timeout: ACQUIRE_TIMEOUT,
     };
     for &clients in &args.lock_clients {

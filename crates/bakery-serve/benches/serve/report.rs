@@ -8,6 +8,7 @@ use bakery_bench::machine::{gibibytes, Machine};
 
 use crate::args::Args;
 use crate::blocks::BlockCell;
+use crate::cpu::Sample;
 use crate::load::{LoadCell, Route};
 use crate::locks::LockCell;
 
@@ -29,6 +30,9 @@ pub struct Run {
     pub machine: Machine,
     /// `/proc/loadavg`'s three load averages when the run began.
     pub load: Option<String>,
+    cpu_start: Option<Sample>,
+    /// CPUs other processes kept busy during the run, on average.
+    pub others: Option<f64>,
     pub stores: Vec<StoreRun>,
 }
 
@@ -42,6 +46,9 @@ pub struct StoreRun {
     pub blocks: Vec<BlockCell>,
     pub http_locks: Vec<LockCell>,
     pub local_locks: Vec<LockCell>,
+    /// The in-process lock used as the service uses it (a handle per
+    /// acquire): where the service's cost beyond HTTP comes from.
+    pub service_locks: Vec<LockCell>,
     /// Cells that could not run, and a server that did not stop cleanly.
     pub failed: Vec<String>,
     /// The sequences and HTTP locks the cells made (deleted afterwards).
@@ -68,6 +75,7 @@ impl StoreRun {
             blocks: Vec::new(),
             http_locks: Vec::new(),
             local_locks: Vec::new(),
+            service_locks: Vec::new(),
             failed: Vec::new(),
             sequences: Vec::new(),
             http_lock_names: Vec::new(),
@@ -111,11 +119,17 @@ impl Run {
                     .join(" ")
             }),
             stores: Vec::new(),
+            cpu_start: Sample::now(),
+            others: None,
         }
     }
 
     pub fn finish(&mut self) {
         self.finished = SystemTime::now();
+        self.others = self
+            .cpu_start
+            .zip(Sample::now())
+            .and_then(|(start, end)| start.others_until(&end, self.machine.logical_cpus));
     }
 
     /// Broken guarantees and cells that could not run.
@@ -140,7 +154,12 @@ impl Run {
                         .map(|p| format!("{label}: blocks of {}: {p}", cell.size)),
                 );
             }
-            for cell in store.http_locks.iter().chain(&store.local_locks) {
+            for cell in store
+                .http_locks
+                .iter()
+                .chain(&store.local_locks)
+                .chain(&store.service_locks)
+            {
                 failures.extend(
                     cell.problems.iter().map(|p| {
                         format!("{label}: {} × {}: {p}", cell.implementation, cell.clients)
@@ -212,6 +231,13 @@ pub fn markdown(run: &Run) -> String {
             "| load average before the run | {load} (1, 5, 15 min) |"
         );
     }
+    if let Some(others) = run.others {
+        let _ = writeln!(
+            md,
+            "| other processes during the run | {others:.2} CPUs busy on average (all CPUs' busy \
+             time, /proc/stat, minus the bench's and its servers') |"
+        );
+    }
     let _ = writeln!(
         md,
         "| server | `bakery --uri URI serve --listen 127.0.0.1:0` (release build), a process of \
@@ -229,8 +255,8 @@ pub fn markdown(run: &Run) -> String {
     let _ = writeln!(
         md,
         "| cells | {} warm-up, then {} timed; every request (operation) timed, HDR histogram \
-         (3 significant digits); errors = non-200 answers and failed requests, warm-up \
-         included |",
+         (3 significant digits); errors = answers other than the route's success status \
+         (200; 204 for a release) and failed requests, warm-up included |",
         humantime::format_duration(args.warmup),
         humantime::format_duration(args.duration)
     );
@@ -278,7 +304,7 @@ fn single_ids(md: &mut String, run: &Run) {
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for store in &run.stores {
-        for connections in [1, run.args.connections] {
+        for connections in run.args.connection_counts() {
             for route in [Route::Floor, Route::Next] {
                 let Some(cell) = store.load(route, connections) else {
                     continue;
@@ -353,11 +379,16 @@ fn locks(md: &mut String, run: &Run) {
     let _ = writeln!(
         md,
         "Every client acquires and releases one lock, again and again; one operation is \
-         acquire + release. Over HTTP each client has its own session (`POST /v1/sessions`) \
-         and connection and makes two calls per operation (`POST /v1/locks/{{name}}/acquire`, \
-         `…/release`); in process each client has its own `bakery::Lock` handle on the same \
-         store (for memory://, a store of the bench's own). Checked in the critical section: \
-         no other client inside, every fencing token above the one before.\n"
+         acquire + release. Over HTTP each client has its own session (`POST /v1/sessions`, \
+         its TTL longer than the cell, closed afterwards) and connection, and makes two calls \
+         per operation (`POST /v1/locks/{{name}}/acquire`, a long poll, and `…/release`); the \
+         server takes each grant with `bakery::Lock` on its store, for the session. In \
+         process each client has its own `bakery::Lock` handle on the same store (for \
+         memory://, a store of the bench's own), with the same default lease. The service \
+         builds a `bakery::Lock` for every acquire (owner: the session): the rows *built per \
+         acquire* do the same in process, without HTTP, to tell what the service's way of \
+         using the lock costs from what HTTP costs. Checked in the critical section: no other \
+         client inside, every fencing token above the one before.\n"
     );
     let _ = writeln!(
         md,
@@ -368,7 +399,12 @@ fn locks(md: &mut String, run: &Run) {
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for store in &run.stores {
-        for cell in store.http_locks.iter().chain(&store.local_locks) {
+        for cell in store
+            .http_locks
+            .iter()
+            .chain(&store.local_locks)
+            .chain(&store.service_locks)
+        {
             let _ = writeln!(
                 md,
                 "| {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -396,9 +432,12 @@ fn locks(md: &mut String, run: &Run) {
     );
     let _ = writeln!(
         md,
-        "| store | clients | round trip | p50 added | p99 added | per call at p50 | time per grant added |"
+        "| store | clients | round trip | p50 added | p99 added | per call at p50 | time per grant added | p50 added by a handle per acquire (in process) |"
     );
-    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(
+        md,
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
     for store in &run.stores {
         let Some(trip) = store.round_trip_ns() else {
             continue;
@@ -407,9 +446,17 @@ fn locks(md: &mut String, run: &Run) {
             let added_p50 = signed_ns(http.tally.at(0.5), local.tally.at(0.5));
             let added_p99 = signed_ns(http.tally.at(0.99), local.tally.at(0.99));
             let per_grant = grant_ns(http) - grant_ns(local);
+            let by_handle = store
+                .service_locks
+                .iter()
+                .find(|cell| cell.clients == http.clients)
+                .map_or_else(
+                    || "-".to_string(),
+                    |cell| signed(signed_ns(cell.tally.at(0.5), local.tally.at(0.5))),
+                );
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} ({} round trips) | {} | {} round trips | {} ({} round trips) |",
+                "| {} | {} | {} | {} ({} round trips) | {} | {} round trips | {} ({} round trips) | {} |",
                 store.label,
                 http.clients,
                 nanos(trip),
@@ -418,7 +465,8 @@ fn locks(md: &mut String, run: &Run) {
                 signed(added_p99),
                 trips(added_p50 / 2.0, trip),
                 signed(per_grant),
-                trips(per_grant, trip)
+                trips(per_grant, trip),
+                by_handle
             );
         }
     }
@@ -579,7 +627,12 @@ fn errors(md: &mut String, run: &Run) {
                 ));
             }
         }
-        for cell in store.http_locks.iter().chain(&store.local_locks) {
+        for cell in store
+            .http_locks
+            .iter()
+            .chain(&store.local_locks)
+            .chain(&store.service_locks)
+        {
             if let Some(first) = &cell.tally.first_error {
                 lines.push(format!(
                     "{label} · {} × {}: {} error(s), first: {first}",
