@@ -3,7 +3,10 @@
 # run `bakery bench --workload all` on all five of them, on memory:// and on
 # a fresh SQLite file, write the raw results (results.json), the SVG charts
 # and the Markdown report to target/bench-report/, then copy the Markdown to
-# docs/BENCHMARKS.md. That file is generated: never edit it by hand.
+# docs/BENCHMARKS.md. That file is generated: never edit it by hand. Its
+# `bakery serve` section (between `<!-- serve:begin -->` and
+# `<!-- serve:end -->`) is scripts/bench-serve.sh's: kept as it was, or
+# measured again with BAKERY_BENCH_SERVE=1.
 #
 #   scripts/bench-report.sh [MORE BENCH OPTIONS...]     e.g. --block-size 5000
 #
@@ -16,6 +19,9 @@
 #   BAKERY_BENCH_ROUNDS    interleaved rounds of every cell, each cell shown
 #                          by its median round (default 3: on a machine the
 #                          servers share, one 2 s cell can be off by a third)
+#   BAKERY_BENCH_SERVE     1: run scripts/bench-serve.sh afterwards (about 8
+#                          more minutes, PostgreSQL included) instead of
+#                          keeping the serve section of the old report
 #
 # A run in which a cell failed a check (overlapping grants, an id twice, a
 # lost increment) exits non-zero and leaves docs/BENCHMARKS.md alone (the
@@ -41,6 +47,8 @@ done
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/bakery-bench-report.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 rm -rf "$out"
+# The serve section is not `bakery bench`'s: saved here, put back below.
+scripts/bench-serve.sh --extract >"$scratch/serve.md"
 
 cargo run --release -p bakery-cli --features all-backends,bench,mariadb -- bench --workload all \
     --uri "$BAKERY_POSTGRES_URI" \
@@ -62,3 +70,15 @@ cargo run --release -p bakery-cli --features all-backends,bench,mariadb -- bench
 mkdir -p docs
 cp "$out/report.md" docs/BENCHMARKS.md
 echo "bench-report.sh: wrote docs/BENCHMARKS.md (results.json and charts in $out/)" >&2
+
+if [[ ${BAKERY_BENCH_SERVE:-0} == 1 ]]; then
+    if ! scripts/bench-serve.sh; then
+        if [[ -s $scratch/serve.md ]]; then
+            scripts/bench-serve.sh --splice "$scratch/serve.md"
+        fi
+        echo "bench-report.sh: scripts/bench-serve.sh failed; the old serve section was kept" >&2
+        exit 1
+    fi
+elif [[ -s $scratch/serve.md ]]; then
+    scripts/bench-serve.sh --splice "$scratch/serve.md"
+fi

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Measure `bakery serve` over HTTP and write its section of docs/BENCHMARKS.md:
+# build the release `bakery` (features serve and postgres), run the bench
+# `cargo bench -p bakery-serve --bench serve` against a copy of it (the
+# server a process of its own, the load generator on loopback; see
+# crates/bakery-serve/benches/serve/main.rs), then replace the block between
+# `<!-- serve:begin -->` and `<!-- serve:end -->` in docs/BENCHMARKS.md with
+# the new section. Nothing else in the file changes; a file without the block
+# gets it before "## How to read the tables", or at the end. About 5 minutes
+# on 2 cores after the build (3 minutes more with PostgreSQL).
+#
+#   scripts/bench-serve.sh [BENCH OPTIONS...]   e.g. --duration 10s --rounds 5
+#                                               (`... --help` lists them)
+#   scripts/bench-serve.sh --extract [FILE]     print FILE's block (default
+#                                               docs/BENCHMARKS.md), markers
+#                                               excluded; nothing if it has none
+#   scripts/bench-serve.sh --splice SECTION     put the Markdown in SECTION
+#                                               into docs/BENCHMARKS.md as the
+#                                               block; no build, no run
+#
+# scripts/bench-report.sh, which regenerates the rest of docs/BENCHMARKS.md,
+# keeps the block with --extract and --splice (or runs this script again
+# when BAKERY_BENCH_SERVE=1).
+#
+# Environment:
+#   BAKERY_POSTGRES_URI   also measure this PostgreSQL (e.g. from
+#                         `eval "$(scripts/backends.sh start postgres)"`)
+#
+# A run in which a check failed (an id twice, overlapping blocks, two holders
+# of the lock at once, a token not above the one before) or a cell could not
+# run exits non-zero and leaves docs/BENCHMARKS.md alone. Measure on a quiet
+# machine: the report shows how busy other processes kept the CPUs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+doc=docs/BENCHMARKS.md
+begin='<!-- serve:begin -->'
+end='<!-- serve:end -->'
+
+# The block of $1, markers excluded.
+extract() {
+    local file=${1:-$doc}
+    [[ -f $file ]] || return 0
+    awk -v begin="$begin" -v end="$end" '
+        $0 == end { inside = 0 }
+        inside { print }
+        $0 == begin { inside = 1 }
+    ' "$file"
+}
+
+# Replace (or insert) the block of $doc with the Markdown in $1.
+splice() {
+    local section=$1 tmp
+    if [[ ! -s $section ]]; then
+        echo "bench-serve.sh: $section is empty; $doc left alone" >&2
+        return 1
+    fi
+    [[ -f $doc ]] || : >"$doc"
+    tmp=$(mktemp "$doc.XXXXXX")
+    awk -v begin="$begin" -v end="$end" -v section="$section" '
+        function emit(   n, i, lines, line) {
+            n = 0
+            while ((getline line < section) > 0) lines[++n] = line
+            close(section)
+            while (n > 0 && lines[n] == "") n--
+            print begin
+            for (i = 1; i <= n; i++) print lines[i]
+            print end
+            done = 1
+        }
+        $0 == begin { if (!done) emit(); skipping = 1; next }
+        skipping { if ($0 == end) skipping = 0; next }
+        !done && $0 == "## How to read the tables" { emit(); print "" }
+        { print }
+        END {
+            if (!done) {
+                if (NR > 0) print ""
+                emit()
+            }
+        }
+    ' "$doc" >"$tmp"
+    mv "$tmp" "$doc"
+}
+
+case "${1:-}" in
+--extract)
+    extract "${2:-}"
+    exit 0
+    ;;
+--splice)
+    if [[ -z ${2:-} ]]; then
+        echo "usage: scripts/bench-serve.sh --splice SECTION" >&2
+        exit 2
+    fi
+    splice "$2"
+    echo "bench-serve.sh: wrote the serve block of $doc" >&2
+    exit 0
+    ;;
+esac
+
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/bakery-bench-serve.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+
+cargo build --release -p bakery-cli --features serve,postgres
+# The bench is built before it runs, so the build's CPU does not fall on
+# the first cells.
+cargo bench -p bakery-serve --bench serve --no-run
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+# A copy: another build in a shared target directory may replace the binary
+# while the bench runs.
+cp "$target_dir/release/bakery" "$scratch/bakery"
+
+cargo bench -p bakery-serve --bench serve -- \
+    --bakery "$scratch/bakery" --out "$scratch/serve.md" "$@"
+
+if [[ ! -s $scratch/serve.md ]]; then
+    echo "bench-serve.sh: the bench wrote no section (--help?); $doc left alone" >&2
+    exit 0
+fi
+splice "$scratch/serve.md"
+echo "bench-serve.sh: wrote the serve block of $doc" >&2
