@@ -573,7 +573,7 @@ fn goals(md: &mut String, run: &Run) {
         ),
         &per_call,
         |value| value <= ADDED_ROUND_TRIPS,
-        |value| format!("{value:.2} round trips"),
+        |value| format!("{} round trips", minus(format!("{value:.2}"))),
     );
     let _ = writeln!(md);
 }
@@ -680,7 +680,15 @@ fn trips(ns: f64, trip: u64) -> String {
     if trip == 0 || !ns.is_finite() {
         "-".into()
     } else {
-        format!("{:.2}", ns / trip as f64)
+        minus(format!("{:.2}", ns / trip as f64))
+    }
+}
+
+/// A negative number with the minus sign the durations use.
+fn minus(number: String) -> String {
+    match number.strip_prefix('-') {
+        Some(rest) => format!("−{rest}"),
+        None => number,
     }
 }
 
