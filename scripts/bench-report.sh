@@ -19,7 +19,7 @@
 #   BAKERY_BENCH_ROUNDS    interleaved rounds of every cell, each cell shown
 #                          by its median round (default 3: on a machine the
 #                          servers share, one 2 s cell can be off by a third)
-#   BAKERY_BENCH_SERVE     1: run scripts/bench-serve.sh afterwards (about 8
+#   BAKERY_BENCH_SERVE     1: run scripts/bench-serve.sh afterwards (about 14
 #                          more minutes, PostgreSQL included) instead of
 #                          keeping the serve section of the old report
 #

@@ -6,8 +6,9 @@
 # crates/bakery-serve/benches/serve/main.rs), then replace the block between
 # `<!-- serve:begin -->` and `<!-- serve:end -->` in docs/BENCHMARKS.md with
 # the new section. Nothing else in the file changes; a file without the block
-# gets it before "## How to read the tables", or at the end. About 5 minutes
-# on 2 cores after the build (3 minutes more with PostgreSQL).
+# gets it before "## How to read the tables", or at the end. About 9 minutes
+# on 2 cores after the build (4 1/2 more with PostgreSQL): 3 rounds of 5 s
+# cells on each store.
 #
 #   scripts/bench-serve.sh [BENCH OPTIONS...]   e.g. --duration 10s --rounds 5
 #                                               (`... --help` lists them)

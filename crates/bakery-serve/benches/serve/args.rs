@@ -14,8 +14,8 @@ usage: cargo bench -p bakery-serve --bench serve -- [OPTIONS]
   --bakery PATH       the `bakery` binary, built with the serve feature
                       (default: target/release/bakery beside this bench)
   --connections N     keep-alive connections of the single-id cells (default 64)
-  --rounds N          rounds of the single-id and floor cells, interleaved; each
-                      is shown by its median round (default 3)
+  --rounds N          rounds of every cell, each on a fresh server; every cell is
+                      shown by its median round (default 3)
   --lock-clients LIST lock clients, comma-separated (default 1,4,16)
   --block-sizes LIST  ids per /reserve of the thin client (default 100000,1000)
   --client-threads N  worker threads of the load generator's runtime (default 2)

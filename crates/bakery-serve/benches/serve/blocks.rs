@@ -106,6 +106,8 @@ impl ThinClient {
 /// A finished cell.
 pub struct BlockCell {
     pub size: u64,
+    /// Which round of the cell (from 1).
+    pub round: usize,
     pub ids: u64,
     pub per_sec: f64,
     /// Reservations of the timed part and their latencies.
@@ -118,6 +120,7 @@ pub async fn run(
     addr: SocketAddr,
     sequence: &str,
     size: u64,
+    round: usize,
     warmup: Duration,
     duration: Duration,
 ) -> Result<BlockCell, String> {
@@ -168,6 +171,7 @@ pub async fn run(
     }
     Ok(BlockCell {
         size,
+        round,
         ids,
         per_sec: ids as f64 / timed.as_secs_f64().max(f64::MIN_POSITIVE),
         reserves: client.tally,

@@ -245,6 +245,8 @@ impl LockClient for InProcessLockClient {
 pub struct LockCell {
     pub implementation: &'static str,
     pub clients: usize,
+    /// Which round of the cell (from 1).
+    pub round: usize,
     pub tally: Tally,
     pub per_sec: f64,
     pub problems: Vec<String>,
@@ -281,6 +283,7 @@ pub async fn run<T: LockTarget>(
     target: &T,
     name: &str,
     clients: usize,
+    round: usize,
     warmup: Duration,
     duration: Duration,
 ) -> Result<LockCell, String> {
@@ -321,6 +324,7 @@ pub async fn run<T: LockTarget>(
     Ok(LockCell {
         implementation: target.implementation(),
         clients,
+        round,
         tally,
         per_sec,
         problems,

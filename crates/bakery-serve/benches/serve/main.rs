@@ -144,89 +144,85 @@ async fn run(args: Args) -> Result<Vec<String>, String> {
     Ok(failures)
 }
 
-/// Every cell of one store: the server's, then the in-process lock's with
-/// the server stopped. A cell that cannot run is noted, not fatal.
+/// Every cell of one store, round after round. A round starts a server and
+/// runs the server's cells (single ids against the floor, the thin
+/// client, the lock over HTTP), stops it, then runs the in-process lock's
+/// cells: nothing else uses the store meanwhile. A slower or busier moment
+/// of the machine then falls on one round of every cell, and each cell is
+/// shown by its median round. A cell that cannot run is noted, not fatal.
 async fn measure_store(args: &Args, binary: &std::path::Path, uri: &str, tag: &str) -> StoreRun {
     let mut store = StoreRun::new(uri);
     let label = store.label.clone();
-    eprintln!("serve bench: {label}: starting {} serve", binary.display());
-    match Server::start(binary, uri).await {
-        Ok(server) => {
-            measure_server(args, &server, &mut store, tag).await;
-            if let Err(err) = server.stop().await {
-                store.failed.push(err);
-            }
-        }
-        Err(err) => store.failed.push(err),
-    }
-    match bakery::connect(uri).await {
-        Ok(connected) => {
-            for per_acquire in [false, true] {
-                let target = InProcessLocks {
-                    store: connected.clone(),
-                    per_acquire,
-                };
-                for &clients in &args.lock_clients {
-                    let name = format!("serve-bench-{tag}-{label}-local-{per_acquire}-{clients}");
-                    let cell =
-                        locks::run(&target, &name, clients, args.warmup, args.duration).await;
-                    if let Some(cell) = noted(&mut store.failed, &label, cell) {
-                        progress_lock(&label, &cell);
-                        if per_acquire {
-                            store.service_locks.push(cell);
-                        } else {
-                            store.local_locks.push(cell);
-                        }
-                    }
-                    delete_quietly(&connected, bakery::lock::KEY_PREFIX, &name).await;
+    for round in 1..=args.rounds {
+        eprintln!(
+            "serve bench: {label}: round {round}: starting {} serve",
+            binary.display()
+        );
+        match Server::start(binary, uri).await {
+            Ok(server) => {
+                measure_server(args, server.addr, &mut store, tag, round).await;
+                if let Err(err) = server.stop().await {
+                    store.failed.push(err);
                 }
             }
-            for name in &store.sequences {
-                delete_quietly(&connected, bakery::sequence::KEY_PREFIX, name).await;
-            }
-            for name in &store.http_lock_names {
-                delete_quietly(&connected, bakery::lock::KEY_PREFIX, name).await;
+            Err(err) => {
+                store.failed.push(err);
+                break;
             }
         }
-        Err(err) => store
-            .failed
-            .push(format!("{label}: connecting in process: {err}")),
+        match bakery::connect(uri).await {
+            Ok(connected) => {
+                measure_in_process(args, &connected, &mut store, tag, round).await;
+                if round == args.rounds {
+                    for name in &store.sequences {
+                        delete_quietly(&connected, bakery::sequence::KEY_PREFIX, name).await;
+                    }
+                    for name in &store.lock_names {
+                        delete_quietly(&connected, bakery::lock::KEY_PREFIX, name).await;
+                    }
+                }
+            }
+            Err(err) => store.failed.push(format!("connecting in process: {err}")),
+        }
     }
     store
 }
 
-async fn measure_server(args: &Args, server: &Server, store: &mut StoreRun, tag: &str) {
+/// One round of the server's cells.
+async fn measure_server(
+    args: &Args,
+    addr: std::net::SocketAddr,
+    store: &mut StoreRun,
+    tag: &str,
+    round: usize,
+) {
     let label = store.label.clone();
-    let addr = server.addr;
-    // Rounds interleaved, so that a slower or busier moment of the machine
-    // falls on both routes, not on one.
-    for round in 1..=args.rounds {
-        for connections in args.connection_counts() {
-            for route in [Route::Floor, Route::Next] {
-                let name = format!("serve-bench-{tag}-{label}-next-{connections}-{round}");
-                let cell = load::run(
-                    addr,
-                    route,
-                    round,
-                    &name,
-                    connections,
-                    args.warmup,
-                    args.duration,
-                )
-                .await;
-                if route == Route::Next {
-                    store.sequences.push(name);
-                }
-                if let Some(cell) = noted(&mut store.failed, &label, cell) {
-                    progress_load(&label, &cell);
-                    store.loads.push(cell);
-                }
+    for connections in args.connection_counts() {
+        // The floor, then the ids, each on a fresh sequence.
+        for route in [Route::Floor, Route::Next] {
+            let name = format!("serve-bench-{tag}-{label}-next-{connections}-{round}");
+            let cell = load::run(
+                addr,
+                route,
+                round,
+                &name,
+                connections,
+                args.warmup,
+                args.duration,
+            )
+            .await;
+            if route == Route::Next {
+                store.sequences.push(name);
+            }
+            if let Some(cell) = noted(&mut store.failed, &label, cell) {
+                progress_load(&label, &cell);
+                store.loads.push(cell);
             }
         }
     }
     for &size in &args.block_sizes {
-        let name = format!("serve-bench-{tag}-{label}-block-{size}");
-        let cell = blocks::run(addr, &name, size, args.warmup, args.duration).await;
+        let name = format!("serve-bench-{tag}-{label}-block-{size}-{round}");
+        let cell = blocks::run(addr, &name, size, round, args.warmup, args.duration).await;
         store.sequences.push(name);
         if let Some(cell) = noted(&mut store.failed, &label, cell) {
             progress_block(&label, &cell);
@@ -239,12 +235,43 @@ async fn measure_server(args: &Args, server: &Server, store: &mut StoreRun, tag:
         timeout: ACQUIRE_TIMEOUT,
     };
     for &clients in &args.lock_clients {
-        let name = format!("serve-bench-{tag}-{label}-http-{clients}");
-        let cell = locks::run(&target, &name, clients, args.warmup, args.duration).await;
-        store.http_lock_names.push(name);
+        let name = format!("serve-bench-{tag}-{label}-http-{clients}-{round}");
+        let cell = locks::run(&target, &name, clients, round, args.warmup, args.duration).await;
+        store.lock_names.push(name);
         if let Some(cell) = noted(&mut store.failed, &label, cell) {
             progress_lock(&label, &cell);
             store.http_locks.push(cell);
+        }
+    }
+}
+
+/// One round of the in-process lock's cells, the server stopped.
+async fn measure_in_process(
+    args: &Args,
+    connected: &Arc<dyn VersionedStore>,
+    store: &mut StoreRun,
+    tag: &str,
+    round: usize,
+) {
+    let label = store.label.clone();
+    for per_acquire in [false, true] {
+        let target = InProcessLocks {
+            store: connected.clone(),
+            per_acquire,
+        };
+        let kind = if per_acquire { "built" } else { "local" };
+        for &clients in &args.lock_clients {
+            let name = format!("serve-bench-{tag}-{label}-{kind}-{clients}-{round}");
+            let cell = locks::run(&target, &name, clients, round, args.warmup, args.duration).await;
+            store.lock_names.push(name);
+            if let Some(cell) = noted(&mut store.failed, &label, cell) {
+                progress_lock(&label, &cell);
+                if per_acquire {
+                    store.service_locks.push(cell);
+                } else {
+                    store.local_locks.push(cell);
+                }
+            }
         }
     }
 }
@@ -277,7 +304,8 @@ fn progress_load(label: &str, cell: &LoadCell) {
 
 fn progress_block(label: &str, cell: &BlockCell) {
     eprintln!(
-        "serve bench: {label}: thin client, blocks of {}: {} ids/s ({} ids), {} reservations, {} errors",
+        "serve bench: {label}: round {}: thin client, blocks of {}: {} ids/s ({} ids), {} reservations, {} errors",
+        cell.round,
         cell.size,
         report::rate(cell.per_sec),
         cell.ids,
@@ -288,7 +316,8 @@ fn progress_block(label: &str, cell: &BlockCell) {
 
 fn progress_lock(label: &str, cell: &LockCell) {
     eprintln!(
-        "serve bench: {label}: {} × {}: {}/s, p50 {}, p99 {}, {} errors",
+        "serve bench: {label}: round {}: {} × {}: {}/s, p50 {}, p99 {}, {} errors",
+        cell.round,
         cell.implementation,
         cell.clients,
         report::rate(cell.per_sec),

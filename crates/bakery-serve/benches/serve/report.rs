@@ -51,9 +51,9 @@ pub struct StoreRun {
     pub service_locks: Vec<LockCell>,
     /// Cells that could not run, and a server that did not stop cleanly.
     pub failed: Vec<String>,
-    /// The sequences and HTTP locks the cells made (deleted afterwards).
+    /// The sequences and locks the cells made (deleted afterwards).
     pub sequences: Vec<String>,
-    pub http_lock_names: Vec<String>,
+    pub lock_names: Vec<String>,
 }
 
 impl StoreRun {
@@ -78,25 +78,26 @@ impl StoreRun {
             service_locks: Vec::new(),
             failed: Vec::new(),
             sequences: Vec::new(),
-            http_lock_names: Vec::new(),
+            lock_names: Vec::new(),
         }
     }
 
-    /// The rounds of one cell, slowest first.
-    fn rounds(&self, route: Route, connections: usize) -> Vec<&LoadCell> {
-        let mut rounds: Vec<&LoadCell> = self
-            .loads
-            .iter()
-            .filter(|cell| cell.route == route && cell.connections == connections)
-            .collect();
-        rounds.sort_by(|a, b| a.per_sec.total_cmp(&b.per_sec));
-        rounds
+    /// The median round of a single-id or floor cell.
+    fn load(&self, route: Route, connections: usize) -> Option<&LoadCell> {
+        median(
+            self.loads
+                .iter()
+                .filter(|cell| cell.route == route && cell.connections == connections),
+            |cell| cell.per_sec,
+        )
     }
 
-    /// The median round of one cell (the slower of the middle two).
-    fn load(&self, route: Route, connections: usize) -> Option<&LoadCell> {
-        let rounds = self.rounds(route, connections);
-        rounds.get(rounds.len().saturating_sub(1) / 2).copied()
+    /// The median round of a thin-client cell.
+    fn block(&self, size: u64) -> Option<&BlockCell> {
+        median(
+            self.blocks.iter().filter(|cell| cell.size == size),
+            |cell| cell.per_sec,
+        )
     }
 
     /// One loopback HTTP round trip: the floor's p50 at one connection.
@@ -260,6 +261,14 @@ pub fn markdown(run: &Run) -> String {
         humantime::format_duration(args.warmup),
         humantime::format_duration(args.duration)
     );
+    let _ = writeln!(
+        md,
+        "| rounds | {}: a round starts a fresh server, runs every cell of the server (single \
+         ids and the floor, the thin client, the lock over HTTP), stops it and runs the \
+         in-process lock's cells; every row is its cell's median round (by rate), each \
+         round's rate beside it, and its errors are those of all rounds |",
+        args.rounds
+    );
     let stores: Vec<String> = run
         .stores
         .iter()
@@ -290,10 +299,12 @@ fn single_ids(md: &mut String, run: &Run) {
         md,
         "`POST /v1/sequences/{{name}}/next?count=1` (one id per request, from the server's \
          block) beside `GET /healthz` of the same server, whose constant body is the most any \
-         route can answer. The two routes' cells take turns, round after round; each row is \
-         its cell's median round (by req/s), × floor is its req/s over the floor's median \
-         round at the same connections, and errors count all rounds. The ids of every round \
-         were checked: none twice, increasing on each connection.\n"
+         route can answer; at 1 connection the floor's p50 is one loopback HTTP round trip. \
+         × floor: req/s over the floor's at the same connections (median rounds). The ids of \
+         every round were checked: none twice, increasing on each connection. At 1 \
+         connection nothing else keeps the CPUs busy, so every request waits for sleeping \
+         threads (and on a virtual machine, CPUs) to wake: those rows vary the most from \
+         round to round.\n"
     );
     let _ = writeln!(
         md,
@@ -353,21 +364,30 @@ fn thin_client(md: &mut String, run: &Run) {
     );
     let _ = writeln!(
         md,
-        "| store | block size | ids/s | reservations | reserve p50 | reserve p99 | errors |"
+        "| store | block size | ids/s | reservations | reserve p50 | reserve p99 | errors | ids/s of each round |"
     );
-    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(
+        md,
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
     for store in &run.stores {
-        for cell in &store.blocks {
+        for &size in &run.args.block_sizes {
+            let Some(cell) = store.block(size) else {
+                continue;
+            };
+            let rounds = || store.blocks.iter().filter(|cell| cell.size == size);
+            let errors: u64 = rounds().map(|cell| cell.reserves.errors).sum();
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
                 store.label,
-                thousands(cell.size),
+                thousands(size),
                 rate(cell.per_sec),
                 cell.reserves.count(),
                 nanos(cell.reserves.at(0.5)),
                 nanos(cell.reserves.at(0.99)),
-                cell.reserves.errors
+                errors,
+                each_round(rounds(), |cell| cell.per_sec)
             );
         }
     }
@@ -392,37 +412,41 @@ fn locks(md: &mut String, run: &Run) {
     );
     let _ = writeln!(
         md,
-        "| store | implementation | clients | ops/s | p50 | p99 | p999 | errors |"
+        "| store | implementation | clients | ops/s | p50 | p99 | p999 | errors | ops/s of each round |"
     );
     let _ = writeln!(
         md,
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for store in &run.stores {
-        for cell in store
-            .http_locks
-            .iter()
-            .chain(&store.local_locks)
-            .chain(&store.service_locks)
-        {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
-                store.label,
-                cell.implementation,
-                cell.clients,
-                rate(cell.per_sec),
-                nanos(cell.tally.at(0.5)),
-                nanos(cell.tally.at(0.99)),
-                nanos(cell.tally.at(0.999)),
-                cell.tally.errors
-            );
+        for cells in [&store.http_locks, &store.local_locks, &store.service_locks] {
+            for &clients in &run.args.lock_clients {
+                let Some(cell) = lock(cells, clients) else {
+                    continue;
+                };
+                let rounds = || cells.iter().filter(|cell| cell.clients == clients);
+                let errors: u64 = rounds().map(|cell| cell.tally.errors).sum();
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    store.label,
+                    cell.implementation,
+                    clients,
+                    rate(cell.per_sec),
+                    nanos(cell.tally.at(0.5)),
+                    nanos(cell.tally.at(0.99)),
+                    nanos(cell.tally.at(0.999)),
+                    errors,
+                    each_round(rounds(), |cell| cell.per_sec)
+                );
+            }
         }
     }
     let _ = writeln!(md);
     let _ = writeln!(
         md,
-        "What the service adds per operation (HTTP minus in process, same store and clients). \
+        "What the service adds per operation (HTTP minus in process, same store and clients, \
+         median rounds). \
          A round trip is one loopback HTTP round trip of the same server: the floor's p50 at 1 \
          connection. At 1 client an operation is two calls, so the service adds at most one \
          round trip per call when p50 added ≤ 2 round trips. With several clients the lock is \
@@ -442,18 +466,14 @@ fn locks(md: &mut String, run: &Run) {
         let Some(trip) = store.round_trip_ns() else {
             continue;
         };
-        for (http, local) in lock_pairs(store) {
+        for (http, local) in lock_pairs(run, store) {
             let added_p50 = signed_ns(http.tally.at(0.5), local.tally.at(0.5));
             let added_p99 = signed_ns(http.tally.at(0.99), local.tally.at(0.99));
             let per_grant = grant_ns(http) - grant_ns(local);
-            let by_handle = store
-                .service_locks
-                .iter()
-                .find(|cell| cell.clients == http.clients)
-                .map_or_else(
-                    || "-".to_string(),
-                    |cell| signed(signed_ns(cell.tally.at(0.5), local.tally.at(0.5))),
-                );
+            let by_handle = lock(&store.service_locks, http.clients).map_or_else(
+                || "-".to_string(),
+                |cell| signed(signed_ns(cell.tally.at(0.5), local.tally.at(0.5))),
+            );
             let _ = writeln!(
                 md,
                 "| {} | {} | {} | {} ({} round trips) | {} | {} round trips | {} ({} round trips) | {} |",
@@ -473,14 +493,39 @@ fn locks(md: &mut String, run: &Run) {
     let _ = writeln!(md);
 }
 
-/// The HTTP and in-process cells of the same client count.
-fn lock_pairs(store: &StoreRun) -> impl Iterator<Item = (&LockCell, &LockCell)> {
-    store.http_locks.iter().filter_map(|http| {
-        store
-            .local_locks
-            .iter()
-            .find(|local| local.clients == http.clients)
-            .map(|local| (http, local))
+/// The median round among `cells` by `rate` (the slower of the middle two).
+fn median<'a, T>(cells: impl Iterator<Item = &'a T>, rate: impl Fn(&T) -> f64) -> Option<&'a T> {
+    let mut cells: Vec<&T> = cells.collect();
+    cells.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
+    cells.get(cells.len().saturating_sub(1) / 2).copied()
+}
+
+/// The median round of the lock cells of `clients` clients.
+fn lock(cells: &[LockCell], clients: usize) -> Option<&LockCell> {
+    median(
+        cells.iter().filter(|cell| cell.clients == clients),
+        |cell| cell.per_sec,
+    )
+}
+
+/// The rates of every round of a cell, in the order they ran.
+fn each_round<'a, T: 'a>(
+    cells: impl Iterator<Item = &'a T>,
+    rate_of: impl Fn(&T) -> f64,
+) -> String {
+    cells
+        .map(|cell| rate(rate_of(cell)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The HTTP and in-process median cells of each client count.
+fn lock_pairs<'a>(
+    run: &'a Run,
+    store: &'a StoreRun,
+) -> impl Iterator<Item = (&'a LockCell, &'a LockCell)> + 'a {
+    run.args.lock_clients.iter().filter_map(|&clients| {
+        lock(&store.http_locks, clients).zip(lock(&store.local_locks, clients))
     })
 }
 
@@ -527,11 +572,9 @@ fn goals(md: &mut String, run: &Run) {
     let blocks: Vec<(&str, f64)> = run
         .stores
         .iter()
-        .flat_map(|store| {
+        .filter_map(|store| {
             store
-                .blocks
-                .iter()
-                .filter(|cell| cell.size == largest)
+                .block(largest)
                 .map(|cell| (store.label.as_str(), cell.per_sec))
         })
         .collect();
@@ -551,7 +594,7 @@ fn goals(md: &mut String, run: &Run) {
         let Some(trip) = store.round_trip_ns() else {
             continue;
         };
-        for (http, local) in lock_pairs(store) {
+        for (http, local) in lock_pairs(run, store) {
             let added = if http.clients == 1 {
                 signed_ns(http.tally.at(0.5), local.tally.at(0.5)) / 2.0
             } else {
