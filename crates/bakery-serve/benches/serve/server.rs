@@ -58,6 +58,8 @@ impl Server {
             .arg("--listen")
             .arg("127.0.0.1:0")
             .env_remove("BAKERY_URI")
+            // No log lines (an access-log event per request) on its stderr.
+            .env_remove("BAKERY_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
