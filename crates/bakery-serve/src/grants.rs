@@ -98,14 +98,40 @@ impl Held {
     }
 }
 
+/// A recipe handle made for a session's requests. Kept between them (see
+/// [`Ask::key`]): a handle remembers the row it last saw, so the next
+/// acquire is one conditional write instead of a read and a write.
+#[derive(Clone)]
+pub(crate) enum Handle {
+    Lock(Lock),
+    Semaphore(Semaphore),
+    RwLock(RwLock),
+    Election(Election),
+}
+
+/// What makes two asks share a handle: everything a handle is built with.
+pub(crate) type HandleKey = (Family, String, Option<u32>, Option<String>, Option<u64>);
+
 impl Ask {
-    /// Wait for the grant (`wait` bounds it), or with `wait` `None` take it
-    /// only if free now. `Ok(None)`: not granted (busy, or the wait ran out).
-    pub(crate) async fn take(
+    /// The handle key of this ask waiting `wait`.
+    pub(crate) fn key(&self, wait: Option<Duration>) -> HandleKey {
+        let wait_ms = wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX));
+        (
+            self.family,
+            self.name.clone(),
+            self.permits,
+            self.data.clone(),
+            wait_ms,
+        )
+    }
+
+    /// Build the recipe handle: a wait `wait` (none: try only) is its
+    /// acquire timeout.
+    pub(crate) fn handle(
         &self,
         store: Arc<dyn VersionedStore>,
         wait: Option<Duration>,
-    ) -> Result<Option<Held>, ApiError> {
+    ) -> Result<Handle, ApiError> {
         let name = self.name.as_str();
         // Every recipe's builder has these setters.
         macro_rules! configure {
@@ -117,41 +143,31 @@ impl Ask {
                 }
             }};
         }
-        let taken = match self.family {
+        Ok(match self.family {
             Family::Locks => {
                 let mut builder = configure!(Lock::builder(store, name));
                 if let Some(data) = &self.data {
                     builder = builder.data(data.clone());
                 }
-                let lock = builder.build()?;
-                granted(wait, lock.acquire(), lock.try_acquire(), Held::Lock).await
+                Handle::Lock(builder.build()?)
             }
             Family::Semaphores => {
                 let permits = self.permits.ok_or_else(|| {
                     ApiError::invalid_input("a semaphore needs `permits`: how many may hold it")
                 })?;
-                let semaphore = configure!(Semaphore::builder(store, name))
-                    .permits(permits)
-                    .build()?;
-                granted(
-                    wait,
-                    semaphore.acquire(),
-                    semaphore.try_acquire(),
-                    Held::Permit,
+                Handle::Semaphore(
+                    configure!(Semaphore::builder(store, name))
+                        .permits(permits)
+                        .build()?,
                 )
-                .await
             }
             Family::Rwlocks => {
-                let mode = self.mode.ok_or_else(|| {
-                    ApiError::invalid_input("an RW lock needs `mode`: \"read\" or \"write\"")
-                })?;
-                let rwlock = configure!(RwLock::builder(store, name)).build()?;
-                match mode {
-                    Mode::Read => granted(wait, rwlock.read(), rwlock.try_read(), Held::Read).await,
-                    Mode::Write => {
-                        granted(wait, rwlock.write(), rwlock.try_write(), Held::Write).await
-                    }
+                if self.mode.is_none() {
+                    return Err(ApiError::invalid_input(
+                        "an RW lock needs `mode`: \"read\" or \"write\"",
+                    ));
                 }
+                Handle::RwLock(configure!(RwLock::builder(store, name)).build()?)
             }
             Family::Elections => {
                 let mut builder = Election::builder(store, name)
@@ -163,7 +179,41 @@ impl Ask {
                 if let Some(value) = &self.data {
                     builder = builder.value(value.clone());
                 }
-                let election = builder.build()?;
+                Handle::Election(builder.build()?)
+            }
+        })
+    }
+}
+
+impl Handle {
+    /// Wait for the grant (`wait`: the handle's timeout), or with `wait`
+    /// false take it only if free now. `Ok(None)`: not granted (busy, or
+    /// the wait ran out).
+    pub(crate) async fn take(
+        &self,
+        mode: Option<Mode>,
+        wait: bool,
+    ) -> Result<Option<Held>, ApiError> {
+        let taken = match self {
+            Handle::Lock(lock) => {
+                granted(wait, lock.acquire(), lock.try_acquire(), Held::Lock).await
+            }
+            Handle::Semaphore(semaphore) => {
+                granted(
+                    wait,
+                    semaphore.acquire(),
+                    semaphore.try_acquire(),
+                    Held::Permit,
+                )
+                .await
+            }
+            Handle::RwLock(rwlock) => match mode {
+                Some(Mode::Read) => {
+                    granted(wait, rwlock.read(), rwlock.try_read(), Held::Read).await
+                }
+                _ => granted(wait, rwlock.write(), rwlock.try_write(), Held::Write).await,
+            },
+            Handle::Election(election) => {
                 let lead =
                     |leadership: bakery::Leadership| Held::Lock(leadership.into_lock_guard());
                 granted(wait, election.campaign(), election.try_campaign(), lead).await
@@ -176,18 +226,19 @@ impl Ask {
 /// Run the waiting or the trying call (only the one chosen is polled), a
 /// timeout of the waiting one being "not granted".
 async fn granted<G>(
-    wait: Option<Duration>,
+    wait: bool,
     acquire: impl Future<Output = bakery::Result<G>>,
     try_acquire: impl Future<Output = bakery::Result<Option<G>>>,
     hold: impl FnOnce(G) -> Held,
 ) -> bakery::Result<Option<Held>> {
-    let guard = match wait {
-        Some(_) => match acquire.await {
+    let guard = if wait {
+        match acquire.await {
             Ok(guard) => Some(guard),
             Err(err) if err.kind() == ErrorKind::TimedOut => None,
             Err(err) => return Err(err),
-        },
-        None => try_acquire.await?,
+        }
+    } else {
+        try_acquire.await?
     };
     Ok(guard.map(hold))
 }

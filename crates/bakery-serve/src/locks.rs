@@ -326,8 +326,9 @@ pub(crate) async fn take(
     };
     // A session that ends while its request waits withdraws the request
     // (dropping the wait leaves the queue).
+    let handle = session.handle(ask.key(wait), || ask.handle(service.store().clone(), wait))?;
     let taken = tokio::select! {
-        taken = ask.take(service.store().clone(), wait) => taken?,
+        taken = handle.take(ask.mode, wait.is_some()) => taken?,
         () = session.ended.cancelled() => {
             return Err(ApiError::not_found(format!("session {:?} ended while waiting", session.id)));
         }

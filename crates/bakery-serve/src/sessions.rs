@@ -19,7 +19,7 @@ use utoipa::ToSchema;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, Kind};
-use crate::grants::{Family, Held};
+use crate::grants::{Family, Handle, HandleKey, Held};
 
 /// Shortest session TTL accepted.
 pub const MIN_TTL: Duration = Duration::from_secs(1);
@@ -62,7 +62,13 @@ pub(crate) struct Session {
     pub(crate) ended: CancellationToken,
     grants: Mutex<HashMap<GrantKey, Held>>,
     claims: Mutex<HashMap<ClaimKey, Claim>>,
+    /// The recipe handles its requests were served with, for the next ones.
+    handles: Mutex<HashMap<HandleKey, Handle>>,
 }
+
+/// The most recipe handles a session keeps; past it, they are all dropped
+/// (each is rebuilt on its next use).
+const MAX_HANDLES: usize = 64;
 
 /// A session as its routes answer it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -128,6 +134,7 @@ impl Sessions {
             ended: self.closing.child_token(),
             grants: Mutex::default(),
             claims: Mutex::default(),
+            handles: Mutex::default(),
         });
         {
             let mut open = locked(&self.open);
@@ -248,6 +255,24 @@ impl Session {
         }
         let _ = held.release().await;
         Err(self.gone())
+    }
+
+    /// The session's handle for `key`, made by `make` on first use.
+    pub(crate) fn handle(
+        &self,
+        key: HandleKey,
+        make: impl FnOnce() -> Result<Handle, ApiError>,
+    ) -> Result<Handle, ApiError> {
+        let mut handles = locked(&self.handles);
+        if let Some(handle) = handles.get(&key) {
+            return Ok(handle.clone());
+        }
+        let handle = make()?;
+        if handles.len() >= MAX_HANDLES {
+            handles.clear();
+        }
+        handles.insert(key, handle.clone());
+        Ok(handle)
     }
 
     /// Take grant `key` out of the session (to release it).
