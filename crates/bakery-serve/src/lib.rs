@@ -255,6 +255,14 @@ pub async fn serve_on(
     }
     // The peer's address reaches the access log.
     let app = app.into_make_service_with_connect_info::<SocketAddr>();
+    // No Nagle delay: an HTTP/2 answer (gRPC's headers, data and trailers)
+    // goes out in several writes, and the delayed ACK of the client would
+    // hold the last one back for 40 ms.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %err, "could not set TCP_NODELAY on a connection");
+        }
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await?;

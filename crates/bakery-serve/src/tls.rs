@@ -97,6 +97,8 @@ pub(crate) async fn serve(
     let handle = axum_server::Handle::<SocketAddr>::new();
     let server =
         axum_server::from_tcp_rustls(listener.into_std()?, RustlsConfig::from_config(tls))?
+            // No Nagle delay (see `serve_on`).
+            .map(|rustls| rustls.acceptor(axum_server::accept::NoDelayAcceptor::new()))
             .handle(handle.clone());
     // Never completes: the select below ends when the server returns, after
     // the graceful shutdown this asks for, or on an error.

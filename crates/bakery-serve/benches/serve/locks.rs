@@ -1,7 +1,7 @@
 //! (c) Lock acquire + release by N clients of one lock, through any
-//! [`LockTarget`]: `bakery serve`'s HTTP/JSON API ([`HttpLocks`]) or the
-//! same lock in this process ([`InProcessLocks`], `bakery::Lock` on the
-//! same store). A gRPC client is one more `LockTarget` and `LockClient`.
+//! [`LockTarget`]: `bakery serve`'s HTTP/JSON API ([`HttpLocks`]), its
+//! gRPC API ([`GrpcLocks`]), or the same lock in this process
+//! ([`InProcessLocks`], `bakery::Lock` on the same store).
 //!
 //! One operation is acquire, the critical section (the checks: nobody else
 //! inside, the fencing token above every token granted before), release.
@@ -13,9 +13,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bakery::{Lock, LockGuard, VersionedStore};
+use bakery_serve::proto::{self, acquire_response::Event, OpenSessionRequest};
+use bakery_serve::proto::{locks_client::LocksClient, sessions_client::SessionsClient};
 use bakery_serve::{Acquired, SessionView};
 use bytes::Bytes;
 use hyper::{Method, StatusCode, Uri};
+use tonic::transport::{Channel, Endpoint};
 
 use crate::http::{self, Conn, Reply};
 use crate::stats::{Phases, Tally};
@@ -150,6 +153,121 @@ impl LockClient for HttpLockClient {
             .and_then(|reply| reply.expect(StatusCode::NO_CONTENT))
             .map(drop)
             .map_err(|err| format!("closing session {}: {err}", self.session))
+    }
+}
+
+/// `bakery serve`'s lock API over gRPC, on the same port: a session per
+/// client (`Sessions/Open`, closed with `Sessions/Close`), then the
+/// `Locks/Acquire` stream (read to its `acquired` message) and
+/// `Locks/Release`, on one HTTP/2 connection per client.
+pub struct GrpcLocks {
+    pub addr: SocketAddr,
+    /// As [`HttpLocks::ttl`].
+    pub ttl: Duration,
+    /// How long an acquire may wait.
+    pub timeout: Duration,
+}
+
+pub struct GrpcLockClient {
+    locks: LocksClient<Channel>,
+    sessions: SessionsClient<Channel>,
+    session: String,
+    name: String,
+    timeout_ms: u64,
+}
+
+impl LockTarget for GrpcLocks {
+    type Client = GrpcLockClient;
+
+    fn implementation(&self) -> &'static str {
+        "gRPC (bakery serve)"
+    }
+
+    async fn client(&self, name: &str) -> Result<GrpcLockClient, String> {
+        let channel = Endpoint::from_shared(format!("http://{}", self.addr))
+            .map_err(|err| format!("endpoint: {err}"))?
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .map_err(|err| format!("connecting over gRPC: {err}"))?;
+        let mut sessions = SessionsClient::new(channel.clone());
+        let session = sessions
+            .open(OpenSessionRequest {
+                ttl_ms: Some(millis(self.ttl)),
+            })
+            .await
+            .map_err(|status| format!("opening a session: {status}"))?
+            .into_inner()
+            .id;
+        Ok(GrpcLockClient {
+            locks: LocksClient::new(channel),
+            sessions,
+            session,
+            name: name.to_owned(),
+            timeout_ms: millis(self.timeout),
+        })
+    }
+}
+
+impl LockClient for GrpcLockClient {
+    type Grant = u64;
+
+    async fn acquire(&mut self) -> Result<u64, String> {
+        let request = proto::AcquireRequest {
+            family: proto::Family::Lock.into(),
+            name: self.name.clone(),
+            session: self.session.clone(),
+            timeout_ms: Some(self.timeout_ms),
+            ..proto::AcquireRequest::default()
+        };
+        let mut stream = self
+            .locks
+            .acquire(request)
+            .await
+            .map_err(|status| format!("acquire: {status}"))?
+            .into_inner();
+        loop {
+            let message = stream
+                .message()
+                .await
+                .map_err(|status| format!("acquire stream: {status}"))?
+                .ok_or("the acquire stream ended without an outcome")?;
+            match message.event {
+                Some(Event::Acquired(proto::Acquired {
+                    granted: true,
+                    token: Some(token),
+                })) => return Ok(token),
+                Some(Event::Acquired(_)) => return Err("not granted before the timeout".into()),
+                Some(Event::Waiting(_)) | None => continue,
+            }
+        }
+    }
+
+    fn token(grant: &u64) -> u64 {
+        *grant
+    }
+
+    async fn release(&mut self, token: u64) -> Result<(), String> {
+        self.locks
+            .release(proto::ReleaseRequest {
+                family: proto::Family::Lock.into(),
+                name: self.name.clone(),
+                session: self.session.clone(),
+                token,
+            })
+            .await
+            .map(drop)
+            .map_err(|status| format!("release: {status}"))
+    }
+
+    async fn close(mut self) -> Result<(), String> {
+        self.sessions
+            .close(proto::CloseSessionRequest {
+                session: self.session.clone(),
+            })
+            .await
+            .map(drop)
+            .map_err(|status| format!("closing session {}: {status}", self.session))
     }
 }
 

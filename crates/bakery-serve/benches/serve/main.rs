@@ -45,7 +45,7 @@ use bakery::{Key, VersionedStore};
 use crate::args::{Args, USAGE};
 use crate::blocks::BlockCell;
 use crate::load::{LoadCell, Route};
-use crate::locks::{HttpLocks, InProcessLocks, LockCell};
+use crate::locks::{GrpcLocks, HttpLocks, InProcessLocks, LockCell};
 use crate::report::{Run, StoreRun};
 use crate::server::Server;
 
@@ -229,18 +229,30 @@ async fn measure_server(
             store.blocks.push(cell);
         }
     }
-    let target = HttpLocks {
+    let http = HttpLocks {
+        addr,
+        ttl: session_ttl(args),
+        timeout: ACQUIRE_TIMEOUT,
+    };
+    let grpc = GrpcLocks {
         addr,
         ttl: session_ttl(args),
         timeout: ACQUIRE_TIMEOUT,
     };
     for &clients in &args.lock_clients {
         let name = format!("serve-bench-{tag}-{label}-http-{clients}-{round}");
-        let cell = locks::run(&target, &name, clients, round, args.warmup, args.duration).await;
+        let cell = locks::run(&http, &name, clients, round, args.warmup, args.duration).await;
         store.lock_names.push(name);
         if let Some(cell) = noted(&mut store.failed, &label, cell) {
             progress_lock(&label, &cell);
             store.http_locks.push(cell);
+        }
+        let name = format!("serve-bench-{tag}-{label}-grpc-{clients}-{round}");
+        let cell = locks::run(&grpc, &name, clients, round, args.warmup, args.duration).await;
+        store.lock_names.push(name);
+        if let Some(cell) = noted(&mut store.failed, &label, cell) {
+            progress_lock(&label, &cell);
+            store.grpc_locks.push(cell);
         }
     }
 }

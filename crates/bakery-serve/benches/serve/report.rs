@@ -45,6 +45,7 @@ pub struct StoreRun {
     pub loads: Vec<LoadCell>,
     pub blocks: Vec<BlockCell>,
     pub http_locks: Vec<LockCell>,
+    pub grpc_locks: Vec<LockCell>,
     pub local_locks: Vec<LockCell>,
     /// The in-process lock used as the service uses it (a handle per
     /// acquire): where the service's cost beyond HTTP comes from.
@@ -74,6 +75,7 @@ impl StoreRun {
             loads: Vec::new(),
             blocks: Vec::new(),
             http_locks: Vec::new(),
+            grpc_locks: Vec::new(),
             local_locks: Vec::new(),
             service_locks: Vec::new(),
             failed: Vec::new(),
@@ -158,6 +160,7 @@ impl Run {
             for cell in store
                 .http_locks
                 .iter()
+                .chain(&store.grpc_locks)
                 .chain(&store.local_locks)
                 .chain(&store.service_locks)
             {
@@ -421,7 +424,12 @@ fn locks(md: &mut String, run: &Run) {
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for store in &run.stores {
-        for cells in [&store.http_locks, &store.local_locks, &store.service_locks] {
+        for cells in [
+            &store.http_locks,
+            &store.grpc_locks,
+            &store.local_locks,
+            &store.service_locks,
+        ] {
             for &clients in &run.args.lock_clients {
                 let Some(cell) = lock(cells, clients) else {
                     continue;
@@ -447,7 +455,7 @@ fn locks(md: &mut String, run: &Run) {
     let _ = writeln!(md);
     let _ = writeln!(
         md,
-        "What the service adds per operation (HTTP minus in process, same store and clients, \
+        "What the service adds per operation (HTTP or gRPC minus in process, same store and clients, \
          median rounds). \
          A round trip is one loopback HTTP round trip of the same server: the floor's p50 at 1 \
          connection. At 1 client an operation is two calls, so the service adds at most one \
@@ -458,17 +466,17 @@ fn locks(md: &mut String, run: &Run) {
     );
     let _ = writeln!(
         md,
-        "| store | clients | round trip | p50 added | p99 added | per call at p50 | time per grant added | p50 added by a handle per acquire (in process) |"
+        "| store | protocol | clients | round trip | p50 added | p99 added | per call at p50 | time per grant added | p50 added by a handle per acquire (in process) |"
     );
     let _ = writeln!(
         md,
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for store in &run.stores {
         let Some(trip) = store.round_trip_ns() else {
             continue;
         };
-        for (http, local) in lock_pairs(run, store) {
+        for (protocol, http, local) in lock_pairs(run, store) {
             let added_p50 = signed_ns(http.tally.at(0.5), local.tally.at(0.5));
             let added_p99 = signed_ns(http.tally.at(0.99), local.tally.at(0.99));
             let per_grant = grant_ns(http) - grant_ns(local);
@@ -478,8 +486,9 @@ fn locks(md: &mut String, run: &Run) {
             );
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} ({} round trips) | {} | {} round trips | {} ({} round trips) | {} |",
+                "| {} | {} | {} | {} | {} ({} round trips) | {} | {} round trips | {} ({} round trips) | {} |",
                 store.label,
+                protocol,
                 http.clients,
                 nanos(trip),
                 signed(added_p50),
@@ -522,13 +531,20 @@ fn each_round<'a, T: 'a>(
 }
 
 /// The HTTP and in-process median cells of each client count.
+/// Each remote cell (HTTP, then gRPC) beside the in-process cell of as
+/// many clients, with the protocol's name.
 fn lock_pairs<'a>(
     run: &'a Run,
     store: &'a StoreRun,
-) -> impl Iterator<Item = (&'a LockCell, &'a LockCell)> + 'a {
-    run.args.lock_clients.iter().filter_map(|&clients| {
-        lock(&store.http_locks, clients).zip(lock(&store.local_locks, clients))
-    })
+) -> impl Iterator<Item = (&'static str, &'a LockCell, &'a LockCell)> + 'a {
+    [("HTTP", &store.http_locks), ("gRPC", &store.grpc_locks)]
+        .into_iter()
+        .flat_map(move |(protocol, remote)| {
+            run.args.lock_clients.iter().filter_map(move |&clients| {
+                let pair = lock(remote, clients).zip(lock(&store.local_locks, clients));
+                pair.map(|(remote, local)| (protocol, remote, local))
+            })
+        })
 }
 
 fn goals(md: &mut String, run: &Run) {
@@ -596,13 +612,13 @@ fn goals(md: &mut String, run: &Run) {
         let Some(trip) = store.round_trip_ns() else {
             continue;
         };
-        for (http, local) in lock_pairs(run, store) {
+        for (protocol, http, local) in lock_pairs(run, store) {
             let added = if http.clients == 1 {
                 signed_ns(http.tally.at(0.5), local.tally.at(0.5)) / 2.0
             } else {
                 grant_ns(http) - grant_ns(local)
             };
-            let label = format!("{} at {}", store.label, clients(http.clients));
+            let label = format!("{} {protocol} at {}", store.label, clients(http.clients));
             per_call.push((label, added / trip as f64));
         }
     }
@@ -613,8 +629,8 @@ fn goals(md: &mut String, run: &Run) {
     goal(
         md,
         &format!(
-            "the lock over HTTP adds ≤ {ADDED_ROUND_TRIPS} loopback round trip per call (at 1 \
-             client: half the p50 added; with more: the time per grant added)"
+            "the lock over HTTP or gRPC adds ≤ {ADDED_ROUND_TRIPS} loopback round trip per call \
+             (at 1 client: half the p50 added; with more: the time per grant added)"
         ),
         &per_call,
         |value| value <= ADDED_ROUND_TRIPS,
@@ -691,6 +707,7 @@ fn errors(md: &mut String, run: &Run) {
         for cell in store
             .http_locks
             .iter()
+            .chain(&store.grpc_locks)
             .chain(&store.local_locks)
             .chain(&store.service_locks)
         {
