@@ -41,8 +41,9 @@ LAYERS = {
     "bakery-cli": 6,
 }
 # The testkit may be a dev-dependency of the crates it tests; dev arrows into
-# the testkit are how a backend runs the behaviour suite.
-DEV_ALLOWED = {"bakery-testkit", "bakery"}
+# the testkit are how a backend runs the behaviour suite. The bench lab's
+# machine description and figure formats serve other crates' benches.
+DEV_ALLOWED = {"bakery-testkit", "bakery", "bakery-bench"}
 
 PATH_RE = re.compile(r"\b(crate|super|self)((?:::(?:super|[A-Za-z_][A-Za-z0-9_]*))+)")
 USE_RE = re.compile(r"\buse\s+((?:crate|super|self)\b[^;]*);", re.S)
