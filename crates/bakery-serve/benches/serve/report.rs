@@ -58,6 +58,16 @@ pub struct StoreRun {
 }
 
 impl StoreRun {
+    /// Every lock cell: HTTP, gRPC, in process, built per acquire.
+    fn lock_cells(&self) -> impl Iterator<Item = &LockCell> {
+        (self.http_locks.iter())
+            .chain(&self.grpc_locks)
+            .chain(&self.local_locks)
+            .chain(&self.service_locks)
+    }
+}
+
+impl StoreRun {
     pub fn new(uri: &str) -> StoreRun {
         let label = uri.split_once("://").map_or(uri, |(scheme, _)| scheme);
         let label = match label {
@@ -157,13 +167,7 @@ impl Run {
                         .map(|p| format!("{label}: blocks of {}: {p}", cell.size)),
                 );
             }
-            for cell in store
-                .http_locks
-                .iter()
-                .chain(&store.grpc_locks)
-                .chain(&store.local_locks)
-                .chain(&store.service_locks)
-            {
+            for cell in store.lock_cells() {
                 failures.extend(
                     cell.problems.iter().map(|p| {
                         format!("{label}: {} × {}: {p}", cell.implementation, cell.clients)
@@ -704,13 +708,7 @@ fn errors(md: &mut String, run: &Run) {
                 ));
             }
         }
-        for cell in store
-            .http_locks
-            .iter()
-            .chain(&store.grpc_locks)
-            .chain(&store.local_locks)
-            .chain(&store.service_locks)
-        {
+        for cell in store.lock_cells() {
             if let Some(first) = &cell.tally.first_error {
                 lines.push(format!(
                     "{label} · {} × {}: {} error(s), first: {first}",
