@@ -29,6 +29,16 @@ pub enum Family {
 }
 
 impl Family {
+    /// As the path names it.
+    pub(crate) fn path(self) -> &'static str {
+        match self {
+            Family::Locks => "locks",
+            Family::Semaphores => "semaphores",
+            Family::Rwlocks => "rwlocks",
+            Family::Elections => "elections",
+        }
+    }
+
     /// The singular, for messages.
     pub(crate) fn one(self) -> &'static str {
         match self {
@@ -252,6 +262,11 @@ pub struct Party {
     /// The grant's fencing token (holders only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<u64>,
+    /// The holder's heartbeat counter (holders only): it advances every
+    /// third of a lease while the holder is alive; one that stays the same
+    /// for a whole lease, as a waiter sees it, ends the grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beat: Option<u64>,
     /// Read or write (RW locks only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<Mode>,
@@ -281,10 +296,22 @@ pub struct QueueView {
 }
 
 impl Party {
-    fn new(owner: impl ToString, token: Option<u64>, lease_ms: u64) -> Party {
+    fn waiter(owner: impl ToString, lease_ms: u64) -> Party {
         Party {
             owner: owner.to_string(),
-            token,
+            token: None,
+            beat: None,
+            mode: None,
+            data: None,
+            lease_ms,
+        }
+    }
+
+    fn holder(owner: impl ToString, token: u64, beat: u64, lease_ms: u64) -> Party {
+        Party {
+            owner: owner.to_string(),
+            token: Some(token),
+            beat: Some(beat),
             mode: None,
             data: None,
             lease_ms,
@@ -322,10 +349,11 @@ impl QueueView {
         };
         let lock = |state: LockState| {
             let holders = state.holder.iter().map(|h| {
-                Party::new(&h.owner, Some(state.token), h.lease_ms).with_data(h.data.as_deref())
+                Party::holder(&h.owner, state.token, h.beat, h.lease_ms)
+                    .with_data(h.data.as_deref())
             });
             let queue = (state.queue.iter())
-                .map(|w| Party::new(&w.owner, None, w.lease_ms).with_data(w.data.as_deref()));
+                .map(|w| Party::waiter(&w.owner, w.lease_ms).with_data(w.data.as_deref()));
             view(state.token, None, holders.collect(), queue.collect())
         };
         Ok(match family {
@@ -336,9 +364,9 @@ impl QueueView {
                     .map(lock)
             }
             Family::Semaphores => Semaphore::inspect(store, name).await?.map(|state| {
-                let holders =
-                    (state.holders.iter()).map(|h| Party::new(&h.owner, Some(h.token), h.lease_ms));
-                let queue = (state.queue.iter()).map(|w| Party::new(&w.owner, None, w.lease_ms));
+                let holders = (state.holders.iter())
+                    .map(|h| Party::holder(&h.owner, h.token, h.beat, h.lease_ms));
+                let queue = (state.queue.iter()).map(|w| Party::waiter(&w.owner, w.lease_ms));
                 view(
                     state.token,
                     Some(state.permits),
@@ -347,10 +375,11 @@ impl QueueView {
                 )
             }),
             Family::Rwlocks => RwLock::inspect(store, name).await?.map(|state| {
-                let holders = (state.holders.iter())
-                    .map(|h| Party::new(&h.owner, Some(h.token), h.lease_ms).with_mode(h.mode));
+                let holders = (state.holders.iter()).map(|h| {
+                    Party::holder(&h.owner, h.token, h.beat, h.lease_ms).with_mode(h.mode)
+                });
                 let queue = (state.queue.iter())
-                    .map(|w| Party::new(&w.owner, None, w.lease_ms).with_mode(w.mode));
+                    .map(|w| Party::waiter(&w.owner, w.lease_ms).with_mode(w.mode));
                 view(state.token, None, holders.collect(), queue.collect())
             }),
         })

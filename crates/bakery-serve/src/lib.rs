@@ -12,10 +12,12 @@ mod ids;
 mod locks;
 mod once;
 mod ops;
+mod overview;
 mod sequences;
 mod sessions;
 mod telemetry;
 mod tls;
+mod ui;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -46,8 +48,10 @@ pub use locks::{
 };
 pub use once::{ClaimRequest, ClaimStatus, FinishRequest, OnceState};
 pub use ops::Health;
+pub use overview::{GrantState, Overview, SessionState};
 pub use sessions::{GrantView, SessionView, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 
+use overview::Directory;
 use sequences::Sequences;
 use sessions::Sessions;
 
@@ -99,6 +103,8 @@ fn routes() -> OpenApiRouter<Service> {
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::openapi_json))
+        .routes(routes!(overview::overview))
+        .routes(routes!(overview::events))
         .routes(routes!(telemetry::metrics))
 }
 
@@ -137,6 +143,7 @@ struct Inner {
     store: Arc<dyn VersionedStore>,
     sequences: Sequences,
     sessions: Sessions,
+    directory: Directory,
     tokens: Option<Tokens>,
     segment_size: u64,
     lease: Duration,
@@ -157,6 +164,7 @@ impl Service {
                 sequences: Sequences::new(store.clone(), config.max_sequences()),
                 store,
                 sessions: Sessions::new(config.max_sessions()),
+                directory: Directory::new(),
                 tokens,
                 segment_size: config.segment_size(),
                 lease: config.lease(),
@@ -177,7 +185,7 @@ impl Service {
     /// gRPC services beside them, on the same port (HTTP/2).
     pub fn router(&self) -> Router {
         let (router, _) = routes().split_for_parts();
-        let rest = router
+        let rest = ui::beside(router)
             .fallback(ops::not_found)
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
             .layer(axum::middleware::from_fn(telemetry::observe))
@@ -199,6 +207,10 @@ impl Service {
 
     pub(crate) fn sessions(&self) -> &Sessions {
         &self.inner.sessions
+    }
+
+    pub(crate) fn directory(&self) -> &Directory {
+        &self.inner.directory
     }
 
     pub(crate) fn tokens(&self) -> Option<&Tokens> {

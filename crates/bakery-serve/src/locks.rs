@@ -65,7 +65,9 @@ pub(crate) fn open(
 ) -> Result<SessionView, ApiError> {
     caller_may_hold(caller)?;
     let ttl = request.ttl_ms.map_or(DEFAULT_TTL, Duration::from_millis);
-    Ok(service.sessions().open(caller, ttl)?.view())
+    let session = service.sessions().open(caller, ttl)?;
+    service.directory().changed();
+    Ok(session.view())
 }
 
 /// A session may hold locks or claims: a token needs one of the two
@@ -315,6 +317,7 @@ pub(crate) async fn take(
         ));
     }
     let session = service.sessions().get(caller, &request.session)?;
+    service.directory().touched(family, &name);
     let ask = Ask {
         family,
         name,
@@ -333,6 +336,7 @@ pub(crate) async fn take(
             return Err(ApiError::not_found(format!("session {:?} ended while waiting", session.id)));
         }
     };
+    service.directory().changed();
     Ok(match taken {
         Some(held) => Acquired {
             granted: true,
@@ -399,7 +403,9 @@ pub(crate) async fn give_back(
                 request.token
             ))
         })?;
-    Ok(held.release().await?)
+    held.release().await?;
+    service.directory().changed();
+    Ok(())
 }
 
 /// Who holds a lock, semaphore, RW lock or election, and who waits.
@@ -451,6 +457,19 @@ pub(crate) struct ObserveParams {
     timeout_ms: Option<u64>,
 }
 
+/// How long a stream asked to last `timeout_ms` lasts; a 400 if out of
+/// bounds.
+pub(crate) fn stream_limit(timeout_ms: Option<u64>) -> Result<Duration, ApiError> {
+    match timeout_ms {
+        None => Ok(DEFAULT_OBSERVE),
+        Some(ms) if (1..=millis(MAX_OBSERVE)).contains(&ms) => Ok(Duration::from_millis(ms)),
+        Some(ms) => Err(ApiError::invalid_input(format!(
+            "timeout_ms must be within 1..={}; got {ms}",
+            millis(MAX_OBSERVE)
+        ))),
+    }
+}
+
 /// The leader of an election, or nobody (`term` 0, no owner).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LeaderEvent {
@@ -485,16 +504,7 @@ pub(crate) async fn observe(
     query: Result<Query<ObserveParams>, QueryRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let (Path(ElectionPath { name }), Query(params)) = (path?, query?);
-    let limit = match params.timeout_ms {
-        None => DEFAULT_OBSERVE,
-        Some(ms) if (1..=millis(MAX_OBSERVE)).contains(&ms) => Duration::from_millis(ms),
-        Some(ms) => {
-            return Err(ApiError::invalid_input(format!(
-                "timeout_ms must be within 1..={}; got {ms}",
-                millis(MAX_OBSERVE)
-            )))
-        }
-    };
+    let limit = stream_limit(params.timeout_ms)?;
     let events = follow(&service, &caller, &name)
         .await?
         .map(|leader| {

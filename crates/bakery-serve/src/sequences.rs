@@ -35,6 +35,14 @@ impl Sequences {
         &self.store
     }
 
+    /// The names of the sequences this instance serves now, oldest first.
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.handles
+            .lock()
+            .map(|handles| handles.created.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// The handle of `name`, made on first use; an invalid name (checked by
     /// the builder, so only on a miss) is a 400 naming the rule it breaks.
     pub(crate) fn get(&self, name: &str) -> Result<Sequence, ApiError> {

@@ -184,6 +184,17 @@ impl Sessions {
         futures::future::join_all(sessions.iter().map(|session| session.finish())).await;
     }
 
+    /// The open sessions `caller` may use, in id order (stable between calls).
+    pub(crate) fn visible_to(&self, caller: &Caller) -> Vec<Arc<Session>> {
+        let mut sessions: Vec<_> = locked(&self.open)
+            .values()
+            .filter(|session| caller.same_as(session.opener.as_deref()))
+            .cloned()
+            .collect();
+        sessions.sort_by(|a, b| a.id.cmp(&b.id));
+        sessions
+    }
+
     /// Cancelled when the instance starts shutting down.
     pub(crate) fn closing(&self) -> &CancellationToken {
         &self.closing
@@ -220,6 +231,11 @@ impl Session {
         }
         *locked(&self.deadline) = Instant::now() + self.ttl;
         Ok(())
+    }
+
+    /// How long the session lives unless kept alive.
+    pub(crate) fn expires_in(&self) -> Duration {
+        locked(&self.deadline).saturating_duration_since(Instant::now())
     }
 
     /// The owner recorded with this session's grants.

@@ -166,6 +166,7 @@ impl From<Party> for proto::Party {
             mode: proto::Mode::from(party.mode).into(),
             data: party.data,
             lease_ms: party.lease_ms,
+            beat: party.beat,
         }
     }
 }
