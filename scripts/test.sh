@@ -63,6 +63,10 @@ step "schemathesis over bakery serve's OpenAPI document (SQLite and PostgreSQL)"
 # (the binary the CLI tests ran, built with every feature)
 scripts/schemathesis.sh target/debug/bakery "$BAKERY_POSTGRES_URI"
 
+step "the clients of bakery serve (Python, Go, TypeScript) and its /ui page in Chromium (SQLite and PostgreSQL)"
+# (the same binary, before the light build below replaces it)
+scripts/test-clients.sh "$BAKERY_POSTGRES_URI"
+
 step "the light default CLI: ids on SQLite work, a left-out subcommand names its feature"
 # (after the tests: this build replaces target/debug/bakery, which the CLI
 # tests ran with every feature)
