@@ -19,6 +19,10 @@ usage: cargo bench -p bakery-serve --bench serve -- [OPTIONS]
   --lock-clients LIST lock clients, comma-separated (default 1,4,16)
   --block-sizes LIST  ids per /reserve of the thin client (default 100000,1000)
   --client-threads N  worker threads of the load generator's runtime (default 2)
+  --client NAME=CMD   also run a client's bench (repeatable): CMD, run by sh from
+                      the repository root with BAKERY_URL (the server) and
+                      BAKERY_BENCH_SECONDS set, prints one JSON line with
+                      ids_per_s, block and lock_ops_per_s (clients/README.md)
   --out FILE          also write the Markdown section to FILE
 ";
 
@@ -34,6 +38,8 @@ pub struct Args {
     pub lock_clients: Vec<usize>,
     pub block_sizes: Vec<u64>,
     pub client_threads: usize,
+    /// Client benches: (name, shell command).
+    pub clients: Vec<(String, String)>,
     pub out: Option<PathBuf>,
     /// Run by `cargo bench` (it passes `--bench`); `cargo test
     /// --all-targets` runs the binary without it, and then it only says so.
@@ -56,6 +62,7 @@ impl Default for Args {
             lock_clients: vec![1, 4, 16],
             block_sizes: vec![100_000, 1_000],
             client_threads: 2,
+            clients: Vec::new(),
             out: None,
             bench: false,
             help: false,
@@ -97,8 +104,14 @@ impl Args {
                     .next()
                     .ok_or_else(|| format!("{name} needs a value\n\n{USAGE}"))?,
             };
-            // Where the binary and the output are does not change a figure.
-            if name != "--bakery" && name != "--out" {
+            // Where the binary and the output are does not change a figure
+            // (nor how a client is started: its name is enough).
+            if name == "--client" {
+                let client = value
+                    .split_once('=')
+                    .map_or(value.as_str(), |(name, _)| name);
+                args.given.push(format!("{name} {}", quoted(client)));
+            } else if name != "--bakery" && name != "--out" {
                 args.given.push(format!("{name} {}", quoted(&value)));
             }
             match name.as_str() {
@@ -111,6 +124,13 @@ impl Args {
                 "--lock-clients" => args.lock_clients = list(&name, &value)?,
                 "--block-sizes" => args.block_sizes = list(&name, &value)?,
                 "--client-threads" => args.client_threads = positive(&name, &value)?,
+                "--client" => {
+                    let (client, command) = value
+                        .split_once('=')
+                        .filter(|(client, command)| !client.is_empty() && !command.is_empty())
+                        .ok_or_else(|| format!("{name} {value:?}: expected NAME=COMMAND"))?;
+                    args.clients.push((client.to_owned(), command.to_owned()));
+                }
                 "--out" => args.out = Some(PathBuf::from(value)),
                 _ => return Err(format!("unknown option {name}\n\n{USAGE}")),
             }

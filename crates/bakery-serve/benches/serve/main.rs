@@ -8,7 +8,10 @@
 //!   the ids out from memory;
 //! - (c) lock acquire + release over HTTP at 1, 4 and 16 clients, each with
 //!   its own session, against the same lock in this process
-//!   (`bakery::Lock` on the same store).
+//!   (`bakery::Lock` on the same store);
+//! - (d) with `--client NAME=COMMAND`, the clients in other languages
+//!   (clients/): ids from reserved blocks and lock acquire + release, each
+//!   client's own bench, a process of its own against the same server.
 //!
 //! On a SQLite file in a temporary directory, on memory://, and on
 //! PostgreSQL when `BAKERY_POSTGRES_URI` is set (or on the `--uri` given).
@@ -28,6 +31,7 @@
 
 mod args;
 mod blocks;
+mod clients;
 mod cpu;
 mod http;
 mod load;
@@ -253,6 +257,18 @@ async fn measure_server(
         if let Some(cell) = noted(&mut store.failed, &label, cell) {
             progress_lock(&label, &cell);
             store.grpc_locks.push(cell);
+        }
+    }
+    for (client, command) in &args.clients {
+        let cell = clients::run(addr, client, command, args.duration).await;
+        if let Some(cell) = noted(&mut store.failed, &label, cell) {
+            eprintln!(
+                "serve bench: {label}: round {round}: {client} client: {} ids/s (blocks of {}), {} lock ops/s",
+                report::rate(cell.ids_per_sec),
+                cell.block,
+                report::rate(cell.lock_pairs_per_sec)
+            );
+            store.clients.push(cell);
         }
     }
 }

@@ -8,6 +8,7 @@ use bakery_bench::machine::{gibibytes, Machine};
 
 use crate::args::Args;
 use crate::blocks::BlockCell;
+use crate::clients::ClientCell;
 use crate::cpu::Sample;
 use crate::load::{LoadCell, Route};
 use crate::locks::LockCell;
@@ -50,6 +51,8 @@ pub struct StoreRun {
     /// The in-process lock used as the service uses it (a handle per
     /// acquire): where the service's cost beyond HTTP comes from.
     pub service_locks: Vec<LockCell>,
+    /// The clients in other languages, against the same server.
+    pub clients: Vec<ClientCell>,
     /// Cells that could not run, and a server that did not stop cleanly.
     pub failed: Vec<String>,
     /// The sequences and locks the cells made (deleted afterwards).
@@ -88,6 +91,7 @@ impl StoreRun {
             grpc_locks: Vec::new(),
             local_locks: Vec::new(),
             service_locks: Vec::new(),
+            clients: Vec::new(),
             failed: Vec::new(),
             sequences: Vec::new(),
             lock_names: Vec::new(),
@@ -295,6 +299,7 @@ pub fn markdown(run: &Run) -> String {
     single_ids(&mut md, run);
     thin_client(&mut md, run);
     locks(&mut md, run);
+    other_clients(&mut md, run);
     goals(&mut md, run);
     errors(&mut md, run);
     md
@@ -502,6 +507,83 @@ fn locks(md: &mut String, run: &Run) {
                 signed(per_grant),
                 trips(per_grant, trip),
                 by_handle
+            );
+        }
+    }
+    let _ = writeln!(md);
+}
+
+/// Client goals: ids per second from reserved blocks in one process.
+const CLIENT_ID_GOALS: [(&str, f64); 3] = [("python", 1e6), ("go", 1e7), ("ts", 1e7)];
+
+fn other_clients(md: &mut String, run: &Run) {
+    if run.args.clients.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "### The clients in other languages
+"
+    );
+    let _ = writeln!(
+        md,
+        "Each client (clients/python, clients/go, clients/ts) runs its own bench as a \
+         process of its own against the same server, in the same round as the cells above \
+         (clients/README.md): *ids/s* is `Sequence.next()` in one process from the blocks it \
+         reserves (`/reserve?size=block`, the next block fetched in the background), *lock \
+         ops/s* acquire + release of one uncontended lock, one after the other, through the \
+         client's `Lock` (a session of its own, kept alive in the background). Beside it, the \
+         lock over the Rust HTTP client of this bench and in process (`bakery::Lock` on the \
+         same store), 1 client, median rounds.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| store | client | ids/s | block | goal | lock ops/s | ÷ Rust over HTTP | ÷ Rust in process | each round (ids/s; lock ops/s) |"
+    );
+    let _ = writeln!(
+        md,
+        "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- |"
+    );
+    for store in &run.stores {
+        let http = lock(&store.http_locks, 1);
+        let local = lock(&store.local_locks, 1);
+        for (client, _) in &run.args.clients {
+            let rounds = || store.clients.iter().filter(|cell| &cell.client == client);
+            let Some(cell) = median(rounds(), |cell| cell.ids_per_sec) else {
+                continue;
+            };
+            let locks = median(rounds(), |cell| cell.lock_pairs_per_sec)
+                .map_or(0.0, |cell| cell.lock_pairs_per_sec);
+            let goal = CLIENT_ID_GOALS
+                .iter()
+                .find(|(name, _)| name == client)
+                .map_or_else(
+                    || "-".to_string(),
+                    |&(_, goal)| {
+                        let status = if cell.ids_per_sec >= goal {
+                            "met"
+                        } else {
+                            "not met"
+                        };
+                        format!("≥ {}/s: {status}", rate(goal))
+                    },
+                );
+            let versus = |cell: Option<&LockCell>| {
+                cell.map_or_else(|| "-".to_string(), |cell| ratio(locks / cell.per_sec))
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {}; {} |",
+                store.label,
+                client,
+                rate(cell.ids_per_sec),
+                thousands(cell.block),
+                goal,
+                rate(locks),
+                versus(http),
+                versus(local),
+                each_round(rounds(), |cell| cell.ids_per_sec),
+                each_round(rounds(), |cell| cell.lock_pairs_per_sec)
             );
         }
     }
