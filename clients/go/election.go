@@ -95,21 +95,27 @@ func (e *Election) Leader(ctx context.Context) (LeaderEvent, error) {
 }
 
 // Observe follows the election: the channel receives the leader now, then
-// every change of leader, until ctx ends (then it is closed). It
-// reconnects when the server ends the stream or the connection breaks
+// every change of leader, until ctx ends or the client closes (then it is
+// closed). It reconnects when the server ends the stream or the connection breaks
 // (sending the leader again after a reconnect). The first connection's
 // failure is returned.
 func (e *Election) Observe(ctx context.Context) (<-chan LeaderEvent, error) {
 	if e.c.isClosed() {
 		return nil, ErrClosed
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(e.c.bg, cancel) // the client's Close ends it
 	resp, err := e.openStream(ctx)
 	if err != nil {
+		stop()
+		cancel()
 		return nil, err
 	}
 	ch := make(chan LeaderEvent, 16)
 	go func() {
 		defer close(ch)
+		defer cancel()
+		defer stop()
 		backoff := 50 * time.Millisecond
 		for {
 			err := readEvents(ctx, resp, ch)

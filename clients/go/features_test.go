@@ -558,3 +558,29 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func TestObserveEndsWhenClientCloses(t *testing.T) {
+	c, err := bakery.NewClient(serverURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := within(t, 30*time.Second)
+	events, err := c.Election(unique("election")).Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-events; ev.Term != 0 {
+		t.Fatalf("first event %+v, want nobody", ev)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case _, ok := <-events:
+		if ok {
+			t.Fatal("an event after Close")
+		}
+	case <-ctx.Done():
+		t.Fatal("the observe channel stayed open after Close")
+	}
+}
