@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -582,5 +583,43 @@ func TestObserveEndsWhenClientCloses(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the observe channel stayed open after Close")
+	}
+}
+
+func TestLostWhenNoKeepaliveGetsThrough(t *testing.T) {
+	// A server of its own, stopped (SIGSTOP) while the client holds a lock:
+	// no keepalive gets through for a TTL, so the grant is lost locally.
+	srv, err := startServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.stop()
+	c, err := bakery.NewClient(srv.url, bakery.WithSessionTTL(time.Second), bakery.WithRequestTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := within(t, 30*time.Second)
+	g, err := c.Lock(unique("lock")).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	select {
+	case <-g.Lost():
+	case <-ctx.Done():
+		t.Fatal("lost did not fire while the server was unreachable")
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("lost %v after the server stopped", time.Since(stopped).Round(time.Millisecond))
+	if err := g.Release(ctx); !errors.Is(err, bakery.ErrLost) {
+		t.Fatalf("release of a lost grant: %v, want lost", err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -232,11 +232,21 @@ func (s *session) keepalive(bg context.Context) {
 	every := s.ttl / 3
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// expire fires a TTL after the last successful keepalive was sent: the
+	// server may end the session from then on, so its grants are no longer
+	// trusted.
+	s.mu.Lock()
+	expire := time.NewTimer(time.Until(s.lastOK.Add(s.ttl)))
+	s.mu.Unlock()
+	defer expire.Stop()
 	for {
 		select {
 		case <-bg.Done():
 			return
 		case <-s.done:
+			return
+		case <-expire.C:
+			s.expired(bg)
 			return
 		case <-t.C:
 		}
@@ -265,6 +275,13 @@ func (s *session) keepalive(bg context.Context) {
 				}
 			}
 			s.mu.Unlock()
+			if !expire.Stop() {
+				select {
+				case <-expire.C:
+				default:
+				}
+			}
+			expire.Reset(time.Until(sent.Add(s.ttl)))
 			for _, g := range lost {
 				g.lose("the server answered held=false", false)
 			}
@@ -277,17 +294,21 @@ func (s *session) keepalive(bg context.Context) {
 			s.mu.Unlock()
 			s.c.log.Warn("bakery: keepalive failed", "session", s.id, "error", err, "session_expired", late)
 			if late {
-				// No keepalive got through for a whole TTL: the server has
-				// (or may have) ended the session. Stop trusting its
-				// grants, and close it in case it still lives.
-				s.endAndForget("no keepalive got through for a whole TTL")
-				ctx, cancel := context.WithTimeout(bg, s.c.requestTimeout)
-				_ = s.delete(ctx)
-				cancel()
+				s.expired(bg)
 				return
 			}
 		}
 	}
+}
+
+// expired ends a session no keepalive got through to for a whole TTL: the
+// server has (or may have) ended it. Its grants are no longer trusted, and
+// it is closed in case it still lives.
+func (s *session) expired(bg context.Context) {
+	s.endAndForget("no keepalive got through for a whole TTL")
+	ctx, cancel := context.WithTimeout(bg, s.c.requestTimeout)
+	_ = s.delete(ctx)
+	cancel()
 }
 
 // endAndForget ends the session and makes the next caller open a new one.
