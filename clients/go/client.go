@@ -229,6 +229,10 @@ type errorBody struct {
 // once makes one attempt of cl.
 func (c *Client) once(ctx context.Context, cl call, body []byte) (int, time.Duration, error) {
 	op := cl.method + " " + cl.path
+	if err := ctx.Err(); err != nil {
+		// Ended before sending: nothing was done.
+		return 0, 0, &Error{Kind: KindUnavailable, Op: op, Message: err.Error(), Err: err}
+	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
