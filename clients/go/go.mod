@@ -1,0 +1,3 @@
+module github.com/bakery-rs/bakery/clients/go
+
+go 1.22
