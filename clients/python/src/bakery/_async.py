@@ -12,7 +12,7 @@ import functools
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
@@ -65,6 +65,7 @@ class AsyncClient:
         self._last_ok = 0.0
         self._grants: dict[p.GrantKey, _Grant] = {}
         self._keeper: asyncio.Task[None] | None = None
+        self._prefetches: set[asyncio.Task[tuple[int, int]]] = set()
         self._closed = False
 
     async def __aenter__(self) -> AsyncClient:
@@ -89,6 +90,11 @@ class AsyncClient:
             self._keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._keeper
+        for task in self._prefetches:
+            task.cancel()
+        for result in await asyncio.gather(*self._prefetches, return_exceptions=True):
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                log.debug("a block prefetched for nobody failed: %r", result)
         try:
             if session is not None:
                 try:
@@ -233,6 +239,14 @@ class AsyncClient:
         grant.lost.set()
         raise LostError("lost", f"{family} {name!r} token {token} was lost: {err.message}") from err
 
+    def _prefetch(
+        self, reserve: Coroutine[Any, Any, tuple[int, int]]
+    ) -> asyncio.Task[tuple[int, int]]:
+        task = asyncio.create_task(reserve)
+        self._prefetches.add(task)
+        task.add_done_callback(self._prefetches.discard)
+        return task
+
     # ------------------------------------------------------------ primitives
 
     def sequence(self, name: str, block: int = 1000, *, prefetch_at: float = 0.8) -> AsyncSequence:
@@ -374,8 +388,19 @@ class AsyncSequence:
             return await self._refill()
 
     def next_nowait(self) -> int | None:
-        """The next id if one is reserved locally, else ``None`` (no await, no I/O)."""
-        return next(self._it, None)
+        """The next id if one is reserved locally, else ``None`` (no await, no I/O;
+        a prefetch it triggers runs in the background)."""
+        v = next(self._it, None)
+        if v is None and self._tail is not None and not self._mutex.locked():
+            self._switch_to_tail()
+            v = next(self._it, None)
+        return v
+
+    def _switch_to_tail(self) -> None:
+        assert self._tail is not None
+        self._it, self._tail = self._tail, None
+        if self._pending is None:
+            self._pending = self._client._prefetch(self._reserve())
 
     def __aiter__(self) -> AsyncSequence:
         return self
@@ -393,9 +418,7 @@ class AsyncSequence:
                 if v is not None:
                     return v
                 if self._tail is not None:
-                    self._it, self._tail = self._tail, None
-                    if self._pending is None:
-                        self._pending = asyncio.create_task(self._reserve())
+                    self._switch_to_tail()
                     continue
                 pending, self._pending = self._pending, None
                 block = await pending if pending is not None else await self._reserve()
