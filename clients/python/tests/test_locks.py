@@ -179,3 +179,14 @@ def test_one_object_holds_one_grant(client, name):
         lock.acquire()
     with pytest.raises(RuntimeError):
         lock.release()
+
+
+def test_reset_session_gives_everything_back(client, other, name):
+    lock = client.lock(name)
+    assert lock.acquire()
+    first = client.session_id
+    client.reset_session()
+    assert lock.is_lost
+    assert other.lock(name).try_acquire(), "the reset session still holds the lock"
+    assert client.lock(name + "-2").try_acquire()
+    assert client.session_id not in (None, first)

@@ -109,6 +109,17 @@ class AsyncClient:
         """The id of the client's session, if one is open."""
         return self._session
 
+    async def reset_session(self) -> None:
+        """Close the current session, giving back everything it holds (its grants'
+        ``lost`` fire); the next call opens a new one. See
+        :meth:`bakery.Client.reset_session`."""
+        async with self._open_lock:
+            session = self._session
+            if session is None:
+                return
+            self._session_ended(session, "reset by the caller")
+        await self._abandon(session)
+
     # ------------------------------------------------------------ transport
 
     async def _send(self, call: p.Call) -> Any:

@@ -116,6 +116,18 @@ class Client:
         """The id of the client's session, if one is open."""
         return self._session
 
+    def reset_session(self) -> None:
+        """Close the current session, giving back everything it holds (its grants'
+        ``lost`` fire); the next call opens a new one. The remedy after an
+        :class:`UnknownOutcomeError` from an acquire or claim, whose grant may be
+        held by the session without this client knowing."""
+        with self._open_lock:
+            session = self._session
+            if session is None:
+                return
+            self._session_ended(session, "reset by the caller")
+        self._abandon(session)
+
     # ------------------------------------------------------------ transport
 
     def _send(self, call: p.Call) -> Any:
