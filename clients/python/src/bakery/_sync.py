@@ -474,7 +474,10 @@ class _Primitive:
         """Wait for the grant, first come first served, up to ``timeout`` seconds
         (``None``: forever). ``blocking=False``: :meth:`try_acquire`. True if granted."""
         if self._grant is not None:
-            raise RuntimeError(f"{self!r}: this object already holds a grant")
+            if not self._grant.lost.is_set():
+                raise RuntimeError(f"{self!r}: this object already holds a grant")
+            grant, self._grant = self._grant, None
+            self._client._release(grant)  # quiet: its loss was reported
         op = (
             p.acquire_op(self._family, self.name, self._extra, timeout)
             if blocking
