@@ -83,3 +83,27 @@ def test_non_str_result_fails_the_key(client, name):
     with pytest.raises(TypeError):
         client.once("py-scope", name, "p", lambda: 42)  # type: ignore[arg-type,return-value]
     assert client.once("py-scope", name, "p", lambda: "ok") == "ok"
+
+
+def test_claim_by_hand_with_its_attempt(client, other, name):
+    claim = client.claim("py-scope", name, "p")
+    assert claim.claimed and claim.attempt >= 1
+    with pytest.raises(bakery.OnceTimeoutError):
+        other.claim("py-scope", name, "p", timeout=0.2)
+    assert claim.complete("by hand") == "by hand"
+    assert not claim.claimed
+    again = other.claim("py-scope", name, "p")
+    assert not again.claimed and again.result == "by hand"
+    with pytest.raises(RuntimeError):
+        again.complete("twice")
+
+
+def test_complete_after_the_session_ended_is_lost(url, name):
+    with bakery.Client(url) as c:
+        claim = c.claim("py-scope", name, "p")
+        c.reset_session()
+        with pytest.raises(bakery.LostError) as err:
+            claim.complete("too late")
+        assert err.value.kind == "lost"
+    with bakery.Client(url) as c:
+        assert c.once("py-scope", name, "p", lambda: "rerun") == "rerun"

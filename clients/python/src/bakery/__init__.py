@@ -7,6 +7,7 @@ processing (:meth:`Client.once`), blocking (:class:`Client`) or asyncio
 """
 
 from ._async import (
+    AsyncClaim,
     AsyncClient,
     AsyncElection,
     AsyncLock,
@@ -30,12 +31,13 @@ from ._errors import (
     UnknownOutcomeError,
 )
 from ._protocol import Leader, OnceTimeoutError, RetryPolicy, WaitTimeoutError
-from ._sync import Client, Election, Lock, RWLock, Semaphore, Sequence
+from ._sync import Claim, Client, Election, Lock, RWLock, Semaphore, Sequence
 
 __version__ = "0.1.0"
 
 __all__ = [
     "KINDS",
+    "AsyncClaim",
     "AsyncClient",
     "AsyncElection",
     "AsyncLock",
@@ -43,6 +45,7 @@ __all__ = [
     "AsyncSemaphore",
     "AsyncSequence",
     "BakeryError",
+    "Claim",
     "Client",
     "ConflictError",
     "CorruptError",

@@ -334,9 +334,9 @@ class AsyncClient:
     async def _once(
         self, scope: str, key: str, payload: str, fn: OnceFn, timeout: float | None
     ) -> str:
-        claim = await self._run(p.claim_op(scope, key, payload, timeout))
-        if isinstance(claim, p.Completed):
-            return claim.result
+        claim = await self.claim(scope, key, payload, timeout=timeout)
+        if not claim.claimed:
+            return str(claim.result)
         try:
             result = fn()
             if inspect.isawaitable(result):
@@ -345,14 +345,20 @@ class AsyncClient:
                 raise TypeError(f"a once function returns a str, not {type(result).__name__}")
         except BaseException as exc:
             try:
-                await self._run(
-                    p.finish_op(scope, key, claim, f"{type(exc).__name__}: {exc}", complete=False)
-                )
+                await claim.fail(f"{type(exc).__name__}: {exc}")
             except BakeryError as e:
                 log.warning("could not report the failure of %r/%r: %s", scope, key, e)
             raise
-        state = await self._run(p.finish_op(scope, key, claim, result, complete=True))
-        return str(state.get("result", result))
+        return await claim.complete(result)
+
+    async def claim(
+        self, scope: str, key: str, payload: str, *, timeout: float | None = None
+    ) -> AsyncClaim:
+        """Claim ``key`` of ``scope``; see :meth:`bakery.Client.claim`."""
+        got = await self._run(p.claim_op(scope, key, payload, timeout))
+        if isinstance(got, p.Completed):
+            return AsyncClaim(self, scope, key, None, got.result)
+        return AsyncClaim(self, scope, key, got, None)
 
     async def once_state(self, scope: str, key: str) -> dict[str, Any]:
         """Where ``key`` of ``scope`` stands."""
@@ -368,6 +374,58 @@ class AsyncClient:
                 raise p.error_from_response(r.status_code, await r.aread())
             async for line in r.aiter_lines():
                 yield line
+
+
+class AsyncClaim:
+    """The answer to :meth:`AsyncClient.claim`; see :class:`bakery.Claim`."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        scope: str,
+        key: str,
+        claimed: p.Claimed | None,
+        result: str | None,
+    ) -> None:
+        self._client = client
+        self.scope = scope
+        self.key = key
+        self._claimed = claimed
+        #: The stored result, when the key was completed before (or by :meth:`complete`).
+        self.result = result
+        self._finished = False
+
+    def __repr__(self) -> str:
+        return f"<AsyncClaim {self.scope}/{self.key} claimed={self.claimed} result={self.result!r}>"
+
+    @property
+    def claimed(self) -> bool:
+        """True if this caller must run the work, then complete or fail it."""
+        return self._claimed is not None and not self._finished
+
+    @property
+    def attempt(self) -> int:
+        """The claim's attempt: a fencing token for the work's writes."""
+        if self._claimed is None:
+            raise RuntimeError("the key was completed before: no attempt of this caller")
+        return self._claimed.attempt
+
+    async def _finish(self, outcome: str, *, complete: bool) -> dict[str, Any]:
+        if not self.claimed or self._claimed is None:
+            raise RuntimeError(f"{self!r}: nothing to finish")
+        self._finished = True
+        op = p.finish_op(self.scope, self.key, self._claimed, outcome, complete=complete)
+        return await self._client._run(op)
+
+    async def complete(self, result: str) -> str:
+        """Store ``result`` for every later caller (:class:`LostError` if the claim was lost)."""
+        state = await self._finish(result, complete=True)
+        self.result = str(state.get("result", result))
+        return self.result
+
+    async def fail(self, error: str) -> None:
+        """Report a failure: the key is released and the next claim runs it again."""
+        await self._finish(error, complete=False)
 
 
 class AsyncSequence:

@@ -365,22 +365,31 @@ class Client:
                 return run
 
             return decorate
-        claim = self._run(p.claim_op(scope, key, payload, timeout))
-        if isinstance(claim, p.Completed):
-            return claim.result
+        claim = self.claim(scope, key, payload, timeout=timeout)
+        if not claim.claimed:
+            return str(claim.result)
         try:
             result = fn()
             if not isinstance(result, str):
                 raise TypeError(f"a once function returns a str, not {type(result).__name__}")
         except BaseException as exc:
             try:
-                failure = f"{type(exc).__name__}: {exc}"
-                self._run(p.finish_op(scope, key, claim, failure, complete=False))
+                claim.fail(f"{type(exc).__name__}: {exc}")
             except BakeryError as e:
                 log.warning("could not report the failure of %r/%r: %s", scope, key, e)
             raise
-        state = self._run(p.finish_op(scope, key, claim, result, complete=True))
-        return str(state.get("result", result))
+        return claim.complete(result)
+
+    def claim(self, scope: str, key: str, payload: str, *, timeout: float | None = None) -> Claim:
+        """Claim ``key`` of ``scope`` (the steps :meth:`once` takes, for a caller
+        that runs the work itself): a :class:`Claim` that is either ``claimed``
+        (do the work, fencing its writes with ``attempt``, then ``complete`` or
+        ``fail`` it) or carries the ``result`` stored before. Waits while another
+        worker runs the key (``OnceTimeoutError`` past ``timeout``)."""
+        got = self._run(p.claim_op(scope, key, payload, timeout))
+        if isinstance(got, p.Completed):
+            return Claim(self, scope, key, None, got.result)
+        return Claim(self, scope, key, got, None)
 
     def once_state(self, scope: str, key: str) -> dict[str, Any]:
         """Where ``key`` of ``scope`` stands (``status``, ``attempt``, ``result``, ``error``)."""
@@ -393,6 +402,59 @@ class Client:
             if r.status_code >= 400:
                 raise p.error_from_response(r.status_code, r.read())
             yield from r.iter_lines()
+
+
+class Claim:
+    """The answer to :meth:`Client.claim`."""
+
+    def __init__(
+        self,
+        client: Client,
+        scope: str,
+        key: str,
+        claimed: p.Claimed | None,
+        result: str | None,
+    ) -> None:
+        self._client = client
+        self.scope = scope
+        self.key = key
+        self._claimed = claimed
+        #: The stored result, when the key was completed before (or by :meth:`complete`).
+        self.result = result
+        self._finished = False
+
+    def __repr__(self) -> str:
+        return f"<Claim {self.scope}/{self.key} claimed={self.claimed} result={self.result!r}>"
+
+    @property
+    def claimed(self) -> bool:
+        """True if this caller must run the work, then complete or fail it."""
+        return self._claimed is not None and not self._finished
+
+    @property
+    def attempt(self) -> int:
+        """The claim's attempt: a fencing token for the work's writes."""
+        if self._claimed is None:
+            raise RuntimeError("the key was completed before: no attempt of this caller")
+        return self._claimed.attempt
+
+    def _finish(self, outcome: str, *, complete: bool) -> dict[str, Any]:
+        if not self.claimed or self._claimed is None:
+            raise RuntimeError(f"{self!r}: nothing to finish")
+        self._finished = True
+        op = p.finish_op(self.scope, self.key, self._claimed, outcome, complete=complete)
+        return self._client._run(op)
+
+    def complete(self, result: str) -> str:
+        """Store ``result`` for every later caller; raises :class:`LostError` if the
+        claim was lost (its session ended, or another worker took over)."""
+        state = self._finish(result, complete=True)
+        self.result = str(state.get("result", result))
+        return self.result
+
+    def fail(self, error: str) -> None:
+        """Report a failure: the key is released and the next claim runs it again."""
+        self._finish(error, complete=False)
 
 
 class Sequence:
