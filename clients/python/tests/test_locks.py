@@ -131,7 +131,11 @@ def test_close_releases_grants(url, other, name):
     assert c.semaphore(name + "-s", 1).acquire()
     waiter = other.lock(name)
     assert not waiter.try_acquire()
+    lock = c.lock(name + "-3")
+    assert lock.acquire()
     c.close()
+    lock.release()  # given back by the close: nothing to do, no error
+    assert not lock.is_lost
     assert waiter.try_acquire(), "closing the client did not release its lock"
     assert other.semaphore(name + "-s", 1).try_acquire()
     waiter.release()

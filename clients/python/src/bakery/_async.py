@@ -29,12 +29,14 @@ OnceFn = Callable[[], "str | Awaitable[str]"]
 
 
 class _Grant:
-    __slots__ = ("key", "lost", "session")
+    __slots__ = ("given_back", "key", "lost", "session")
 
     def __init__(self, key: p.GrantKey, session: str, lost: asyncio.Event) -> None:
         self.key = key
         self.session = session
         self.lost = lost
+        #: Released with the whole session by closing the client.
+        self.given_back = False
 
 
 class AsyncClient:
@@ -85,6 +87,8 @@ class AsyncClient:
             return
         self._closed = True
         session, self._session = self._session, None
+        for grant in self._grants.values():
+            grant.given_back = True
         self._grants.clear()
         if self._keeper is not None:
             self._keeper.cancel()
@@ -236,6 +240,8 @@ class AsyncClient:
     async def _release(self, grant: _Grant) -> None:
         self._grants.pop(grant.key, None)
         family, name, token = grant.key
+        if grant.given_back:
+            return
         if self._session == grant.session:
             try:
                 await self._send(p.release_call(family, name, grant.session, token))

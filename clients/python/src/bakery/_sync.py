@@ -26,12 +26,14 @@ _DEFAULT_URL = "http://127.0.0.1:7878"
 class _Grant:
     """A grant the client's session holds."""
 
-    __slots__ = ("key", "lost", "session")
+    __slots__ = ("given_back", "key", "lost", "session")
 
     def __init__(self, key: p.GrantKey, session: str, lost: threading.Event) -> None:
         self.key = key
         self.session = session
         self.lost = lost
+        #: Released with the whole session by closing the client.
+        self.given_back = False
 
 
 class Client:
@@ -96,6 +98,8 @@ class Client:
             self._closed = True
             with self._lock:
                 session, self._session = self._session, None
+                for grant in self._grants.values():
+                    grant.given_back = True
                 self._grants.clear()
         self._stop.set()
         if self._keeper is not None and self._keeper is not threading.current_thread():
@@ -262,6 +266,8 @@ class Client:
             self._grants.pop(grant.key, None)
             alive = self._session == grant.session
         family, name, token = grant.key
+        if grant.given_back:
+            return
         if alive:
             try:
                 self._send(p.release_call(family, name, grant.session, token))
