@@ -84,13 +84,16 @@ def stop_server(server: Server) -> None:
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[Server]:
+    bakery_bin()  # fail first, naming the build command, if there is no binary
     tmp = tempfile.mkdtemp(prefix="bakery-py-test-")
-    uri = os.environ.get("BAKERY_TEST_URI") or f"sqlite://{tmp}/ids.db"
-    srv = start_server(uri)
     try:
-        yield srv
+        uri = os.environ.get("BAKERY_TEST_URI") or f"sqlite://{tmp}/ids.db"
+        srv = start_server(uri)
+        try:
+            yield srv
+        finally:
+            stop_server(srv)
     finally:
-        stop_server(srv)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
