@@ -78,11 +78,6 @@ def test_semaphore_permits(client, other, name):
     c.release()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bakery serve answers 500 internal for a permit count mismatch, "
-    "where its own Kind docs say 409 conflict",
-)
 def test_semaphore_permit_mismatch_is_conflict(client, name):
     assert client.semaphore(name, 2).try_acquire()
     with pytest.raises(bakery.ConflictError):

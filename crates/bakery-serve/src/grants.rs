@@ -229,7 +229,7 @@ impl Handle {
                 granted(wait, election.campaign(), election.try_campaign(), lead).await
             }
         };
-        Ok(taken?)
+        taken.map_err(asked_otherwise)
     }
 }
 
@@ -251,6 +251,17 @@ async fn granted<G>(
         try_acquire.await?
     };
     Ok(guard.map(hold))
+}
+
+/// A recipe's `Config` error while taking a grant: the stored member was
+/// made otherwise (a semaphore with another number of permits), a conflict
+/// with what the caller asked, not the server's fault.
+fn asked_otherwise(err: bakery::Error) -> ApiError {
+    if err.kind() == ErrorKind::Config {
+        ApiError::new(crate::error::Kind::Conflict, err.to_string())
+    } else {
+        err.into()
+    }
 }
 
 /// A holder or waiter as the state routes show it.

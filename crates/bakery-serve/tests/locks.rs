@@ -328,6 +328,17 @@ async fn semaphore_rwlock_and_election(instance: &Instance, backend: &str) {
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{backend}");
+    // A semaphore asked for with another number of permits than it was
+    // made with: a conflict with the stored one, not the server's fault.
+    let (status, body) = call(
+        instance,
+        Method::POST,
+        &format!("/v1/semaphores/{name}/try"),
+        json!({"session": sessions[0], "permits": 5}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{backend}: {body}");
+    assert_eq!(body["kind"], "conflict", "{backend}");
     for session in &sessions {
         call(
             instance,
