@@ -27,6 +27,10 @@
 #   BAKERY_POSTGRES_URI   also measure this PostgreSQL (e.g. from
 #                         `eval "$(scripts/backends.sh start postgres)"`)
 #
+# With the clients in other languages (clients/python, clients/go,
+# clients/ts; BAKERY_BENCH_CLIENTS=0 leaves them out): each is installed or
+# built first and runs its own bench against the same server every round.
+#
 # A run in which a check failed (an id twice, overlapping blocks, two holders
 # of the lock at once, a token not above the one before) or a cell could not
 # run exits non-zero and leaves docs/BENCHMARKS.md alone. Measure on a quiet
@@ -112,8 +116,24 @@ target_dir=$(cargo metadata --format-version 1 --no-deps |
 # while the bench runs.
 cp "$target_dir/release/bakery" "$scratch/bakery"
 
+# The clients in other languages (clients/), each built or installed first
+# (BAKERY_BENCH_CLIENTS=0 leaves them out).
+clients=()
+if [[ ${BAKERY_BENCH_CLIENTS:-1} != 0 ]]; then
+    venv=${BAKERY_VENV:-$PWD/target/py-venv}
+    [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet ./clients/python
+    (cd clients/ts && npm ci --no-audit --no-fund --silent && npm run --silent build)
+    (cd clients/go && go build -o "$scratch/bakery-go-bench" ./cmd/bakery-bench)
+    clients=(
+        --client "python=$venv/bin/python -m bakery.bench"
+        --client "go=$scratch/bakery-go-bench"
+        --client "ts=node clients/ts/dist/bench.js"
+    )
+fi
+
 cargo bench -p bakery-serve --bench serve -- \
-    --bakery "$scratch/bakery" --out "$scratch/serve.md" "$@"
+    --bakery "$scratch/bakery" --out "$scratch/serve.md" "${clients[@]}" "$@"
 
 if [[ ! -s $scratch/serve.md ]]; then
     echo "bench-serve.sh: the bench wrote no section (--help?); $doc left alone" >&2

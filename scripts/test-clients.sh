@@ -42,6 +42,8 @@ export CHROMIUM=${CHROMIUM:-$(command -v chromium)}
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/bakery-clients.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 uris=("sqlite://$scratch/clients.db" "$@")
+# (each suite runs once per store here, not again on a second store of its own)
+unset BAKERY_TEST_PG_URI
 
 step() { printf '\n--> %s\n' "$*"; }
 
