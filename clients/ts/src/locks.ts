@@ -2,7 +2,7 @@
 // try-acquire, release through the Grant; observe an election over SSE.
 
 import { BakeryError, isKind } from "./errors.js";
-import { big, bigOrNull, seg } from "./http.js";
+import { big, bigOrNull, parseJson, seg } from "./http.js";
 import { Grant, type Family, type Session } from "./session.js";
 import type { Client } from "./client.js";
 
@@ -80,7 +80,7 @@ export abstract class Recipe<G extends Grant = Grant> {
           retry: "safe",
         });
       } catch (err) {
-        if (isKind(err, "not_found") && !session.ended && (await this.sessionGone(session))) {
+        if (isKind(err, "not_found") && (session.ended || (await this.sessionGone(session)))) {
           continue; // the session ended while we asked: a new one is opened
         }
         if (!(err instanceof BakeryError) || err.kind === "unknown_outcome") {
@@ -332,7 +332,7 @@ export class Election extends Recipe<Leadership> {
                 if (event === "error") throw new BakeryError("unavailable", 200, `observing election ${this.name}: ${text}`);
                 if (event === "leader" && text !== last) {
                   last = text;
-                  const e = JSON.parse(text.replace(/("term":\s*)(\d{16,})/, '$1"$2"'));
+                  const e = parseJson(text);
                   yield { term: big(e.term), owner: e.owner ?? null, value: e.value ?? null };
                 }
               }
