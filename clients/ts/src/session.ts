@@ -101,15 +101,24 @@ export class Grant implements AsyncDisposable {
         retry: "safe",
       });
     } catch (err) {
+      this.state = "held";
       if (isKind(err, "lost")) {
-        this.state = "held";
         this.markLost("the server answered its release with lost");
-      } else if (isKind(err, "not_found") && this.session.ended) {
-        // The session ended (and gave the grant back, or it was lost).
-        this.state = "held";
+        throw err;
+      }
+      if (isKind(err, "not_found")) {
+        if (!this.session.ended && /holds no/.test(err.message)) {
+          // The session lives but no longer has it: an earlier release of
+          // unknown outcome took effect.
+          this.state = "released";
+          return;
+        }
+        this.session.end("the session ended on the server");
         this.markLost("its session ended before the release");
         throw new BakeryError("lost", err.status, err.message, { cause: err });
       }
+      // Not released (or not known to be): still watched; release may be retried.
+      this.session.track(this);
       throw err;
     }
   }
@@ -158,6 +167,16 @@ export class Session {
     this.grants.set(grant.key(), grant);
     this.refTimer();
     return grant;
+  }
+
+  /** Watch `grant` again (after a release that failed). */
+  track(grant: Grant): void {
+    if (this.ended) {
+      grant.markLost("its session ended");
+      return;
+    }
+    this.grants.set(grant.key(), grant);
+    this.refTimer();
   }
 
   /** Whether the session holds `family/name/token` locally. */
