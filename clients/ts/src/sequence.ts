@@ -85,9 +85,13 @@ export class Sequence {
   }
 
   /** The next id, waiting for a block if the local one is used up. */
-  async next(): Promise<bigint> {
+  next(): Promise<bigint> {
     const id = this.tryNext();
-    if (id !== undefined) return id;
+    return id !== undefined ? Promise.resolve(id) : this.wait();
+  }
+
+  /** Wait for a block, then take its first id. */
+  private async wait(): Promise<bigint> {
     for (;;) {
       if (this.pending === undefined && this.ready === undefined) this.prefetch();
       await this.pending;

@@ -162,6 +162,25 @@ describe("lock family", () => {
     }
   });
 
+  test("a grant is lost when no keepalive succeeds for a whole TTL (the server is gone)", async () => {
+    const own = await startServer();
+    const c = new Client(own.url, { sessionTtlMs: 1000, retries: 0 });
+    try {
+      const g = await c.lock(unique("gone")).acquire();
+      assert.ok(g);
+      await own.stop();
+      await Promise.race([
+        g.lost,
+        new Promise((_, reject) => setTimeout(() => reject(new Error("lost did not fire")), 10_000)),
+      ]);
+      assert.equal(g.isLost, true);
+      assert.match((g.lostSignal.reason as Error).message, /no keepalive succeeded/);
+    } finally {
+      await c.close().catch(() => undefined);
+      await own.stop();
+    }
+  });
+
   test("semaphore: at most `permits` holders", async () => {
     const name = unique("sem");
     const s1 = await a.semaphore(name, 2).acquire();
