@@ -47,11 +47,9 @@ unset BAKERY_TEST_PG_URI
 
 step() { printf '\n--> %s\n' "$*"; }
 
-# One install per suite, then a run per store.
+# The page test's one package (each client's run-tests.sh installs its own).
 step "ui page: npm ci"
 (cd crates/bakery-serve/ui/test && npm ci --no-audit --no-fund --silent)
-step "ts client: npm ci, build"
-(cd clients/ts && npm ci --no-audit --no-fund --silent)
 
 for uri in "${uris[@]}"; do
     export BAKERY_TEST_URI=$uri

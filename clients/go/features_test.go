@@ -244,6 +244,10 @@ func TestSemaphorePermits(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("a freed permit: ok=%v err=%v", ok, err)
 	}
+	// Another number of permits than the semaphore was made with: a conflict.
+	if _, _, err := c3.Semaphore(name, 5).TryAcquire(ctx); !errors.Is(err, bakery.ErrConflict) {
+		t.Fatalf("5 permits of a 2-permit semaphore: err=%v, want conflict", err)
+	}
 	st, err := c3.Semaphore(name, 2).State(ctx)
 	if err != nil {
 		t.Fatal(err)

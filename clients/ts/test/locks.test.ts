@@ -199,10 +199,8 @@ describe("lock family", () => {
     const s1 = await a.semaphore(name, 2).acquire();
     await assert.rejects(b.semaphore(name, 3).tryAcquire(), (err: unknown) => {
       assert.ok(err instanceof BakeryError);
-      // The server's Kind docs name this case `conflict` (409); it answers
-      // `internal` (500) today. Either way the message names the mismatch.
-      assert.ok(["conflict", "internal"].includes(err.kind), err.kind);
-      assert.equal(err.status, err.kind === "conflict" ? 409 : 500);
+      assert.equal(err.kind, "conflict");
+      assert.equal(err.status, 409);
       assert.match(err.message, /permits/);
       return true;
     });
