@@ -13,7 +13,8 @@ function el(tag, attrs = {}, ...children) {
   for (const [key, value] of Object.entries(attrs)) {
     if (value === undefined || value === null) continue;
     if (key === "class") node.className = value;
-    else if (key.startsWith("data-")) node.setAttribute(key, String(value));
+    // data-*, aria-* and the like are attributes, not properties.
+    else if (key.includes("-")) node.setAttribute(key, String(value));
     else node[key] = value;
   }
   for (const child of children) {

@@ -137,6 +137,7 @@ test("the page shows the holder and the waiters in order, then moves on live", a
       queue: [`session ${b}`, `session ${c}`],
     });
     const card = page.locator(`[data-member="${member}"]`);
+    assert.equal(await card.locator("ol.queue").getAttribute("aria-label"), "queue");
     assert.match(await card.locator(".holder .token").innerText(), new RegExp(`token ${held.token}$`));
     assert.match(await card.locator(".holder .data").innerText(), /nightly report/);
     assert.match(await card.locator(".holder .lease .left-text").innerText(), /\d+(\.\d)? (s|ms|min)$/);
@@ -174,15 +175,27 @@ name = "ops"
 secret = "ops-secret-0123456789"
 prefixes = ["ops-"]
 operations = ["locks", "read"]
+
+[[token]]
+name = "billing"
+secret = "billing-secret-0123456789"
+prefixes = ["billing-"]
+operations = ["locks", "read"]
 `,
   );
   const server = await serve(["--tokens", tokens]);
   const secret = "ops-secret-0123456789";
+  const other = "billing-secret-0123456789";
   const name = `ops-${randomUUID().slice(0, 8)}`;
+  const hidden = `billing-${randomUUID().slice(0, 8)}`;
   let session;
+  let otherSession;
   try {
     session = (await call(server.url, "POST", "/v1/sessions", {}, secret)).id;
     await call(server.url, "POST", `/v1/locks/${name}/acquire`, { session }, secret);
+    // Another token's lock and session, on the same instance.
+    otherSession = (await call(server.url, "POST", "/v1/sessions", {}, other)).id;
+    await call(server.url, "POST", `/v1/locks/${hidden}/acquire`, { session: otherSession }, other);
     const page = await browser.newPage();
     await page.goto(`${server.url}/ui`);
     await page.locator("#token-form").waitFor({ state: "visible" });
@@ -193,9 +206,15 @@ operations = ["locks", "read"]
     await until("the page shows the lock", async () => (await shown(page, `locks/${name}`))?.holders.length === 1);
     assert.deepEqual(await shown(page, `locks/${name}`), { holders: [`session ${session}`], queue: [] });
     assert.equal(await page.locator("#token-form").isVisible(), false);
+    assert.equal(await page.locator(`[data-session="${session}"]`).count(), 1);
+    // What the other token holds is not shown, nor its session.
+    assert.equal(await page.locator(`[data-member="locks/${hidden}"]`).count(), 0, "another token's lock");
+    assert.equal(await page.locator(`[data-session="${otherSession}"]`).count(), 0, "another token's session");
+    assert.doesNotMatch(await page.content(), new RegExp(hidden), "another token's name in the page");
     await page.close();
   } finally {
     if (session) await call(server.url, "DELETE", `/v1/sessions/${session}`, undefined, secret).catch(() => {});
+    if (otherSession) await call(server.url, "DELETE", `/v1/sessions/${otherSession}`, undefined, other).catch(() => {});
     await server.stop();
   }
 });
