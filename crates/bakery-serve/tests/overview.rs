@@ -262,6 +262,12 @@ async fn watched_names_show_unless_never_taken_and_a_bad_watch_is_a_400() {
     )
     .await;
     post(&other, "/v1/sequences/invoices/next", Value::Null).await;
+    let led = post(
+        &other,
+        "/v1/elections/primary/acquire",
+        json!({"session": id, "data": "10.0.0.7:5432"}),
+    )
+    .await;
 
     let plain = overview(&instance, "").await;
     assert!(member(&plain, "semaphores", "pool").is_none(), "{plain}");
@@ -281,6 +287,17 @@ async fn watched_names_show_unless_never_taken_and_a_bad_watch_is_a_400() {
     assert_eq!(owners(&pool["holders"]), [format!("session {id}")]);
     assert_eq!(watched["sequences"][0]["name"], "invoices");
     assert_eq!(watched["missing"], json!(["locks/never"]));
+    let watched = overview(&instance, "?watch=elections/primary").await;
+    let election = member(&watched, "elections", "primary").expect("the watched election");
+    assert_eq!(owners(&election["holders"]), [format!("session {id}")]);
+    assert_eq!(
+        election["holders"][0]["data"], "10.0.0.7:5432",
+        "the leader's value"
+    );
+    assert_eq!(
+        election["holders"][0]["token"], led["token"],
+        "the leader's term"
+    );
 
     let many = (0..65)
         .map(|i| format!("locks/l{i}"))

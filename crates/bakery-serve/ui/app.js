@@ -90,7 +90,8 @@ function grantCard(g) {
   const card = el("article", { class: "card", "data-member": member });
   const title = el("h3", {}, el("span", { class: "family" }, g.family), " ", g.name);
   card.append(title);
-  const facts = el("p", { class: "facts dim" }, `last token ${g.token}`);
+  // An election's token is its term: the leader's, or the last one's.
+  const facts = el("p", { class: "facts dim" }, g.family === "elections" ? `term ${g.token}` : `last token ${g.token}`);
   if (g.permits !== undefined) facts.append(` · ${g.holders.length}/${g.permits} permits held`);
   card.append(facts);
   const holders = el("ul", { class: "holders", "aria-label": "holders" });

@@ -126,6 +126,7 @@ test("the page shows the holder and the waiters in order, then moves on live", a
       });
     }
     await call(server.url, "POST", `/v1/sequences/${name}-orders/reserve?size=100`);
+    const led = await call(server.url, "POST", `/v1/elections/${name}-primary/acquire`, { session: a, data: "10.0.0.7" });
 
     const page = await browser.newPage({ viewport: { width: 390, height: 844 } });
     const errors = [];
@@ -142,6 +143,10 @@ test("the page shows the holder and the waiters in order, then moves on live", a
     assert.match(await card.locator(".holder .data").innerText(), /nightly report/);
     assert.match(await card.locator(".holder .lease .left-text").innerText(), /\d+(\.\d)? (s|ms|min)$/);
     assert.match(await page.locator(`[data-sequence="${name}-orders"] .next`).innerText(), /^101$/);
+    const leader = page.locator(`#leaders [data-member="elections/${name}-primary"]`);
+    assert.equal(await leader.locator(".facts").innerText(), `term ${led.token}`);
+    assert.equal(await leader.locator(".holder").getAttribute("data-owner"), `session ${a}`);
+    assert.match(await leader.locator(".holder .data").innerText(), /10\.0\.0\.7/);
     for (const id of ids) assert.equal(await page.locator(`[data-session="${id}"]`).count(), 1, id);
     assert.equal(await page.locator("#status").getAttribute("data-state"), "live");
     // Readable on a phone: nothing wider than the screen.
