@@ -107,6 +107,7 @@ export class Client implements AsyncDisposable {
   }
 
   private async open(): Promise<Session> {
+    const sent = performance.now();
     const answer = await this.transport.call({
       method: "POST",
       path: "/v1/sessions",
@@ -118,7 +119,7 @@ export class Client implements AsyncDisposable {
     const { id, ttl_ms } = answer.body;
     const session = new Session(this.transport, id, Number(ttl_ms), this.timeoutMs, (s) => {
       if (this.current === s) this.current = undefined;
-    });
+    }, sent);
     if (this.closed) {
       await session.close();
       throw new BakeryError("invalid_input", 0, "the client is closed");
@@ -161,9 +162,15 @@ export class Client implements AsyncDisposable {
           })
         ).body;
       } catch (err) {
-        if (isKind(err, "not_found") && err.message.includes("session")) {
+        if (isKind(err, "not_found") && (session.ended || (await session.gone()) === true)) {
           session.end("the session ended on the server");
           continue;
+        }
+        if (!(err instanceof BakeryError) || err.kind === "unknown_outcome") {
+          // The claim may be held by the session (the server does not list
+          // claims): end the session's ownership of it by closing the
+          // session, so another worker can claim the key, and report.
+          await session.reset(`a claim of ${scope}/${key} had an unknown outcome`);
         }
         throw err;
       }
@@ -197,23 +204,42 @@ export class Client implements AsyncDisposable {
             path: `${base}/fail`,
             body: { session: session.id, attempt, outcome: message || "failed" },
             timeoutMs: this.timeoutMs,
-            retry: "safe",
+            retry: "refused",
           })
-          .catch((failErr: unknown) => {
+          .catch(async (failErr: unknown) => {
+            await this.giveUpClaim(session, failErr, `fail of ${scope}/${key}`);
             // The work's error is the one to report; the failed fail rides along.
             if (err instanceof Error && err.cause === undefined) (err as { cause?: unknown }).cause = failErr;
           });
         throw err;
       }
-      const done = await this.transport.call({
-        method: "POST",
-        path: `${base}/complete`,
-        body: { session: session.id, attempt, outcome: result },
-        timeoutMs: this.timeoutMs,
-        retry: "safe",
-      });
+      let done;
+      try {
+        done = await this.transport.call({
+          method: "POST",
+          path: `${base}/complete`,
+          body: { session: session.id, attempt, outcome: result },
+          timeoutMs: this.timeoutMs,
+          // Resent only when refused: after an answered 503 the server has
+          // already taken the claim out of the session.
+          retry: "refused",
+        });
+      } catch (err) {
+        await this.giveUpClaim(session, err, `complete of ${scope}/${key}`);
+        throw err;
+      }
       return done.body?.result ?? result;
     }
+  }
+
+  /**
+   * After a complete or fail that did not certainly take effect (no answer,
+   * or an answered 503): the claim may still be the session's, so close the
+   * session (the server gives the claim back; every grant is lost).
+   */
+  private async giveUpClaim(session: Session, err: unknown, what: string): Promise<void> {
+    if (err instanceof BakeryError && err.kind !== "unknown_outcome" && err.kind !== "unavailable") return;
+    await session.reset(`the ${what} did not certainly take effect`);
   }
 
   /**

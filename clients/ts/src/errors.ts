@@ -43,18 +43,21 @@ export class BakeryError extends Error {
   readonly status: number;
   /** Milliseconds the server asked to wait before retrying (503), if it did. */
   readonly retryAfterMs: number | undefined;
+  /** True when the connection was refused: the request certainly never reached the server. */
+  readonly refused: boolean;
 
   constructor(
     kind: ErrorKind,
     status: number,
     message: string,
-    options?: { cause?: unknown; retryAfterMs?: number },
+    options?: { cause?: unknown; retryAfterMs?: number; refused?: boolean },
   ) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = "BakeryError";
     this.kind = kind;
     this.status = status;
     this.retryAfterMs = options?.retryAfterMs;
+    this.refused = options?.refused === true;
   }
 
   override toString(): string {

@@ -10,6 +10,12 @@ import { BakeryError, type ErrorKind, ERROR_KINDS } from "./errors.js";
 
 /** How a call may be retried. */
 export type Retry =
+  /**
+   * Only when the connection was refused (nothing was sent): release,
+   * complete and fail, which the server takes out of the session before its
+   * store write, so a resend after an answered 503 would only find it gone.
+   */
+  | "refused"
   /** Only when nothing was done (503 `unavailable`, connection refused). */
   | "safe"
   /** Also after an unknown outcome: reads, keepalives, block reservations. */
@@ -186,7 +192,9 @@ export class Transport {
       } catch (err) {
         if (!(err instanceof BakeryError) || attempt >= this.retries) throw err;
         const retryable =
-          err.kind === "unavailable" || (err.kind === "unknown_outcome" && call.retry === "always");
+          call.retry === "refused"
+            ? err.refused
+            : err.kind === "unavailable" || (err.kind === "unknown_outcome" && call.retry === "always");
         if (!retryable) throw err;
         const backoff = Math.min(2000, 50 * 2 ** attempt) * (0.5 + Math.random() / 2);
         await sleep(err.retryAfterMs ?? backoff, undefined, call.signal ? { signal: call.signal } : {});
@@ -243,7 +251,9 @@ export class Transport {
         const neverSent = !sent && err.code !== undefined && NEVER_SENT.has(err.code);
         const kind: ErrorKind = neverSent ? "unavailable" : "unknown_outcome";
         const what = neverSent ? "the request did not reach the server" : "the request may have reached the server";
-        finish(() => reject(new BakeryError(kind, 0, `${where}: ${err.message} (${what})`, { cause: err })));
+        finish(() =>
+          reject(new BakeryError(kind, 0, `${where}: ${err.message} (${what})`, { cause: err, refused: neverSent })),
+        );
       });
       req.on("response", (res) => {
         const chunks: Buffer[] = [];

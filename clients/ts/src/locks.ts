@@ -34,7 +34,6 @@ export abstract class Recipe<G extends Grant = Grant> {
   protected readonly client: Client;
   /** @internal */
   protected readonly family: Family;
-  private pending = 0;
 
   /** @internal */
   constructor(client: Client, family: Family, name: string) {
@@ -68,29 +67,33 @@ export abstract class Recipe<G extends Grant = Grant> {
       const pollMs = Math.max(1, Math.min(remaining === Infinity ? POLL_MS : Math.ceil(remaining), MAX_POLL_MS));
       const body: Record<string, unknown> = { session: session.id, ...fields };
       if (wait) body.timeout_ms = pollMs;
-      this.pending++;
+      // Counted on the session per family/name (not per Lock object: several
+      // may share a name), so that cleaning up after an interrupted acquire
+      // never releases a grant another acquire of this client is receiving.
+      const seen = session.begin(this.family, this.name);
       let answer;
       try {
         answer = await this.client.transport.call({
           method: "POST",
           path,
           body,
-          timeoutMs: wait ? pollMs + POLL_GRACE_MS : this.client.timeoutMs,
+          // A long poll gets its wait on top of the ordinary deadline.
+          timeoutMs: wait ? pollMs + Math.min(POLL_GRACE_MS, this.client.timeoutMs) : this.client.timeoutMs,
           signal,
           retry: "safe",
         });
       } catch (err) {
+        session.finish(this.family, this.name);
         if (isKind(err, "not_found") && (session.ended || (await this.sessionGone(session)))) {
           continue; // the session ended while we asked: a new one is opened
         }
         if (!(err instanceof BakeryError) || err.kind === "unknown_outcome") {
           // Aborted or broken after sending: the server may have granted it.
-          this.cleanUp(session);
+          this.cleanUp(session, seen);
         }
         throw err;
-      } finally {
-        this.pending--;
       }
+      session.finish(this.family, this.name);
       const { granted, token } = answer.body ?? {};
       if (granted === true) {
         const grant = session.hold(this.family, this.name, big(token), this.grantClass());
@@ -103,30 +106,14 @@ export abstract class Recipe<G extends Grant = Grant> {
 
   /** Whether `session` has ended on the server (then drop it). */
   private async sessionGone(session: Session): Promise<boolean> {
-    try {
-      await this.client.transport.call({
-        method: "GET",
-        path: `/v1/sessions/${seg(session.id)}`,
-        timeoutMs: this.client.timeoutMs,
-        retry: "always",
-      });
-      return false;
-    } catch (err) {
-      if (isKind(err, "not_found")) {
-        session.end("the session ended on the server");
-        return true;
-      }
-      return false;
-    }
+    if ((await session.gone()) !== true) return false;
+    session.end("the session ended on the server");
+    return true;
   }
 
   /** Release in the background what an interrupted acquire may have been granted. */
-  private cleanUp(session: Session): void {
-    session
-      .reconcile(this.family, this.name, () => this.pending > 0)
-      .catch(() => {
-        // Nothing more to do: closing the client gives it back.
-      });
+  private cleanUp(session: Session, seen: number): void {
+    session.cleanUp(this.family, this.name, seen);
   }
 
   /**

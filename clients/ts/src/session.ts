@@ -49,8 +49,13 @@ export class Grant implements AsyncDisposable {
     });
   }
 
-  /** True once the grant is known lost. */
+  /**
+   * True once the grant is known lost, or may be: once no keepalive got
+   * through for a whole TTL, the server may have ended the session (then
+   * this also fires {@link lost}).
+   */
   get isLost(): boolean {
+    if (this.state === "held" && this.session.pastTtl()) this.session.expire();
     return this.state === "lost";
   }
 
@@ -89,6 +94,9 @@ export class Grant implements AsyncDisposable {
     if (this.state === "lost") {
       throw new BakeryError("lost", 0, `${this.family} ${this.name} (token ${this.token}) was lost before its release`);
     }
+    if (this.isLost) {
+      throw new BakeryError("lost", 0, `${this.family} ${this.name} (token ${this.token}) was lost before its release`);
+    }
     this.session.forget(this);
     this.state = "released";
     try {
@@ -98,7 +106,9 @@ export class Grant implements AsyncDisposable {
         body: { session: this.session.id, token: this.token },
         timeoutMs: this.session.timeoutMs,
         signal: options.signal,
-        retry: "safe",
+        // Resent only when refused: after an answered 503 the server has
+        // already taken the grant out of the session (it ends with its lease).
+        retry: "refused",
       });
     } catch (err) {
       this.state = "held";
@@ -107,14 +117,11 @@ export class Grant implements AsyncDisposable {
         throw err;
       }
       if (isKind(err, "not_found")) {
-        if (!this.session.ended && /holds no/.test(err.message)) {
-          // The session lives but no longer has it: an earlier release of
-          // unknown outcome took effect.
-          this.state = "released";
-          return;
-        }
-        this.session.end("the session ended on the server");
-        this.markLost("its session ended before the release");
+        // The grant is not in the session: ask the server whether the
+        // session itself is gone (then every grant of it is lost).
+        const gone = await this.session.gone();
+        if (gone) this.session.end("the session ended on the server");
+        this.markLost(gone ? "its session ended before the release" : "the session no longer held it at its release");
         throw new BakeryError("lost", err.status, err.message, { cause: err });
       }
       // Not released (or not known to be): still watched; release may be retried.
@@ -148,17 +155,122 @@ export class Session {
   ended = false;
   private readonly grants = new Map<string, Grant>();
   private timer: NodeJS.Timeout | undefined;
-  private lastAlive: number;
+  /** Fires at {@link lastOk} + TTL: every grant is lost then, whatever is in flight. */
+  private expiry: NodeJS.Timeout | undefined;
+  /** When the last successful keepalive (or the open) was sent, by performance.now(). */
+  private lastOk: number;
   private readonly onEnd: (session: Session) => void;
+  /** Acquires in flight per family/name, and how many ever started (whatever Lock object made them). */
+  private readonly inflight = new Map<string, number>();
+  private readonly started = new Map<string, number>();
 
-  constructor(transport: Transport, id: string, ttlMs: number, timeoutMs: number, onEnd: (s: Session) => void) {
+  /** `openedAt`: when the request that opened the session was sent. */
+  constructor(
+    transport: Transport,
+    id: string,
+    ttlMs: number,
+    timeoutMs: number,
+    onEnd: (s: Session) => void,
+    openedAt: number = performance.now(),
+  ) {
     this.transport = transport;
     this.id = id;
     this.ttlMs = ttlMs;
     this.timeoutMs = timeoutMs;
     this.onEnd = onEnd;
-    this.lastAlive = performance.now();
-    this.schedule();
+    this.lastOk = openedAt;
+    this.armExpiry();
+    this.schedule(openedAt);
+  }
+
+  /** Whether a whole TTL passed since the last successful keepalive was sent. */
+  pastTtl(): boolean {
+    return !this.ended && performance.now() >= this.lastOk + this.ttlMs;
+  }
+
+  private armExpiry(): void {
+    clearTimeout(this.expiry);
+    if (this.ended) return;
+    this.expiry = setTimeout(() => {
+      if (this.pastTtl()) this.expire();
+      else this.armExpiry();
+    }, Math.max(0, Math.ceil(this.lastOk + this.ttlMs - performance.now())));
+    this.refTimer();
+  }
+
+  /**
+   * No keepalive got through for a whole TTL: the server may have ended the
+   * session, so none of its grants is trusted any more. Ends it (every grant
+   * lost) and closes it in the background in case it still lives.
+   */
+  expire(): void {
+    if (this.ended) return;
+    this.end(`no keepalive got through for a whole TTL (${this.ttlMs} ms)`);
+    this.deleteQuietly();
+  }
+
+  /**
+   * Give up the session: every grant lost, the session closed on the server
+   * (so it gives back whatever it holds, e.g. a claim of unknown outcome).
+   */
+  async reset(why: string): Promise<void> {
+    if (this.ended) return;
+    this.end(why);
+    await this.deleteQuietly();
+  }
+
+  private async deleteQuietly(): Promise<void> {
+    try {
+      await this.transport.call({
+        method: "DELETE",
+        path: `/v1/sessions/${seg(this.id)}`,
+        timeoutMs: this.timeoutMs,
+        retry: "always",
+      });
+    } catch {
+      // Gone already, or unreachable: it ends with its TTL.
+    }
+  }
+
+  /**
+   * Whether the session is gone on the server (`GET` answered 404); false
+   * if it lives, undefined if the server could not say.
+   */
+  async gone(): Promise<boolean | undefined> {
+    try {
+      await this.transport.call({
+        method: "GET",
+        path: `/v1/sessions/${seg(this.id)}`,
+        timeoutMs: this.timeoutMs,
+        retry: "always",
+      });
+      return false;
+    } catch (err) {
+      return isKind(err, "not_found") ? true : undefined;
+    }
+  }
+
+  /** An acquire of `family/name` starts: returns its number (for {@link reconcile}). */
+  begin(family: Family, name: string): number {
+    const k = `${family}\u0000${name}`;
+    this.inflight.set(k, (this.inflight.get(k) ?? 0) + 1);
+    const n = (this.started.get(k) ?? 0) + 1;
+    this.started.set(k, n);
+    return n;
+  }
+
+  /** An acquire of `family/name` ended (answered or not). */
+  finish(family: Family, name: string): void {
+    const k = `${family}\u0000${name}`;
+    const n = (this.inflight.get(k) ?? 0) - 1;
+    if (n > 0) this.inflight.set(k, n);
+    else this.inflight.delete(k);
+  }
+
+  /** Whether an acquire of `family/name` is in flight, or started after number `seen`. */
+  private busy(family: Family, name: string, seen: number): boolean {
+    const k = `${family}\u0000${name}`;
+    return this.ended || (this.inflight.get(k) ?? 0) > 0 || (this.started.get(k) ?? 0) !== seen;
   }
 
   /** Record a grant the server gave this session. */
@@ -192,30 +304,41 @@ export class Session {
 
   /** Keep the process alive while grants are held (so `lost` can fire), not otherwise. */
   private refTimer(): void {
-    if (!this.timer) return;
-    if (this.grants.size > 0) this.timer.ref();
-    else this.timer.unref();
+    for (const timer of [this.timer, this.expiry]) {
+      if (!timer) continue;
+      if (this.grants.size > 0) timer.ref();
+      else timer.unref();
+    }
   }
 
-  private schedule(): void {
+  /** The next keepalive a third of the TTL after `from` (when the last one was sent). */
+  private schedule(from: number): void {
     if (this.ended) return;
-    this.timer = setTimeout(() => void this.keepalive(), Math.max(100, Math.floor(this.ttlMs / 3)));
+    const delay = Math.max(10, from + Math.floor(this.ttlMs / 3) - performance.now());
+    this.timer = setTimeout(() => void this.keepalive(), delay);
     this.refTimer();
   }
 
-  /** One keepalive: the answer's grants with `held: false`, or missing, are lost. */
+  /**
+   * One keepalive, all its retries bounded to a third of the TTL: the
+   * answer's grants with `held: false`, or missing, are lost.
+   */
   private async keepalive(): Promise<void> {
     if (this.ended) return;
     const number = ++this.keepalives;
+    const sent = performance.now();
+    const budget = Math.max(100, Math.floor(this.ttlMs / 3));
     try {
       const answer = await this.transport.call({
         method: "POST",
         path: `/v1/sessions/${seg(this.id)}/keepalive`,
-        timeoutMs: Math.max(500, Math.floor(this.ttlMs / 3)),
+        timeoutMs: budget,
+        signal: AbortSignal.timeout(budget),
         retry: "always",
       });
       if (this.ended) return;
-      this.lastAlive = performance.now();
+      this.lastOk = Math.max(this.lastOk, sent);
+      this.armExpiry();
       const held = new Map<string, boolean>();
       for (const g of answer.body?.grants ?? []) {
         held.set(grantKey(g.family, g.name, big(g.token)), g.held === true);
@@ -232,12 +355,12 @@ export class Session {
         this.end("the session ended on the server (it missed its TTL, or the instance restarted)");
         return;
       }
-      if (performance.now() - this.lastAlive >= this.ttlMs) {
-        this.end(`no keepalive succeeded for a whole TTL (${this.ttlMs} ms): ${(err as Error).message}`);
+      if (this.pastTtl()) {
+        this.expire();
         return;
       }
     }
-    this.schedule();
+    this.schedule(sent);
   }
 
   /** The session is over on the server: every grant is lost. */
@@ -245,6 +368,7 @@ export class Session {
     if (this.ended) return;
     this.ended = true;
     clearTimeout(this.timer);
+    clearTimeout(this.expiry);
     for (const grant of [...this.grants.values()]) grant.markLost(why);
     this.grants.clear();
     this.onEnd(this);
@@ -255,6 +379,7 @@ export class Session {
     if (this.ended) return;
     this.ended = true;
     clearTimeout(this.timer);
+    clearTimeout(this.expiry);
     const grants = [...this.grants.values()];
     this.grants.clear();
     this.onEnd(this);
@@ -276,14 +401,35 @@ export class Session {
     }
   }
 
+  /** Clean-ups after interrupted acquires still running. */
+  private readonly cleanups = new Set<Promise<void>>();
+
+  /**
+   * {@link reconcile} in the background (its failure leaves the grant to
+   * the session's end: closing the client gives it back).
+   */
+  cleanUp(family: Family, name: string, seen: number): void {
+    const p: Promise<void> = this.reconcile(family, name, seen)
+      .catch(() => undefined)
+      .finally(() => this.cleanups.delete(p));
+    this.cleanups.add(p);
+  }
+
+  /** @internal resolves once every background clean-up has finished (for tests). */
+  async idle(): Promise<void> {
+    while (this.cleanups.size > 0) await Promise.all([...this.cleanups]);
+  }
+
   /**
    * After an acquire of unknown outcome (aborted, or its connection broke),
    * release any grant of `family/name` the server lists for this session
    * that nobody here knows of, so it does not stay held until the session
-   * ends. `pending` says whether another acquire of the same name is in
-   * flight (then its grant may be one of those: leave them).
+   * ends. `seen` is the number {@link begin} gave the interrupted acquire:
+   * if another acquire of the same family/name (from any Lock object of
+   * this client) is in flight or started since, its grant may be one of
+   * those, so they are left alone.
    */
-  async reconcile(family: Family, name: string, pending: () => boolean): Promise<void> {
+  async reconcile(family: Family, name: string, seen: number): Promise<void> {
     if (this.ended) return;
     const answer = await this.transport.call({
       method: "GET",
@@ -293,14 +439,15 @@ export class Session {
     });
     for (const g of answer.body?.grants ?? []) {
       const token = big(g.token);
-      if (g.family !== family || g.name !== name || this.holds(family, name, token) || pending()) continue;
+      if (g.family !== family || g.name !== name || this.holds(family, name, token)) continue;
+      if (this.busy(family, name, seen)) return;
       try {
         await this.transport.call({
           method: "POST",
           path: `/v1/${family}/${seg(name)}/release`,
           body: { session: this.id, token },
           timeoutMs: this.timeoutMs,
-          retry: "safe",
+          retry: "refused",
         });
       } catch (err) {
         if (!isKind(err, "not_found") && !isKind(err, "lost")) throw err;

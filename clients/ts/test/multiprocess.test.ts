@@ -21,8 +21,14 @@ interface Run {
 }
 
 /** Spawn the worker; `done` resolves when it exits. */
-function spawnWorker(args: string[]): { pid: number; kill: (s: NodeJS.Signals) => void; lines: string[]; done: Promise<Run> } {
-  const child = spawn(process.execPath, [worker, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+function spawnWorker(args: string[]): {
+  pid: number;
+  kill: (s: NodeJS.Signals) => void;
+  send: (line: string) => void;
+  lines: string[];
+  done: Promise<Run>;
+} {
+  const child = spawn(process.execPath, [worker, ...args], { stdio: ["pipe", "pipe", "pipe"] });
   let stdout = "";
   let stderr = "";
   const lines: string[] = [];
@@ -34,7 +40,37 @@ function spawnWorker(args: string[]): { pid: number; kill: (s: NodeJS.Signals) =
   const done = new Promise<Run>((resolve) =>
     child.on("exit", (code, signal) => resolve({ pid: child.pid!, code, signal, stdout, stderr })),
   );
-  return { pid: child.pid!, kill: (s) => child.kill(s), lines, done };
+  return { pid: child.pid!, kill: (s) => child.kill(s), send: (line) => child.stdin.write(line + "\n"), lines, done };
+}
+
+/** What is wrong with a log of enter/exit lines: an overlap, or tokens not increasing (undefined if nothing). */
+function checkLog(lines: string[]): { overlap?: string; tokens?: string; exit?: string } {
+  const found: { overlap?: string; tokens?: string; exit?: string } = {};
+  let holder: string | undefined;
+  let lastToken = 0n;
+  for (const [i, line] of lines.entries()) {
+    const [what, pid, token] = line.split(" ");
+    if (what === "enter") {
+      if (holder !== undefined) found.overlap ??= `line ${i + 1}: ${pid} entered while ${holder} held the lock`;
+      if (!(BigInt(token!) > lastToken)) found.tokens ??= `line ${i + 1}: token ${token} after ${lastToken}`;
+      lastToken = BigInt(token!);
+      holder = `${pid} ${token}`;
+    } else {
+      if (what !== "exit" || `${pid} ${token}` !== holder) found.exit ??= `line ${i + 1}: ${line} while ${holder} held the lock`;
+      holder = undefined;
+    }
+  }
+  return found;
+}
+
+/** Run 4 `mode` workers (lock or nolock) started together; the log's lines. */
+async function runLockers(mode: string, url: string, name: string, file: string, rounds: number): Promise<string[]> {
+  writeFileSync(file, "");
+  const workers = [0, 1, 2, 3].map(() => spawnWorker([mode, url, name, file, String(rounds)]));
+  await waitFor(() => workers.every((w) => w.lines.includes("ready")), 30_000, "the workers to start");
+  for (const w of workers) w.send("go");
+  (await Promise.all(workers.map((w) => w.done))).forEach(ok);
+  return readFileSync(file, "utf8").trim().split("\n");
 }
 
 function ok(run: Run): Run {
@@ -68,33 +104,21 @@ describe("multiple processes", () => {
   });
 
   test("4 processes through one lock never overlap, tokens increase", async () => {
-    const name = unique("mp-lock");
-    const file = path.join(tmp, "lock.log");
-    writeFileSync(file, "");
-    const runs = await Promise.all([0, 1, 2, 3].map(() => spawnWorker(["lock", server.url, name, file, "15"]).done));
-    runs.forEach(ok);
-    const lines = readFileSync(file, "utf8").trim().split("\n");
+    const lines = await runLockers("lock", server.url, unique("mp-lock"), path.join(tmp, "lock.log"), 15);
     assert.equal(lines.length, 4 * 15 * 2);
-    let holder: string | undefined;
-    let lastToken = 0n;
-    for (const [i, line] of lines.entries()) {
-      const [what, pid, token] = line.split(" ");
-      if (what === "enter") {
-        assert.equal(holder, undefined, `line ${i + 1}: ${pid} entered while ${holder} held the lock`);
-        assert.ok(BigInt(token!) > lastToken, `line ${i + 1}: token ${token} after ${lastToken}`);
-        lastToken = BigInt(token!);
-        holder = `${pid} ${token}`;
-      } else {
-        assert.equal(what, "exit");
-        assert.equal(`${pid} ${token}`, holder, `line ${i + 1}: exit by a non-holder`);
-        holder = undefined;
-      }
-    }
+    assert.deepEqual(checkLog(lines), {});
+  });
+
+  test("negative control: 4 processes that do not take the lock are seen to overlap by the same checker", async () => {
+    const lines = await runLockers("nolock", server.url, unique("mp-nolock"), path.join(tmp, "nolock.log"), 15);
+    assert.equal(lines.length, 4 * 15 * 2);
+    assert.ok(checkLog(lines).overlap, "the checker saw no overlap in a log written without the lock");
   });
 
   test("a holder stopped past its session TTL loses the lock to a waiter; its lost fires after SIGCONT", async () => {
     const name = unique("mp-stop");
-    const holder = spawnWorker(["hold", server.url, name, "1500"]);
+    const ttl = 1500;
+    const holder = spawnWorker(["hold", server.url, name, String(ttl)]);
     await waitFor(() => holder.lines.some((l) => l.startsWith("acquired")), 20_000, "the holder to acquire");
     const held = BigInt(holder.lines[0]!.split(" ")[1]!);
     const waiter = new Client(server.url);
@@ -112,6 +136,11 @@ describe("multiple processes", () => {
       assert.ok(grant.token > held, `the waiter's token ${grant.token} should exceed ${held}`);
       const run = ok(await holder.done);
       assert.match(run.stdout, /^lost true true$/m);
+      // lost fires within TTL/3 + 1 s of SIGCONT, measured in the holder.
+      const late = /^cont-to-lost (\d+)$/m.exec(run.stdout);
+      assert.ok(late, `no cont-to-lost in ${JSON.stringify(run.stdout)}`);
+      process.stdout.write(`lost fired ${late[1]} ms after SIGCONT\n`);
+      assert.ok(Number(late[1]) <= ttl / 3 + 1000, `lost fired ${late[1]} ms after SIGCONT (TTL ${ttl} ms)`);
       await grant.release();
     } finally {
       await waiter.close();
