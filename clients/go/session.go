@@ -350,7 +350,24 @@ func (s *session) cleanUp(k nameKey, seen uint64) {
 			}
 			s.c.log.Debug("bakery: releasing a grant an interrupted acquire took", "family", k.family, "name", k.name, "token", gv.Token)
 			_, _ = s.c.do(ctx, call{method: "POST", path: "/v1/" + k.family + "/" + escape(k.name) + "/release",
-				body: releaseBody{Session: s.id, Token: gv.Token}, retry: retryUnavailable})
+				body: releaseBody{Session: s.id, Token: gv.Token}, retry: retryRefused})
 		}
 	})
+}
+
+// checkAlive reads the session (`GET /v1/sessions/{id}`) after a call
+// answered not_found: if the server no longer knows it, it ended there and
+// every grant it held is lost (why says so); if it lives, or the read
+// fails, nothing more is done (a keepalive finds out in time). It reports
+// whether the session was found gone.
+func (s *session) checkAlive(ctx context.Context, why string) bool {
+	if s.isEnded() {
+		return true
+	}
+	_, err := s.c.do(ctx, call{method: "GET", path: "/v1/sessions/" + escape(s.id), retry: retryUnknown})
+	if KindOf(err) == KindNotFound {
+		s.endAndForget(why)
+		return true
+	}
+	return false
 }
