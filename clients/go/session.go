@@ -227,7 +227,9 @@ func (s *session) finish(k nameKey) {
 // keepalive keeps the session alive every TTL/3 until it ends or the
 // client closes. A grant the server answers `held: false` for is lost; a
 // `404 not_found` answer, or no successful keepalive for a whole TTL,
-// ends the session (every grant lost).
+// ends the session (every grant lost). Each keepalive, retries included,
+// is bounded by TTL/3, and the TTL deadline is a timer of its own, which
+// fires whatever request is in flight.
 func (s *session) keepalive(bg context.Context) {
 	every := s.ttl / 3
 	t := time.NewTicker(every)
@@ -236,7 +238,7 @@ func (s *session) keepalive(bg context.Context) {
 	// server may end the session from then on, so its grants are no longer
 	// trusted.
 	s.mu.Lock()
-	expire := time.NewTimer(time.Until(s.lastOK.Add(s.ttl)))
+	expire := time.AfterFunc(time.Until(s.lastOK.Add(s.ttl)), s.expireIfLate)
 	s.mu.Unlock()
 	defer expire.Stop()
 	for {
@@ -245,24 +247,33 @@ func (s *session) keepalive(bg context.Context) {
 			return
 		case <-s.done:
 			return
-		case <-expire.C:
-			s.expired(bg)
-			return
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(bg, every)
+		go func() {
+			select {
+			case <-s.done:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 		var view sessionView
 		sent := time.Now()
 		_, err := s.c.do(ctx, call{method: "POST", path: "/v1/sessions/" + escape(s.id) + "/keepalive",
 			out: &view, retry: retryUnknown})
 		cancel()
-		if bg.Err() != nil {
+		if bg.Err() != nil || s.isEnded() {
 			return
 		}
 		switch {
 		case err == nil:
 			s.mu.Lock()
-			s.lastOK = sent
+			if sent.After(s.lastOK) {
+				s.lastOK = sent
+			}
+			if !s.ended {
+				expire.Reset(time.Until(s.lastOK.Add(s.ttl)))
+			}
 			var lost []*Grant
 			for _, gv := range view.Grants {
 				if gv.Held {
@@ -275,13 +286,6 @@ func (s *session) keepalive(bg context.Context) {
 				}
 			}
 			s.mu.Unlock()
-			if !expire.Stop() {
-				select {
-				case <-expire.C:
-				default:
-				}
-			}
-			expire.Reset(time.Until(sent.Add(s.ttl)))
 			for _, g := range lost {
 				g.lose("the server answered held=false", false)
 			}
@@ -289,26 +293,27 @@ func (s *session) keepalive(bg context.Context) {
 			s.endAndForget("its session ended on the server")
 			return
 		default:
-			s.mu.Lock()
-			late := time.Since(s.lastOK) >= s.ttl
-			s.mu.Unlock()
-			s.c.log.Warn("bakery: keepalive failed", "session", s.id, "error", err, "session_expired", late)
-			if late {
-				s.expired(bg)
-				return
-			}
+			s.c.log.Warn("bakery: keepalive failed", "session", s.id, "error", err)
 		}
 	}
 }
 
-// expired ends a session no keepalive got through to for a whole TTL: the
-// server has (or may have) ended it. Its grants are no longer trusted, and
-// it is closed in case it still lives.
-func (s *session) expired(bg context.Context) {
+// expireIfLate ends the session if no keepalive got through for a whole
+// TTL: the server has (or may have) ended it. Its grants are no longer
+// trusted, and it is closed in case it still lives.
+func (s *session) expireIfLate() {
+	s.mu.Lock()
+	late := !s.ended && time.Since(s.lastOK) >= s.ttl
+	s.mu.Unlock()
+	if !late {
+		return // a keepalive got through meanwhile (and re-armed the timer)
+	}
 	s.endAndForget("no keepalive got through for a whole TTL")
-	ctx, cancel := context.WithTimeout(bg, s.c.requestTimeout)
-	_ = s.delete(ctx)
-	cancel()
+	s.c.goBg(func(bg context.Context) {
+		ctx, cancel := context.WithTimeout(bg, s.c.requestTimeout)
+		_ = s.delete(ctx)
+		cancel()
+	})
 }
 
 // endAndForget ends the session and makes the next caller open a new one.
