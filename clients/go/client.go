@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,6 +40,10 @@ type Client struct {
 	bgMu      sync.Mutex
 	bgStopped bool
 	wg        sync.WaitGroup
+
+	// cleanUps counts the clean-ups after acquires of unknown outcome that
+	// ran to their end (for tests).
+	cleanUps atomic.Int64
 }
 
 // Option configures a Client.

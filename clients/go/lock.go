@@ -173,7 +173,7 @@ func (c *Client) acquire(ctx context.Context, family, name string, body acquireB
 			ms := wait.Milliseconds()
 			b.TimeoutMs = &ms
 		}
-		seen := s.begin(k)
+		s.begin(k)
 		var out acquired
 		_, err = c.do(ctx, call{method: "POST", path: path, body: b, out: &out, retry: retryUnavailable, wait: wait})
 		if err != nil {
@@ -186,7 +186,7 @@ func (c *Client) acquire(ctx context.Context, family, name string, body acquireB
 				continue
 			case KindUnknownOutcome:
 				// It may have been granted: give back what we do not know of.
-				s.cleanUp(k, seen)
+				s.cleanUp(k)
 			}
 			return nil, err
 		}

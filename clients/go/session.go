@@ -28,10 +28,13 @@ type session struct {
 
 	mu     sync.Mutex
 	grants map[grantKey]*Grant
-	// inflight counts acquires in flight per name; gen counts the ones
-	// started, so a clean-up knows whether one started meanwhile.
+	// inflight counts acquires in flight per name, across every Lock,
+	// Semaphore, RWLock and Election object of the client: a grant of the
+	// name the session holds but does not know of may be one of them
+	// arriving. pending marks the names whose clean-up waits for their
+	// acquires in flight to finish.
 	inflight map[nameKey]int
-	gen      map[nameKey]uint64
+	pending  map[nameKey]bool
 	lastOK   time.Time // when the last successful keepalive was sent
 	ended    bool
 	done     chan struct{} // closed when the session ends (locally)
@@ -135,7 +138,7 @@ func (ss *sessions) open(ctx context.Context) (*session, error) {
 		c: ss.c, id: view.ID, ttl: ttl,
 		grants:   map[grantKey]*Grant{},
 		inflight: map[nameKey]int{},
-		gen:      map[nameKey]uint64{},
+		pending:  map[nameKey]bool{},
 		lastOK:   sent,
 		done:     make(chan struct{}),
 	}, nil
@@ -207,20 +210,27 @@ func (s *session) unregister(g *Grant) {
 	s.mu.Unlock()
 }
 
-// begin and finish bracket an acquire of k.
-func (s *session) begin(k nameKey) uint64 {
+// begin and finish bracket an acquire of k (finish comes after the grant,
+// if any, is registered). The last acquire of k to finish runs the
+// clean-up of k that waited for it.
+func (s *session) begin(k nameKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inflight[k]++
-	s.gen[k]++
-	return s.gen[k]
 }
 
 func (s *session) finish(k nameKey) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.inflight[k]--; s.inflight[k] <= 0 {
+	s.inflight[k]--
+	run := false
+	if s.inflight[k] <= 0 {
 		delete(s.inflight, k)
+		run = s.pending[k] && !s.ended
+		delete(s.pending, k)
+	}
+	s.mu.Unlock()
+	if run {
+		s.cleanUp(k)
 	}
 }
 
@@ -332,30 +342,43 @@ func (s *session) endAndForget(why string) {
 
 // cleanUp releases the grants of k the session holds on the server but not
 // locally: what an acquire whose outcome is unknown (cancelled, or its
-// connection broke) may have taken. It gives up if another acquire of k
-// started meanwhile (its grant could not be told from a leaked one).
-func (s *session) cleanUp(k nameKey, seen uint64) {
+// connection broke) may have taken. While another acquire of k is in
+// flight in the client, a grant of k it does not know of could be that
+// acquire's, arriving: then the clean-up waits, and runs again when the
+// last acquire of k finishes.
+func (s *session) cleanUp(k nameKey) {
 	s.c.goBg(func(bg context.Context) {
+		defer s.c.cleanUps.Add(1)
 		ctx, cancel := context.WithTimeout(bg, s.c.requestTimeout)
 		defer cancel()
 		var view sessionView
 		if _, err := s.c.do(ctx, call{method: "GET", path: "/v1/sessions/" + escape(s.id), out: &view, retry: retryUnknown}); err != nil {
 			return
 		}
+		var leaked []uint64
+		s.mu.Lock()
+		if s.ended {
+			s.mu.Unlock()
+			return
+		}
+		if s.inflight[k] > 0 {
+			s.pending[k] = true
+			s.mu.Unlock()
+			return
+		}
 		for _, gv := range view.Grants {
 			if gv.Family != k.family || gv.Name != k.name {
 				continue
 			}
-			s.mu.Lock()
-			_, known := s.grants[grantKey{gv.Family, gv.Name, gv.Token}]
-			busy := s.inflight[k] > 0 || s.gen[k] != seen || s.ended
-			s.mu.Unlock()
-			if known || busy {
-				continue
+			if _, known := s.grants[grantKey{gv.Family, gv.Name, gv.Token}]; !known {
+				leaked = append(leaked, gv.Token)
 			}
-			s.c.log.Debug("bakery: releasing a grant an interrupted acquire took", "family", k.family, "name", k.name, "token", gv.Token)
+		}
+		s.mu.Unlock()
+		for _, token := range leaked {
+			s.c.log.Debug("bakery: releasing a grant an interrupted acquire took", "family", k.family, "name", k.name, "token", token)
 			_, _ = s.c.do(ctx, call{method: "POST", path: "/v1/" + k.family + "/" + escape(k.name) + "/release",
-				body: releaseBody{Session: s.id, Token: gv.Token}, retry: retryRefused})
+				body: releaseBody{Session: s.id, Token: token}, retry: retryRefused})
 		}
 	})
 }
