@@ -290,3 +290,60 @@ func TestClaimOfUnknownOutcomeResetsTheSession(t *testing.T) {
 		t.Fatalf("the claim reached the stub %d times, want 1", n)
 	}
 }
+
+// A claim of unknown outcome the key's state shows nobody holds leaves the
+// session alone: no claim of ours stands.
+func TestClaimOfUnknownOutcomeOnAKeyNobodyHoldsKeepsTheSession(t *testing.T) {
+	ss := &stubSession{other: func(method, path string) (int, string, bool) {
+		if method == "GET" && strings.HasPrefix(path, "/v1/once/") {
+			return 200, `{"status":"completed","result":"done"}`, false
+		}
+		return 0, "", true // the claim hangs
+	}}
+	st := newStub(t, ss.answer)
+	c := stubClient(t, st.url(), time.Second)
+	ctx := within(t, 30*time.Second)
+	g, err := c.Lock("kept").Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	_, err = c.Once(octx, "scope", "key", "payload", func(context.Context) (string, error) { return "", nil })
+	if !errors.Is(err, bakery.ErrUnknownOutcome) {
+		t.Fatalf("once with a claim never answered: %v, want unknown_outcome", err)
+	}
+	if n := st.count("GET /v1/once/scope/key"); n != 1 {
+		t.Fatalf("the key was read %d times, want 1", n)
+	}
+	if g.IsLost() {
+		t.Fatal("the session was reset although nobody holds the key")
+	}
+	if n := st.count("DELETE /v1/sessions/stub-session"); n != 0 {
+		t.Fatalf("the session was closed %d times, want 0", n)
+	}
+}
+
+// Complete answered 503 unavailable is not resent: the server took the
+// claim out of the session before failing its store write.
+func TestCompleteAnswered503IsNotResent(t *testing.T) {
+	ss := &stubSession{other: func(method, path string) (int, string, bool) {
+		switch {
+		case strings.HasSuffix(path, "/claim"):
+			return 200, `{"status":"claimed","attempt":1}`, false
+		case strings.HasSuffix(path, "/complete"):
+			return 503, `{"kind":"unavailable","message":"the store is unavailable"}`, false
+		}
+		return 0, "", true
+	}}
+	st := newStub(t, ss.answer)
+	c := stubClient(t, st.url(), 5*time.Second)
+	ctx := within(t, 30*time.Second)
+	_, err := c.Once(ctx, "scope", "key", "payload", func(context.Context) (string, error) { return "r", nil })
+	if !errors.Is(err, bakery.ErrUnavailable) {
+		t.Fatalf("complete answered 503: %v, want unavailable", err)
+	}
+	if n := st.count("POST /v1/once/scope/key/complete"); n != 1 {
+		t.Fatalf("complete reached the stub %d times, want 1 (no resend after an answered 503)", n)
+	}
+}
