@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,6 +40,10 @@ type Client struct {
 	bgMu      sync.Mutex
 	bgStopped bool
 	wg        sync.WaitGroup
+
+	// cleanUps counts the clean-ups after acquires of unknown outcome that
+	// ran to their end (for tests).
+	cleanUps atomic.Int64
 }
 
 // Option configures a Client.
@@ -151,9 +156,14 @@ func (c *Client) goBg(f func(ctx context.Context)) bool {
 type retry int
 
 const (
-	// retryNothing: only failures where nothing was done (503 unavailable,
-	// connection refused).
+	// retryUnavailable: only failures where nothing was done (503
+	// unavailable, connection refused).
 	retryUnavailable retry = iota
+	// retryRefused: only a refused connection (nothing was sent). For
+	// release, complete and fail: the server takes the grant or claim out
+	// of the session before its store write, so after an answered 503 a
+	// resend would only find it gone.
+	retryRefused
 	// retryUnknown: also an unknown outcome (the call may be repeated
 	// safely: a read, a keepalive, a block reservation).
 	retryUnknown
@@ -196,7 +206,15 @@ func (c *Client) do(ctx context.Context, cl call) (int, error) {
 			return status, nil
 		}
 		k := KindOf(err)
-		again := k == KindUnavailable || (k == KindUnknownOutcome && cl.retry == retryUnknown)
+		var again bool
+		switch cl.retry {
+		case retryRefused:
+			again = k == KindUnavailable && status == 0
+		case retryUnknown:
+			again = k == KindUnavailable || k == KindUnknownOutcome
+		default:
+			again = k == KindUnavailable
+		}
 		if !again || ctx.Err() != nil {
 			return status, err
 		}

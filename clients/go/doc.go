@@ -10,7 +10,8 @@
 // and the sentinels (ErrLost, ErrUnavailable, ...).
 //
 // Retries never resend a write of unknown outcome: a call refused at
-// connect or answered 503 unavailable is retried with backoff; acquire,
+// connect or answered 503 unavailable is retried with backoff (release,
+// complete and fail only when the connection was refused); acquire,
 // release, claim, complete and fail are not resent after an unknown
 // outcome (the error reaches the caller); a block reservation is, since a
 // block reserved twice only leaves a gap.

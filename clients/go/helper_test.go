@@ -1,10 +1,13 @@
 package bakery_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 	"time"
 
 	bakery "github.com/bakery-rs/bakery/clients/go"
@@ -59,42 +62,50 @@ var helpers = map[string]func(ctx context.Context, c *bakery.Client, name string
 	// lock: 20 times, take the lock and append enter/exit lines to
 	// BAKERY_FILE while holding it.
 	"lock": func(ctx context.Context, c *bakery.Client, name string) error {
-		f, err := os.OpenFile(os.Getenv("BAKERY_FILE"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
 		lock := c.Lock(name)
-		pid := os.Getpid()
-		for i := 0; i < 20; i++ {
-			err := lock.Do(ctx, func(ctx context.Context, g *bakery.Grant) error {
-				if _, err := fmt.Fprintf(f, "enter %d %d\n", pid, g.Token()); err != nil {
-					return err
-				}
-				time.Sleep(time.Millisecond) // a little work under the lock
-				_, err := fmt.Fprintf(f, "exit %d %d\n", pid, g.Token())
-				return err
+		return criticalSections(func(i int, section func(token uint64) error) error {
+			return lock.Do(ctx, func(ctx context.Context, g *bakery.Grant) error {
+				return section(g.Token())
 			})
-			if err != nil {
-				return err
-			}
-		}
-		return nil
+		})
 	},
-	// hold: take the lock, say so, and wait for it to be lost.
+	// unguarded: the lock helper's critical section without the lock (the
+	// overlap checker's negative control); the token is the clock, so
+	// that only an overlap can fail the check.
+	"unguarded": func(ctx context.Context, c *bakery.Client, name string) error {
+		return criticalSections(func(i int, section func(token uint64) error) error {
+			return section(uint64(time.Now().UnixNano()))
+		})
+	},
+	// hold: take the lock, say so, and wait for it to be lost; then print
+	// how long after the SIGCONT it received lost fired (in ms; negative
+	// if lost fired before the SIGCONT was seen).
 	"hold": func(ctx context.Context, c *bakery.Client, name string) error {
+		cont := make(chan os.Signal, 1)
+		signal.Notify(cont, syscall.SIGCONT)
+		defer signal.Stop(cont)
 		g, err := c.Lock(name).Acquire(ctx)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("acquired %d\n", g.Token())
-		select {
-		case <-g.Lost():
-			fmt.Println("lost")
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("never lost: %w", ctx.Err())
+		var contAt, lostAt time.Time
+		for contAt.IsZero() || lostAt.IsZero() {
+			select {
+			case <-cont:
+				if contAt.IsZero() {
+					contAt = time.Now()
+				}
+			case <-g.Lost():
+				if lostAt.IsZero() {
+					lostAt = time.Now()
+				}
+			case <-ctx.Done():
+				return fmt.Errorf("never lost or continued: %w", ctx.Err())
+			}
 		}
+		fmt.Printf("lost %d\n", lostAt.Sub(contAt).Milliseconds())
+		return nil
 	},
 	// once: run the key once; each run appends a line to BAKERY_FILE.
 	"once": func(ctx context.Context, c *bakery.Client, name string) error {
@@ -117,4 +128,35 @@ var helpers = map[string]func(ctx context.Context, c *bakery.Client, name string
 		fmt.Println(res)
 		return nil
 	},
+}
+
+// criticalSections says "ready" on stdout, waits for a line on stdin (so
+// that every process starts at once), then 20 times calls guard with a
+// critical section that appends "enter PID TOKEN" to BAKERY_FILE, works
+// 3 ms, and appends "exit PID TOKEN".
+func criticalSections(guard func(i int, section func(token uint64) error) error) error {
+	f, err := os.OpenFile(os.Getenv("BAKERY_FILE"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fmt.Println("ready")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return fmt.Errorf("waiting for the start: %w", err)
+	}
+	pid := os.Getpid()
+	for i := 0; i < 20; i++ {
+		err := guard(i, func(token uint64) error {
+			if _, err := fmt.Fprintf(f, "enter %d %d\n", pid, token); err != nil {
+				return err
+			}
+			time.Sleep(3 * time.Millisecond) // work in the critical section
+			_, err := fmt.Fprintf(f, "exit %d %d\n", pid, token)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

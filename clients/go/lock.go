@@ -91,7 +91,10 @@ type releaseBody struct {
 // Release gives the grant back; in the same write the next waiter is
 // served. It answers an error of kind [KindLost] if the grant had been
 // lost (whatever was done under it may have overlapped the next holder),
-// and [KindNotFound] if its session had ended. A release whose outcome is
+// and [KindNotFound] if the server did not find it (the grant had ended, or
+// its whole session had: the session is read to tell which, and only in
+// the second case are the session's other grants lost too). A release is
+// resent only when the connection was refused. A release whose outcome is
 // unknown is not resent (closing the client releases it). Releasing twice
 // does nothing the second time.
 func (g *Grant) Release(ctx context.Context) error {
@@ -102,15 +105,21 @@ func (g *Grant) Release(ctx context.Context) error {
 	if g.IsLost() {
 		return &Error{Kind: KindLost, Op: "release", Message: fmt.Sprintf("%s %q (token %d) was lost before its release", g.family, g.name, g.token)}
 	}
+	// Resent only if the connection was refused: after an answered 503 the
+	// server has already taken the grant out of the session.
 	_, err := g.c.do(ctx, call{method: "POST", path: "/v1/" + g.family + "/" + escape(g.name) + "/release",
-		body: releaseBody{Session: g.s.id, Token: g.token}, retry: retryUnavailable})
+		body: releaseBody{Session: g.s.id, Token: g.token}, retry: retryRefused})
 	if err != nil {
 		switch KindOf(err) {
 		case KindLost:
 			g.lose("its release answered lost", false)
 		case KindNotFound:
-			g.lose("its session had ended", false)
-			g.s.endAndForget("a release answered not_found")
+			// The grant is not in the session, or the session is gone:
+			// only reading the session tells which.
+			g.lose("its release answered not_found", false)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.c.requestTimeout)
+			g.s.checkAlive(rctx, "a release answered not_found and the session is gone")
+			cancel()
 		}
 	}
 	return err
@@ -164,11 +173,11 @@ func (c *Client) acquire(ctx context.Context, family, name string, body acquireB
 			ms := wait.Milliseconds()
 			b.TimeoutMs = &ms
 		}
-		seen := s.begin(k)
+		s.begin(k)
 		var out acquired
 		_, err = c.do(ctx, call{method: "POST", path: path, body: b, out: &out, retry: retryUnavailable, wait: wait})
-		s.finish(k)
 		if err != nil {
+			s.finish(k)
 			switch KindOf(err) {
 			case KindNotFound:
 				// The only thing an acquire can miss is its session: it
@@ -177,15 +186,19 @@ func (c *Client) acquire(ctx context.Context, family, name string, body acquireB
 				continue
 			case KindUnknownOutcome:
 				// It may have been granted: give back what we do not know of.
-				s.cleanUp(k, seen)
+				s.cleanUp(k)
 			}
 			return nil, err
 		}
 		if out.Granted && out.Token != nil {
 			g := &Grant{c: c, s: s, family: family, name: name, token: *out.Token, lost: make(chan struct{})}
+			// Registered before the acquire counts as finished, so that a
+			// clean-up never takes it for a leaked grant.
 			s.register(g)
+			s.finish(k)
 			return g, nil
 		}
+		s.finish(k)
 		if try {
 			return nil, nil
 		}

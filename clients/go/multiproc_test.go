@@ -3,6 +3,8 @@ package bakery_test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,21 +85,58 @@ func TestProcessesIdsDistinctAndIncreasing(t *testing.T) {
 	}
 }
 
-func TestProcessesLockNeverOverlaps(t *testing.T) {
-	name := unique("lock")
-	file := filepath.Join(t.TempDir(), "log")
-	var cmds []*exec.Cmd
-	for i := 0; i < 4; i++ {
-		cmds = append(cmds, helper(t, "lock", name, "BAKERY_FILE="+file))
+// runTogether runs cmds (helpers of criticalSections) at once: it waits
+// for every one to say "ready", then lets them all start.
+func runTogether(t *testing.T, cmds []*exec.Cmd) {
+	t.Helper()
+	var stdins []io.WriteCloser
+	var readers []*bufio.Reader
+	for _, cmd := range cmds {
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		stdins = append(stdins, in)
+		readers = append(readers, bufio.NewReader(out))
 	}
-	runAll(t, cmds)
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
+	defer func() {
+		for _, cmd := range cmds {
+			_ = cmd.Process.Kill()
+		}
+	}()
+	for i, r := range readers {
+		if l, err := r.ReadString('\n'); err != nil || l != "ready\n" {
+			t.Fatalf("process %d said %q (%v), want ready", i, l, err)
+		}
 	}
+	for _, in := range stdins {
+		if _, err := io.WriteString(in, "go\n"); err != nil {
+			t.Fatal(err)
+		}
+		in.Close()
+	}
+	for i, cmd := range cmds {
+		_, _ = io.Copy(io.Discard, readers[i])
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("process %d: %v", i, err)
+		}
+	}
+}
+
+// checkLockLog checks a log of enter/exit lines written by processes
+// sharing one lock: no two enters without an exit between them, fencing
+// tokens increasing, 4 processes writing 20 sections each.
+func checkLockLog(data []byte) error {
 	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
 	if len(lines) != 4*20*2 {
-		t.Fatalf("%d lines, want %d", len(lines), 4*20*2)
+		return fmt.Errorf("%d lines, want %d", len(lines), 4*20*2)
 	}
 	var holder string // "pid token" inside, or ""
 	var lastToken uint64
@@ -105,40 +144,74 @@ func TestProcessesLockNeverOverlaps(t *testing.T) {
 	for i, l := range lines {
 		f := strings.Fields(l)
 		if len(f) != 3 {
-			t.Fatalf("line %d: %q", i+1, l)
+			return fmt.Errorf("line %d: %q", i+1, l)
 		}
 		who := f[1] + " " + f[2]
 		pids[f[1]] = true
 		tok, err := strconv.ParseUint(f[2], 10, 64)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		switch f[0] {
 		case "enter":
 			if holder != "" {
-				t.Fatalf("line %d: %s enters while %s holds the lock", i+1, who, holder)
+				return fmt.Errorf("line %d: %s enters while %s holds the lock: overlap", i+1, who, holder)
 			}
 			if tok <= lastToken {
-				t.Fatalf("line %d: token %d after %d: fencing tokens must increase", i+1, tok, lastToken)
+				return fmt.Errorf("line %d: token %d after %d: fencing tokens must increase", i+1, tok, lastToken)
 			}
 			holder, lastToken = who, tok
 		case "exit":
 			if holder != who {
-				t.Fatalf("line %d: %s exits but %q holds the lock", i+1, who, holder)
+				return fmt.Errorf("line %d: %s exits but %q holds the lock: overlap", i+1, who, holder)
 			}
 			holder = ""
 		default:
-			t.Fatalf("line %d: %q", i+1, l)
+			return fmt.Errorf("line %d: %q", i+1, l)
 		}
 	}
 	if len(pids) != 4 {
-		t.Fatalf("%d processes wrote, want 4", len(pids))
+		return fmt.Errorf("%d processes wrote, want 4", len(pids))
 	}
+	return nil
+}
+
+func lockLog(t *testing.T, mode string) []byte {
+	t.Helper()
+	name := unique("lock")
+	file := filepath.Join(t.TempDir(), "log")
+	var cmds []*exec.Cmd
+	for i := 0; i < 4; i++ {
+		cmds = append(cmds, helper(t, mode, name, "BAKERY_FILE="+file))
+	}
+	runTogether(t, cmds)
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func TestProcessesLockNeverOverlaps(t *testing.T) {
+	if err := checkLockLog(lockLog(t, "lock")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The negative control of the overlap check: the same critical sections
+// without the lock must be caught overlapping.
+func TestProcessesWithoutTheLockOverlap(t *testing.T) {
+	err := checkLockLog(lockLog(t, "unguarded"))
+	if err == nil || !strings.Contains(err.Error(), "overlap") {
+		t.Fatalf("the checker on an unguarded log: %v, want an overlap", err)
+	}
+	t.Logf("caught: %v", err)
 }
 
 func TestProcessStoppedPastTTLLosesItsLock(t *testing.T) {
 	name := unique("stopped")
-	cmd := helper(t, "hold", name, "BAKERY_TTL_MS=1500")
+	const ttl = 1500 * time.Millisecond
+	cmd := helper(t, "hold", name, fmt.Sprintf("BAKERY_TTL_MS=%d", ttl.Milliseconds()))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -189,8 +262,19 @@ func TestProcessStoppedPastTTLLosesItsLock(t *testing.T) {
 	}
 	select {
 	case l, ok := <-lines:
-		if !ok || l != "lost" {
-			t.Fatalf("holder said %q (open %v), want lost", l, ok)
+		f := strings.Fields(l)
+		if !ok || len(f) != 2 || f[0] != "lost" {
+			t.Fatalf("holder said %q (open %v), want lost MS", l, ok)
+		}
+		ms, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The holder's keepalive is bounded by TTL/3 and its TTL timer is
+		// overdue: lost fires within TTL/3 + 1 s of the SIGCONT.
+		t.Logf("the holder's lost fired %d ms after its SIGCONT", ms)
+		if limit := (ttl / 3).Milliseconds() + 1000; ms > limit {
+			t.Fatalf("the holder's lost fired %d ms after SIGCONT, want at most TTL/3 + 1 s = %d ms", ms, limit)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the holder's lost did not fire within 30 s of SIGCONT")

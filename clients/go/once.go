@@ -61,9 +61,14 @@ func (c *Client) Once(ctx context.Context, scope, key, payload string, fn func(c
 			body: claimBody{Session: s.id, Payload: payload, WaitMs: max(wait.Milliseconds(), 0)},
 			out:  &st, retry: retryUnavailable, wait: wait})
 		if err != nil {
-			if KindOf(err) == KindNotFound {
+			switch KindOf(err) {
+			case KindNotFound:
 				s.endAndForget("a claim answered not_found") // open a new one
 				continue
+			case KindUnknownOutcome:
+				// The claim may have been taken by this session, with
+				// nobody to run, complete or fail it.
+				c.settleUnknownClaim(ctx, s, base)
 			}
 			return "", err
 		}
@@ -111,7 +116,7 @@ func (c *Client) runClaimed(ctx context.Context, s *session, base string, attemp
 		defer fcancel()
 		_, err := c.do(fin, call{method: "POST", path: base + "/" + what,
 			body: finishBody{Session: s.id, Attempt: attempt, Outcome: outcome},
-			out:  &st, retry: retryUnavailable})
+			out:  &st, retry: retryRefused})
 		return st, err
 	}
 	panicked := true
@@ -134,4 +139,29 @@ func (c *Client) runClaimed(ctx context.Context, s *session, base string, attemp
 		return *st.Result, nil
 	}
 	return res, nil
+}
+
+// settleUnknownClaim ends this session's ownership of a claim whose outcome
+// is unknown. The session's view does not list claims, so the key is read:
+// if nobody holds it (completed, failed, released, no record), no claim of
+// ours stands; otherwise (it is held, perhaps by us, or it cannot be read)
+// the session is reset: closed on the server, which gives every claim and
+// grant of it back, and ended here (every grant lost). The next call opens
+// a new session.
+func (c *Client) settleUnknownClaim(ctx context.Context, s *session, base string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.requestTimeout)
+	defer cancel()
+	var st onceState
+	_, err := c.do(rctx, call{method: "GET", path: base, out: &st, retry: retryUnknown})
+	switch {
+	case KindOf(err) == KindNotFound:
+		return
+	case err == nil && (st.Status == "completed" || st.Status == "failed" || st.Status == "released"):
+		return
+	}
+	c.log.Warn("bakery: resetting the session after a claim of unknown outcome", "session", s.id, "key", base)
+	s.endAndForget("a claim of unknown outcome reset the session")
+	if derr := s.delete(rctx); derr != nil && KindOf(derr) != KindNotFound {
+		c.log.Warn("bakery: closing the session failed (it ends with its TTL)", "session", s.id, "error", derr)
+	}
 }

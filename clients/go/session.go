@@ -28,10 +28,13 @@ type session struct {
 
 	mu     sync.Mutex
 	grants map[grantKey]*Grant
-	// inflight counts acquires in flight per name; gen counts the ones
-	// started, so a clean-up knows whether one started meanwhile.
+	// inflight counts acquires in flight per name, across every Lock,
+	// Semaphore, RWLock and Election object of the client: a grant of the
+	// name the session holds but does not know of may be one of them
+	// arriving. pending marks the names whose clean-up waits for their
+	// acquires in flight to finish.
 	inflight map[nameKey]int
-	gen      map[nameKey]uint64
+	pending  map[nameKey]bool
 	lastOK   time.Time // when the last successful keepalive was sent
 	ended    bool
 	done     chan struct{} // closed when the session ends (locally)
@@ -135,7 +138,7 @@ func (ss *sessions) open(ctx context.Context) (*session, error) {
 		c: ss.c, id: view.ID, ttl: ttl,
 		grants:   map[grantKey]*Grant{},
 		inflight: map[nameKey]int{},
-		gen:      map[nameKey]uint64{},
+		pending:  map[nameKey]bool{},
 		lastOK:   sent,
 		done:     make(chan struct{}),
 	}, nil
@@ -207,27 +210,36 @@ func (s *session) unregister(g *Grant) {
 	s.mu.Unlock()
 }
 
-// begin and finish bracket an acquire of k.
-func (s *session) begin(k nameKey) uint64 {
+// begin and finish bracket an acquire of k (finish comes after the grant,
+// if any, is registered). The last acquire of k to finish runs the
+// clean-up of k that waited for it.
+func (s *session) begin(k nameKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inflight[k]++
-	s.gen[k]++
-	return s.gen[k]
 }
 
 func (s *session) finish(k nameKey) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.inflight[k]--; s.inflight[k] <= 0 {
+	s.inflight[k]--
+	run := false
+	if s.inflight[k] <= 0 {
 		delete(s.inflight, k)
+		run = s.pending[k] && !s.ended
+		delete(s.pending, k)
+	}
+	s.mu.Unlock()
+	if run {
+		s.cleanUp(k)
 	}
 }
 
 // keepalive keeps the session alive every TTL/3 until it ends or the
 // client closes. A grant the server answers `held: false` for is lost; a
 // `404 not_found` answer, or no successful keepalive for a whole TTL,
-// ends the session (every grant lost).
+// ends the session (every grant lost). Each keepalive, retries included,
+// is bounded by TTL/3, and the TTL deadline is a timer of its own, which
+// fires whatever request is in flight.
 func (s *session) keepalive(bg context.Context) {
 	every := s.ttl / 3
 	t := time.NewTicker(every)
@@ -236,7 +248,7 @@ func (s *session) keepalive(bg context.Context) {
 	// server may end the session from then on, so its grants are no longer
 	// trusted.
 	s.mu.Lock()
-	expire := time.NewTimer(time.Until(s.lastOK.Add(s.ttl)))
+	expire := time.AfterFunc(time.Until(s.lastOK.Add(s.ttl)), s.expireIfLate)
 	s.mu.Unlock()
 	defer expire.Stop()
 	for {
@@ -245,24 +257,33 @@ func (s *session) keepalive(bg context.Context) {
 			return
 		case <-s.done:
 			return
-		case <-expire.C:
-			s.expired(bg)
-			return
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(bg, every)
+		go func() {
+			select {
+			case <-s.done:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 		var view sessionView
 		sent := time.Now()
 		_, err := s.c.do(ctx, call{method: "POST", path: "/v1/sessions/" + escape(s.id) + "/keepalive",
 			out: &view, retry: retryUnknown})
 		cancel()
-		if bg.Err() != nil {
+		if bg.Err() != nil || s.isEnded() {
 			return
 		}
 		switch {
 		case err == nil:
 			s.mu.Lock()
-			s.lastOK = sent
+			if sent.After(s.lastOK) {
+				s.lastOK = sent
+			}
+			if !s.ended {
+				expire.Reset(time.Until(s.lastOK.Add(s.ttl)))
+			}
 			var lost []*Grant
 			for _, gv := range view.Grants {
 				if gv.Held {
@@ -275,13 +296,6 @@ func (s *session) keepalive(bg context.Context) {
 				}
 			}
 			s.mu.Unlock()
-			if !expire.Stop() {
-				select {
-				case <-expire.C:
-				default:
-				}
-			}
-			expire.Reset(time.Until(sent.Add(s.ttl)))
 			for _, g := range lost {
 				g.lose("the server answered held=false", false)
 			}
@@ -289,26 +303,27 @@ func (s *session) keepalive(bg context.Context) {
 			s.endAndForget("its session ended on the server")
 			return
 		default:
-			s.mu.Lock()
-			late := time.Since(s.lastOK) >= s.ttl
-			s.mu.Unlock()
-			s.c.log.Warn("bakery: keepalive failed", "session", s.id, "error", err, "session_expired", late)
-			if late {
-				s.expired(bg)
-				return
-			}
+			s.c.log.Warn("bakery: keepalive failed", "session", s.id, "error", err)
 		}
 	}
 }
 
-// expired ends a session no keepalive got through to for a whole TTL: the
-// server has (or may have) ended it. Its grants are no longer trusted, and
-// it is closed in case it still lives.
-func (s *session) expired(bg context.Context) {
+// expireIfLate ends the session if no keepalive got through for a whole
+// TTL: the server has (or may have) ended it. Its grants are no longer
+// trusted, and it is closed in case it still lives.
+func (s *session) expireIfLate() {
+	s.mu.Lock()
+	late := !s.ended && time.Since(s.lastOK) >= s.ttl
+	s.mu.Unlock()
+	if !late {
+		return // a keepalive got through meanwhile (and re-armed the timer)
+	}
 	s.endAndForget("no keepalive got through for a whole TTL")
-	ctx, cancel := context.WithTimeout(bg, s.c.requestTimeout)
-	_ = s.delete(ctx)
-	cancel()
+	s.c.goBg(func(bg context.Context) {
+		ctx, cancel := context.WithTimeout(bg, s.c.requestTimeout)
+		_ = s.delete(ctx)
+		cancel()
+	})
 }
 
 // endAndForget ends the session and makes the next caller open a new one.
@@ -327,30 +342,60 @@ func (s *session) endAndForget(why string) {
 
 // cleanUp releases the grants of k the session holds on the server but not
 // locally: what an acquire whose outcome is unknown (cancelled, or its
-// connection broke) may have taken. It gives up if another acquire of k
-// started meanwhile (its grant could not be told from a leaked one).
-func (s *session) cleanUp(k nameKey, seen uint64) {
+// connection broke) may have taken. While another acquire of k is in
+// flight in the client, a grant of k it does not know of could be that
+// acquire's, arriving: then the clean-up waits, and runs again when the
+// last acquire of k finishes.
+func (s *session) cleanUp(k nameKey) {
 	s.c.goBg(func(bg context.Context) {
+		defer s.c.cleanUps.Add(1)
 		ctx, cancel := context.WithTimeout(bg, s.c.requestTimeout)
 		defer cancel()
 		var view sessionView
 		if _, err := s.c.do(ctx, call{method: "GET", path: "/v1/sessions/" + escape(s.id), out: &view, retry: retryUnknown}); err != nil {
 			return
 		}
+		var leaked []uint64
+		s.mu.Lock()
+		if s.ended {
+			s.mu.Unlock()
+			return
+		}
+		if s.inflight[k] > 0 {
+			s.pending[k] = true
+			s.mu.Unlock()
+			return
+		}
 		for _, gv := range view.Grants {
 			if gv.Family != k.family || gv.Name != k.name {
 				continue
 			}
-			s.mu.Lock()
-			_, known := s.grants[grantKey{gv.Family, gv.Name, gv.Token}]
-			busy := s.inflight[k] > 0 || s.gen[k] != seen || s.ended
-			s.mu.Unlock()
-			if known || busy {
-				continue
+			if _, known := s.grants[grantKey{gv.Family, gv.Name, gv.Token}]; !known {
+				leaked = append(leaked, gv.Token)
 			}
-			s.c.log.Debug("bakery: releasing a grant an interrupted acquire took", "family", k.family, "name", k.name, "token", gv.Token)
+		}
+		s.mu.Unlock()
+		for _, token := range leaked {
+			s.c.log.Debug("bakery: releasing a grant an interrupted acquire took", "family", k.family, "name", k.name, "token", token)
 			_, _ = s.c.do(ctx, call{method: "POST", path: "/v1/" + k.family + "/" + escape(k.name) + "/release",
-				body: releaseBody{Session: s.id, Token: gv.Token}, retry: retryUnavailable})
+				body: releaseBody{Session: s.id, Token: token}, retry: retryRefused})
 		}
 	})
+}
+
+// checkAlive reads the session (`GET /v1/sessions/{id}`) after a call
+// answered not_found: if the server no longer knows it, it ended there and
+// every grant it held is lost (why says so); if it lives, or the read
+// fails, nothing more is done (a keepalive finds out in time). It reports
+// whether the session was found gone.
+func (s *session) checkAlive(ctx context.Context, why string) bool {
+	if s.isEnded() {
+		return true
+	}
+	_, err := s.c.do(ctx, call{method: "GET", path: "/v1/sessions/" + escape(s.id), retry: retryUnknown})
+	if KindOf(err) == KindNotFound {
+		s.endAndForget(why)
+		return true
+	}
+	return false
 }
