@@ -221,7 +221,12 @@ class AsyncClient:
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` in the background (cancelled by :meth:`aclose`)."""
-        task = asyncio.get_running_loop().create_task(coro)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # e.g. `held` read after the loop ended
+            coro.close()
+            return
+        task = loop.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
