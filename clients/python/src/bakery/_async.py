@@ -19,7 +19,7 @@ from typing import Any, TypeVar, overload
 import httpx
 
 from . import _protocol as p
-from ._errors import BakeryError, LostError, NotFoundError
+from ._errors import BakeryError, LostError, NotFoundError, UnknownOutcomeError
 
 log = logging.getLogger("bakery")
 
@@ -66,7 +66,14 @@ class AsyncClient:
         self._session: str | None = None
         self._last_ok = 0.0
         self._grants: dict[p.GrantKey, _Grant] = {}
+        # Acquires in flight per (family, name), and how many ever started (see
+        # bakery.Client): a clean-up leaves alone what one of them could be getting.
+        self._inflight: dict[tuple[str, str], int] = {}
+        self._started: dict[tuple[str, str], int] = {}
         self._keeper: asyncio.Task[None] | None = None
+        # Fires every grant's `lost` at last successful keepalive + TTL.
+        self._expiry: asyncio.TimerHandle | None = None
+        self._background: set[asyncio.Task[None]] = set()
         self._prefetches: set[asyncio.Task[tuple[int, int]]] = set()
         self._closed = False
 
@@ -90,10 +97,15 @@ class AsyncClient:
         for grant in self._grants.values():
             grant.given_back = True
         self._grants.clear()
+        if self._expiry is not None:
+            self._expiry.cancel()
         if self._keeper is not None:
             self._keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._keeper
+        for bg in list(self._background):
+            bg.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         for task in self._prefetches:
             task.cancel()
         for result in await asyncio.gather(*self._prefetches, return_exceptions=True):
@@ -126,10 +138,16 @@ class AsyncClient:
 
     # ------------------------------------------------------------ transport
 
-    async def _send(self, call: p.Call) -> Any:
+    async def _send(self, call: p.Call, deadline: float | None = None) -> Any:
+        """Send ``call`` as the retry policy allows; with a ``deadline`` (a
+        ``time.monotonic()`` instant) every attempt and wait ends by then."""
         attempt = 0
-        timeout = self._timeout + call.wait + (p.POLL_MARGIN if call.wait else 0.0)
         while True:
+            timeout = self._timeout + call.wait
+            if deadline is not None:
+                timeout = min(timeout, deadline - time.monotonic())
+                if timeout <= 0:
+                    raise UnknownOutcomeError("unknown_outcome", "no answer before the deadline")
             try:
                 r = await self._http.request(
                     call.method, call.path, json=call.json, params=call.params, timeout=timeout
@@ -144,6 +162,8 @@ class AsyncClient:
             if delay is None:
                 raise err
             log.debug("%s %s: %s; retrying in %.2fs", call.method, call.path, err, delay)
+            if deadline is not None and time.monotonic() + delay >= deadline:
+                raise err
             await asyncio.sleep(delay)
             attempt += 1
 
@@ -162,6 +182,11 @@ class AsyncClient:
                     value = await self._send(instr)
                 elif isinstance(instr, p.SessionEnded):
                     self._session_ended(instr.session, "the server says it has ended")
+                elif isinstance(instr, p.CheckSession):
+                    value = await self._check_session(instr.session)
+                elif isinstance(instr, p.ResetSession):
+                    self._session_ended(instr.session, "a call of unknown outcome")
+                    await self._abandon(instr.session)
                 else:
                     value = await self._session_id()
             except BakeryError as e:
@@ -175,9 +200,11 @@ class AsyncClient:
                 raise RuntimeError("the bakery client is closed")
             if self._session is not None:
                 return self._session
+            sent = time.monotonic()
             view = await self._send(p.open_session_call(self._ttl))
             self._session = str(view["id"])
-            self._last_ok = time.monotonic()
+            self._last_ok = sent
+            self._arm_expiry(self._session, sent)
             log.debug("opened session %s (ttl %.1fs)", self._session, self._ttl)
             if self._keeper is None:
                 self._keeper = asyncio.create_task(self._keep_alive(), name="bakery-keepalive")
@@ -192,33 +219,132 @@ class AsyncClient:
             log.warning("grant %s lost: session %s ended (%s)", g.key, session, why)
             g.lost.set()
 
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` in the background (cancelled by :meth:`aclose`)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # e.g. `held` read after the loop ended
+            coro.close()
+            return
+        task = loop.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _arm_expiry(self, session: str, last_ok: float) -> None:
+        """End ``session`` at ``last_ok`` + TTL unless a keepalive gets through before."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+        if self._closed:
+            return
+        delay = max(0.0, last_ok + self._ttl - time.monotonic())
+        self._expiry = asyncio.get_running_loop().call_later(delay, self._expire, session, last_ok)
+
+    def _expire(self, session: str, last_ok: float) -> None:
+        """End ``session`` if no keepalive got through since ``last_ok`` for a TTL."""
+        if self._closed or self._session != session or self._last_ok != last_ok:
+            return
+        if time.monotonic() < last_ok + self._ttl:
+            return
+        self._session_ended(session, "no keepalive answered within its TTL")
+        self._spawn(self._abandon(session))
+
+    def _is_lost(self, grant: _Grant) -> bool:
+        """Whether ``grant`` is lost (firing ``lost`` if its session's TTL passed
+        since the last keepalive that got through)."""
+        due = time.monotonic() >= self._last_ok + self._ttl
+        if not grant.lost.is_set() and grant.session == self._session and due:
+            self._expire(grant.session, self._last_ok)
+        return grant.lost.is_set()
+
     async def _keep_alive(self) -> None:
+        every = self._ttl / 3
+        next_at = time.monotonic() + every
         while True:
-            await asyncio.sleep(self._ttl / 3)
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            sent = time.monotonic()
+            next_at = sent + every
             session = self._session
             if session is None:
                 continue
             before = [k for k, g in self._grants.items() if g.session == session]
-            sent = time.monotonic()
-            if sent - self._last_ok > self._ttl:
-                self._session_ended(session, "no keepalive answered within its TTL")
-                await self._abandon(session)
-                continue
             try:
-                view = await self._send(p.keepalive_call(session))
+                # All attempts within a third of the TTL; the expiry timer ends
+                # the session at its TTL whatever this request does.
+                view = await self._send(p.keepalive_call(session), deadline=sent + every)
             except NotFoundError:
                 self._session_ended(session, "keepalive answered not_found")
                 continue
             except BakeryError as e:
                 log.warning("keepalive of session %s failed: %s", session, e)
                 continue
-            if self._session == session:
+            if self._session == session and sent > self._last_ok:
                 self._last_ok = sent
+                self._arm_expiry(session, sent)
             for key in p.lost_grants(view, before):
                 g = self._grants.pop(key, None)
                 if g is not None:
                     log.warning("grant %s lost: the server no longer holds it", key)
                     g.lost.set()
+
+    async def _check_session(self, session: str) -> bool:
+        """After a ``404`` on a call of ``session``: read it; if the server no
+        longer knows it, end it here (every grant lost). True if it is gone."""
+        try:
+            await self._send(p.show_session_call(session))
+        except NotFoundError:
+            self._session_ended(session, "the server no longer knows it")
+            return True
+        except BakeryError as e:
+            log.warning("could not read session %s: %s", session, e)
+        return False
+
+    def _begin(self, key: tuple[str, str]) -> int:
+        self._inflight[key] = self._inflight.get(key, 0) + 1
+        self._started[key] = self._started.get(key, 0) + 1
+        return self._started[key]
+
+    def _finish(self, key: tuple[str, str]) -> None:
+        left = self._inflight.get(key, 0) - 1
+        if left > 0:
+            self._inflight[key] = left
+        else:
+            self._inflight.pop(key, None)
+
+    def _reconcile(self, key: tuple[str, str], seen: int) -> None:
+        """After an acquire of ``key`` (number ``seen``) of unknown outcome, in
+        the background: release what the session holds of ``key`` unknown here."""
+        session = self._session
+        if session is not None and not self._closed:
+            self._spawn(self._clean_up(session, key, seen))
+
+    async def _clean_up(self, session: str, key: tuple[str, str], seen: int) -> None:
+        family, name = key
+        try:
+            view = await self._send(p.show_session_call(session))
+        except NotFoundError:
+            self._session_ended(session, "the server no longer knows it")
+            return
+        except BakeryError as e:
+            log.warning("could not read session %s to clean up %s: %s", session, key, e)
+            return
+        for g in view.get("grants", []):
+            if (g.get("family"), g.get("name")) != key:
+                continue
+            token = int(g["token"])
+            known = (family, name, token) in self._grants
+            busy = (
+                self._inflight.get(key, 0) > 0
+                or self._started.get(key, 0) != seen
+                or self._session != session
+                or self._closed
+            )
+            if known or busy:
+                continue
+            log.info("releasing %s %r token %d an interrupted acquire took", family, name, token)
+            try:
+                await self._send(p.release_call(family, name, session, token))
+            except BakeryError as e:
+                log.warning("could not release %s %r token %d: %s", family, name, token, e)
 
     async def _abandon(self, session: str) -> None:
         try:
@@ -246,8 +372,13 @@ class AsyncClient:
             try:
                 await self._send(p.release_call(family, name, grant.session, token))
                 return
-            except (LostError, NotFoundError) as e:
+            except LostError as e:
                 err: BakeryError = e
+            except NotFoundError as e:
+                # The grant is not there: lost alone, or with its whole session.
+                err = e
+                if await self._check_session(grant.session):
+                    err = LostError("lost", f"session {grant.session} ended", e.status)
         else:
             err = LostError("lost", f"session {grant.session} ended before the release")
         if grant.lost.is_set():
@@ -361,7 +492,17 @@ class AsyncClient:
         self, scope: str, key: str, payload: str, *, timeout: float | None = None
     ) -> AsyncClaim:
         """Claim ``key`` of ``scope``; see :meth:`bakery.Client.claim`."""
-        got = await self._run(p.claim_op(scope, key, payload, timeout))
+        try:
+            got = await self._run(p.claim_op(scope, key, payload, timeout))
+        except BakeryError:
+            raise
+        except BaseException:
+            # Cancelled mid-claim: the key may be claimed in the session.
+            session = self._session
+            if session is not None and not self._closed:
+                self._session_ended(session, "a claim was interrupted")
+                self._spawn(self._abandon(session))
+            raise
         if isinstance(got, p.Completed):
             return AsyncClaim(self, scope, key, None, got.result)
         return AsyncClaim(self, scope, key, got, None)
@@ -521,7 +662,7 @@ class _AsyncPrimitive:
         """Wait for the grant, first come first served, up to ``timeout`` seconds
         (``None``: forever); cancelling the task withdraws the request. True if granted."""
         if self._grant is not None:
-            if not self._grant.lost.is_set():
+            if not self._client._is_lost(self._grant):
                 raise RuntimeError(f"{self!r}: this object already holds a grant")
             grant, self._grant = self._grant, None
             await self._client._release(grant)  # quiet: its loss was reported
@@ -530,12 +671,23 @@ class _AsyncPrimitive:
             if blocking
             else p.try_op(self._family, self.name, self._extra)
         )
-        got = await self._client._run(op)
-        if got is None:
-            return False
-        self._grant = self._client._register(self._family, self.name, *got)
-        self._last_lost = self._grant.lost
-        return True
+        client, key = self._client, (self._family, self.name)
+        seen = client._begin(key)
+        try:
+            got = await client._run(op)
+            if got is not None:
+                self._grant = client._register(self._family, self.name, *got)
+                self._last_lost = self._grant.lost
+        except BaseException as e:
+            client._finish(key)
+            if not isinstance(e, BakeryError) or e.kind == "unknown_outcome":
+                # It may have been granted (cancelled mid-poll, connection
+                # broken): give back what the session holds of this name that
+                # no acquire of this client knows of.
+                client._reconcile(key, seen)
+            raise
+        client._finish(key)
+        return got is not None
 
     async def try_acquire(self) -> bool:
         """Take the grant only if it is free and nobody waits (never queues)."""
@@ -567,7 +719,7 @@ class _AsyncPrimitive:
     @property
     def held(self) -> bool:
         """True while this object holds a grant not known lost."""
-        return self._grant is not None and not self._grant.lost.is_set()
+        return self._grant is not None and not self._client._is_lost(self._grant)
 
     @property
     def fencing_token(self) -> int:
@@ -585,7 +737,10 @@ class _AsyncPrimitive:
 
     @property
     def is_lost(self) -> bool:
-        """Whether :attr:`lost` is set."""
+        """Whether the current (or last) grant is lost (sets :attr:`lost` if its
+        session went a whole TTL without a keepalive getting through)."""
+        if self._grant is not None:
+            return self._client._is_lost(self._grant)
         return self._last_lost is not None and self._last_lost.is_set()
 
 

@@ -13,6 +13,7 @@ __all__ = [
     "InvalidInputError",
     "LostError",
     "NotFoundError",
+    "OnceFailedError",
     "UnauthorizedError",
     "UnavailableError",
     "UnknownOutcomeError",
@@ -100,6 +101,23 @@ class LostError(BakeryError):
 class ConflictError(BakeryError):
     """The request contradicts what is stored (409): a once key with another
     payload, a semaphore asked with another permit count, a stale fenced write."""
+
+
+class OnceFailedError(ConflictError):
+    """A once key whose failure was recorded: the server answers its claim
+    ``failed`` instead of running it again (kind ``conflict``).
+
+    Attributes:
+        attempt: the attempt that failed, if the server said.
+        error: the error it was failed with.
+    """
+
+    def __init__(
+        self, message: str, *, attempt: int | None = None, error: str | None = None
+    ) -> None:
+        super().__init__("conflict", message)
+        self.attempt = attempt
+        self.error = error
 
 
 class InternalError(BakeryError):

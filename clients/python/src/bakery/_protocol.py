@@ -21,10 +21,10 @@ import httpx
 
 from ._errors import (
     BakeryError,
-    ConflictError,
     InternalError,
     LostError,
     NotFoundError,
+    OnceFailedError,
     UnavailableError,
     UnknownOutcomeError,
     error_for,
@@ -34,8 +34,6 @@ T = TypeVar("T")
 
 #: The longest long poll the server accepts (``timeout_ms`` of acquire, ``wait_ms`` of claim).
 MAX_WAIT_MS: Final = 60_000
-#: Seconds added to a long poll's own wait for the HTTP read deadline.
-POLL_MARGIN: Final = 10.0
 #: Consecutive session replacements an operation tries before giving up.
 MAX_SESSION_RENEWALS: Final = 3
 
@@ -67,6 +65,24 @@ class SessionEnded:
     session: str
 
 
+@dataclass(frozen=True)
+class CheckSession:
+    """Instruction: a call of ``session`` answered ``404``; read the session
+    (``GET /v1/sessions/{id}``) and, if the server no longer knows it, end it
+    locally (every grant lost). Answers whether the session is gone."""
+
+    session: str
+
+
+@dataclass(frozen=True)
+class ResetSession:
+    """Instruction: a call of ``session`` may have taken something the client
+    cannot tell (a claim of unknown outcome): close the session, so the server
+    gives everything back, and mark every grant of it lost."""
+
+    session: str
+
+
 class _NeedSession:
     """Instruction: the id of the client's session (opened if needed)."""
 
@@ -76,7 +92,7 @@ class _NeedSession:
 
 NEED_SESSION: Final = _NeedSession()
 
-Instruction = Call | SessionEnded | _NeedSession
+Instruction = Call | SessionEnded | CheckSession | ResetSession | _NeedSession
 Op = Generator[Instruction, Any, T]
 
 
@@ -182,8 +198,14 @@ def open_session_call(ttl: float) -> Call:
 
 
 def keepalive_call(session: str) -> Call:
-    """Keep ``session`` alive (idempotent)."""
+    """Keep ``session`` alive (idempotent; the driver bounds all its attempts
+    together to a third of the TTL)."""
     return Call("POST", f"/v1/sessions/{seg(session)}/keepalive", retry_unknown=True)
+
+
+def show_session_call(session: str) -> Call:
+    """Read ``session`` and the grants it holds (``404``: it has ended)."""
+    return Call("GET", f"/v1/sessions/{seg(session)}", retry_unknown=True)
 
 
 def close_session_call(session: str) -> Call:
@@ -430,6 +452,12 @@ def claim_op(
         body = {"session": session, "payload": payload, "wait_ms": wait_ms}
         try:
             state = yield Call("POST", path, json=body, wait=wait_ms / 1000)
+        except UnknownOutcomeError:
+            # It may have claimed the key in this session, and a session's
+            # claims cannot be read back: give the session up (the server
+            # releases the claim with it) and tell the caller.
+            yield ResetSession(session)
+            raise
         except NotFoundError:
             renewals += 1
             if renewals > MAX_SESSION_RENEWALS:
@@ -443,10 +471,12 @@ def claim_op(
         if status == "completed":
             return Completed(str(state.get("result") or ""))
         if status == "failed":
-            raise ConflictError(
-                "conflict",
+            attempt = state.get("attempt")
+            raise OnceFailedError(
                 f"key {key!r} of {scope!r} failed before and the failure was recorded: "
                 f"{state.get('error')}",
+                attempt=attempt if isinstance(attempt, int) else None,
+                error=state.get("error"),
             )
         if status != "in_progress":
             raise InternalError("internal", f"unexpected claim answer {state!r}")
@@ -469,8 +499,11 @@ def finish_op(scope: str, key: str, claimed: Claimed, outcome: str, *, complete:
             retry_unavailable_answer=False,
         )
     except NotFoundError as e:
+        # The claim is not there; whether the whole session ended, only a read says.
+        gone = yield CheckSession(claimed.session)
+        why = "its session ended" if gone else e.message
         raise LostError(
-            "lost", f"the claim of {key!r} of {scope!r} was lost: {e.message}", e.status
+            "lost", f"the claim of {key!r} of {scope!r} was lost: {why}", e.status
         ) from e
     return state
 

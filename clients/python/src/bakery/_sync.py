@@ -14,7 +14,7 @@ from typing import Any, TypeVar, overload
 import httpx
 
 from . import _protocol as p
-from ._errors import BakeryError, LostError, NotFoundError
+from ._errors import BakeryError, LostError, NotFoundError, UnknownOutcomeError
 
 log = logging.getLogger("bakery")
 
@@ -72,7 +72,15 @@ class Client:
         self._session: str | None = None
         self._last_ok = 0.0
         self._grants: dict[p.GrantKey, _Grant] = {}
+        # Acquires in flight per (family, name), and how many ever started: a
+        # clean-up after an acquire of unknown outcome leaves a grant it does
+        # not know alone while another acquire of that name could be getting it.
+        self._inflight: dict[tuple[str, str], int] = {}
+        self._started: dict[tuple[str, str], int] = {}
         self._keeper: threading.Thread | None = None
+        # Fires every grant's `lost` at last successful keepalive + TTL, whatever
+        # request is in flight then.
+        self._expiry: threading.Timer | None = None
         self._stop = threading.Event()
         self._closed = False
         self._executor: ThreadPoolExecutor | None = None
@@ -101,9 +109,14 @@ class Client:
                 for grant in self._grants.values():
                     grant.given_back = True
                 self._grants.clear()
+                if self._expiry is not None:
+                    self._expiry.cancel()
         self._stop.set()
         if self._keeper is not None and self._keeper is not threading.current_thread():
-            self._keeper.join(self._timeout)
+            # A keepalive takes at most a third of the TTL, all its attempts together.
+            self._keeper.join(self._ttl / 3 + 1.0)
+            if self._keeper.is_alive():
+                log.warning("the keepalive thread did not stop in time")
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         try:
@@ -134,12 +147,17 @@ class Client:
 
     # ------------------------------------------------------------ transport
 
-    def _send(self, call: p.Call) -> Any:
+    def _send(self, call: p.Call, deadline: float | None = None) -> Any:
+        """Send ``call``, resending it as the retry policy allows; with a
+        ``deadline`` (a ``time.monotonic()`` instant), every attempt and every
+        wait between them ends by then, and closing the client stops it."""
         attempt = 0
-        timeout: float | httpx.Timeout = (
-            self._timeout + call.wait + (p.POLL_MARGIN if call.wait else 0.0)
-        )
         while True:
+            timeout = self._timeout + call.wait
+            if deadline is not None:
+                timeout = min(timeout, deadline - time.monotonic())
+                if timeout <= 0:
+                    raise UnknownOutcomeError("unknown_outcome", "no answer before the deadline")
             try:
                 r = self._http.request(
                     call.method, call.path, json=call.json, params=call.params, timeout=timeout
@@ -154,7 +172,10 @@ class Client:
             if delay is None:
                 raise err
             log.debug("%s %s: %s; retrying in %.2fs", call.method, call.path, err, delay)
-            time.sleep(delay)
+            if deadline is None:
+                time.sleep(delay)
+            elif time.monotonic() + delay >= deadline or self._stop.wait(delay):
+                raise err
             attempt += 1
 
     def _run(self, op: p.Op[T]) -> T:
@@ -172,6 +193,11 @@ class Client:
                     value = self._send(instr)
                 elif isinstance(instr, p.SessionEnded):
                     self._session_ended(instr.session, "the server says it has ended")
+                elif isinstance(instr, p.CheckSession):
+                    value = self._check_session(instr.session)
+                elif isinstance(instr, p.ResetSession):
+                    self._session_ended(instr.session, "a call of unknown outcome")
+                    self._abandon(instr.session)
                 else:
                     value = self._session_id()
             except BakeryError as e:
@@ -185,11 +211,13 @@ class Client:
                 raise RuntimeError("the bakery client is closed")
             if self._session is not None:
                 return self._session
+            sent = time.monotonic()
             view = self._send(p.open_session_call(self._ttl))
             session = str(view["id"])
             with self._lock:
                 self._session = session
-                self._last_ok = time.monotonic()
+                self._last_ok = sent
+                self._arm_expiry(session, sent)
             log.debug("opened session %s (ttl %.1fs)", session, self._ttl)
             if self._keeper is None:
                 self._keeper = threading.Thread(
@@ -210,36 +238,152 @@ class Client:
             log.warning("grant %s lost: session %s ended (%s)", g.key, session, why)
             g.lost.set()
 
+    def _arm_expiry(self, session: str, last_ok: float) -> None:
+        """(Under ``_lock``.) End ``session`` at ``last_ok`` + TTL unless a
+        keepalive gets through before."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+        if self._closed:
+            return
+        delay = max(0.0, last_ok + self._ttl - time.monotonic())
+        self._expiry = threading.Timer(delay, self._expire, (session, last_ok))
+        self._expiry.name = "bakery-expiry"
+        self._expiry.daemon = True
+        self._expiry.start()
+
+    def _expire(self, session: str, last_ok: float) -> bool:
+        """End ``session`` if no keepalive got through since ``last_ok`` and a
+        TTL has passed since: the server may have given everything away."""
+        with self._lock:
+            due = (
+                self._session == session
+                and self._last_ok == last_ok
+                and time.monotonic() >= last_ok + self._ttl
+            )
+        if not due:
+            return False
+        self._session_ended(session, "no keepalive answered within its TTL")
+        if threading.current_thread() is self._expiry:
+            self._abandon(session)
+        else:
+            threading.Thread(
+                target=self._abandon, args=(session,), name="bakery-abandon", daemon=True
+            ).start()
+        return True
+
+    def _is_lost(self, grant: _Grant) -> bool:
+        """Whether ``grant`` is lost, firing its ``lost`` if its session's TTL
+        has passed since the last keepalive that got through."""
+        if grant.lost.is_set():
+            return True
+        with self._lock:
+            session, last_ok = self._session, self._last_ok
+        if grant.session == session and time.monotonic() >= last_ok + self._ttl:
+            self._expire(session, last_ok)
+        return grant.lost.is_set()
+
     def _keep_alive(self) -> None:
-        while not self._stop.wait(self._ttl / 3):
+        every = self._ttl / 3
+        next_at = time.monotonic() + every
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
             with self._lock:
-                session, last_ok = self._session, self._last_ok
+                session = self._session
                 before = [k for k, g in self._grants.items() if g.session == session]
+            sent = time.monotonic()
+            next_at = sent + every
             if session is None:
                 continue
-            sent = time.monotonic()
-            if sent - last_ok > self._ttl:
-                # Not kept alive for a whole TTL (the process was stopped, the
-                # server unreachable): the server may have given everything away.
-                self._session_ended(session, "no keepalive answered within its TTL")
-                self._abandon(session)
-                continue
             try:
-                view = self._send(p.keepalive_call(session))
+                # Every attempt together within a third of the TTL: the timer
+                # ends the session at its TTL whatever this request does.
+                view = self._send(p.keepalive_call(session), deadline=sent + every)
             except NotFoundError:
                 self._session_ended(session, "keepalive answered not_found")
                 continue
             except BakeryError as e:
                 log.warning("keepalive of session %s failed: %s", session, e)
                 continue
+            except RuntimeError:
+                if self._stop.is_set():
+                    return  # the client closed its connections under the request
+                raise
             lost = p.lost_grants(view, before)
             with self._lock:
-                if self._session == session:
+                if self._session == session and sent > self._last_ok:
                     self._last_ok = sent
+                    self._arm_expiry(session, sent)
                 grants = [self._grants.pop(k) for k in lost if k in self._grants]
             for g in grants:
                 log.warning("grant %s lost: the server no longer holds it", g.key)
                 g.lost.set()
+
+    def _check_session(self, session: str) -> bool:
+        """After a ``404`` on a call of ``session``: read it; if the server no
+        longer knows it, end it here (every grant lost). True if it is gone."""
+        try:
+            self._send(p.show_session_call(session))
+        except NotFoundError:
+            self._session_ended(session, "the server no longer knows it")
+            return True
+        except BakeryError as e:
+            log.warning("could not read session %s: %s", session, e)
+        return False
+
+    def _begin(self, key: tuple[str, str]) -> int:
+        """An acquire of ``key`` starts: returns its number."""
+        with self._lock:
+            self._inflight[key] = self._inflight.get(key, 0) + 1
+            self._started[key] = self._started.get(key, 0) + 1
+            return self._started[key]
+
+    def _finish(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            left = self._inflight.get(key, 0) - 1
+            if left > 0:
+                self._inflight[key] = left
+            else:
+                self._inflight.pop(key, None)
+
+    def _reconcile(self, key: tuple[str, str], seen: int) -> None:
+        """After an acquire of ``key`` (number ``seen``) of unknown outcome, in
+        the background: release what the session holds of ``key`` unknown here."""
+        with self._lock:
+            session = self._session
+        if session is None or self._closed:
+            return
+        threading.Thread(
+            target=self._clean_up, args=(session, key, seen), name="bakery-cleanup", daemon=True
+        ).start()
+
+    def _clean_up(self, session: str, key: tuple[str, str], seen: int) -> None:
+        family, name = key
+        try:
+            view = self._send(p.show_session_call(session))
+        except NotFoundError:
+            self._session_ended(session, "the server no longer knows it")
+            return
+        except (BakeryError, RuntimeError) as e:
+            log.warning("could not read session %s to clean up %s: %s", session, key, e)
+            return
+        for g in view.get("grants", []):
+            if (g.get("family"), g.get("name")) != key:
+                continue
+            token = int(g["token"])
+            with self._lock:
+                known = (family, name, token) in self._grants
+                busy = (
+                    self._inflight.get(key, 0) > 0
+                    or self._started.get(key, 0) != seen
+                    or self._session != session
+                    or self._closed
+                )
+            if known or busy:
+                continue
+            log.info("releasing %s %r token %d an interrupted acquire took", family, name, token)
+            try:
+                self._send(p.release_call(family, name, session, token))
+            except (BakeryError, RuntimeError) as e:
+                log.warning("could not release %s %r token %d: %s", family, name, token, e)
 
     def _abandon(self, session: str) -> None:
         """Close a session given up locally, so whatever it still holds is freed now."""
@@ -247,7 +391,7 @@ class Client:
             self._send(p.close_session_call(session))
         except NotFoundError:
             pass  # it had ended on the server too: nothing to free
-        except BakeryError as e:
+        except (BakeryError, RuntimeError) as e:  # RuntimeError: the client closed
             log.warning("closing abandoned session %s failed (it expires): %s", session, e)
 
     def _register(self, family: str, name: str, session: str, token: int) -> _Grant:
@@ -272,8 +416,13 @@ class Client:
             try:
                 self._send(p.release_call(family, name, grant.session, token))
                 return
-            except (LostError, NotFoundError) as e:
+            except LostError as e:
                 err: BakeryError = e
+            except NotFoundError as e:
+                # The grant is not there: lost alone, or with its whole session.
+                err = e
+                if self._check_session(grant.session):
+                    err = LostError("lost", f"session {grant.session} ended", e.status)
         else:
             err = LostError("lost", f"session {grant.session} ended before the release")
         if grant.lost.is_set():
@@ -392,7 +541,18 @@ class Client:
         (do the work, fencing its writes with ``attempt``, then ``complete`` or
         ``fail`` it) or carries the ``result`` stored before. Waits while another
         worker runs the key (``OnceTimeoutError`` past ``timeout``)."""
-        got = self._run(p.claim_op(scope, key, payload, timeout))
+        try:
+            got = self._run(p.claim_op(scope, key, payload, timeout))
+        except BakeryError:
+            raise
+        except BaseException:
+            # Interrupted mid-claim: the key may be claimed in the session.
+            with self._lock:
+                session = self._session
+            if session is not None:
+                self._session_ended(session, "a claim was interrupted")
+                threading.Thread(target=self._abandon, args=(session,), daemon=True).start()
+            raise
         if isinstance(got, p.Completed):
             return Claim(self, scope, key, None, got.result)
         return Claim(self, scope, key, got, None)
@@ -542,7 +702,7 @@ class _Primitive:
         """Wait for the grant, first come first served, up to ``timeout`` seconds
         (``None``: forever). ``blocking=False``: :meth:`try_acquire`. True if granted."""
         if self._grant is not None:
-            if not self._grant.lost.is_set():
+            if not self._client._is_lost(self._grant):
                 raise RuntimeError(f"{self!r}: this object already holds a grant")
             grant, self._grant = self._grant, None
             self._client._release(grant)  # quiet: its loss was reported
@@ -551,12 +711,22 @@ class _Primitive:
             if blocking
             else p.try_op(self._family, self.name, self._extra)
         )
-        got = self._client._run(op)
-        if got is None:
-            return False
-        self._grant = self._client._register(self._family, self.name, *got)
-        self._last_lost = self._grant.lost
-        return True
+        client, key = self._client, (self._family, self.name)
+        seen = client._begin(key)
+        try:
+            got = client._run(op)
+            if got is not None:
+                self._grant = client._register(self._family, self.name, *got)
+                self._last_lost = self._grant.lost
+        except BaseException as e:
+            client._finish(key)
+            if not isinstance(e, BakeryError) or e.kind == "unknown_outcome":
+                # It may have been granted: give back what the session holds
+                # of this name that no acquire of this client knows of.
+                client._reconcile(key, seen)
+            raise
+        client._finish(key)
+        return got is not None
 
     def try_acquire(self) -> bool:
         """Take the grant only if it is free and nobody waits (never queues)."""
@@ -592,7 +762,7 @@ class _Primitive:
     @property
     def held(self) -> bool:
         """True while this object holds a grant not known lost."""
-        return self._grant is not None and not self._grant.lost.is_set()
+        return self._grant is not None and not self._client._is_lost(self._grant)
 
     @property
     def fencing_token(self) -> int:
@@ -608,7 +778,10 @@ class _Primitive:
 
     @property
     def is_lost(self) -> bool:
-        """Whether :attr:`lost` is set."""
+        """Whether the current (or last) grant is lost (sets :attr:`lost` if its
+        session went a whole TTL without a keepalive getting through)."""
+        if self._grant is not None:
+            return self._client._is_lost(self._grant)
         return self._last_lost.is_set()
 
 
