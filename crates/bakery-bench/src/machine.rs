@@ -61,6 +61,30 @@ impl Machine {
             self.arch
         )
     }
+
+    /// The rows of a two-column Markdown table: CPU, cores, memory, OS, each
+    /// ending in a newline (the table's header is the caller's).
+    ///
+    /// ```
+    /// let rows = bakery_bench::machine::Machine::detect().table_rows();
+    /// assert!(rows.starts_with("| CPU | ") && rows.lines().count() == 4);
+    /// ```
+    pub fn table_rows(&self) -> String {
+        format!(
+            "| CPU | {} |\n| cores | {} logical CPUs{} |\n| memory | {} |\n| OS | {}{} ({}) |\n",
+            self.cpu_model.as_deref().unwrap_or("unknown"),
+            self.logical_cpus,
+            self.physical_cores
+                .map_or_else(String::new, |c| format!(", {c} physical cores")),
+            self.memory_bytes
+                .map_or_else(|| "unknown".to_string(), gibibytes),
+            self.os,
+            self.kernel
+                .as_deref()
+                .map_or_else(String::new, |k| format!(", kernel {k}")),
+            self.arch
+        )
+    }
 }
 
 /// `12.3 GiB`.

@@ -11,7 +11,6 @@ use super::table::{
 use crate::checks::{NEXTVAL_FACTOR, TAIL_FACTOR};
 use crate::error::BenchError;
 use crate::format::rate;
-use crate::machine::gibibytes;
 use crate::results::{CellResult, Implementation, Report};
 
 /// The file name under `--out`.
@@ -44,33 +43,7 @@ pub fn render(report: &Report, charts: &[String]) -> String {
     let m = &report.machine;
     let _ = writeln!(md, "## Machine\n");
     let _ = writeln!(md, "| | |\n|---|---|");
-    let _ = writeln!(
-        md,
-        "| CPU | {} |",
-        m.cpu_model.as_deref().unwrap_or("unknown")
-    );
-    let _ = writeln!(
-        md,
-        "| cores | {} logical CPUs{} |",
-        m.logical_cpus,
-        m.physical_cores
-            .map_or_else(String::new, |c| format!(", {c} physical cores"))
-    );
-    let _ = writeln!(
-        md,
-        "| memory | {} |",
-        m.memory_bytes
-            .map_or_else(|| "unknown".to_string(), gibibytes)
-    );
-    let _ = writeln!(
-        md,
-        "| OS | {}{} ({}) |\n",
-        m.os,
-        m.kernel
-            .as_deref()
-            .map_or_else(String::new, |k| format!(", kernel {k}")),
-        m.arch
-    );
+    let _ = writeln!(md, "{}", m.table_rows());
     let _ = writeln!(
         md,
         "The clients ran on this machine; a server whose URI names this machine \

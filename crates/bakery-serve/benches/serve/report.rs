@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
-use bakery_bench::machine::{gibibytes, Machine};
+use bakery_bench::machine::Machine;
 
 use crate::args::Args;
 use crate::blocks::BlockCell;
@@ -210,33 +210,7 @@ pub fn markdown(run: &Run) -> String {
 
     let m = &run.machine;
     let _ = writeln!(md, "| | |\n|---|---|");
-    let _ = writeln!(
-        md,
-        "| CPU | {} |",
-        m.cpu_model.as_deref().unwrap_or("unknown")
-    );
-    let _ = writeln!(
-        md,
-        "| cores | {} logical CPUs{} |",
-        m.logical_cpus,
-        m.physical_cores
-            .map_or_else(String::new, |c| format!(", {c} physical cores"))
-    );
-    let _ = writeln!(
-        md,
-        "| memory | {} |",
-        m.memory_bytes
-            .map_or_else(|| "unknown".to_string(), gibibytes)
-    );
-    let _ = writeln!(
-        md,
-        "| OS | {}{} ({}) |",
-        m.os,
-        m.kernel
-            .as_deref()
-            .map_or_else(String::new, |k| format!(", kernel {k}")),
-        m.arch
-    );
+    md.push_str(&m.table_rows());
     if let Some(load) = &run.load {
         let _ = writeln!(
             md,
