@@ -57,8 +57,8 @@ pub(crate) struct Directory {
 
 #[derive(Default)]
 struct Served {
+    /// Oldest first, at most [`MAX_SERVED`] (few enough to search).
     order: VecDeque<(Family, String)>,
-    names: HashSet<(Family, String)>,
     /// Each holder's last heartbeat, and when this instance first saw it.
     beats: HashMap<HolderKey, (u64, Instant)>,
 }
@@ -83,20 +83,18 @@ impl Directory {
 
     /// Remember `family` `name` as served here, and tell live overviews.
     pub(crate) fn touched(&self, family: Family, name: &str) {
-        let key = (family, name.to_owned());
         {
             let mut served = self.served();
-            if !served.names.contains(&key) {
+            let known = (served.order.iter()).any(|(f, n)| *f == family && n == name);
+            if !known {
                 if served.order.len() >= MAX_SERVED {
                     if let Some(oldest) = served.order.pop_front() {
-                        served.names.remove(&oldest);
                         served
                             .beats
                             .retain(|(f, n, _, _), _| (f, n) != (&oldest.0, &oldest.1));
                     }
                 }
-                served.order.push_back(key.clone());
-                served.names.insert(key);
+                served.order.push_back((family, name.to_owned()));
             }
         }
         self.changes.send_replace(());
