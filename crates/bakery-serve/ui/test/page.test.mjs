@@ -171,6 +171,40 @@ test("the page shows the holder and the waiters in order, then moves on live", a
   }
 });
 
+test("a lock taken through another bakery serve process shows on this one's page when watched", async () => {
+  // Two server processes on one store: the page of the first follows what a
+  // client of the second holds and waits for.
+  const [here, there] = [await serve(), await serve()];
+  const name = `ui-other-${randomUUID().slice(0, 8)}`;
+  const ids = [];
+  const waits = [];
+  try {
+    for (let i = 0; i < 2; i++) ids.push((await call(there.url, "POST", "/v1/sessions", { ttl_ms: 60_000 })).id);
+    const held = await call(there.url, "POST", `/v1/locks/${name}/acquire`, { session: ids[0] });
+    waits.push(call(there.url, "POST", `/v1/locks/${name}/acquire`, { session: ids[1], timeout_ms: 60_000 }));
+    await until("one waiting", async () => (await call(there.url, "GET", `/v1/locks/${name}`)).queue.length === 1);
+
+    const page = await browser.newPage();
+    await page.goto(`${here.url}/ui`);
+    await page.locator("#status[data-state='live']").waitFor();
+    assert.equal(await page.locator(`[data-member="locks/${name}"]`).count(), 0, "shown before it was watched");
+    await page.fill("#watch", `locks/${name}`);
+    await page.click("#watch-form button");
+    await until("the watched lock shows", async () => (await shown(page, `locks/${name}`))?.queue.length === 1);
+    assert.deepEqual(await shown(page, `locks/${name}`), { holders: [`session ${ids[0]}`], queue: [`session ${ids[1]}`] });
+    assert.match(page.url(), new RegExp(`watch=locks%2F${name}`));
+    // Released there: this page moves on (its store reads, not this process's events).
+    await call(there.url, "POST", `/v1/locks/${name}/release`, { session: ids[0], token: held.token });
+    await until("the page moves on", async () => (await shown(page, `locks/${name}`))?.holders[0] === `session ${ids[1]}`);
+    assert.equal(await page.locator(`[data-session="${ids[0]}"]`).count(), 0, "another instance's session shown");
+    await page.close();
+  } finally {
+    for (const id of ids) await call(there.url, "DELETE", `/v1/sessions/${id}`).catch(() => {});
+    await Promise.allSettled(waits);
+    await Promise.all([here.stop(), there.stop()]);
+  }
+});
+
 test("behind tokens, the page asks for one and shows only what it may read", async () => {
   const tokens = join(scratch, "tokens.toml");
   writeFileSync(
