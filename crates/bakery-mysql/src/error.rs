@@ -62,12 +62,13 @@ pub(crate) fn classify_server(code: u16, phase: Phase, op: Operation) -> ErrorKi
     }
 }
 
-/// The kind of a non-server error: the socket, the driver, the protocol.
+/// The kind of any error: a server's by its number, others by what the
+/// driver says went wrong (the socket, the protocol, the configuration).
 fn classify_other(e: &mysql_async::Error, phase: Phase, op: Operation) -> ErrorKind {
     use mysql_async::{DriverError, Error as E};
     let sent_write = phase == Phase::Execute && op.writes();
     match e {
-        E::Server(_) => unreachable_server(),
+        E::Server(s) => classify_server(s.code, phase, op),
         E::Io(_) | E::Driver(DriverError::ConnectionClosed) if sent_write => ErrorKind::Unknown,
         E::Io(_) | E::Driver(DriverError::ConnectionClosed | DriverError::PoolDisconnected) => {
             ErrorKind::Unavailable
@@ -89,10 +90,6 @@ fn classify_other(e: &mysql_async::Error, phase: Phase, op: Operation) -> ErrorK
         }
         _ => ErrorKind::Internal,
     }
-}
-
-fn unreachable_server() -> ErrorKind {
-    ErrorKind::Internal
 }
 
 /// The kind of `e`, an error of a call that got as far as `phase`.
@@ -214,5 +211,91 @@ mod tests {
             timed_out(Phase::Connect, Operation::Delete, Duration::from_secs(1)).kind(),
             ErrorKind::Unavailable
         );
+    }
+}
+
+/// Real server errors through the mapper.
+#[cfg(test)]
+mod server_tests {
+    use mysql_async::prelude::Queryable;
+
+    use super::*;
+
+    async fn conn(uri: &str) -> mysql_async::Conn {
+        let url = format!("mysql://{}", uri.split_once("://").map_or(uri, |(_, r)| r));
+        let url = url.split('?').next().unwrap_or(&url).to_string();
+        mysql_async::Conn::new(mysql_async::Opts::from_url(&url).unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// Two transactions lock two rows in opposite orders: the server picks
+    /// one as the deadlock victim (1213) and rolls it back; the mapper makes
+    /// that `Unavailable`, retried by the store layers. A lock wait that
+    /// times out (1205) is too.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_real_deadlock_and_lock_wait_timeout_are_unavailable() {
+        let Some(uri) = bakery_testkit::server_uri("BAKERY_MARIADB_URI", "deadlock") else {
+            return;
+        };
+        let table = bakery_testkit::unique_ident("bk_deadlock");
+        let (mut a, mut b) = (conn(&uri).await, conn(&uri).await);
+        a.query_drop(format!(
+            "CREATE TABLE {table} (id INT PRIMARY KEY, n INT) ENGINE = InnoDB; \
+             INSERT INTO {table} VALUES (1, 0), (2, 0)"
+        ))
+        .await
+        .unwrap();
+        for c in [&mut a, &mut b] {
+            c.query_drop("SET SESSION innodb_lock_wait_timeout = 20; BEGIN")
+                .await
+                .unwrap();
+        }
+        a.query_drop(format!("UPDATE {table} SET n = 1 WHERE id = 1"))
+            .await
+            .unwrap();
+        b.query_drop(format!("UPDATE {table} SET n = 1 WHERE id = 2"))
+            .await
+            .unwrap();
+        let sql_a = format!("UPDATE {table} SET n = 2 WHERE id = 2");
+        let sql_b = format!("UPDATE {table} SET n = 2 WHERE id = 1");
+        let first = a.query_drop(&sql_a);
+        // Whichever queues first, the second closes the cycle.
+        let second = b.query_drop(&sql_b);
+        let (ra, rb) = tokio::join!(first, second);
+        let victim = match (ra, rb) {
+            (Err(e), Ok(())) | (Ok(()), Err(e)) => e,
+            other => panic!("expected one deadlock victim: {other:?}"),
+        };
+        assert!(
+            matches!(&victim, mysql_async::Error::Server(s) if s.code == 1213),
+            "{victim}"
+        );
+        let mapped = map_err(victim, Phase::Execute, Operation::Put);
+        assert_eq!(mapped.kind(), ErrorKind::Unavailable, "{mapped}");
+        for c in [&mut a, &mut b] {
+            c.query_drop("ROLLBACK").await.unwrap();
+        }
+        // A lock wait that times out.
+        a.query_drop("BEGIN").await.unwrap();
+        a.query_drop(format!("UPDATE {table} SET n = 3 WHERE id = 1"))
+            .await
+            .unwrap();
+        b.query_drop("SET SESSION innodb_lock_wait_timeout = 1")
+            .await
+            .unwrap();
+        let waited = b
+            .query_drop(format!("UPDATE {table} SET n = 4 WHERE id = 1"))
+            .await
+            .expect_err("the row is locked");
+        assert!(
+            matches!(&waited, mysql_async::Error::Server(s) if s.code == 1205),
+            "{waited}"
+        );
+        let mapped = map_err(waited, Phase::Execute, Operation::Delete);
+        assert_eq!(mapped.kind(), ErrorKind::Unavailable, "{mapped}");
+        a.query_drop(format!("ROLLBACK; DROP TABLE {table}"))
+            .await
+            .unwrap();
     }
 }
