@@ -35,13 +35,23 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// applied" error; only a reply lost for longer is an unknown outcome.
 pub const CLIENT_GRACE: Duration = Duration::from_millis(250);
 
+/// How long an idle pooled connection is kept when the URI does not say
+/// (the driver's `inactive_connection_ttl`).
+const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(300);
+
 /// The longest identifier MySQL and MariaDB keep.
 const MAX_IDENTIFIER_LEN: usize = 64;
 
 /// Driver options that would break what the store relies on: the pool size
-/// is bakery's `pool_size`, and `client_found_rows` would make an unchanged
-/// row look like an insert (crate docs, "Affected rows").
-const REFUSED_DRIVER_OPTIONS: &[&str] = &["pool_min", "pool_max", "client_found_rows"];
+/// is bakery's `pool_size`, `client_found_rows` would make an unchanged row
+/// look like an insert (crate docs, "Affected rows"), and
+/// `reset_connection` would drop the session settings.
+const REFUSED_DRIVER_OPTIONS: &[&str] = &[
+    "pool_min",
+    "pool_max",
+    "client_found_rows",
+    "reset_connection",
+];
 
 /// bakery's own URI options (the field names are the option names); every
 /// other option is the driver's (mysql_async's URL parameters).
@@ -142,7 +152,7 @@ impl fmt::Display for TableName {
 /// (`mariadb://` too). bakery takes its own options out of the query string
 /// and hands everything else to the driver (mysql_async's URL parameters:
 /// `require_ssl`, `socket`, `tcp_keepalive`, `stmt_cache_size`, …; not
-/// `pool_min`, `pool_max` or `client_found_rows`).
+/// `pool_min`, `pool_max`, `client_found_rows` or `reset_connection`).
 ///
 /// | bakery option | default | meaning |
 /// |---------------|---------|---------|
@@ -335,7 +345,24 @@ impl MysqlConfig {
     /// The driver options with bakery's session settings and pool.
     pub(crate) fn driver_opts(&self) -> mysql_async::Opts {
         let constraints = mysql_async::PoolConstraints::new(0, self.pool_size).unwrap_or_default();
-        let pool = self.opts.pool_opts().clone().with_constraints(constraints);
+        // No COM_RESET_CONNECTION when a connection goes back to the pool:
+        // it would drop the session settings above (the driver does not run
+        // `init` again) and the prepared statements, costing a prepare per
+        // call. The store leaves no other session state behind.
+        let pool = self
+            .opts
+            .pool_opts()
+            .clone()
+            .with_constraints(constraints)
+            .with_reset_connection(false);
+        // With no idle lifetime the driver closes every connection above
+        // the pool's minimum (0) as soon as it is returned: each call would
+        // connect anew. Idle connections are kept this long instead.
+        let pool = if pool.inactive_connection_ttl().is_zero() {
+            pool.with_inactive_connection_ttl(IDLE_CONNECTION_TTL)
+        } else {
+            pool
+        };
         mysql_async::OptsBuilder::from_opts(self.opts.clone())
             .client_found_rows(false)
             .init(self.session_init())

@@ -209,6 +209,25 @@ impl MysqlStore {
         self.inner.mariadb
     }
 
+    /// The session's isolation level and `max_statement_time` (MariaDB;
+    /// on MySQL the second is empty), read on a pooled connection as a
+    /// call would get it: for tests and diagnostics.
+    #[doc(hidden)]
+    pub async fn session_settings(&self) -> Result<(String, String)> {
+        let op = Operation::Get;
+        let mut conn = self.checkout(op, self.deadline()).await?;
+        let sql = if self.inner.mariadb {
+            "SELECT @@SESSION.tx_isolation, CAST(@@SESSION.max_statement_time AS CHAR)"
+        } else {
+            "SELECT @@SESSION.transaction_isolation, ''"
+        };
+        let row: Option<(String, String)> = conn
+            .query_first(sql)
+            .await
+            .map_err(|e| map_err(e, Phase::Execute, op))?;
+        row.ok_or_else(|| Error::new(ErrorKind::Internal, BACKEND, "no session settings"))
+    }
+
     fn deadline(&self) -> Option<Instant> {
         self.inner
             .config

@@ -221,3 +221,27 @@ async fn a_foreign_table_is_refused() {
     bakery_testkit::assert_mentions(&e, &[&table, "unexpected schema"]);
     drop_tables(&uri, &[&table]).await;
 }
+
+/// Every call runs with the session settings the guarantees rest on, also
+/// on a connection the pool hands out again (the driver's reset on return
+/// would drop them): READ COMMITTED and the statement limit.
+#[tokio::test]
+async fn pooled_connections_keep_the_session_settings() {
+    let Some(uri) = server_uri("session") else {
+        return;
+    };
+    let table = unique_table("bk_session");
+    let store = open(&uri, &format!("table={table}&pool_size=1&timeout_ms=1500")).await;
+    for round in 0..3 {
+        let k = key(&format!("session/{round}"));
+        assert!(store
+            .put_if_version(&k, None, "x".into())
+            .await
+            .unwrap()
+            .is_applied());
+        let (isolation, limit) = store.session_settings().await.unwrap();
+        assert_eq!(isolation, "READ-COMMITTED", "round {round}");
+        assert_eq!(limit, "1.500000", "round {round}");
+    }
+    drop_tables(&uri, &[&table]).await;
+}

@@ -65,7 +65,12 @@ fn bad_uris_are_config_errors_naming_the_problem() {
         &["accept_data_loss"],
     );
     bakery_testkit::assert_mentions(refused("mysql://u:s3cret@h/db?nonsense=1"), &["nonsense"]);
-    for driver in ["pool_max=4", "pool_min=1", "client_found_rows=true"] {
+    for driver in [
+        "pool_max=4",
+        "pool_min=1",
+        "client_found_rows=true",
+        "reset_connection=true",
+    ] {
         let name = driver.split('=').next().unwrap();
         bakery_testkit::assert_mentions(
             refused(&format!("mysql://u:s3cret@h/db?{driver}")),
