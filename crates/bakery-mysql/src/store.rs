@@ -166,12 +166,21 @@ impl MysqlStore {
         let span = tracing::debug_span!("mysql.open", backend = BACKEND, config = %config);
         let budget =
             config.connect_timeout() + config.timeout().unwrap_or(DEFAULT_TIMEOUT) + CLIENT_GRACE;
-        let pool = Pool::new(config.driver_opts());
         let recheck = Arc::new(Recheck::new(
             BACKEND,
             config.durability_recheck(),
             config.accept_data_loss(),
         ));
+        // A new connection may have reached another server (a failover, a
+        // DNS change): the next write re-reads the settings first.
+        let on_connect = recheck.clone();
+        let opts = mysql_async::OptsBuilder::from_opts(config.driver_opts()).after_connect(
+            move |_conn: &mut Conn| {
+                on_connect.invalidate();
+                Box::pin(async { Ok(()) })
+            },
+        );
+        let pool = Pool::new(opts);
         let sql = Statements::new(config.table());
         let prepared = tokio::time::timeout(budget, prepare(&config, &pool, &sql))
             .instrument(span)
