@@ -361,7 +361,9 @@ fn mysql(c: &mut Criterion) {
         use bakery::backends::mysql::mysql_async::prelude::Queryable;
         let mut conn = conn.lock().await;
         let _ = cas.drop_table(&mut conn).await;
-        let _ = conn.query_drop(format!("DROP TABLE IF EXISTS {auto}")).await;
+        let _ = conn
+            .query_drop(format!("DROP TABLE IF EXISTS {auto}"))
+            .await;
     });
 }
 

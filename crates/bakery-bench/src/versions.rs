@@ -172,9 +172,7 @@ async fn mysql_version(uri: &str) -> Result<String, String> {
     use bakery::backends::mysql::mysql_async::prelude::Queryable;
     let mut conn = peers::mysql::connect(uri).await?;
     let row: Option<(String, String)> = conn
-        .query_first(
-            "SELECT VERSION(), CAST(@@innodb_flush_log_at_trx_commit AS CHAR)",
-        )
+        .query_first("SELECT VERSION(), CAST(@@innodb_flush_log_at_trx_commit AS CHAR)")
         .await
         .map_err(|e| e.to_string())?;
     let (version, flush) = row.ok_or("no reply to SELECT VERSION()")?;
