@@ -56,6 +56,7 @@ cargo run --release -p bakery-cli --features all-backends,bench,mariadb -- bench
     --uri "$BAKERY_ETCD_URI" \
     --uri "$BAKERY_MONGODB_URI" \
     --uri "$BAKERY_CASSANDRA_URI" \
+    --uri "$BAKERY_MARIADB_URI" \
     --uri memory:// \
     --uri "sqlite://$scratch/bench.db" \
     --mariadb "$BAKERY_MARIADB_URI" \

@@ -43,6 +43,7 @@ targets=(
     "etcd|$BAKERY_ETCD_URI|0"
     "mongodb (FerretDB)|$BAKERY_MONGODB_URI|0"
     "cassandra|$BAKERY_CASSANDRA_URI|0"
+    "mysql (MariaDB)|$BAKERY_MARIADB_URI|0"
     "negative control: FerretDB cas=update|$BAKERY_MONGODB_URI?cas=update&allow_unproven_update=true&collection=bakery_verify_update|1"
 )
 # Its one-key, eight-client race is where the non-atomic update shows.

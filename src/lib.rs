@@ -37,6 +37,8 @@ pub mod backends {
     pub use bakery_etcd as etcd;
     #[cfg(feature = "mongodb")]
     pub use bakery_mongodb as mongodb;
+    #[cfg(feature = "mysql")]
+    pub use bakery_mysql as mysql;
     #[cfg(feature = "postgres")]
     pub use bakery_postgres as postgres;
     #[cfg(feature = "redis")]
@@ -94,6 +96,7 @@ backends! {
     "etcd" => bakery_etcd ["etcd"],
     "mongodb" => bakery_mongodb ["mongodb", "mongodb+srv"],
     "cassandra" => bakery_cassandra ["cassandra", "scylla"],
+    "mysql" => bakery_mysql ["mysql", "mariadb"],
 }
 
 /// Open the store a URI names, picking the backend by scheme.

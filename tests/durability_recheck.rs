@@ -291,6 +291,93 @@ async fn cassandra_and_mongodb_rechecks_pass_on_durable_servers() {
     }
 }
 
+/// MariaDB: `SET GLOBAL innodb_flush_log_at_trx_commit = 2` (as root)
+/// under a live store stops its writes with a `Config` error naming the
+/// setting; back to `1`, they go on. The shared `mariadb` server, restored
+/// by a guard also when the test fails.
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_writes_stop_while_the_redo_log_is_not_flushed_at_commit() {
+    let Some(uri) = fault_tests_uri("mariadb", "BAKERY_MARIADB_URI") else {
+        return;
+    };
+    // As root with the mariadb client (root has no password over TCP on the
+    // test server: scripts/backends/mariadb.sh).
+    let port = uri
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no port in {uri}"))
+        .to_string();
+    let set = move |value: u32| {
+        let out = std::process::Command::new("mariadb")
+            .args([
+                "--no-defaults",
+                "--protocol=TCP",
+                "-h",
+                "127.0.0.1",
+                "-P",
+                &port,
+                "-u",
+                "root",
+                "-e",
+            ])
+            .arg(format!(
+                "SET GLOBAL innodb_flush_log_at_trx_commit = {value}"
+            ))
+            .output()
+            .expect("mariadb client");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let uri = with_option(&uri, "durability_recheck_ms", "1");
+    let store = bakery::connect(&with_option(&uri, "table", &unique("live")))
+        .await
+        .expect("open");
+    let key = Key::new("row").unwrap();
+    let first = store
+        .put_if_version(&key, None, Bytes::from("1"))
+        .await
+        .expect("durable: written");
+    set(2);
+    let restore = scopeguard(move || set(1));
+    // The verdict of the last re-check stands until it is 1 ms old.
+    let mut version = first.applied().map(|r| r.version);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        match store.put_if_version(&key, version, Bytes::from("x")).await {
+            Ok(outcome) => version = outcome.applied().map(|r| r.version),
+            Err(e) => break e,
+        }
+        assert!(
+            Instant::now() < deadline,
+            "writes went on for 10 s on an unsafe server"
+        );
+    };
+    assert_eq!(refused.kind(), ErrorKind::Config, "{refused}");
+    assert!(
+        refused
+            .message()
+            .contains("innodb_flush_log_at_trx_commit = 2"),
+        "{refused}"
+    );
+    drop(restore);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let current = store.get(&key).await.expect("get").map(|r| r.version);
+        match store.put_if_version(&key, current, Bytes::from("2")).await {
+            Ok(outcome) if outcome.is_applied() => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::Config && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(5)).await
+            }
+            Err(e) => panic!("writes did not resume: {e}"),
+        }
+    }
+}
+
 /// Runs `undo` when dropped, also when the test panics: a server is left
 /// as it was found.
 fn scopeguard(undo: impl FnOnce()) -> impl Drop {

@@ -296,3 +296,10 @@ fn mongodb_restart_mid_run() {
 fn cassandra_restart_mid_run() {
     restart_mid_run("cassandra", "BAKERY_CASSANDRA_URI");
 }
+
+/// `mysql` is the MariaDB server's alias in scripts/backends.sh.
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_restart_mid_run() {
+    restart_mid_run("mysql", "BAKERY_MARIADB_URI");
+}

@@ -1192,6 +1192,12 @@ fn mongodb_through_proxy() {
     through_proxy("mongodb", "BAKERY_MONGODB_URI");
 }
 
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_through_proxy() {
+    through_proxy("mysql", "BAKERY_MARIADB_URI");
+}
+
 /// The grant check's negative control: overlapping confirmed grants are
 /// found; touching ones, and an overlap with a grant its release did not
 /// confirm (lost), are not.

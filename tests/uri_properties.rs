@@ -10,6 +10,7 @@
 
 use std::fmt::Debug;
 
+use bakery::backends::mysql;
 use bakery::backends::{cassandra, etcd, mongodb, postgres, redis, sqlite};
 use bakery::ErrorKind;
 use proptest::prelude::*;
@@ -29,6 +30,7 @@ fn parse(scheme: &str, uri: &str) -> Result<String, bakery::Error> {
         "redis" | "rediss" => redis::RedisConfig::from_uri(uri).map(debug),
         "etcd" => etcd::EtcdConfig::from_uri(uri).map(debug),
         "mongodb" | "mongodb+srv" => mongodb::MongoConfig::from_uri(uri).map(debug),
+        "mysql" | "mariadb" => mysql::MysqlConfig::from_uri(uri).map(debug),
         _ => cassandra::CassandraConfig::from_uri(uri).map(debug),
     }
 }
@@ -44,6 +46,8 @@ const SCHEMES: &[&str] = &[
     "mongodb+srv",
     "cassandra",
     "scylla",
+    "mysql",
+    "mariadb",
 ];
 
 /// Option names the backends know (and some they do not).

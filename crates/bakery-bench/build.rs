@@ -4,7 +4,7 @@
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(server_backend)");
-    let servers = ["POSTGRES", "REDIS", "ETCD", "CASSANDRA", "MONGODB"];
+    let servers = ["POSTGRES", "REDIS", "ETCD", "CASSANDRA", "MONGODB", "MYSQL"];
     for feature in servers {
         println!("cargo::rerun-if-env-changed=CARGO_FEATURE_{feature}");
     }

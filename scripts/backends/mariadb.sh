@@ -5,7 +5,9 @@
 # scratch directory, listening on 127.0.0.1 only, binary log off.
 # BAKERY_MARIADB_URI names database bakery_src as user bakery (password
 # bakery), which has ALL PRIVILEGES on *.*; root has no password and is only
-# for this script.
+# for this script and the tests that change server settings.  The URI is
+# both bakery migrate's MariaDB source and a store URI of the mysql backend
+# (crates/bakery-mysql, its table bakery_rows in the same database).
 # (See lib.sh for the functions every server file defines.)
 
 # shellcheck disable=SC2034  # describe (lib.sh) reads these

@@ -317,6 +317,56 @@ fn mongodb(c: &mut Criterion) {
     let _ = rt.block_on(raw.drop_collection());
 }
 
+#[cfg(feature = "mysql")]
+fn mysql(c: &mut Criterion) {
+    use peers::mysql;
+    let Some((uri, rt, store)) = connect("BAKERY_MARIADB_URI") else {
+        return;
+    };
+    // The raw peers: the conditional UPDATE bakery's store prepares, and an
+    // AUTO_INCREMENT insert per id, each on a connection of its own.
+    let table = unique("bench_raw").replace('-', "_");
+    let auto = format!("{table}_auto");
+    let (conn, cas, insert) = rt.block_on(async {
+        let mut conn = mysql::connect(&uri).await.expect("raw connect");
+        let cas = mysql::RawCas::create(&mut conn, &table)
+            .await
+            .expect("raw table");
+        let insert = mysql::auto_increment_table(&mut conn, &auto)
+            .await
+            .expect("auto_increment table");
+        (conn, Arc::new(cas), insert)
+    });
+    let conn = Arc::new(tokio::sync::Mutex::new(conn));
+
+    bench_cas(c, &rt, "mysql", store.clone(), || {
+        let (conn, cas) = (conn.clone(), cas.clone());
+        async move {
+            let mut conn = conn.lock().await;
+            let applied = cas.update(&mut conn, RAW_VALUE).await.expect("raw cas");
+            assert!(applied, "no one else writes this row");
+        }
+    });
+
+    let mut g = sequence_group(c, &rt, "mysql", store);
+    bench_async(&mut g, &rt, "auto_increment", || {
+        let (conn, insert) = (conn.clone(), insert.clone());
+        async move {
+            let mut conn = conn.lock().await;
+            black_box(mysql::insert_id(&mut conn, &insert).await.expect("insert"));
+        }
+    });
+    g.finish();
+    rt.block_on(async {
+        use bakery::backends::mysql::mysql_async::prelude::Queryable;
+        let mut conn = conn.lock().await;
+        let _ = cas.drop_table(&mut conn).await;
+        let _ = conn
+            .query_drop(format!("DROP TABLE IF EXISTS {auto}"))
+            .await;
+    });
+}
+
 /// The stand-ins of the backends this build has no feature for: a note
 /// instead of their benchmarks.
 macro_rules! built_without {
@@ -334,7 +384,8 @@ built_without!(
     etcd: "etcd",
     cassandra: "cassandra",
     mongodb: "mongodb",
+    mysql: "mysql",
 );
 
-criterion_group!(benches, postgres, redis, etcd, cassandra, mongodb);
+criterion_group!(benches, postgres, redis, etcd, cassandra, mongodb, mysql);
 criterion_main!(benches);

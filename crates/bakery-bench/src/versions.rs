@@ -5,7 +5,12 @@
 use std::time::Duration;
 
 use crate::error::one_line;
-#[cfg(any(feature = "postgres", feature = "redis", feature = "etcd"))]
+#[cfg(any(
+    feature = "postgres",
+    feature = "redis",
+    feature = "etcd",
+    feature = "mysql"
+))]
 use crate::peers;
 
 /// How long one version query may take.
@@ -40,6 +45,8 @@ async fn probe(backend: &str, uri: &str) -> Result<String, String> {
         "cassandra" => cassandra_version(uri).await,
         #[cfg(feature = "mongodb")]
         "mongodb" => mongodb_version(uri).await,
+        #[cfg(feature = "mysql")]
+        "mysql" => mysql_version(uri).await,
         other => Err(format!("no version probe for {other}")),
     }
 }
@@ -158,4 +165,18 @@ async fn mongodb_version(uri: &str) -> Result<String, String> {
         Ok(ferret) => format!("FerretDB {ferret} (answers as MongoDB {version})"),
         Err(_) => format!("MongoDB {version}"),
     })
+}
+
+#[cfg(feature = "mysql")]
+async fn mysql_version(uri: &str) -> Result<String, String> {
+    use bakery::backends::mysql::mysql_async::prelude::Queryable;
+    let mut conn = peers::mysql::connect(uri).await?;
+    let row: Option<(String, String)> = conn
+        .query_first("SELECT VERSION(), CAST(@@innodb_flush_log_at_trx_commit AS CHAR)")
+        .await
+        .map_err(|e| e.to_string())?;
+    let (version, flush) = row.ok_or("no reply to SELECT VERSION()")?;
+    Ok(format!(
+        "MySQL/MariaDB {version}; innodb_flush_log_at_trx_commit = {flush}"
+    ))
 }

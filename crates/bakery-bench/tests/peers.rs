@@ -208,6 +208,48 @@ async fn etcd_raw_cas() {
     cas.delete(&client).await.expect("delete");
 }
 
+#[cfg(feature = "mysql")]
+#[tokio::test]
+async fn mysql_raw_cas_and_auto_increment() {
+    use bakery::backends::mysql::mysql_async::prelude::Queryable;
+    use bakery_bench::peers::mysql;
+    let uri = uri_or_skip!("BAKERY_MARIADB_URI");
+    let mut conn = mysql::connect(&uri).await.expect("connect");
+    let mut other = mysql::connect(&uri).await.expect("connect");
+    let table = unique("bench_peer");
+    let cas = mysql::RawCas::create(&mut conn, &table)
+        .await
+        .expect("create");
+    assert_chained_then_refused!(
+        cas.update(&mut conn, RAW_VALUE),
+        other.query_drop(format!("UPDATE {table} SET version = 100"))
+    );
+    cas.drop_table(&mut conn).await.expect("drop");
+    // AUTO_INCREMENT: ids from two connections are unique and increase per
+    // connection.
+    let auto = format!("{table}_auto");
+    let insert = mysql::auto_increment_table(&mut conn, &auto)
+        .await
+        .expect("table");
+    let insert_other = mysql::prepare_insert(&mut other, &auto)
+        .await
+        .expect("prepare");
+    let mut seen = std::collections::HashSet::new();
+    let (mut last, mut last_other) = (0, 0);
+    for _ in 0..20 {
+        let id = mysql::insert_id(&mut conn, &insert).await.expect("id");
+        let id_other = mysql::insert_id(&mut other, &insert_other)
+            .await
+            .expect("id");
+        assert!(id > last && id_other > last_other);
+        assert!(seen.insert(id) && seen.insert(id_other));
+        (last, last_other) = (id, id_other);
+    }
+    conn.query_drop(format!("DROP TABLE {auto}"))
+        .await
+        .expect("drop");
+}
+
 #[cfg(feature = "cassandra")]
 #[tokio::test]
 async fn cassandra_raw_cas() {

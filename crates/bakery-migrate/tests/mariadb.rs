@@ -51,6 +51,24 @@ async fn insert_as_bakery(admin: &mut Conn, db: &str, id: u64) {
 // every old writer ends on the fence.
 common::live_writers_onto_each_target!();
 
+/// MariaDB's AUTO_INCREMENT and SEQUENCE onto bakery's own MariaDB backend
+/// (the mysql store, a table of its own on the same server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn live_writers_onto_mysql_backend() {
+    let Some(uri) = source_uri() else { return };
+    let table = bakery_testkit::unique_ident("bk_migrated");
+    let target = bakery::connect(&format!("{uri}?table={table}"))
+        .await
+        .unwrap();
+    assert_eq!(target.backend(), "mysql");
+    live_writers(target, "mysql").await;
+    let mut admin = conn(&uri).await;
+    admin
+        .query_drop(format!("DROP TABLE {table}"))
+        .await
+        .unwrap();
+}
+
 async fn live_writers(target: Arc<dyn VersionedStore>, label: &str) {
     let Some(uri) = source_uri() else { return };
     let (mut admin, db) = database(&uri, "live").await;

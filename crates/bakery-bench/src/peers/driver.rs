@@ -116,7 +116,10 @@ where
 /// driver would not understand). Like bakery's postgres URI parser (and
 /// the driver), everything up to the first `@` is credentials, so a `?` in
 /// a password is not taken for the start of the options.
-#[cfg_attr(not(any(feature = "postgres", feature = "mongodb")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mongodb", feature = "mysql")),
+    allow(dead_code)
+)]
 pub(crate) fn without_options(uri: &str, bakery_options: &[&str]) -> String {
     let authority_start = uri.find("://").map_or(0, |at| at + 3);
     let credentials_end = uri[authority_start..]
@@ -186,14 +189,20 @@ pub(crate) fn op_error(what: &str, err: impl Display) -> OpError {
 /// What a client of a native counter (`nextval()`, `INCRBY`) keeps between
 /// its ids: where its round trips are counted, the journal its ids are
 /// logged in (across processes), and its last id.
-#[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "redis", feature = "mysql")),
+    allow(dead_code)
+)]
 pub(crate) struct NextIds {
     round_trips: RoundTrips,
     journal: Option<Arc<Journal>>,
     last: i64,
 }
 
-#[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "redis", feature = "mysql")),
+    allow(dead_code)
+)]
 impl NextIds {
     /// A client of `cell` whose requests are counted in `round_trips`.
     pub(crate) fn new(cell: &CellSpec, round_trips: &RoundTrips) -> Self {

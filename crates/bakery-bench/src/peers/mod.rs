@@ -14,6 +14,8 @@
 //! | postgres | consumer | a "processed keys" table beside the state: `BEGIN`, `INSERT … ON CONFLICT DO NOTHING`, `UPDATE` if inserted, `COMMIT` (four requests); the same as one CTE statement (one request) |
 //! | redis | lock | `SET key <random token> NX PX <ttl>`, tried again after a jittered back-off (1 ms doubling to 16 ms) until it succeeds, + a Lua compare-and-delete release (`EVALSHA`) |
 //! | etcd | lock | etcd's `Lock` + `Unlock` (a lease per client) |
+//! | mysql | sequence | `INSERT INTO t () VALUES ()` on an `AUTO_INCREMENT` table, one insert per id |
+//! | mysql | lock | `GET_LOCK` + `RELEASE_LOCK` on the same server |
 //! | memory | lock | `tokio::sync::Mutex` (in-process); a strict FIFO lock on tokio oneshots, no store (the runtime's own fair hand-off) |
 //!
 //! Raw clients (criterion only): a conditional update per backend —
@@ -34,6 +36,8 @@ pub mod get_lock;
 pub mod memory;
 #[cfg(feature = "mongodb")]
 pub mod mongodb;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "postgres")]
@@ -81,6 +85,11 @@ pub fn for_target(
         }
         #[cfg(feature = "etcd")]
         "etcd" => vec![Box::new(etcd::EtcdLock::new(uri))],
+        #[cfg(feature = "mysql")]
+        "mysql" => vec![
+            Box::new(mysql::AutoIncrement::new(uri)),
+            Box::new(get_lock::GetLock::new(mysql::driver_uri(uri))),
+        ],
         #[cfg(feature = "redis")]
         "redis" => vec![
             Box::new(redis::Incrby::new(uri)),

@@ -34,6 +34,18 @@ pub fn targets(who: &str) -> Vec<Target> {
             all.push(Target { label, uri, dir });
         }
     }
+    // MySQL/MariaDB: its variable is BAKERY_MARIADB_URI, set for `bakery
+    // migrate`'s tests too, so only a build with the backend uses it.
+    if cfg!(feature = "mysql") {
+        if let Some(uri) = bakery_testkit::server_uri("BAKERY_MARIADB_URI", who) {
+            let dir = tempfile::tempdir().expect("temp dir");
+            all.push(Target {
+                label: "mysql",
+                uri,
+                dir,
+            });
+        }
+    }
     all
 }
 
