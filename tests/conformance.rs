@@ -50,6 +50,7 @@ const SERVERS: &[(&str, &str)] = &[
     ("etcd", "BAKERY_ETCD_URI"),
     ("mongodb", "BAKERY_MONGODB_URI"),
     ("cassandra", "BAKERY_CASSANDRA_URI"),
+    ("dynamodb", "BAKERY_DYNAMODB_URI"),
 ];
 
 /// A hang guard, not a performance assertion: a case that runs this long
@@ -339,6 +340,7 @@ fn namespace_option(uri: &str) -> Option<(&'static str, &'static str)> {
         "mongodb" | "mongodb+srv" => Some(("collection", "")),
         "redis" | "rediss" => Some(("prefix", ":")),
         "etcd" => Some(("prefix", "/")),
+        "dynamodb" => Some(("table", "")),
         _ => None,
     }
 }
