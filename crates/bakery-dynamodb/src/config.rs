@@ -177,12 +177,11 @@ impl DynamoConfig {
         })?;
         validate_table(&self.table)?;
         if let Some(endpoint) = &self.endpoint {
+            // The endpoint is never quoted: it might carry credentials.
             let parsed = url::Url::parse(endpoint).map_err(|e| {
-                options::invalid(
+                Error::config(
                     BACKEND,
-                    "endpoint",
-                    endpoint,
-                    &format!("an http:// or https:// URL ({e})"),
+                    format!("dynamodb option `endpoint` is not an http:// or https:// URL ({e})"),
                 )
             })?;
             let ok = matches!(parsed.scheme(), "http" | "https")
@@ -191,7 +190,7 @@ impl DynamoConfig {
                 && parsed.password().is_none()
                 && parsed.query().is_none();
             options::require(BACKEND, ok, || {
-                format!("dynamodb option `endpoint`: {endpoint:?} is not an http:// or https:// URL of a server (no credentials, no query)")
+                "dynamodb option `endpoint` must be an http:// or https:// URL of a server, without credentials or a query".to_string()
             })?;
         }
         match (&self.access_key_id, &self.secret_access_key) {

@@ -37,6 +37,12 @@ pub const VERSION_ATTR: &str = "ver";
 /// The value attribute (binary); absent in a tombstone.
 pub const VALUE_ATTR: &str = "v";
 
+/// The condition of an update or a delete at version `:n`: the item holds a
+/// binary value at that version. `attribute_type` alone would do on
+/// DynamoDB; dynalite evaluates it (and `size`) false for an empty binary
+/// value, which the equality admits.
+const VALUE_IS_BINARY_AT_N: &str = "#ver = :n AND (attribute_type(#v, :binary) OR #v = :empty)";
+
 /// How many times one call re-runs when the fallback read after a refused
 /// write saw a row that would have let the write apply (a concurrent
 /// writer between the two); then it gives up with
@@ -377,13 +383,18 @@ impl DynamoStore {
                         (":v".to_string(), blob),
                         (":n".to_string(), AttributeValue::N(n.to_string())),
                         (":next".to_string(), AttributeValue::N(next.to_string())),
+                        (":binary".to_string(), AttributeValue::S("B".into())),
+                        (
+                            ":empty".to_string(),
+                            AttributeValue::B(Blob::new(Vec::new())),
+                        ),
                     ]);
                     let written = self
                         .write(
                             call,
                             key,
                             "SET #v = :v, #ver = :next",
-                            "#ver = :n AND attribute_exists(#v)",
+                            VALUE_IS_BINARY_AT_N,
                             values,
                             ReturnValue::None,
                         )
@@ -427,15 +438,21 @@ impl DynamoStore {
         expected: Version,
     ) -> Result<DeleteOutcome> {
         for _ in 0..MAX_ATTEMPTS {
-            let values =
-                HashMap::from([(":n".to_string(), AttributeValue::N(expected.to_string()))]);
+            let values = HashMap::from([
+                (":n".to_string(), AttributeValue::N(expected.to_string())),
+                (":binary".to_string(), AttributeValue::S("B".into())),
+                (
+                    ":empty".to_string(),
+                    AttributeValue::B(Blob::new(Vec::new())),
+                ),
+            ]);
             // The tombstone keeps `ver`, so a re-create continues above it.
             let written = self
                 .write(
                     call,
                     key,
                     "REMOVE #v",
-                    "#ver = :n AND attribute_exists(#v)",
+                    VALUE_IS_BINARY_AT_N,
                     values,
                     ReturnValue::None,
                 )
