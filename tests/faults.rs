@@ -296,3 +296,10 @@ fn mongodb_restart_mid_run() {
 fn cassandra_restart_mid_run() {
     restart_mid_run("cassandra", "BAKERY_CASSANDRA_URI");
 }
+
+/// dynalite keeps its tables on disk (`--path`, scripts/backends/dynamodb.sh),
+/// so a restart keeps every acknowledged write, as DynamoDB would.
+#[test]
+fn dynamodb_restart_mid_run() {
+    restart_mid_run("dynamodb", "BAKERY_DYNAMODB_URI");
+}

@@ -1192,6 +1192,13 @@ fn mongodb_through_proxy() {
     through_proxy("mongodb", "BAKERY_MONGODB_URI");
 }
 
+/// DynamoDB (dynalite) through its `endpoint=`: the proxy fronts the HTTP
+/// server the URI's endpoint names.
+#[test]
+fn dynamodb_through_proxy() {
+    through_proxy("dynamodb", "BAKERY_DYNAMODB_URI");
+}
+
 /// The grant check's negative control: overlapping confirmed grants are
 /// found; touching ones, and an overlap with a grant its release did not
 /// confirm (lost), are not.

@@ -10,7 +10,7 @@
 
 use std::fmt::Debug;
 
-use bakery::backends::{cassandra, etcd, mongodb, postgres, redis, sqlite};
+use bakery::backends::{cassandra, dynamodb, etcd, mongodb, postgres, redis, sqlite};
 use bakery::ErrorKind;
 use proptest::prelude::*;
 
@@ -29,6 +29,7 @@ fn parse(scheme: &str, uri: &str) -> Result<String, bakery::Error> {
         "redis" | "rediss" => redis::RedisConfig::from_uri(uri).map(debug),
         "etcd" => etcd::EtcdConfig::from_uri(uri).map(debug),
         "mongodb" | "mongodb+srv" => mongodb::MongoConfig::from_uri(uri).map(debug),
+        "dynamodb" => dynamodb::DynamoConfig::from_uri(uri).map(debug),
         _ => cassandra::CassandraConfig::from_uri(uri).map(debug),
     }
 }
@@ -44,6 +45,7 @@ const SCHEMES: &[&str] = &[
     "mongodb+srv",
     "cassandra",
     "scylla",
+    "dynamodb",
 ];
 
 /// Option names the backends know (and some they do not).
@@ -69,6 +71,7 @@ const OPTIONS: &[&str] = &[
     "w",
     "busy_timeout_ms",
     "lease_ms",
+    "endpoint",
     "nosuch",
     "",
 ];
