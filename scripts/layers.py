@@ -30,6 +30,7 @@ LAYERS = {
     "bakery-etcd": 1,
     "bakery-cassandra": 1,
     "bakery-mongodb": 1,
+    "bakery-dynamodb": 1,
     "bakery-recipes": 2,
     "bakery-verify": 3,
     "bakery-outbox": 3,

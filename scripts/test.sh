@@ -34,7 +34,7 @@ scripts/backends.sh deps
 server_env=$(scripts/backends.sh start all)
 eval "$server_env"
 # Every server backend must run: a missing one fails, it is never skipped.
-export BAKERY_TEST_REQUIRE=postgres,redis,etcd,cassandra,mongodb
+export BAKERY_TEST_REQUIRE=postgres,redis,etcd,cassandra,mongodb,dynamodb
 # The second Redis CAS strategy runs the whole suite too.
 export BAKERY_TEST_URIS="redis-watch=${BAKERY_REDIS_URI}?cas=watch"
 # tests/faults.rs may stop and restart the servers this script started.

@@ -69,6 +69,7 @@ fn every_server_backend_verifies() {
         ("etcd", "BAKERY_ETCD_URI"),
         ("mongodb", "BAKERY_MONGODB_URI"),
         ("cassandra", "BAKERY_CASSANDRA_URI"),
+        ("dynamodb", "BAKERY_DYNAMODB_URI"),
     ] {
         if !cfg!(feature = "all-backends") {
             assert!(
