@@ -317,6 +317,30 @@ fn mongodb(c: &mut Criterion) {
     let _ = rt.block_on(raw.drop_collection());
 }
 
+#[cfg(feature = "dynamodb")]
+fn dynamodb(c: &mut Criterion) {
+    use bakery::backends::dynamodb::DynamoStore;
+    use peers::dynamodb;
+    let Some((uri, rt, store)) = connect("BAKERY_DYNAMODB_URI") else {
+        return;
+    };
+    // DynamoDB's own conditional write through the raw SDK (a client of
+    // its own, on the same table): a PutItem of the whole item with
+    // `ConditionExpression: ver = :n`.
+    let other = rt
+        .block_on(DynamoStore::connect(&uri))
+        .expect("raw connect");
+    let raw = Arc::new(dynamodb::RawPut::new(&other, &unique("bench/raw")));
+    bench_cas(c, &rt, "dynamodb", store.clone(), || {
+        let raw = raw.clone();
+        async move {
+            let applied = raw.put(RAW_VALUE).await.expect("raw put");
+            assert!(applied, "no one else writes this key");
+        }
+    });
+    sequence_group(c, &rt, "dynamodb", store).finish();
+}
+
 /// The stand-ins of the backends this build has no feature for: a note
 /// instead of their benchmarks.
 macro_rules! built_without {
@@ -334,7 +358,8 @@ built_without!(
     etcd: "etcd",
     cassandra: "cassandra",
     mongodb: "mongodb",
+    dynamodb: "dynamodb",
 );
 
-criterion_group!(benches, postgres, redis, etcd, cassandra, mongodb);
+criterion_group!(benches, postgres, redis, etcd, cassandra, mongodb, dynamodb);
 criterion_main!(benches);
