@@ -9,8 +9,7 @@ use aws_sdk_dynamodb::types::{KeyType, ScalarAttributeType, TableDescription};
 use bakery_core::durability::Hazard;
 use bakery_core::{Error, Result};
 
-use crate::store::KEY_ATTR;
-use crate::BACKEND;
+use crate::{BACKEND, KEY_ATTR};
 
 /// The key schema bakery's items need: `k`, a string, the only key.
 pub(crate) fn check_key_schema(table: &str, described: &TableDescription) -> Result<()> {

@@ -8,7 +8,15 @@ mod error;
 mod store;
 
 pub use config::{DynamoConfig, DEFAULT_TABLE, DEFAULT_TIMEOUT, MAX_TIMEOUT, TABLE_WAIT};
-pub use store::{DynamoStore, KEY_ATTR, VALUE_ATTR, VERSION_ATTR};
+pub use store::DynamoStore;
+
+/// The partition key attribute of bakery's items: the row's key (a
+/// string), the table's only key.
+pub const KEY_ATTR: &str = "k";
+/// The version attribute (a number); a tombstone keeps it.
+pub const VERSION_ATTR: &str = "ver";
+/// The value attribute (binary); absent in a tombstone.
+pub const VALUE_ATTR: &str = "v";
 
 /// The SDK this backend is built on, re-exported so benchmarks, tests and
 /// advanced users can issue raw requests with the same version.

@@ -28,14 +28,7 @@ use bakery_core::{
 
 use crate::durability::{check_key_schema, table_hazards};
 use crate::error::{self, map_err, Stage};
-use crate::{DynamoConfig, BACKEND, TABLE_WAIT};
-
-/// The partition key attribute: the row's key (a string).
-pub const KEY_ATTR: &str = "k";
-/// The version attribute (a number); a tombstone keeps it.
-pub const VERSION_ATTR: &str = "ver";
-/// The value attribute (binary); absent in a tombstone.
-pub const VALUE_ATTR: &str = "v";
+use crate::{DynamoConfig, BACKEND, KEY_ATTR, TABLE_WAIT, VALUE_ATTR, VERSION_ATTR};
 
 /// The condition of an update or a delete at version `:n`: the item holds a
 /// binary value at that version. `attribute_type` alone would do on
