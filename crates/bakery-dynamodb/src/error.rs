@@ -18,7 +18,8 @@ pub(crate) enum Stage {
     Connect,
     /// A read (`GetItem`): nothing it does can change a row.
     Read,
-    /// A conditional `UpdateItem` of `put_if_version` or `delete_if_version`.
+    /// A conditional `PutItem` or `UpdateItem` of `put_if_version` or
+    /// `delete_if_version`.
     Write,
 }
 
@@ -205,7 +206,7 @@ fn config_hint(code: Option<&str>) -> String {
             " (the table is gone: it was deleted while the store was open; reopen the store to create it again)".into()
         }
         Some("AccessDeniedException") | Some("AccessDenied") => {
-            " (the credentials lack a permission bakery needs: dynamodb:DescribeTable, GetItem, UpdateItem, and CreateTable unless the table exists)".into()
+            " (the credentials lack a permission bakery needs: dynamodb:DescribeTable, GetItem, PutItem, UpdateItem, and CreateTable unless the table exists)".into()
         }
         None => " (no AWS credentials: set them as for any AWS tool — AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, an instance role — or put KEY_ID:SECRET@ in the URI for a local server)".into(),
         Some(_) => " (check the credentials and the region)".into(),
