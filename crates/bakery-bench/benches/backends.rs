@@ -338,6 +338,22 @@ fn dynamodb(c: &mut Criterion) {
             assert!(applied, "no one else writes this key");
         }
     });
+    // The same request as bakery's update (its guard on the value's type,
+    // ALL_OLD on a refusal), raw: what the guard costs the server is then
+    // on both sides.
+    let guarded = Arc::new(dynamodb::RawPut::guarded(
+        &other,
+        &unique("bench/raw-guarded"),
+    ));
+    let mut g = group(c, "cas/dynamodb");
+    bench_async(&mut g, &rt, "raw_same_condition", || {
+        let guarded = guarded.clone();
+        async move {
+            let applied = guarded.put(RAW_VALUE).await.expect("raw put");
+            assert!(applied, "no one else writes this key");
+        }
+    });
+    g.finish();
     sequence_group(c, &rt, "dynamodb", store).finish();
 }
 

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bakery::backends::dynamodb::aws_sdk_dynamodb::operation::put_item::PutItemError;
 use bakery::backends::dynamodb::aws_sdk_dynamodb::primitives::Blob;
-use bakery::backends::dynamodb::aws_sdk_dynamodb::types::AttributeValue;
+use bakery::backends::dynamodb::aws_sdk_dynamodb::types::{
+    AttributeValue, ReturnValuesOnConditionCheckFailure,
+};
 use bakery::backends::dynamodb::aws_sdk_dynamodb::Client;
 use bakery::backends::dynamodb::{DynamoStore, KEY_ATTR, VALUE_ATTR, VERSION_ATTR};
 
@@ -22,6 +24,9 @@ pub struct RawPut {
     key: String,
     /// The version the next write expects (0: none yet).
     current: AtomicU64,
+    /// Whether the condition carries bakery's guard on the value's type
+    /// (and asks for the item on a refusal), as bakery's update does.
+    guarded: bool,
 }
 
 impl RawPut {
@@ -32,6 +37,19 @@ impl RawPut {
             table: store.config().table().to_string(),
             key: key.to_string(),
             current: AtomicU64::new(0),
+            guarded: false,
+        }
+    }
+
+    /// The same, with bakery's whole condition: `ver = :n AND
+    /// (attribute_type(v, B) OR v = :empty)` and
+    /// `ReturnValuesOnConditionCheckFailure=ALL_OLD` — the request bakery's
+    /// update sends, issued raw (what the server's evaluation of the guard
+    /// costs is then on both sides).
+    pub fn guarded(store: &DynamoStore, key: &str) -> RawPut {
+        RawPut {
+            guarded: true,
+            ..RawPut::new(store, key)
         }
     }
 
@@ -50,6 +68,17 @@ impl RawPut {
             request
                 .condition_expression("attribute_not_exists(#k)")
                 .expression_attribute_names("#k", KEY_ATTR)
+        } else if self.guarded {
+            request
+                .condition_expression("#ver = :n AND (attribute_type(#v, :binary) OR #v = :empty)")
+                .expression_attribute_names("#ver", VERSION_ATTR)
+                .expression_attribute_names("#v", VALUE_ATTR)
+                .expression_attribute_values(":n", AttributeValue::N(n.to_string()))
+                .expression_attribute_values(":binary", AttributeValue::S("B".into()))
+                .expression_attribute_values(":empty", AttributeValue::B(Blob::new(Vec::new())))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
         } else {
             request
                 .condition_expression("#ver = :n")
