@@ -18,7 +18,7 @@
 #
 # NAME is postgres, postgres_primary, postgres_standby, mariadb, redis,
 # redis_volatile, redis_primary, redis_replica, etcd, etcd_m1, etcd_m2, etcd_m3, mongodb, cassandra,
-# cassandra_n1, cassandra_n2, cassandra_n3,
+# cassandra_n1, cassandra_n2, cassandra_n3, dynamodb,
 # toxiproxy, or all (in that order; stop goes in reverse).  etcd_m1..3 are
 # the members of a three-member etcd cluster (each exports the cluster's
 # BAKERY_ETCD_CLUSTER_URI; tests/cluster_etcd.rs kills its leader);
@@ -31,7 +31,8 @@
 # three-node Cassandra cluster on 127.0.0.2, 127.0.0.3 and 127.0.0.4 (each
 # exports the cluster's BAKERY_CASSANDRA_CLUSTER_URI, keyspace bakery_cluster
 # with replication_factor 3; tests/cluster_cassandra.rs kills one node
-# mid-run and restarts it).  mongodb is FerretDB over the postgres server,
+# mid-run and restarts it).  dynamodb is dynalite (npm), a DynamoDB-compatible
+# server keeping its tables on disk; its URI carries dummy keys.  mongodb is FerretDB over the postgres server,
 # which `start mongodb` starts too.  toxiproxy is
 # Shopify's fault proxy; its line is BAKERY_TOXIPROXY_URL=http://… (its HTTP
 # API), and tests/proxy_faults.rs creates proxies to the other servers through it.  redis_volatile is a second Redis
@@ -55,6 +56,7 @@
 #   BAKERY_REDIS_TLS_PORT (16390, redis's TLS port)
 #   BAKERY_REDIS_VOLATILE_PORT (16380)  BAKERY_ETCD_PORT (12379)  BAKERY_ETCD_PEER_PORT (12380)
 #   BAKERY_MONGODB_PORT (17017)  BAKERY_TOXIPROXY_PORT (18474, its HTTP API)
+#   BAKERY_DYNAMODB_PORT (18000, dynalite's HTTP API)
 #   BAKERY_CASSANDRA_PORT (19042, CQL)  BAKERY_CASSANDRA_STORAGE_PORT (17000)
 #   BAKERY_CASSANDRA_JMX_PORT (17199)  BAKERY_PG_PRIMARY_PORT (15433)  BAKERY_PG_STANDBY_PORT (15434)
 #   BAKERY_ETCD_M1_PORT, _M2_, _M3_ (12389, 12391, 12393; each peer port is the next one)
@@ -92,7 +94,7 @@ usage() {
 }
 
 # Start order; stop goes in reverse.
-BACKENDS=(postgres postgres_primary postgres_standby mariadb redis redis_volatile redis_primary redis_replica etcd etcd_m1 etcd_m2 etcd_m3 mongodb cassandra cassandra_n1 cassandra_n2 cassandra_n3 toxiproxy)
+BACKENDS=(postgres postgres_primary postgres_standby mariadb redis redis_volatile redis_primary redis_replica etcd etcd_m1 etcd_m2 etcd_m3 mongodb cassandra cassandra_n1 cassandra_n2 cassandra_n3 dynamodb toxiproxy)
 load_servers
 
 main() {

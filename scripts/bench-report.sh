@@ -35,9 +35,9 @@ cd "$(dirname "$0")/.."
 out=target/bench-report
 
 # (assigned first: `set -e` would not see a failure inside `eval "$(…)"`)
-server_env=$(scripts/backends.sh start postgres mariadb redis etcd mongodb cassandra)
+server_env=$(scripts/backends.sh start postgres mariadb redis etcd mongodb cassandra dynamodb)
 eval "$server_env"
-for var in BAKERY_POSTGRES_URI BAKERY_MARIADB_URI BAKERY_REDIS_URI BAKERY_ETCD_URI BAKERY_MONGODB_URI BAKERY_CASSANDRA_URI; do
+for var in BAKERY_POSTGRES_URI BAKERY_MARIADB_URI BAKERY_REDIS_URI BAKERY_ETCD_URI BAKERY_MONGODB_URI BAKERY_CASSANDRA_URI BAKERY_DYNAMODB_URI; do
     if [[ -z ${!var:-} ]]; then
         echo "bench-report.sh: scripts/backends.sh did not export $var" >&2
         exit 1
@@ -57,6 +57,7 @@ cargo run --release -p bakery-cli --features all-backends,bench,mariadb -- bench
     --uri "$BAKERY_MONGODB_URI" \
     --uri "$BAKERY_CASSANDRA_URI" \
     --uri "$BAKERY_MARIADB_URI" \
+    --uri "$BAKERY_DYNAMODB_URI" \
     --uri memory:// \
     --uri "sqlite://$scratch/bench.db" \
     --mariadb "$BAKERY_MARIADB_URI" \

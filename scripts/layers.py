@@ -31,6 +31,7 @@ LAYERS = {
     "bakery-cassandra": 1,
     "bakery-mongodb": 1,
     "bakery-mysql": 1,
+    "bakery-dynamodb": 1,
     "bakery-recipes": 2,
     "bakery-verify": 3,
     "bakery-outbox": 3,

@@ -44,6 +44,7 @@ targets=(
     "mongodb (FerretDB)|$BAKERY_MONGODB_URI|0"
     "cassandra|$BAKERY_CASSANDRA_URI|0"
     "mysql (MariaDB)|$BAKERY_MARIADB_URI|0"
+    "dynamodb (dynalite)|$BAKERY_DYNAMODB_URI|0"
     "negative control: FerretDB cas=update|$BAKERY_MONGODB_URI?cas=update&allow_unproven_update=true&collection=bakery_verify_update|1"
 )
 # Its one-key, eight-client race is where the non-atomic update shows.
@@ -88,14 +89,15 @@ fi
 # multi-client case with its clients on one store handle and on stores of
 # their own; a smaller set in child processes), and the negative controls
 # that must make those cases fail (crates/bakery-testkit/tests/negative_controls.rs,
-# tests/ferretdb_negative_control.rs).
+# tests/ferretdb_negative_control.rs, tests/dynamodb_negative_control.rs).
 export BAKERY_TEST_URIS="redis-watch=${BAKERY_REDIS_URI}?cas=watch"
 if ! cargo test --all-features --test conformance >"$out/conformance.log" 2>&1; then
     echo "reliability-report.sh: a conformance case failed; docs/RELIABILITY.md left alone (log: $out/conformance.log)" >&2
     exit 1
 fi
 if ! cargo test --all-features -p bakery-testkit --test negative_controls >"$out/negative.log" 2>&1 ||
-    ! cargo test --all-features --test ferretdb_negative_control >>"$out/negative.log" 2>&1; then
+    ! cargo test --all-features --test ferretdb_negative_control >>"$out/negative.log" 2>&1 ||
+    ! cargo test --all-features --test dynamodb_negative_control >>"$out/negative.log" 2>&1; then
     echo "reliability-report.sh: a negative control passed a broken store; docs/RELIABILITY.md left alone (log: $out/negative.log)" >&2
     exit 1
 fi

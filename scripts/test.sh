@@ -34,9 +34,8 @@ scripts/backends.sh deps
 server_env=$(scripts/backends.sh start all)
 eval "$server_env"
 # Every server backend must run: a missing one fails, it is never skipped.
-export BAKERY_TEST_REQUIRE=postgres,redis,etcd,cassandra,mongodb
-# mysql runs on the mariadb server (BAKERY_MARIADB_URI).
-BAKERY_TEST_REQUIRE+=,mysql
+# (mysql runs on the mariadb server: BAKERY_MARIADB_URI.)
+export BAKERY_TEST_REQUIRE=postgres,redis,etcd,cassandra,mongodb,mysql,dynamodb
 # The second Redis CAS strategy runs the whole suite too.
 export BAKERY_TEST_URIS="redis-watch=${BAKERY_REDIS_URI}?cas=watch"
 # tests/faults.rs may stop and restart the servers this script started.

@@ -33,6 +33,8 @@ pub use bakery_recipes::time::{self, TimeService};
 pub mod backends {
     #[cfg(feature = "cassandra")]
     pub use bakery_cassandra as cassandra;
+    #[cfg(feature = "dynamodb")]
+    pub use bakery_dynamodb as dynamodb;
     #[cfg(feature = "etcd")]
     pub use bakery_etcd as etcd;
     #[cfg(feature = "mongodb")]
@@ -97,6 +99,7 @@ backends! {
     "mongodb" => bakery_mongodb ["mongodb", "mongodb+srv"],
     "cassandra" => bakery_cassandra ["cassandra", "scylla"],
     "mysql" => bakery_mysql ["mysql", "mariadb"],
+    "dynamodb" => bakery_dynamodb ["dynamodb"],
 }
 
 /// Open the store a URI names, picking the backend by scheme.

@@ -51,6 +51,7 @@ const SERVERS: &[(&str, &str)] = &[
     ("mongodb", "BAKERY_MONGODB_URI"),
     ("cassandra", "BAKERY_CASSANDRA_URI"),
     ("mysql", "BAKERY_MARIADB_URI"),
+    ("dynamodb", "BAKERY_DYNAMODB_URI"),
 ];
 
 /// A hang guard, not a performance assertion: a case that runs this long
@@ -350,6 +351,7 @@ fn namespace_option(uri: &str) -> Option<(&'static str, &'static str)> {
         "mysql" | "mariadb" => Some(("table", "")),
         "redis" | "rediss" => Some(("prefix", ":")),
         "etcd" => Some(("prefix", "/")),
+        "dynamodb" => Some(("table", "")),
         _ => None,
     }
 }

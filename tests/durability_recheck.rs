@@ -376,6 +376,76 @@ async fn mysql_writes_stop_while_the_redo_log_is_not_flushed_at_commit() {
             Err(e) => panic!("writes did not resume: {e}"),
         }
     }
+/// DynamoDB (dynalite): the one hazard a live store can meet is its table
+/// deleted and created again (its versions start over). The table is
+/// deleted behind two stores' backs and re-created by a third open (as
+/// bakery creates a missing table on demand): the first store's writes
+/// stop with a `Config` refusal naming the table within a re-check, the
+/// second's (`accept_data_loss=true`) go on, on the new table.
+#[cfg(feature = "dynamodb")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamodb_writes_stop_when_the_table_is_recreated_under_the_store() {
+    use bakery::backends::dynamodb::DynamoStore;
+    let Some(uri) = fault_tests_uri("dynamodb", "BAKERY_DYNAMODB_URI") else {
+        return;
+    };
+    let table = unique("dynamo");
+    let uri = with_option(
+        &with_option(&uri, "table", &table),
+        "durability_recheck_ms",
+        RECHECK_MS,
+    );
+    let strict: Arc<dyn VersionedStore> = bakery::connect(&uri).await.expect("open");
+    let lenient: Arc<dyn VersionedStore> =
+        bakery::connect(&with_option(&uri, "accept_data_loss", "true"))
+            .await
+            .expect("open with accept_data_loss");
+    let key = Key::new("row").unwrap();
+    let (_, seen) = write_until(&strict, &key, "a first write", |r| r.is_ok()).await;
+    assert!(seen.is_empty(), "writes before the fault: {seen:?}");
+    let raw = DynamoStore::connect(&uri).await.expect("raw");
+    raw.client()
+        .delete_table()
+        .table_name(&table)
+        .send()
+        .await
+        .expect("delete the table");
+    // Deleting takes a moment; the next open creates it again once gone.
+    let start = Instant::now();
+    loop {
+        let gone = raw
+            .client()
+            .describe_table()
+            .table_name(&table)
+            .send()
+            .await
+            .is_err();
+        if gone {
+            break;
+        }
+        assert!(
+            start.elapsed() < BOUND,
+            "table not deleted within {BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _recreated = DynamoStore::connect(&uri)
+        .await
+        .expect("re-create the table");
+    let (took, _) = write_until(&strict, &key, "the refusal", |r| {
+        refused_naming(r, "re-created")
+    })
+    .await;
+    eprintln!("dynamodb: writes refused {took:?} after the table was re-created");
+    let (_, seen) = write_until(&lenient, &key, "a write with accept_data_loss", |r| {
+        r.is_ok()
+    })
+    .await;
+    assert!(
+        seen.is_empty(),
+        "accept_data_loss=true: refused writes {seen:?}"
+    );
+    let _ = raw.client().delete_table().table_name(&table).send().await;
 }
 
 /// Runs `undo` when dropped, also when the test panics: a server is left

@@ -302,4 +302,9 @@ fn cassandra_restart_mid_run() {
 #[test]
 fn mysql_restart_mid_run() {
     restart_mid_run("mysql", "BAKERY_MARIADB_URI");
+/// dynalite keeps its tables on disk (`--path`, scripts/backends/dynamodb.sh),
+/// so a restart keeps every acknowledged write, as DynamoDB would.
+#[test]
+fn dynamodb_restart_mid_run() {
+    restart_mid_run("dynamodb", "BAKERY_DYNAMODB_URI");
 }

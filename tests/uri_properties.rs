@@ -10,7 +10,7 @@
 
 use std::fmt::Debug;
 
-use bakery::backends::mysql;
+use bakery::backends::{cassandra, dynamodb, etcd, mongodb, mysql, postgres, redis, sqlite};
 use bakery::backends::{cassandra, etcd, mongodb, postgres, redis, sqlite};
 use bakery::ErrorKind;
 use proptest::prelude::*;
@@ -31,6 +31,7 @@ fn parse(scheme: &str, uri: &str) -> Result<String, bakery::Error> {
         "etcd" => etcd::EtcdConfig::from_uri(uri).map(debug),
         "mongodb" | "mongodb+srv" => mongodb::MongoConfig::from_uri(uri).map(debug),
         "mysql" | "mariadb" => mysql::MysqlConfig::from_uri(uri).map(debug),
+        "dynamodb" => dynamodb::DynamoConfig::from_uri(uri).map(debug),
         _ => cassandra::CassandraConfig::from_uri(uri).map(debug),
     }
 }
@@ -48,6 +49,7 @@ const SCHEMES: &[&str] = &[
     "scylla",
     "mysql",
     "mariadb",
+    "dynamodb",
 ];
 
 /// Option names the backends know (and some they do not).
@@ -73,6 +75,7 @@ const OPTIONS: &[&str] = &[
     "w",
     "busy_timeout_ms",
     "lease_ms",
+    "endpoint",
     "nosuch",
     "",
 ];

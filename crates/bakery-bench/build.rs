@@ -4,7 +4,15 @@
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(server_backend)");
-    let servers = ["POSTGRES", "REDIS", "ETCD", "CASSANDRA", "MONGODB", "MYSQL"];
+    let servers = [
+        "POSTGRES",
+        "REDIS",
+        "ETCD",
+        "CASSANDRA",
+        "MONGODB",
+        "MYSQL",
+        "DYNAMODB",
+    ];
     for feature in servers {
         println!("cargo::rerun-if-env-changed=CARGO_FEATURE_{feature}");
     }

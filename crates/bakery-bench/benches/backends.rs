@@ -365,6 +365,44 @@ fn mysql(c: &mut Criterion) {
             .query_drop(format!("DROP TABLE IF EXISTS {auto}"))
             .await;
     });
+#[cfg(feature = "dynamodb")]
+fn dynamodb(c: &mut Criterion) {
+    use bakery::backends::dynamodb::DynamoStore;
+    use peers::dynamodb;
+    let Some((uri, rt, store)) = connect("BAKERY_DYNAMODB_URI") else {
+        return;
+    };
+    // DynamoDB's own conditional write through the raw SDK (a client of
+    // its own, on the same table): a PutItem of the whole item with
+    // `ConditionExpression: ver = :n`.
+    let other = rt
+        .block_on(DynamoStore::connect(&uri))
+        .expect("raw connect");
+    let raw = Arc::new(dynamodb::RawPut::new(&other, &unique("bench/raw")));
+    bench_cas(c, &rt, "dynamodb", store.clone(), || {
+        let raw = raw.clone();
+        async move {
+            let applied = raw.put(RAW_VALUE).await.expect("raw put");
+            assert!(applied, "no one else writes this key");
+        }
+    });
+    // The same request as bakery's update (its guard on the value's type,
+    // ALL_OLD on a refusal), raw: what the guard costs the server is then
+    // on both sides.
+    let guarded = Arc::new(dynamodb::RawPut::guarded(
+        &other,
+        &unique("bench/raw-guarded"),
+    ));
+    let mut g = group(c, "cas/dynamodb");
+    bench_async(&mut g, &rt, "raw_same_condition", || {
+        let guarded = guarded.clone();
+        async move {
+            let applied = guarded.put(RAW_VALUE).await.expect("raw put");
+            assert!(applied, "no one else writes this key");
+        }
+    });
+    g.finish();
+    sequence_group(c, &rt, "dynamodb", store).finish();
 }
 
 /// The stand-ins of the backends this build has no feature for: a note
@@ -387,5 +425,8 @@ built_without!(
     mysql: "mysql",
 );
 
-criterion_group!(benches, postgres, redis, etcd, cassandra, mongodb, mysql);
+    dynamodb: "dynamodb",
+);
+
+criterion_group!(benches, postgres, redis, etcd, cassandra, mongodb, mysql, dynamodb);
 criterion_main!(benches);

@@ -47,6 +47,8 @@ async fn probe(backend: &str, uri: &str) -> Result<String, String> {
         "mongodb" => mongodb_version(uri).await,
         #[cfg(feature = "mysql")]
         "mysql" => mysql_version(uri).await,
+        #[cfg(feature = "dynamodb")]
+        "dynamodb" => dynamodb_version(uri),
         other => Err(format!("no version probe for {other}")),
     }
 }
@@ -139,6 +141,18 @@ async fn cassandra_version(uri: &str) -> Result<String, String> {
         "Cassandra"
     };
     Ok(format!("{product} {version}"))
+}
+
+/// The DynamoDB API reports no server version: say which endpoint answered
+/// (the test command's is dynalite; scripts/dynalite pins its version).
+#[cfg(feature = "dynamodb")]
+fn dynamodb_version(uri: &str) -> Result<String, String> {
+    let config =
+        bakery::backends::dynamodb::DynamoConfig::from_uri(uri).map_err(|e| e.to_string())?;
+    Ok(match config.endpoint() {
+        Some(endpoint) => format!("DynamoDB API 2012-08-10 at {endpoint} (a compatible server; the API reports no version)"),
+        None => format!("Amazon DynamoDB, region {}", config.region()),
+    })
 }
 
 #[cfg(feature = "mongodb")]

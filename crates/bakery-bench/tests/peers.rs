@@ -289,6 +289,29 @@ async fn mongodb_raw_insert() {
 
 /// A plan of `workloads` on `uri` with 100 ms cells, one round, in one
 /// process.
+#[cfg(feature = "dynamodb")]
+#[tokio::test]
+async fn dynamodb_raw_put() {
+    use bakery::backends::dynamodb::DynamoStore;
+    use bakery::{Bytes, Key, VersionedStore};
+    use bakery_bench::peers::dynamodb;
+    let uri = uri_or_skip!("BAKERY_DYNAMODB_URI");
+    let store = DynamoStore::connect(&uri).await.expect("connect");
+    let name = unique("bench_peer");
+    let raw = dynamodb::RawPut::new(&store, &name);
+    // The raw item is bakery's layout: bakery reads it, and writes over it
+    // at the raw side's version, which the raw side then sees as a conflict.
+    let key = Key::new(name.as_str()).expect("key");
+    assert_chained_then_refused!(raw.put(RAW_VALUE), async {
+        let outcome = store.put_if_version(&key, Some(2), Bytes::from_static(b"other"));
+        outcome.await.map(|outcome| assert!(outcome.is_applied()))
+    });
+    assert_eq!(
+        store.get(&key).await.expect("get").map(|row| row.version),
+        Some(3)
+    );
+}
+
 #[cfg(any(feature = "postgres", feature = "redis"))]
 fn short_plan(workloads: &[&str], uri: String, clients: Vec<usize>) -> bakery_bench::Plan {
     let duration = std::time::Duration::from_millis(100);

@@ -70,6 +70,7 @@ fn every_server_backend_verifies() {
         ("mongodb", "BAKERY_MONGODB_URI"),
         ("cassandra", "BAKERY_CASSANDRA_URI"),
         ("mysql", "BAKERY_MARIADB_URI"),
+        ("dynamodb", "BAKERY_DYNAMODB_URI"),
     ] {
         if !cfg!(feature = "all-backends") {
             assert!(

@@ -171,8 +171,25 @@ pub const UNREACHABLE_PASSWORD: &str = "hunter2secret";
 ///     "postgres://bakery:hunter2secret@127.0.0.1:1/app?sslmode=disable"
 /// );
 /// assert_eq!(unreachable_uri("etcd://h:2379"), "etcd://bakery:hunter2secret@127.0.0.1:1");
+/// assert_eq!(
+///     unreachable_uri("dynamodb://k:s@us-east-1/t?endpoint=http://127.0.0.1:18000"),
+///     "dynamodb://bakery:hunter2secret@us-east-1/t?endpoint=http://127.0.0.1:1"
+/// );
 /// ```
 pub fn unreachable_uri(uri: &str) -> String {
+    // A URI naming its server in `endpoint=` (dynamodb://REGION?endpoint=…)
+    // keeps its host part (the region) and has the endpoint replaced.
+    if let Some((start, end)) = crate::proxy::endpoint_span(uri) {
+        let (scheme, rest) = uri.split_once("://").unwrap_or(("", uri));
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let region = rest[..authority_end].rsplit('@').next().unwrap_or("");
+        let head = scheme.len() + 3 + authority_end;
+        return format!(
+            "{scheme}://bakery:{UNREACHABLE_PASSWORD}@{region}{}127.0.0.1:1{}",
+            &uri[head..start],
+            &uri[end..]
+        );
+    }
     let (scheme, rest) = uri.split_once("://").unwrap_or(("", uri));
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     format!(

@@ -598,6 +598,18 @@ impl Drop for Proxy {
 /// assert_eq!(upstream_of("sqlite:///tmp/x.db"), None);
 /// ```
 pub fn upstream_of(uri: &str) -> Option<String> {
+    if let Some((start, end)) = endpoint_span(uri) {
+        let host = &uri[start..end];
+        if host.contains(':') {
+            return Some(host.to_owned());
+        }
+        let port = if uri[..start].ends_with("https://") {
+            443
+        } else {
+            80
+        };
+        return Some(format!("{host}:{port}"));
+    }
     let (scheme, rest) = uri.split_once("://")?;
     let (_, hosts, _) = split_authority(rest);
     let first = hosts.split(',').next().filter(|h| !h.is_empty())?;
@@ -631,6 +643,9 @@ pub fn upstream_of(uri: &str) -> Option<String> {
 /// assert_eq!(via("redis://127.0.0.1:16379?x=y", at), "redis://127.0.0.1:4000?x=y");
 /// ```
 pub fn via(uri: &str, listen: SocketAddr) -> String {
+    if let Some((start, end)) = endpoint_span(uri) {
+        return format!("{}{listen}{}", &uri[..start], &uri[end..]);
+    }
     let Some((scheme, rest)) = uri.split_once("://") else {
         return uri.to_owned();
     };
@@ -650,6 +665,42 @@ pub fn via(uri: &str, listen: SocketAddr) -> String {
 pub fn with_option(uri: &str, key: &str, value: &str) -> String {
     let sep = if uri.contains('?') { '&' } else { '?' };
     format!("{uri}{sep}{key}={value}")
+}
+
+/// Where the server's `HOST[:PORT]` is in a URI that names it in an
+/// `endpoint=http[s]://HOST[:PORT]` option rather than as its host (a
+/// `dynamodb://REGION` URI: its host part is the AWS region); `None` for
+/// every other URI.
+///
+/// ```
+/// use bakery_testkit::proxy::{endpoint_span, upstream_of, via};
+/// let uri = "dynamodb://k:s@us-east-1?endpoint=http://127.0.0.1:18000&timeout_ms=5";
+/// let (start, end) = endpoint_span(uri).unwrap();
+/// assert_eq!(&uri[start..end], "127.0.0.1:18000");
+/// assert_eq!(upstream_of(uri).as_deref(), Some("127.0.0.1:18000"));
+/// let at = "127.0.0.1:4000".parse().unwrap();
+/// assert_eq!(via(uri, at), "dynamodb://k:s@us-east-1?endpoint=http://127.0.0.1:4000&timeout_ms=5");
+/// assert_eq!(endpoint_span("dynamodb://us-east-1"), None);
+/// ```
+pub fn endpoint_span(uri: &str) -> Option<(usize, usize)> {
+    let (scheme, _) = uri.split_once("://")?;
+    if !scheme.eq_ignore_ascii_case("dynamodb") {
+        return None;
+    }
+    let query = uri.find('?')? + 1;
+    let mut at = query;
+    for option in uri[query..].split('&') {
+        if let Some(value) = option.strip_prefix("endpoint=") {
+            let scheme_len = value.find("://")? + 3;
+            let start = at + "endpoint=".len() + scheme_len;
+            let host_len = value[scheme_len..]
+                .find('/')
+                .unwrap_or(value.len() - scheme_len);
+            return Some((start, start + host_len));
+        }
+        at += option.len() + 1;
+    }
+    None
 }
 
 /// Splits what follows `scheme://` into userinfo, hosts, and the rest (path

@@ -21,7 +21,8 @@
 //! Raw clients (criterion only): a conditional update per backend —
 //! PostgreSQL `UPDATE … WHERE version = $n`, a Redis Lua compare-and-set,
 //! an etcd transaction on the key's mod revision, a Cassandra lightweight
-//! transaction, a MongoDB insert under a unique `_id` — plus `nextval()`
+//! transaction, a MongoDB insert under a unique `_id`, a DynamoDB `PutItem`
+//! with a `ConditionExpression` on the version — plus `nextval()`
 //! and `INCRBY` themselves.
 
 #[cfg(feature = "postgres")]
@@ -29,6 +30,8 @@ pub mod advisory;
 #[cfg(feature = "cassandra")]
 pub mod cassandra;
 mod driver;
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "mariadb")]

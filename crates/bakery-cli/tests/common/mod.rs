@@ -27,7 +27,14 @@ impl Target {
 /// `who` says which one is missing; under CI=true a missing one fails).
 pub fn targets(who: &str) -> Vec<Target> {
     let mut all = vec![Target::sqlite()];
-    for label in ["postgres", "redis", "etcd", "cassandra", "mongodb"] {
+    for label in [
+        "postgres",
+        "redis",
+        "etcd",
+        "cassandra",
+        "mongodb",
+        "dynamodb",
+    ] {
         let var = format!("BAKERY_{}_URI", label.to_uppercase());
         if let Some(uri) = bakery_testkit::server_uri(&var, who) {
             let dir = tempfile::tempdir().expect("temp dir");

@@ -144,6 +144,7 @@ pub async fn stores() -> Vec<(String, Arc<dyn VersionedStore>, Option<tempfile::
         ("mongodb", "BAKERY_MONGODB_URI"),
         ("cassandra", "BAKERY_CASSANDRA_URI"),
         ("mysql", "BAKERY_MARIADB_URI"),
+        ("dynamodb", "BAKERY_DYNAMODB_URI"),
     ] {
         if let Some(uri) = bakery_testkit::server_uri(var, "bakery serve over HTTP") {
             let store = bakery::connect(&uri)
