@@ -376,6 +376,8 @@ async fn mysql_writes_stop_while_the_redo_log_is_not_flushed_at_commit() {
             Err(e) => panic!("writes did not resume: {e}"),
         }
     }
+}
+
 /// DynamoDB (dynalite): the one hazard a live store can meet is its table
 /// deleted and created again (its versions start over). The table is
 /// deleted behind two stores' backs and re-created by a third open (as

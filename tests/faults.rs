@@ -302,6 +302,8 @@ fn cassandra_restart_mid_run() {
 #[test]
 fn mysql_restart_mid_run() {
     restart_mid_run("mysql", "BAKERY_MARIADB_URI");
+}
+
 /// dynalite keeps its tables on disk (`--path`, scripts/backends/dynamodb.sh),
 /// so a restart keeps every acknowledged write, as DynamoDB would.
 #[test]

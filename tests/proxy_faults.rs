@@ -1196,6 +1196,8 @@ fn mongodb_through_proxy() {
 #[test]
 fn mysql_through_proxy() {
     through_proxy("mysql", "BAKERY_MARIADB_URI");
+}
+
 /// DynamoDB (dynalite) through its `endpoint=`: the proxy fronts the HTTP
 /// server the URI's endpoint names.
 #[test]

@@ -11,7 +11,6 @@
 use std::fmt::Debug;
 
 use bakery::backends::{cassandra, dynamodb, etcd, mongodb, mysql, postgres, redis, sqlite};
-use bakery::backends::{cassandra, etcd, mongodb, postgres, redis, sqlite};
 use bakery::ErrorKind;
 use proptest::prelude::*;
 

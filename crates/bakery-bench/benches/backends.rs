@@ -365,6 +365,8 @@ fn mysql(c: &mut Criterion) {
             .query_drop(format!("DROP TABLE IF EXISTS {auto}"))
             .await;
     });
+}
+
 #[cfg(feature = "dynamodb")]
 fn dynamodb(c: &mut Criterion) {
     use bakery::backends::dynamodb::DynamoStore;
@@ -423,8 +425,6 @@ built_without!(
     cassandra: "cassandra",
     mongodb: "mongodb",
     mysql: "mysql",
-);
-
     dynamodb: "dynamodb",
 );
 
