@@ -36,8 +36,9 @@ eval "$server_env"
 # Every server backend must run: a missing one fails, it is never skipped.
 # (mysql runs on the mariadb server: BAKERY_MARIADB_URI.)
 export BAKERY_TEST_REQUIRE=postgres,redis,etcd,cassandra,mongodb,mysql,dynamodb
-# The second Redis CAS strategy runs the whole suite too.
-export BAKERY_TEST_URIS="redis-watch=${BAKERY_REDIS_URI}?cas=watch"
+# The second Redis CAS strategy runs the whole suite too, and so does
+# MariaDB writing creates as on MySQL 8 (no RETURNING).
+export BAKERY_TEST_URIS="redis-watch=${BAKERY_REDIS_URI}?cas=watch mysql-no-returning=${BAKERY_MARIADB_URI}?returning=false"
 # tests/faults.rs may stop and restart the servers this script started.
 export BAKERY_FAULT_TESTS=1
 # tests/proxy_faults.rs puts Toxiproxy (BAKERY_TOXIPROXY_URL, exported by

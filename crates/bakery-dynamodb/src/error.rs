@@ -27,7 +27,9 @@ pub(crate) enum Stage {
 /// (AWS's "Error handling with DynamoDB": throttling and limits are
 /// retryable, 4xx, nothing written). `TransactionConflictException` on a
 /// single-item write: the item is locked by a transaction in progress, and
-/// the write was rejected.
+/// the write was rejected. A 503 is not among them: AWS does not say a
+/// write answered so did not apply, and a proxy or endpoint in between can
+/// answer 503 after forwarding it.
 const REFUSED: &[&str] = &[
     "ProvisionedThroughputExceededException",
     "ThrottlingException",
@@ -35,8 +37,6 @@ const REFUSED: &[&str] = &[
     "LimitExceededException",
     "TransactionConflictException",
     "TransactionInProgressException",
-    "ServiceUnavailable",
-    "ServiceUnavailableException",
 ];
 
 /// Codes saying the credentials or the account do not fit this
@@ -60,7 +60,7 @@ const CONFIG: &[&str] = &[
 /// The bakery kind of a DynamoDB error `code` (with its HTTP `status`) at
 /// `stage`.
 pub(crate) fn classify_code(code: &str, status: u16, stage: Stage) -> ErrorKind {
-    if REFUSED.contains(&code) || status == 503 {
+    if REFUSED.contains(&code) {
         ErrorKind::Unavailable
     } else if CONFIG.contains(&code) {
         ErrorKind::Config
@@ -71,7 +71,8 @@ pub(crate) fn classify_code(code: &str, status: u16, stage: Stage) -> ErrorKind 
         ErrorKind::InvalidInput
     } else if status >= 500 {
         // InternalServerError: AWS documents that the request may have
-        // succeeded; only a read can say "not applied".
+        // succeeded; only a read can say "not applied". (ServiceUnavailable,
+        // 503: see REFUSED.)
         if stage == Stage::Write {
             ErrorKind::Unknown
         } else {
@@ -252,6 +253,10 @@ mod tests {
         }
         assert_eq!(
             classify_code("ServiceUnavailable", 503, Stage::Write),
+            ErrorKind::Unknown
+        );
+        assert_eq!(
+            classify_code("ServiceUnavailable", 503, Stage::Read),
             ErrorKind::Unavailable
         );
         assert_eq!(

@@ -259,9 +259,14 @@ impl DynamoStore {
             .await;
         call.settled();
         match sent {
+            // Applied: a reply that does not say at which version is an
+            // outcome the call cannot report, so not a plain Corrupt.
             Ok(out) => {
                 let version = match out.attributes().and_then(|a| a.get(VERSION_ATTR)) {
-                    Some(ver) => Some(decode_version(self.table(), key, ver)?),
+                    Some(ver) => Some(
+                        decode_version(self.table(), key, ver)
+                            .map_err(|e| error::in_doubt(call.op, e))?,
+                    ),
                     None => None,
                 };
                 Ok(Written::Applied(version))
@@ -272,11 +277,13 @@ impl DynamoStore {
                     UpdateItemError::ConditionalCheckFailedException(_)
                 ) =>
             {
-                let UpdateItemError::ConditionalCheckFailedException(failed) = service.into_err()
-                else {
-                    unreachable!("matched above")
-                };
-                Ok(Written::Refused(failed.item))
+                match service.into_err() {
+                    UpdateItemError::ConditionalCheckFailedException(failed) => {
+                        Ok(Written::Refused(failed.item))
+                    }
+                    // (not reached: matched above)
+                    other => Err(Error::new(ErrorKind::Internal, BACKEND, other.to_string()).during(call.op)),
+                }
             }
             Err(e) => Err(map_err(e, call.op, Stage::Write)),
         }
@@ -336,11 +343,13 @@ impl DynamoStore {
                     PutItemError::ConditionalCheckFailedException(_)
                 ) =>
             {
-                let PutItemError::ConditionalCheckFailedException(failed) = service.into_err()
-                else {
-                    unreachable!("matched above")
-                };
-                Ok(Written::Refused(failed.item))
+                match service.into_err() {
+                    PutItemError::ConditionalCheckFailedException(failed) => {
+                        Ok(Written::Refused(failed.item))
+                    }
+                    // (not reached: matched above)
+                    other => Err(Error::new(ErrorKind::Internal, BACKEND, other.to_string()).during(call.op)),
+                }
             }
             Err(e) => Err(map_err(e, call.op, Stage::Write)),
         }
@@ -417,8 +426,9 @@ impl DynamoStore {
                             key,
                             "SET #v = :v, #ver = if_not_exists(#ver, :zero) + :one",
                             // A tombstone at the largest version cannot be
-                            // continued above.
-                            "attribute_not_exists(#v) AND (attribute_not_exists(#ver) OR #ver < :max)",
+                            // continued above; one at a version no write
+                            // gives (a damaged item) is left alone.
+                            "attribute_not_exists(#v) AND (attribute_not_exists(#ver) OR (#ver >= :one AND #ver < :max))",
                             values,
                             ReturnValue::UpdatedNew,
                         )
@@ -426,8 +436,8 @@ impl DynamoStore {
                     (self.damaged(call, key, written).await?, None)
                 }
                 Some(n) => {
-                    let Some(next) = n.checked_add(1) else {
-                        // No row can be at u64::MAX: a conflict.
+                    let Some(next) = n.checked_add(1).filter(|_| n > 0) else {
+                        // No row can be at 0 or u64::MAX: a conflict.
                         let current = self.read(call, key).await?.and_then(|s| s.live(key));
                         return Ok(PutOutcome::Conflict(current));
                     };
@@ -440,9 +450,12 @@ impl DynamoStore {
             match written {
                 Written::Applied(version) => {
                     let version = next.or(version).ok_or_else(|| {
-                        Error::corrupt(
-                            BACKEND,
-                            format!("table {:?}: a create of {key} applied but the reply carried no `{VERSION_ATTR}`", self.table()),
+                        error::in_doubt(
+                            call.op,
+                            Error::corrupt(
+                                BACKEND,
+                                format!("table {:?}: a create of {key} applied but the reply carried no `{VERSION_ATTR}`", self.table()),
+                            ),
                         )
                     })?;
                     return Ok(PutOutcome::Applied(Row::new(key, value.clone(), version)));
@@ -472,6 +485,11 @@ impl DynamoStore {
         key: &Key,
         expected: Version,
     ) -> Result<DeleteOutcome> {
+        if expected == 0 {
+            // No row is at version 0 (a damaged item may be: left alone).
+            let current = self.read(call, key).await?.and_then(|s| s.live(key));
+            return Ok(DeleteOutcome::Conflict(current));
+        }
         for _ in 0..MAX_ATTEMPTS {
             // The tombstone keeps `ver`, so a re-create continues above it.
             let written = self.replace(call, key, None, expected, expected).await?;
@@ -593,6 +611,11 @@ async fn prepare_table(client: &Client, config: &DynamoConfig) -> Result<TableDe
             .map_err(|e| map_err(e, OP, Stage::Connect))?;
         if let Some(described) = described {
             check_key_schema(table, &described)?;
+            bakery_core::durability::check(
+                BACKEND,
+                &table_hazards(table, None, &described),
+                config.accept_data_loss(),
+            )?;
             match described.table_status() {
                 Some(TableStatus::Active) | Some(TableStatus::Updating) | None => {
                     return Ok(described)

@@ -68,6 +68,7 @@ struct Options {
     /// [`RECHECK_OPTION`].
     #[serde(default, deserialize_with = "options::millis")]
     durability_recheck_ms: Option<Duration>,
+    returning: Option<bool>,
 }
 
 /// A validated table name, optionally database-qualified (`db.table`). Each
@@ -162,6 +163,7 @@ impl fmt::Display for TableName {
 /// | `connect_timeout_ms=N` | `5000` | opening one connection |
 /// | `accept_data_loss=true\|false` | `false` | open even on a server that can lose acknowledged writes (crate docs, "Durability") |
 /// | `durability_recheck_ms=N` | `1000` | re-read those settings this often while live |
+/// | `returning=true\|false` | `true` | on MariaDB, a create returns its row in the same statement (`RETURNING`); `false` writes creates as on MySQL (crate docs, "How a write works"), which is how the test command runs that path here |
 ///
 /// The password never appears in `Debug`, `Display` or any error.
 ///
@@ -189,6 +191,7 @@ pub struct MysqlConfig {
     connect_timeout: Duration,
     accept_data_loss: bool,
     durability_recheck: Duration,
+    returning: bool,
 }
 
 impl MysqlConfig {
@@ -257,6 +260,7 @@ impl MysqlConfig {
                 .unwrap_or(DEFAULT_CONNECT_TIMEOUT),
             accept_data_loss: options.accept_data_loss.unwrap_or(false),
             durability_recheck: options.durability_recheck_ms.unwrap_or(DEFAULT_RECHECK),
+            returning: options.returning.unwrap_or(true),
         };
         config.validate()?;
         Ok(config)
@@ -327,11 +331,17 @@ impl MysqlConfig {
     }
 
     /// The session settings every connection starts with (crate docs,
-    /// "Sessions"): READ COMMITTED, lock waits bounded by the timeout, and on
+    /// "Sessions"): READ COMMITTED, a strict `sql_mode`, lock waits bounded by the timeout, and on
     /// MariaDB `max_statement_time` (the `/*M! */` comment runs on MariaDB
     /// only; MySQL sees `SET @bakery = 1`).
     pub(crate) fn session_init(&self) -> Vec<String> {
-        let mut init = vec!["SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED".to_string()];
+        let mut init = vec![
+            "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED".to_string(),
+            // Strict: a value that does not fit is an error, never stored
+            // cut short; and CREATE TABLE … InnoDB fails rather than
+            // falling back to another engine.
+            "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'".to_string(),
+        ];
         if let Some(timeout) = self.timeout {
             let seconds = timeout.as_secs_f64();
             init.push(format!(
@@ -397,6 +407,9 @@ impl MysqlConfig {
             "&connect_timeout_ms={}",
             self.connect_timeout.as_millis()
         )?;
+        if !self.returning {
+            f.write_str("&returning=false")?;
+        }
         let durability = UriOptions {
             accept_data_loss: self.accept_data_loss,
             recheck: self.durability_recheck,
@@ -422,6 +435,9 @@ bakery_core::setters! { MysqlConfig {
     /// Re-read the server's durability settings this often while the store
     /// is live, and after every new connection (default [`DEFAULT_RECHECK`]).
     with_durability_recheck(durability_recheck: Duration);
+    /// On MariaDB, write creates with `INSERT … RETURNING` (default `true`)
+    /// or as on MySQL (`false`).
+    with_returning(returning: bool);
 }}
 
 bakery_core::getters! { MysqlConfig {
@@ -438,4 +454,6 @@ bakery_core::getters! { MysqlConfig {
     accept_data_loss: bool;
     /// How often a live store re-reads the durability settings.
     durability_recheck: Duration;
+    /// Whether a create on MariaDB uses `INSERT … RETURNING` (`returning=`).
+    returning: bool;
 }}

@@ -61,7 +61,8 @@ fn is_on(value: &str) -> bool {
 /// Every setting under which the server can lose a write it acknowledged.
 pub(crate) fn hazards(settings: &Settings, table: &str) -> Vec<Hazard> {
     let mut found = Vec::new();
-    if settings.flush_log_at_trx_commit.trim() != "1" {
+    // MariaDB's 3 syncs at every commit as 1 does (group commit in 10.2's way).
+    if !matches!(settings.flush_log_at_trx_commit.trim(), "1" | "3") {
         found.push(Hazard::new(
             "innodb_flush_log_at_trx_commit",
             settings.flush_log_at_trx_commit.trim(),

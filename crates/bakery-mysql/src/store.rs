@@ -59,6 +59,8 @@ struct Inner {
     sql: Statements,
     /// MariaDB (10.5+: `INSERT … RETURNING`) or MySQL.
     mariadb: bool,
+    /// Creates return their row (MariaDB, unless `returning=false`).
+    returning: bool,
     /// The durability check repeated while live (crate docs, "Durability").
     recheck: Arc<Recheck>,
 }
@@ -196,12 +198,14 @@ impl MysqlStore {
                 return Err(timed_out(Phase::Connect, Operation::Open, budget));
             }
         };
+        let returning = mariadb && config.returning();
         Ok(MysqlStore {
             inner: Arc::new(Inner {
                 config,
                 pool,
                 sql,
                 mariadb,
+                returning,
                 recheck,
             }),
         })
@@ -218,19 +222,19 @@ impl MysqlStore {
         self.inner.mariadb
     }
 
-    /// The session's isolation level and `max_statement_time` (MariaDB;
-    /// on MySQL the second is empty), read on a pooled connection as a
-    /// call would get it: for tests and diagnostics.
+    /// The session's isolation level, `max_statement_time` (MariaDB; on
+    /// MySQL empty) and `sql_mode`, read on a pooled connection as a call
+    /// would get it: for tests and diagnostics.
     #[doc(hidden)]
-    pub async fn session_settings(&self) -> Result<(String, String)> {
+    pub async fn session_settings(&self) -> Result<(String, String, String)> {
         let op = Operation::Get;
         let mut conn = self.checkout(op, self.deadline()).await?;
         let sql = if self.inner.mariadb {
-            "SELECT @@SESSION.tx_isolation, CAST(@@SESSION.max_statement_time AS CHAR)"
+            "SELECT @@SESSION.tx_isolation, CAST(@@SESSION.max_statement_time AS CHAR), @@SESSION.sql_mode"
         } else {
-            "SELECT @@SESSION.transaction_isolation, ''"
+            "SELECT @@SESSION.transaction_isolation, '', @@SESSION.sql_mode"
         };
-        let row: Option<(String, String)> = conn
+        let row: Option<(String, String, String)> = conn
             .query_first(sql)
             .await
             .map_err(|e| map_err(e, Phase::Execute, op))?;
@@ -343,7 +347,7 @@ impl MysqlStore {
         for attempt in 1..=MAX_ATTEMPTS {
             let params = || vec![key_param(key), Value::Bytes(value.to_vec())];
             let current = match expected_raw {
-                None if self.inner.mariadb => {
+                None if self.inner.returning => {
                     let (rows, _, _) = self
                         .exec(op, deadline, &self.inner.sql.create_returning, params())
                         .await?;
@@ -478,7 +482,7 @@ async fn prepare(config: &MysqlConfig, pool: &Pool, sql: &Statements) -> Result<
     let mariadb = settings.is_mariadb();
     for statement in [
         &sql.get,
-        if mariadb {
+        if mariadb && config.returning() {
             &sql.create_returning
         } else {
             &sql.create
@@ -519,45 +523,47 @@ async fn inspect(conn: &mut Conn, table: &TableName) -> mysql_async::Result<Sett
 }
 
 /// An existing table must have exactly our three columns with `key` as its
-/// primary key.
+/// primary key, and columns that keep every key and value as written: a
+/// binary key (a `_ci` text collation would make two keys one row, a
+/// `BINARY(n)` pads them) at least 512 bytes long, a `LONGBLOB` value (a
+/// shorter one truncates) that may be NULL (a tombstone).
 async fn check_schema(conn: &mut Conn, table: &TableName) -> Result<()> {
     let op = Operation::Open;
-    let columns: Vec<(String, String, String)> = conn
+    type Column = (String, String, String, Option<u64>, String);
+    let columns: Vec<Column> = conn
         .exec(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_KEY FROM information_schema.COLUMNS \
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_KEY, CHARACTER_MAXIMUM_LENGTH, IS_NULLABLE \
+             FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
             (table.database(), table.name()),
         )
         .await
         .map_err(|e| map_err(e, Phase::Execute, op))?;
-    let has = |name: &str, types: &[&str]| {
-        columns
-            .iter()
-            .any(|(n, t, _)| n == name && types.contains(&t.to_ascii_lowercase().as_str()))
-    };
-    let key_is_primary = columns
-        .iter()
-        .any(|(n, _, k)| n == "key" && k.eq_ignore_ascii_case("PRI"));
-    let pri_count = columns
-        .iter()
-        .filter(|(_, _, k)| k.eq_ignore_ascii_case("PRI"))
-        .count();
-    let ok = columns.len() == 3
-        && has("key", &["varbinary", "binary", "varchar", "char"])
-        && has("value", &["longblob", "mediumblob", "blob"])
-        && has("version", &["bigint"])
-        && key_is_primary
-        && pri_count == 1;
-    if !ok {
+    let column = |name: &str| columns.iter().find(|(n, ..)| n == name);
+    let is = |t: &str, want: &str| t.eq_ignore_ascii_case(want);
+    let key_ok = column("key").is_some_and(|(_, t, k, len, _)| {
+        is(t, "varbinary") && len.is_some_and(|len| len >= 512) && is(k, "PRI")
+    });
+    let value_ok = column("value").is_some_and(|(_, t, _, _, nullable)| {
+        is(t, "longblob") && is(nullable, "YES")
+    });
+    let version_ok = column("version").is_some_and(|(_, t, ..)| is(t, "bigint"));
+    let pri_count = columns.iter().filter(|(_, _, k, ..)| is(k, "PRI")).count();
+    if !(columns.len() == 3 && key_ok && value_ok && version_ok && pri_count == 1) {
         let found = columns
             .iter()
-            .map(|(n, t, k)| format!("{n} {t}{}", if k.is_empty() { "" } else { " (key)" }))
+            .map(|(n, t, k, len, nullable)| {
+                let len = len.map(|l| format!("({l})")).unwrap_or_default();
+                let null = if is(nullable, "YES") { " NULL" } else { " NOT NULL" };
+                let key = if k.is_empty() { "" } else { " (key)" };
+                format!("{n} {t}{len}{null}{key}")
+            })
             .collect::<Vec<_>>()
             .join(", ");
         return Err(Error::config(
             BACKEND,
             format!(
-                "table {table} exists with an unexpected schema ({found}); expected `key` VARBINARY(512) PRIMARY KEY, `value` LONGBLOB (nullable), `version` BIGINT"
+                "table {table} exists with an unexpected schema ({found}); expected `key` VARBINARY(512) PRIMARY KEY, `value` LONGBLOB NULL, `version` BIGINT"
             ),
         ));
     }

@@ -222,6 +222,46 @@ async fn a_foreign_table_is_refused() {
     drop_tables(&uri, &[&table]).await;
 }
 
+/// A table whose columns would not keep keys and values as written is
+/// refused at open, naming what it found: a text key (its `_ci` collation
+/// makes `A` and `a` one row), a short or padded binary key, a value column
+/// that cuts values short or cannot hold a tombstone.
+#[tokio::test]
+async fn a_table_that_would_not_keep_keys_and_values_is_refused() {
+    let Some(uri) = server_uri("lossy_table") else {
+        return;
+    };
+    let mut raw = raw_conn(&uri).await;
+    for (i, (key, value)) in [
+        ("VARCHAR(512)", "LONGBLOB NULL"),
+        ("VARBINARY(16)", "LONGBLOB NULL"),
+        ("BINARY(255)", "LONGBLOB NULL"),
+        ("VARBINARY(512)", "BLOB NULL"),
+        ("VARBINARY(512)", "LONGBLOB NOT NULL"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let table = unique_table(&format!("bk_lossy{i}"));
+        exec(
+            &mut raw,
+            &format!(
+                "CREATE TABLE {table} (`key` {key} NOT NULL PRIMARY KEY, `value` {value}, `version` BIGINT NOT NULL) ENGINE = InnoDB"
+            ),
+        )
+        .await;
+        let e = bakery_mysql::MysqlStore::connect(&common::with_options(
+            &uri,
+            &format!("table={table}"),
+        ))
+        .await
+        .expect_err(&format!("key {key}, value {value}"));
+        assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+        bakery_testkit::assert_mentions(&e, &[&table, "unexpected schema"]);
+        drop_tables(&uri, &[&table]).await;
+    }
+}
+
 /// Every call runs with the session settings the guarantees rest on, also
 /// on a connection the pool hands out again (the driver's reset on return
 /// would drop them): READ COMMITTED and the statement limit.
@@ -239,9 +279,13 @@ async fn pooled_connections_keep_the_session_settings() {
             .await
             .unwrap()
             .is_applied());
-        let (isolation, limit) = store.session_settings().await.unwrap();
+        let (isolation, limit, sql_mode) = store.session_settings().await.unwrap();
         assert_eq!(isolation, "READ-COMMITTED", "round {round}");
         assert_eq!(limit, "1.500000", "round {round}");
+        assert_eq!(
+            sql_mode, "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION",
+            "round {round}"
+        );
     }
     drop_tables(&uri, &[&table]).await;
 }

@@ -46,6 +46,12 @@ fn options_are_read_and_shown_back() {
     assert_eq!(again.table(), c.table());
     assert_eq!(again.pool_size(), 3);
     assert!(again.accept_data_loss());
+    assert!(again.returning(), "the default");
+    let plain = MysqlConfig::from_uri("mariadb://u@h/db?returning=false").unwrap();
+    assert!(!plain.returning());
+    assert!(!MysqlConfig::from_uri(&plain.to_string())
+        .unwrap()
+        .returning());
 }
 
 #[test]
