@@ -85,7 +85,11 @@ mod tests {
         assert_eq!(found.len(), 1);
         let global = TableDescription::builder()
             .table_id("id-1")
-            .replicas(ReplicaDescription::builder().region_name("eu-west-1").build())
+            .replicas(
+                ReplicaDescription::builder()
+                    .region_name("eu-west-1")
+                    .build(),
+            )
             .build();
         let found = table_hazards("t", Some("id-1"), &global);
         assert_eq!(found.len(), 1);

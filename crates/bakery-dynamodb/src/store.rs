@@ -282,7 +282,10 @@ impl DynamoStore {
                         Ok(Written::Refused(failed.item))
                     }
                     // (not reached: matched above)
-                    other => Err(Error::new(ErrorKind::Internal, BACKEND, other.to_string()).during(call.op)),
+                    other => {
+                        Err(Error::new(ErrorKind::Internal, BACKEND, other.to_string())
+                            .during(call.op))
+                    }
                 }
             }
             Err(e) => Err(map_err(e, call.op, Stage::Write)),
@@ -348,7 +351,10 @@ impl DynamoStore {
                         Ok(Written::Refused(failed.item))
                     }
                     // (not reached: matched above)
-                    other => Err(Error::new(ErrorKind::Internal, BACKEND, other.to_string()).during(call.op)),
+                    other => {
+                        Err(Error::new(ErrorKind::Internal, BACKEND, other.to_string())
+                            .during(call.op))
+                    }
                 }
             }
             Err(e) => Err(map_err(e, call.op, Stage::Write)),

@@ -544,9 +544,8 @@ async fn check_schema(conn: &mut Conn, table: &TableName) -> Result<()> {
     let key_ok = column("key").is_some_and(|(_, t, k, len, _)| {
         is(t, "varbinary") && len.is_some_and(|len| len >= 512) && is(k, "PRI")
     });
-    let value_ok = column("value").is_some_and(|(_, t, _, _, nullable)| {
-        is(t, "longblob") && is(nullable, "YES")
-    });
+    let value_ok = column("value")
+        .is_some_and(|(_, t, _, _, nullable)| is(t, "longblob") && is(nullable, "YES"));
     let version_ok = column("version").is_some_and(|(_, t, ..)| is(t, "bigint"));
     let pri_count = columns.iter().filter(|(_, _, k, ..)| is(k, "PRI")).count();
     if !(columns.len() == 3 && key_ok && value_ok && version_ok && pri_count == 1) {
@@ -554,7 +553,11 @@ async fn check_schema(conn: &mut Conn, table: &TableName) -> Result<()> {
             .iter()
             .map(|(n, t, k, len, nullable)| {
                 let len = len.map(|l| format!("({l})")).unwrap_or_default();
-                let null = if is(nullable, "YES") { " NULL" } else { " NOT NULL" };
+                let null = if is(nullable, "YES") {
+                    " NULL"
+                } else {
+                    " NOT NULL"
+                };
                 let key = if k.is_empty() { "" } else { " (key)" };
                 format!("{n} {t}{len}{null}{key}")
             })
