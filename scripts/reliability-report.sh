@@ -90,7 +90,7 @@ fi
 # their own; a smaller set in child processes), and the negative controls
 # that must make those cases fail (crates/bakery-testkit/tests/negative_controls.rs,
 # tests/ferretdb_negative_control.rs, tests/dynamodb_negative_control.rs).
-export BAKERY_TEST_URIS="redis-watch=${BAKERY_REDIS_URI}?cas=watch"
+export BAKERY_TEST_URIS="redis-watch=${BAKERY_REDIS_URI}?cas=watch mysql-no-returning=${BAKERY_MARIADB_URI}?returning=false"
 if ! cargo test --all-features --test conformance >"$out/conformance.log" 2>&1; then
     echo "reliability-report.sh: a conformance case failed; docs/RELIABILITY.md left alone (log: $out/conformance.log)" >&2
     exit 1
