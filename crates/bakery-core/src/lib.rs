@@ -30,8 +30,8 @@ pub use memory::MemoryStore;
 pub use metrics::MetricsStore;
 pub use retry::{RetryPolicy, RetryStore};
 pub use store::{
-    Capabilities, Change, DeleteOutcome, OwnWrite, OwnWrites, PutOutcome, Row, Stored, Version,
-    VersionedStore, Watch, WatchSender,
+    signed_version, within, Capabilities, Change, DeleteOutcome, OwnWrite, OwnWrites, PutOutcome,
+    Row, Stored, Version, VersionedStore, Watch, WatchSender,
 };
 
 /// Re-exported so backend crates implement the trait with the same macro.

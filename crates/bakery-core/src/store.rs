@@ -247,6 +247,44 @@ fn same_buffer(a: &Bytes, b: &Bytes) -> bool {
 /// repeated for a key, not even across delete and re-create.
 pub type Version = u64;
 
+/// `version` as a backend with signed 64-bit integer columns stores it
+/// (positive), or `None` if no stored row can have it (0, or above
+/// `i64::MAX`): a write expecting it is a plain conflict.
+///
+/// ```
+/// use bakery_core::signed_version;
+/// assert_eq!(signed_version(7), Some(7));
+/// assert_eq!(signed_version(0), None);
+/// assert_eq!(signed_version(u64::MAX), None);
+/// ```
+pub fn signed_version(version: Version) -> Option<i64> {
+    i64::try_from(version).ok().filter(|v| *v > 0)
+}
+
+/// Run `f` until `deadline` (`None`: no limit); `None` if the deadline
+/// passed first (and `f` was dropped).
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio::time::Instant;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// assert_eq!(bakery_core::within(None, async { 1 }).await, Some(1));
+/// let past = Some(Instant::now() - Duration::from_millis(1));
+/// assert_eq!(bakery_core::within(past, std::future::pending::<()>()).await, None);
+/// # }
+/// ```
+pub async fn within<F: std::future::Future>(
+    deadline: Option<tokio::time::Instant>,
+    f: F,
+) -> Option<F::Output> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
 /// One stored row: a key, an opaque value and its version.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Row {

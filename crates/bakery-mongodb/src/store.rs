@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use bakery_core::durability::Recheck;
 use bakery_core::{
-    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, Operation, PutOutcome,
-    Result, Row, Version, VersionedStore,
+    async_trait, signed_version, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key,
+    Operation, PutOutcome, Result, Row, Version, VersionedStore,
 };
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{doc, Binary, Bson, Document};
@@ -356,7 +356,7 @@ impl MongoStore {
         for attempt in 1..=MAX_ATTEMPTS {
             let current = match expected {
                 Some(expected) => {
-                    let Some(raw) = stored_version(expected) else {
+                    let Some(raw) = signed_version(expected) else {
                         // No document can hold this version.
                         let current = self.u_read(call, key).await?;
                         return Ok(PutOutcome::Conflict(current.and_then(|s| s.live(key))));
@@ -396,7 +396,7 @@ impl MongoStore {
                     match self.u_read(call, key).await? {
                         // A tombstone: re-create above its version.
                         Some(tomb) if tomb.value.is_none() => {
-                            let raw = stored_version(tomb.version).unwrap_or(i64::MAX);
+                            let raw = signed_version(tomb.version).unwrap_or(i64::MAX);
                             if raw == i64::MAX {
                                 return Err(exhausted(key));
                             }
@@ -432,7 +432,7 @@ impl MongoStore {
     }
 
     async fn u_delete(&self, call: &Call, key: &Key, expected: Version) -> Result<DeleteOutcome> {
-        let Some(raw) = stored_version(expected) else {
+        let Some(raw) = signed_version(expected) else {
             let current = self.u_read(call, key).await?;
             return Ok(DeleteOutcome::Conflict(current.and_then(|s| s.live(key))));
         };
@@ -629,11 +629,6 @@ pub(crate) fn binary(value: &Bytes) -> Bson {
         subtype: BinarySubtype::Generic,
         bytes: value.to_vec(),
     })
-}
-
-/// A version as stored (positive `Int64`), or `None` if no row can have it.
-pub(crate) fn stored_version(version: Version) -> Option<i64> {
-    i64::try_from(version).ok().filter(|v| *v > 0)
 }
 
 pub(crate) fn exhausted(key: &Key) -> Error {

@@ -1,14 +1,13 @@
 //! [`MysqlStore`]: the versioned conditional put as one SQL statement.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bakery_core::durability::Recheck;
 use bakery_core::{
-    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, Operation, PutOutcome,
-    Result, Row, Stored, Version, VersionedStore,
+    async_trait, signed_version, within, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key,
+    Operation, PutOutcome, Result, Row, Stored, Version, VersionedStore,
 };
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Pool, Value};
@@ -335,7 +334,7 @@ impl MysqlStore {
         let op = Operation::Put;
         let deadline = self.deadline();
         self.rechecked(op, deadline).await?;
-        let expected_raw = match expected.map(stored_version) {
+        let expected_raw = match expected.map(signed_version) {
             None => None,
             Some(Some(raw)) => Some(raw),
             // A version no row can have: a conflict with whatever is there.
@@ -413,7 +412,7 @@ impl MysqlStore {
         let op = Operation::Delete;
         let deadline = self.deadline();
         self.rechecked(op, deadline).await?;
-        let Some(raw) = stored_version(expected) else {
+        let Some(raw) = signed_version(expected) else {
             let current = self.read(op, key, deadline).await?;
             return Ok(DeleteOutcome::Conflict(current.and_then(|s| s.live(key))));
         };
@@ -573,21 +572,8 @@ async fn check_schema(conn: &mut Conn, table: &TableName) -> Result<()> {
     Ok(())
 }
 
-/// Run `f` until `deadline` (`None`: no limit); `None` if it passed.
-async fn within<F: Future>(deadline: Option<Instant>, f: F) -> Option<F::Output> {
-    match deadline {
-        Some(deadline) => tokio::time::timeout_at(deadline, f).await.ok(),
-        None => Some(f.await),
-    }
-}
-
 fn key_param(key: &Key) -> Value {
     Value::Bytes(key.as_str().as_bytes().to_vec())
-}
-
-/// A version as stored (`BIGINT`, positive), or `None` if no row can have it.
-fn stored_version(version: Version) -> Option<i64> {
-    i64::try_from(version).ok().filter(|v| *v > 0)
 }
 
 fn lost_races(op: Operation, key: &Key) -> Error {

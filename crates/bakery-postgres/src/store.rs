@@ -3,14 +3,13 @@
 pub(crate) mod tls;
 
 use std::fmt;
-use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bakery_core::error::cause_chain;
 use bakery_core::{
-    async_trait, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key, Operation, PutOutcome,
-    Result, Row, Stored, Version, VersionedStore, Watch,
+    async_trait, signed_version, within, Bytes, Capabilities, DeleteOutcome, Error, ErrorKind, Key,
+    Operation, PutOutcome, Result, Row, Stored, Version, VersionedStore, Watch,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime, Timeouts};
 use tokio::time::Instant;
@@ -542,7 +541,7 @@ impl PostgresStore {
     async fn put(&self, key: &Key, expected: Option<Version>, value: Bytes) -> Result<PutOutcome> {
         let deadline = self.deadline();
         self.rechecked(Operation::Put, deadline).await?;
-        let expected_raw = match expected.map(stored_version) {
+        let expected_raw = match expected.map(signed_version) {
             None => None,
             Some(Some(raw)) => Some(raw),
             // A version no row can have (0, or above i64::MAX): a conflict
@@ -600,7 +599,7 @@ impl PostgresStore {
     async fn delete(&self, key: &Key, expected: Version) -> Result<DeleteOutcome> {
         let deadline = self.deadline();
         self.rechecked(Operation::Delete, deadline).await?;
-        let Some(raw) = stored_version(expected) else {
+        let Some(raw) = signed_version(expected) else {
             let current = self.read(Operation::Delete, key, deadline).await?;
             return Ok(DeleteOutcome::Conflict(current.and_then(|s| s.live(key))));
         };
@@ -631,19 +630,6 @@ impl PostgresStore {
         }
         Err(lost_races(Operation::Delete, key))
     }
-}
-
-/// Run `f` until `deadline` (`None`: no limit); `None` if it passed.
-async fn within<F: Future>(deadline: Option<Instant>, f: F) -> Option<F::Output> {
-    match deadline {
-        Some(deadline) => tokio::time::timeout_at(deadline, f).await.ok(),
-        None => Some(f.await),
-    }
-}
-
-/// A version as stored (`BIGINT`, positive), or `None` if no row can have it.
-fn stored_version(version: Version) -> Option<i64> {
-    i64::try_from(version).ok().filter(|v| *v > 0)
 }
 
 fn listener_closed() -> Error {
