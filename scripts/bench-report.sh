@@ -3,10 +3,12 @@
 # run `bakery bench --workload all` on all five of them, on memory:// and on
 # a fresh SQLite file, write the raw results (results.json), the SVG charts
 # and the Markdown report to target/bench-report/, then copy the Markdown to
-# docs/BENCHMARKS.md. That file is generated: never edit it by hand. Its
-# `bakery serve` section (between `<!-- serve:begin -->` and
-# `<!-- serve:end -->`) is scripts/bench-serve.sh's: kept as it was, or
-# measured again with BAKERY_BENCH_SERVE=1.
+# docs/BENCHMARKS.md. That file is generated: never edit it by hand. Two
+# of its sections are other scripts' and kept as they were: the criterion
+# section (between `<!-- criterion:begin -->` and `<!-- criterion:end -->`,
+# scripts/bench-criterion.sh) and the `bakery serve` section (between
+# `<!-- serve:begin -->` and `<!-- serve:end -->`, scripts/bench-serve.sh;
+# measured again with BAKERY_BENCH_SERVE=1).
 #
 #   scripts/bench-report.sh [MORE BENCH OPTIONS...]     e.g. --block-size 5000
 #
@@ -47,7 +49,11 @@ done
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/bakery-bench-report.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 rm -rf "$out"
-# The serve section is not `bakery bench`'s: saved here, put back below.
+# The criterion and serve sections are not `bakery bench`'s: saved here,
+# put back below.
+# shellcheck source=scripts/lib/doc-block.sh
+. scripts/lib/doc-block.sh
+doc_block_extract criterion docs/BENCHMARKS.md >"$scratch/criterion.md"
 scripts/bench-serve.sh --extract >"$scratch/serve.md"
 
 cargo run --release -p bakery-cli --features all-backends,bench,mariadb -- bench --workload all \
@@ -71,6 +77,9 @@ cargo run --release -p bakery-cli --features all-backends,bench,mariadb -- bench
 
 mkdir -p docs
 cp "$out/report.md" docs/BENCHMARKS.md
+if [[ -s $scratch/criterion.md ]]; then
+    doc_block_splice criterion "$scratch/criterion.md" docs/BENCHMARKS.md "## How to read the tables"
+fi
 echo "bench-report.sh: wrote docs/BENCHMARKS.md (results.json and charts in $out/)" >&2
 
 if [[ ${BAKERY_BENCH_SERVE:-0} == 1 ]]; then

@@ -39,52 +39,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 doc=docs/BENCHMARKS.md
-begin='<!-- serve:begin -->'
-end='<!-- serve:end -->'
+# shellcheck source=scripts/lib/doc-block.sh
+. scripts/lib/doc-block.sh
 
-# The block of $1, markers excluded.
+# The block of $1 (default $doc), markers excluded.
 extract() {
-    local file=${1:-$doc}
-    [[ -f $file ]] || return 0
-    awk -v begin="$begin" -v end="$end" '
-        $0 == end { inside = 0 }
-        inside { print }
-        $0 == begin { inside = 1 }
-    ' "$file"
+    doc_block_extract serve "${1:-$doc}"
 }
 
-# Replace (or insert) the block of $doc with the Markdown in $1.
+# Replace (or insert, before the tables' reading guide) the block of $doc
+# with the Markdown in $1.
 splice() {
-    local section=$1 tmp
-    if [[ ! -s $section ]]; then
-        echo "bench-serve.sh: $section is empty; $doc left alone" >&2
-        return 1
-    fi
-    [[ -f $doc ]] || : >"$doc"
-    tmp=$(mktemp "$doc.XXXXXX")
-    awk -v begin="$begin" -v end="$end" -v section="$section" '
-        function emit(   n, i, lines, line) {
-            n = 0
-            while ((getline line < section) > 0) lines[++n] = line
-            close(section)
-            while (n > 0 && lines[n] == "") n--
-            print begin
-            for (i = 1; i <= n; i++) print lines[i]
-            print end
-            done = 1
-        }
-        $0 == begin { if (!done) emit(); skipping = 1; next }
-        skipping { if ($0 == end) skipping = 0; next }
-        !done && $0 == "## How to read the tables" { emit(); print "" }
-        { print }
-        END {
-            if (!done) {
-                if (NR > 0) print ""
-                emit()
-            }
-        }
-    ' "$doc" >"$tmp"
-    mv "$tmp" "$doc"
+    doc_block_splice serve "$1" "$doc" "## How to read the tables"
 }
 
 case "${1:-}" in

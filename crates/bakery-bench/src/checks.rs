@@ -6,6 +6,10 @@
 //! - **Sequence vs `nextval()`**: sequence ids/s at the run's block size
 //!   ≥ 100 × PostgreSQL `nextval()` one per call, compared at the same
 //!   number of clients, on every backend (needs a postgres URI).
+//! - **Sequence vs `AUTO_INCREMENT`**: on a mysql target, sequence ids/s
+//!   ≥ 100 × an `AUTO_INCREMENT` insert per id on the same server, at
+//!   every client count and (across processes) every process count, both
+//!   variants.
 //! - **Sequence tail**: p999 of `next()` ≤ 10 × the cached-path p50. The
 //!   cached-path p50 is the p50 of the same cell's `next()` calls: at block
 //!   size 1,000 at least 999 of every 1,000 calls are served from memory,
@@ -68,6 +72,10 @@ use crate::workloads::cas::{LARGE_ROW, OWN, OWN_LARGE};
 
 /// How far a sequence must outrun `nextval()`.
 pub const NEXTVAL_FACTOR: f64 = 100.0;
+/// How far a sequence must outrun an `AUTO_INCREMENT` insert per id.
+pub const AUTO_INCREMENT_FACTOR: f64 = 100.0;
+/// The label of the mysql peer [`AUTO_INCREMENT_FACTOR`] is judged against.
+const AUTO_INCREMENT_LABEL: &str = "AUTO_INCREMENT insert per id";
 /// How far the sequence p999 may be above the cached-path p50.
 pub const TAIL_FACTOR: f64 = 10.0;
 /// The least Jain's index of the fair lock at 16 and 64 clients.
@@ -99,6 +107,7 @@ pub const ADVISORY_SHARE: f64 = 0.5;
 pub fn evaluate(results: &[CellResult]) -> Vec<Check> {
     vec![
         sequence_vs_nextval(results),
+        sequence_vs_auto_increment(results, "sequence-vs-auto-increment"),
         sequence_tail(results),
         lock_fairness(results),
         lock_scaling(results),
@@ -106,7 +115,8 @@ pub fn evaluate(results: &[CellResult]) -> Vec<Check> {
             id: "cached-next-vs-fetch-add",
             target: "cached next() ≥ 0.5 × AtomicU64::fetch_add".to_string(),
             status: CheckStatus::SeeCriterion,
-            summary: "measured by `cargo bench --bench sequence`".to_string(),
+            summary: "measured by criterion: `scripts/bench-criterion.sh` (its section below)"
+                .to_string(),
             cells: Vec::new(),
         },
         Check {
@@ -114,7 +124,7 @@ pub fn evaluate(results: &[CellResult]) -> Vec<Check> {
             target: "put_if_version ≤ 1.15 × the same conditional write through the raw driver"
                 .to_string(),
             status: CheckStatus::SeeCriterion,
-            summary: "measured by `cargo bench -p bakery-bench --all-features --bench backends` (cas/<backend>/bakery vs raw)"
+            summary: "measured by criterion, per backend: `scripts/bench-criterion.sh` (its section below)"
                 .to_string(),
             cells: Vec::new(),
         },
@@ -146,6 +156,7 @@ pub fn evaluate_across(results: &[CellResult]) -> Vec<Check> {
     vec![
         queue_recipes(results, "queue-recipes-across"),
         processes_scaling(results),
+        sequence_vs_auto_increment(results, "sequence-vs-auto-increment-across"),
         beside_native(
             results,
             "advisory-across",
@@ -415,6 +426,35 @@ fn sequence_vs_nextval(results: &[CellResult]) -> Check {
         })
         .collect();
     conclude("sequence-vs-nextval", target, cells, Worst::Lowest)
+}
+
+/// Every sequence cell on a mysql target (both variants) against the
+/// `AUTO_INCREMENT` peer of the same target and client count.
+fn sequence_vs_auto_increment(results: &[CellResult], id: &'static str) -> Check {
+    let target = format!(
+        "sequence ids/s on mysql ≥ {AUTO_INCREMENT_FACTOR:.0} × an {AUTO_INCREMENT_LABEL} (same server), every client count"
+    );
+    let cells: Vec<CheckCell> = bakery_sequence_cells(results)
+        .filter(|cell| cell.backend == "mysql")
+        .filter_map(|cell| {
+            let peer = results.iter().find(|p| {
+                p.workload == "sequence"
+                    && p.implementation == Implementation::Native
+                    && p.target == cell.target
+                    && p.label == AUTO_INCREMENT_LABEL
+                    && p.clients == cell.clients
+                    && p.ops_per_sec > 0.0
+            })?;
+            let ratio = cell.ops_per_sec / peer.ops_per_sec;
+            Some(Worst::Lowest.cell(
+                AUTO_INCREMENT_FACTOR,
+                format!("{} ({})", cell.target, cell.variant),
+                cell.clients,
+                ratio,
+            ))
+        })
+        .collect();
+    conclude(id, target, cells, Worst::Lowest)
 }
 
 fn sequence_tail(results: &[CellResult]) -> Check {
@@ -852,6 +892,36 @@ mod tests {
             fairness: None,
             extras: Default::default(),
         }
+    }
+
+    /// The mysql sequence against its own server's AUTO_INCREMENT, both
+    /// variants, and a miss named by its variant.
+    #[test]
+    fn sequence_is_judged_against_auto_increment_on_mysql() {
+        let on_mysql = |imp, variant: &str, label: &str, clients, rate| CellResult {
+            variant: variant.into(),
+            ..cell("mysql", imp, label, clients, rate)
+        };
+        let mut results = vec![
+            on_mysql(Implementation::Bakery, "next", "next()", 1, 1e6),
+            on_mysql(Implementation::Bakery, "nodes", "next()", 1, 5e5),
+            on_mysql(
+                Implementation::Native,
+                AUTO_INCREMENT_LABEL,
+                AUTO_INCREMENT_LABEL,
+                1,
+                300.0,
+            ),
+        ];
+        let met = sequence_vs_auto_increment(&results, "t");
+        assert_eq!(met.status, CheckStatus::Met, "{}", met.summary);
+        assert_eq!(met.cells.len(), 2);
+        results[1].ops_per_sec = 20_000.0;
+        let missed = sequence_vs_auto_increment(&results, "t");
+        assert_eq!(missed.status, CheckStatus::NotMet);
+        assert_says(&missed, "mysql (nodes)");
+        let none = sequence_vs_auto_increment(&results[..2], "t");
+        assert_eq!(none.status, CheckStatus::NotMeasured);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::path::Path;
 use super::table::{
     across_processes_title, checks_table, error_lines, skipped_lines, targets_table, workload_table,
 };
-use crate::checks::{NEXTVAL_FACTOR, TAIL_FACTOR};
+use crate::checks::{AUTO_INCREMENT_FACTOR, NEXTVAL_FACTOR, TAIL_FACTOR};
 use crate::error::BenchError;
 use crate::format::rate;
 use crate::results::{CellResult, Implementation, Report};
@@ -156,6 +156,11 @@ pub fn render(report: &Report, charts: &[String]) -> String {
         "- **Sequence vs `nextval()`**: the sequence's ids/s on each backend divided by \
          PostgreSQL `nextval()` (no CACHE, one round trip per id) at the same number of \
          clients; met when ≥ {NEXTVAL_FACTOR:.0} in every cell.\n\
+         - **Sequence vs `AUTO_INCREMENT`**: on MySQL/MariaDB, the sequence's ids/s divided by \
+         an `AUTO_INCREMENT` insert per id on the same server at the same number of clients \
+         (both variants; across processes, the same number of processes); met when \
+         ≥ {AUTO_INCREMENT_FACTOR:.0} in \
+         every cell.\n\
          - **Sequence tail**: p999 of `next()` divided by the cached-path p50, met when \
          ≤ {TAIL_FACTOR:.0} in every cell. The cached-path p50 is the p50 of the same cell's \
          `next()` calls: all but a few calls in a million are served from memory, so the \
@@ -228,7 +233,8 @@ pub fn render(report: &Report, charts: &[String]) -> String {
          - **Cached `next()` ≥ 0.5 × `fetch_add`** and **`put_if_version` ≤ 1.15 × the raw \
          driver operation** need nanosecond-level, statistically careful timing: the \
          criterion suites measure them — `cargo bench --bench sequence` and \
-         `cargo bench -p bakery-bench --all-features --bench backends`.\n\
+         `cargo bench -p bakery-bench --all-features --bench backends`, run by \
+         `scripts/bench-criterion.sh`, which writes its own section of this file.\n\
          - **Consumer round trips**: store calls per message of `Consumer::process` with a \
          partition per client, met when ≤ 1 in every cell: the handle writes against the \
          row it wrote last, so the check and the state change are one conditional write.\n\
