@@ -4,6 +4,14 @@
 //!   inside a block against a bare `AtomicU64::fetch_add`, same run
 //!   (target: the cached path ≥ 0.5 × the raw throughput).
 //! - `put_if_version/<backend>`: one compare-and-set update per iteration.
+//! - `snowflake/*`: one time-ordered id per iteration from bakery's
+//!   `Snowflake` (its worker id leased once, before the timing) and from
+//!   the `ferroid` and `sonyflake` crates, each in its own layout's cap:
+//!   4,096 ids a millisecond for Twitter's layout (bakery's default and
+//!   ferroid's), 256 per 10 ms for Sonyflake's; `bakery_wide` is bakery
+//!   with 14 sequence bits (16,384 a millisecond), to show the cost of the
+//!   call below the cap. `snowflake_threads/<n>`: one generator shared by
+//!   `n` tasks of a runtime of `n` threads.
 //!
 //! `cargo bench --bench sequence`
 
@@ -96,5 +104,94 @@ fn put_if_version(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, next_vs_fetch_add, put_if_version);
+fn snowflakes(c: &mut Criterion) {
+    use bakery::snowflake::{Layout, Snowflake};
+
+    let rt = runtime();
+    let leased = |layout: Layout| {
+        let store = Arc::new(bakery::MemoryStore::new());
+        let ids = Snowflake::builder(store, "bench")
+            .layout(layout)
+            .build()
+            .expect("snowflake");
+        rt.block_on(ids.next()).expect("a worker id");
+        ids
+    };
+    let mut group = c.benchmark_group("snowflake");
+    group.throughput(Throughput::Elements(1));
+    for (name, layout) in [
+        ("bakery", Layout::default()),
+        (
+            "bakery_wide",
+            Layout::default().timestamp_bits(39).sequence_bits(14),
+        ),
+    ] {
+        let ids = leased(layout);
+        group.bench_function(name, |b| {
+            b.to_async(&rt)
+                .iter(|| async { black_box(ids.next().await.expect("next")) })
+        });
+    }
+
+    use ferroid::generator::AtomicSnowflakeGenerator;
+    use ferroid::id::SnowflakeTwitterId;
+    use ferroid::time::{MonotonicClock, TWITTER_EPOCH};
+    let ferroid: AtomicSnowflakeGenerator<SnowflakeTwitterId, _> =
+        AtomicSnowflakeGenerator::new(0, MonotonicClock::<1>::with_epoch(TWITTER_EPOCH));
+    group.bench_function("ferroid_atomic", |b| {
+        b.iter(|| black_box(ferroid.next_id(|_| std::hint::spin_loop())))
+    });
+
+    let machine = || Ok(1);
+    let sonyflake = sonyflake::Sonyflake::builder()
+        .machine_id(&machine)
+        .finalize()
+        .expect("sonyflake");
+    group.bench_function("sonyflake", |b| {
+        b.iter(|| black_box(sonyflake.next_id().expect("id")))
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("snowflake_threads");
+    group.throughput(Throughput::Elements(1));
+    for threads in [1usize, 4, 16] {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let store = Arc::new(bakery::MemoryStore::new());
+        let ids = Snowflake::builder(store, "bench-threads")
+            .build()
+            .expect("snowflake");
+        rt.block_on(ids.next()).expect("a worker id");
+        group.bench_function(threads.to_string(), |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                rt.block_on(async {
+                    let tasks: Vec<_> = (0..threads as u64)
+                        .map(|task| {
+                            // `iters` in all, shared out.
+                            let per_task =
+                                iters / threads as u64 + u64::from(task < iters % threads as u64);
+                            let ids = ids.clone();
+                            tokio::spawn(async move {
+                                for _ in 0..per_task {
+                                    black_box(ids.next().await.expect("next"));
+                                }
+                            })
+                        })
+                        .collect();
+                    for task in tasks {
+                        task.await.expect("task");
+                    }
+                });
+                start.elapsed()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, next_vs_fetch_add, put_if_version, snowflakes);
 criterion_main!(benches);

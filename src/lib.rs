@@ -26,6 +26,7 @@ pub use bakery_recipes::once::{self, Execution, Idempotency, IdempotencyBuilder,
 pub use bakery_recipes::rwlock::{self, ReadGuard, RwLock, RwLockBuilder, WriteGuard};
 pub use bakery_recipes::semaphore::{self, Permit, Semaphore, SemaphoreBuilder};
 pub use bakery_recipes::sequence::{self, IdBatch, Sequence, SequenceBuilder, SequenceState};
+pub use bakery_recipes::snowflake::{self, Snowflake, SnowflakeBuilder};
 pub use bakery_recipes::time::{self, TimeService};
 
 /// The backend crates compiled into this build, for direct use of their

@@ -130,9 +130,11 @@ install_missing() {
 
 # Build dependencies (`scripts/backends.sh deps`): protoc and the well-known
 # .proto files, which the etcd-client crate needs to build; Python's venv,
-# which scripts/schemathesis.sh installs schemathesis into.
+# which scripts/schemathesis.sh installs schemathesis into; libfaketime,
+# which the snowflake tests move a real process's clock with.
 deps_missing() {
     have protoc || echo protobuf-compiler
+    pkg_installed libfaketime || echo libfaketime
     python3 -c 'import venv, ensurepip' 2>/dev/null || echo python3-venv
     if [[ ! -f /usr/include/google/protobuf/descriptor.proto ]] && ! pkg_installed libprotobuf-dev; then
         echo libprotobuf-dev

@@ -4,8 +4,7 @@ use std::path::PathBuf;
 
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-/// The most ids one `bakery seq next` may hand out.
-pub const MAX_COUNT: u64 = 10_000_000;
+use crate::output::MAX_COUNT;
 
 /// `--retries` when not given: [`bakery_core::RetryPolicy`]'s default of
 /// five attempts in all.
@@ -80,6 +79,11 @@ pub enum Command {
     /// that uses the same store.
     #[command(subcommand)]
     Seq(SeqCommand),
+
+    /// Time-ordered 64-bit ids (Snowflake): timestamp, worker id, sequence;
+    /// the worker id a lease in the store, so no two processes share one.
+    #[command(subcommand)]
+    Snowflake(crate::snowflake::SnowflakeCommand),
 
     /// Fair distributed locks: run a command while holding a lock, granted
     /// in the order requested, with a lease and a fencing token.

@@ -28,6 +28,7 @@ mod semaphore;
 mod seq;
 #[cfg(feature = "serve")]
 mod serve;
+mod snowflake;
 mod verify;
 
 use std::io::Write;
@@ -196,6 +197,23 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
         #[cfg(not(feature = "migrate"))]
         Command::Migrate(_) => Err(missing::refuse("migrate", "migrate")),
+        Command::Snowflake(command) => {
+            if let Some(name) = command.name() {
+                bakery::validate_name(name)?;
+            }
+            let open_store = async || Ok(open(cli.uri.as_deref(), cli.retries).await?.0);
+            match command {
+                snowflake::SnowflakeCommand::Next(args) => {
+                    snowflake::next(open_store().await?, args, cli.json).await
+                }
+                snowflake::SnowflakeCommand::Decode(args) => {
+                    snowflake::decode(open_store, args, cli.json).await
+                }
+                snowflake::SnowflakeCommand::Layout(args) => {
+                    snowflake::layout(open_store, args, cli.json).await
+                }
+            }
+        }
         Command::Seq(SeqCommand::Next(args)) => {
             let store = open_named(&cli, &args.name).await?;
             seq::next(store, args, cli.json).await

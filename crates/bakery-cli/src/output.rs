@@ -3,6 +3,10 @@
 use std::fmt;
 use std::io::{self, BufWriter, StdoutLock, Write};
 
+/// The most ids one `bakery seq next` or `bakery snowflake next` may hand
+/// out.
+pub const MAX_COUNT: u64 = 10_000_000;
+
 /// Everything a command can fail with.
 #[derive(Debug)]
 pub enum CliError {

@@ -16,4 +16,5 @@ mod queue;
 pub mod rwlock;
 pub mod semaphore;
 pub mod sequence;
+pub mod snowflake;
 pub mod time;

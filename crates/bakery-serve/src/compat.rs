@@ -1,6 +1,7 @@
 //! The routes of the id services teams move from, answering in their
-//! documented shapes: Meituan Leaf's segment route and Didi Tinyid's id and
-//! segment routes. A Leaf key or Tinyid `bizType` is a bakery sequence name.
+//! documented shapes: Meituan Leaf's segment and snowflake routes and Didi
+//! Tinyid's id and segment routes. A Leaf segment key or Tinyid `bizType`
+//! is a bakery sequence name; a Leaf snowflake key a snowflake name.
 
 use std::collections::HashMap;
 
@@ -36,6 +37,30 @@ pub(crate) async fn leaf_segment(
     let Path(key) = key?;
     caller.allow(Operation::Ids, &key)?;
     let id = service.sequences().get(&key)?.next().await?;
+    Ok(id.to_string())
+}
+
+/// Leaf snowflake mode: a time-ordered id, as plain text. Leaf ignores the
+/// key; here it is the snowflake's name, served on a worker id this
+/// instance leases from the store (Leaf's come from ZooKeeper).
+#[utoipa::path(
+    method(get, post),
+    path = "/api/snowflake/get/{key}",
+    tag = "compatible",
+    params(("key" = String, Path, description = "The snowflake name.")),
+    responses(
+        (status = 200, description = "The id, in decimal, nothing else.", body = String, content_type = "text/plain"),
+        ErrorResponses,
+    )
+)]
+pub(crate) async fn leaf_snowflake(
+    State(service): State<Service>,
+    caller: Caller,
+    key: Result<Path<String>, PathRejection>,
+) -> Result<String, ApiError> {
+    let Path(key) = key?;
+    caller.allow(Operation::Ids, &key)?;
+    let id = service.snowflakes().get(&key)?.next().await?;
     Ok(id.to_string())
 }
 

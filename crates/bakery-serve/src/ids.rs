@@ -15,6 +15,10 @@ use crate::Service;
 /// The most ids one `next` call returns.
 pub const MAX_COUNT: u64 = 100_000;
 
+/// The most snowflakes one instance serves at once: each holds a worker id
+/// (a lease renewed in the background); the oldest is given back first.
+pub const MAX_SNOWFLAKES: usize = 64;
+
 /// The most ids one `reserve` call reserves.
 pub const MAX_BLOCK: u64 = 100_000_000;
 
@@ -40,6 +44,17 @@ pub struct Ids {
     /// The sequence.
     pub name: String,
     /// The ids, each handed out once, by this or any other instance.
+    pub ids: Vec<u64>,
+}
+
+/// Time-ordered ids of one snowflake, increasing.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SnowflakeIds {
+    /// The snowflake.
+    pub name: String,
+    /// The worker id this instance holds for it (every id carries it).
+    pub worker: u32,
+    /// The ids: unique among every instance and process of the snowflake.
     pub ids: Vec<u64>,
 }
 
@@ -110,6 +125,39 @@ pub(crate) async fn next_ids(
     let sequence = service.sequences().get(&name)?;
     let ids = take(&sequence, count).await?;
     Ok(Ids { name, ids })
+}
+
+/// Next time-ordered ids of a snowflake.
+///
+/// 64-bit ids `timestamp | worker | sequence` (41, 10 and 12 bits; epoch
+/// 2026-01-01), issued on a worker id this instance leases from the store
+/// on first use (at most 64 snowflakes per instance): no store call per id.
+#[utoipa::path(
+    post,
+    path = "/v1/snowflakes/{name}/next",
+    tag = "ids",
+    params(("name" = String, Path, description = "The snowflake name."), CountParams),
+    responses(
+        (status = 200, description = "The ids.", body = SnowflakeIds),
+        ErrorResponses,
+    )
+)]
+pub(crate) async fn snowflake_next(
+    State(service): State<Service>,
+    caller: Caller,
+    name: Result<Path<String>, PathRejection>,
+    params: Result<Query<CountParams>, QueryRejection>,
+) -> Result<Json<SnowflakeIds>, ApiError> {
+    let (Path(name), Query(params)) = (name?, params?);
+    caller.allow(Operation::Ids, &name)?;
+    let count = bounded("count", params.count.unwrap_or(1), MAX_COUNT)?;
+    let snowflake = service.snowflakes().get(&name)?;
+    let mut ids = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+    for _ in 0..count {
+        ids.push(snowflake.next().await?);
+    }
+    let worker = snowflake.layout().decode(ids[ids.len() - 1]).worker;
+    Ok(Json(SnowflakeIds { name, worker, ids }))
 }
 
 /// Reserve a block of consecutive ids.

@@ -8,12 +8,12 @@ mod error;
 mod fenced;
 mod grants;
 mod grpc;
+mod handles;
 mod ids;
 mod locks;
 mod once;
 mod ops;
 mod overview;
-mod sequences;
 mod sessions;
 mod telemetry;
 mod tls;
@@ -42,7 +42,7 @@ pub use error::{ApiError, ErrorBody, Kind};
 pub use fenced::{FencedContent, FencedWriteRequest};
 pub use grants::{Family, Mode, Party, QueueView};
 pub use grpc::proto;
-pub use ids::{Block, Ids, MAX_BLOCK, MAX_COUNT};
+pub use ids::{Block, Ids, SnowflakeIds, MAX_BLOCK, MAX_COUNT};
 pub use locks::{
     AcquireRequest, Acquired, LeaderEvent, OpenSession, ReleaseRequest, DEFAULT_WAIT, MAX_WAIT,
 };
@@ -51,8 +51,8 @@ pub use ops::Health;
 pub use overview::{GrantState, Overview, SessionState};
 pub use sessions::{GrantView, SessionView, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 
+use handles::{Sequences, Snowflakes};
 use overview::Directory;
-use sequences::Sequences;
 use sessions::Sessions;
 
 /// The API's description: fixed title and version, so the checked-in
@@ -82,6 +82,7 @@ fn routes() -> OpenApiRouter<Service> {
         .routes(routes!(ids::next))
         .routes(routes!(ids::reserve))
         .routes(routes!(ids::show))
+        .routes(routes!(ids::snowflake_next))
         .routes(routes!(locks::open_session))
         .routes(routes!(locks::show_session, locks::close_session))
         .routes(routes!(locks::keep_alive))
@@ -96,6 +97,7 @@ fn routes() -> OpenApiRouter<Service> {
         .routes(routes!(once::fail))
         .routes(routes!(once::show, once::forget))
         .routes(routes!(compat::leaf_segment))
+        .routes(routes!(compat::leaf_snowflake))
         .routes(routes!(compat::tinyid_next_id))
         .routes(routes!(compat::tinyid_next_id_simple))
         .routes(routes!(compat::tinyid_next_segment))
@@ -142,6 +144,7 @@ pub struct Service {
 struct Inner {
     store: Arc<dyn VersionedStore>,
     sequences: Sequences,
+    snowflakes: Snowflakes,
     sessions: Sessions,
     directory: Directory,
     tokens: Option<Tokens>,
@@ -161,7 +164,8 @@ impl Service {
         let tokens = config.tokens_file().map(Tokens::load).transpose()?;
         Ok(Service {
             inner: Arc::new(Inner {
-                sequences: Sequences::new(store.clone(), config.max_sequences()),
+                sequences: Sequences::sequences(store.clone(), config.max_sequences()),
+                snowflakes: Snowflakes::snowflakes(store.clone(), ids::MAX_SNOWFLAKES),
                 store,
                 sessions: Sessions::new(config.max_sessions()),
                 directory: Directory::new(),
@@ -195,6 +199,10 @@ impl Service {
 
     pub(crate) fn sequences(&self) -> &Sequences {
         &self.inner.sequences
+    }
+
+    pub(crate) fn snowflakes(&self) -> &Snowflakes {
+        &self.inner.snowflakes
     }
 
     pub(crate) fn segment_size(&self) -> u64 {

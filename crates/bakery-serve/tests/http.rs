@@ -275,6 +275,52 @@ async fn a_refused_or_lost_write_is_a_503_and_its_ids_are_never_handed_out() {
     instance.stop().await;
 }
 
+/// Snowflake ids over HTTP: two instances on one store hold two worker
+/// ids; Leaf's snowflake route answers a bare decimal id.
+#[tokio::test]
+async fn snowflake_ids_from_two_instances_carry_two_worker_ids() {
+    let store: Arc<dyn VersionedStore> = Arc::new(bakery::MemoryStore::new());
+    let (one, two) = (
+        Instance::start(store.clone()).await,
+        Instance::start(store).await,
+    );
+    let path = "/v1/snowflakes/orders/next?count=500";
+    let a: bakery_serve::SnowflakeIds = one.json(Method::POST, path).await;
+    let b: bakery_serve::SnowflakeIds = two.json(Method::POST, path).await;
+    assert_eq!((a.worker, b.worker), (0, 1), "the lowest free worker ids");
+    for ids in [&a.ids, &b.ids] {
+        assert_eq!(ids.len(), 500);
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "increasing");
+    }
+    let layout = bakery::snowflake::Layout::default();
+    assert!(b.ids.iter().all(|&id| layout.decode(id).worker == 1));
+    let all: std::collections::HashSet<u64> = a.ids.iter().chain(&b.ids).copied().collect();
+    assert_eq!(all.len(), 1000, "unique");
+
+    let leaf = one.send(Method::GET, "/api/snowflake/get/orders").await;
+    assert_eq!(leaf.status(), StatusCode::OK);
+    let id: u64 = leaf
+        .text()
+        .await
+        .expect("body")
+        .parse()
+        .expect("a bare number");
+    assert!(id > a.ids[a.ids.len() - 1], "the same generator goes on");
+
+    let bad = one
+        .send(Method::POST, "/v1/snowflakes/no%2Fslash/next")
+        .await;
+    let (status, _) = error_of(bad).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let too_many = one
+        .send(Method::POST, "/v1/snowflakes/orders/next?count=100001")
+        .await;
+    let (status, _) = error_of(too_many).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    one.stop().await;
+    two.stop().await;
+}
+
 #[tokio::test]
 async fn health_readiness_and_the_checked_in_openapi_document() {
     let store: Arc<dyn VersionedStore> = Arc::new(bakery::MemoryStore::new());

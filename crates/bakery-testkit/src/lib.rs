@@ -19,6 +19,7 @@ mod queued;
 mod rwlock;
 mod semaphore;
 mod sequence;
+mod snowflake;
 mod support;
 mod topology;
 mod verify;
@@ -100,6 +101,7 @@ debug_as_name!(Case, TargetCase);
 pub fn cases() -> Vec<Case> {
     let mut all = cas::cases();
     all.extend(sequence::cases());
+    all.extend(snowflake::cases());
     all.extend(lock::cases());
     all.extend(job::cases());
     all.extend(election::cases());

@@ -101,6 +101,9 @@ struct Shared {
     /// time of the write that granted it); `lock_at_least_for` counts from
     /// here too.
     granted: Instant,
+    /// Where the lease counts from now: the send time of the last applied
+    /// beat (first `granted`). No observer starts counting earlier.
+    lease_from: Mutex<Instant>,
     /// When the hold must end (`lock_at_most_for`, moved by `extend`).
     limit: watch::Sender<Option<Instant>>,
     /// Holds sharing this grant (more than one only for a reentrant lock):
@@ -167,6 +170,14 @@ impl Renew for Shared {
         }
     }
 
+    fn renewed(&self, sent: Instant) {
+        let mut from = self
+            .lease_from
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *from = (*from).max(sent);
+    }
+
     fn lose(&self, reason: LostReason) {
         self.status.send_if_modified(|status| {
             if *status == Status::Held {
@@ -227,6 +238,7 @@ impl Hold {
             held: HeldRow::new(grant.row),
             status,
             granted: grant.lease_from,
+            lease_from: Mutex::new(grant.lease_from),
             limit: watch::Sender::new(limit),
             holds: AtomicUsize::new(1),
             heartbeat,
@@ -253,6 +265,18 @@ impl Hold {
     /// True until released or lost.
     pub(crate) fn is_held(&self) -> bool {
         self.shared.is_held()
+    }
+
+    /// When the lease could end as anyone else sees it: a lease after the
+    /// send time of the last applied beat (or of the grant). A waiter
+    /// counts a whole lease from a row it read after that beat applied.
+    pub(crate) fn lease_ends(&self) -> Instant {
+        let from = *self
+            .shared
+            .lease_from
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        from + self.shared.handle.lease
     }
 
     /// Completes with the reason once the hold learns it is lost.

@@ -101,6 +101,9 @@ pub(crate) trait Renew: Send + Sync + 'static {
         }
     }
 
+    /// A beat sent at `sent` applied: the lease now counts from there.
+    fn renewed(&self, _sent: Instant) {}
+
     /// The grant is lost, for `reason`: signal it (once).
     fn lose(&self, reason: LostReason);
 }
@@ -144,6 +147,7 @@ pub(crate) async fn renew_lease<H: Renew>(holder: Arc<H>, granted: Instant) {
         match outcome {
             Ok(PutOutcome::Applied(row)) => {
                 last_sent = sent;
+                holder.renewed(sent);
                 next = sent + period;
                 holder.held().keep(row);
             }

@@ -1,0 +1,405 @@
+//! The snowflake on a MemoryStore, with a wall clock that follows tokio's
+//! paused time plus an offset the tests move (a clock going back, a
+//! machine ahead of another).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicI64};
+
+use bakery_core::{async_trait, Bytes, Key, MemoryStore, PutOutcome, StoreLayer, Version};
+use tokio::time::Instant;
+
+use super::*;
+
+/// Wall time: tokio's (paused) time since the test began, from the
+/// layout's epoch plus a day, plus `offset_ms`, plus a millisecond every
+/// thousand readings (paused time stands still while a task spins).
+#[derive(Debug)]
+struct TestClock {
+    start: Instant,
+    offset_ms: AtomicI64,
+    readings: std::sync::atomic::AtomicU64,
+}
+
+impl TestClock {
+    fn new() -> Arc<TestClock> {
+        Arc::new(TestClock {
+            start: Instant::now(),
+            offset_ms: AtomicI64::new(0),
+            readings: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// Move the clock by `ms` (back when negative).
+    fn shift(&self, ms: i64) {
+        self.offset_ms.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+const DAY_MS: u64 = 86_400_000;
+
+impl Clock for TestClock {
+    fn unix_ms(&self) -> u64 {
+        let elapsed = u64::try_from(self.start.elapsed().as_millis()).expect("ms");
+        let spun = self.readings.fetch_add(1, Ordering::Relaxed) / 1000;
+        let base = DEFAULT_EPOCH_MS + DAY_MS + elapsed + spun;
+        base.saturating_add_signed(self.offset_ms.load(Ordering::SeqCst))
+    }
+}
+
+/// A store whose calls fail while `down` (a partition from the store).
+#[derive(Debug)]
+struct Partitioned {
+    inner: MemoryStore,
+    down: AtomicBool,
+}
+
+#[async_trait]
+impl StoreLayer for Partitioned {
+    fn inner(&self) -> &dyn VersionedStore {
+        &self.inner
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<bakery_core::Row>> {
+        self.check()?;
+        self.inner.get(key).await
+    }
+
+    async fn put_if_version(
+        &self,
+        key: &Key,
+        expected: Option<Version>,
+        value: Bytes,
+    ) -> Result<PutOutcome> {
+        self.check()?;
+        self.inner.put_if_version(key, expected, value).await
+    }
+}
+
+impl Partitioned {
+    fn check(&self) -> Result<()> {
+        if self.down.load(Ordering::SeqCst) {
+            Err(Error::new(ErrorKind::Unavailable, "memory", "partitioned"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn builder(store: &Arc<dyn VersionedStore>, clock: &Arc<TestClock>) -> SnowflakeBuilder {
+    Snowflake::builder(store.clone(), "ids")
+        .clock(clock.clone())
+        .lease(Duration::from_secs(3))
+}
+
+fn memory() -> Arc<dyn VersionedStore> {
+    Arc::new(MemoryStore::new())
+}
+
+async fn take(ids: &Snowflake, n: usize) -> Vec<u64> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(ids.next().await.expect("next"));
+    }
+    out
+}
+
+fn increasing(ids: &[u64]) -> bool {
+    ids.windows(2).all(|pair| pair[0] < pair[1])
+}
+
+#[tokio::test(start_paused = true)]
+async fn generators_take_the_lowest_free_worker_ids_and_never_collide() {
+    let store = memory();
+    let clock = TestClock::new();
+    let a = builder(&store, &clock).build().expect("a");
+    let b = builder(&store, &clock).build().expect("b");
+    let before = clock.unix_ms();
+    let (from_a, from_b) = (take(&a, 5000).await, take(&b, 5000).await);
+    assert_eq!((a.worker(), b.worker()), (Some(0), Some(1)));
+    assert!(increasing(&from_a) && increasing(&from_b));
+    let all: HashSet<u64> = from_a.iter().chain(&from_b).copied().collect();
+    assert_eq!(all.len(), 10_000, "every id unique");
+    let layout = a.layout();
+    assert!(from_a.iter().all(|&id| layout.decode(id).worker == 0));
+    let first = layout.decode(from_a[0]);
+    assert!(
+        (before..=clock.unix_ms()).contains(&first.unix_ms),
+        "the clock's time"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_sequence_waits_for_the_next_tick() {
+    let store = memory();
+    let clock = TestClock::new();
+    let ids = builder(&store, &clock)
+        .layout(Layout::default().sequence_bits(2))
+        .build()
+        .expect("build");
+    let issued = take(&ids, 12).await;
+    assert!(increasing(&issued));
+    let ticks: Vec<u64> = issued
+        .iter()
+        .map(|&id| ids.layout().decode(id).tick)
+        .collect();
+    let mut per_tick = std::collections::BTreeMap::new();
+    for tick in &ticks {
+        *per_tick.entry(tick).or_insert(0) += 1;
+    }
+    assert!(
+        per_tick.values().all(|&n| n <= 4),
+        "at most 4 ids a tick: {ticks:?}"
+    );
+    assert!(per_tick.len() >= 3, "{ticks:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clock_going_back_is_waited_for_within_the_bound_and_refused_beyond_it() {
+    let store = memory();
+    let clock = TestClock::new();
+    let ids = builder(&store, &clock)
+        .max_clock_wait(Duration::from_secs(2))
+        .build()
+        .expect("build");
+    let before = take(&ids, 3).await;
+    clock.shift(-1500);
+    // The tick it was in goes on while its sequence lasts; then the next
+    // tick is 1.5 s away on this clock: waited for.
+    let started = Instant::now();
+    let during = take(&ids, 5000).await;
+    assert!(
+        increasing(&[before, during.clone()].concat()),
+        "no timestamp reused"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(1400), "waited");
+    let after = during[during.len() - 1];
+
+    clock.shift(-60_000);
+    // Within the tick it was in, the sequence goes on: an id above.
+    let mut last = after;
+    let err = loop {
+        match ids.next().await {
+            Ok(id) => {
+                assert!(id > last);
+                last = id;
+            }
+            Err(err) => break err,
+        }
+    };
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    assert!(err.to_string().contains("behind"), "{err}");
+    // Once the clock is right again, ids go on above the last one.
+    clock.shift(60_000);
+    assert!(ids.next().await.expect("clock back") > last);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_successor_on_the_slot_starts_above_the_ticks_its_predecessor_used() {
+    let store = memory();
+    let ahead = TestClock::new();
+    ahead.shift(700); // this machine's clock is 0.7 s ahead
+    let behind = TestClock::new();
+    let first = builder(&store, &ahead).build().expect("first");
+    let issued = take(&first, 100).await;
+    first.release().await.expect("release");
+
+    let second = builder(&store, &behind).build().expect("second");
+    let started = Instant::now();
+    let next = second.next().await.expect("next");
+    assert_eq!(second.worker(), Some(0), "the same worker id");
+    assert!(
+        next > *issued.last().expect("ids"),
+        "above the predecessor's ids"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(600),
+        "waited for its clock"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_holder_s_worker_id_comes_back_after_its_lease_above_its_ticks() {
+    let memory = MemoryStore::new();
+    let silent = Arc::new(Partitioned {
+        inner: memory.handle(),
+        down: AtomicBool::new(false),
+    });
+    let silent_store: Arc<dyn VersionedStore> = silent.clone();
+    let store: Arc<dyn VersionedStore> = Arc::new(memory.handle());
+    let clock = TestClock::new();
+    let layout = Layout::default().worker_bits(1);
+    let a = builder(&silent_store, &clock)
+        .layout(layout)
+        .build()
+        .expect("a");
+    let b = builder(&store, &clock).layout(layout).build().expect("b");
+    let from_a = take(&a, 10).await;
+    take(&b, 1).await;
+    // `a` goes silent, as a crashed process does: no renewal, no release.
+    silent.down.store(true, Ordering::SeqCst);
+
+    let c = builder(&store, &clock)
+        .layout(layout)
+        .acquire_timeout(Duration::from_secs(20))
+        .build()
+        .expect("c");
+    let started = Instant::now();
+    let id = c
+        .next()
+        .await
+        .expect("the silent holder's worker id comes back");
+    assert_eq!(c.worker(), Some(0));
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "only after its lease"
+    );
+    assert!(id > *from_a.last().expect("ids"));
+    assert_eq!(a.worker(), None, "the silent one knows it holds nothing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_every_worker_id_is_held_the_wait_is_bounded_and_names_the_capacity() {
+    let store = memory();
+    let clock = TestClock::new();
+    let layout = Layout::default().worker_bits(1);
+    let held: Vec<Snowflake> = (0..2)
+        .map(|_| {
+            builder(&store, &clock)
+                .layout(layout)
+                .build()
+                .expect("build")
+        })
+        .collect();
+    for ids in &held {
+        ids.next().await.expect("next");
+    }
+    let third = builder(&store, &clock)
+        .layout(layout)
+        .acquire_timeout(Duration::from_secs(5))
+        .build()
+        .expect("third");
+    let err = third.next().await.expect_err("no worker id free");
+    assert_eq!(err.kind(), ErrorKind::TimedOut);
+    assert!(err.to_string().contains("all 2 worker ids"), "{err}");
+
+    let waiting = tokio::spawn({
+        let third = third.clone();
+        async move { third.next().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    held[1].release().await.expect("release");
+    waiting
+        .await
+        .expect("join")
+        .expect("granted once one is free");
+    assert_eq!(third.worker(), Some(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_generator_cut_off_from_the_store_stops_before_its_lease_could_end() {
+    let store = Arc::new(Partitioned {
+        inner: MemoryStore::new(),
+        down: AtomicBool::new(false),
+    });
+    let dyn_store: Arc<dyn VersionedStore> = store.clone();
+    let clock = TestClock::new();
+    let ids = builder(&dyn_store, &clock).build().expect("build");
+    let before = ids.next().await.expect("next");
+    store.down.store(true, Ordering::SeqCst);
+    // Ids keep coming while the lease is surely still its own...
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let during = ids.next().await.expect("within the lease");
+    assert!(during > before);
+    // ...and stop a tenth of a lease before it could end for others.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let err = ids.next().await.expect_err("no id without a lease");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(ids.worker(), None);
+
+    store.down.store(false, Ordering::SeqCst);
+    let after = ids.next().await.expect("leased again");
+    assert!(after > during);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_whose_mark_a_later_holder_wrote_reserves_nothing_more() {
+    let store = memory();
+    let settings = SlotSettings {
+        lease: Duration::from_secs(3),
+        acquire_timeout: None,
+        owner: None,
+    };
+    let slot = worker::lease(&store, "ids", Layout::default(), &settings)
+        .await
+        .expect("lease");
+    slot.reserve(10).await.expect("reserve");
+    assert_eq!(slot.until(), Some(10));
+    // A later holder of worker id 0 (a larger token) wrote its mark, as
+    // after an eviction this holder did not notice yet.
+    let key = worker::mark_key("ids", 0).expect("key");
+    let row = store.get(&key).await.expect("get").expect("mark");
+    let later = serde_json::json!({"token": slot.token() + 1, "until": 50});
+    store
+        .put_if_version(&key, Some(row.version), later.to_string().into())
+        .await
+        .expect("put")
+        .applied()
+        .expect("applied");
+    let err = slot.reserve(20).await.expect_err("taken over");
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    assert_eq!(slot.until(), Some(10), "its reservation did not grow");
+    // Its own earlier write, met again (an answer lost), is not a takeover.
+    let ours = worker::lease(&store, "other", Layout::default(), &settings)
+        .await
+        .expect("lease");
+    ours.reserve(5).await.expect("reserve");
+    let key = worker::mark_key("other", 0).expect("key");
+    let row = store.get(&key).await.expect("get").expect("mark");
+    let same = serde_json::json!({"token": ours.token(), "until": 7});
+    store
+        .put_if_version(&key, Some(row.version), same.to_string().into())
+        .await
+        .expect("put")
+        .applied()
+        .expect("applied");
+    ours.reserve(9).await.expect("goes on from its own row");
+    assert_eq!(ours.until(), Some(9));
+}
+
+#[tokio::test(start_paused = true)]
+async fn clients_with_another_layout_are_refused() {
+    let store = memory();
+    let clock = TestClock::new();
+    builder(&store, &clock)
+        .build()
+        .expect("a")
+        .next()
+        .await
+        .expect("next");
+    let other = builder(&store, &clock)
+        .layout(Layout::default().worker_bits(9).sequence_bits(13))
+        .build()
+        .expect("builds: checked at the first call");
+    let err = other.next().await.expect_err("another layout");
+    assert_eq!(err.kind(), ErrorKind::Config);
+    assert!(err.to_string().contains("another layout"), "{err}");
+}
+
+#[test]
+fn bad_names_and_layouts_are_refused_at_build() {
+    let store = memory();
+    let err = Snowflake::builder(store.clone(), "bad/name")
+        .build()
+        .expect_err("name");
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    let err = Snowflake::builder(store.clone(), "ids")
+        .layout(Layout::default().timestamp_bits(30))
+        .build()
+        .expect_err("too short");
+    assert!(err.to_string().contains("years"), "{err}");
+    let err = Snowflake::builder(store, "ids")
+        .lease(Duration::from_millis(1))
+        .build()
+        .expect_err("lease");
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+}

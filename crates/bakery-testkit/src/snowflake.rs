@@ -1,0 +1,171 @@
+//! The snowflake recipe on a real store: worker ids leased from it, marks
+//! kept in it.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bakery_core::{Bytes, ErrorKind, Key, VersionedStore};
+use bakery_recipes::snowflake::{Layout, Snowflake, KEY_PREFIX};
+
+use crate::support::{assert_corrupt, on_clients};
+use crate::{unique_name, Case, Clients};
+
+pub(crate) fn cases() -> Vec<Case> {
+    crate::cases_of!("snowflake":
+        eight_clients_hold_distinct_worker_ids_and_never_collide,
+        a_released_worker_id_goes_on_above_its_last_id,
+        a_full_worker_table_is_a_bounded_wait_naming_its_capacity,
+        a_client_with_another_layout_is_refused,
+        corrupt_rows_are_typed_errors_and_kept,
+    )
+}
+
+fn build(store: &Arc<dyn VersionedStore>, name: &str, layout: Layout) -> Snowflake {
+    Snowflake::builder(store.clone(), name)
+        .layout(layout)
+        .build()
+        .expect("valid snowflake settings")
+}
+
+async fn take(ids: &Snowflake, n: usize) -> Vec<u64> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(ids.next().await.expect("next"));
+    }
+    out
+}
+
+/// 8 clients, each a generator of its own (on a store of its own in the
+/// separate topology), 20,000 ids each, all holding their worker ids at
+/// once: 8 worker ids, every id unique, each client's increasing.
+async fn eight_clients_hold_distinct_worker_ids_and_never_collide(clients: Clients) {
+    const CLIENTS: usize = 8;
+    const IDS: usize = 20_000;
+    let name = unique_name("eight");
+    let layout = Layout::default();
+    let per_client = on_clients(&clients, CLIENTS, |_, store| {
+        let ids = build(&store, &name, layout);
+        async move {
+            let issued = take(&ids, IDS).await;
+            // Held until every client is done.
+            (issued, ids)
+        }
+    });
+    let per_client = per_client.await;
+    let mut all = HashSet::new();
+    let mut workers = HashSet::new();
+    for (client, (ids, generator)) in per_client.iter().enumerate() {
+        if let Some(w) = ids.windows(2).find(|w| w[0] >= w[1]) {
+            panic!(
+                "client {client}: ids not increasing: {} then {}",
+                w[0], w[1]
+            );
+        }
+        let worker = generator.worker().expect("still held");
+        assert!(
+            ids.iter().all(|&id| layout.decode(id).worker == worker),
+            "client {client}: ids of another worker id than {worker}"
+        );
+        workers.insert(worker);
+        for &id in ids {
+            assert!(all.insert(id), "id {id} handed out twice");
+        }
+    }
+    assert_eq!(workers.len(), CLIENTS, "distinct worker ids: {workers:?}");
+    assert!(
+        workers.iter().all(|&w| w < CLIENTS as u32),
+        "the lowest free worker ids: {workers:?}"
+    );
+    for (_, generator) in per_client {
+        generator.release().await.expect("release");
+    }
+}
+
+async fn a_released_worker_id_goes_on_above_its_last_id(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("reuse");
+    let first = build(&store, &name, Layout::default());
+    let before = take(&first, 1000).await;
+    let worker = first.worker().expect("held");
+    first.release().await.expect("release");
+    let second = build(&store, &name, Layout::default());
+    let after = take(&second, 10).await;
+    assert_eq!(
+        second.worker(),
+        Some(worker),
+        "the freed worker id is the lowest"
+    );
+    assert!(
+        after[0] > before[before.len() - 1],
+        "the next holder starts above the last id: {} after {}",
+        after[0],
+        before[before.len() - 1]
+    );
+    second.release().await.expect("release");
+}
+
+async fn a_full_worker_table_is_a_bounded_wait_naming_its_capacity(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("full");
+    let layout = Layout::default().worker_bits(1);
+    let held = [build(&store, &name, layout), build(&store, &name, layout)];
+    for ids in &held {
+        ids.next().await.expect("next");
+    }
+    let third = Snowflake::builder(store.clone(), &name)
+        .layout(layout)
+        .acquire_timeout(Duration::from_millis(300))
+        .build()
+        .expect("build");
+    let err = third.next().await.expect_err("every worker id is held");
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    crate::assert_mentions(&err, &["all 2 worker ids", "worker bits"]);
+    for ids in held {
+        ids.release().await.expect("release");
+    }
+    assert!(third.next().await.is_ok(), "a worker id is free again");
+    third.release().await.expect("release");
+}
+
+async fn a_client_with_another_layout_is_refused(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("layout");
+    let first = build(&store, &name, Layout::default());
+    first.next().await.expect("next");
+    let other = build(
+        &store,
+        &name,
+        Layout::default().worker_bits(8).sequence_bits(14),
+    );
+    let err = other.next().await.expect_err("another layout");
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    assert_eq!(
+        Snowflake::stored_layout(&*store, &name)
+            .await
+            .expect("read"),
+        Some(Layout::default()),
+        "the first layout stays"
+    );
+    first.release().await.expect("release");
+}
+
+async fn corrupt_rows_are_typed_errors_and_kept(store: Arc<dyn VersionedStore>) {
+    let garbage = Bytes::from_static(b"\xffnot json");
+    // The layout row, and the mark of worker id 0 (the first one taken).
+    for (case, row) in [("corrupt-layout", ""), ("corrupt-mark", ".w0")] {
+        let name = unique_name(case);
+        let key = Key::with_prefix(KEY_PREFIX, &format!("{name}{row}")).expect("key");
+        store
+            .put_if_version(&key, None, garbage.clone())
+            .await
+            .expect("put")
+            .applied()
+            .expect("a new row");
+        let result = build(&store, &name, Layout::default()).next().await;
+        assert_corrupt(result, case);
+        assert_kept(&store, &key, &garbage).await;
+    }
+}
+
+async fn assert_kept(store: &Arc<dyn VersionedStore>, key: &Key, value: &Bytes) {
+    let row = store.get(key).await.expect("get").expect("the row is kept");
+    assert_eq!(&row.value, value, "{key} unchanged");
+}
