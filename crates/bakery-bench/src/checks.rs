@@ -940,20 +940,29 @@ mod tests {
             cell("postgres", Implementation::Native, "nextval()", 4, 2e4),
         ];
         let checks = evaluate(&results);
-        let vs = &checks[0];
+        let vs = check(&checks, "sequence-vs-nextval");
         assert_eq!(vs.status, CheckStatus::NotMet);
         assert_eq!(vs.cells.len(), 3);
         assert_says(vs, "postgres 50.0×");
-        let tail = &checks[1];
+        let tail = check(&checks, "sequence-tail");
         assert_eq!(tail.status, CheckStatus::NotMet);
         assert_says(tail, "not met on postgres");
-        assert_eq!(checks[2].status, CheckStatus::NotMeasured, "no lock cell");
-        assert_eq!(checks[3].status, CheckStatus::NotMeasured, "no lock cell");
-        assert_eq!(checks[4].status, CheckStatus::SeeCriterion);
+        for id in ["lock-fairness", "lock-scaling"] {
+            assert_eq!(
+                check(&checks, id).status,
+                CheckStatus::NotMeasured,
+                "no lock cell"
+            );
+        }
+        let criterion = check(&checks, "cached-next-vs-fetch-add");
+        assert_eq!(criterion.status, CheckStatus::SeeCriterion);
 
         let no_peer = evaluate(&results[..2]);
-        assert_eq!(no_peer[0].status, CheckStatus::NotMeasured);
-        assert_eq!(no_peer[1].status, CheckStatus::Met);
+        assert_eq!(
+            check(&no_peer, "sequence-vs-nextval").status,
+            CheckStatus::NotMeasured
+        );
+        assert_eq!(check(&no_peer, "sequence-tail").status, CheckStatus::Met);
     }
 
     fn lock_cell(variant: &str, clients: usize, rate: f64, fairness: f64) -> CellResult {
@@ -978,11 +987,11 @@ mod tests {
             lock_cell("old", 64, 100.0, 0.2),
         ];
         let checks = evaluate(&results);
-        let fairness = &checks[2];
+        let fairness = check(&checks, "lock-fairness");
         assert_eq!(fairness.cells.len(), 3);
         assert_eq!(fairness.status, CheckStatus::NotMet);
         assert_says(fairness, "fair-polling");
-        let scaling = &checks[3];
+        let scaling = check(&checks, "lock-scaling");
         assert_eq!(scaling.cells.len(), 2);
         assert_eq!(scaling.status, CheckStatus::NotMet);
         assert!((scaling.cells[0].ratio - 0.85).abs() < 1e-9);
@@ -1098,7 +1107,7 @@ mod tests {
             lock_cell("fair", 4, 1000.0, 1.0),
             lock_cell("fair", 64, 700.0, 1.0),
         ];
-        let without = &evaluate(&results)[3];
+        let without = &evaluated(&results, "lock-scaling");
         assert!(!without.summary.contains("KiB row"), "{}", without.summary);
         results.extend([
             cas("own-key", 1, 2000.0),
@@ -1107,7 +1116,7 @@ mod tests {
             cas("own-key", 4, 8000.0),
             cas("own-key-4k", 4, 1000.0),
         ]);
-        let scaling = &evaluate(&results)[3];
+        let scaling = &evaluated(&results, "lock-scaling");
         assert_eq!(scaling.status, CheckStatus::NotMet);
         assert_says(
             scaling,
@@ -1126,8 +1135,7 @@ mod tests {
         few.rounds_ops_per_sec = vec![900.0, 1000.0, 1100.0];
         let mut many = lock_cell("fair", 64, 790.0, 1.0);
         many.rounds_ops_per_sec = vec![855.0, 790.0, 660.0];
-        let checks = evaluate(&[few, many]);
-        let scaling = &checks[3];
+        let scaling = &evaluated(&[few, many], "lock-scaling");
         assert_eq!(scaling.status, CheckStatus::NotMet);
         let cell = &scaling.cells[0];
         assert!((cell.ratio - 0.79).abs() < 1e-9);
