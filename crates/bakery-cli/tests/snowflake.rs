@@ -302,9 +302,11 @@ fn a_process_stopped_past_its_lease_issues_nothing_its_successor_could_collide_w
         // Two slots. `other` holds one until it is killed at the end; the
         // `stopped` one holds the other, and a `successor` takes it over.
         // Each prints its first ids after 4 s (16 ids a millisecond).
-        // (A lease that a renewal every lease/3 keeps on FerretDB under a
-        // loaded machine: its writes are the slowest here.)
-        let forever = next_args(&name, 10_000_000, &bits, &["--lease", "3s"]);
+        // (Leases that a renewal every lease/3 keeps on FerretDB and
+        // dynalite on a loaded machine; `other`'s is longer, so that the
+        // waiting successor evicts the stopped one, silent for its lease,
+        // and not `other` if one of its renewals is slow.)
+        let forever = next_args(&name, 10_000_000, &bits, &["--lease", "10s"]);
         let long = next_args(&name, 131_072, &bits, &["--lease", "3s", "--wait", "120s"]);
         let mut other = target.spawn(&forever);
         let mut stopped = target.spawn(&long);
