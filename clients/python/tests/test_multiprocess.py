@@ -6,6 +6,7 @@ import itertools
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import bakery
@@ -21,6 +22,14 @@ def run_together(cmds: list[list[str]], go: Path, timeout: float = 120) -> list[
         subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         for c in cmds
     ]
+    # Every worker imported its modules and stands at the barrier before any
+    # goes: interpreter start-up on a busy machine is longer than their work.
+    deadline = time.monotonic() + 60
+    while len(list(go.parent.glob(go.name + ".ready.*"))) < len(procs):
+        exited = [p for p in procs if p.poll() is not None]
+        if exited or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
     go.touch()
     outs = []
     try:

@@ -1,4 +1,6 @@
-"""Wait until the test creates the file named by BAKERY_TEST_GO (all workers start together)."""
+"""Say this worker is ready (a file beside BAKERY_TEST_GO), then wait until the
+test creates BAKERY_TEST_GO, which it does once every worker is ready: all
+workers start together."""
 
 import os
 import time
@@ -8,6 +10,7 @@ def wait_for_go() -> None:
     path = os.environ.get("BAKERY_TEST_GO")
     if not path:
         return
+    open(f"{path}.ready.{os.getpid()}", "w").close()
     deadline = time.monotonic() + 60
     while not os.path.exists(path):
         if time.monotonic() > deadline:
