@@ -5,7 +5,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bakery::snowflake::{format_unix_ms, Decoded, Layout, Snowflake};
+use bakery::snowflake::{format_unix_ms, Clock, Decoded, Layout, Snowflake, SystemClock};
 use bakery::VersionedStore;
 use clap::{Args, Subcommand};
 use serde_json::json;
@@ -278,9 +278,7 @@ pub async fn layout(
     json: bool,
 ) -> Result<(), CliError> {
     let layout = layout_of(open, &args.layout, &args.stored).await?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let now = SystemClock.unix_ms();
     let checked = layout.check_at(now);
     let (t, w, s) = layout.bits();
     let per_second = layout.ids_per_tick() as f64 * 1000.0 / layout.unit().max(1) as f64;

@@ -173,12 +173,7 @@ impl SnowflakeBuilder {
         }
         Ok(Snowflake {
             inner: Arc::new(Inner {
-                store: self.store,
-                name: self.name,
-                layout: self.layout,
-                slot_settings: self.slot,
-                max_clock_wait: self.max_clock_wait,
-                clock: self.clock,
+                config: self,
                 issuer: Mutex::new(Issuer::default()),
                 slow: tokio::sync::Mutex::new(()),
             }),
@@ -196,20 +191,16 @@ pub struct Snowflake {
 impl std::fmt::Debug for Snowflake {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Snowflake")
-            .field("name", &self.inner.name)
-            .field("layout", &self.inner.layout)
+            .field("name", &self.inner.config.name)
+            .field("layout", &self.inner.config.layout)
             .field("worker", &self.worker())
             .finish()
     }
 }
 
 struct Inner {
-    store: Arc<dyn VersionedStore>,
-    name: String,
-    layout: Layout,
-    slot_settings: SlotSettings,
-    max_clock_wait: Duration,
-    clock: Arc<dyn Clock>,
+    /// The settings it was built with.
+    config: SnowflakeBuilder,
     issuer: Mutex<Issuer>,
     /// Serializes the calls to the store: leasing and reserving.
     slow: tokio::sync::Mutex<()>,
@@ -300,12 +291,12 @@ impl Snowflake {
 
     /// The snowflake's name.
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.inner.config.name
     }
 
     /// The layout ids are issued in.
     pub fn layout(&self) -> Layout {
-        self.inner.layout
+        self.inner.config.layout
     }
 
     /// The worker id this generator holds, if it holds one now.
@@ -385,8 +376,8 @@ impl Inner {
         let Some(slot) = issuer.slot.clone().filter(|slot| slot.usable()) else {
             return Ok(Step::Lease);
         };
-        let now_ms = self.clock.unix_ms();
-        let Some(now) = self.layout.tick_of(now_ms) else {
+        let now_ms = self.config.clock.unix_ms();
+        let Some(now) = self.config.layout.tick_of(now_ms) else {
             return Err(Error::new(
                 ErrorKind::Unavailable,
                 KEY_PREFIX,
@@ -398,7 +389,7 @@ impl Inner {
         };
         let (tick, sequence) = match issuer.last {
             Some((last, sequence)) if now <= last => {
-                if sequence + 1 < self.layout.ids_per_tick() {
+                if sequence + 1 < self.config.layout.ids_per_tick() {
                     (last, sequence + 1)
                 } else {
                     return Ok(Step::Wait {
@@ -419,14 +410,14 @@ impl Inner {
                 (now, 0)
             }
         };
-        if tick > self.layout.max_tick() {
+        if tick > self.config.layout.max_tick() {
             return Err(Error::new(
                 ErrorKind::Exhausted,
                 KEY_PREFIX,
                 format!(
                     "the timestamp of layout {} ran out on {}",
-                    self.layout,
-                    format_unix_ms(self.layout.ends_ms())
+                    self.config.layout,
+                    format_unix_ms(self.config.layout.ends_ms())
                 ),
             ));
         }
@@ -434,6 +425,7 @@ impl Inner {
             return Ok(Step::Reserve(tick));
         }
         let id = self
+            .config
             .layout
             .encode(tick, slot.worker, sequence)
             .ok_or_else(|| Error::new(ErrorKind::Internal, KEY_PREFIX, "id parts out of range"))?;
@@ -455,15 +447,21 @@ impl Inner {
             return Ok(()); // another caller leased one meanwhile
         }
         if !self.lock_issuer().layout_settled {
-            let key = worker::layout_key(&self.name)?;
-            worker::settle_layout(&*self.store, &key, self.layout).await?;
+            let key = worker::layout_key(&self.config.name)?;
+            worker::settle_layout(&*self.config.store, &key, self.config.layout).await?;
             self.lock_issuer().layout_settled = true;
         }
         self.drop_slot();
         let slot = Arc::new(
-            worker::lease(&self.store, &self.name, self.layout, &self.slot_settings).await?,
+            worker::lease(
+                &self.config.store,
+                &self.config.name,
+                self.config.layout,
+                &self.config.slot,
+            )
+            .await?,
         );
-        tracing::debug!(snowflake = %self.name, worker = slot.worker, token = slot.token(), "worker id leased");
+        tracing::debug!(snowflake = %self.config.name, worker = slot.worker, token = slot.token(), "worker id leased");
         let keeper = tokio::spawn(keep_mark(Arc::downgrade(self), Arc::downgrade(&slot)));
         let mut issuer = self.lock_issuer();
         issuer.slot = Some(slot);
@@ -498,14 +496,16 @@ impl Inner {
     /// Raise `slot`'s mark to cover `tick` with half a lease to spare;
     /// never lowers it. Called under `slow`.
     async fn raise_mark(&self, slot: &Slot, tick: u64) -> Result<()> {
-        let ahead = self.layout.ticks_in(self.slot_settings.lease / 2);
-        let until = tick.saturating_add(ahead).min(self.layout.max_tick());
+        let ahead = self.config.layout.ticks_in(self.config.slot.lease / 2);
+        let until = tick
+            .saturating_add(ahead)
+            .min(self.config.layout.max_tick());
         if slot.until().is_some_and(|current| current >= until) || !slot.usable() {
             return Ok(());
         }
         match slot.reserve(until).await {
             Err(err) if err.kind() == ErrorKind::Lost => {
-                tracing::warn!(snowflake = %self.name, worker = slot.worker, error = %err, "worker id taken over");
+                tracing::warn!(snowflake = %self.config.name, worker = slot.worker, error = %err, "worker id taken over");
                 self.drop_slot();
                 Ok(())
             }
@@ -515,8 +515,9 @@ impl Inner {
 
     /// Wait until `tick` starts, if that is within `max_clock_wait`.
     async fn wait_for(&self, tick: u64, now_ms: u64) -> Result<()> {
-        let wait = Duration::from_millis(self.layout.unix_ms_of(tick).saturating_sub(now_ms));
-        if wait > self.max_clock_wait {
+        let wait =
+            Duration::from_millis(self.config.layout.unix_ms_of(tick).saturating_sub(now_ms));
+        if wait > self.config.max_clock_wait {
             let worker = self.lock_issuer().slot.as_ref().map(|slot| slot.worker);
             return Err(Error::new(
                 ErrorKind::TimedOut,
@@ -527,9 +528,9 @@ impl Inner {
                      is behind the previous holder's",
                     format_unix_ms(now_ms),
                     worker.map_or_else(|| "?".to_string(), |w| w.to_string()),
-                    self.name,
-                    format_unix_ms(self.layout.unix_ms_of(tick)),
-                    self.max_clock_wait
+                    self.config.name,
+                    format_unix_ms(self.config.layout.unix_ms_of(tick)),
+                    self.config.max_clock_wait
                 ),
             ));
         }
@@ -549,7 +550,7 @@ impl Inner {
 async fn keep_mark(inner: Weak<Inner>, slot: Weak<Slot>) {
     let period = {
         let Some(inner) = inner.upgrade() else { return };
-        inner.slot_settings.lease / 3
+        inner.config.slot.lease / 3
     };
     loop {
         tokio::time::sleep(period).await;
@@ -562,12 +563,12 @@ async fn keep_mark(inner: Weak<Inner>, slot: Weak<Slot>) {
         if !slot.used.swap(false, Ordering::Relaxed) {
             continue;
         }
-        let Some(now) = inner.layout.tick_of(inner.clock.unix_ms()) else {
+        let Some(now) = inner.config.layout.tick_of(inner.config.clock.unix_ms()) else {
             continue;
         };
         let _slow = inner.slow.lock().await;
         if let Err(err) = inner.raise_mark(&slot, now).await {
-            tracing::debug!(snowflake = %inner.name, worker = slot.worker, error = %err, "mark not moved; next() will");
+            tracing::debug!(snowflake = %inner.config.name, worker = slot.worker, error = %err, "mark not moved; next() will");
         }
     }
 }
