@@ -111,6 +111,33 @@ struct Shared {
     holds: AtomicUsize,
     /// Scheduled, running, or stopped by whoever gives the hold back.
     heartbeat: Heartbeat,
+    /// The row's mark (`QueueState::mark`) this hold's beats carry, and
+    /// what they stored.
+    mark: Marks,
+}
+
+/// What computes the mark each beat carries.
+type MarkSource = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// A hold's side of its row's mark.
+struct Marks {
+    /// The row's mark in the row that granted the hold.
+    granted: Option<u64>,
+    source: Mutex<Option<MarkSource>>,
+    /// The mark of the beat in flight.
+    sending: Mutex<Option<u64>>,
+    /// The highest mark a beat of this hold stored.
+    stored: watch::Sender<Option<u64>>,
+    /// Asks the heartbeat to beat at once.
+    beat_now: tokio::sync::Notify,
+    /// The mark the release sets.
+    at_release: Mutex<Option<u64>>,
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Due for Shared {
@@ -141,9 +168,12 @@ impl Renew for Shared {
     /// Through the process's writer: the beat shares a write with the
     /// process's other requests instead of conflicting with them.
     async fn renew(&self, row: &Row) -> Result<PutOutcome> {
+        let mark = locked(&self.mark.source).as_ref().map(|source| source());
+        *locked(&self.mark.sending) = mark;
         let request = Request::Beat {
             id: self.id.clone(),
             token: self.token,
+            mark,
         };
         let written = self.handle.writer.submit(request, Some(row), None).await?;
         Ok(match (written.applied, written.row) {
@@ -160,6 +190,7 @@ impl Renew for Shared {
             let until = *limit.borrow_and_update();
             tokio::select! {
                 () = tokio::time::sleep_until(at) => return true,
+                () = self.mark.beat_now.notified() => return true,
                 () = sleep_until_some(until) => {
                     hold_limit(self).await;
                     return false;
@@ -171,11 +202,16 @@ impl Renew for Shared {
     }
 
     fn renewed(&self, sent: Instant) {
-        let mut from = self
-            .lease_from
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut from = locked(&self.lease_from);
         *from = (*from).max(sent);
+        drop(from);
+        let sent_mark = *locked(&self.mark.sending);
+        if sent_mark.is_some() {
+            self.mark.stored.send_if_modified(|stored| {
+                let raised = (*stored).max(sent_mark);
+                std::mem::replace(stored, raised) != raised
+            });
+        }
     }
 
     fn lose(&self, reason: LostReason) {
@@ -230,6 +266,12 @@ impl Hold {
         let limit = handle.at_most.map(|at_most| grant.lease_from + at_most);
         let heartbeat = Heartbeat::new(handle.beats.clone());
         let first = grant.lease_from + handle.lease / 3;
+        // (a row that granted was decoded already: the writer's cache)
+        let granted_mark = handle
+            .writer
+            .head(&grant.row)
+            .ok()
+            .and_then(|head| head.mark);
         let shared = Arc::new(Shared {
             handle,
             what,
@@ -242,6 +284,14 @@ impl Hold {
             limit: watch::Sender::new(limit),
             holds: AtomicUsize::new(1),
             heartbeat,
+            mark: Marks {
+                granted: granted_mark,
+                source: Mutex::new(None),
+                sending: Mutex::new(None),
+                stored: watch::Sender::new(None),
+                beat_now: tokio::sync::Notify::new(),
+                at_release: Mutex::new(None),
+            },
         });
         let due = limit.map_or(first, |limit| limit.min(first));
         let entry: Weak<Shared> = Arc::downgrade(&shared);
@@ -271,12 +321,75 @@ impl Hold {
     /// send time of the last applied beat (or of the grant). A waiter
     /// counts a whole lease from a row it read after that beat applied.
     pub(crate) fn lease_ends(&self) -> Instant {
-        let from = *self
-            .shared
-            .lease_from
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let from = *locked(&self.shared.lease_from);
         from + self.shared.handle.lease
+    }
+
+    /// The row's mark (`QueueState::mark`) in the row that granted this
+    /// hold: what earlier holders left for it.
+    pub(crate) fn granted_mark(&self) -> Option<u64> {
+        self.shared.mark.granted
+    }
+
+    /// From now on each beat raises the row's mark to what `source` says
+    /// when it is sent.
+    pub(crate) fn mark_with(&self, source: impl Fn() -> u64 + Send + Sync + 'static) {
+        *locked(&self.shared.mark.source) = Some(Arc::new(source));
+    }
+
+    /// The highest mark a beat of this hold stored.
+    pub(crate) fn stored_mark(&self) -> Option<u64> {
+        *self.shared.mark.stored.borrow()
+    }
+
+    /// Beat now (the beat renews the lease too, and the next one is due a
+    /// third of a lease later) until a beat stored a mark of at least
+    /// `at_least`. [`ErrorKind::Lost`] if the hold is lost first; a
+    /// [`mark_with`](Self::mark_with) source that stays below it is
+    /// [`ErrorKind::Internal`] after a few beats.
+    pub(crate) async fn store_mark(&self, at_least: u64) -> Result<()> {
+        const BEATS: usize = 3;
+        let shared = &self.shared;
+        let mut stored = shared.mark.stored.subscribe();
+        let mut status = shared.status.subscribe();
+        for _ in 0..BEATS {
+            if stored.borrow_and_update().is_some_and(|m| m >= at_least) {
+                return Ok(());
+            }
+            if !self.is_held() {
+                return Err(lost_error(shared));
+            }
+            shared.start_heartbeat();
+            shared.mark.beat_now.notify_one();
+            tokio::select! {
+                changed = stored.changed() => {
+                    if changed.is_err() {
+                        return Err(lost_error(shared));
+                    }
+                }
+                _ = status.wait_for(|status| *status != Status::Held) => {
+                    return Err(lost_error(shared));
+                }
+            }
+        }
+        if stored.borrow().is_some_and(|m| m >= at_least) {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::Internal,
+            shared.handle.recipe(),
+            format!(
+                "{BEATS} beats of {} stored no mark of at least {at_least}",
+                shared.handle.key.as_str()
+            ),
+        ))
+    }
+
+    /// [`release`](Self::release), setting the row's mark to `mark` in
+    /// the same write.
+    pub(crate) async fn release_with_mark(self, mark: u64) -> Result<()> {
+        *locked(&self.shared.mark.at_release) = Some(mark);
+        self.release().await
     }
 
     /// Completes with the reason once the hold learns it is lost.
@@ -382,6 +495,7 @@ async fn release(shared: &Shared) -> Result<()> {
     let request = Request::Release {
         id: shared.id.clone(),
         token: shared.token,
+        mark: *locked(&shared.mark.at_release),
     };
     // Through the process's writer: the release shares a write with the
     // enqueues of this process's other clients instead of conflicting with

@@ -2,10 +2,13 @@
 //! ([`Shape`]), read and written by the same code:
 //!
 //! ```text
-//! lock       {"token":T,"holder":{id,owner,beat,lease_ms[,data]},"queue":[…]}
+//! lock       {"token":T[,"mark":M],"holder":{id,owner,beat,lease_ms[,data]},"queue":[…]}
 //! semaphore  {"token":T,"permits":P,"holders":[{id,owner,token,beat,lease_ms}],"queue":[…]}
 //! rwlock     {"token":T,"holders":[{id,owner,mode,token,beat,lease_ms}],"queue":[…]}
 //! ```
+//!
+//! `mark` (any form, written only once a holder set one) is
+//! [`QueueState::mark`].
 //!
 //! A queued waiter that repeats the entry before it is stored as its bare
 //! id: in the lock's queue, one with the owner and lease of the entry
@@ -148,6 +151,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for Entry<'a> {
 struct StoredRow<'a> {
     token: u64,
     #[serde(default)]
+    mark: Option<u64>,
+    #[serde(default)]
     permits: Option<u32>,
     #[serde(default, borrow)]
     holder: Option<StoredHolder<'a>>,
@@ -170,6 +175,7 @@ struct Waiting<'a> {
 /// A parsed row, checked against its shape, strings still borrowed.
 struct Parsed<'a> {
     token: u64,
+    mark: Option<u64>,
     rule: Rule,
     holders: Vec<StoredHolder<'a>>,
     queue: Vec<Waiting<'a>>,
@@ -290,6 +296,7 @@ fn parse(shape: Shape, row: &Row) -> Result<Parsed<'_>> {
     }
     Ok(Parsed {
         token: stored.token,
+        mark: stored.mark,
         rule,
         holders,
         queue,
@@ -361,6 +368,7 @@ pub(crate) fn decode(shape: Shape, row: &Row) -> Result<QueueState> {
         rule: parsed.rule,
         holders,
         queue,
+        mark: parsed.mark,
     };
     match state.broken() {
         Some(what) => Err(broken(shape, row, what)),
@@ -399,6 +407,7 @@ pub(crate) fn decode_head(shape: Shape, row: &Row) -> Result<Head> {
             })
             .into_iter()
             .collect(),
+        mark: parsed.mark,
     };
     let queued = parsed.queue.iter().map(|w| &*w.id);
     if let Some(what) = probe
@@ -407,11 +416,17 @@ pub(crate) fn decode_head(shape: Shape, row: &Row) -> Result<Head> {
     {
         return Err(broken(shape, row, what));
     }
-    let QueueState { rule, holders, .. } = probe;
+    let QueueState {
+        rule,
+        holders,
+        mark,
+        ..
+    } = probe;
     Ok(Head {
         rule,
         holders,
         queued: parsed.queue.len(),
+        mark,
     })
 }
 
@@ -434,6 +449,10 @@ pub(crate) fn encode_with(
     let mut out = Vec::with_capacity(fragments.last_len);
     out.extend_from_slice(b"{\"token\":");
     out.extend_from_slice(state.token.to_string().as_bytes());
+    if let Some(mark) = state.mark {
+        out.extend_from_slice(b",\"mark\":");
+        out.extend_from_slice(mark.to_string().as_bytes());
+    }
     if let (Shape::Semaphore, Rule::Permits(permits)) = (shape, state.rule) {
         out.extend_from_slice(b",\"permits\":");
         out.extend_from_slice(permits.to_string().as_bytes());
@@ -731,8 +750,8 @@ mod tests {
             assert_eq!(decode(shape, &stored).unwrap(), state, "{shape:?}");
             let head = decode_head(shape, &stored).unwrap();
             assert_eq!(
-                (head.rule, head.holders, head.queued),
-                (state.rule, state.holders, state.queue.len())
+                (head.rule, head.holders, head.queued, head.mark),
+                (state.rule, state.holders, state.queue.len(), None)
             );
         }
     }
@@ -759,6 +778,35 @@ mod tests {
         let before = r#"{"token":1,"permits":1,"holders":[{"id":"a","owner":"test","token":1,"beat":1,"lease_ms":1000}],"queue":[{"id":"b","owner":"test","lease_ms":1000},"c",{"id":"d","owner":"test","lease_ms":5}]}"#;
         assert_eq!(text(Shape::Semaphore, &semaphore), before);
         assert_eq!(decode(Shape::Semaphore, &row(before)).unwrap(), semaphore);
+    }
+
+    #[test]
+    fn a_mark_is_written_after_the_token_and_read_back() {
+        let mut lock = joined(Rule::Permits(1), &[writer("a")]);
+        lock.mark = Some(1_234);
+        let stored = text(Shape::Lock, &lock);
+        assert_eq!(
+            stored,
+            r#"{"token":1,"mark":1234,"holder":{"id":"a","owner":"test","beat":1,"lease_ms":1000}}"#
+        );
+        assert_eq!(decode(Shape::Lock, &row(&stored)).unwrap(), lock);
+        assert_eq!(
+            decode_head(Shape::Lock, &row(&stored)).unwrap().mark,
+            Some(1_234)
+        );
+        let unmarked = joined(Rule::Permits(1), &[writer("a")]);
+        assert_eq!(
+            decode_head(Shape::Lock, &row(&text(Shape::Lock, &unmarked)))
+                .unwrap()
+                .mark,
+            None
+        );
+        let bad =
+            r#"{"token":1,"mark":-1,"holder":{"id":"a","owner":"test","beat":1,"lease_ms":1000}}"#;
+        assert_eq!(
+            decode(Shape::Lock, &row(bad)).unwrap_err().kind(),
+            ErrorKind::Corrupt
+        );
     }
 
     #[test]
@@ -894,7 +942,7 @@ mod tests {
                 s.queue.push_back(w);
                 if round % 2 == 1 {
                     let holder = s.holders[0].clone();
-                    s.release(&holder.ask.id, holder.token).unwrap();
+                    s.release(&holder.ask.id, holder.token, None).unwrap();
                 }
                 if round % 7 == 0 {
                     s.withdraw(&format!("w{}", round / 2)).unwrap();
@@ -930,7 +978,7 @@ mod tests {
             s.queue.push_back(ask(&format!("w{round}"), Mode::Write));
             if s.queue.len() > 3 {
                 let holder = s.holders[0].clone();
-                s.release(&holder.ask.id, holder.token).unwrap();
+                s.release(&holder.ask.id, holder.token, None).unwrap();
             }
             assert_eq!(
                 encode_with(Shape::Lock, &s, &mut fragments).unwrap(),

@@ -104,6 +104,10 @@ pub(crate) struct QueueState {
     pub(crate) holders: Vec<Holder>,
     /// In the order their enqueue writes applied (FIFO).
     pub(crate) queue: VecDeque<Ask>,
+    /// A number the holders keep in the row for their successors (a
+    /// snowflake worker id's last tick): raised by a holder's beat, set by
+    /// its release, kept through evictions and grants.
+    pub(crate) mark: Option<u64>,
 }
 
 /// What most readers of a row need: the rule and the holders (with their
@@ -115,6 +119,8 @@ pub(crate) struct Head {
     pub(crate) holders: Vec<Holder>,
     /// How many wait in the queue.
     pub(crate) queued: usize,
+    /// The row's [`QueueState::mark`].
+    pub(crate) mark: Option<u64>,
 }
 
 /// Could `ask` hold beside `holders` under `rule`?
@@ -135,6 +141,7 @@ impl Head {
             rule,
             holders: Vec::new(),
             queued: 0,
+            mark: None,
         }
     }
 
@@ -160,6 +167,7 @@ impl QueueState {
             rule,
             holders: Vec::new(),
             queue: VecDeque::new(),
+            mark: None,
         }
     }
 
@@ -169,6 +177,7 @@ impl QueueState {
             rule: self.rule,
             holders: self.holders.clone(),
             queued: self.queue.len(),
+            mark: self.mark,
         }
     }
 
@@ -235,8 +244,9 @@ impl QueueState {
     }
 
     /// Advance the heartbeat of the grant `id` holds with `token` (also
-    /// claims a handed-over grant); false if it holds none.
-    pub(crate) fn beat(&mut self, id: &str, token: u64) -> bool {
+    /// claims a handed-over grant), raising the row's mark to `mark` if
+    /// given (never lowering it); false if it holds none.
+    pub(crate) fn beat(&mut self, id: &str, token: u64, mark: Option<u64>) -> bool {
         match self
             .holders
             .iter_mut()
@@ -244,6 +254,9 @@ impl QueueState {
         {
             Some(holder) => {
                 holder.beat = holder.beat.saturating_add(1);
+                if mark.is_some() {
+                    self.mark = self.mark.max(mark);
+                }
                 true
             }
             None => false,
@@ -252,11 +265,21 @@ impl QueueState {
 
     /// Give up the grant `id` holds with `token`, granting the waiters it
     /// frees; false if `id` does not hold it (evicted).
-    pub(crate) fn release(&mut self, id: &str, token: u64) -> Result<bool> {
+    ///
+    /// With a `mark`, the row's mark becomes it: a sole holder knows what
+    /// it used and may lower it; beside other holders it only raises it.
+    pub(crate) fn release(&mut self, id: &str, token: u64, mark: Option<u64>) -> Result<bool> {
         if !self.holds(id, token) {
             return Ok(false);
         }
         self.holders.retain(|h| &*h.ask.id != id);
+        if mark.is_some() {
+            self.mark = if self.holders.is_empty() {
+                mark
+            } else {
+                self.mark.max(mark)
+            };
+        }
         self.fill()?;
         Ok(true)
     }
@@ -285,7 +308,7 @@ impl QueueState {
             return Ok(true);
         }
         match self.holder(id).map(|h| h.token) {
-            Some(token) => self.release(id, token),
+            Some(token) => self.release(id, token, None),
             None => Ok(false),
         }
     }
@@ -394,12 +417,12 @@ mod tests {
         assert_eq!(join(&mut s, "a", Mode::Write), Some(1));
         assert_eq!(join(&mut s, "b", Mode::Write), None);
         assert_eq!(join(&mut s, "c", Mode::Write), None);
-        assert!(s.release("a", 1).unwrap());
+        assert!(s.release("a", 1, None).unwrap());
         assert_eq!(ids(&s), ["b"]);
         assert_eq!((s.holders[0].token, s.holders[0].beat), (2, 0));
-        assert!(!s.release("a", 1).unwrap(), "released twice");
-        assert!(s.release("b", 2).unwrap());
-        assert!(s.release("c", 3).unwrap());
+        assert!(!s.release("a", 1, None).unwrap(), "released twice");
+        assert!(s.release("b", 2, None).unwrap());
+        assert!(s.release("c", 3, None).unwrap());
         assert!(s.holders.is_empty());
         assert_eq!(s.token, 3, "a release with nobody waiting grants nothing");
     }
@@ -412,7 +435,7 @@ mod tests {
         join(&mut s, "c", Mode::Write);
         join(&mut s, "d", Mode::Write);
         assert_eq!(s.queue.len(), 2);
-        assert!(s.release("b", 2).unwrap());
+        assert!(s.release("b", 2, None).unwrap());
         assert_eq!(ids(&s), ["a", "c"]);
         let silent = [
             Silent {
@@ -436,10 +459,10 @@ mod tests {
         assert_eq!(join(&mut s, "r2", Mode::Read), Some(2));
         assert_eq!(join(&mut s, "w", Mode::Write), None);
         assert_eq!(join(&mut s, "r3", Mode::Read), None, "behind the writer");
-        assert!(s.release("r1", 1).unwrap());
-        assert!(s.release("r2", 2).unwrap());
+        assert!(s.release("r1", 1, None).unwrap());
+        assert!(s.release("r2", 2, None).unwrap());
         assert_eq!(ids(&s), ["w"]);
-        assert!(s.release("w", 3).unwrap());
+        assert!(s.release("w", 3, None).unwrap());
         assert_eq!(ids(&s), ["r3"]);
     }
 
@@ -465,10 +488,41 @@ mod tests {
         let mut s = QueueState::new(Rule::Permits(2));
         join(&mut s, "a", Mode::Write);
         join(&mut s, "b", Mode::Write);
-        assert!(s.beat("b", 2));
-        assert!(!s.beat("b", 1), "another grant's token");
-        assert!(!s.beat("z", 1));
+        assert!(s.beat("b", 2, None));
+        assert!(!s.beat("b", 1, None), "another grant's token");
+        assert!(!s.beat("z", 1, None));
         assert_eq!((s.holders[0].beat, s.holders[1].beat), (1, 2));
+    }
+
+    #[test]
+    fn the_mark_moves_only_with_the_holders_beats_and_release_and_survives_eviction() {
+        let mut s = QueueState::new(Rule::Permits(1));
+        join(&mut s, "a", Mode::Write);
+        join(&mut s, "b", Mode::Write);
+        assert!(s.beat("a", 1, Some(10)));
+        assert!(s.beat("a", 1, Some(7)), "a beat still applies");
+        assert_eq!(s.mark, Some(10), "but never lowers the mark");
+        assert!(!s.beat("b", 2, Some(99)), "b waits: no grant to beat");
+        assert_eq!(s.mark, Some(10), "a waiter's beat leaves it");
+        assert!(s.release("a", 1, Some(4)).unwrap());
+        assert_eq!(s.mark, Some(4), "a sole holder's release sets it");
+        let beat = s.holders[0].beat;
+        assert!(s
+            .evict(&[Silent {
+                id: "b".into(),
+                beat
+            }])
+            .unwrap());
+        assert_eq!(s.mark, Some(4), "an eviction keeps it");
+        assert!(!s.release("b", 2, Some(1)).unwrap(), "evicted");
+        assert_eq!(s.mark, Some(4));
+
+        let mut shared = QueueState::new(Rule::Permits(2));
+        join(&mut shared, "a", Mode::Write);
+        join(&mut shared, "b", Mode::Write);
+        assert!(shared.beat("b", 2, Some(10)));
+        assert!(shared.release("a", 1, Some(3)).unwrap());
+        assert_eq!(shared.mark, Some(10), "beside another holder, only raised");
     }
 
     #[test]

@@ -58,8 +58,13 @@ pub(crate) enum Request {
         rule: Rule,
         sent_before: bool,
     },
-    /// Give up the grant `id` holds with `token`, if it still does.
-    Release { id: Arc<str>, token: u64 },
+    /// Give up the grant `id` holds with `token`, if it still does, and
+    /// set the row's mark (`QueueState::release`).
+    Release {
+        id: Arc<str>,
+        token: u64,
+        mark: Option<u64>,
+    },
     /// Take request `id` out of the queue, or pass its grant on. Written
     /// after any request of the same id still waiting here, so a cancelled
     /// enqueue cannot land after its withdrawal.
@@ -70,8 +75,13 @@ pub(crate) enum Request {
         silent: Vec<Silent>,
         claim: Arc<str>,
     },
-    /// Advance the heartbeat of the grant `id` holds with `token`.
-    Beat { id: Arc<str>, token: u64 },
+    /// Advance the heartbeat of the grant `id` holds with `token`, and
+    /// raise the row's mark to `mark`.
+    Beat {
+        id: Arc<str>,
+        token: u64,
+        mark: Option<u64>,
+    },
 }
 
 impl Request {
@@ -108,17 +118,17 @@ impl Request {
                     state.queue.push_back(ask.clone());
                 }
             }
-            Request::Release { id, token } => return state.release(id, *token),
+            Request::Release { id, token, mark } => return state.release(id, *token, *mark),
             Request::Withdraw(id) => return state.withdraw(id),
             Request::Evict { silent, claim } => {
                 if !state.evict(silent)? {
                     return Ok(false);
                 }
                 if let Some(token) = state.holder(claim).map(|h| h.token) {
-                    state.beat(claim, token);
+                    state.beat(claim, token, None);
                 }
             }
-            Request::Beat { id, token } => return Ok(state.beat(id, *token)),
+            Request::Beat { id, token, mark } => return Ok(state.beat(id, *token, *mark)),
         }
         Ok(true)
     }
