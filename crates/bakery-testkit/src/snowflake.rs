@@ -1,5 +1,5 @@
-//! The snowflake recipe on a real store: worker ids leased from it, marks
-//! kept in it.
+//! The snowflake recipe on a real store: worker ids leased from it, their
+//! marks kept in their locks' rows.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -149,10 +149,19 @@ async fn a_client_with_another_layout_is_refused(store: Arc<dyn VersionedStore>)
 
 async fn corrupt_rows_are_typed_errors_and_kept(store: Arc<dyn VersionedStore>) {
     let garbage = Bytes::from_static(b"\xffnot json");
-    // The layout row, and the mark of worker id 0 (the first one taken).
-    for (case, row) in [("corrupt-layout", ""), ("corrupt-mark", ".w0")] {
+    // The layout row, and the lock row (with its mark) of worker id 0, the
+    // first one taken.
+    for (case, prefix, row) in [
+        ("corrupt-layout", KEY_PREFIX, ""),
+        ("corrupt-mark", bakery_recipes::lock::KEY_PREFIX, ".w0"),
+    ] {
         let name = unique_name(case);
-        let key = Key::with_prefix(KEY_PREFIX, &format!("{name}{row}")).expect("key");
+        let key = if prefix == KEY_PREFIX {
+            Key::with_prefix(prefix, &format!("{name}{row}"))
+        } else {
+            Key::with_prefix(prefix, &format!("{KEY_PREFIX}.{name}{row}"))
+        }
+        .expect("key");
         store
             .put_if_version(&key, None, garbage.clone())
             .await

@@ -19,14 +19,14 @@
 //!   its own monotonic clock, then leases a worker id again (the same or
 //!   another). A process paused past its lease (SIGSTOP, a long GC) thus
 //!   issues nothing after it resumes until it holds a worker id again.
-//! - **Timestamps ahead of use.** Each slot has a mark row with the last
-//!   tick its holders may use, written with the holder's fencing token
-//!   before any id of a later tick is issued: half a lease ahead, again
-//!   every lease/3 while ids are issued. A new holder starts above the
-//!   mark it found; a write of the mark by an older holder after that
-//!   conflicts, and the older holder stops. So ids stay unique even if two
-//!   processes ever believed they held one worker id. A release shrinks the
-//!   mark to the last tick used, so the next holder starts at once.
+//! - **Timestamps ahead of use.** The slot's lock row keeps a mark: the
+//!   last tick its holders may use. Each renewal of the lease (every
+//!   lease/3) raises it to a lease past the clock in the same write, and
+//!   no id of a tick above the stored mark is issued (the first id after a
+//!   lease renews at once). Only the current grant's beats move it, and it
+//!   stays in the row through evictions: a new holder starts above the
+//!   mark it was granted with. A release sets it to the last tick used, so
+//!   the next holder starts at once.
 //! - **Clocks.** Within a tick the sequence counts up; when it runs out,
 //!   `next` waits for the next tick. A clock behind the last tick used (it
 //!   went back, or this machine is behind the previous holder's) is waited
@@ -38,8 +38,8 @@
 //! beside `n` live ones makes `n + 1` store calls before its first id. A
 //! held slot is not taken over while a free one exists, so slots of
 //! crashed processes are reclaimed when the table is full. Every worker id
-//! costs its lock's renewal (a write every lease/3) and, while ids are
-//! issued, a mark write every lease/3.
+//! costs its lock's renewal, one write every lease/3, which carries the
+//! mark too.
 //!
 //! # Example
 //! ```
@@ -64,12 +64,10 @@
 mod layout;
 mod worker;
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bakery_core::{validate_name, Error, ErrorKind, Result, VersionedStore};
-use tokio::task::JoinHandle;
 
 pub use layout::{
     format_unix_ms, Decoded, Layout, DEFAULT_EPOCH_MS, ID_BITS, MAX_WORKER_BITS, MIN_YEARS,
@@ -79,9 +77,8 @@ pub use worker::WAITED_AT_ONCE;
 use crate::queue::handle::{DEFAULT_LEASE, MIN_LEASE};
 use worker::{Slot, SlotSettings};
 
-/// Key prefix of a snowflake's rows: its layout `snowflake/NAME` and each
-/// worker id's mark `snowflake/NAME.w<id>`; worker id `w` is the lock
-/// `snowflake.NAME.w<w>`.
+/// Key prefix of a snowflake's layout row `snowflake/NAME`; worker id `w`
+/// is the lock `snowflake.NAME.w<w>`, whose row keeps its mark.
 pub const KEY_PREFIX: &str = "snowflake";
 
 /// Default of [`SnowflakeBuilder::max_clock_wait`].
@@ -159,8 +156,12 @@ impl SnowflakeBuilder {
     /// the generator. No store call is made.
     pub fn build(self) -> Result<Snowflake> {
         validate_name(&self.name)?;
-        // Keys of the slots must be valid too: the largest worker id's.
-        worker::mark_key(&self.name, self.layout.workers().saturating_sub(1))?;
+        // The slots' lock names must be valid too: the largest worker id's.
+        crate::lock::Lock::builder(
+            self.store.clone(),
+            &worker::lock_name(&self.name, self.layout.workers().saturating_sub(1)),
+        )
+        .build()?;
         self.layout.check_at(self.clock.unix_ms())?;
         if self.slot.lease < MIN_LEASE {
             return Err(Error::invalid_input(
@@ -210,8 +211,6 @@ struct Inner {
 #[derive(Default)]
 struct Issuer {
     slot: Option<Arc<Slot>>,
-    /// Renews the slot's mark while ids are issued.
-    keeper: Option<JoinHandle<()>>,
     /// The tick and sequence of the last id issued on this slot.
     last: Option<(u64, u64)>,
     /// The least tick of the next id: above every tick this process used
@@ -219,18 +218,6 @@ struct Issuer {
     min_next: u64,
     /// The layout row was read or written.
     layout_settled: bool,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        let issuer = self
-            .issuer
-            .get_mut()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(keeper) = issuer.keeper.take() {
-            keeper.abort();
-        }
-    }
 }
 
 /// What the issuing path found.
@@ -313,7 +300,8 @@ impl Snowflake {
     /// unique among all generators of the snowflake. The first call leases
     /// a worker id (waiting, at most the builder's `acquire_timeout`, when
     /// every one is held); later calls make no store call, except one to
-    /// move the mark when the clock passes it (after an idle spell).
+    /// renew the worker id at once when the clock passed its stored mark
+    /// (a clock that jumped ahead).
     ///
     /// Errors: [`ErrorKind::TimedOut`] when no worker id is free in time,
     /// or the clock is behind the last tick used by more than
@@ -345,9 +333,6 @@ impl Snowflake {
         let _slow = self.inner.slow.lock().await;
         let (slot, last) = {
             let mut issuer = self.inner.lock_issuer();
-            if let Some(keeper) = issuer.keeper.take() {
-                keeper.abort();
-            }
             let last = issuer.last.take().map(|(tick, _)| tick);
             if let Some(tick) = last {
                 issuer.min_next = issuer.min_next.max(tick.saturating_add(1));
@@ -356,8 +341,8 @@ impl Snowflake {
         };
         match slot.map(Arc::try_unwrap) {
             Some(Ok(slot)) => slot.release(last).await,
-            // A keeper between two steps holds the other reference: the
-            // slot is released when it drops it.
+            // A step holds the other reference for a moment: the slot is
+            // released when it drops it.
             Some(Err(_)) | None => Ok(()),
         }
     }
@@ -430,7 +415,6 @@ impl Inner {
             .encode(tick, slot.worker, sequence)
             .ok_or_else(|| Error::new(ErrorKind::Internal, KEY_PREFIX, "id parts out of range"))?;
         issuer.last = Some((tick, sequence));
-        slot.used.store(true, Ordering::Relaxed);
         Ok(Step::Id(id))
     }
 
@@ -458,14 +442,12 @@ impl Inner {
                 &self.config.name,
                 self.config.layout,
                 &self.config.slot,
+                &self.config.clock,
             )
             .await?,
         );
         tracing::debug!(snowflake = %self.config.name, worker = slot.worker, token = slot.token(), "worker id leased");
-        let keeper = tokio::spawn(keep_mark(Arc::downgrade(self), Arc::downgrade(&slot)));
-        let mut issuer = self.lock_issuer();
-        issuer.slot = Some(slot);
-        issuer.keeper = Some(keeper);
+        self.lock_issuer().slot = Some(slot);
         Ok(())
     }
 
@@ -474,36 +456,24 @@ impl Inner {
     /// stay above the ones it issued.
     fn drop_slot(&self) {
         let mut issuer = self.lock_issuer();
-        if let Some(keeper) = issuer.keeper.take() {
-            keeper.abort();
-        }
         if let Some((tick, _)) = issuer.last.take() {
             issuer.min_next = issuer.min_next.max(tick.saturating_add(1));
         }
         issuer.slot = None;
     }
 
-    /// Reserve ticks up to half a lease past `tick` (and past now) in the
-    /// slot's mark. A slot taken over is dropped, to be leased again.
+    /// Store a mark covering `tick` in the slot's row (a beat, which
+    /// renews its lease too). A slot lost meanwhile is dropped, to be
+    /// leased again.
     async fn reserve(&self, tick: u64) -> Result<()> {
         let _slow = self.slow.lock().await;
         let Some(slot) = self.lock_issuer().slot.clone() else {
             return Ok(());
         };
-        self.raise_mark(&slot, tick).await
-    }
-
-    /// Raise `slot`'s mark to cover `tick` with half a lease to spare;
-    /// never lowers it. Called under `slow`.
-    async fn raise_mark(&self, slot: &Slot, tick: u64) -> Result<()> {
-        let ahead = self.config.layout.ticks_in(self.config.slot.lease / 2);
-        let until = tick
-            .saturating_add(ahead)
-            .min(self.config.layout.max_tick());
-        if slot.until().is_some_and(|current| current >= until) || !slot.usable() {
+        if slot.until().is_some_and(|current| current >= tick) || !slot.usable() {
             return Ok(());
         }
-        match slot.reserve(until).await {
+        match slot.reserve(tick).await {
             Err(err) if err.kind() == ErrorKind::Lost => {
                 tracing::warn!(snowflake = %self.config.name, worker = slot.worker, error = %err, "worker id taken over");
                 self.drop_slot();
@@ -542,34 +512,6 @@ impl Inner {
             tokio::time::sleep(wait).await;
         }
         Ok(())
-    }
-}
-
-/// Every lease/3 while ids were issued since the last time, move `slot`'s
-/// mark to half a lease past now; stops with the slot.
-async fn keep_mark(inner: Weak<Inner>, slot: Weak<Slot>) {
-    let period = {
-        let Some(inner) = inner.upgrade() else { return };
-        inner.config.slot.lease / 3
-    };
-    loop {
-        tokio::time::sleep(period).await;
-        let (Some(inner), Some(slot)) = (inner.upgrade(), slot.upgrade()) else {
-            return;
-        };
-        if !slot.usable() {
-            return;
-        }
-        if !slot.used.swap(false, Ordering::Relaxed) {
-            continue;
-        }
-        let Some(now) = inner.config.layout.tick_of(inner.config.clock.unix_ms()) else {
-            continue;
-        };
-        let _slow = inner.slow.lock().await;
-        if let Err(err) = inner.raise_mark(&slot, now).await {
-            tracing::debug!(snowflake = %inner.config.name, worker = slot.worker, error = %err, "mark not moved; next() will");
-        }
     }
 }
 

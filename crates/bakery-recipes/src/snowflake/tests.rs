@@ -3,7 +3,7 @@
 //! machine ahead of another).
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use bakery_core::{async_trait, Bytes, Key, MemoryStore, PutOutcome, StoreLayer, Version};
 use tokio::time::Instant;
@@ -321,49 +321,109 @@ async fn a_generator_cut_off_from_the_store_stops_before_its_lease_could_end() {
     assert!(after > during);
 }
 
+/// Counts the conditional writes that reach the store.
+#[derive(Debug)]
+struct Counting {
+    inner: MemoryStore,
+    puts: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait]
+impl StoreLayer for Counting {
+    fn inner(&self) -> &dyn VersionedStore {
+        &self.inner
+    }
+
+    async fn put_if_version(
+        &self,
+        key: &Key,
+        expected: Option<Version>,
+        value: Bytes,
+    ) -> Result<PutOutcome> {
+        self.puts.fetch_add(1, Ordering::SeqCst);
+        self.inner.put_if_version(key, expected, value).await
+    }
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_holder_whose_mark_a_later_holder_wrote_reserves_nothing_more() {
-    let store = memory();
-    let settings = SlotSettings {
-        lease: Duration::from_secs(3),
-        acquire_timeout: None,
-        owner: None,
-    };
-    let slot = worker::lease(&store, "ids", Layout::default(), &settings)
-        .await
-        .expect("lease");
-    slot.reserve(10).await.expect("reserve");
-    assert_eq!(slot.until(), Some(10));
-    // A later holder of worker id 0 (a larger token) wrote its mark, as
-    // after an eviction this holder did not notice yet.
-    let key = worker::mark_key("ids", 0).expect("key");
-    let row = store.get(&key).await.expect("get").expect("mark");
-    let later = serde_json::json!({"token": slot.token() + 1, "until": 50});
-    store
-        .put_if_version(&key, Some(row.version), later.to_string().into())
-        .await
-        .expect("put")
-        .applied()
-        .expect("applied");
-    let err = slot.reserve(20).await.expect_err("taken over");
-    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
-    assert_eq!(slot.until(), Some(10), "its reservation did not grow");
-    // Its own earlier write, met again (an answer lost), is not a takeover.
-    let ours = worker::lease(&store, "other", Layout::default(), &settings)
-        .await
-        .expect("lease");
-    ours.reserve(5).await.expect("reserve");
-    let key = worker::mark_key("other", 0).expect("key");
-    let row = store.get(&key).await.expect("get").expect("mark");
-    let same = serde_json::json!({"token": ours.token(), "until": 7});
-    store
-        .put_if_version(&key, Some(row.version), same.to_string().into())
-        .await
-        .expect("put")
-        .applied()
-        .expect("applied");
-    ours.reserve(9).await.expect("goes on from its own row");
-    assert_eq!(ours.until(), Some(9));
+async fn issuing_costs_one_write_per_lease_renewal() {
+    let counting = Arc::new(Counting {
+        inner: MemoryStore::new(),
+        puts: std::sync::atomic::AtomicU64::new(0),
+    });
+    let store: Arc<dyn VersionedStore> = counting.clone();
+    let clock = TestClock::new();
+    let ids = builder(&store, &clock).build().expect("build");
+    // The layout row, the lock's grant and the first mark (a beat).
+    ids.next().await.expect("first");
+    let setup = counting.puts.load(Ordering::SeqCst);
+    assert_eq!(setup, 3, "layout, grant, first mark");
+    // Ten leases of steady issuing: a renewal every lease/3, nothing else.
+    let started = Instant::now();
+    let mut last = 0;
+    while started.elapsed() < Duration::from_secs(30) {
+        let id = ids.next().await.expect("next");
+        assert!(id > last);
+        last = id;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let writes = counting.puts.load(Ordering::SeqCst) - setup;
+    assert!(
+        (29..=31).contains(&writes),
+        "{writes} writes in 30 s of a 3 s lease: one per renewal (every 1 s)"
+    );
+    ids.release().await.expect("release");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_successor_far_behind_starts_above_what_a_cut_off_holder_issued_to_its_end() {
+    let memory = MemoryStore::new();
+    let cut = Arc::new(Partitioned {
+        inner: memory.handle(),
+        down: AtomicBool::new(false),
+    });
+    let cut_store: Arc<dyn VersionedStore> = cut.clone();
+    let store: Arc<dyn VersionedStore> = Arc::new(memory.handle());
+    let clock = TestClock::new();
+    let layout = Layout::default().worker_bits(1);
+    let a = builder(&cut_store, &clock)
+        .layout(layout)
+        .build()
+        .expect("a");
+    let b = builder(&store, &clock).layout(layout).build().expect("b");
+    let mut from_a = take(&a, 1).await;
+    take(&b, 1).await;
+    // Cut off from the store, `a` issues until it stops, a tenth of a
+    // lease before its lease could end.
+    cut.down.store(true, Ordering::SeqCst);
+    loop {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        match a.next().await {
+            Ok(id) => from_a.push(id),
+            Err(err) => {
+                assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+                break;
+            }
+        }
+    }
+    assert!(from_a.len() > 200, "issued {} ids", from_a.len());
+    // Its successor's clock is 4 s behind: only the mark the lock's row
+    // kept tells it where `a` may have got to.
+    let behind = TestClock::new();
+    behind.shift(-4_000);
+    let c = builder(&store, &behind)
+        .layout(layout)
+        .max_clock_wait(Duration::from_secs(5))
+        .acquire_timeout(Duration::from_secs(20))
+        .build()
+        .expect("c");
+    let first = c.next().await.expect("the cut-off holder's worker id");
+    assert_eq!(c.worker(), Some(0));
+    let last = *from_a.last().expect("ids");
+    assert!(
+        layout.decode(first).tick > layout.decode(last).tick,
+        "{first} above {last}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
