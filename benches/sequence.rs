@@ -12,6 +12,13 @@
 //!   with 14 sequence bits (16,384 a millisecond), to show the cost of the
 //!   call below the cap. `snowflake_threads/<n>`: one generator shared by
 //!   `n` tasks of a runtime of `n` threads.
+//! - `snowflake_uncapped/*`: bakery and ferroid in one layout of 18
+//!   sequence bits (41/4/18: 262,144 ids a millisecond, a cap neither
+//!   reaches), the generators' own cost; beside it what one id's clock
+//!   reads cost (`wall_clock_read`: `SystemTime::now`, which bakery reads
+//!   per id; `monotonic_clock_read`: `Instant::now`, its lease check) and
+//!   one uncontended compare-and-swap, the floor of ferroid's id (its
+//!   clock is an atomic a ticker thread moves every millisecond).
 //!
 //! `cargo bench --bench sequence`
 
@@ -149,6 +156,40 @@ fn snowflakes(c: &mut Criterion) {
         .expect("sonyflake");
     group.bench_function("sonyflake", |b| {
         b.iter(|| black_box(sonyflake.next_id().expect("id")))
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("snowflake_uncapped");
+    group.throughput(Throughput::Elements(1));
+    let ids = leased(Layout::default().worker_bits(4).sequence_bits(18));
+    group.bench_function("bakery", |b| {
+        b.to_async(&rt)
+            .iter(|| async { black_box(ids.next().await.expect("next")) })
+    });
+    ferroid::define_snowflake_id!(
+        UncappedId, u64,
+        reserved: 1,
+        timestamp: 41,
+        machine_id: 4,
+        sequence: 18
+    );
+    let uncapped: AtomicSnowflakeGenerator<UncappedId, _> =
+        AtomicSnowflakeGenerator::new(0, MonotonicClock::<1>::with_epoch(TWITTER_EPOCH));
+    group.bench_function("ferroid_atomic", |b| {
+        b.iter(|| black_box(uncapped.next_id(|_| std::hint::spin_loop())))
+    });
+    group.bench_function("wall_clock_read", |b| {
+        b.iter(|| black_box(std::time::SystemTime::now()))
+    });
+    group.bench_function("monotonic_clock_read", |b| {
+        b.iter(|| black_box(Instant::now()))
+    });
+    let word = AtomicU64::new(0);
+    group.bench_function("compare_and_swap", |b| {
+        b.iter(|| {
+            let seen = word.load(Ordering::Relaxed);
+            black_box(word.compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Relaxed))
+        })
     });
     group.finish();
 
