@@ -34,7 +34,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
-use common::{targets, text, Target};
+use common::{on_every_target, text, Target};
 
 const BIN: &str = env!("CARGO_BIN_EXE_bakery");
 
@@ -179,22 +179,12 @@ fn was_killed(out: &Output) -> bool {
     out.status.signal() == Some(Signal::SIGKILL as i32)
 }
 
-fn on_every_target(test: impl Fn(&Target) + Sync) {
-    let targets = targets("kill");
-    std::thread::scope(|scope| {
-        let test = &test;
-        for target in &targets {
-            scope.spawn(move || test(target));
-        }
-    });
-}
-
 /// `bakery seq next NAME --count 300 --block-size 10` in waves of four,
 /// three of each wave SIGKILLed at random moments (within one and a half
 /// times what an unkilled process takes): printed ids stay unique.
 #[test]
 fn killed_reservations_never_hand_out_an_id_twice() {
-    on_every_target(|target| {
+    on_every_target("kill", |target| {
         let (mut rng, seed) = Moments::seeded(target.label.len() as u64);
         let scratch = target.scratch("seq");
         let name = bakery_testkit::unique_name("kill-seq");
@@ -327,7 +317,7 @@ fn holder_beat(target: &Target, scratch: &Path, lock: &str) -> (String, u64) {
 /// write with the dead holder's token is refused.
 #[test]
 fn a_killed_holder_is_replaced_after_its_lease_and_fenced_off() {
-    on_every_target(|target| {
+    on_every_target("kill", |target| {
         let (mut rng, seed) = Moments::seeded(7 + target.label.len() as u64);
         let mut waits = Vec::new();
         for round in 0..HOLDERS {

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use common::{targets, text, Target};
+use common::{on_every_target, text, Target};
 
 const BIN: &str = env!("CARGO_BIN_EXE_bakery");
 
@@ -95,16 +95,6 @@ fn next_args(name: &str, count: u64, bits: &Bits, more: &[&str]) -> Vec<String> 
     args.extend(bits.args());
     args.extend(more.iter().map(|s| s.to_string()));
     args
-}
-
-fn on_every_target(test: impl Fn(&Target) + Sync) {
-    let targets = targets("snowflake");
-    std::thread::scope(|scope| {
-        let test = &test;
-        for target in &targets {
-            scope.spawn(move || test(target));
-        }
-    });
 }
 
 fn ids_of(out: &Output, what: &str) -> Vec<u64> {
@@ -179,7 +169,7 @@ fn eight_processes_at_once_hold_eight_worker_ids_and_never_collide() {
         worker: 10,
         sequence: 5,
     };
-    on_every_target(|target| {
+    on_every_target("snowflake", |target| {
         let name = bakery_testkit::unique_name("sf-eight");
         let args = next_args(&name, 100_000, &bits, &[]);
         let children: Vec<Child> = (0..8).map(|_| target.spawn(&args)).collect();
@@ -210,7 +200,7 @@ fn with_two_worker_bits_a_fifth_process_waits_for_a_worker_id() {
         worker: 2,
         sequence: 4,
     };
-    on_every_target(|target| {
+    on_every_target("snowflake", |target| {
         let name = bakery_testkit::unique_name("sf-five");
         let args = next_args(&name, 20_000, &bits, &["--wait", "60s"]);
         let children: Vec<Child> = (0..5).map(|_| target.spawn(&args)).collect();
@@ -296,7 +286,7 @@ fn a_process_stopped_past_its_lease_issues_nothing_its_successor_could_collide_w
         worker: 1,
         sequence: 4,
     };
-    on_every_target(|target| {
+    on_every_target("snowflake", |target| {
         let label = target.label;
         let name = bakery_testkit::unique_name("sf-stop");
         // Two slots. `other` holds one until it is killed at the end; the
@@ -387,7 +377,7 @@ fn a_clock_behind_the_worker_id_s_last_tick_waits_within_the_bound_or_fails() {
         worker: 10,
         sequence: 12,
     };
-    on_every_target(|target| {
+    on_every_target("snowflake", |target| {
         let label = target.label;
         let name = bakery_testkit::unique_name("sf-clock");
         let first = target
@@ -435,7 +425,7 @@ fn a_clock_going_back_while_a_process_runs_ends_it_without_a_duplicate() {
         worker: 10,
         sequence: 4,
     };
-    on_every_target(|target| {
+    on_every_target("snowflake", |target| {
         let label = target.label;
         let name = bakery_testkit::unique_name("sf-back");
         let clock = target.scratch("clock").join(format!("{name}.faketime"));

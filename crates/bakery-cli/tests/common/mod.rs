@@ -60,3 +60,38 @@ pub fn targets(who: &str) -> Vec<Target> {
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// Runs `test` on every target of [`targets`]`(who)` at once, a thread
+/// each, and fails once naming each target that failed and why, first
+/// lines only (so a CI log's tail shows every cause).
+#[allow(dead_code)] // (not every test binary runs on every target)
+pub fn on_every_target(who: &str, test: impl Fn(&Target) + Sync) {
+    let targets = targets(who);
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let test = &test;
+        let running: Vec<_> = targets
+            .iter()
+            .map(|target| (target.label, scope.spawn(move || test(target))))
+            .collect();
+        running
+            .into_iter()
+            .filter_map(|(label, handle)| {
+                let payload = handle.join().err()?;
+                let why = payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "a panic without a message".into());
+                let short: String = why.lines().take(6).collect::<Vec<_>>().join(" | ");
+                Some(format!("[{label}] {short}"))
+            })
+            .collect()
+    });
+    assert!(
+        failures.is_empty(),
+        "failed on {} of {} targets:\n{}",
+        failures.len(),
+        targets.len(),
+        failures.join("\n")
+    );
+}
