@@ -1,7 +1,7 @@
 //! [`MysqlStore`]: the versioned conditional put as one SQL statement.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bakery_core::durability::Recheck;
@@ -21,6 +21,10 @@ use crate::{MysqlConfig, TableName, BACKEND, CLIENT_GRACE, DEFAULT_TIMEOUT};
 /// How often one call re-runs its statement when the write and the row read
 /// after it disagree (see [`Statements`]).
 const MAX_ATTEMPTS: usize = 5;
+
+/// How long a connection waits in the store's own idle list before it goes
+/// back to the pool (whose idle timeouts then apply).
+const KEEP_IDLE: Duration = Duration::from_secs(5);
 
 /// A [`VersionedStore`] on one InnoDB table of a MySQL or MariaDB database.
 ///
@@ -62,6 +66,43 @@ struct Inner {
     returning: bool,
     /// The durability check repeated while live (crate docs, "Durability").
     recheck: Arc<Recheck>,
+    /// Connections kept between calls, most recently used last: a
+    /// connection handed back to mysql_async's pool reaches its idle list
+    /// through the pool's recycler task, a task hop and a wake-up
+    /// on every call; one kept here is taken again at once.
+    idle: Mutex<Vec<(Conn, Instant)>>,
+}
+
+impl Inner {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<(Conn, Instant)>> {
+        self.idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The most recently kept connection, if one was kept within
+    /// [`KEEP_IDLE`]; older ones go back to the pool.
+    fn take_idle(&self) -> Option<Conn> {
+        let mut idle = self.idle();
+        let fresh = idle.pop().filter(|(_, kept)| kept.elapsed() < KEEP_IDLE);
+        let stale: Vec<(Conn, Instant)> = match fresh {
+            // All below it were kept earlier: stale if it is.
+            Some(_) => Vec::new(),
+            None => std::mem::take(&mut *idle),
+        };
+        drop(idle);
+        drop(stale);
+        fresh.map(|(conn, _)| conn)
+    }
+
+    /// Keep `conn` (clean: its statement finished) for the next call, up
+    /// to the pool's size; beyond that it goes back to the pool.
+    fn keep_idle(&self, conn: Conn) {
+        let mut idle = self.idle();
+        if idle.len() < self.config.pool_size() {
+            idle.push((conn, Instant::now()));
+        }
+    }
 }
 
 /// The SQL, with the validated, quoted table name formatted in once.
@@ -206,6 +247,7 @@ impl MysqlStore {
                 mariadb,
                 returning,
                 recheck,
+                idle: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -254,8 +296,12 @@ impl MysqlStore {
             .map_or(Duration::MAX, |t| t + CLIENT_GRACE)
     }
 
-    /// A pooled connection, within the deadline and the connect timeout.
+    /// A kept connection, else a pooled one, within the deadline and the
+    /// connect timeout.
     async fn checkout(&self, op: Operation, deadline: Option<Instant>) -> Result<Conn> {
+        if let Some(conn) = self.inner.take_idle() {
+            return Ok(conn);
+        }
         let connect = self.inner.config.connect_timeout();
         let wait = match deadline {
             Some(deadline) => deadline
@@ -291,8 +337,12 @@ impl MysqlStore {
             drop(result);
             Ok::<_, mysql_async::Error>((rows, affected, last_insert_id))
         };
-        match within(deadline, run).await {
-            Some(Ok(out)) => Ok(out),
+        let outcome = within(deadline, run).await;
+        match outcome {
+            Some(Ok(out)) => {
+                self.inner.keep_idle(conn);
+                Ok(out)
+            }
             Some(Err(e)) => Err(map_err(e, Phase::Execute, op)),
             // The connection goes back to the pool, which drains or closes
             // it before anyone else gets it.
