@@ -5,7 +5,9 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
-use bakery_core::{async_trait, Bytes, Key, MemoryStore, PutOutcome, StoreLayer, Version};
+use bakery_core::{
+    async_trait, Bytes, CountingStore, Key, MemoryStore, PutOutcome, StoreLayer, Version,
+};
 use tokio::time::Instant;
 
 use super::*;
@@ -321,42 +323,15 @@ async fn a_generator_cut_off_from_the_store_stops_before_its_lease_could_end() {
     assert!(after > during);
 }
 
-/// Counts the conditional writes that reach the store.
-#[derive(Debug)]
-struct Counting {
-    inner: MemoryStore,
-    puts: std::sync::atomic::AtomicU64,
-}
-
-#[async_trait]
-impl StoreLayer for Counting {
-    fn inner(&self) -> &dyn VersionedStore {
-        &self.inner
-    }
-
-    async fn put_if_version(
-        &self,
-        key: &Key,
-        expected: Option<Version>,
-        value: Bytes,
-    ) -> Result<PutOutcome> {
-        self.puts.fetch_add(1, Ordering::SeqCst);
-        self.inner.put_if_version(key, expected, value).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn issuing_costs_one_write_per_lease_renewal() {
-    let counting = Arc::new(Counting {
-        inner: MemoryStore::new(),
-        puts: std::sync::atomic::AtomicU64::new(0),
-    });
+    let counting = Arc::new(CountingStore::new(memory()));
     let store: Arc<dyn VersionedStore> = counting.clone();
     let clock = TestClock::new();
     let ids = builder(&store, &clock).build().expect("build");
     // The layout row, the lock's grant and the first mark (a beat).
     ids.next().await.expect("first");
-    let setup = counting.puts.load(Ordering::SeqCst);
+    let setup = counting.counts().puts;
     assert_eq!(setup, 3, "layout, grant, first mark");
     // Ten leases of steady issuing: a renewal every lease/3, nothing else.
     let started = Instant::now();
@@ -367,7 +342,7 @@ async fn issuing_costs_one_write_per_lease_renewal() {
         last = id;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let writes = counting.puts.load(Ordering::SeqCst) - setup;
+    let writes = counting.counts().puts - setup;
     assert!(
         (29..=31).contains(&writes),
         "{writes} writes in 30 s of a 3 s lease: one per renewal (every 1 s)"
