@@ -267,11 +267,7 @@ impl Hold {
         let heartbeat = Heartbeat::new(handle.beats.clone());
         let first = grant.lease_from + handle.lease / 3;
         // (a row that granted was decoded already: the writer's cache)
-        let granted_mark = handle
-            .writer
-            .head(&grant.row)
-            .ok()
-            .and_then(|head| head.mark);
+        let granted_mark = handle.writer.mark(&grant.row).ok().flatten();
         let shared = Arc::new(Shared {
             handle,
             what,

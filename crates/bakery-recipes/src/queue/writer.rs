@@ -490,6 +490,14 @@ impl Writer {
         }
     }
 
+    /// The row's mark (`QueueState::mark`), without its holders or queue.
+    pub(crate) fn mark(&self, row: &Row) -> Result<Option<u64>> {
+        match self.cached(row) {
+            Some(state) => Ok(state.mark),
+            None => row::decode_head(self.shape, row).map(|head| head.mark),
+        }
+    }
+
     /// The cached state, if it is `row`'s.
     fn cached(&self, row: &Row) -> Option<Arc<QueueState>> {
         let decoded = self.decoded.lock().ok()?;
