@@ -156,12 +156,8 @@ impl SnowflakeBuilder {
     /// the generator. No store call is made.
     pub fn build(self) -> Result<Snowflake> {
         validate_name(&self.name)?;
-        // The slots' lock names must be valid too: the largest worker id's.
-        crate::lock::Lock::builder(
-            self.store.clone(),
-            &worker::lock_name(&self.name, self.layout.workers().saturating_sub(1)),
-        )
-        .build()?;
+        // The slots' lock keys must be valid too: the largest worker id's.
+        worker::lock_key(&self.name, self.layout.workers().saturating_sub(1))?;
         self.layout.check_at(self.clock.unix_ms())?;
         if self.slot.lease < MIN_LEASE {
             return Err(Error::invalid_input(

@@ -27,6 +27,11 @@ pub(crate) fn lock_name(name: &str, worker: u32) -> String {
     format!("{KEY_PREFIX}.{name}.w{worker}")
 }
 
+/// The key of slot `worker`'s lock row.
+pub(crate) fn lock_key(name: &str, worker: u32) -> Result<Key> {
+    Key::with_prefix(crate::lock::KEY_PREFIX, &lock_name(name, worker))
+}
+
 /// The key of the row holding the snowflake's layout.
 pub(crate) fn layout_key(name: &str) -> Result<Key> {
     Key::with_prefix(KEY_PREFIX, name)
