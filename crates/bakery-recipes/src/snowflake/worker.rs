@@ -122,10 +122,13 @@ impl Slot {
     /// holder used) in the release's write, so the next holder need not
     /// wait for its clock to pass a mark set ahead.
     pub(crate) async fn release(self, last_used: Option<u64>) -> Result<()> {
-        let released = match (self.until(), last_used.or(self.guard.0.granted_mark())) {
-            // Its beats raised the mark: set it back.
-            (Some(_), Some(mark)) => self.guard.0.release_with_mark(mark).await,
-            _ => self.guard.release().await,
+        let released = if self.until().is_some() {
+            // Its beats raised the mark: set it back to what was used (0,
+            // "nothing", when no holder ever issued an id on the slot).
+            let used = last_used.or(self.guard.0.granted_mark()).unwrap_or(0);
+            self.guard.0.release_with_mark(used).await
+        } else {
+            self.guard.release().await
         };
         match released {
             // Lost already (its lease ran out, a waiter took it over): the
