@@ -149,19 +149,18 @@ async fn a_client_with_another_layout_is_refused(store: Arc<dyn VersionedStore>)
 
 async fn corrupt_rows_are_typed_errors_and_kept(store: Arc<dyn VersionedStore>) {
     let garbage = Bytes::from_static(b"\xffnot json");
-    // The layout row, and the lock row (with its mark) of worker id 0, the
-    // first one taken.
+    // The layout row `snowflake/NAME`, and the lock row (with its mark) of
+    // worker id 0, the first one taken: `lock/snowflake.NAME.w0`.
     for (case, prefix, row) in [
-        ("corrupt-layout", KEY_PREFIX, ""),
-        ("corrupt-mark", bakery_recipes::lock::KEY_PREFIX, ".w0"),
+        ("corrupt-layout", KEY_PREFIX, "{name}"),
+        (
+            "corrupt-mark",
+            bakery_recipes::lock::KEY_PREFIX,
+            "snowflake.{name}.w0",
+        ),
     ] {
         let name = unique_name(case);
-        let key = if prefix == KEY_PREFIX {
-            Key::with_prefix(prefix, &format!("{name}{row}"))
-        } else {
-            Key::with_prefix(prefix, &format!("{KEY_PREFIX}.{name}{row}"))
-        }
-        .expect("key");
+        let key = Key::with_prefix(prefix, &row.replace("{name}", &name)).expect("key");
         store
             .put_if_version(&key, None, garbage.clone())
             .await
