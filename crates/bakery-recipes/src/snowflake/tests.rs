@@ -87,6 +87,42 @@ impl Partitioned {
     }
 }
 
+/// Two generators on one memory store, in a layout of two worker ids:
+/// `a` through `cut`, which a test can partition, `b` through `store`.
+struct TwoWorkers {
+    cut: Arc<Partitioned>,
+    store: Arc<dyn VersionedStore>,
+    clock: Arc<TestClock>,
+    layout: Layout,
+    a: Snowflake,
+    b: Snowflake,
+}
+
+fn two_workers() -> TwoWorkers {
+    let memory = MemoryStore::new();
+    let cut = Arc::new(Partitioned {
+        inner: memory.handle(),
+        down: AtomicBool::new(false),
+    });
+    let cut_store: Arc<dyn VersionedStore> = cut.clone();
+    let store: Arc<dyn VersionedStore> = Arc::new(memory.handle());
+    let clock = TestClock::new();
+    let layout = Layout::default().worker_bits(1);
+    let a = builder(&cut_store, &clock)
+        .layout(layout)
+        .build()
+        .expect("a");
+    let b = builder(&store, &clock).layout(layout).build().expect("b");
+    TwoWorkers {
+        cut,
+        store,
+        clock,
+        layout,
+        a,
+        b,
+    }
+}
+
 fn builder(store: &Arc<dyn VersionedStore>, clock: &Arc<TestClock>) -> SnowflakeBuilder {
     Snowflake::builder(store.clone(), "ids")
         .clock(clock.clone())
@@ -221,20 +257,14 @@ async fn a_successor_on_the_slot_starts_above_the_ticks_its_predecessor_used() {
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_holder_s_worker_id_comes_back_after_its_lease_above_its_ticks() {
-    let memory = MemoryStore::new();
-    let silent = Arc::new(Partitioned {
-        inner: memory.handle(),
-        down: AtomicBool::new(false),
-    });
-    let silent_store: Arc<dyn VersionedStore> = silent.clone();
-    let store: Arc<dyn VersionedStore> = Arc::new(memory.handle());
-    let clock = TestClock::new();
-    let layout = Layout::default().worker_bits(1);
-    let a = builder(&silent_store, &clock)
-        .layout(layout)
-        .build()
-        .expect("a");
-    let b = builder(&store, &clock).layout(layout).build().expect("b");
+    let TwoWorkers {
+        cut: silent,
+        store,
+        clock,
+        layout,
+        a,
+        b,
+    } = two_workers();
     let from_a = take(&a, 10).await;
     take(&b, 1).await;
     // `a` goes silent, as a crashed process does: no renewal, no release.
@@ -352,20 +382,14 @@ async fn issuing_costs_one_write_per_lease_renewal() {
 
 #[tokio::test(start_paused = true)]
 async fn a_successor_far_behind_starts_above_what_a_cut_off_holder_issued_to_its_end() {
-    let memory = MemoryStore::new();
-    let cut = Arc::new(Partitioned {
-        inner: memory.handle(),
-        down: AtomicBool::new(false),
-    });
-    let cut_store: Arc<dyn VersionedStore> = cut.clone();
-    let store: Arc<dyn VersionedStore> = Arc::new(memory.handle());
-    let clock = TestClock::new();
-    let layout = Layout::default().worker_bits(1);
-    let a = builder(&cut_store, &clock)
-        .layout(layout)
-        .build()
-        .expect("a");
-    let b = builder(&store, &clock).layout(layout).build().expect("b");
+    let TwoWorkers {
+        cut,
+        store,
+        layout,
+        a,
+        b,
+        ..
+    } = two_workers();
     let mut from_a = take(&a, 1).await;
     take(&b, 1).await;
     // Cut off from the store, `a` issues until it stops, a tenth of a
