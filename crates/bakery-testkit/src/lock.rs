@@ -10,7 +10,7 @@ use bakery_recipes::fence::{FencedRead, FencedValue};
 use bakery_recipes::lock::{Lock, LostReason};
 use bakery_recipes::time::TimeService;
 
-use crate::faults::FaultStore;
+use crate::faults::{Fault, FaultStore};
 use crate::queued::{self, queued_request, wait_for_state, Queued, COUNTED_LEASE};
 use crate::support::{assert_corrupt, assert_distinct_tokens, join_clients, not_before, PATIENCE};
 use crate::{unique_name, Case, Clients};
@@ -25,6 +25,7 @@ pub(crate) fn cases() -> Vec<Case> {
         cancelled_waiter_leaves_the_queue,
         a_refused_withdrawal_is_tried_again,
         a_refused_release_is_tried_again,
+        unknown_outcomes_while_acquiring_are_settled_by_a_read,
         silent_holder_is_evicted_after_its_lease,
         paused_holder_loses_and_its_fenced_write_is_rejected,
         without_fencing_a_paused_holder_loses_an_update,
@@ -235,6 +236,38 @@ async fn a_refused_withdrawal_is_tried_again(clients: Clients) {
 /// waiting out the lease.
 async fn a_refused_release_is_tried_again(clients: Clients) {
     queued::a_refused_release_is_tried_again::<Lock>(clients, "release-again").await;
+}
+
+/// A write of `acquire` or `try_acquire` whose outcome is unknown (its
+/// reply lost after it applied, or its request lost before) is settled by
+/// reading the row, as a conflict would be: the waiter is granted once at
+/// the release, the try takes the free lock, and no error reaches either.
+async fn unknown_outcomes_while_acquiring_are_settled_by_a_read(clients: Clients) {
+    for fault in [Fault::LoseReply, Fault::LoseRequest] {
+        queued::unknown_outcomes_while_asking_are_settled_by_a_read::<Lock>(
+            clients.clone(),
+            "unknown-ask",
+            fault,
+        )
+        .await;
+        let name = unique_name("unknown-try");
+        let faulty = Arc::new(FaultStore::new(clients.client().await));
+        let store: Arc<dyn VersionedStore> = faulty.clone();
+        faulty.script([fault]);
+        let guard = lock(&store, &name)
+            .try_acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{fault:?}: settled by a read, not {e}"))
+            .unwrap_or_else(|| panic!("{fault:?}: the free lock taken"));
+        assert_eq!(faulty.remaining(), 0, "{fault:?}: the take met its fault");
+        let state = Lock::inspect(&*clients.store(), &name)
+            .await
+            .expect("inspect")
+            .expect("row");
+        assert_eq!(state.token, 1, "{fault:?}: one grant: {state:?}");
+        assert_eq!(guard.token(), 1, "{fault:?}");
+        guard.release().await.expect("release");
+    }
 }
 
 /// A holder that stops talking to the store (its calls held, like a crashed

@@ -332,6 +332,34 @@ pub(crate) async fn a_refused_release_is_tried_again<R: Queued>(clients: Clients
     assert_eq!(faulty.remaining(), 0, "the release met both refusals");
 }
 
+/// Writes of a waiting request whose outcome is unknown (`fault`, twice:
+/// its first write, then its enqueue) are settled by reading the row: the
+/// request ends queued exactly once and is granted at the holder's
+/// release, not failed with the store's error.
+pub(crate) async fn unknown_outcomes_while_asking_are_settled_by_a_read<R: Queued>(
+    clients: Clients,
+    prefix: &str,
+    fault: Fault,
+) {
+    let (store, name, held) = held::<R>(&clients, prefix).await;
+    let faulty = Arc::new(FaultStore::new(clients.client().await));
+    faulty.script([fault, fault]);
+    let client = R::handle(faulty.clone(), &name, PATIENCE, None);
+    let waiting = tokio::spawn(async move { client.ask().await });
+    let state = wait_queued::<R>(&store, &name, "the request queued", 1).await;
+    let token = R::token(&state);
+    assert_eq!(faulty.remaining(), 0, "both writes met their fault");
+    held.release().await.expect("release");
+    let asked = waiting
+        .await
+        .expect("request task")
+        .expect("granted at the release, the unknown outcomes settled");
+    let state = inspect::<R>(&store, &name).await.expect("row");
+    assert_eq!(R::queued(&state), 0, "queued twice: {state:?}");
+    assert_eq!(R::token(&state), token + 1, "one grant, to it: {state:?}");
+    asked.release().await.expect("release");
+}
+
 /// Eight handles of one process contend for one row, `rounds` grants
 /// each: they write the row in the process's turn, each deciding on the row
 /// the last write left, so none conflicts with another at the store, and

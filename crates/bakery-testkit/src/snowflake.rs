@@ -8,6 +8,7 @@ use std::time::Duration;
 use bakery_core::{Bytes, ErrorKind, Key, VersionedStore};
 use bakery_recipes::snowflake::{Layout, Snowflake, KEY_PREFIX};
 
+use crate::faults::{Fault, FaultStore};
 use crate::support::{assert_corrupt, on_clients};
 use crate::{unique_name, Case, Clients};
 
@@ -18,6 +19,7 @@ pub(crate) fn cases() -> Vec<Case> {
         a_full_worker_table_is_a_bounded_wait_naming_its_capacity,
         a_client_with_another_layout_is_refused,
         corrupt_rows_are_typed_errors_and_kept,
+        unknown_outcomes_while_leasing_are_settled_by_a_read,
     )
 }
 
@@ -176,4 +178,30 @@ async fn corrupt_rows_are_typed_errors_and_kept(store: Arc<dyn VersionedStore>) 
 async fn assert_kept(store: &Arc<dyn VersionedStore>, key: &Key, value: &Bytes) {
     let row = store.get(key).await.expect("get").expect("the row is kept");
     assert_eq!(&row.value, value, "{key} unchanged");
+}
+
+/// The writes of a first lease whose outcomes are unknown (the layout's
+/// creation and the worker id's take, each reply lost after it applied,
+/// then a request lost) are settled by reading their rows: the generator
+/// leases worker id 0 and issues ids, not the store's error.
+async fn unknown_outcomes_while_leasing_are_settled_by_a_read(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("unknown");
+    let faulty = Arc::new(FaultStore::new(store.clone()));
+    faulty.script([Fault::LoseReply, Fault::LoseReply, Fault::LoseRequest]);
+    let ids = build(
+        &(faulty.clone() as Arc<dyn VersionedStore>),
+        &name,
+        Layout::default(),
+    );
+    let issued = take(&ids, 100).await;
+    assert_eq!(ids.worker(), Some(0), "the lowest worker id, taken once");
+    assert_eq!(faulty.remaining(), 0, "every write met its fault");
+    assert!(issued.windows(2).all(|w| w[0] < w[1]), "increasing");
+    ids.release().await.expect("release");
+    let again = build(&store, &name, Layout::default());
+    assert!(
+        take(&again, 1).await[0] > issued[issued.len() - 1],
+        "the next holder starts above the last id"
+    );
+    again.release().await.expect("release");
 }

@@ -90,8 +90,21 @@ pub(crate) async fn try_acquire(handle: &Arc<QueueHandle>, ask: Ask) -> Result<O
         Some(row) => (Some(row), false),
         None => (handle.store.get(&handle.key).await?, true),
     };
+    // Send time of the first take whose outcome was unknown: if the row
+    // shows us holding, one of them applied, and the lease counts from it.
+    let mut unknown_since: Option<Instant> = None;
     loop {
         let head = head_of(handle, current.as_ref())?;
+        if let (Some(sent), Some(token)) = (unknown_since, head.token_of(&ask.id)) {
+            let row = current.ok_or_else(|| missing_row(handle))?;
+            crate::metrics::acquired(handle.recipe(), &handle.name, Duration::ZERO);
+            return Ok(Some(Grant {
+                id: ask.id,
+                token,
+                row,
+                lease_from: sent,
+            }));
+        }
         let evict = if head.can_take(&ask) {
             Vec::new()
         } else {
@@ -118,7 +131,17 @@ pub(crate) async fn try_acquire(handle: &Arc<QueueHandle>, ask: Ask) -> Result<O
             rule: handle.rule,
             evict,
         };
-        let written = writer.submit(request, current.as_ref(), None).await?;
+        let sent = Instant::now();
+        let written = match writer.submit(request, current.as_ref(), None).await {
+            Ok(written) => written,
+            Err(err) if err.kind() == ErrorKind::Unknown => {
+                unknown_since.get_or_insert(sent);
+                current = read_after_unknown(handle, err).await?;
+                fresh = true;
+                continue;
+            }
+            Err(err) => return Err(err),
+        };
         if let (true, Some(token)) = (written.applied, written.head.token_of(&ask.id)) {
             if evicting {
                 crate::metrics::evicted(handle.recipe(), &handle.name);
@@ -285,7 +308,16 @@ async fn wait_for_grant(ticket: &mut Ticket, arrival: &mut Arrival) -> Result<Gr
                     silent,
                     claim: me.clone(),
                 };
-                let written = writer.submit(request, current.as_ref(), None).await?;
+                let sent = Instant::now();
+                let written = match writer.submit(request, current.as_ref(), None).await {
+                    Ok(written) => written,
+                    Err(err) if err.kind() == ErrorKind::Unknown => {
+                        current_sent = sent;
+                        current = read_after_unknown(&handle, err).await?;
+                        continue;
+                    }
+                    Err(err) => return Err(err),
+                };
                 if written.applied && written.tell_others {
                     writer.notify_others().await;
                 }
@@ -325,11 +357,21 @@ async fn wait_for_grant(ticket: &mut Ticket, arrival: &mut Arrival) -> Result<Gr
         // Through this process's writer: its other clients' requests share
         // the write instead of conflicting with it.
         let joining = matches!(request, Request::Join { .. });
+        let sent = Instant::now();
         let written = match writer
             .submit(request, current.as_ref(), Some(arrival))
             .await
         {
             Ok(written) => written,
+            Err(err) if err.kind() == ErrorKind::Unknown => {
+                // Every request of ours is idempotent (a take or join of an
+                // id already holding or queued changes nothing): decide
+                // again on the row as it is now.
+                ticket.enqueued = true;
+                current_sent = sent;
+                current = read_after_unknown(&handle, err).await?;
+                continue;
+            }
             Err(err) => {
                 // A request that may have reached the row is withdrawn when
                 // the ticket drops; one refused unsent did not.
@@ -345,6 +387,25 @@ async fn wait_for_grant(ticket: &mut Ticket, arrival: &mut Arrival) -> Result<Gr
         current = written.row;
         current_head = Some(written.head);
         current_sent = written.sent;
+    }
+}
+
+/// The row after a write whose outcome is unknown (sent, no reply): a
+/// fresh read settles it, as the store's reads are linearizable (on
+/// Cassandra a SERIAL read finishes a Paxos round left in flight). If the
+/// read fails too, the write's error is returned: its outcome is still
+/// unknown.
+async fn read_after_unknown(handle: &QueueHandle, unknown: Error) -> Result<Option<Row>> {
+    tracing::warn!(recipe = handle.recipe(), name = %handle.name, error = %unknown, "a write's outcome is unknown; reading the row to decide again");
+    match handle.store.get(&handle.key).await {
+        Ok(row) => {
+            handle.writer.remember(row.as_ref());
+            Ok(row)
+        }
+        Err(read) => {
+            tracing::warn!(recipe = handle.recipe(), name = %handle.name, error = %read, "the read after an unknown outcome failed");
+            Err(unknown)
+        }
     }
 }
 

@@ -61,9 +61,12 @@ pub(crate) async fn settle_layout(
         }
         let value = serde_json::to_vec(&layout)
             .map_err(|e| Error::new(ErrorKind::Internal, KEY_PREFIX, e.to_string()))?;
-        match store.put_if_version(key, None, Bytes::from(value)).await? {
-            PutOutcome::Applied(_) => return Ok(()),
-            PutOutcome::Conflict(current) => row = current,
+        match store.put_if_version(key, None, Bytes::from(value)).await {
+            Ok(PutOutcome::Applied(_)) => return Ok(()),
+            Ok(PutOutcome::Conflict(current)) => row = current,
+            // Creating it again is harmless: the read says if it applied.
+            Err(err) if err.kind() == ErrorKind::Unknown => row = store.get(key).await?,
+            Err(err) => return Err(err),
         }
     }
 }
