@@ -14,7 +14,8 @@
 //!   `n` tasks of a runtime of `n` threads.
 //! - `snowflake_uncapped/*`: bakery and ferroid in one layout of 18
 //!   sequence bits (41/4/18: 262,144 ids a millisecond, a cap neither
-//!   reaches), the generators' own cost; beside it what one id's clock
+//!   reaches), the generators' own cost (bakery's `next` and a
+//!   `next_batch` of 1,000, per batch); beside it what one id's clock
 //!   reads cost (`wall_clock_read`: `SystemTime::now`, which bakery reads
 //!   per id; `monotonic_clock_read`: `Instant::now`, its lease check) and
 //!   one uncontended compare-and-swap, the floor of ferroid's id (its
@@ -159,6 +160,7 @@ fn snowflakes(c: &mut Criterion) {
     });
     group.finish();
 
+    const BATCH: u64 = 1000;
     let mut group = c.benchmark_group("snowflake_uncapped");
     group.throughput(Throughput::Elements(1));
     let ids = leased(Layout::default().worker_bits(4).sequence_bits(18));
@@ -166,6 +168,13 @@ fn snowflakes(c: &mut Criterion) {
         b.to_async(&rt)
             .iter(|| async { black_box(ids.next().await.expect("next")) })
     });
+    // One iteration is a batch: the renderer divides by its size.
+    group.throughput(Throughput::Elements(BATCH));
+    group.bench_function(format!("bakery_batch_{BATCH}"), |b| {
+        b.to_async(&rt)
+            .iter(|| async { black_box(ids.next_batch(BATCH).await.expect("batch")) })
+    });
+    group.throughput(Throughput::Elements(1));
     ferroid::define_snowflake_id!(
         UncappedId, u64,
         reserved: 1,

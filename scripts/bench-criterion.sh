@@ -189,15 +189,20 @@ if "bakery" in uncapped and "ferroid_atomic" in uncapped:
     say("")
     say("| operation | per call |")
     say("| --- | ---: |")
+    batches = {int(m.group(1)): value for name, value in uncapped.items()
+               if (m := re.fullmatch(r"bakery_batch_(\d+)", name))}
+    for size, value in batches.items():
+        uncapped[f"bakery_batch_{size}"] = value / size
     for name, what in (
         ("bakery", "bakery `Snowflake::next`"),
+        *((f"bakery_batch_{size}", f"bakery `Snowflake::next_batch({size:,})`, per id") for size in batches),
         ("ferroid_atomic", "ferroid `AtomicSnowflakeGenerator::next_id`"),
         ("wall_clock_read", "`SystemTime::now()` (bakery reads it per id)"),
         ("monotonic_clock_read", "`Instant::now()` (bakery's lease check, per id)"),
         ("compare_and_swap", "one uncontended `AtomicU64` compare-and-swap"),
     ):
         if name in uncapped:
-            say(f"| {what} | {duration(uncapped[name])} |")
+            say(f"| {what} | {duration(round(uncapped[name], 1))} |")
     say("")
     bakery_id, ferroid_id = uncapped["bakery"], uncapped["ferroid_atomic"]
     clocks = uncapped.get("wall_clock_read", 0) + uncapped.get("monotonic_clock_read", 0)
@@ -208,6 +213,11 @@ if "bakery" in uncapped and "ferroid_atomic" in uncapped:
         "reads no clock per id (a thread moves an atomic millisecond counter) and makes one compare-and-swap; "
         "bakery reads the wall clock per id, so that a clock going back is seen at once and never reuses a "
         "timestamp, and checks its lease on the monotonic clock, so a paused process stops issuing.")
+    for size, value in batches.items():
+        per_id = value / size
+        say(f"In batches of {size:,} (`next_batch`: one clock read and one lease check for each tick's run of "
+            f"consecutive ids) bakery takes {duration(round(per_id, 1))} an id, {ferroid_id / per_id:.2f}× "
+            f"ferroid's one-id calls (target ≥ 2×: {'met' if per_id * 2 <= ferroid_id else 'not met'}).")
     say("")
 threads = {name.split("/", 1)[1]: value for name, value in ns.items() if name.startswith("snowflake_threads/")}
 if threads:

@@ -198,14 +198,10 @@ pub async fn next(
         .build()?;
     let mut left = args.count;
     let mut first = true;
-    let mut chunk = Vec::with_capacity(usize::try_from(CHUNK.min(left)).unwrap_or(0));
     let result = async {
         while left > 0 {
-            chunk.clear();
-            for _ in 0..CHUNK.min(left) {
-                chunk.push(ids.next().await?);
-            }
-            left -= chunk.len() as u64;
+            let chunk = ids.next_batch(CHUNK.min(left)).await?;
+            left -= chunk.len();
             let mut out = output::stdout();
             if json {
                 if first {
@@ -227,7 +223,7 @@ pub async fn next(
                     out.write_all(b"]}\n")?;
                 }
             } else {
-                for id in &chunk {
+                for id in chunk.iter() {
                     writeln!(out, "{id}")?;
                 }
             }

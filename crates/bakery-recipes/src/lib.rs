@@ -6,6 +6,7 @@ pub mod consumer;
 pub mod election;
 pub mod fence;
 mod grant;
+mod id_batch;
 pub mod keys;
 pub mod lamport;
 pub mod lock;

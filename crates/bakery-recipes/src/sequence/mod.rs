@@ -74,6 +74,7 @@ use serde::Serialize;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+pub use crate::id_batch::IdBatch;
 pub use handover::{Closed, Raised};
 use row::SequenceRow;
 use segment::{Claim, Segments, MAX_SEGMENT};
@@ -378,50 +379,6 @@ pub struct SequenceState {
     /// migrated from ([`Sequence::close`]): reservations fail until
     /// [`Sequence::raise`] reopens it.
     pub closed: bool,
-}
-
-/// Ids handed out by [`Sequence::next_batch`]: increasing, in one or more
-/// contiguous ranges.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct IdBatch {
-    ranges: Vec<Range<u64>>,
-}
-
-impl IdBatch {
-    /// How many ids.
-    pub fn len(&self) -> u64 {
-        self.ranges.iter().map(|r| r.end - r.start).sum()
-    }
-
-    /// True if there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The contiguous ranges, in increasing order.
-    pub fn ranges(&self) -> &[Range<u64>] {
-        &self.ranges
-    }
-
-    /// The ids, in increasing order.
-    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
-        self.ranges.iter().flat_map(Clone::clone)
-    }
-
-    fn push(&mut self, ids: Range<u64>) {
-        match self.ranges.last_mut() {
-            Some(last) if last.end == ids.start => last.end = ids.end,
-            _ => self.ranges.push(ids),
-        }
-    }
-}
-
-impl IntoIterator for IdBatch {
-    type Item = u64;
-    type IntoIter = std::iter::Flatten<std::vec::IntoIter<Range<u64>>>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.ranges.into_iter().flatten()
-    }
 }
 
 impl Sequence {

@@ -33,6 +33,10 @@
 //!   for up to [`SnowflakeBuilder::max_clock_wait`], then refused with
 //!   [`ErrorKind::TimedOut`]; a timestamp is never reused.
 //!
+//! - **Batches.** [`Snowflake::next_batch`] issues a tick's run of ids
+//!   with one clock read and one lease check: they are consecutive
+//!   integers (the sequence is the id's lowest bits).
+//!
 //! # Limits
 //! Finding the lowest free slot tries the slots in turn: a process started
 //! beside `n` live ones makes `n + 1` store calls before its first id. A
@@ -64,11 +68,13 @@
 mod layout;
 mod worker;
 
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bakery_core::{validate_name, Error, ErrorKind, Result, VersionedStore};
 
+pub use crate::id_batch::IdBatch;
 pub use layout::{
     format_unix_ms, Decoded, Layout, DEFAULT_EPOCH_MS, ID_BITS, MAX_WORKER_BITS, MIN_YEARS,
 };
@@ -218,16 +224,14 @@ struct Issuer {
 
 /// What the issuing path found.
 enum Step {
-    Id(u64),
+    /// Consecutive ids of one tick (at least one).
+    Ids(Range<u64>),
     /// No usable worker id: lease one.
     Lease,
     /// `tick` is not reserved yet.
     Reserve(u64),
     /// The next id's tick is `tick`; the clock says `now_ms`.
-    Wait {
-        tick: u64,
-        now_ms: u64,
-    },
+    Wait { tick: u64, now_ms: u64 },
 }
 
 impl Snowflake {
@@ -307,14 +311,50 @@ impl Snowflake {
     /// issued).
     pub async fn next(&self) -> Result<u64> {
         loop {
-            let step = self.inner.step()?;
-            match step {
-                Step::Id(id) => return Ok(id),
-                Step::Lease => self.inner.lease().await?,
-                Step::Reserve(tick) => self.inner.reserve(tick).await?,
-                Step::Wait { tick, now_ms } => self.inner.wait_for(tick, now_ms).await?,
+            match self.inner.step(1)? {
+                Step::Ids(ids) => return Ok(ids.start),
+                step => self.inner.prepare(step).await?,
             }
         }
+    }
+
+    /// `n` ids at once, as [`next`](Self::next) would issue them one by
+    /// one: each run of ids of one tick takes one clock read and one lease
+    /// check, not one per id, and its ids are consecutive integers (one
+    /// range of the [`IdBatch`]). A batch larger than a tick's sequence
+    /// waits for the next ticks, as `next` would.
+    ///
+    /// Errors: those of [`next`](Self::next). The ids of a batch that fails
+    /// midway are never issued again, by anyone.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use bakery_core::MemoryStore;
+    /// use bakery_recipes::snowflake::Snowflake;
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> bakery_core::Result<()> {
+    /// let ids = Snowflake::builder(Arc::new(MemoryStore::new()), "orders").build()?;
+    /// let batch = ids.next_batch(1_000).await?;
+    /// assert_eq!(batch.len(), 1_000);
+    /// let after = ids.next().await?;
+    /// assert!(batch.iter().all(|id| id < after));
+    /// ids.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn next_batch(&self, n: u64) -> Result<IdBatch> {
+        let mut batch = IdBatch::default();
+        let mut wanted = n;
+        while wanted > 0 {
+            match self.inner.step(wanted)? {
+                Step::Ids(ids) => {
+                    wanted -= ids.end - ids.start;
+                    batch.push(ids);
+                }
+                step => self.inner.prepare(step).await?,
+            }
+        }
+        Ok(batch)
     }
 
     /// Give the worker id back now (the mark shrunk to the last tick used,
@@ -351,8 +391,20 @@ impl Inner {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The issuing path: an id, or what must happen first.
-    fn step(&self) -> Result<Step> {
+    /// What must happen before the next ids: a lease, a reservation, a
+    /// wait for the clock.
+    async fn prepare(self: &Arc<Self>, step: Step) -> Result<()> {
+        match step {
+            Step::Ids(_) => Ok(()),
+            Step::Lease => self.lease().await,
+            Step::Reserve(tick) => self.reserve(tick).await,
+            Step::Wait { tick, now_ms } => self.wait_for(tick, now_ms).await,
+        }
+    }
+
+    /// The issuing path: up to `most` (at least 1) consecutive ids of one
+    /// tick, or what must happen first.
+    fn step(&self, most: u64) -> Result<Step> {
         let mut issuer = self.lock_issuer();
         let Some(slot) = issuer.slot.clone().filter(|slot| slot.usable()) else {
             return Ok(Step::Lease);
@@ -368,7 +420,7 @@ impl Inner {
                 ),
             ));
         };
-        let (tick, sequence) = match issuer.last {
+        let (tick, first) = match issuer.last {
             Some((last, sequence)) if now <= last => {
                 if sequence + 1 < self.config.layout.ids_per_tick() {
                     (last, sequence + 1)
@@ -405,13 +457,17 @@ impl Inner {
         if slot.until().is_none_or(|until| tick > until) {
             return Ok(Step::Reserve(tick));
         }
+        let count = most.clamp(1, self.config.layout.ids_per_tick() - first);
+        let last = first + count - 1;
         let id = self
             .config
             .layout
-            .encode(tick, slot.worker, sequence)
+            .encode(tick, slot.worker, first)
             .ok_or_else(|| Error::new(ErrorKind::Internal, KEY_PREFIX, "id parts out of range"))?;
-        issuer.last = Some((tick, sequence));
-        Ok(Step::Id(id))
+        issuer.last = Some((tick, last));
+        // The sequence is the id's lowest bits: one tick's ids are
+        // consecutive integers.
+        Ok(Step::Ids(id..id + count))
     }
 
     /// Lease a worker id (after checking the layout row once), replacing a

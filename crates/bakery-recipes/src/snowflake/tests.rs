@@ -191,6 +191,55 @@ async fn a_full_sequence_waits_for_the_next_tick() {
     assert!(per_tick.len() >= 3, "{ticks:?}");
 }
 
+/// A batch issues what `next` would: increasing ids, at most a tick's
+/// sequence a tick, each tick's run one range of consecutive integers, and
+/// the ids after it above it; a batch of none is empty.
+#[tokio::test(start_paused = true)]
+async fn a_batch_is_runs_of_consecutive_ids_one_per_tick() {
+    let store = memory();
+    let clock = TestClock::new();
+    let ids = builder(&store, &clock)
+        .layout(Layout::default().sequence_bits(2))
+        .build()
+        .expect("build");
+    let before = ids.next().await.expect("next");
+    let batch = ids.next_batch(10).await.expect("batch");
+    assert_eq!(batch.len(), 10);
+    let issued: Vec<u64> = std::iter::once(before).chain(batch.iter()).collect();
+    assert!(increasing(&issued), "{issued:?}");
+    let layout = ids.layout();
+    for run in batch.ranges() {
+        let (first, last) = (layout.decode(run.start), layout.decode(run.end - 1));
+        assert_eq!(first.tick, last.tick, "a run within one tick: {run:?}");
+        assert!(
+            run.end - run.start <= 4,
+            "at most a tick's sequence: {run:?}"
+        );
+    }
+    assert!(batch.ranges().len() >= 3, "{:?}", batch.ranges());
+    let run_ticks: Vec<u64> = batch
+        .ranges()
+        .iter()
+        .map(|run| layout.decode(run.start).tick)
+        .collect();
+    assert!(increasing(&run_ticks), "one run a tick: {run_ticks:?}");
+    let after = ids.next().await.expect("next");
+    assert!(after > issued[issued.len() - 1]);
+    assert!(ids.next_batch(0).await.expect("none").is_empty());
+}
+
+/// A batch within one tick's sequence is one range from one clock read.
+#[tokio::test(start_paused = true)]
+async fn a_batch_within_a_tick_is_one_range() {
+    let ids = builder(&memory(), &TestClock::new())
+        .build()
+        .expect("build");
+    ids.next().await.expect("lease first");
+    let batch = ids.next_batch(100).await.expect("batch");
+    assert_eq!(batch.ranges().len(), 1, "{:?}", batch.ranges());
+    assert_eq!(batch.len(), 100);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_clock_going_back_is_waited_for_within_the_bound_and_refused_beyond_it() {
     let store = memory();
