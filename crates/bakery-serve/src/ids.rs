@@ -152,10 +152,7 @@ pub(crate) async fn snowflake_next(
     caller.allow(Operation::Ids, &name)?;
     let count = bounded("count", params.count.unwrap_or(1), MAX_COUNT)?;
     let snowflake = service.snowflakes().get(&name)?;
-    let mut ids = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
-    for _ in 0..count {
-        ids.push(snowflake.next().await?);
-    }
+    let ids: Vec<u64> = snowflake.next_batch(count).await?.into_iter().collect();
     let worker = snowflake.layout().decode(ids[ids.len() - 1]).worker;
     Ok(Json(SnowflakeIds { name, worker, ids }))
 }

@@ -26,6 +26,7 @@ pub(crate) fn cases() -> Vec<Case> {
         a_refused_withdrawal_is_tried_again,
         a_refused_release_is_tried_again,
         unknown_outcomes_while_acquiring_are_settled_by_a_read,
+        a_release_whose_outcome_is_unknown_is_settled_at_once,
         silent_holder_is_evicted_after_its_lease,
         paused_holder_loses_and_its_fenced_write_is_rejected,
         without_fencing_a_paused_holder_loses_an_update,
@@ -267,6 +268,35 @@ async fn unknown_outcomes_while_acquiring_are_settled_by_a_read(clients: Clients
         assert_eq!(state.token, 1, "{fault:?}: one grant: {state:?}");
         assert_eq!(guard.token(), 1, "{fault:?}");
         guard.release().await.expect("release");
+    }
+}
+
+/// A release whose outcome is unknown (its reply lost after it applied,
+/// or its request lost before) is tried again at once: `release` returns
+/// `Ok` and the lock is free, not the store's error with the lock held
+/// until a retry in the background (which a process exiting next would
+/// never make).
+async fn a_release_whose_outcome_is_unknown_is_settled_at_once(clients: Clients) {
+    for fault in [Fault::LoseReply, Fault::LoseRequest] {
+        let name = unique_name("unknown-release");
+        let faulty = Arc::new(FaultStore::new(clients.client().await));
+        let store: Arc<dyn VersionedStore> = faulty.clone();
+        let guard = lock(&store, &name).acquire().await.expect("acquire");
+        faulty.script([fault]);
+        guard
+            .release()
+            .await
+            .unwrap_or_else(|e| panic!("{fault:?}: settled, not {e}"));
+        assert_eq!(
+            faulty.remaining(),
+            0,
+            "{fault:?}: the release met its fault"
+        );
+        let state = Lock::inspect(&*clients.store(), &name)
+            .await
+            .expect("inspect")
+            .expect("row");
+        assert!(state.holder.is_none(), "{fault:?}: still held: {state:?}");
     }
 }
 

@@ -82,16 +82,26 @@ pub(crate) fn withdrawn(result: Result<()>) -> String {
     }
 }
 
-/// Releases a grant with `attempt`; if that failed on a temporary error,
-/// tries again in the background ([`in_background`]), where finding the
-/// grant no longer held ([`ErrorKind::Lost`]: the first try applied after
-/// all, or the lease ran out) ends it. The first try's result.
+/// Releases a grant with `attempt`; a first try whose outcome is unknown
+/// is tried again at once. If that failed on a temporary error, tries
+/// again in the background ([`in_background`]), where finding the grant no
+/// longer held ([`ErrorKind::Lost`]: an earlier try applied after all, or
+/// the lease ran out) ends it. The foreground tries' result.
 pub(crate) async fn release<F, Fut>(recipe: &'static str, name: &str, mut attempt: F) -> Result<()>
 where
     F: FnMut() -> Fut + Send + 'static,
     Fut: Future<Output = Result<()>> + Send + 'static,
 {
-    let released = attempt().await;
+    let mut released = attempt().await;
+    if matches!(&released, Err(err) if err.kind() == ErrorKind::Unknown) {
+        // Settled at once by a second try: a grant it finds no longer held
+        // was given back by the first (or lost before it): either way,
+        // nothing is held.
+        released = match attempt().await {
+            Err(err) if err.kind() == ErrorKind::Lost => Ok(()),
+            other => other,
+        };
+    }
     if matches!(&released, Err(err) if err.is_temporary()) {
         in_background(recipe, name, "a released grant", move || {
             let again = attempt();
