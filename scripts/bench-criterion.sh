@@ -182,42 +182,53 @@ if flakes:
         say(f"| {name} | {layouts.get(name, '')} | {duration(value)} | {rate(value)} | {ratio} |")
     say("")
 uncapped = {name.split("/", 1)[1]: value for name, value in ns.items() if name.startswith("snowflake_uncapped/")}
+batches = {int(m.group(1)): value for name, value in uncapped.items()
+           if (m := re.fullmatch(r"bakery_batch_(\d+)", name))}
+for size, value in batches.items():
+    uncapped[f"bakery_batch_{size}"] = value / size
+# `NAME_xN`: N calls an iteration, shown per call as NAME.
+for name, value in list(uncapped.items()):
+    if m := re.fullmatch(r"(\w+?)_x(\d+)", name):
+        uncapped[m.group(1)] = value / int(m.group(2))
 if "bakery" in uncapped and "ferroid_atomic" in uncapped:
-    say("**Below any cap** (`snowflake_uncapped`: both generators in one 41/4/18 layout, 262,144 ids a "
-        "millisecond, which neither reaches, so this is each call's own cost; beside it what bakery's per-id "
-        "clock reads and ferroid's compare-and-swap cost):")
+    say("**Below the cap** (`snowflake_uncapped`: both generators in one 39/2/22 layout, 4,194,304 ids a "
+        "millisecond, which no one-id call reaches, so those rows are each call's own cost; beside them what "
+        "bakery's per-id clock reads and ferroid's compare-and-swap cost):")
     say("")
     say("| operation | per call |")
     say("| --- | ---: |")
-    batches = {int(m.group(1)): value for name, value in uncapped.items()
-               if (m := re.fullmatch(r"bakery_batch_(\d+)", name))}
-    for size, value in batches.items():
-        uncapped[f"bakery_batch_{size}"] = value / size
     for name, what in (
         ("bakery", "bakery `Snowflake::next`"),
         *((f"bakery_batch_{size}", f"bakery `Snowflake::next_batch({size:,})`, per id") for size in batches),
         ("ferroid_atomic", "ferroid `AtomicSnowflakeGenerator::next_id`"),
+        ("ferroid_basic", "ferroid `BasicSnowflakeGenerator::next_id` (one thread only)"),
         ("wall_clock_read", "`SystemTime::now()` (bakery reads it per id)"),
         ("monotonic_clock_read", "`Instant::now()` (bakery's lease check, per id)"),
         ("compare_and_swap", "one uncontended `AtomicU64` compare-and-swap"),
     ):
         if name in uncapped:
-            say(f"| {what} | {duration(round(uncapped[name], 1))} |")
+            value = uncapped[name]
+            say(f"| {what} | {f'{value:.3f} ns' if value < 1 else duration(round(value, 1))} |")
     say("")
-    bakery_id, ferroid_id = uncapped["bakery"], uncapped["ferroid_atomic"]
+    bakery_id = uncapped["bakery"]
+    ferroid_id = min(uncapped[p] for p in ("ferroid_atomic", "ferroid_basic") if p in uncapped)
     clocks = uncapped.get("wall_clock_read", 0) + uncapped.get("monotonic_clock_read", 0)
-    say(f"bakery is {ferroid_id / bakery_id:.2f}× ferroid's throughput below the cap (target ≥ 2×: "
+    say(f"bakery's `next` is {ferroid_id / bakery_id:.2f}× the throughput of ferroid's faster generator below the cap (target ≥ 2×: "
         f"{'met' if bakery_id * 2 <= ferroid_id else 'not met'}). Twice ferroid's speed means "
-        f"{duration(ferroid_id // 2)} an id; bakery's two clock reads take {duration(clocks)}"
+        f"{ferroid_id / 2:.2f} ns an id; bakery's two clock reads take {duration(clocks)}"
         f"{', more than that alone' if clocks * 2 >= ferroid_id else ''}. ferroid "
         "reads no clock per id (a thread moves an atomic millisecond counter) and makes one compare-and-swap; "
         "bakery reads the wall clock per id, so that a clock going back is seen at once and never reuses a "
         "timestamp, and checks its lease on the monotonic clock, so a paused process stops issuing.")
+    cap = 1e6 / 4_194_304  # ns an id at the layout's 4,194,304 ids a millisecond
     for size, value in batches.items():
         per_id = value / size
+        at_cap = (f" — this layout's own cap ({cap:.3f} ns an id): a batch fills a millisecond's sequence "
+                  "and waits for the next, so its own cost is lower still" if per_id < cap * 1.1 else "")
         say(f"In batches of {size:,} (`next_batch`: one clock read and one lease check for each tick's run of "
-            f"consecutive ids) bakery takes {duration(round(per_id, 1))} an id, {ferroid_id / per_id:.2f}× "
-            f"ferroid's one-id calls (target ≥ 2×: {'met' if per_id * 2 <= ferroid_id else 'not met'}).")
+            f"consecutive ids) bakery issues an id every {per_id:.3f} ns{at_cap}: {ferroid_id / per_id:.2f}× "
+            f"the ids a second of ferroid's faster generator, one id a call (target ≥ 2×: "
+            f"{'met' if per_id * 2 <= ferroid_id else 'not met'}).")
     say("")
 threads = {name.split("/", 1)[1]: value for name, value in ns.items() if name.startswith("snowflake_threads/")}
 if threads:
