@@ -17,11 +17,16 @@
 #   scripts/backends.sh deps               install build dependencies only (protoc)
 #
 # NAME is postgres, postgres_primary, postgres_standby, mariadb, redis,
-# redis_volatile, redis_primary, redis_replica, etcd, etcd_m1, etcd_m2, etcd_m3, mongodb, cassandra,
+# redis_volatile, redis_primary, redis_replica, etcd, etcd_m1, etcd_m2, etcd_m3, etcd_net1,
+# etcd_net2, etcd_net3, mongodb, cassandra,
 # cassandra_n1, cassandra_n2, cassandra_n3, dynamodb,
 # toxiproxy, or all (in that order; stop goes in reverse).  etcd_m1..3 are
 # the members of a three-member etcd cluster (each exports the cluster's
 # BAKERY_ETCD_CLUSTER_URI; tests/cluster_etcd.rs kills its leader);
+# etcd_net1..3 are another three-member cluster, each member in a network
+# namespace of its own on a private bridge (10.231.77.0/24, this machine
+# only; root and iproute2 needed), so scripts/partition.sh can cut the
+# network between members (BAKERY_ETCD_NETNS_URI; tests/partition_etcd.rs);
 # postgres_primary and postgres_standby are a PostgreSQL primary and a
 # streaming standby made afresh from it at every start of postgres_standby
 # (tests/cluster_postgres.rs promotes it); redis_primary and redis_replica
@@ -60,6 +65,8 @@
 #   BAKERY_CASSANDRA_PORT (19042, CQL)  BAKERY_CASSANDRA_STORAGE_PORT (17000)
 #   BAKERY_CASSANDRA_JMX_PORT (17199)  BAKERY_PG_PRIMARY_PORT (15433)  BAKERY_PG_STANDBY_PORT (15434)
 #   BAKERY_ETCD_M1_PORT, _M2_, _M3_ (12389, 12391, 12393; each peer port is the next one)
+#   BAKERY_ETCD_NETNS_PORT (12395)  BAKERY_ETCD_NETNS_PEER_PORT (12396)
+#                            (each member on its own address)
 #   BAKERY_REDIS_PRIMARY_PORT (16381)  BAKERY_REDIS_REPLICA_PORT (16382)
 #   BAKERY_CASSANDRA_CLUSTER_PORT (19043, CQL)  BAKERY_CASSANDRA_CLUSTER_STORAGE_PORT (17010)
 #                            (each node on its own address)
@@ -94,7 +101,7 @@ usage() {
 }
 
 # Start order; stop goes in reverse.
-BACKENDS=(postgres postgres_primary postgres_standby mariadb redis redis_volatile redis_primary redis_replica etcd etcd_m1 etcd_m2 etcd_m3 mongodb cassandra cassandra_n1 cassandra_n2 cassandra_n3 dynamodb toxiproxy)
+BACKENDS=(postgres postgres_primary postgres_standby mariadb redis redis_volatile redis_primary redis_replica etcd etcd_m1 etcd_m2 etcd_m3 etcd_net1 etcd_net2 etcd_net3 mongodb cassandra cassandra_n1 cassandra_n2 cassandra_n3 dynamodb toxiproxy)
 load_servers
 
 main() {

@@ -76,9 +76,11 @@ fi
 
 # The fault suites, as the test command runs them: Toxiproxy between the
 # clients and each server (tests/proxy_faults.rs), and the clusters
-# (tests/cluster_*.rs). Each test appends one JSON line per fault it ran.
+# (tests/cluster_*.rs, tests/partition_*.rs). Each test appends one JSON line
+# per fault it ran.
 faults=$PWD/$out/faults.jsonl
-fault_tests=(--test proxy_faults --test cluster_etcd --test cluster_postgres --test cluster_redis --test cluster_cassandra)
+fault_tests=(--test proxy_faults --test cluster_etcd --test cluster_postgres --test cluster_redis --test cluster_cassandra
+    --test partition_etcd)
 if ! BAKERY_FAULT_TESTS=1 BAKERY_RELIABILITY_LOG=$faults \
     cargo test --all-features "${fault_tests[@]}" -- --nocapture >"$out/faults.log" 2>&1; then
     echo "reliability-report.sh: a fault test failed; docs/RELIABILITY.md left alone (log: $out/faults.log)" >&2
@@ -154,11 +156,15 @@ topology_rows() {
     echo "workers doing read-modify-write \`put_if_version\`, 3 sequence handles) and one"
     echo "server, each fault in turn on one connection; the last row of each backend checks"
     echo "the history of all five for linearizability and the ids of all five for duplicates."
-    echo "*cluster*: a replicated deployment losing a node mid-run, with counter, sequence and"
-    echo "(PostgreSQL, Redis) fenced-lock clients. Unknown: the call may have applied"
+    echo "*cluster*: a replicated deployment losing a node mid-run, or (etcd, each member in a"
+    echo "network namespace of its own) partitioned while every member stays up: the leader"
+    echo "isolated, a 1|1|1 split, a one-way drop, each healed (\`scripts/partition.sh\`), with counter,"
+    echo "sequence and fenced-lock clients. Unknown: the call may have applied"
     echo "(\`Unknown\`, or a timeout). Acked lost: acknowledged increments the store no longer"
-    echo "held. The rows marked *accept_data_loss* and *wait_replicas=0* are the negative"
-    echo "controls: settings bakery refuses by default, measured to show what they lose."
+    echo "held. The rows marked *accept_data_loss* and *wait_replicas=0* are negative"
+    echo "controls: settings bakery refuses by default, measured to show what they lose; the"
+    echo "row marked *negative control* adds a cut-off etcd member's own (serializable) reads to"
+    echo "the history, which the checker must and does reject."
     echo
     echo "| suite | backend | setup | fault | ok | failed | unknown | acked lost | duplicate ids | stale fenced accepted | verdict |"
     echo "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"

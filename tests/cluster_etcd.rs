@@ -29,11 +29,11 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use bakery_verify::History;
 use common::cluster::{acked_after, assert_kept, eventually, Plan, Sampler, Workload};
+use common::etcd::{endpoints_of, leader_now, status};
 use common::{backends, fault_tests_uri};
 
 const MEMBERS: [&str; 3] = ["etcd_m1", "etcd_m2", "etcd_m3"];
@@ -45,59 +45,6 @@ const RECOVERY_BOUND: Duration = Duration::from_secs(60);
 /// Acknowledged writes awaited in each phase (before the kill, after it,
 /// after the restart): the run's length.
 const ACKS_PER_PHASE: u64 = 40;
-
-/// What one `etcdctl endpoint status` saw.
-#[derive(Debug, Clone, Default)]
-struct Sample {
-    /// When (on the history's clock).
-    at_ns: u64,
-    /// Members that answered.
-    answering: usize,
-    /// The member (index into `MEMBERS`) that said it is the leader.
-    leader: Option<usize>,
-    /// The highest raft term any member reported.
-    term: u64,
-}
-
-/// Asks every endpoint for its status; one line each from those that
-/// answer: `endpoint, id, version, db size, is leader, is learner, raft
-/// term, raft index, applied index`.
-fn status(endpoints: &[String], at_ns: u64) -> Sample {
-    let out = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={}", endpoints.join(",")))
-        .args(["--dial-timeout=300ms", "--command-timeout=500ms"])
-        .args(["endpoint", "status", "-w", "simple"])
-        .output()
-        .expect("run etcdctl (scripts/backends.sh installs it)");
-    let mut sample = Sample {
-        at_ns,
-        ..Sample::default()
-    };
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let fields: Vec<&str> = line.split(", ").map(str::trim).collect();
-        let Some(member) = endpoints
-            .iter()
-            .position(|e| Some(&e.as_str()) == fields.first())
-        else {
-            continue;
-        };
-        sample.answering += 1;
-        if fields.get(4) == Some(&"true") {
-            sample.leader = Some(member);
-        }
-        let term = fields.get(6).and_then(|t| t.parse().ok()).unwrap_or(0);
-        sample.term = sample.term.max(term);
-    }
-    sample
-}
-
-/// The endpoints of an `etcd://h1:p1,h2:p2,…[/…][?…]` URI.
-fn endpoints_of(uri: &str) -> Vec<String> {
-    let rest = uri.strip_prefix("etcd://").expect("an etcd:// URI");
-    let hosts = rest.split(['/', '?']).next().unwrap_or_default();
-    hosts.split(',').map(str::to_owned).collect()
-}
 
 #[test]
 fn etcd_cluster_survives_leader_kill() {
@@ -135,24 +82,8 @@ fn etcd_cluster_survives_leader_kill() {
         let workload = Workload::start(&uri, &history, &plan, 0).await;
         let served = workload.served(&history, 0, ACKS_PER_PHASE, RECOVERY_BOUND);
         assert!(served.await, "no writes acknowledged before the fault");
-        // Asked now, not from the last sample: the leader to kill. One
-        // status call has short timeouts and a busy machine can miss them:
-        // asked again until a member names the leader, within the bound.
-        let old = tokio::task::spawn_blocking({
-            let endpoints = endpoints.clone();
-            move || {
-                let start = std::time::Instant::now();
-                loop {
-                    let sample = status(&endpoints, 0);
-                    if sample.leader.is_some() || start.elapsed() >= RECOVERY_BOUND {
-                        return sample;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
-        })
-        .await
-        .expect("status");
+        // Asked now, not from the last sample: the leader to kill.
+        let old = leader_now(&endpoints, RECOVERY_BOUND).await;
         let old = old
             .leader
             .unwrap_or_else(|| panic!("no leader before the fault: {old:?}"));

@@ -5,6 +5,7 @@
 
 pub mod clients;
 pub mod cluster;
+pub mod etcd;
 pub mod report;
 
 use std::path::Path;
