@@ -269,13 +269,29 @@ async fn unknown_outcomes_while_acquiring_are_settled_by_a_read(clients: Clients
         assert_eq!(guard.token(), 1, "{fault:?}");
         guard.release().await.expect("release");
     }
+    // A store that never answers is not asked forever: after a few writes
+    // of unknown outcome, the try returns the last one's error.
+    let faulty = Arc::new(FaultStore::new(clients.client().await));
+    let store: Arc<dyn VersionedStore> = faulty.clone();
+    faulty.script([Fault::LoseRequest; 40]);
+    let err = lock(&store, &unique_name("unknown-always"))
+        .try_acquire()
+        .await
+        .expect_err("every write lost");
+    assert_eq!(err.kind(), ErrorKind::Unknown, "{err}");
+    // (Its withdrawal goes on in the background, meeting faults of its own.)
+    assert!(
+        faulty.remaining() >= 30,
+        "it stopped after a few: {} left",
+        faulty.remaining()
+    );
 }
 
 /// A release whose outcome is unknown (its reply lost after it applied,
 /// or its request lost before) is tried again at once: `release` returns
 /// `Ok` and the lock is free, not the store's error with the lock held
 /// until a retry in the background (which a process exiting next would
-/// never make).
+/// never make). A holder evicted before its release still gets `Lost`.
 async fn a_release_whose_outcome_is_unknown_is_settled_at_once(clients: Clients) {
     for fault in [Fault::LoseReply, Fault::LoseRequest] {
         let name = unique_name("unknown-release");
@@ -298,6 +314,33 @@ async fn a_release_whose_outcome_is_unknown_is_settled_at_once(clients: Clients)
             .expect("row");
         assert!(state.holder.is_none(), "{fault:?}: still held: {state:?}");
     }
+    // Evicted before it released, its first try lost on the way: the
+    // second try finds the grant gone, and that is a loss, not a release.
+    let name = unique_name("unknown-release-lost");
+    let faulty = Arc::new(FaultStore::new(clients.client().await));
+    let store: Arc<dyn VersionedStore> = faulty.clone();
+    let held = short_lease(&store, &name, 400)
+        .acquire()
+        .await
+        .expect("acquire");
+    let lost = held.lost();
+    faulty.pause();
+    let waiter = lock(&clients.client().await, &name)
+        .acquire()
+        .await
+        .expect("the waiter evicts the silent holder");
+    tokio::time::timeout(PATIENCE, lost)
+        .await
+        .expect("the holder learns it lost");
+    faulty.resume();
+    faulty.script([Fault::LoseRequest]);
+    let err = held
+        .release()
+        .await
+        .expect_err("evicted before its release");
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    assert_eq!(faulty.remaining(), 0, "the release met its fault");
+    waiter.release().await.expect("release");
 }
 
 /// A holder that stops talking to the store (its calls held, like a crashed

@@ -93,6 +93,7 @@ pub(crate) async fn try_acquire(handle: &Arc<QueueHandle>, ask: Ask) -> Result<O
     // Send time of the first take whose outcome was unknown: if the row
     // shows us holding, one of them applied, and the lease counts from it.
     let mut unknown_since: Option<Instant> = None;
+    let mut unknowns = 0;
     loop {
         let head = head_of(handle, current.as_ref())?;
         if let (Some(sent), Some(token)) = (unknown_since, head.token_of(&ask.id)) {
@@ -136,7 +137,24 @@ pub(crate) async fn try_acquire(handle: &Arc<QueueHandle>, ask: Ask) -> Result<O
             Ok(written) => written,
             Err(err) if err.kind() == ErrorKind::Unknown => {
                 unknown_since.get_or_insert(sent);
-                current = read_after_unknown(handle, err).await?;
+                current = match read_after_unknown(handle, err, &mut unknowns).await {
+                    Ok(row) => row,
+                    Err(err) => {
+                        // A take that applied after all is given back.
+                        let (name, id) = (handle.name.clone(), ask.id.clone());
+                        let handle = handle.clone();
+                        super::give_back::in_background(
+                            handle.recipe(),
+                            &name,
+                            "a try of unknown outcome",
+                            move || {
+                                let (handle, id) = (handle.clone(), id.clone());
+                                async move { withdraw(&handle, &id).await }
+                            },
+                        );
+                        return Err(err);
+                    }
+                };
                 fresh = true;
                 continue;
             }
@@ -242,6 +260,7 @@ async fn wait_for_grant(ticket: &mut Ticket, arrival: &mut Arrival) -> Result<Gr
     // `current` is the row our own applied enqueue left (and it does not
     // grant us), so we are in its queue: no need to scan it for our id.
     let mut joined_current = false;
+    let mut unknowns = 0;
     loop {
         let head = match current_head.take() {
             Some(head) => head,
@@ -313,7 +332,7 @@ async fn wait_for_grant(ticket: &mut Ticket, arrival: &mut Arrival) -> Result<Gr
                     Ok(written) => written,
                     Err(err) if err.kind() == ErrorKind::Unknown => {
                         current_sent = sent;
-                        current = read_after_unknown(&handle, err).await?;
+                        current = read_after_unknown(&handle, err, &mut unknowns).await?;
                         continue;
                     }
                     Err(err) => return Err(err),
@@ -369,7 +388,7 @@ async fn wait_for_grant(ticket: &mut Ticket, arrival: &mut Arrival) -> Result<Gr
                 // again on the row as it is now.
                 ticket.enqueued = true;
                 current_sent = sent;
-                current = read_after_unknown(&handle, err).await?;
+                current = read_after_unknown(&handle, err, &mut unknowns).await?;
                 continue;
             }
             Err(err) => {
@@ -390,12 +409,31 @@ async fn wait_for_grant(ticket: &mut Ticket, arrival: &mut Arrival) -> Result<Gr
     }
 }
 
+/// Writes of unknown outcome one acquisition settles by reading; the next
+/// is returned.
+const MOST_UNKNOWNS: u32 = 5;
+
+/// The pause before the first such read (doubling, with jitter).
+const UNKNOWN_PAUSE: Duration = Duration::from_millis(10);
+
 /// The row after a write whose outcome is unknown (sent, no reply): a
 /// fresh read settles it, as the store's reads are linearizable (on
 /// Cassandra a SERIAL read finishes a Paxos round left in flight). If the
-/// read fails too, the write's error is returned: its outcome is still
-/// unknown.
-async fn read_after_unknown(handle: &QueueHandle, unknown: Error) -> Result<Option<Row>> {
+/// read fails too, or this acquisition already met [`MOST_UNKNOWNS`], the
+/// write's error is returned: its outcome is still unknown.
+async fn read_after_unknown(
+    handle: &QueueHandle,
+    unknown: Error,
+    unknowns: &mut u32,
+) -> Result<Option<Row>> {
+    *unknowns += 1;
+    if *unknowns > MOST_UNKNOWNS {
+        return Err(unknown);
+    }
+    // Contention is the usual cause (a Cassandra CAS timeout): step back
+    // before the read and the next write, longer each time.
+    let pause = UNKNOWN_PAUSE * 2u32.pow(*unknowns - 1);
+    tokio::time::sleep(pause.mul_f64(1.0 + rand::random::<f64>())).await;
     tracing::warn!(recipe = handle.recipe(), name = %handle.name, error = %unknown, "a write's outcome is unknown; reading the row to decide again");
     match handle.store.get(&handle.key).await {
         Ok(row) => {

@@ -83,7 +83,8 @@ pub(crate) fn withdrawn(result: Result<()>) -> String {
 }
 
 /// Releases a grant with `attempt`; a first try whose outcome is unknown
-/// is tried again at once. If that failed on a temporary error, tries
+/// is tried again at once (`attempt` is told nothing: it knows its own
+/// tries). If that failed on a temporary error, tries
 /// again in the background ([`in_background`]), where finding the grant no
 /// longer held ([`ErrorKind::Lost`]: an earlier try applied after all, or
 /// the lease ran out) ends it. The foreground tries' result.
@@ -94,13 +95,9 @@ where
 {
     let mut released = attempt().await;
     if matches!(&released, Err(err) if err.kind() == ErrorKind::Unknown) {
-        // Settled at once by a second try: a grant it finds no longer held
-        // was given back by the first (or lost before it): either way,
-        // nothing is held.
-        released = match attempt().await {
-            Err(err) if err.kind() == ErrorKind::Lost => Ok(()),
-            other => other,
-        };
+        // Settled at once by a second try (which tells a grant the first
+        // gave back from one lost before it).
+        released = attempt().await;
     }
     if matches!(&released, Err(err) if err.is_temporary()) {
         in_background(recipe, name, "a released grant", move || {

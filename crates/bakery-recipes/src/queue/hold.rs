@@ -229,6 +229,11 @@ impl Renew for Shared {
 }
 
 impl Shared {
+    /// When the lease could end as anyone else sees it ([`Hold::lease_ends`]).
+    fn lease_ends(&self) -> Instant {
+        *locked(&self.lease_from) + self.handle.lease
+    }
+
     /// Start the heartbeat now if it has not started (nor stopped).
     fn start_heartbeat(self: &Arc<Self>) {
         self.heartbeat
@@ -317,8 +322,7 @@ impl Hold {
     /// send time of the last applied beat (or of the grant). A waiter
     /// counts a whole lease from a row it read after that beat applied.
     pub(crate) fn lease_ends(&self) -> Instant {
-        let from = *locked(&self.shared.lease_from);
-        from + self.shared.handle.lease
+        self.shared.lease_ends()
     }
 
     /// The row's mark (`QueueState::mark`) in the row that granted this
@@ -479,14 +483,24 @@ async fn finish(shared: &Arc<Shared>) -> Result<()> {
         let _ = task.await;
     }
     let again = shared.clone();
+    // Sent before the lease could end as anyone else sees it: nobody could
+    // evict the grant before this first try arrived, so a later try that
+    // finds it gone knows an earlier one gave it back.
+    let in_lease = Instant::now() < shared.lease_ends();
+    let mut tries = 0u32;
     super::give_back::release(shared.handle.recipe(), &shared.handle.name, move || {
         let shared = again.clone();
-        async move { release(&shared).await }
+        tries += 1;
+        let gone_is_released = tries > 1 && in_lease;
+        async move { release(&shared, gone_is_released).await }
     })
     .await
 }
 
-async fn release(shared: &Shared) -> Result<()> {
+/// One try of the release. `gone_is_released`: a grant found no longer
+/// held (the row still there) was given back by an earlier try of this
+/// release whose outcome was unknown, not lost.
+async fn release(shared: &Shared, gone_is_released: bool) -> Result<()> {
     let handle = &shared.handle;
     let request = Request::Release {
         id: shared.id.clone(),
@@ -528,6 +542,10 @@ async fn release(shared: &Shared) -> Result<()> {
         }
         return Ok(());
     }
+    if gone_is_released && written.row.is_some() {
+        shared.status.send_replace(Status::Released);
+        return Ok(());
+    }
     // Refused on a row the store returned: no longer ours.
     shared.lose(match written.row {
         Some(_) => LostReason::Evicted,
@@ -561,7 +579,7 @@ async fn sleep_until_some(at: Option<Instant>) {
 /// then report the loss to the holder.
 async fn hold_limit(shared: &Shared) {
     tracing::warn!(row = %shared.handle.key.as_str(), token = shared.token, "lock_at_most_for reached; releasing");
-    match release(shared).await {
+    match release(shared, false).await {
         Ok(()) => {
             shared
                 .status
