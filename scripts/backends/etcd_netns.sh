@@ -49,11 +49,10 @@ etcd_net_missing() {
 etcd_net_link_up() {
     local n=$1 ns veth=bakerypart$1
     ns=$(etcd_net_ns "etcd_net$n")
-    if ! etcd_net_bridged; then
-        as_root ip link add "$ETCD_NET_BRIDGE" type bridge
-        as_root ip addr add "$ETCD_NET_SUBNET.1/24" dev "$ETCD_NET_BRIDGE"
-        as_root ip link set "$ETCD_NET_BRIDGE" up
-    fi
+    # Each step also repairs what a start that failed halfway left.
+    if ! etcd_net_bridged; then as_root ip link add "$ETCD_NET_BRIDGE" type bridge; fi
+    as_root ip addr replace "$ETCD_NET_SUBNET.1/24" dev "$ETCD_NET_BRIDGE"
+    as_root ip link set "$ETCD_NET_BRIDGE" up
     # A Docker engine sets the FORWARD policy to DROP, and bridged frames go
     # through it: let the bridge's own traffic pass.
     if have iptables && ! as_root iptables -C FORWARD -i "$ETCD_NET_BRIDGE" -o "$ETCD_NET_BRIDGE" -j ACCEPT 2>/dev/null; then
@@ -66,12 +65,12 @@ etcd_net_link_up() {
         # A host end left from a namespace being deleted goes first.
         if ip link show "$veth" >/dev/null 2>&1; then as_root ip link del "$veth"; fi
         as_root ip link add "$veth" type veth peer name eth0 netns "$ns"
-        as_root ip link set "$veth" master "$ETCD_NET_BRIDGE"
-        as_root ip link set "$veth" up
-        as_root ip -n "$ns" addr add "$(etcd_net_ip "$n")/24" dev eth0
-        as_root ip -n "$ns" link set eth0 up
-        as_root ip -n "$ns" link set lo up
     fi
+    as_root ip link set "$veth" master "$ETCD_NET_BRIDGE"
+    as_root ip link set "$veth" up
+    as_root ip -n "$ns" addr replace "$(etcd_net_ip "$n")/24" dev eth0
+    as_root ip -n "$ns" link set eth0 up
+    as_root ip -n "$ns" link set lo up
 }
 
 # Member N's veth and namespace removed; the bridge too once no member is
@@ -112,6 +111,9 @@ etcd_net_initial_cluster() {
 # restarts; etcd then ignores the --initial-* flags.
 etcd_net_start() {
     local n=$1 client peer
+    # The member itself runs in the namespace, which only root may enter.
+    [[ $EUID -eq 0 ]] || fail "etcd_net$n" "needs root (a network namespace of its own): run as root, or start the other servers by name"
+    
     client=http://$(etcd_net_ip "$n"):$(port_of "etcd_net$n" 1)
     peer=http://$(etcd_net_ip "$n"):$(port_of "etcd_net$n" 2)
     etcd_net_link_up "$n"
