@@ -169,7 +169,7 @@ topology_rows() {
     echo "| suite | backend | setup | fault | ok | failed | unknown | acked lost | duplicate ids | stale fenced accepted | verdict |"
     echo "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"
     jq -rs 'sort_by(.suite != "proxy", .backend) | .[] |
-        "| \(.suite) | \(.backend) | \(.setup) | \(.fault) | \(.ok) | \(.failed) | \(.unknown) | \(.lost_acked // "—") | \(.duplicate_ids // "—") | \(.stale_accepted // "—") | \(.verdict) |"' \
+        "| \(.suite) | \(.backend) | \(.setup) | \(.fault | gsub("\\|"; "\\|")) | \(.ok) | \(.failed) | \(.unknown) | \(.lost_acked // "—") | \(.duplicate_ids // "—") | \(.stale_accepted // "—") | \(.verdict) |"' \
         "$faults"
     echo
     echo "## Topologies"
