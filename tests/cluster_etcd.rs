@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use bakery_verify::History;
 use common::cluster::{acked_after, assert_kept, eventually, Plan, Sampler, Workload};
-use common::etcd::{endpoints_of, leader_now, status};
+use common::etcd::{leader_now, members_up, status};
 use common::{backends, fault_tests_uri};
 
 const MEMBERS: [&str; 3] = ["etcd_m1", "etcd_m2", "etcd_m3"];
@@ -52,15 +52,7 @@ fn etcd_cluster_survives_leader_kill() {
         return;
     };
     // A member an interrupted run left down comes back first.
-    for member in MEMBERS {
-        backends("start", member);
-    }
-    let endpoints = endpoints_of(&uri);
-    assert_eq!(
-        endpoints.len(),
-        MEMBERS.len(),
-        "{uri} names three endpoints"
-    );
+    let endpoints = members_up(&MEMBERS, &uri);
     bakery_testkit::runtime(4).block_on(async move {
         let uri = bakery_testkit::proxy::with_option(&uri, "timeout_ms", "2000");
         let store = bakery::connect(&uri).await.expect("connect to the cluster");

@@ -37,8 +37,8 @@ use bakery_verify::history::{Call, Outcome, Reply, RowRecord, Value};
 use bakery_verify::linearizability::Verdict;
 use bakery_verify::History;
 use common::cluster::{acked_after, assert_kept, eventually, Plan, Sampler, Workload};
-use common::etcd::{endpoints_of, leader_now, status, Sample};
-use common::{backends, fault_tests_uri};
+use common::etcd::{leader_now, members_up, status, Sample};
+use common::fault_tests_uri;
 
 const MEMBERS: [&str; 3] = ["etcd_net1", "etcd_net2", "etcd_net3"];
 
@@ -58,16 +58,7 @@ const STALE_READER: u64 = 1_000;
 
 /// `scripts/partition.sh ARGS`; panics with its stderr if it fails.
 fn partition(args: &[&str]) {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/partition.sh");
-    let out = Command::new(&script)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-    assert!(
-        out.status.success(),
-        "partition.sh {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::script("partition.sh", args);
 }
 
 /// The faults, each a run of its own.
@@ -86,15 +77,7 @@ fn etcd_keeps_every_guarantee_through_partitions() {
     };
     // What an interrupted run left: cuts healed, members up.
     partition(&["heal"]);
-    for member in MEMBERS {
-        backends("start", member);
-    }
-    let endpoints = endpoints_of(&uri);
-    assert_eq!(
-        endpoints.len(),
-        MEMBERS.len(),
-        "{uri} names three endpoints"
-    );
+    let endpoints = members_up(&MEMBERS, &uri);
     bakery_testkit::runtime(4).block_on(async move {
         let uri = bakery_testkit::proxy::with_option(&uri, "timeout_ms", "2000");
         for fault in [Fault::IsolateLeader, Fault::Split, Fault::OneWay] {

@@ -77,9 +77,14 @@ etcd_member_healthy() {
     [[ $answer == *'"health":"true"'* ]]
 }
 
-etcd_member_after_start() {
-    local name=$1 member running=0
-    for member in "${ETCD_MEMBERS[@]}"; do
+# etcd_quorum_after_start NAME "HEALTHY ARGS" MEMBER...: when a quorum of
+# the MEMBERs runs, wait until `HEALTHY ARGS` says NAME serves linearizable
+# reads (also etcd_netns.sh's).
+etcd_quorum_after_start() {
+    local name=$1 member running=0 healthy
+    read -r -a healthy <<<"$2"
+    shift 2
+    for member in "$@"; do
         if server_pid "$member" >/dev/null; then running=$((running + 1)); fi
     done
     describe "$name"
@@ -87,9 +92,11 @@ etcd_member_after_start() {
         say "$name: waiting for a second member before it serves clients"
         return 0
     fi
-    poll "$READY_TIMEOUT" etcd_member_healthy "$name" ||
+    poll "$READY_TIMEOUT" "${healthy[@]}" ||
         fail "$name" "no leader or no quorum after ${READY_TIMEOUT}s ($running members running)"
 }
+
+etcd_member_after_start() { etcd_quorum_after_start "$1" "etcd_member_healthy $1" "${ETCD_MEMBERS[@]}"; }
 
 etcd_member_uri() { echo "etcd://$(etcd_members_list 1)"; }
 

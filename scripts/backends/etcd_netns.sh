@@ -99,13 +99,20 @@ etcd_net_has_ns() {
     [[ " $list " == *" $1 "* ]]
 }
 
-# --initial-cluster: etcd_net1=http://10.231.77.11:12396,...
-etcd_net_initial_cluster() {
+# etcd_net_list FIELD [peers]: each member's ADDRESS:PORT (FIELD 1, the
+# client port; 2, the peer port), or with "peers" NAME=http://ADDRESS:PORT,
+# joined by commas.
+etcd_net_list() {
     local n out=()
-    for n in 1 2 3; do out+=("etcd_net$n=http://$(etcd_net_ip "$n"):$(port_of "etcd_net$n" 2)"); done
+    for n in 1 2 3; do
+        out+=("${2:+etcd_net$n=http://}$(etcd_net_ip "$n"):$(port_of "etcd_net$n" "$1")")
+    done
     local IFS=,
     echo "${out[*]}"
 }
+
+# --initial-cluster: etcd_net1=http://10.231.77.11:12396,...
+etcd_net_initial_cluster() { etcd_net_list 2 peers; }
 
 # etcd_net_start N (after describe).  The data directory is kept across
 # restarts; etcd then ignores the --initial-* flags.
@@ -146,26 +153,9 @@ etcd_net_healthy() {
     [[ $answer == *'"health":"true"'* ]]
 }
 
-etcd_net_after_start() {
-    local n=$1 member running=0
-    for member in "${ETCD_NET_MEMBERS[@]}"; do
-        if server_pid "$member" >/dev/null; then running=$((running + 1)); fi
-    done
-    describe "etcd_net$n"
-    if ((running < 2)); then
-        say "etcd_net$n: waiting for a second member before it serves clients"
-        return 0
-    fi
-    poll "$READY_TIMEOUT" etcd_net_healthy "$n" ||
-        fail "etcd_net$n" "no leader or no quorum after ${READY_TIMEOUT}s ($running members running)"
-}
+etcd_net_after_start() { etcd_quorum_after_start "etcd_net$1" "etcd_net_healthy $1" "${ETCD_NET_MEMBERS[@]}"; }
 
-etcd_net_uri() {
-    local n out=()
-    for n in 1 2 3; do out+=("$(etcd_net_ip "$n"):$(port_of "etcd_net$n" 1)"); done
-    local IFS=,
-    echo "etcd://${out[*]}"
-}
+etcd_net_uri() { echo "etcd://$(etcd_net_list 1)"; }
 
 etcd_net_stop() {
     stop_pid "etcd_net$1" "$2"

@@ -56,6 +56,21 @@ pub fn endpoints_of(uri: &str) -> Vec<String> {
     hosts.split(',').map(str::to_owned).collect()
 }
 
+/// Starts each of `members` (those running stay up) and returns the
+/// endpoints of the cluster's `uri`, one a member.
+pub fn members_up(members: &[&str], uri: &str) -> Vec<String> {
+    for member in members {
+        super::backends("start", member);
+    }
+    let endpoints = endpoints_of(uri);
+    assert_eq!(
+        endpoints.len(),
+        members.len(),
+        "{uri} names one endpoint a member"
+    );
+    endpoints
+}
+
 /// Asked now, not from a monitor's last sample: the members' status once
 /// one names a leader. One status call has short timeouts and a busy
 /// machine can miss them: asked again until a member names the leader,

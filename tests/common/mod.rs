@@ -15,14 +15,21 @@ use std::process::Command;
 /// server the project's script manages) and panic with its stderr if it
 /// fails.
 pub fn backends(action: &str, name: &str) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/backends.sh");
+    script("backends.sh", &[action, name]);
+}
+
+/// Run `scripts/NAME ARGS` and panic with its stderr if it fails.
+pub fn script(name: &str, args: &[&str]) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scripts")
+        .join(name);
     let out = Command::new(&script)
-        .args([action, name])
+        .args(args)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
     assert!(
         out.status.success(),
-        "backends.sh {action} {name} failed: {}",
+        "{name} {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }

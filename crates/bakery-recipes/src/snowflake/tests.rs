@@ -166,14 +166,17 @@ async fn generators_take_the_lowest_free_worker_ids_and_never_collide() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_full_sequence_waits_for_the_next_tick() {
-    let store = memory();
-    let clock = TestClock::new();
-    let ids = builder(&store, &clock)
+/// A generator of 2 sequence bits: 4 ids a tick.
+fn four_a_tick() -> Snowflake {
+    builder(&memory(), &TestClock::new())
         .layout(Layout::default().sequence_bits(2))
         .build()
-        .expect("build");
+        .expect("build")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_sequence_waits_for_the_next_tick() {
+    let ids = four_a_tick();
     let issued = take(&ids, 12).await;
     assert!(increasing(&issued));
     let ticks: Vec<u64> = issued
@@ -196,12 +199,7 @@ async fn a_full_sequence_waits_for_the_next_tick() {
 /// the ids after it above it; a batch of none is empty.
 #[tokio::test(start_paused = true)]
 async fn a_batch_is_runs_of_consecutive_ids_one_per_tick() {
-    let store = memory();
-    let clock = TestClock::new();
-    let ids = builder(&store, &clock)
-        .layout(Layout::default().sequence_bits(2))
-        .build()
-        .expect("build");
+    let ids = four_a_tick();
     let before = ids.next().await.expect("next");
     let batch = ids.next_batch(10).await.expect("batch");
     assert_eq!(batch.len(), 10);
