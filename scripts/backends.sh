@@ -18,7 +18,7 @@
 #
 # NAME is postgres, postgres_primary, postgres_standby, mariadb, redis,
 # redis_volatile, redis_primary, redis_replica, etcd, etcd_m1, etcd_m2, etcd_m3, etcd_net1,
-# etcd_net2, etcd_net3, mongodb, cassandra,
+# etcd_net2, etcd_net3, postgres_net1, postgres_net2, mongodb, cassandra,
 # cassandra_n1, cassandra_n2, cassandra_n3, dynamodb,
 # toxiproxy, or all (in that order; stop goes in reverse).  etcd_m1..3 are
 # the members of a three-member etcd cluster (each exports the cluster's
@@ -27,6 +27,10 @@
 # namespace of its own on a private bridge (10.231.77.0/24, this machine
 # only; root and iproute2 needed), so scripts/partition.sh can cut the
 # network between members (BAKERY_ETCD_NETNS_URI; tests/partition_etcd.rs);
+# postgres_net1 and postgres_net2 are a PostgreSQL primary and its
+# synchronous standby on the same bridge (10.231.77.21, .22; both made
+# afresh at every start: BAKERY_POSTGRES_NETNS_PRIMARY_URI and
+# BAKERY_POSTGRES_NETNS_STANDBY_URI; tests/partition_postgres.rs);
 # postgres_primary and postgres_standby are a PostgreSQL primary and a
 # streaming standby made afresh from it at every start of postgres_standby
 # (tests/cluster_postgres.rs promotes it); redis_primary and redis_replica
@@ -67,6 +71,7 @@
 #   BAKERY_ETCD_M1_PORT, _M2_, _M3_ (12389, 12391, 12393; each peer port is the next one)
 #   BAKERY_ETCD_NETNS_PORT (12395)  BAKERY_ETCD_NETNS_PEER_PORT (12396)
 #                            (each member on its own address)
+#   BAKERY_PG_NETNS_PORT (15435, postgres_net1 and _net2, each on its own address)
 #   BAKERY_REDIS_PRIMARY_PORT (16381)  BAKERY_REDIS_REPLICA_PORT (16382)
 #   BAKERY_CASSANDRA_CLUSTER_PORT (19043, CQL)  BAKERY_CASSANDRA_CLUSTER_STORAGE_PORT (17010)
 #                            (each node on its own address)
@@ -101,7 +106,7 @@ usage() {
 }
 
 # Start order; stop goes in reverse.
-BACKENDS=(postgres postgres_primary postgres_standby mariadb redis redis_volatile redis_primary redis_replica etcd etcd_m1 etcd_m2 etcd_m3 etcd_net1 etcd_net2 etcd_net3 mongodb cassandra cassandra_n1 cassandra_n2 cassandra_n3 dynamodb toxiproxy)
+BACKENDS=(postgres postgres_primary postgres_standby mariadb redis redis_volatile redis_primary redis_replica etcd etcd_m1 etcd_m2 etcd_m3 etcd_net1 etcd_net2 etcd_net3 postgres_net1 postgres_net2 mongodb cassandra cassandra_n1 cassandra_n2 cassandra_n3 dynamodb toxiproxy)
 load_servers
 
 main() {

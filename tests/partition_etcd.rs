@@ -33,12 +33,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use bakery::Key;
-use bakery_verify::history::{Call, Outcome, Reply, RowRecord, Value};
-use bakery_verify::linearizability::Verdict;
 use bakery_verify::History;
 use common::cluster::{acked_after, assert_kept, eventually, Plan, Sampler, Workload};
 use common::etcd::{leader_now, members_up, status, Sample};
 use common::fault_tests_uri;
+use common::partition::{assert_caught, own_and_all, stale_read};
 
 const MEMBERS: [&str; 3] = ["etcd_net1", "etcd_net2", "etcd_net3"];
 
@@ -53,12 +52,9 @@ const ACKS_PER_PHASE: u64 = 30;
 /// clients' calls time out meanwhile (their `timeout_ms` is 2 s).
 const SPLIT_HOLD: Duration = Duration::from_secs(3);
 
-/// The negative control's reader, a client id no workload client has.
-const STALE_READER: u64 = 1_000;
-
-/// `scripts/partition.sh ARGS`; panics with its stderr if it fails.
+/// `scripts/partition.sh etcd ARGS`; panics with its stderr if it fails.
 fn partition(args: &[&str]) {
-    common::script("partition.sh", args);
+    common::partition("etcd", args);
 }
 
 /// The faults, each a run of its own.
@@ -182,12 +178,7 @@ async fn run(uri: &str, endpoints: &[String], fault: Fault) {
     let acked_during = acked_after(&history, cut_ns) - acked_after(&history, healed_ns);
 
     // The workload's own history, then the negative control's.
-    let (own, control): (Vec<_>, Vec<_>) = history
-        .operations()
-        .into_iter()
-        .partition(|op| op.client != STALE_READER);
-    let all = History::from_operations(own.iter().cloned().chain(control).collect());
-    let own = History::from_operations(own);
+    let (own, all) = own_and_all(&history);
     let row_setup = "3 members, each in a network namespace";
     let row = (
         "etcd",
@@ -205,35 +196,15 @@ async fn run(uri: &str, endpoints: &[String], fault: Fault) {
         terms.0, terms.1
     );
     if stale_reads > 0 {
-        let control = bakery_verify::linearizability::check(&all);
-        assert_eq!(
-            control.verdict(),
-            Verdict::NotLinearizable,
-            "negative control: the cut-off leader's {stale_reads} reads without a quorum were \
-             judged linearizable beside the majority's writes"
+        assert_caught(
+            "partition_etcd",
+            "etcd",
+            row_setup,
+            &what,
+            "its own reads without a quorum (`etcdctl get --consistency=s`)",
+            &all,
+            stale_reads,
         );
-        println!(
-            "partition_etcd: negative control: the isolated member's {stale_reads} reads without \
-             a quorum make the history {:?}",
-            control.verdict()
-        );
-        common::report::FaultRow {
-            suite: "cluster",
-            backend: "etcd".into(),
-            setup: row_setup.into(),
-            fault: format!(
-                "negative control: {what}; its own reads without a quorum \
-                 (`etcdctl get --consistency=s`) added as a client's"
-            ),
-            counts: bakery_verify::workload::Counts::of(&all),
-            verdict: format!(
-                "{:?} ({} ops): caught, as it must be",
-                control.verdict(),
-                control.ops()
-            ),
-            ..Default::default()
-        }
-        .record();
     } else if let Fault::IsolateLeader = fault {
         panic!("negative control: no read from the cut-off leader");
     }
@@ -241,10 +212,7 @@ async fn run(uri: &str, endpoints: &[String], fault: Fault) {
 
 /// Waits until writes were acknowledged after `after_ns`.
 async fn acked(history: &History, after_ns: u64, when: &str) {
-    let done = eventually(RECOVERY_BOUND, || {
-        acked_after(history, after_ns) >= ACKS_PER_PHASE
-    });
-    assert!(done.await, "no writes acknowledged {when}");
+    common::partition::acked(history, after_ns, ACKS_PER_PHASE, RECOVERY_BOUND, when).await;
 }
 
 /// The lowest and highest raft term seen from `from_ns` on.
@@ -258,57 +226,30 @@ fn term_span(samples: &[Sample], from_ns: u64) -> (u64, u64) {
 }
 
 /// Each of `keys` as the member at `endpoint` alone holds it (a
-/// serializable read: no quorum asked), recorded into `history` as
-/// [`STALE_READER`]'s gets; how many were recorded. Each is checked to be
-/// stale first: older than a write to its key acknowledged before it.
+/// serializable read: no quorum asked), recorded into `history` as the
+/// negative control's gets, each checked to be stale first
+/// ([`stale_read`]); how many were recorded.
 fn read_alone(history: &History, endpoint: &str, keys: &[Key]) -> usize {
     let mut recorded = 0;
     for key in keys {
-        let acked_version = newest_acked(history, key);
-        let id = history.invoke(STALE_READER, key.as_str(), Call::Get);
         let etcd_key = format!("bakery/{}", key.as_str());
-        let revision = etcdctl(endpoint, &["get", &etcd_key, "-w", "json"]);
-        let revision: serde_json::Value =
-            serde_json::from_slice(&revision).expect("etcdctl's JSON");
-        let value = etcdctl(endpoint, &["get", &etcd_key, "--print-value-only"]);
-        let Some(version) = revision["kvs"][0]["mod_revision"].as_u64() else {
-            continue; // never written there: nothing to show
+        let read = || {
+            let revision = etcdctl(endpoint, &["get", &etcd_key, "-w", "json"]);
+            let revision: serde_json::Value =
+                serde_json::from_slice(&revision).expect("etcdctl's JSON");
+            let value = etcdctl(endpoint, &["get", &etcd_key, "--print-value-only"]);
+            let version = revision["kvs"][0]["mod_revision"].as_u64()?;
+            // etcdctl ends the value with a newline; the counters' values have none.
+            Some((
+                version,
+                value.strip_suffix(b"\n").unwrap_or(&value).to_vec(),
+            ))
         };
-        assert!(
-            acked_version.is_some_and(|acked| version < acked),
-            "negative control: the cut-off member's {key} (version {version}) is not older than \
-             the majority's acknowledged {acked_version:?}"
-        );
-        // etcdctl ends the value with a newline; the counters' values have none.
-        let value = value.strip_suffix(b"\n").unwrap_or(&value).to_vec();
-        let row = RowRecord {
-            version,
-            value: Value(value.into()),
-        };
-        history.complete(
-            id,
-            Outcome::Ok {
-                reply: Reply::Row(Some(row)),
-            },
-        );
-        recorded += 1;
+        if stale_read(history, endpoint, key, read) {
+            recorded += 1;
+        }
     }
     recorded
-}
-
-/// The version of the newest acknowledged write to `key` in `history`.
-fn newest_acked(history: &History, key: &Key) -> Option<u64> {
-    history
-        .operations()
-        .into_iter()
-        .filter(|op| op.key == key.as_str())
-        .filter_map(|op| match op.outcome {
-            Outcome::Ok {
-                reply: Reply::Applied(row),
-            } => Some(row.version),
-            _ => None,
-        })
-        .max()
 }
 
 /// `etcdctl --endpoints=ENDPOINT --consistency=s ARGS`'s output.

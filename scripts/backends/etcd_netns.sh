@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # etcd_net1, etcd_net2, etcd_net3: a three-member etcd cluster whose members
 # each run in a network namespace of their own (bakery-etcd_netN), joined by
-# a bridge on a private subnet that only this machine routes, so that
+# a bridge on a private subnet that only this machine routes (netns.sh, shared
+# with the postgres and cassandra clusters of the same kind), so that
 # scripts/partition.sh can cut the network between members while every one
 # of them stays up -- the fault the kill/restart cluster (etcd_m1..3) cannot
 # make.  The bridge has an address in the root namespace too: clients (the
@@ -15,16 +16,9 @@
 # (See lib.sh for the functions every server file defines.)
 
 ETCD_NET_MEMBERS=(etcd_net1 etcd_net2 etcd_net3)
-# Private, host-local: nothing routes it off this machine (the namespaces
-# have no default route).
-ETCD_NET_SUBNET=10.231.77
-ETCD_NET_BRIDGE=bakerypart0
 
-# etcd_net_ip N: member N's address (its namespace's only one).
-etcd_net_ip() { echo "$ETCD_NET_SUBNET.$((10 + $1))"; }
-
-# etcd_net_ns NAME: the namespace of member NAME.
-etcd_net_ns() { echo "bakery-$1"; }
+# etcd_net_ip N: member N's address (netns.sh).
+etcd_net_ip() { netns_ip "etcd_net$1"; }
 
 # shellcheck disable=SC2034  # describe (lib.sh) reads these
 etcd_net_describe() {
@@ -41,62 +35,7 @@ etcd_net_describe() {
 etcd_net_missing() {
     etcd_missing
     have curl || echo curl
-    have ip || echo iproute2
-}
-
-# The bridge (with the root namespace's address on it) and member N's
-# namespace, joined to it by a veth pair; each step only if missing.
-etcd_net_link_up() {
-    local n=$1 ns veth=bakerypart$1
-    ns=$(etcd_net_ns "etcd_net$n")
-    # Each step also repairs what a start that failed halfway left.
-    if ! etcd_net_bridged; then as_root ip link add "$ETCD_NET_BRIDGE" type bridge; fi
-    as_root ip addr replace "$ETCD_NET_SUBNET.1/24" dev "$ETCD_NET_BRIDGE"
-    as_root ip link set "$ETCD_NET_BRIDGE" up
-    # A Docker engine sets the FORWARD policy to DROP, and bridged frames go
-    # through it: let the bridge's own traffic pass.
-    if have iptables && ! as_root iptables -C FORWARD -i "$ETCD_NET_BRIDGE" -o "$ETCD_NET_BRIDGE" -j ACCEPT 2>/dev/null; then
-        as_root iptables -I FORWARD 1 -i "$ETCD_NET_BRIDGE" -o "$ETCD_NET_BRIDGE" -j ACCEPT 2>/dev/null || true
-    fi
-    if ! etcd_net_has_ns "$ns"; then
-        as_root ip netns add "$ns"
-    fi
-    if ! ip -n "$ns" link show eth0 >/dev/null 2>&1; then
-        # A host end left from a namespace being deleted goes first.
-        if ip link show "$veth" >/dev/null 2>&1; then as_root ip link del "$veth"; fi
-        as_root ip link add "$veth" type veth peer name eth0 netns "$ns"
-    fi
-    as_root ip link set "$veth" master "$ETCD_NET_BRIDGE"
-    as_root ip link set "$veth" up
-    as_root ip -n "$ns" addr replace "$(etcd_net_ip "$n")/24" dev eth0
-    as_root ip -n "$ns" link set eth0 up
-    as_root ip -n "$ns" link set lo up
-}
-
-# Member N's veth and namespace removed; the bridge too once no member is
-# left.  The veth goes first: deleting one end deletes the pair at once,
-# whereas `ip netns del` leaves it to the kernel's cleanup of the
-# namespace, which can take a minute.
-etcd_net_link_down() {
-    local n=$1 ns member
-    ns=$(etcd_net_ns "etcd_net$n")
-    if ip link show "bakerypart$n" >/dev/null 2>&1; then as_root ip link del "bakerypart$n"; fi
-    if etcd_net_has_ns "$ns"; then as_root ip netns del "$ns"; fi
-    for member in "${ETCD_NET_MEMBERS[@]}"; do
-        etcd_net_has_ns "$(etcd_net_ns "$member")" && return 0
-    done
-    if etcd_net_bridged; then as_root ip link del "$ETCD_NET_BRIDGE"; fi
-    if have iptables; then
-        as_root iptables -D FORWARD -i "$ETCD_NET_BRIDGE" -o "$ETCD_NET_BRIDGE" -j ACCEPT 2>/dev/null || true
-    fi
-}
-
-# etcd_net_has_ns NS: namespace NS exists (no `grep -q` in a pipe: its
-# early exit fails the pipe under pipefail).
-etcd_net_has_ns() {
-    local list
-    list=$(ip netns list | cut -d' ' -f1 | tr '\n' ' ')
-    [[ " $list " == *" $1 "* ]]
+    netns_missing
 }
 
 # etcd_net_list FIELD [peers]: each member's ADDRESS:PORT (FIELD 1, the
@@ -119,16 +58,15 @@ etcd_net_initial_cluster() { etcd_net_list 2 peers; }
 etcd_net_start() {
     local n=$1 client peer
     # The member itself runs in the namespace, which only root may enter.
-    [[ $EUID -eq 0 ]] || fail "etcd_net$n" "needs root (a network namespace of its own): run as root, or start the other servers by name"
-    
+    netns_need_root "etcd_net$n"
     client=http://$(etcd_net_ip "$n"):$(port_of "etcd_net$n" 1)
     peer=http://$(etcd_net_ip "$n"):$(port_of "etcd_net$n" 2)
-    etcd_net_link_up "$n"
+    netns_up "etcd_net$n"
     mkdir -p "$DIR/data"
     chmod 700 "$DIR/data"
     # --pre-vote: a member cut off and healed does not depose the leader
     # with the terms it ran up alone.
-    launch_session ip netns exec "$(etcd_net_ns "etcd_net$n")" etcd --name "etcd_net$n" \
+    netns_session "etcd_net$n" etcd --name "etcd_net$n" \
         --data-dir "$DIR/data" --logger zap --pre-vote \
         --listen-client-urls "$client" --advertise-client-urls "$client" \
         --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
@@ -136,18 +74,14 @@ etcd_net_start() {
         --initial-cluster-token bakery-etcd-netns --initial-cluster-state new
 }
 
-# The bridge is up: the subnet is this machine's (else a probe of it would
-# go out by the default route).
-etcd_net_bridged() { ip link show "$ETCD_NET_BRIDGE" >/dev/null 2>&1; }
-
 etcd_net_ready() {
-    etcd_net_bridged || return 1
+    netns_bridged || return 1
     curl -fsS -m 2 -o /dev/null "http://$(etcd_net_ip "$1"):$(port_of "etcd_net$1" 2)/version" </dev/null 2>/dev/null
 }
 
 etcd_net_healthy() {
     local answer
-    etcd_net_bridged || return 1
+    netns_bridged || return 1
     answer=$(curl -fsS -m 2 "http://$(etcd_net_ip "$1"):$(port_of "etcd_net$1" 1)/health" </dev/null 2>/dev/null) ||
         return 1
     [[ $answer == *'"health":"true"'* ]]
@@ -159,7 +93,7 @@ etcd_net_uri() { echo "etcd://$(etcd_net_list 1)"; }
 
 etcd_net_stop() {
     stop_pid "etcd_net$1" "$2"
-    etcd_net_link_down "$1"
+    netns_down "etcd_net$1"
 }
 
 # The same function set for each member, naming itself.

@@ -6,6 +6,7 @@
 pub mod clients;
 pub mod cluster;
 pub mod etcd;
+pub mod partition;
 pub mod report;
 
 use std::path::Path;
@@ -34,6 +35,16 @@ pub fn script(name: &str, args: &[&str]) {
     );
 }
 
+/// `scripts/partition.sh CLUSTER ARGS` (cut or heal the network between
+/// the members of a cluster whose members each run in a network namespace
+/// of their own); panics with its stderr if it fails.
+pub fn partition(cluster: &str, args: &[&str]) {
+    let all: Vec<&str> = std::iter::once(cluster)
+        .chain(args.iter().copied())
+        .collect();
+    script("partition.sh", &all);
+}
+
 /// The URI in `var` of `server`, for a test that stops, kills or restarts
 /// servers with `scripts/backends.sh`: it runs only under
 /// `BAKERY_FAULT_TESTS=1` (set by `scripts/test.sh`, hence in CI), where a
@@ -52,33 +63,33 @@ pub fn fault_tests_uri(server: &str, var: &str) -> Option<String> {
     }
 }
 
-/// One value from `psql` as `postgres` on the server of `uri` (its port;
-/// the host is 127.0.0.1).
+/// One value from `psql` as `postgres` on the server of `uri` (its host
+/// and port), giving up on a connection after 2 seconds.
 pub fn psql(uri: &str, sql: &str) -> String {
-    let port = uri
-        .rsplit_once(':')
-        .and_then(|(_, rest)| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no port in {uri}"));
-    let out = Command::new("psql")
-        .args([
-            "-X",
-            "-q",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            port,
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-        ])
-        .args(["-tA", "-c", sql])
-        .output()
-        .expect("run psql (scripts/backends.sh installs it)");
+    let out = psql_output(uri, sql);
     assert!(
         out.status.success(),
-        "psql -p {port} -c {sql:?}: {}",
+        "psql {uri} -c {sql:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// `psql -c SQL` on the server of `uri`, as it ended (a partition test
+/// expects some to fail).
+pub fn psql_output(uri: &str, sql: &str) -> std::process::Output {
+    let authority = uri
+        .split_once('@')
+        .map(|(_, rest)| rest)
+        .and_then(|rest| rest.split(['/', '?']).next())
+        .unwrap_or_else(|| panic!("no host:port in {uri}"));
+    let (host, port) = authority
+        .rsplit_once(':')
+        .unwrap_or_else(|| panic!("no port in {uri}"));
+    Command::new("psql")
+        .env("PGCONNECT_TIMEOUT", "2")
+        .args(["-X", "-q", "-h", host, "-p", port, "-U", "postgres"])
+        .args(["-d", "postgres", "-tA", "-c", sql])
+        .output()
+        .expect("run psql (scripts/backends.sh installs it)")
 }

@@ -1,0 +1,153 @@
+//! What the partition tests (tests/partition_*.rs) share: waiting for
+//! acknowledged writes around a cut, the acknowledgements and unsettled
+//! calls of a window, and the negative control — reads a cut-off member
+//! serves alone, checked to be stale, added to the history as another
+//! client's, which the checker must then judge `NotLinearizable`.
+
+use std::time::Duration;
+
+use bakery::Key;
+use bakery_verify::history::{Call, Outcome, Reply, RowRecord, Value};
+use bakery_verify::linearizability::{self, Verdict};
+use bakery_verify::workload::Counts;
+use bakery_verify::History;
+
+use super::cluster::{acked_after, eventually};
+use super::report::FaultRow;
+
+/// The negative control's reader, a client id no workload client has.
+pub const STALE_READER: u64 = 1_000;
+
+/// Waits (at most `bound`) until `acks` writes were acknowledged after
+/// `after_ns`; panics naming `when` otherwise.
+pub async fn acked(history: &History, after_ns: u64, acks: u64, bound: Duration, when: &str) {
+    let done = eventually(bound, || acked_after(history, after_ns) >= acks);
+    assert!(
+        done.await,
+        "fewer than {acks} writes acknowledged {when} within {bound:?} (only {})",
+        acked_after(history, after_ns)
+    );
+}
+
+/// Puts acknowledged (applied) that completed in `(from_ns, to_ns)`.
+pub fn acked_between(history: &History, from_ns: u64, to_ns: u64) -> u64 {
+    acked_after(history, from_ns) - acked_after(history, to_ns)
+}
+
+/// Calls of the workload invoked in `(from_ns, to_ns)` that were not
+/// answered Ok: failed, or of unknown outcome (timed out, connection
+/// lost), or never completed.
+pub fn unsettled_between(history: &History, from_ns: u64, to_ns: u64) -> u64 {
+    history
+        .operations()
+        .iter()
+        .filter(|op| op.client != STALE_READER)
+        .filter(|op| op.invoked_ns > from_ns && op.invoked_ns < to_ns)
+        .filter(|op| !matches!(op.outcome, Outcome::Ok { .. }))
+        .count() as u64
+}
+
+/// The version of the newest acknowledged write to `key` in `history`.
+pub fn newest_acked(history: &History, key: &Key) -> Option<u64> {
+    history
+        .operations()
+        .into_iter()
+        .filter(|op| op.key == key.as_str())
+        .filter_map(|op| match op.outcome {
+            Outcome::Ok {
+                reply: Reply::Applied(row),
+            } => Some(row.version),
+            _ => None,
+        })
+        .max()
+}
+
+/// One read of `key` that a cut-off `member` served alone, recorded into
+/// `history` as [`STALE_READER`]'s get: invoked before `read` runs,
+/// completed with what it returned (`(version, value)`, or `None`: never
+/// written there, nothing recorded but the invocation). The read is
+/// checked to be stale first: older than a write to its key acknowledged
+/// before it. Whether a read was recorded.
+pub fn stale_read(
+    history: &History,
+    member: &str,
+    key: &Key,
+    read: impl FnOnce() -> Option<(u64, Vec<u8>)>,
+) -> bool {
+    let acked_version = newest_acked(history, key);
+    let id = history.invoke(STALE_READER, key.as_str(), Call::Get);
+    let Some((version, value)) = read() else {
+        return false;
+    };
+    assert!(
+        acked_version.is_some_and(|acked| version < acked),
+        "negative control: {member}'s {key} (version {version}) is not older than the \
+         acknowledged {acked_version:?}: the read is not stale, so it shows nothing"
+    );
+    let row = RowRecord {
+        version,
+        value: Value(value.into()),
+    };
+    history.complete(
+        id,
+        Outcome::Ok {
+            reply: Reply::Row(Some(row)),
+        },
+    );
+    true
+}
+
+/// The workload's own calls (every client but [`STALE_READER`]), and all
+/// of them (the negative control's last).
+pub fn own_and_all(history: &History) -> (History, History) {
+    let (own, control): (Vec<_>, Vec<_>) = history
+        .operations()
+        .into_iter()
+        .partition(|op| op.client != STALE_READER);
+    let all = History::from_operations(own.iter().cloned().chain(control).collect());
+    (History::from_operations(own), all)
+}
+
+/// The negative control's end: `all` (the workload's history with
+/// `stale_reads` reads a cut-off member served alone, `how`) must be
+/// judged `NotLinearizable`; records its row and prints it.
+pub fn assert_caught(
+    test: &str,
+    backend: &str,
+    setup: &str,
+    what: &str,
+    how: &str,
+    all: &History,
+    stale_reads: usize,
+) {
+    assert!(
+        stale_reads > 0,
+        "negative control ({what}): no stale read was recorded"
+    );
+    let control = linearizability::check(all);
+    assert_eq!(
+        control.verdict(),
+        Verdict::NotLinearizable,
+        "negative control: {stale_reads} stale reads ({how}) were judged {:?} beside the \
+         acknowledged writes",
+        control.verdict()
+    );
+    println!(
+        "{test}: negative control: {what}: {stale_reads} stale reads ({how}) make the history {:?}",
+        control.verdict()
+    );
+    FaultRow {
+        suite: "cluster",
+        backend: backend.into(),
+        setup: setup.into(),
+        fault: format!("negative control: {what}; {how} added as a client's"),
+        counts: Counts::of(all),
+        verdict: format!(
+            "{:?} ({} ops): caught, as it must be",
+            control.verdict(),
+            control.ops()
+        ),
+        ..Default::default()
+    }
+    .record();
+}

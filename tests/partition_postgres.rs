@@ -1,0 +1,352 @@
+//! A PostgreSQL primary and its synchronous standby (`postgres_net1`,
+//! `postgres_net2` of `scripts/backends.sh`, each in a network namespace of
+//! its own; `synchronous_standby_names` names the standby, bakery's
+//! sessions commit with `synchronous_commit = on`) are partitioned while
+//! both stay up (`scripts/partition.sh postgres`), each fault a run of its
+//! own on a fresh pair:
+//! - the standby isolated from the primary, both ways, then healed;
+//! - the primary's packets to the standby dropped (one way), then healed;
+//! - the standby's packets to the primary dropped (one way: it receives the
+//!   WAL, its confirmations are lost), then healed;
+//! - failover: the primary cut off from the standby and from the clients,
+//!   the standby promoted (`pg_promote()`), the clients (on a multi-host
+//!   URI with `target_session_attrs=read-write`) move on to it.
+//!
+//! Through each, the recorded workload of the other cluster tests (counter
+//! clients by read-modify-write `put_if_version`, three sequence clients,
+//! three lock clients writing a fenced value, each on a store of its own).
+//! Asserted: the history is linearizable, no sequence id twice, every
+//! acknowledged increment kept (after a failover: on the promoted standby),
+//! no stale fenced write accepted, no overlapping grants. While the standby
+//! is cut off in either direction the primary acknowledges no write (its
+//! commits wait for the standby's confirmation: the clients see timeouts,
+//! outcomes unknown), and writes are acknowledged again after the heal.
+//!
+//! Negative control (a run of its own): the same pair made asynchronous
+//! (`synchronous_standby_names = ''`; the clients open with
+//! `accept_data_loss=true`, else bakery refuses it), the standby isolated:
+//! the primary goes on acknowledging writes, and the standby's own view of
+//! the counters (read with psql from the cut-off standby, each checked to
+//! be older than an acknowledged write first) added to the history as
+//! another client's reads must make it `NotLinearizable`.
+//!
+//! Runs under `BAKERY_FAULT_TESTS=1` (scripts/test.sh, CI), where a missing
+//! `BAKERY_POSTGRES_NETNS_PRIMARY_URI` or `…_STANDBY_URI` fails; without it,
+//! it prints why and returns. It leaves a fresh synchronous pair behind.
+
+mod common;
+
+use std::time::Duration;
+
+use bakery::Key;
+use bakery_verify::History;
+use common::cluster::{assert_kept, Plan, Workload};
+use common::partition::{
+    acked, acked_between, assert_caught, own_and_all, stale_read, unsettled_between,
+};
+use common::{backends, fault_tests_uri, psql, psql_output};
+
+/// How long a heal, a promotion and the clients' reconnection may take (a
+/// bound, not a speed check).
+const RECOVERY_BOUND: Duration = Duration::from_secs(60);
+
+/// Acknowledged writes awaited in each phase: the run's length.
+const ACKS_PER_PHASE: u64 = 30;
+
+/// How long a cut between primary and standby stands (the clients'
+/// calls time out meanwhile: `timeout_ms` is 2 s).
+const HOLD: Duration = Duration::from_secs(5);
+
+/// Commits whose confirmation was on its way when the cut came may still
+/// be acknowledged this long after it; none later.
+const CUT_GRACE: Duration = Duration::from_secs(1);
+
+/// The standby's application_name (scripts/backends/postgres_netns.sh).
+const STANDBY_NAME: &str = "bakery_net_standby";
+
+/// The faults, each a run of its own.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    StandbyIsolated,
+    PrimaryToStandbyDropped,
+    StandbyToPrimaryDropped,
+    Failover,
+    /// The negative control: asynchronous, standby isolated.
+    AsyncStandbyRead,
+}
+
+/// `scripts/partition.sh postgres ARGS`.
+fn partition(args: &[&str]) {
+    common::partition("postgres", args);
+}
+
+/// A fresh synchronous pair: a new primary (initdb) and a new standby from
+/// its base backup, streaming and `sync` (postgres_netns.sh waits for it).
+fn fresh_pair() {
+    partition(&["heal"]);
+    backends("restart", "postgres_net1");
+    backends("restart", "postgres_net2");
+}
+
+#[test]
+fn postgres_keeps_every_guarantee_through_partitions() {
+    let primary = fault_tests_uri("postgres_net1", "BAKERY_POSTGRES_NETNS_PRIMARY_URI");
+    let standby = fault_tests_uri("postgres_net2", "BAKERY_POSTGRES_NETNS_STANDBY_URI");
+    let (Some(primary), Some(standby)) = (primary, standby) else {
+        return;
+    };
+    let faults = [
+        Fault::StandbyIsolated,
+        Fault::PrimaryToStandbyDropped,
+        Fault::StandbyToPrimaryDropped,
+        Fault::Failover,
+        Fault::AsyncStandbyRead,
+    ];
+    for fault in faults {
+        let started = std::time::Instant::now();
+        fresh_pair();
+        bakery_testkit::runtime(4).block_on(run(&primary, &standby, fault));
+        println!(
+            "partition_postgres: {fault:?}: {:.1}s with the pair's start",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    fresh_pair();
+}
+
+/// `primary,standby` as one multi-host URI whose sessions go to the one
+/// that takes writes.
+fn both(primary: &str, standby: &str) -> String {
+    let standby_host = standby
+        .split_once('@')
+        .and_then(|(_, rest)| rest.split('/').next())
+        .expect("host:port in the standby's URI");
+    let (head, path) = primary
+        .rsplit_once('/')
+        .expect("a database in the primary's URI");
+    let uri = format!("{head},{standby_host}/{path}");
+    let uri = bakery_testkit::proxy::with_option(&uri, "target_session_attrs", "read-write");
+    bakery_testkit::proxy::with_option(&uri, "connect_timeout", "2")
+}
+
+/// One fault through a workload of its own, checked and reported.
+async fn run(primary: &str, standby: &str, fault: Fault) {
+    let mut uri = match fault {
+        Fault::Failover => both(primary, standby),
+        _ => primary.to_owned(),
+    };
+    if fault == Fault::AsyncStandbyRead {
+        uri = bakery_testkit::proxy::with_option(&uri, "accept_data_loss", "true");
+    }
+    let uri = bakery_testkit::proxy::with_option(&uri, "timeout_ms", "2000");
+    let history = History::new();
+    let plan = Plan::new("partition-pg", 2, 4, 3);
+    let workload = Workload::start(&uri, &history, &plan, 0).await;
+    let served = workload.served(&history, 0, ACKS_PER_PHASE, RECOVERY_BOUND);
+    assert!(
+        served.await,
+        "{fault:?}: no writes acknowledged before the fault"
+    );
+    if fault == Fault::AsyncStandbyRead {
+        let primary = primary.to_owned();
+        blocking(move || asynchronous(&primary)).await;
+    }
+
+    let (cut, what): (&[&str], &str) = match fault {
+        Fault::StandbyIsolated => (&["isolate", "2"], "standby isolated both ways"),
+        Fault::PrimaryToStandbyDropped => (
+            &["oneway", "1", "2"],
+            "primary's packets to the standby dropped",
+        ),
+        Fault::StandbyToPrimaryDropped => (
+            &["oneway", "2", "1"],
+            "standby's packets to the primary dropped",
+        ),
+        Fault::Failover => (
+            &["cutoff", "1"],
+            "primary cut off from standby and clients, standby promoted",
+        ),
+        Fault::AsyncStandbyRead => (
+            &["isolate", "2"],
+            "asynchronous standby (synchronous_standby_names = '') isolated",
+        ),
+    };
+    let cut = cut.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    blocking(move || partition(&cut.iter().map(String::as_str).collect::<Vec<_>>())).await;
+    let cut_ns = history.now_ns();
+    let mut stale_reads = 0;
+    let mut held_ns = 0;
+    match fault {
+        Fault::StandbyIsolated
+        | Fault::PrimaryToStandbyDropped
+        | Fault::StandbyToPrimaryDropped => {
+            tokio::time::sleep(HOLD).await;
+            held_ns = history.now_ns();
+        }
+        Fault::Failover => {
+            let standby = standby.to_owned();
+            let promoted = blocking(move || psql(&standby, "SELECT pg_promote(true, 60)")).await;
+            assert_eq!(promoted, "t", "pg_promote on the standby failed");
+            acked(
+                &history,
+                cut_ns,
+                ACKS_PER_PHASE,
+                RECOVERY_BOUND,
+                "by the promoted standby",
+            )
+            .await;
+        }
+        Fault::AsyncStandbyRead => {
+            acked(
+                &history,
+                cut_ns,
+                ACKS_PER_PHASE,
+                RECOVERY_BOUND,
+                "by the asynchronous primary with its standby cut off",
+            )
+            .await;
+            stale_reads = read_alone(&history, standby, &plan.keys);
+        }
+    }
+    let healed_ns = history.now_ns();
+    let acked_during = acked_between(&history, cut_ns, healed_ns);
+    let unsettled = unsettled_between(&history, cut_ns, healed_ns);
+    if fault != Fault::Failover {
+        blocking(|| partition(&["heal"])).await;
+        acked(
+            &history,
+            healed_ns,
+            ACKS_PER_PHASE,
+            RECOVERY_BOUND,
+            "after the heal",
+        )
+        .await;
+    }
+    let observed = workload.stop().await;
+
+    if held_ns > 0 {
+        // The commits wait for the standby's confirmation: none is
+        // acknowledged once the cut stands, each call times out.
+        let late = acked_between(&history, cut_ns + CUT_GRACE.as_nanos() as u64, held_ns);
+        assert_eq!(
+            late, 0,
+            "{what}: {late} writes acknowledged with the synchronous standby cut off"
+        );
+        assert!(
+            unsettled > 0,
+            "{what}: no call failed or timed out while the standby was cut off"
+        );
+    }
+
+    // The workload's own history, then the negative control's.
+    let (own, all) = own_and_all(&history);
+    let setup = if fault == Fault::AsyncStandbyRead {
+        "primary + asynchronous standby (accept_data_loss=true), each in a network namespace"
+    } else {
+        "primary + synchronous standby, each in a network namespace"
+    };
+    let held = format!(
+        "{what} for {:.1}s{}",
+        (healed_ns - cut_ns) as f64 / 1e9,
+        if fault == Fault::Failover {
+            ", clients moved on"
+        } else {
+            ", healed"
+        }
+    );
+    // What survives is on the server the clients ended on.
+    let ended_on = if fault == Fault::Failover {
+        standby
+    } else {
+        primary
+    };
+    let ended_on = if fault == Fault::AsyncStandbyRead {
+        bakery_testkit::proxy::with_option(ended_on, "accept_data_loss", "true")
+    } else {
+        ended_on.to_owned()
+    };
+    let store = bakery::connect(&ended_on)
+        .await
+        .expect("connect to the server the clients ended on");
+    let kept = assert_kept(
+        ("postgres", setup, held.clone()),
+        &own,
+        observed,
+        &*store,
+        &plan.keys,
+    )
+    .await;
+    println!(
+        "partition_postgres: {held}: {kept}; {acked_during} writes acknowledged while cut, \
+         {unsettled} calls invoked while cut not answered Ok by the heal"
+    );
+    if fault == Fault::AsyncStandbyRead {
+        assert!(
+            acked_during >= ACKS_PER_PHASE,
+            "the asynchronous primary acknowledged {acked_during} writes with its standby cut off"
+        );
+        assert_caught(
+            "partition_postgres",
+            "postgres",
+            setup,
+            what,
+            "the cut-off standby's own reads (psql on the hot standby)",
+            &all,
+            stale_reads,
+        );
+    }
+}
+
+/// `f` on a blocking thread (a script, psql).
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.expect("blocking call")
+}
+
+/// The primary made asynchronous: no standby named, reloaded, and the
+/// standby seen `async`.
+fn asynchronous(primary: &str) {
+    psql(primary, "ALTER SYSTEM SET synchronous_standby_names = ''");
+    assert_eq!(psql(primary, "SELECT pg_reload_conf()"), "t");
+    let query = format!(
+        "SELECT sync_state FROM pg_stat_replication WHERE application_name = '{STANDBY_NAME}'"
+    );
+    let start = std::time::Instant::now();
+    while psql(primary, &query) != "async" {
+        assert!(
+            start.elapsed() < RECOVERY_BOUND,
+            "the standby is not async after the reload: {:?}",
+            psql(primary, &query)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Each of `keys` as the cut-off standby alone holds it (psql on the hot
+/// standby), recorded as the negative control's reads, each checked to
+/// be stale first; how many were recorded.
+fn read_alone(history: &History, standby: &str, keys: &[Key]) -> usize {
+    let mut recorded = 0;
+    for key in keys {
+        assert!(!key.as_str().contains('\''), "a quote in key {key}");
+        let sql = format!(
+            "SELECT version, encode(value, 'escape') FROM bakery_rows WHERE key = '{}'",
+            key.as_str()
+        );
+        let read = || {
+            let out = psql_output(standby, &sql);
+            assert!(
+                out.status.success(),
+                "negative control: psql on the cut-off standby: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            let (version, value) = text.split_once('|')?;
+            let version = version.parse().expect("a version");
+            Some((version, value.as_bytes().to_vec()))
+        };
+        if stale_read(history, "the cut-off standby", key, read) {
+            recorded += 1;
+        }
+    }
+    recorded
+}
