@@ -14,8 +14,18 @@
 //!
 //! - With the testkit's `containers` feature and a reachable Docker engine,
 //!   a compiled-in server backend without a URI is started in a container
-//!   (testcontainers) for the run. Not run on our machines: they have no
-//!   Docker engine.
+//!   (testcontainers) for the run.
+//! - `BAKERY_TEST_CONTAINERS=postgres,redis,etcd` (names as in
+//!   `bakery_testkit::containers::BACKENDS`; `mariadb` and `ferretdb` are
+//!   taken for `mysql` and `mongodb`): each is ALSO started in a container,
+//!   beside the native server of its URI, as the target `{name}-container`
+//!   (`cargo test --all-features --features bakery-testkit/containers
+//!   --test conformance -- container::`: the testkit's feature is not one of
+//!   this package's). Set
+//!   `BAKERY_CONTAINER_IMAGES=local` for the images `scripts/docker.sh build`
+//!   makes (no registry needed); `DOCKER_HOST` from
+//!   `eval "$(scripts/docker.sh start)"`. A container that does not start
+//!   FAILS every case of its target; it is never skipped.
 //!
 //! - Each server backend also runs
 //!   `faults::unreachable_server_is_unavailable` on its URI pointed at a
@@ -121,6 +131,30 @@ fn targets(started: &mut Vec<bakery_testkit::containers::Started>) -> Vec<(Strin
             }
             _ => {}
         }
+    }
+    for name in std::env::var("BAKERY_TEST_CONTAINERS")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        let backend = match name {
+            "mariadb" => "mysql",
+            "ferretdb" => "mongodb",
+            other => other,
+        };
+        let label = format!("{name}-container");
+        if !compiled_schemes.contains(&backend) {
+            out.push((
+                label,
+                Target::Missing(format!(
+                    "BAKERY_TEST_CONTAINERS names {name}, but backend {backend} is not \
+                     compiled into this build (feature `{backend}`)"
+                )),
+            ));
+            continue;
+        }
+        out.push((label, in_container(backend, started)));
     }
     out
 }

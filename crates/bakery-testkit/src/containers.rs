@@ -1,5 +1,6 @@
-//! Server backends started in containers for a test run, for machines with
-//! a Docker engine and no `BAKERY_<NAME>_URI` set.
+//! Server backends started in containers for a test run, from the
+//! project's own images (built on this machine by `scripts/docker.sh`) or
+//! from the official images of a registry.
 //!
 //! This module is always compiled, so a runner can call it unconditionally;
 //! only the cargo feature `containers` (which brings in `testcontainers` and
@@ -7,34 +8,55 @@
 //! Without the feature, [`docker_available`] is `false` and [`start`]
 //! returns an error that says so.
 //!
-//! | backend | image | module | ready when |
+//! Which images: `BAKERY_CONTAINER_IMAGES=local` starts `bakery-test/NAME:local`,
+//! the images `scripts/docker.sh build` makes from a debootstrap Debian and
+//! Debian's packages (no registry needed; the project's machines and CI run
+//! this way). Unset or `official`, the official images below are pulled
+//! from their registries (for users who have one; not run on the project's
+//! machines, which reach no registry).
+//!
+//! | backend | official image | local image | ready when (both) |
 //! |---|---|---|---|
-//! | `postgres` | `postgres:16` | `testcontainers_modules::postgres` | "database system is ready to accept connections" (the module's log condition) |
-//! | `redis` | `redis:7` | `testcontainers_modules::redis` | "Ready to accept connections" (the module's log condition) |
-//! | `etcd` | `quay.io/coreos/etcd:v3.5.17` | `GenericImage` (no module) | healthy: `etcdctl endpoint health` |
-//! | `mongodb` | `mongo:7` | `GenericImage` (see below) | healthy: replica set `rs0` initiated and this node primary |
-//! | `cassandra` | `cassandra:5.0` | `GenericImage` (no module in 0.15) | healthy: `cqlsh` answers and keyspace `bakery` exists |
+//! | `postgres` | `postgres:16` (module's log line) | `bakery-test/postgres` (PostgreSQL 15) | local: healthy, a query over TCP in database `bakery` |
+//! | `redis` | `redis:7` (module's log line) | `bakery-test/redis` (Redis 7.0) | local: healthy, `PING` and AOF on |
+//! | `etcd` | `quay.io/coreos/etcd:v3.5.17` | `bakery-test/etcd` (etcd 3.4) | healthy: `etcdctl endpoint health` |
+//! | `mysql` | `mariadb:10.11` | `bakery-test/mariadb` (MariaDB 10.11) | healthy: user `bakery` runs a query in `bakery_src` |
+//! | `mongodb` | `mongo:7` (replica set `rs0`) | `bakery-test/ferretdb` (FerretDB 1.24 over PostgreSQL, one container) | healthy: replica set primary / FerretDB and its PostgreSQL answer |
+//! | `cassandra` | `cassandra:5.0` | `bakery-test/cassandra` (Cassandra 5.0 from Maven Central's jars) | healthy: CQL answers, keyspace `bakery` created |
 //!
-//! Each server runs as `docker/compose.yaml` runs it (PostgreSQL with
+//! Each server runs as `docker/compose.yaml` runs it: PostgreSQL with
 //! `wal_level=logical` and fsync on, Redis with an fsync-per-write
-//! append-only file, MongoDB as a single-node replica set). Ports are
-//! Docker's random host ports, so runs never collide.
+//! append-only file, Cassandra with `commitlog_sync: batch`, MariaDB with
+//! its durable defaults (`innodb_flush_log_at_trx_commit=1`, doublewrite
+//! on), MongoDB as a single-node replica set. Bakery's own durability checks
+//! at open accept each. The local images carry their health check in their
+//! Dockerfile (`docker/images/NAME`); [`start`] waits for it
+//! (`WaitFor::healthcheck`), bounded.
 //!
-//! MongoDB: the module's replica-set mode (`Mongo::repl_set`) fixes the set
-//! name (`rs`) and image (`mongo:5.0.6`), so a generic image with the same
-//! healthcheck as `docker/compose.yaml` is used instead: the set is `rs0`
-//! and majority writes work.
+//! Ports are Docker's random host ports, so runs never collide. An engine
+//! on a Unix socket is taken to share this machine's network (as the one
+//! `scripts/docker.sh start` runs does): ports are published on 127.0.0.1
+//! only and the URIs name 127.0.0.1. A remote engine (`tcp://`) publishes
+//! on all its addresses and the URIs name its host. (An engine of a parent
+//! host whose socket is mounted into this container: reach it by `tcp://`.)
+//!
+//! MongoDB (official): the module's replica-set mode (`Mongo::repl_set`)
+//! fixes the set name (`rs`) and image (`mongo:5.0.6`), so a generic image
+//! with the same healthcheck as `docker/compose.yaml` is used instead: the
+//! set is `rs0` and majority writes work.
 //!
 //! Every container is started and removed by one background thread with
 //! its own tokio runtime, so [`start`] can be awaited from any runtime (the
 //! conformance runner builds one per trial) and a [`Started`] can be
-//! dropped anywhere, inside or outside a runtime. Drop a [`Started`] before
-//! the process exits (`std::process::exit` runs no destructors): that is
-//! what removes the container.
+//! dropped anywhere, inside or outside a runtime, also while a panic
+//! unwinds. Drop a [`Started`] before the process exits
+//! (`std::process::exit` runs no destructors): that is what removes the
+//! container.
 //!
 //! The Docker engine is found as testcontainers finds it: `DOCKER_HOST`
 //! (`unix://…`, or `tcp://…`, with TLS when `DOCKER_TLS_VERIFY=1` and
-//! `DOCKER_CERT_PATH` are set), else the first of
+//! `DOCKER_CERT_PATH` are set; `eval "$(scripts/docker.sh start)"` sets it
+//! to the project's private engine), else the first of
 //! `/var/run/docker.sock`, `$XDG_RUNTIME_DIR/.docker/run/docker.sock`,
 //! `~/.docker/run/docker.sock`, `~/.docker/desktop/docker.sock` that exists.
 //! `TESTCONTAINERS_COMMAND=keep` keeps containers after the run.
@@ -45,14 +67,48 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// The backends [`start`] knows, with the image each runs.
-pub const BACKENDS: &[(&str, &str)] = &[
-    ("postgres", "postgres:16"),
-    ("redis", "redis:7"),
-    ("etcd", "quay.io/coreos/etcd:v3.5.17"),
-    ("mongodb", "mongo:7"),
-    ("cassandra", "cassandra:5.0"),
+/// The backends [`start`] knows: (backend, official image, local image).
+pub const BACKENDS: &[(&str, &str, &str)] = &[
+    ("postgres", "postgres:16", "bakery-test/postgres:local"),
+    ("redis", "redis:7", "bakery-test/redis:local"),
+    (
+        "etcd",
+        "quay.io/coreos/etcd:v3.5.17",
+        "bakery-test/etcd:local",
+    ),
+    ("mysql", "mariadb:10.11", "bakery-test/mariadb:local"),
+    ("mongodb", "mongo:7", "bakery-test/ferretdb:local"),
+    ("cassandra", "cassandra:5.0", "bakery-test/cassandra:local"),
 ];
+
+/// Which images [`start`] runs, from `BAKERY_CONTAINER_IMAGES`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Images {
+    /// The official images, pulled from their registries (the default).
+    Official,
+    /// `bakery-test/NAME:local`, built here by `scripts/docker.sh build`.
+    Local,
+}
+
+impl Images {
+    /// `BAKERY_CONTAINER_IMAGES`: unset, empty or `official` →
+    /// [`Images::Official`]; `local` → [`Images::Local`]; anything else is
+    /// an error naming the two.
+    pub fn from_env() -> Result<Images, String> {
+        Images::parse(std::env::var("BAKERY_CONTAINER_IMAGES").ok().as_deref())
+    }
+
+    fn parse(value: Option<&str>) -> Result<Images, String> {
+        match value.map(str::trim) {
+            None | Some("") | Some("official") => Ok(Images::Official),
+            Some("local") => Ok(Images::Local),
+            Some(other) => Err(format!(
+                "BAKERY_CONTAINER_IMAGES={other:?}: use `local` (images built by \
+                 scripts/docker.sh build) or `official` (pulled from a registry)"
+            )),
+        }
+    }
+}
 
 /// How long [`docker_available`] waits for the engine to answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -80,25 +136,32 @@ pub fn docker_available() -> bool {
     cfg!(feature = "containers") && probe(&Endpoint::from_env()).is_ok()
 }
 
-/// Starts `backend` (`"postgres"`, `"redis"`, `"etcd"`, `"mongodb"` or
-/// `"cassandra"`) in a container and returns its URI in bakery's format:
+/// Starts `backend` (`"postgres"`, `"redis"`, `"etcd"`, `"mysql"`,
+/// `"mongodb"` or `"cassandra"`) in a container of the images
+/// `BAKERY_CONTAINER_IMAGES` selects ([`Images`]) and returns its URI in
+/// bakery's format:
 ///
-/// - `postgres://postgres@127.0.0.1:PORT/postgres`
+/// - `postgres://postgres@127.0.0.1:PORT/postgres` (local image: `/bakery`)
 /// - `redis://127.0.0.1:PORT/0`
 /// - `etcd://127.0.0.1:PORT`
+/// - `mysql://bakery:bakery@127.0.0.1:PORT/bakery_src`
 /// - `mongodb://127.0.0.1:PORT/bakery?replicaSet=rs0&directConnection=true`
+///   (local image, FerretDB: `mongodb://127.0.0.1:PORT/bakery`)
 /// - `cassandra://127.0.0.1:PORT/bakery`
 ///
 /// Returns when the server accepts work (a log line or a healthcheck, see
 /// the module docs). Pulling an image the first time can take minutes.
 ///
-/// `Err(message)` when the feature is off, the backend is unknown, no
-/// Docker engine is reachable, or the start fails.
+/// `Err(message)` when the feature is off, the backend is unknown,
+/// `BAKERY_CONTAINER_IMAGES` is not understood, no Docker engine is
+/// reachable, or the start fails (with a local image: also when it was not
+/// built, naming `scripts/docker.sh build`).
 pub async fn start(backend: &str) -> Result<Started, String> {
-    start_with(backend, &Endpoint::from_env()).await
+    let images = Images::from_env()?;
+    start_with(backend, images, &Endpoint::from_env()).await
 }
 
-async fn start_with(backend: &str, endpoint: &Endpoint) -> Result<Started, String> {
+async fn start_with(backend: &str, images: Images, endpoint: &Endpoint) -> Result<Started, String> {
     if !cfg!(feature = "containers") {
         return Err(format!(
             "cannot start {backend} in a container: bakery-testkit was built without its \
@@ -107,8 +170,9 @@ async fn start_with(backend: &str, endpoint: &Endpoint) -> Result<Started, Strin
             backend.to_uppercase()
         ));
     }
-    let Some(&(backend, image)) = BACKENDS.iter().find(|(name, _)| *name == backend) else {
-        let known: Vec<&str> = BACKENDS.iter().map(|(name, _)| *name).collect();
+    let Some(&(backend, official, local)) = BACKENDS.iter().find(|(name, ..)| *name == backend)
+    else {
+        let known: Vec<&str> = BACKENDS.iter().map(|(name, ..)| *name).collect();
         return Err(format!(
             "no container recipe for backend {backend:?}; known: {}",
             known.join(", ")
@@ -121,7 +185,14 @@ async fn start_with(backend: &str, endpoint: &Endpoint) -> Result<Started, Strin
             backend.to_uppercase()
         ));
     }
-    imp::start(backend, image).await
+    let image = match images {
+        Images::Official => official,
+        Images::Local => local,
+    };
+    // A local engine publishes on 127.0.0.1 only; a remote one must publish
+    // where this machine can reach it.
+    let loopback = matches!(endpoint, Endpoint::Unix(_));
+    imp::start(backend, image, images, loopback).await
 }
 
 /// Where the Docker engine should be.
@@ -269,12 +340,17 @@ fn ping(mut stream: impl Read + Write) -> Result<(), String> {
 
 #[cfg(not(feature = "containers"))]
 mod imp {
-    use super::Started;
+    use super::{Images, Started};
 
     /// Without the feature nothing is ever started: no guard can exist.
     pub(super) type Guard = std::convert::Infallible;
 
-    pub(super) async fn start(backend: &str, _image: &str) -> Result<Started, String> {
+    pub(super) async fn start(
+        backend: &str,
+        _image: &str,
+        _images: Images,
+        _loopback: bool,
+    ) -> Result<Started, String> {
         // Unreachable in practice: `start_with` refuses first.
         Err(format!(
             "cannot start {backend}: built without the `containers` feature"
@@ -284,9 +360,11 @@ mod imp {
 
 #[cfg(feature = "containers")]
 mod imp {
+    use std::collections::HashMap;
     use std::sync::OnceLock;
     use std::time::Duration;
 
+    use testcontainers::bollard::models::PortBinding;
     use testcontainers::core::{Healthcheck, IntoContainerPort, WaitFor};
     use testcontainers::runners::AsyncRunner;
     use testcontainers::{ContainerAsync, ContainerRequest, GenericImage, ImageExt};
@@ -294,7 +372,7 @@ mod imp {
     use testcontainers_modules::redis::Redis;
     use tokio::sync::{mpsc, oneshot};
 
-    use super::Started;
+    use super::{Images, Started};
 
     /// The whole start, image pull included.
     const START_BOUND: Duration = Duration::from_secs(15 * 60);
@@ -322,6 +400,8 @@ mod imp {
     struct Job {
         backend: &'static str,
         image: &'static str,
+        images: Images,
+        loopback: bool,
         reply: oneshot::Sender<Result<String, String>>,
         stop: oneshot::Receiver<()>,
         removed: std::sync::mpsc::Sender<()>,
@@ -358,6 +438,8 @@ mod imp {
     pub(super) async fn start(
         backend: &'static str,
         image: &'static str,
+        images: Images,
+        loopback: bool,
     ) -> Result<Started, String> {
         let (reply, answer) = oneshot::channel();
         let (stop_tx, stop) = oneshot::channel();
@@ -365,6 +447,8 @@ mod imp {
         let job = Job {
             backend,
             image,
+            images,
+            loopback,
             reply,
             stop,
             removed,
@@ -390,11 +474,19 @@ mod imp {
         let Job {
             backend,
             image,
+            images,
+            loopback,
             reply,
             stop,
             removed,
         } = job;
-        let started = match tokio::time::timeout(START_BOUND, launch(backend)).await {
+        let launched = async {
+            match images {
+                Images::Official => launch(backend, loopback).await,
+                Images::Local => launch_local(backend, image, loopback).await,
+            }
+        };
+        let started = match tokio::time::timeout(START_BOUND, launched).await {
             Ok(started) => started,
             Err(_) => Err(format!(
                 "{backend} ({image}) did not start within {START_BOUND:?} (image pull included)"
@@ -437,24 +529,33 @@ mod imp {
         }
     }
 
-    /// `HOST:PORT` where the container's port `inner` is reached: the host
-    /// `127.0.0.1` for a local engine (the IPv4 port is the one asked for),
-    /// the engine's host for a remote one.
+    /// `HOST:PORT` where the container's port `inner` is reached. With
+    /// `loopback` (an engine on a Unix socket, taken to share this
+    /// machine's network, as `scripts/docker.sh`'s does) the port was
+    /// published on 127.0.0.1, so that is the host; testcontainers' own
+    /// answer would be the bridge's gateway whenever `/.dockerenv` exists
+    /// (it then assumes a sibling container of the engine's host). Else the
+    /// engine's host, as testcontainers gives it.
     async fn address<I: testcontainers::Image>(
         backend: &str,
         container: &ContainerAsync<I>,
         inner: u16,
+        loopback: bool,
     ) -> Result<String, String> {
-        let host = container
-            .get_host()
-            .await
-            .map_err(|e| format!("{backend}: container host: {e}"))?;
-        // `url::Host`'s Display: a name, an IPv4 address, or `[IPv6]`.
-        let host = host.to_string();
-        let host = if host == "localhost" {
+        let host = if loopback {
             "127.0.0.1".to_string()
         } else {
-            host
+            // `url::Host`'s Display: a name, an IPv4 address, or `[IPv6]`.
+            let host = container
+                .get_host()
+                .await
+                .map_err(|e| format!("{backend}: container host: {e}"))?
+                .to_string();
+            if host == "localhost" {
+                "127.0.0.1".to_string()
+            } else {
+                host
+            }
         };
         let port = container
             .get_host_port_ipv4(inner.tcp())
@@ -464,17 +565,83 @@ mod imp {
     }
 
     /// Start `request`, allowing it `bound` (from the container's start to
-    /// its readiness).
+    /// its readiness); with `loopback`, its `port` is published on
+    /// 127.0.0.1 only (a random host port), not on every address.
     async fn boot<I: testcontainers::Image>(
         backend: &str,
         request: ContainerRequest<I>,
         bound: Duration,
+        loopback: bool,
+        port: u16,
     ) -> Result<ContainerAsync<I>, String> {
-        request
-            .with_startup_timeout(bound)
-            .start()
-            .await
-            .map_err(|e| format!("{backend}: {e}"))
+        let request = request.with_startup_timeout(bound);
+        let request = if loopback {
+            // Runs after testcontainers' own settings (publish all ports).
+            request.with_host_config_modifier(move |host| {
+                host.publish_all_ports = Some(false);
+                host.port_bindings = Some(HashMap::from([(
+                    format!("{port}/tcp"),
+                    Some(vec![PortBinding {
+                        host_ip: Some("127.0.0.1".into()),
+                        // Empty: the engine picks a free port.
+                        host_port: Some(String::new()),
+                    }]),
+                )]));
+            })
+        } else {
+            request
+        };
+        request.start().await.map_err(|e| format!("{backend}: {e}"))
+    }
+
+    /// The local image `image` (`bakery-test/NAME:local`), ready once the
+    /// health check in its Dockerfile passes; its URI as [`super::start`]
+    /// documents.
+    async fn launch_local(
+        backend: &'static str,
+        image: &'static str,
+        loopback: bool,
+    ) -> Result<(String, Container), String> {
+        let (name, tag) = image.rsplit_once(':').unwrap_or((image, "latest"));
+        let (port, bound) = match backend {
+            "postgres" => (5432, 120),
+            "redis" => (6379, 60),
+            "etcd" => (2379, 60),
+            "mysql" => (3306, 180),
+            "mongodb" => (27017, 180),
+            // A JVM; a fresh node takes a minute or more on two loaded cores.
+            "cassandra" => (9042, 420),
+            other => return Err(format!("no container recipe for backend {other:?}")),
+        };
+        let request = GenericImage::new(name, tag)
+            .with_exposed_port(port.tcp())
+            .with_wait_for(WaitFor::healthcheck());
+        let c = boot(
+            backend,
+            request.into(),
+            Duration::from_secs(bound),
+            loopback,
+            port,
+        )
+        .await
+        .map_err(|e| {
+            format!(
+                "{e} (image {image}: built by `scripts/docker.sh build`; no registry is asked \
+                     for it. `docker logs` shows a failed start while the container is kept \
+                     with TESTCONTAINERS_COMMAND=keep)"
+            )
+        })?;
+        let at = address(backend, &c, port, loopback).await?;
+        let uri = match backend {
+            "postgres" => format!("postgres://postgres@{at}/bakery"),
+            "redis" => format!("redis://{at}/0"),
+            "etcd" => format!("etcd://{at}"),
+            "mysql" => format!("mysql://bakery:bakery@{at}/bakery_src"),
+            // FerretDB: no replica set; the mongodb crate recognizes it.
+            "mongodb" => format!("mongodb://{at}/bakery"),
+            _ => format!("cassandra://{at}/bakery"),
+        };
+        Ok((uri, Container::Generic(c)))
     }
 
     /// `name:tag` serving `port`, ready once its health check passes.
@@ -493,7 +660,7 @@ mod imp {
             .with_retries(retries)
     }
 
-    async fn launch(backend: &'static str) -> Result<(String, Container), String> {
+    async fn launch(backend: &'static str, loopback: bool) -> Result<(String, Container), String> {
         let secs = Duration::from_secs;
         match backend {
             "postgres" => {
@@ -510,8 +677,8 @@ mod imp {
                         "-c",
                         "max_connections=200",
                     ]);
-                let c = boot(backend, request, secs(180)).await?;
-                let at = address(backend, &c, 5432).await?;
+                let c = boot(backend, request, secs(180), loopback, 5432).await?;
+                let at = address(backend, &c, 5432, loopback).await?;
                 Ok((
                     format!("postgres://postgres@{at}/postgres"),
                     Container::Postgres(c),
@@ -529,8 +696,8 @@ mod imp {
                     "--appendfsync",
                     "always",
                 ]);
-                let c = boot(backend, request, secs(120)).await?;
-                let at = address(backend, &c, 6379).await?;
+                let c = boot(backend, request, secs(120), loopback, 6379).await?;
+                let at = address(backend, &c, 6379, loopback).await?;
                 Ok((format!("redis://{at}/0"), Container::Redis(c)))
             }
             "etcd" => {
@@ -559,9 +726,31 @@ mod imp {
                         secs(5),
                         60,
                     ));
-                let c = boot(backend, request, secs(120)).await?;
-                let at = address(backend, &c, 2379).await?;
+                let c = boot(backend, request, secs(120), loopback, 2379).await?;
+                let at = address(backend, &c, 2379, loopback).await?;
                 Ok((format!("etcd://{at}"), Container::Generic(c)))
+            }
+            "mysql" => {
+                // The image's own user and database, as BAKERY_MARIADB_URI
+                // names them; its durable defaults (flush per commit,
+                // doublewrite) are what bakery's check at open requires.
+                let request = healthy("mariadb", "10.11", 3306)
+                    .with_env_var("MARIADB_ALLOW_EMPTY_ROOT_PASSWORD", "1")
+                    .with_env_var("MARIADB_DATABASE", "bakery_src")
+                    .with_env_var("MARIADB_USER", "bakery")
+                    .with_env_var("MARIADB_PASSWORD", "bakery")
+                    .with_health_check(check(
+                        &["healthcheck.sh", "--connect", "--innodb_initialized"],
+                        secs(2),
+                        secs(10),
+                        60,
+                    ));
+                let c = boot(backend, request, secs(180), loopback, 3306).await?;
+                let at = address(backend, &c, 3306, loopback).await?;
+                Ok((
+                    format!("mysql://bakery:bakery@{at}/bakery_src"),
+                    Container::Generic(c),
+                ))
             }
             "mongodb" => {
                 // A single-node replica set (majority writes, transactions).
@@ -585,10 +774,10 @@ mod imp {
                         )
                         .with_start_period(secs(10)),
                     );
-                let c = boot(backend, request, secs(180)).await?;
+                let c = boot(backend, request, secs(180), loopback, 27017).await?;
                 // directConnection: the member's own name (localhost:27017)
                 // means nothing outside the container.
-                let at = address(backend, &c, 27017).await?;
+                let at = address(backend, &c, 27017, loopback).await?;
                 Ok((
                     format!("mongodb://{at}/bakery?replicaSet=rs0&directConnection=true"),
                     Container::Generic(c),
@@ -606,6 +795,9 @@ mod imp {
                     .with_cmd(["-c", super::CASSANDRA_BATCH_COMMITLOG])
                     .with_env_var("MAX_HEAP_SIZE", "512M")
                     .with_env_var("HEAP_NEWSIZE", "128M")
+                    // Drivers connect to the address a node advertises, on
+                    // the port they first used: advertise the host's side.
+                    .with_env_var("CASSANDRA_BROADCAST_RPC_ADDRESS", "127.0.0.1")
                     .with_env_var(
                         "JVM_EXTRA_OPTS",
                         "-Dcassandra.skip_wait_for_gossip_to_settle=0 \
@@ -626,8 +818,8 @@ mod imp {
                         )
                         .with_start_period(secs(120)),
                     );
-                let c = boot(backend, request, secs(360)).await?;
-                let at = address(backend, &c, 9042).await?;
+                let c = boot(backend, request, secs(360), loopback, 9042).await?;
+                let at = address(backend, &c, 9042, loopback).await?;
                 Ok((format!("cassandra://{at}/bakery"), Container::Generic(c)))
             }
             other => Err(format!("no container recipe for backend {other:?}")),
@@ -666,6 +858,23 @@ mod tests {
             Endpoint::parse("ssh://me@host"),
             Endpoint::Unsupported(_)
         ));
+    }
+
+    #[test]
+    fn image_choice_is_read_from_its_variable() {
+        assert_eq!(Images::parse(None), Ok(Images::Official));
+        assert_eq!(Images::parse(Some("")), Ok(Images::Official));
+        assert_eq!(Images::parse(Some("official")), Ok(Images::Official));
+        assert_eq!(Images::parse(Some(" local ")), Ok(Images::Local));
+        let err = Images::parse(Some("registry.example/bakery")).expect_err("not a choice");
+        assert!(err.contains("scripts/docker.sh build"), "{err}");
+        // Every local image is one scripts/docker.sh builds.
+        for (_, _, local) in BACKENDS {
+            assert!(
+                local.starts_with("bakery-test/") && local.ends_with(":local"),
+                "{local}"
+            );
+        }
     }
 
     #[test]
@@ -762,7 +971,7 @@ mod tests {
     async fn unreachable_engine_refuses_quickly_with_the_reason() {
         let endpoint = Endpoint::Unix("/nonexistent/bakery-testkit/docker.sock".into());
         let began = Instant::now();
-        let err = start_with("postgres", &endpoint)
+        let err = start_with("postgres", Images::Local, &endpoint)
             .await
             .expect_err("no engine there");
         assert!(began.elapsed() < QUICK, "took {:?}", began.elapsed());
@@ -781,12 +990,12 @@ mod tests {
     #[tokio::test]
     async fn unknown_backend_is_refused() {
         let endpoint = Endpoint::Unix("/nonexistent/bakery-testkit/docker.sock".into());
-        let err = start_with("oracle", &endpoint)
+        let err = start_with("oracle", Images::Official, &endpoint)
             .await
             .expect_err("no such backend");
         if cfg!(feature = "containers") {
             assert!(
-                err.contains("known: postgres, redis, etcd, mongodb, cassandra"),
+                err.contains("known: postgres, redis, etcd, mysql, mongodb, cassandra"),
                 "{err}"
             );
         }
