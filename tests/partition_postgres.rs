@@ -142,10 +142,16 @@ async fn run(primary: &str, standby: &str, fault: Fault) {
     let history = History::new();
     let plan = Plan::new("partition-pg", 2, 4, 3);
     let workload = Workload::start(&uri, &history, &plan, 0).await;
+    let opened_s = history.now_ns() as f64 / 1e9;
     let served = workload.served(&history, 0, ACKS_PER_PHASE, RECOVERY_BOUND);
     assert!(
         served.await,
         "{fault:?}: no writes acknowledged before the fault"
+    );
+    println!(
+        "partition_postgres: {fault:?}: clients opened in {opened_s:.1}s, every one served after \
+         {:.1}s",
+        history.now_ns() as f64 / 1e9
     );
     if fault == Fault::AsyncStandbyRead {
         let primary = primary.to_owned();
@@ -222,6 +228,9 @@ async fn run(primary: &str, standby: &str, fault: Fault) {
         )
         .await;
     }
+    // The last phase's acknowledgements came this long after the heal (or,
+    // in a failover, after the cut).
+    let recovered_s = (history.now_ns() - healed_ns) as f64 / 1e9;
     let observed = workload.stop().await;
 
     if held_ns > 0 {
@@ -278,7 +287,8 @@ async fn run(primary: &str, standby: &str, fault: Fault) {
     .await;
     println!(
         "partition_postgres: {held}: {kept}; {acked_during} writes acknowledged while cut, \
-         {unsettled} calls invoked while cut not answered Ok by the heal"
+         {unsettled} calls invoked while cut not answered Ok by the heal; \
+         {ACKS_PER_PHASE} writes acknowledged {recovered_s:.1}s after the heal"
     );
     if fault == Fault::AsyncStandbyRead {
         assert!(
