@@ -19,7 +19,8 @@
 # NAME is postgres, postgres_primary, postgres_standby, mariadb, redis,
 # redis_volatile, redis_primary, redis_replica, etcd, etcd_m1, etcd_m2, etcd_m3, etcd_net1,
 # etcd_net2, etcd_net3, postgres_net1, postgres_net2, mongodb, cassandra,
-# cassandra_n1, cassandra_n2, cassandra_n3, dynamodb,
+# cassandra_n1, cassandra_n2, cassandra_n3, cassandra_net1, cassandra_net2,
+# cassandra_net3, dynamodb,
 # toxiproxy, or all (in that order; stop goes in reverse).  etcd_m1..3 are
 # the members of a three-member etcd cluster (each exports the cluster's
 # BAKERY_ETCD_CLUSTER_URI; tests/cluster_etcd.rs kills its leader);
@@ -40,7 +41,10 @@
 # three-node Cassandra cluster on 127.0.0.2, 127.0.0.3 and 127.0.0.4 (each
 # exports the cluster's BAKERY_CASSANDRA_CLUSTER_URI, keyspace bakery_cluster
 # with replication_factor 3; tests/cluster_cassandra.rs kills one node
-# mid-run and restarts it).  dynamodb is dynalite (npm), a DynamoDB-compatible
+# mid-run and restarts it).  cassandra_net1..3 are another three-node
+# cluster, each node in a network namespace of its own on the bridge of
+# etcd_net1..3 (10.231.77.31..33; BAKERY_CASSANDRA_NETNS_URI, keyspace
+# bakery_netns, replication_factor 3; tests/partition_cassandra.rs).  dynamodb is dynalite (npm), a DynamoDB-compatible
 # server keeping its tables on disk; its URI carries dummy keys.  mongodb is FerretDB over the postgres server,
 # which `start mongodb` starts too.  toxiproxy is
 # Shopify's fault proxy; its line is BAKERY_TOXIPROXY_URL=http://… (its HTTP
@@ -76,6 +80,9 @@
 #   BAKERY_CASSANDRA_CLUSTER_PORT (19043, CQL)  BAKERY_CASSANDRA_CLUSTER_STORAGE_PORT (17010)
 #                            (each node on its own address)
 #   BAKERY_CASSANDRA_N1_JMX_PORT, _N2_, _N3_ (17201, 17202, 17203, on 127.0.0.1)
+#   BAKERY_CASSANDRA_NETNS_PORT (19044, CQL)  BAKERY_CASSANDRA_NETNS_STORAGE_PORT (17020)
+#                            (each cassandra_netN on its own address)
+#   BAKERY_CASSANDRA_NET1_JMX_PORT, _NET2_, _NET3_ (17211, 17212, 17213, each in its namespace)
 #                            unset: the port the backend last ran on, else the default
 #   BAKERY_SCRATCH           data, logs, pid files (${TMPDIR:-/tmp}/bakery-backends)
 #   BAKERY_BACKENDS_TIMEOUT  seconds to wait for a server to answer (60; Cassandra: at least 180)
@@ -106,7 +113,7 @@ usage() {
 }
 
 # Start order; stop goes in reverse.
-BACKENDS=(postgres postgres_primary postgres_standby mariadb redis redis_volatile redis_primary redis_replica etcd etcd_m1 etcd_m2 etcd_m3 etcd_net1 etcd_net2 etcd_net3 postgres_net1 postgres_net2 mongodb cassandra cassandra_n1 cassandra_n2 cassandra_n3 dynamodb toxiproxy)
+BACKENDS=(postgres postgres_primary postgres_standby mariadb redis redis_volatile redis_primary redis_replica etcd etcd_m1 etcd_m2 etcd_m3 etcd_net1 etcd_net2 etcd_net3 postgres_net1 postgres_net2 mongodb cassandra cassandra_n1 cassandra_n2 cassandra_n3 cassandra_net1 cassandra_net2 cassandra_net3 dynamodb toxiproxy)
 load_servers
 
 main() {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Network partitions between the members of a cluster whose members each run
 # in a network namespace of their own (scripts/backends/netns.sh), while
-# every member stays up.  CLUSTER is etcd (etcd_net1..3) or postgres
-# (postgres_net1, the primary, and postgres_net2, its standby); without it,
+# every member stays up.  CLUSTER is etcd (etcd_net1..3), postgres
+# (postgres_net1, the primary, and postgres_net2, its standby) or
+# cassandra (cassandra_net1..3); without it,
 # $BAKERY_PARTITION_CLUSTER, else etcd.  A cut is a blackhole route in a
 # member's namespace: what it sends to that peer is dropped (its TCP
 # connections to and from the peer then stall both ways; a one-way cut

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # The network namespaces of the partitionable clusters, shared by every one
-# of them (etcd_netns.sh, postgres_netns.sh): each member runs in a
+# of them (etcd_netns.sh, postgres_netns.sh,
+# cassandra_netns.sh): each member runs in a
 # namespace of its own, bakery-NAME, with one address on a private subnet
 # that only this machine routes, joined to the others by a veth pair on one
 # bridge.  The bridge has an address in the root namespace too, where the
@@ -12,6 +13,7 @@
 # each on $NETNS_SUBNET.0/24:
 #   etcd       etcd_net1..3            .11 .12 .13
 #   postgres   postgres_net1 (primary), postgres_net2 (standby)   .21 .22
+#   cassandra  cassandra_net1..3       .31 .32 .33
 # Needs root (ip netns) and iproute2.
 
 # Private, host-local: nothing routes it off this machine (the namespaces
@@ -19,13 +21,15 @@
 NETNS_SUBNET=10.231.77
 NETNS_BRIDGE=bakerypart0
 # shellcheck disable=SC2034  # partition.sh reads it
-NETNS_CLUSTERS=(etcd postgres)
+NETNS_CLUSTERS=(etcd postgres cassandra)
 # shellcheck disable=SC2034  # partition.sh reads these through netns_members
 NETNS_MEMBERS_etcd=(etcd_net1 etcd_net2 etcd_net3)
 # shellcheck disable=SC2034
 NETNS_MEMBERS_postgres=(postgres_net1 postgres_net2)
+# shellcheck disable=SC2034
+NETNS_MEMBERS_cassandra=(cassandra_net1 cassandra_net2 cassandra_net3)
 # The first address of each cluster's block of ten.
-declare -gA NETNS_BASE=([etcd]=10 [postgres]=20)
+declare -gA NETNS_BASE=([etcd]=10 [postgres]=20 [cassandra]=30)
 
 # netns_members CLUSTER: its members' names, one a line.
 netns_members() {

@@ -5,6 +5,7 @@
 
 pub mod clients;
 pub mod cluster;
+pub mod cql;
 pub mod etcd;
 pub mod partition;
 pub mod report;
