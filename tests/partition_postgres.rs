@@ -10,7 +10,12 @@
 //!   WAL, its confirmations are lost), then healed;
 //! - failover: the primary cut off from the standby and from the clients,
 //!   the standby promoted (`pg_promote()`), the clients (on a multi-host
-//!   URI with `target_session_attrs=read-write`) move on to it.
+//!   URI with `target_session_attrs=read-write`) move on to it;
+//! - the standby isolated, then, that cut standing, the primary cut off
+//!   from the clients too and the standby promoted: the commits that
+//!   waited for the standby and were cancelled by their clients' timeouts
+//!   are visible on the old primary, never on the standby (measured and
+//!   checked, see `isolated_then_failover`).
 //!
 //! Through each, the recorded workload of the other cluster tests (counter
 //! clients by read-modify-write `put_if_version`, three sequence clients,
@@ -39,11 +44,15 @@ mod common;
 use std::time::Duration;
 
 use bakery::Key;
+use bakery_verify::history::{Outcome, Reply};
+use bakery_verify::linearizability::{self, Verdict};
+use bakery_verify::workload::Counts;
 use bakery_verify::History;
-use common::cluster::{assert_kept, Plan, Workload};
+use common::cluster::{acked_above, assert_counters, assert_kept, count_of, Plan, Workload};
 use common::partition::{
     acked, acked_between, assert_caught, own_and_all, stale_read, unsettled_between,
 };
+use common::report::FaultRow;
 use common::{backends, fault_tests_uri, psql, psql_output};
 
 /// How long a heal, a promotion and the clients' reconnection may take (a
@@ -71,6 +80,9 @@ enum Fault {
     PrimaryToStandbyDropped,
     StandbyToPrimaryDropped,
     Failover,
+    /// The standby isolated, then the primary cut off and the standby
+    /// promoted (measured: see [`isolated_then_failover`]).
+    IsolatedThenFailover,
     /// The negative control: asynchronous, standby isolated.
     AsyncStandbyRead,
 }
@@ -100,12 +112,18 @@ fn postgres_keeps_every_guarantee_through_partitions() {
         Fault::PrimaryToStandbyDropped,
         Fault::StandbyToPrimaryDropped,
         Fault::Failover,
+        Fault::IsolatedThenFailover,
         Fault::AsyncStandbyRead,
     ];
     for fault in faults {
         let started = std::time::Instant::now();
         fresh_pair();
-        bakery_testkit::runtime(4).block_on(run(&primary, &standby, fault));
+        let runtime = bakery_testkit::runtime(4);
+        if fault == Fault::IsolatedThenFailover {
+            runtime.block_on(isolated_then_failover(&primary, &standby));
+        } else {
+            runtime.block_on(run(&primary, &standby, fault));
+        }
         println!(
             "partition_postgres: {fault:?}: {:.1}s with the pair's start",
             started.elapsed().as_secs_f64()
@@ -172,6 +190,7 @@ async fn run(primary: &str, standby: &str, fault: Fault) {
             &["cutoff", "1"],
             "primary cut off from standby and clients, standby promoted",
         ),
+        Fault::IsolatedThenFailover => unreachable!("isolated_then_failover"),
         Fault::AsyncStandbyRead => (
             &["isolate", "2"],
             "asynchronous standby (synchronous_standby_names = '') isolated",
@@ -189,6 +208,7 @@ async fn run(primary: &str, standby: &str, fault: Fault) {
             tokio::time::sleep(HOLD).await;
             held_ns = history.now_ns();
         }
+        Fault::IsolatedThenFailover => unreachable!("isolated_then_failover"),
         Fault::Failover => {
             let standby = standby.to_owned();
             let promoted = blocking(move || psql(&standby, "SELECT pg_promote(true, 60)")).await;
@@ -359,4 +379,152 @@ fn read_alone(history: &History, standby: &str, keys: &[Key]) -> usize {
         }
     }
     recorded
+}
+
+/// The standby isolated for [`HOLD`] (the primary's commits wait; a
+/// client that gives up cancels its wait, and PostgreSQL then makes the
+/// commit visible on the primary though the standby never got it: "The
+/// transaction has already committed locally, but might not have been
+/// replicated to the standby"), then, the cut standing, the primary cut off
+/// from the clients too and the standby promoted; the clients (multi-host
+/// URI) move on to it.
+///
+/// Asserted: no acknowledged increment lost (none was acknowledged without
+/// the standby), no id twice, the fence and the grants kept, each counter
+/// within [acked, acked + unknown]. Measured, and checked against each
+/// other: the calls answered Ok on the old primary that saw an increment
+/// the promoted standby never had (reads of those locally committed
+/// writes, or conflicts carrying them), and the verdict: with any such
+/// observation the history must be `NotLinearizable` (a value seen, then
+/// gone), and without one `Linearizable`.
+async fn isolated_then_failover(primary: &str, standby: &str) {
+    let uri = bakery_testkit::proxy::with_option(&both(primary, standby), "timeout_ms", "2000");
+    let history = History::new();
+    let plan = Plan::new("partition-pg", 2, 4, 3);
+    let workload = Workload::start(&uri, &history, &plan, 0).await;
+    let served = workload.served(&history, 0, ACKS_PER_PHASE, RECOVERY_BOUND);
+    assert!(served.await, "no writes acknowledged before the fault");
+    blocking(|| partition(&["isolate", "2"])).await;
+    let cut_ns = history.now_ns();
+    tokio::time::sleep(HOLD).await;
+    blocking(|| partition(&["cutoff", "1"])).await;
+    let cutoff_ns = history.now_ns();
+    // What the standby holds, read before it is promoted (cut off from the
+    // primary since `cut_ns`: final).
+    let survived: Vec<u64> = {
+        let (standby, keys) = (standby.to_owned(), plan.keys.clone());
+        blocking(move || keys.iter().map(|k| standby_count(&standby, k)).collect()).await
+    };
+    let promoted = {
+        let standby = standby.to_owned();
+        blocking(move || psql(&standby, "SELECT pg_promote(true, 60)")).await
+    };
+    assert_eq!(promoted, "t", "pg_promote on the standby failed");
+    let promoted_ns = history.now_ns();
+    acked(
+        &history,
+        promoted_ns,
+        ACKS_PER_PHASE,
+        RECOVERY_BOUND,
+        "by the promoted standby",
+    )
+    .await;
+    let mut observed = workload.stop().await;
+    blocking(|| partition(&["heal"])).await;
+
+    let store = bakery::connect(standby)
+        .await
+        .expect("connect to the promoted standby");
+    let finals = common::cluster::read_counts(&*store, &plan.keys, RECOVERY_BOUND).await;
+    let mut lost_acked = 0;
+    let mut seen_then_gone = 0;
+    for (key, &held) in plan.keys.iter().zip(&survived) {
+        lost_acked += acked_above(&history, key, promoted_ns, held);
+        seen_then_gone += history
+            .operations()
+            .iter()
+            .filter(|op| op.key == key.as_str())
+            .filter(|op| op.completed_ns.is_some_and(|t| t < cutoff_ns))
+            .filter(|op| match &op.outcome {
+                Outcome::Ok {
+                    reply: Reply::Row(Some(row)) | Reply::Conflict(Some(row)),
+                } => count_of(&row.value.0) > held,
+                _ => false,
+            })
+            .count();
+    }
+    let sequence = bakery_verify::checks::check_sequence(&observed.ids);
+    let locks = observed.lock_report();
+    let report = linearizability::check(&history);
+    let what = "standby isolated, then the primary cut off from standby and clients, standby \
+                promoted";
+    FaultRow {
+        suite: "cluster",
+        backend: "postgres".into(),
+        setup: "primary + synchronous standby, each in a network namespace".into(),
+        fault: format!(
+            "{what} ({:.1}s, then {:.1}s), clients moved on; {seen_then_gone} Ok calls on the old \
+             primary saw an increment the promoted standby never had",
+            (cutoff_ns - cut_ns) as f64 / 1e9,
+            (promoted_ns - cutoff_ns) as f64 / 1e9
+        ),
+        counts: Counts::of(&history),
+        lost_acked: Some(lost_acked),
+        duplicate_ids: Some(sequence.duplicates),
+        stale_accepted: Some(locks.stale_accepted()),
+        sequence_clients: Some(observed.ids.len()),
+        locks: Some((&locks).into()),
+        verdict: format!(
+            "{:?} ({} ops, {} unknown): measured",
+            report.verdict(),
+            report.ops(),
+            report.unknown()
+        ),
+    }
+    .record();
+    println!(
+        "partition_postgres: {what}: calls {}; standby at promotion {survived:?}, at the end \
+         {finals:?}; acknowledged increments lost {lost_acked}; {seen_then_gone} Ok calls on the \
+         old primary saw an increment the promoted standby never had; sequence: {} ids, {} \
+         duplicates; {locks}; history {:?} ({} ops, {} unknown)",
+        Counts::of(&history),
+        sequence.ids,
+        sequence.duplicates,
+        report.verdict(),
+        report.ops(),
+        report.unknown()
+    );
+    assert_eq!(lost_acked, 0, "{what}: acknowledged increments lost");
+    assert!(sequence.passed(), "{what}: ids: {sequence:?}");
+    assert!(
+        observed.ids.len() >= 3 && observed.ids.iter().all(|ids| !ids.is_empty()),
+        "{what}: want 3+ sequence clients, each with ids"
+    );
+    locks.assert_kept(what, 3);
+    assert_counters(what, &history, &plan.keys, &finals);
+    let want = if seen_then_gone > 0 {
+        Verdict::NotLinearizable
+    } else {
+        Verdict::Linearizable
+    };
+    assert_eq!(
+        report.verdict(),
+        want,
+        "{what}: {seen_then_gone} Ok calls saw an increment the promoted standby lacks, yet \
+         the history is judged so:\n{report}"
+    );
+}
+
+/// The count the standby at `uri` holds in counter `key` (0: absent),
+/// read with psql.
+fn standby_count(uri: &str, key: &Key) -> u64 {
+    assert!(!key.as_str().contains('\''), "a quote in key {key}");
+    let value = psql(
+        uri,
+        &format!(
+            "SELECT encode(value, 'escape') FROM bakery_rows WHERE key = '{}'",
+            key.as_str()
+        ),
+    );
+    count_of(value.as_bytes())
 }
