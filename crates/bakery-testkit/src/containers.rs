@@ -504,6 +504,14 @@ mod imp {
             // Ok: stop asked; Err: the guard was dropped without asking.
             let _ = stop.await;
         }
+        // As testcontainers' own drop: `keep` leaves the container for a
+        // look (`docker logs`), `docker rm -f` by hand.
+        if std::env::var("TESTCONTAINERS_COMMAND").is_ok_and(|v| v == "keep") {
+            eprintln!("bakery-testkit: {backend} container kept (TESTCONTAINERS_COMMAND=keep)");
+            drop(container);
+            let _ = removed.send(());
+            return;
+        }
         match container.rm().await {
             Ok(()) => {
                 let _ = removed.send(());
@@ -1002,10 +1010,10 @@ mod tests {
     }
 
     /// On this machine as it is: without the feature, or without a Docker
-    /// engine (the project's machines have none), `docker_available` is
-    /// false and `start` fails at once saying why. With an engine it says
-    /// so and checks only that the probe is quick: starting containers is
-    /// the conformance runner's job, not a unit test's.
+    /// engine, `docker_available` is false and `start` fails at once saying
+    /// why. With an engine and `BAKERY_CONTAINER_IMAGES=local` (as
+    /// scripts/test.sh runs it), see `a_local_container_answers_and_is_gone_after_a_panic`;
+    /// with official images nothing is pulled by a unit test.
     #[tokio::test]
     async fn this_machine() {
         let began = Instant::now();
@@ -1015,9 +1023,7 @@ mod tests {
             assert!(!available, "without the feature nothing is available");
         }
         if available {
-            eprintln!(
-                "containers: a Docker engine answers here; start() not exercised by unit tests"
-            );
+            eprintln!("containers: a Docker engine answers here");
             return;
         }
         let began = Instant::now();
@@ -1030,5 +1036,64 @@ mod tests {
                 || err.contains("without its `containers` feature"),
             "{err}"
         );
+    }
+
+    /// `host:port` of a `redis://host:port/0` URI.
+    fn redis_address(uri: &str) -> String {
+        uri.trim_start_matches("redis://")
+            .trim_end_matches("/0")
+            .to_string()
+    }
+
+    /// Whether a Redis server answers PING at `address`.
+    fn pong(address: &str) -> Result<(), String> {
+        let mut conn = TcpStream::connect(address).map_err(|e| format!("connect: {e}"))?;
+        conn.set_read_timeout(Some(QUICK))
+            .map_err(|e| format!("socket: {e}"))?;
+        conn.write_all(b"PING\r\n")
+            .map_err(|e| format!("send: {e}"))?;
+        let mut reply = [0u8; 7];
+        conn.read_exact(&mut reply)
+            .map_err(|e| format!("read: {e}"))?;
+        if &reply == b"+PONG\r\n" {
+            Ok(())
+        } else {
+            Err(format!("answered {:?}", String::from_utf8_lossy(&reply)))
+        }
+    }
+
+    /// With an engine and the local images: a Redis container answers on
+    /// 127.0.0.1 once `start` returns (its health check passed), and after a
+    /// panic in the thread that held it (its `Started` dropped while
+    /// unwinding) the container is gone: nothing answers on its port.
+    #[test]
+    fn a_local_container_answers_and_is_gone_after_a_panic() {
+        if !docker_available() || Images::from_env() != Ok(Images::Local) {
+            eprintln!(
+                "containers: needs the feature, an engine and BAKERY_CONTAINER_IMAGES=local; not run"
+            );
+            return;
+        }
+        let holder = std::thread::spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let started = runtime
+                .block_on(start("redis"))
+                .expect("redis from bakery-test/redis:local");
+            let address = redis_address(&started.uri);
+            assert!(address.starts_with("127.0.0.1:"), "{}", started.uri);
+            pong(&address).expect("PONG from the container");
+            // Hand the address out through the panic, while `started` lives.
+            std::panic::panic_any(address);
+        });
+        let payload = holder.join().expect_err("the holder panics");
+        let address = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .expect("the address as the panic's payload");
+        let refused = pong(&address);
+        assert!(refused.is_err(), "{address} still answers after the drop");
     }
 }
