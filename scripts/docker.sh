@@ -11,7 +11,8 @@
 #                                        one answers on its socket already, and print
 #                                          export DOCKER_HOST=unix://…
 #                                        so `eval "$(scripts/docker.sh start)"` works
-#   scripts/docker.sh build [NAME...]    build the images (default: all) unless present
+#   scripts/docker.sh build [NAME...]    build the images (default: all) unless present,
+#                                        on the engine of DOCKER_HOST if set, else the private one
 #   scripts/docker.sh wait [PROJECT]     wait until every container of compose project
 #                                        PROJECT (bakery) is healthy; fail if one is not
 #   scripts/docker.sh status             the engine, and each image present or not
@@ -71,11 +72,19 @@ usage() {
     sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$ROOT/scripts/docker.sh" >&2
 }
 
-# The Debian docker.io client talks to the engine it installs; another
-# `docker` on PATH (a newer static CLI) works too.
-dk() { DOCKER_HOST=$HOST DOCKER_BUILDKIT=0 docker "$@"; }
+# build, wait and status use the engine of DOCKER_HOST when it is set (yours,
+# or the private one `start` exported), else the private one; start and stop
+# are about the private one only.
+ENGINE=${DOCKER_HOST:-$HOST}
 
-engine_answers() { timeout 10 env DOCKER_HOST="$HOST" docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+# The Debian docker.io client talks to the engine it installs; another
+# `docker` on PATH (a newer static CLI) works too.  The classic builder:
+# bookworm has no buildx.
+dk() { DOCKER_HOST=$ENGINE DOCKER_BUILDKIT=0 docker "$@"; }
+
+# answers [HOST]: a Docker engine answers at HOST (default: ENGINE).
+answers() { timeout 10 env DOCKER_HOST="${1:-$ENGINE}" docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+engine_answers() { answers "$HOST"; }
 
 # ---------------------------------------------------------------- install
 
@@ -184,7 +193,7 @@ cmd_stop() {
 }
 
 need_engine() {
-    engine_answers || die "no Docker engine answers on $HOST: run  eval \"\$(scripts/docker.sh start)\"  first"
+    answers || die "no Docker engine answers on $ENGINE: run  eval \"\$(scripts/docker.sh start)\"  first"
 }
 
 # ---------------------------------------------------------------- images
@@ -360,11 +369,12 @@ cmd_wait() {
 
 cmd_status() {
     local name tag pid
-    if engine_answers; then
+    if answers; then
         pid=$(dockerd_pid) || pid='not started by this script'
-        echo "engine: answers on $HOST (dockerd $pid, storage $(dk info --format '{{.Driver}}'))"
+        [[ $ENGINE == "$HOST" ]] || pid="not this script's"
+        echo "engine: answers on $ENGINE (dockerd $pid, storage $(dk info --format '{{.Driver}}'))"
     else
-        echo "engine: none answers on $HOST"
+        echo "engine: none answers on $ENGINE"
         return 0
     fi
     for name in "${ALL_IMAGES[@]}"; do
