@@ -246,6 +246,7 @@ build_base() {
         --change 'ENV DEBIAN_FRONTEND=noninteractive' --change 'CMD ["bash"]' \
         "$tar" "$tag" >/dev/null
     say "base: $tag in $((SECONDS - started))s"
+    drop_old bakery-test/base "${tag##*:}"
 }
 
 # The image another is built FROM (ferretdb runs on the postgres image).
@@ -323,7 +324,19 @@ build_one() {
         say "$name: built $tag in $((SECONDS - started))s"
     fi
     dk tag "$tag" "bakery-test/$name:local"
+    drop_old "bakery-test/$name" "${tag##*:}"
     BUILT[$name]=$tag
+}
+
+# drop_old REPO KEEP: removes REPO's hash tags other than KEEP (builds from
+# older inputs), so the engine's disk does not grow with every change.
+drop_old() {
+    local repo=$1 keep=$2 old
+    for old in $(dk images "$repo" --format '{{.Tag}}'); do
+        if [[ $old != "$keep" && $old != local ]]; then
+            dk rmi "$repo:$old" >/dev/null 2>&1 || true # in use by a container: later
+        fi
+    done
 }
 
 cmd_build() {
