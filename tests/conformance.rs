@@ -148,8 +148,8 @@ fn targets(started: &mut Vec<bakery_testkit::containers::Started>) -> Vec<(Strin
             out.push((
                 label,
                 Target::Missing(format!(
-                    "BAKERY_TEST_CONTAINERS names {name}, but backend {backend} is not \
-                     compiled into this build (feature `{backend}`)"
+                    "BAKERY_TEST_CONTAINERS names {name}, but {backend} is no backend \
+                     compiled into this build (its cargo feature off, or a typo?)"
                 )),
             ));
             continue;

@@ -634,9 +634,9 @@ mod imp {
         .await
         .map_err(|e| {
             format!(
-                "{e} (image {image}: built by `scripts/docker.sh build`; no registry is asked \
-                     for it. `docker logs` shows a failed start while the container is kept \
-                     with TESTCONTAINERS_COMMAND=keep)"
+                "{e} (image {image} is built on this machine, not pulled: run \
+                 `scripts/docker.sh build`; a failed start's log: `docker logs`, with the \
+                 container kept by TESTCONTAINERS_COMMAND=keep)"
             )
         })?;
         let at = address(backend, &c, port, loopback).await?;
