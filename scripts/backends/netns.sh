@@ -56,6 +56,14 @@ netns_veth() {
     echo "bakeryv${ip##*.}"
 }
 
+# netns_mac IP: the MAC address of the member with IPv4 address IP: 02:62
+# (locally administered, unicast) and its four bytes.
+netns_mac() {
+    local a b c d
+    IFS=. read -r a b c d <<<"$1"
+    printf '02:62:%02x:%02x:%02x:%02x\n' "$a" "$b" "$c" "$d"
+}
+
 # netns_has NS: namespace NS exists (no `grep -q` in a pipe: its early exit
 # fails the pipe under pipefail).
 netns_has() {
@@ -95,7 +103,12 @@ netns_up() {
     if ! ip -n "$ns" link show eth0 >/dev/null 2>&1; then
         # A host end left from a namespace being deleted goes first.
         if ip link show "$veth" >/dev/null 2>&1; then as_root ip link del "$veth"; fi
-        as_root ip link add "$veth" type veth peer name eth0 netns "$ns"
+        # A fixed MAC address, made of the IPv4 one: a member stopped and
+        # started again (a new veth) is still where the ARP caches of the
+        # others and of the root namespace say it is; with a new random
+        # one, they would send to the old one until their entries expire
+        # (half a minute and more, seen in every restart of a member).
+        as_root ip link add "$veth" type veth peer name eth0 address "$(netns_mac "$ip")" netns "$ns"
     fi
     as_root ip link set "$veth" master "$NETNS_BRIDGE"
     as_root ip link set "$veth" up
