@@ -39,7 +39,7 @@ use bakery_verify::History;
 use common::cluster::{assert_kept, Plan, Workload};
 use common::cql::{Cql, ONE};
 use common::partition::{
-    acked, acked_between, assert_caught, own_and_all, stale_read, unsettled_between,
+    acked, acked_between, assert_caught, own_and_all, stale_read, unsettled_between, CUT_GRACE,
 };
 use common::{backends, fault_tests_uri};
 
@@ -55,10 +55,6 @@ const ACKS_PER_PHASE: u64 = 20;
 /// How long each cut stands at least (the 1|1|1 split: exactly), past the
 /// failure detector's first suspicion.
 const HOLD: Duration = Duration::from_secs(5);
-
-/// Calls whose replies were on their way when the cut came may still be
-/// acknowledged this long after it; none later without a quorum.
-const CUT_GRACE: Duration = Duration::from_secs(1);
 
 /// The keyspace of BAKERY_CASSANDRA_NETNS_URI and bakery's table.
 const TABLE: &str = "bakery_netns.bakery_rows";
@@ -151,6 +147,8 @@ async fn run(uri: &str, nodes: &[String], fault: Fault) {
             )
             .await;
             // The negative control's reads, once the majority has moved on.
+            common::partition::acked_on_every_key(&history, &plan.keys, cut_ns, RECOVERY_BOUND)
+                .await;
             let (history, node, keys) = (history.clone(), nodes[0].clone(), plan.keys.clone());
             stale_reads = tokio::task::spawn_blocking(move || read_alone(&history, &node, &keys))
                 .await

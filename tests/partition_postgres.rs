@@ -50,7 +50,7 @@ use bakery_verify::workload::Counts;
 use bakery_verify::History;
 use common::cluster::{acked_above, assert_counters, assert_kept, count_of, Plan, Workload};
 use common::partition::{
-    acked, acked_between, assert_caught, own_and_all, stale_read, unsettled_between,
+    acked, acked_between, assert_caught, own_and_all, stale_read, unsettled_between, CUT_GRACE,
 };
 use common::report::FaultRow;
 use common::{backends, fault_tests_uri, psql, psql_output};
@@ -65,10 +65,6 @@ const ACKS_PER_PHASE: u64 = 30;
 /// How long a cut between primary and standby stands (the clients'
 /// calls time out meanwhile: `timeout_ms` is 2 s).
 const HOLD: Duration = Duration::from_secs(5);
-
-/// Commits whose confirmation was on its way when the cut came may still
-/// be acknowledged this long after it; none later.
-const CUT_GRACE: Duration = Duration::from_secs(1);
 
 /// The standby's application_name (scripts/backends/postgres_netns.sh).
 const STANDBY_NAME: &str = "bakery_net_standby";
@@ -118,6 +114,7 @@ fn postgres_keeps_every_guarantee_through_partitions() {
     for fault in faults {
         let started = std::time::Instant::now();
         fresh_pair();
+        let pair_s = started.elapsed().as_secs_f64();
         let runtime = bakery_testkit::runtime(4);
         if fault == Fault::IsolatedThenFailover {
             runtime.block_on(isolated_then_failover(&primary, &standby));
@@ -125,7 +122,7 @@ fn postgres_keeps_every_guarantee_through_partitions() {
             runtime.block_on(run(&primary, &standby, fault));
         }
         println!(
-            "partition_postgres: {fault:?}: {:.1}s with the pair's start",
+            "partition_postgres: {fault:?}: {:.1}s, {pair_s:.1}s of it the pair's restart",
             started.elapsed().as_secs_f64()
         );
     }
@@ -231,6 +228,8 @@ async fn run(primary: &str, standby: &str, fault: Fault) {
                 "by the asynchronous primary with its standby cut off",
             )
             .await;
+            common::partition::acked_on_every_key(&history, &plan.keys, cut_ns, RECOVERY_BOUND)
+                .await;
             stale_reads = read_alone(&history, standby, &plan.keys);
         }
     }

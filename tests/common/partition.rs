@@ -15,6 +15,11 @@ use bakery_verify::History;
 use super::cluster::{acked_after, eventually};
 use super::report::FaultRow;
 
+/// Calls whose replies were on their way when a cut came may still be
+/// answered this long after it: a write acknowledged later was committed
+/// after the cut.
+pub const CUT_GRACE: Duration = Duration::from_secs(1);
+
 /// The negative control's reader, a client id no workload client has.
 pub const STALE_READER: u64 = 1_000;
 
@@ -26,6 +31,30 @@ pub async fn acked(history: &History, after_ns: u64, acks: u64, bound: Duration,
         done.await,
         "fewer than {acks} writes acknowledged {when} within {bound:?} (only {})",
         acked_after(history, after_ns)
+    );
+}
+
+/// Waits (at most `bound`) until every one of `keys` has a write
+/// acknowledged [`CUT_GRACE`] after `cut_ns` or later (so a member cut off
+/// since `cut_ns` holds a stale version of each); panics otherwise.
+pub async fn acked_on_every_key(history: &History, keys: &[Key], cut_ns: u64, bound: Duration) {
+    let after_ns = cut_ns + CUT_GRACE.as_nanos() as u64;
+    let fresh = |key: &Key| {
+        history.operations().iter().any(|op| {
+            op.key == key.as_str()
+                && op.completed_ns.is_some_and(|t| t > after_ns)
+                && matches!(
+                    op.outcome,
+                    Outcome::Ok {
+                        reply: Reply::Applied(_)
+                    }
+                )
+        })
+    };
+    let done = eventually(bound, || keys.iter().all(fresh));
+    assert!(
+        done.await,
+        "not every counter had a write acknowledged after the cut within {bound:?}"
     );
 }
 
