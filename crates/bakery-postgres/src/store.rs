@@ -342,7 +342,7 @@ impl PostgresStore {
 
     /// Run one statement on a pooled connection: prepare (cached per
     /// connection), execute, all within `deadline`. A client-side timeout
-    /// abandons the connection and asks the server to cancel.
+    /// abandons the connection (and, for a read, asks the server to cancel).
     async fn query(
         &self,
         op: Operation,
@@ -355,7 +355,7 @@ impl PostgresStore {
             Some(Ok(statement)) => statement,
             Some(Err(e)) => return Err(map_err(e, Phase::Prepare, op)),
             None => {
-                self.abandon(client);
+                self.abandon(client, Statement::of(op));
                 return Err(timed_out(Phase::Prepare, op, self.limit()));
             }
         };
@@ -363,18 +363,28 @@ impl PostgresStore {
             Some(Ok(rows)) => Ok(rows),
             Some(Err(e)) => Err(map_err(e, Phase::Execute, op)),
             None => {
-                self.abandon(client);
+                self.abandon(client, Statement::of(op));
                 Err(timed_out(Phase::Execute, op, self.limit()))
             }
         }
     }
 
     /// Drop a connection whose statement outlived the client's deadline
-    /// (it must not go back to the pool with a reply still in flight) and
-    /// ask the server, best effort, to cancel that statement.
-    fn abandon(&self, client: Object) {
+    /// (it must not go back to the pool with a reply still in flight) and,
+    /// for a read, ask the server, best effort, to cancel that statement.
+    ///
+    /// A write is never cancelled: past `statement_timeout` (which the
+    /// server stops before committing) it can only be waiting for its
+    /// synchronous standby, and a cancel there ends the wait and makes the
+    /// commit visible on the primary though no standby has it: other
+    /// clients would read a write that a failover then loses. Left alone,
+    /// it becomes visible only once replicated.
+    fn abandon(&self, client: Object, statement: Statement) {
         let token = client.cancel_token();
         drop(Object::take(client));
+        if statement == Statement::Write {
+            return;
+        }
         let tls = self.inner.tls.clone();
         let limit = self.inner.config.connect_timeout();
         tokio::spawn(
@@ -530,7 +540,7 @@ impl PostgresStore {
                     &settings.map_err(|e| map_err(e, Phase::Execute, op))?,
                 )),
                 None => {
-                    self.abandon(client);
+                    self.abandon(client, Statement::Read);
                     Err(timed_out(Phase::Execute, op, self.limit()))
                 }
             }
@@ -863,6 +873,25 @@ impl fmt::Debug for PostgresStore {
         f.debug_struct("PostgresStore")
             .field("config", &format_args!("{}", self.inner.config))
             .finish()
+    }
+}
+
+/// What an abandoned statement was doing, for [`PostgresStore::abandon`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Statement {
+    /// Reads only: safe to cancel.
+    Read,
+    /// May be committing: never cancelled.
+    Write,
+}
+
+impl Statement {
+    fn of(op: Operation) -> Statement {
+        match op {
+            Operation::Open | Operation::Get | Operation::Watch => Statement::Read,
+            // (and any operation added later: not cancelling is the safe side)
+            _ => Statement::Write,
+        }
     }
 }
 
