@@ -80,10 +80,17 @@ fi
 # per fault it ran.
 faults=$PWD/$out/faults.jsonl
 fault_tests=(--test proxy_faults --test cluster_etcd --test cluster_postgres --test cluster_redis --test cluster_cassandra
-    --test partition_etcd)
+    --test partition_etcd --test partition_postgres --test partition_cassandra)
 if ! BAKERY_FAULT_TESTS=1 BAKERY_RELIABILITY_LOG=$faults \
     cargo test --all-features "${fault_tests[@]}" -- --nocapture >"$out/faults.log" 2>&1; then
     echo "reliability-report.sh: a fault test failed; docs/RELIABILITY.md left alone (log: $out/faults.log)" >&2
+    exit 1
+fi
+# Clock faults on the clients (crates/bakery-cli/tests/clock_faults.rs:
+# libfaketime on lock holders, waiters, snowflake and sequence processes).
+if ! CI=true BAKERY_RELIABILITY_LOG=$faults \
+    cargo test --all-features -p bakery-cli --test clock_faults -- --nocapture >>"$out/faults.log" 2>&1; then
+    echo "reliability-report.sh: a clock fault test failed; docs/RELIABILITY.md left alone (log: $out/faults.log)" >&2
     exit 1
 fi
 
@@ -93,7 +100,13 @@ fi
 # that must make those cases fail (crates/bakery-testkit/tests/negative_controls.rs,
 # tests/ferretdb_negative_control.rs, tests/dynamodb_negative_control.rs).
 export BAKERY_TEST_URIS="redis-watch=${BAKERY_REDIS_URI}?cas=watch mysql-no-returning=${BAKERY_MARIADB_URI}?returning=false"
-if ! cargo test --all-features --test conformance >"$out/conformance.log" 2>&1; then
+# And on PostgreSQL, Redis and etcd in containers of images built here
+# (scripts/docker.sh), as the test command runs them.
+docker_env=$(scripts/docker.sh start)
+eval "$docker_env"
+scripts/docker.sh build postgres redis etcd
+export BAKERY_CONTAINER_IMAGES=local BAKERY_TEST_CONTAINERS=postgres,redis,etcd
+if ! cargo test --all-features --features bakery-testkit/containers --test conformance >"$out/conformance.log" 2>&1; then
     echo "reliability-report.sh: a conformance case failed; docs/RELIABILITY.md left alone (log: $out/conformance.log)" >&2
     exit 1
 fi
@@ -156,20 +169,43 @@ topology_rows() {
     echo "workers doing read-modify-write \`put_if_version\`, 3 sequence handles) and one"
     echo "server, each fault in turn on one connection; the last row of each backend checks"
     echo "the history of all five for linearizability and the ids of all five for duplicates."
-    echo "*cluster*: a replicated deployment losing a node mid-run, or (etcd, each member in a"
-    echo "network namespace of its own) partitioned while every member stays up: the leader"
-    echo "isolated, a 1|1|1 split, a one-way drop, each healed (\`scripts/partition.sh\`), with counter,"
+    echo "*cluster*: a replicated deployment losing a node mid-run, or partitioned while every"
+    echo "member stays up, each member in a network namespace of its own (\`scripts/partition.sh\`):"
+    echo "etcd (3 members: the leader isolated, a 1|1|1 split, a one-way drop), PostgreSQL (a"
+    echo "primary and its synchronous standby: the standby isolated, a one-way drop each way, a"
+    echo "failover with the primary cut off, the standby cut off then a failover) and Cassandra"
+    echo "(3 nodes, RF 3: a node isolated, 1|1|1, a one-way drop), each healed, with counter,"
     echo "sequence and fenced-lock clients. Unknown: the call may have applied"
     echo "(\`Unknown\`, or a timeout). Acked lost: acknowledged increments the store no longer"
     echo "held. The rows marked *accept_data_loss* and *wait_replicas=0* are negative"
     echo "controls: settings bakery refuses by default, measured to show what they lose; the"
-    echo "row marked *negative control* adds a cut-off etcd member's own (serializable) reads to"
-    echo "the history, which the checker must and does reject."
+    echo "rows marked *negative control* add reads that bypass a quorum to the history — a cut-off"
+    echo "etcd member's serializable reads, a cut-off asynchronous PostgreSQL standby's reads,"
+    echo "Cassandra reads at consistency ONE from an isolated node — which the checker must and"
+    echo "does reject."
     echo
     echo "| suite | backend | setup | fault | ok | failed | unknown | acked lost | duplicate ids | stale fenced accepted | verdict |"
     echo "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"
-    jq -rs 'sort_by(.suite != "proxy", .backend) | .[] |
+    jq -rs 'map(select(.suite != "clock")) | sort_by(.suite != "proxy", .backend) | .[] |
         "| \(.suite) | \(.backend) | \(.setup) | \(.fault | gsub("\\|"; "\\|")) | \(.ok) | \(.failed) | \(.unknown) | \(.lost_acked // "—") | \(.duplicate_ids // "—") | \(.stale_accepted // "—") | \(.verdict) |"' \
+        "$faults"
+    echo
+    echo "## Clock faults on clients"
+    echo
+    echo "Real \`bakery\` processes under libfaketime (\`crates/bakery-cli/tests/clock_faults.rs\`): the"
+    echo "wall clock, or the whole clock including CLOCK_MONOTONIC, of a lock holder, a waiter,"
+    echo "or a snowflake or sequence process jumps ±1 h or runs at 0.5x/2x. Lock rows: *ok* is"
+    echo "grants; a waiter may evict only after a real lease of its holder's silence, and every"
+    echo "stale fenced write must be refused. Id rows: *ok* is ids, none twice, each process's"
+    echo "increasing. The rows marked *negative control*: a waiter whose monotonic clock runs"
+    echo "fast or jumps evicts early (a lease timed on the observer's clock cannot prevent it);"
+    echo "the check catches it and fencing refuses the wronged holder; and two hand-set worker"
+    echo "ids whose clocks overlap give duplicate ids, which the check finds."
+    echo
+    echo "| backend | setup | fault | ok | duplicate ids | stale fenced accepted | verdict |"
+    echo "|---|---|---|---:|---:|---:|---|"
+    jq -rs 'map(select(.suite == "clock")) | sort_by(.backend) | .[] |
+        "| \(.backend) | \(.setup) | \(.fault | gsub("\\|"; "\\|")) | \(.ok) | \(.duplicate_ids // "—") | \(.stale_accepted // "—") | \(.verdict | gsub("\\|"; "\\|")) |"' \
         "$faults"
     echo
     echo "## Topologies"

@@ -39,11 +39,24 @@ export BAKERY_TEST_REQUIRE=postgres,redis,etcd,cassandra,mongodb,mysql,dynamodb
 # The second Redis CAS strategy runs the whole suite too, and so does
 # MariaDB writing creates as on MySQL 8 (no RETURNING).
 export BAKERY_TEST_URIS="redis-watch=${BAKERY_REDIS_URI}?cas=watch mysql-no-returning=${BAKERY_MARIADB_URI}?returning=false"
-# tests/faults.rs may stop and restart the servers this script started.
+# tests/faults.rs may stop and restart the servers this script started;
+# tests/partition_*.rs cut the network between etcd_net1..3, postgres_net1..2
+# and cassandra_net1..3 (scripts/partition.sh; needs root).
 export BAKERY_FAULT_TESTS=1
 # tests/proxy_faults.rs puts Toxiproxy (BAKERY_TOXIPROXY_URL, exported by
 # `start all` above) between its clients and each server; it fails in CI
 # without it.
+
+# A private Docker engine and the server images, built here from Debian's
+# packages (no registry is reachable): the conformance suite also runs on
+# PostgreSQL, Redis and etcd in containers (testcontainers, NAME-container
+# targets) beside the native servers, and tests/docker_compose.rs brings up
+# docker/compose.yaml with docker/README.md's own commands.
+step "Docker: a private engine and the server images (scripts/docker.sh)"
+docker_env=$(scripts/docker.sh start)
+eval "$docker_env"
+scripts/docker.sh build
+export BAKERY_CONTAINER_IMAGES=local BAKERY_TEST_CONTAINERS=postgres,redis,etcd
 
 step "layers: no import circle, no upward arrow (scripts/layers.py, and its negative control)"
 python3 scripts/layers.py --self-test
