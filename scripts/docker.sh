@@ -35,6 +35,12 @@
 # dockerd sets iptables' FORWARD policy to DROP and leaves its rules after a
 # stop; scripts/backends.sh's etcd_net bridge has its own ACCEPT rule.
 #
+# A new dockerd (after a reboot, a killed engine) first removes what an
+# interrupted run left: the containers of compose project bakery and
+# testcontainers' (label org.testcontainers.managed-by=testcontainers), all
+# stopped by then, with their volumes.  An engine that answers already is
+# left alone: a test run may be using its containers.
+#
 # Environment:
 #   BAKERY_SCRATCH                 as scripts/backends.sh
 #   XDG_CACHE_HOME                 the debootstrap root file system is cached under
@@ -174,7 +180,24 @@ cmd_start() {
             die "dockerd did not answer on $HOST within ${DTIMEOUT}s (log above)"
         fi
     fi
+    remove_leftovers
     echo "export DOCKER_HOST=$HOST"
+}
+
+# remove_leftovers: on an engine just started, the containers an interrupted
+# run left (compose project bakery, testcontainers'; stopped, as the old
+# engine went), with their anonymous volumes.  No test can be using them yet.
+remove_leftovers() {
+    # The private engine's, whatever DOCKER_HOST names (dk reads ENGINE).
+    local ENGINE=$HOST ids
+    mapfile -t ids < <({
+        dk ps -aq --filter label=com.docker.compose.project=bakery
+        dk ps -aq --filter label=org.testcontainers.managed-by=testcontainers
+    } | sort -u)
+    if ((${#ids[@]})); then
+        say "removing ${#ids[@]} container(s) an interrupted run left (compose project bakery, testcontainers)"
+        dk rm -f -v "${ids[@]}" >/dev/null || die "could not remove leftover containers ${ids[*]}"
+    fi
 }
 
 cmd_stop() {

@@ -12,16 +12,19 @@
 //! - a lock held on one connection is busy for another, and after the
 //!   release the other gets it with a larger fencing token.
 //!
-//! The block's lines after `cargo test` (`docker-compose … down -v`) run at
-//! the end, also when a check fails (a drop guard).
+//! The block's lines after `cargo test` (`docker-compose … down -v`) run
+//! first, so containers and volumes of project `bakery` that an interrupted
+//! run left (a CI timeout, a killed session) do not fail every later run,
+//! and again at the end, also when a check fails (a drop guard).
 //!
 //! Each service's port is moved to a free one with `BAKERY_COMPOSE_<NAME>_PORT`
 //! (compose.yaml and .env.example read them), so the native servers of
 //! scripts/backends.sh on the default ports are left alone.
 //!
 //! Needs a Docker engine at `DOCKER_HOST` (`eval "$(scripts/docker.sh
-//! start)"`) and is slow the first time (images built, ~5 min); without an
-//! engine it prints why and passes, except under `CI=true`, where it FAILS.
+//! start)"`) and is slow the first time (the images are built; docker/README.md
+//! has the times); without an engine it prints why and passes, except under
+//! `CI=true`, where it FAILS.
 
 #![cfg(all(
     feature = "postgres",
@@ -143,18 +146,54 @@ struct Down {
     env: BTreeMap<String, String>,
 }
 
-impl Drop for Down {
-    fn drop(&mut self) {
+impl Down {
+    /// The README's lines after `cargo test`; a failure is printed, not
+    /// fatal (the check that follows says what is left).
+    fn run(&self, when: &str) {
         let out = bash(&self.script, &self.env, DOWN_BOUND);
         if !out.status.success() {
             eprintln!(
-                "docker_compose: tear-down failed ({}):\n{}{}",
+                "docker_compose: tear-down {when} failed ({}):\n{}{}",
                 out.status,
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
         }
     }
+}
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        self.run("at the end");
+    }
+}
+
+/// The containers (any state) of compose project [`PROJECT`], as
+/// `NAME STATUS` lines.
+fn project_containers() -> Vec<String> {
+    let out = Command::new("timeout")
+        .args([
+            "30",
+            "docker",
+            "ps",
+            "-a",
+            "--format",
+            "{{.Names}} {{.Status}}",
+        ])
+        .arg("--filter")
+        .arg(format!("label=com.docker.compose.project={PROJECT}"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run docker ps");
+    assert!(
+        out.status.success(),
+        "docker ps failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]
@@ -166,16 +205,6 @@ fn compose_with_local_images_as_the_readme_says() {
         eprintln!("docker_compose: skipped: {why}");
         return;
     }
-    let busy = Command::new("docker")
-        .args(["ps", "-aq", "--filter"])
-        .arg(format!("label=com.docker.compose.project={PROJECT}"))
-        .output()
-        .expect("docker ps");
-    assert!(
-        busy.stdout.is_empty(),
-        "compose project {PROJECT} has containers already (yours?); the README's \
-         `down -v` would remove them: take it down first"
-    );
     let readme =
         std::fs::read_to_string(root().join("docker/README.md")).expect("docker/README.md");
     let (up, down) = readme_block(&readme);
@@ -186,10 +215,27 @@ fn compose_with_local_images_as_the_readme_says() {
             free_port().to_string(),
         );
     }
-    let _down = Down {
+    let tear_down = Down {
         script: format!("set -euo pipefail\n{}", down.join("\n")),
         env: env.clone(),
     };
+    // Containers and volumes an interrupted run (a CI timeout, a killed
+    // session) left in project `bakery` go first: the README's own `down -v`.
+    let leftovers = project_containers();
+    if !leftovers.is_empty() {
+        eprintln!(
+            "docker_compose: compose project {PROJECT} has {} container(s) already \
+             (an interrupted run?); taking it down first with the README's `down -v`",
+            leftovers.len()
+        );
+    }
+    tear_down.run("before `up`");
+    let leftovers = project_containers();
+    assert!(
+        leftovers.is_empty(),
+        "compose project {PROJECT} still has containers after the README's `down -v`: \
+         {leftovers:?}; remove them (`docker rm -f`) and look at why `down` left them"
+    );
     let began = Instant::now();
     let script = format!(
         "set -euo pipefail\n{}\necho '--- exported ---'\nenv | grep -E '^BAKERY_[A-Z]+_URI=' || true\n",
