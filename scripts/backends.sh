@@ -26,7 +26,7 @@
 # BAKERY_ETCD_CLUSTER_URI; tests/cluster_etcd.rs kills its leader);
 # etcd_net1..3 are another three-member cluster, each member in a network
 # namespace of its own on a private bridge (10.231.77.0/24, this machine
-# only; root and iproute2 needed), so scripts/partition.sh can cut the
+# only; root, iproute2 and iptables needed), so scripts/partition.sh can cut the
 # network between members (BAKERY_ETCD_NETNS_URI; tests/partition_etcd.rs);
 # postgres_net1 and postgres_net2 are a PostgreSQL primary and its
 # synchronous standby on the same bridge (10.231.77.21, .22; both made

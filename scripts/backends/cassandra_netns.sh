@@ -11,7 +11,7 @@
 #
 # Each exports BAKERY_CASSANDRA_NETNS_URI: the three nodes, keyspace
 # bakery_netns with replication_factor 3 (bakery creates it), so SERIAL and
-# QUORUM need 2 of the 3 replicas.  Needs root (ip netns) and iproute2.
+# QUORUM need 2 of the 3 replicas.  Needs root (ip netns), iproute2 and iptables.
 # The data directories are kept across restarts; to start afresh, stop all
 # three and remove them (cassandra_cluster.sh says why).
 # tests/partition_cassandra.rs partitions it.  (See lib.sh for the functions

@@ -7,7 +7,7 @@
 # of them stays up -- the fault the kill/restart cluster (etcd_m1..3) cannot
 # make.  The bridge has an address in the root namespace too: clients (the
 # tests) reach every member, the isolated ones included.  Needs root (ip
-# netns), iproute2, and etcd from Debian as the other members.
+# netns), iproute2, iptables, and etcd from Debian as the other members.
 #
 # Each exports BAKERY_ETCD_NETNS_URI (the three client endpoints).  A member
 # is "ready" when its peer port answers; after_start waits, when a quorum

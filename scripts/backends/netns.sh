@@ -14,7 +14,7 @@
 #   etcd       etcd_net1..3            .11 .12 .13
 #   postgres   postgres_net1 (primary), postgres_net2 (standby)   .21 .22
 #   cassandra  cassandra_net1..3       .31 .32 .33
-# Needs root (ip netns) and iproute2.
+# Needs root (ip netns), iproute2 and iptables.
 
 # Private, host-local: nothing routes it off this machine (the namespaces
 # have no default route).
@@ -76,7 +76,10 @@ netns_has() {
 # go out by the default route).
 netns_bridged() { ip link show "$NETNS_BRIDGE" >/dev/null 2>&1; }
 
-netns_missing() { have ip || echo iproute2; }
+netns_missing() {
+    have ip || echo iproute2
+    have iptables || echo iptables
+}
 
 # netns_need_root NAME: dies unless root (only root may enter a namespace).
 netns_need_root() {
@@ -91,23 +94,29 @@ netns_up() {
     ns=$(netns_of "$name")
     veth=$(netns_veth "$name")
     ip=$(netns_ip "$name")
+    # The bridge's own MAC address (a bridge without one takes a port's,
+    # and changes it when that port goes: the ARP caches would point at a
+    # gone veth).
     if ! netns_bridged; then as_root ip link add "$NETNS_BRIDGE" type bridge; fi
+    as_root ip link set "$NETNS_BRIDGE" address "$(netns_mac "$NETNS_SUBNET.1")"
     as_root ip addr replace "$NETNS_SUBNET.1/24" dev "$NETNS_BRIDGE"
     as_root ip link set "$NETNS_BRIDGE" up
-    # A Docker engine sets the FORWARD policy to DROP, and bridged frames go
-    # through it: let the bridge's own traffic pass.
-    if have iptables && ! as_root iptables -C FORWARD -i "$NETNS_BRIDGE" -o "$NETNS_BRIDGE" -j ACCEPT 2>/dev/null; then
-        as_root iptables -I FORWARD 1 -i "$NETNS_BRIDGE" -o "$NETNS_BRIDGE" -j ACCEPT 2>/dev/null || true
-    fi
+    netns_forward
+    # The cuts a partition run left (scripts/partition.sh: blackhole
+    # routes, in the root namespace to NAME and in NAME's namespace when it
+    # is reused) go: NAME starts reachable.
+    netns_unblock "$name"
     if ! netns_has "$ns"; then as_root ip netns add "$ns"; fi
+    if [[ -n $(ip -n "$ns" route show type blackhole 2>/dev/null) ]]; then
+        as_root ip -n "$ns" route flush type blackhole
+    fi
     if ! ip -n "$ns" link show eth0 >/dev/null 2>&1; then
         # A host end left from a namespace being deleted goes first.
         if ip link show "$veth" >/dev/null 2>&1; then as_root ip link del "$veth"; fi
         # A fixed MAC address, made of the IPv4 one: a member stopped and
         # started again (a new veth) is still where the ARP caches of the
         # others and of the root namespace say it is; with a new random
-        # one, they would send to the old one until their entries expire
-        # (half a minute and more, seen in every restart of a member).
+        # one, they would send to the old one until their entries expire.
         as_root ip link add "$veth" type veth peer name eth0 address "$(netns_mac "$ip")" netns "$ns"
     fi
     as_root ip link set "$veth" master "$NETNS_BRIDGE"
@@ -127,12 +136,33 @@ netns_down() {
     veth=$(netns_veth "$name")
     if ip link show "$veth" >/dev/null 2>&1; then as_root ip link del "$veth"; fi
     if netns_has "$ns"; then as_root ip netns del "$ns"; fi
+    netns_unblock "$name"
     netns_bridged || return 0
     [[ -z $(ip link show master "$NETNS_BRIDGE" 2>/dev/null) ]] || return 0
     as_root ip link del "$NETNS_BRIDGE"
-    if have iptables; then
-        as_root iptables -D FORWARD -i "$NETNS_BRIDGE" -o "$NETNS_BRIDGE" -j ACCEPT 2>/dev/null || true
-    fi
+    while as_root iptables -D FORWARD -i "$NETNS_BRIDGE" -o "$NETNS_BRIDGE" -j ACCEPT 2>/dev/null; do :; done
+}
+
+# netns_forward: the bridge's own traffic accepted in iptables' FORWARD
+# chain (once).  Bridged frames go through it (br_netfilter, which a Docker
+# engine loads), and a Docker engine sets its policy to DROP when it turns
+# IP forwarding on.  An engine started later keeps the rule: it inserts its
+# own jumps at the top of FORWARD and flushes none of the chain's rules.
+netns_forward() {
+    local rule=(FORWARD -i "$NETNS_BRIDGE" -o "$NETNS_BRIDGE" -j ACCEPT)
+    as_root iptables -C "${rule[@]}" 2>/dev/null && return 0
+    as_root iptables -I "${rule[@]}" ||
+        die "netns: cannot add iptables rule ${rule[*]} (the members could not reach each other once a Docker engine runs)"
+}
+
+# netns_unblock NAME: the root namespace's blackhole route to NAME (left by
+# `scripts/partition.sh CLUSTER cutoff`) removed.
+netns_unblock() {
+    local ip
+    ip=$(netns_ip "$1")
+    while [[ " $(ip route show type blackhole) " == *" $ip "* ]]; do
+        as_root ip route del blackhole "$ip/32"
+    done
 }
 
 # netns_session NAME [-C DIR] COMMAND...: launch_session (lib.sh) of

@@ -20,7 +20,7 @@
 # primary's commits wait for it.
 #
 # postgres_net1 exports BAKERY_POSTGRES_NETNS_PRIMARY_URI, postgres_net2
-# BAKERY_POSTGRES_NETNS_STANDBY_URI.  Needs root (ip netns) and iproute2.
+# BAKERY_POSTGRES_NETNS_STANDBY_URI.  Needs root (ip netns), iproute2 and iptables.
 # tests/partition_postgres.rs partitions them.  (See lib.sh for the
 # functions every server file defines.)
 
