@@ -13,8 +13,9 @@
 //!   backend without a URI is left out with a printed reason.
 //!
 //! - With the testkit's `containers` feature and a reachable Docker engine,
-//!   a compiled-in server backend without a URI is started in a container
-//!   (testcontainers) for the run.
+//!   a compiled-in server backend without a URI that is not required (see
+//!   above) is started in a container (testcontainers) for the run; a
+//!   required one without a URI fails, Docker or not.
 //! - `BAKERY_TEST_CONTAINERS=postgres,redis,etcd` (names as in
 //!   `bakery_testkit::containers::BACKENDS`; `mariadb` and `ferretdb` are
 //!   taken for `mysql` and `mongodb`): each is ALSO started in a container,
@@ -116,16 +117,20 @@ fn targets(started: &mut Vec<bakery_testkit::containers::Started>) -> Vec<(Strin
                 eprintln!("conformance: {name} left out: not compiled in (feature `{name}`)")
             }
             Ok(uri) if !uri.is_empty() => out.push((name.to_string(), Target::Uri(uri))),
-            _ if *compiled && docker => out.push((name.to_string(), in_container(name, started))),
+            // A required backend without its URI fails, even with a Docker
+            // engine at hand: a container must not stand in for a server the
+            // run was told to test (a lost BAKERY_<NAME>_URI).
             _ if required.iter().any(|r| r == name || r == "all") || (ci && *compiled) => {
                 out.push((
                     name.to_string(),
                     Target::Missing(format!(
                     "{var} is not set but {name} is required (CI=true or BAKERY_TEST_REQUIRE); \
-                     start it with `scripts/backends.sh start {name}`"
+                     start it with `scripts/backends.sh start {name}` (a Docker engine \
+                     does not stand in for a required backend)"
                 )),
                 ))
             }
+            _ if *compiled && docker => out.push((name.to_string(), in_container(name, started))),
             _ if *compiled => {
                 eprintln!("conformance: {name} left out: {var} is not set (a developer run; CI fails instead)")
             }
