@@ -122,13 +122,16 @@ dockerd_pid() {
 
 # launch DRIVER: dockerd in its own session; 0 once it answers.
 launch() {
-    local driver=$1 pid deadline
+    local driver=$1 pid deadline dockerd_pidfile=$PIDFILE
     say "starting dockerd (storage driver $driver), log $DLOG"
-    # setsid: the engine outlives this script and the shell that ran it.
-    setsid dockerd --data-root "$DOCKER_DIR/data" --exec-root "$DOCKER_DIR/exec" \
-        --pidfile "$PIDFILE" -H "$HOST" --storage-driver "$driver" \
-        --bip 10.231.88.1/24 --default-address-pool base=10.231.96.0/20,size=24 \
-        </dev/null >>"$DLOG" 2>&1 &
+    # lib.sh's launch_session: a session of its own (the engine outlives this
+    # script and the shell that ran it), none of our descriptors (the lock
+    # on fd 8, a CI job's pipes), output appended to LOG.  Its PIDFILE is the
+    # session's record; dockerd writes its own --pidfile (the same pid).
+    PIDFILE=$DOCKER_DIR/session.pid LOG=$DLOG launch_session \
+        dockerd --data-root "$DOCKER_DIR/data" --exec-root "$DOCKER_DIR/exec" \
+        --pidfile "$dockerd_pidfile" -H "$HOST" --storage-driver "$driver" \
+        --bip 10.231.88.1/24 --default-address-pool base=10.231.96.0/20,size=24
     pid=$!
     deadline=$((SECONDS + DTIMEOUT))
     while ((SECONDS < deadline)); do
