@@ -303,6 +303,8 @@ extras() {
         cassandra_install >&2
         mkdir -p "$ctx/lib"
         cp "$(cassandra_lib)"/*.jar "$ctx/lib/"
+        # The entrypoint configures and runs the node with its functions.
+        cp "$SERVERS_DIR/cassandra.sh" "$ctx/cassandra.sh"
         ;;
     esac
 }
