@@ -119,12 +119,17 @@ pub struct Started {
     /// The backend's URI in bakery's format, e.g.
     /// `postgres://postgres@127.0.0.1:32768/postgres`.
     pub uri: String,
+    /// The container's id, as `docker logs` or `docker inspect` take it.
+    pub container_id: String,
     _guard: imp::Guard,
 }
 
 impl fmt::Debug for Started {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Started").field("uri", &self.uri).finish()
+        f.debug_struct("Started")
+            .field("uri", &self.uri)
+            .field("container_id", &self.container_id)
+            .finish()
     }
 }
 
@@ -402,7 +407,7 @@ mod imp {
         image: &'static str,
         images: Images,
         loopback: bool,
-        reply: oneshot::Sender<Result<String, String>>,
+        reply: oneshot::Sender<Result<(String, String), String>>,
         stop: oneshot::Receiver<()>,
         removed: std::sync::mpsc::Sender<()>,
     }
@@ -456,11 +461,12 @@ mod imp {
         worker()?
             .send(job)
             .map_err(|_| "the container thread has stopped".to_string())?;
-        let uri = answer
+        let (uri, container_id) = answer
             .await
             .map_err(|_| format!("{backend}: the container task ended without an answer"))??;
         Ok(Started {
             uri,
+            container_id,
             _guard: Guard {
                 stop: Some(stop_tx),
                 removed: removed_rx,
@@ -500,7 +506,7 @@ mod imp {
             }
         };
         // If the caller gave up waiting, nobody holds a guard: remove now.
-        if reply.send(Ok(uri)).is_ok() {
+        if reply.send(Ok((uri, container.id()))).is_ok() {
             // Ok: stop asked; Err: the guard was dropped without asking.
             let _ = stop.await;
         }
@@ -528,6 +534,14 @@ mod imp {
     }
 
     impl Container {
+        fn id(&self) -> String {
+            match self {
+                Container::Postgres(c) => c.id().to_string(),
+                Container::Redis(c) => c.id().to_string(),
+                Container::Generic(c) => c.id().to_string(),
+            }
+        }
+
         async fn rm(self) -> Result<(), testcontainers::TestcontainersError> {
             match self {
                 Container::Postgres(c) => c.rm().await,
@@ -617,7 +631,7 @@ mod imp {
             "etcd" => (2379, 60),
             "mysql" => (3306, 180),
             "mongodb" => (27017, 180),
-            // A JVM; a fresh node takes a minute or more on two loaded cores.
+            // A JVM: the slowest to turn healthy (docker/README.md has the times).
             "cassandra" => (9042, 420),
             other => return Err(format!("no container recipe for backend {other:?}")),
         };
@@ -1062,16 +1076,71 @@ mod tests {
         }
     }
 
+    /// The status code the engine at `endpoint` answers `GET path` with
+    /// (a Unix socket or plain TCP).
+    fn engine_get(endpoint: &Endpoint, path: &str) -> Result<u16, String> {
+        let request = format!("GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n");
+        let mut reply = String::new();
+        match endpoint {
+            #[cfg(unix)]
+            Endpoint::Unix(socket) => {
+                let mut conn = std::os::unix::net::UnixStream::connect(socket)
+                    .map_err(|e| format!("connect {}: {e}", socket.display()))?;
+                conn.set_read_timeout(Some(QUICK))
+                    .map_err(|e| format!("socket: {e}"))?;
+                conn.write_all(request.as_bytes())
+                    .and_then(|()| conn.read_to_string(&mut reply))
+                    .map_err(|e| format!("GET {path}: {e}"))?;
+            }
+            Endpoint::Tcp { addr, tls: false } => {
+                let mut conn =
+                    TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+                conn.set_read_timeout(Some(QUICK))
+                    .map_err(|e| format!("socket: {e}"))?;
+                conn.write_all(request.as_bytes())
+                    .and_then(|()| conn.read_to_string(&mut reply))
+                    .map_err(|e| format!("GET {path}: {e}"))?;
+            }
+            other => return Err(format!("this test asks no engine at {other} (TLS?)")),
+        }
+        let status = reply.lines().next().unwrap_or_default();
+        status
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .ok_or_else(|| format!("GET {path}: not an HTTP answer: {status:?}"))
+    }
+
     /// With an engine and the local images: a Redis container answers on
     /// 127.0.0.1 once `start` returns (its health check passed), and after a
     /// panic in the thread that held it (its `Started` dropped while
-    /// unwinding) the container is gone: nothing answers on its port.
+    /// unwinding) the container is gone: the engine no longer knows it
+    /// (404) and nothing answers on its port. Under `CI=true` (where
+    /// scripts/test.sh sets all of that up) a missing engine or image
+    /// choice FAILS it.
     #[test]
     fn a_local_container_answers_and_is_gone_after_a_panic() {
-        if !docker_available() || Images::from_env() != Ok(Images::Local) {
-            eprintln!(
-                "containers: needs the feature, an engine and BAKERY_CONTAINER_IMAGES=local; not run"
+        if !cfg!(feature = "containers") {
+            eprintln!("containers: built without the `containers` feature; not run");
+            return;
+        }
+        let endpoint = Endpoint::from_env();
+        if let Err(why) = probe(&endpoint) {
+            assert!(
+                !crate::in_ci(),
+                "CI=true: no Docker engine answers at {endpoint} ({why}): run \
+                 `eval \"$(scripts/docker.sh start)\"` and `scripts/docker.sh build redis` first"
             );
+            eprintln!("containers: no Docker engine at {endpoint} ({why}); not run");
+            return;
+        }
+        if Images::from_env() != Ok(Images::Local) {
+            assert!(
+                !crate::in_ci(),
+                "CI=true: this test runs bakery-test/redis:local: set BAKERY_CONTAINER_IMAGES=local \
+                 (after `scripts/docker.sh build redis`)"
+            );
+            eprintln!("containers: needs BAKERY_CONTAINER_IMAGES=local; not run");
             return;
         }
         let holder = std::thread::spawn(|| {
@@ -1085,14 +1154,25 @@ mod tests {
             let address = redis_address(&started.uri);
             assert!(address.starts_with("127.0.0.1:"), "{}", started.uri);
             pong(&address).expect("PONG from the container");
-            // Hand the address out through the panic, while `started` lives.
-            std::panic::panic_any(address);
+            let id = &started.container_id;
+            assert_eq!(
+                engine_get(&Endpoint::from_env(), &format!("/containers/{id}/json")),
+                Ok(200),
+                "the engine does not know the running container {id}"
+            );
+            // Hand the container out through the panic, while `started` lives.
+            std::panic::panic_any((address, started.container_id.clone()));
         });
         let payload = holder.join().expect_err("the holder panics");
-        let address = payload
-            .downcast_ref::<String>()
+        let (address, id) = payload
+            .downcast_ref::<(String, String)>()
             .cloned()
-            .expect("the address as the panic's payload");
+            .expect("the address and container id as the panic's payload");
+        assert_eq!(
+            engine_get(&endpoint, &format!("/containers/{id}/json")),
+            Ok(404),
+            "the engine still knows container {id} after the drop"
+        );
         let refused = pong(&address);
         assert!(refused.is_err(), "{address} still answers after the drop");
     }
