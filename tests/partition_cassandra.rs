@@ -32,6 +32,7 @@
 
 mod common;
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bakery::Key;
@@ -39,7 +40,8 @@ use bakery_verify::History;
 use common::cluster::{assert_kept, Plan, Workload};
 use common::cql::{Cql, ONE};
 use common::partition::{
-    acked, acked_between, assert_caught, own_and_all, stale_read, unsettled_between, CUT_GRACE,
+    acked, acked_between, assert_caught, cuts_shown, own_and_all, stale_read, unsettled_between,
+    HealOnDrop, CUT_GRACE,
 };
 use common::{backends, fault_tests_uri};
 
@@ -69,7 +71,7 @@ enum Fault {
 
 /// `scripts/partition.sh cassandra ARGS`.
 fn partition(args: &[&str]) {
-    common::partition("cassandra", args);
+    common::partition::partition("cassandra", args);
 }
 
 #[test]
@@ -80,8 +82,9 @@ fn cassandra_keeps_every_guarantee_through_partitions() {
     ) else {
         return;
     };
-    // What an interrupted run left: cuts healed, nodes up.
-    partition(&["heal"]);
+    // What an interrupted run left healed, nodes up; and what this one
+    // leaves healed, a panic included.
+    let _heal = HealOnDrop::new("cassandra");
     for member in MEMBERS {
         backends("start", member);
     }
@@ -135,6 +138,24 @@ async fn run(uri: &str, nodes: &[String], fault: Fault) {
         .await
         .expect("partition");
     let cut_ns = history.now_ns();
+    if fault == Fault::OneWay {
+        // The cut is in effect: listed, and node 1 reaches node 2 no more
+        // (node 3 still).
+        let shown = cuts_shown("cassandra");
+        assert_eq!(shown, ["1 -> 2"], "{what}: partition.sh shows {shown:?}");
+        assert!(
+            !reaches(MEMBERS[0], &nodes[1]),
+            "{what}: {} still reaches {}",
+            MEMBERS[0],
+            nodes[1]
+        );
+        assert!(
+            reaches(MEMBERS[0], &nodes[2]),
+            "{what}: {} does not reach {} either",
+            MEMBERS[0],
+            nodes[2]
+        );
+    }
     let mut stale_reads = 0;
     match fault {
         Fault::IsolateNode => {
@@ -226,6 +247,20 @@ async fn run(uri: &str, nodes: &[String], fault: Fault) {
             stale_reads,
         );
     }
+}
+
+/// Whether a TCP connection from `member`'s namespace to `host:port`
+/// opens within 2 seconds.
+fn reaches(member: &str, host_port: &str) -> bool {
+    let (host, port) = host_port.rsplit_once(':').expect("host:port");
+    Command::new("ip")
+        .args(["netns", "exec", &format!("bakery-{member}")])
+        .args(["timeout", "2", "bash", "-c"])
+        .arg(format!("exec 3<>/dev/tcp/{host}/{port}"))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run ip netns exec (root)")
+        .success()
 }
 
 /// How long the cut-off node may take to answer a read at ONE by itself:

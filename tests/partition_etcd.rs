@@ -37,7 +37,7 @@ use bakery_verify::History;
 use common::cluster::{acked_after, assert_kept, eventually, Plan, Sampler, Workload};
 use common::etcd::{leader_now, members_up, status, Sample};
 use common::fault_tests_uri;
-use common::partition::{assert_caught, own_and_all, stale_read};
+use common::partition::{assert_caught, own_and_all, stale_read, HealOnDrop};
 
 const MEMBERS: [&str; 3] = ["etcd_net1", "etcd_net2", "etcd_net3"];
 
@@ -54,7 +54,7 @@ const SPLIT_HOLD: Duration = Duration::from_secs(3);
 
 /// `scripts/partition.sh etcd ARGS`; panics with its stderr if it fails.
 fn partition(args: &[&str]) {
-    common::partition("etcd", args);
+    common::partition::partition("etcd", args);
 }
 
 /// The faults, each a run of its own.
@@ -71,8 +71,9 @@ fn etcd_keeps_every_guarantee_through_partitions() {
     else {
         return;
     };
-    // What an interrupted run left: cuts healed, members up.
-    partition(&["heal"]);
+    // What an interrupted run left healed; and what this one leaves, a
+    // panic included.
+    let _heal = HealOnDrop::new("etcd");
     let endpoints = members_up(&MEMBERS, &uri);
     bakery_testkit::runtime(4).block_on(async move {
         let uri = bakery_testkit::proxy::with_option(&uri, "timeout_ms", "2000");

@@ -36,16 +36,6 @@ pub fn script(name: &str, args: &[&str]) {
     );
 }
 
-/// `scripts/partition.sh CLUSTER ARGS` (cut or heal the network between
-/// the members of a cluster whose members each run in a network namespace
-/// of their own); panics with its stderr if it fails.
-pub fn partition(cluster: &str, args: &[&str]) {
-    let all: Vec<&str> = std::iter::once(cluster)
-        .chain(args.iter().copied())
-        .collect();
-    script("partition.sh", &all);
-}
-
 /// The URI in `var` of `server`, for a test that stops, kills or restarts
 /// servers with `scripts/backends.sh`: it runs only under
 /// `BAKERY_FAULT_TESTS=1` (set by `scripts/test.sh`, hence in CI), where a
@@ -65,7 +55,8 @@ pub fn fault_tests_uri(server: &str, var: &str) -> Option<String> {
 }
 
 /// One value from `psql` as `postgres` on the server of `uri` (its host
-/// and port), giving up on a connection after 2 seconds.
+/// and port), giving up on a connection after 2 seconds and on a
+/// statement after [`PSQL_STATEMENT_TIMEOUT_S`].
 pub fn psql(uri: &str, sql: &str) -> String {
     let out = psql_output(uri, sql);
     assert!(
@@ -75,6 +66,11 @@ pub fn psql(uri: &str, sql: &str) -> String {
     );
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
+
+/// How long the server lets one of [`psql`]'s statements run (a lock or
+/// a wait would otherwise hold the test): longer than the 60 s the tests
+/// give `pg_promote`.
+pub const PSQL_STATEMENT_TIMEOUT_S: u64 = 70;
 
 /// `psql -c SQL` on the server of `uri`, as it ended (a partition test
 /// expects some to fail).
@@ -89,6 +85,10 @@ pub fn psql_output(uri: &str, sql: &str) -> std::process::Output {
         .unwrap_or_else(|| panic!("no port in {uri}"));
     Command::new("psql")
         .env("PGCONNECT_TIMEOUT", "2")
+        .env(
+            "PGOPTIONS",
+            format!("-c statement_timeout={PSQL_STATEMENT_TIMEOUT_S}s"),
+        )
         .args(["-X", "-q", "-h", host, "-p", port, "-U", "postgres"])
         .args(["-d", "postgres", "-tA", "-c", sql])
         .output()

@@ -4,6 +4,8 @@
 //! serves alone, checked to be stale, added to the history as another
 //! client's, which the checker must then judge `NotLinearizable`.
 
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use bakery::Key;
@@ -14,6 +16,64 @@ use bakery_verify::History;
 
 use super::cluster::{acked_after, eventually};
 use super::report::FaultRow;
+
+/// `scripts/partition.sh CLUSTER ARGS` (cut or heal the network between
+/// the members of a cluster whose members each run in a network namespace
+/// of their own); panics with its stderr if it fails.
+pub fn partition(cluster: &str, args: &[&str]) {
+    script(cluster, args).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The cuts of `cluster` standing (`scripts/partition.sh CLUSTER show`),
+/// one a line: `N -> M`, `N <-> clients`.
+pub fn cuts_shown(cluster: &str) -> Vec<String> {
+    let out = script(cluster, &["show"]).unwrap_or_else(|e| panic!("{e}"));
+    out.lines().map(str::to_owned).collect()
+}
+
+/// `scripts/partition.sh CLUSTER ARGS`'s output, or why it failed.
+fn script(cluster: &str, args: &[&str]) -> Result<String, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/partition.sh");
+    let out = Command::new(&script)
+        .arg(cluster)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "partition.sh {cluster} {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Heals the cuts of one cluster when dropped, by a panic too: a failed
+/// run leaves no blackhole route behind (a `cutoff` one in the root
+/// namespace would make the member's next start wait its whole timeout).
+/// Held by each partition test for its whole run.
+pub struct HealOnDrop(&'static str);
+
+impl HealOnDrop {
+    /// `cluster`'s cuts; what an interrupted run left is healed first.
+    pub fn new(cluster: &'static str) -> Self {
+        partition(cluster, &["heal"]);
+        Self(cluster)
+    }
+}
+
+impl Drop for HealOnDrop {
+    fn drop(&mut self) {
+        match script(self.0, &["heal"]) {
+            Ok(_) => {}
+            // Unwinding already: a second panic would abort, so only say it.
+            Err(e) if std::thread::panicking() => {
+                eprintln!("{e}: run `scripts/partition.sh {} heal`", self.0)
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
 
 /// Calls whose replies were on their way when a cut came may still be
 /// answered this long after it: a write acknowledged later was committed
