@@ -27,6 +27,8 @@
 //!   makes (no registry needed); `DOCKER_HOST` from
 //!   `eval "$(scripts/docker.sh start)"`. A container that does not start
 //!   FAILS every case of its target; it is never skipped.
+//!   A container is started only when the run selects a case of its
+//!   target: not for `--list`, nor for a filter that selects none.
 //!
 //! - Each server backend also runs
 //!   `faults::unreachable_server_is_unavailable` on its URI pointed at a
@@ -72,9 +74,12 @@ const CASE_TIMEOUT: Duration = Duration::from_secs(300);
 enum Target {
     Uri(String),
     Missing(String),
+    /// The backend (a `bakery_testkit::containers::BACKENDS` name), to be
+    /// started in a container if the run selects a case of its target.
+    Container(&'static str),
 }
 
-fn targets(started: &mut Vec<bakery_testkit::containers::Started>) -> Vec<(String, Target)> {
+fn targets() -> Vec<(String, Target)> {
     let ci = bakery_testkit::in_ci();
     let required: Vec<String> = std::env::var("BAKERY_TEST_REQUIRE")
         .unwrap_or_default()
@@ -130,7 +135,7 @@ fn targets(started: &mut Vec<bakery_testkit::containers::Started>) -> Vec<(Strin
                 )),
                 ))
             }
-            _ if *compiled && docker => out.push((name.to_string(), in_container(name, started))),
+            _ if *compiled && docker => out.push((name.to_string(), Target::Container(name))),
             _ if *compiled => {
                 eprintln!("conformance: {name} left out: {var} is not set (a developer run; CI fails instead)")
             }
@@ -149,7 +154,7 @@ fn targets(started: &mut Vec<bakery_testkit::containers::Started>) -> Vec<(Strin
             other => other,
         };
         let label = format!("{name}-container");
-        if !compiled_schemes.contains(&backend) {
+        let Some(backend) = compiled_schemes.iter().copied().find(|s| *s == backend) else {
             out.push((
                 label,
                 Target::Missing(format!(
@@ -158,8 +163,8 @@ fn targets(started: &mut Vec<bakery_testkit::containers::Started>) -> Vec<(Strin
                 )),
             ));
             continue;
-        }
-        out.push((label, in_container(backend, started)));
+        };
+        out.push((label, Target::Container(backend)));
     }
     out
 }
@@ -194,65 +199,98 @@ fn main() {
     let args = Arguments::from_args();
     let mut started = Vec::new();
     let mut trials = Vec::new();
-    for (backend, target) in targets(&mut started) {
-        // A case of several clients runs in each topology; the shared one
-        // keeps the plain name.
-        let store_cases = bakery_testkit::cases().into_iter().flat_map(|case| {
-            let topologies: &[Topology] = if case.many_clients {
-                &Topology::ALL
-            } else {
-                &[Topology::Shared]
-            };
-            topologies.iter().map(move |&topology| {
-                let name = match topology {
-                    Topology::Shared => case.name.to_string(),
-                    Topology::Separate => format!("separate::{}", case.name),
-                };
-                (name, Run::Store(case.run, topology))
-            })
-        });
-        let target_cases = bakery_testkit::capability_cases()
-            .into_iter()
-            .map(|case| (case.name.to_string(), Run::Target(case.run)));
-        for (case, run) in store_cases.chain(target_cases) {
-            let name = format!("{backend}::{case}");
-            let trial = match &target {
-                Target::Missing(why) => {
-                    let why = why.clone();
-                    Trial::test(name, move || Err(Failed::from(why)))
-                }
-                Target::Uri(uri) => {
-                    let uri = uri.clone();
-                    Trial::test(name, move || run_case(&uri, run))
-                }
-            };
-            trials.push(trial.with_kind(backend.clone()));
-        }
-        // Every server backend: a refused connection is Unavailable.
-        if let Target::Uri(uri) = &target {
-            if !(uri.starts_with("memory:") || uri.starts_with("sqlite:")) {
-                let unreachable = bakery_testkit::faults::unreachable_uri(uri);
-                let name = format!("{backend}::faults::unreachable_server_is_unavailable");
-                trials.push(
-                    Trial::test(name, move || unreachable_case(&unreachable))
-                        .with_kind(backend.clone()),
-                );
+    for (label, target) in targets() {
+        let target = match target {
+            Target::Container(backend) if selects(&args, &label) => {
+                in_container(backend, &mut started)
             }
-            if let Some(option) = namespace_option(uri) {
-                let name = format!("{backend}::namespace::eight_opens_of_a_new_namespace_at_once");
-                let uri = uri.clone();
-                trials.push(
-                    Trial::test(name, move || new_namespace_case(&uri, option))
-                        .with_kind(backend.clone()),
-                );
-            }
-        }
-        trials.extend(process_trials(&backend, &target));
+            // Listed, or filtered out: no container is started for it.
+            Target::Container(backend) => Target::Missing(format!(
+                "{backend}: its container was not started (no case of {label} selected)"
+            )),
+            target => target,
+        };
+        trials.extend(trials_of(&label, &target));
     }
     let conclusion = libtest_mimic::run(&args, trials);
     // `exit()` skips destructors: remove the containers first.
     drop(started);
     conclusion.exit();
+}
+
+/// Whether the run (not `--list`) selects a case of the target `label`:
+/// its trials, and the two only a target with a URI has, against the
+/// filter and `--skip`s as libtest-mimic applies them.
+fn selects(args: &Arguments, label: &str) -> bool {
+    if args.list {
+        return false;
+    }
+    let placeholder = Target::Missing(String::new());
+    let with_uri = [
+        "faults::unreachable_server_is_unavailable",
+        "namespace::eight_opens_of_a_new_namespace_at_once",
+    ]
+    .map(|case| Trial::test(format!("{label}::{case}"), || Ok(())).with_kind(label));
+    trials_of(label, &placeholder)
+        .iter()
+        .chain(&with_uri)
+        .any(|trial| !args.is_filtered_out(trial))
+}
+
+/// Every trial of the target `backend`.
+fn trials_of(backend: &str, target: &Target) -> Vec<Trial> {
+    let mut trials = Vec::new();
+    // A case of several clients runs in each topology; the shared one
+    // keeps the plain name.
+    let store_cases = bakery_testkit::cases().into_iter().flat_map(|case| {
+        let topologies: &[Topology] = if case.many_clients {
+            &Topology::ALL
+        } else {
+            &[Topology::Shared]
+        };
+        topologies.iter().map(move |&topology| {
+            let name = match topology {
+                Topology::Shared => case.name.to_string(),
+                Topology::Separate => format!("separate::{}", case.name),
+            };
+            (name, Run::Store(case.run, topology))
+        })
+    });
+    let target_cases = bakery_testkit::capability_cases()
+        .into_iter()
+        .map(|case| (case.name.to_string(), Run::Target(case.run)));
+    for (case, run) in store_cases.chain(target_cases) {
+        let name = format!("{backend}::{case}");
+        let trial = match target {
+            Target::Uri(uri) => {
+                let uri = uri.clone();
+                Trial::test(name, move || run_case(&uri, run))
+            }
+            Target::Missing(_) | Target::Container(_) => {
+                let why = target_uri(target);
+                Trial::test(name, move || why.map(drop))
+            }
+        };
+        trials.push(trial.with_kind(backend));
+    }
+    // Every server backend: a refused connection is Unavailable.
+    if let Target::Uri(uri) = target {
+        if !(uri.starts_with("memory:") || uri.starts_with("sqlite:")) {
+            let unreachable = bakery_testkit::faults::unreachable_uri(uri);
+            let name = format!("{backend}::faults::unreachable_server_is_unavailable");
+            trials
+                .push(Trial::test(name, move || unreachable_case(&unreachable)).with_kind(backend));
+        }
+        if let Some(option) = namespace_option(uri) {
+            let name = format!("{backend}::namespace::eight_opens_of_a_new_namespace_at_once");
+            let uri = uri.clone();
+            trials.push(
+                Trial::test(name, move || new_namespace_case(&uri, option)).with_kind(backend),
+            );
+        }
+    }
+    trials.extend(process_trials(backend, target));
+    trials
 }
 
 /// The `Processes` topology on every target but `memory` (a MemoryStore
@@ -295,6 +333,9 @@ fn target_uri(target: &Target) -> Result<String, Failed> {
     match target {
         Target::Uri(uri) => Ok(uri.clone()),
         Target::Missing(why) => Err(Failed::from(why.clone())),
+        Target::Container(backend) => Err(Failed::from(format!(
+            "{backend}: its container was never started (a bug of this runner)"
+        ))),
     }
 }
 
