@@ -31,9 +31,10 @@
 # $BAKERY_SCRATCH/docker (as scripts/backends.sh: ${TMPDIR:-/tmp}/bakery-backends),
 # socket $BAKERY_SCRATCH/docker/docker.sock, overlay2 storage (vfs where
 # overlay2 fails), its bridge on 10.231.88.0/24 and compose networks in
-# 10.231.96.0/20 (clear of the etcd_net bridge, 10.231.77.0/24).  Needs root.
-# dockerd sets iptables' FORWARD policy to DROP and leaves its rules after a
-# stop; scripts/backends.sh's etcd_net bridge has its own ACCEPT rule.
+# 10.231.96.0/20 (clear of 10.231.77.0/24, the partition tests' bridge
+# bakerypart0 of scripts/backends/netns.sh).  Needs root.  dockerd sets
+# iptables' FORWARD policy to DROP and leaves its rules after a stop;
+# bakerypart0 has its own ACCEPT rule (netns.sh).
 #
 # A new dockerd (after a reboot, a killed engine) first removes what an
 # interrupted run left: the containers of compose project bakery and
@@ -297,7 +298,8 @@ extras() {
     cassandra)
         BACKENDS=(cassandra)
         load_servers
-        # A JDK on the host is not needed to copy the jars: fetch them with mvn only.
+        # The jars only (mvn; Debian's maven package brings a JDK with it):
+        # the image has its own Java, so none is looked for here.
         have mvn || apt_install maven
         cassandra_java() { echo /bin/true; }
         cassandra_install >&2
