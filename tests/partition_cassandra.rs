@@ -40,8 +40,7 @@ use bakery_verify::History;
 use common::cluster::{assert_kept, Plan, Workload};
 use common::cql::{Cql, ONE};
 use common::partition::{
-    acked, acked_between, assert_caught, cuts_shown, own_and_all, stale_read, unsettled_between,
-    HealOnDrop, CUT_GRACE,
+    acked, assert_caught, cuts_shown, own_and_all, stale_read, HealOnDrop, Window,
 };
 use common::{backends, fault_tests_uri};
 
@@ -67,11 +66,6 @@ enum Fault {
     IsolateNode,
     Split,
     OneWay,
-}
-
-/// `scripts/partition.sh cassandra ARGS`.
-fn partition(args: &[&str]) {
-    common::partition::partition("cassandra", args);
 }
 
 #[test]
@@ -134,10 +128,7 @@ async fn run(uri: &str, nodes: &[String], fault: Fault) {
             format!("{}'s packets to {} dropped", MEMBERS[0], MEMBERS[1]),
         ),
     };
-    tokio::task::spawn_blocking(move || partition(cut))
-        .await
-        .expect("partition");
-    let cut_ns = history.now_ns();
+    let cut_ns = common::partition::cut(&history, "cassandra", cut).await;
     if fault == Fault::OneWay {
         // The cut is in effect: listed, and node 1 reaches node 2 no more
         // (node 3 still).
@@ -189,40 +180,23 @@ async fn run(uri: &str, nodes: &[String], fault: Fault) {
     }
     let held_ns = history.now_ns() - cut_ns;
     tokio::time::sleep(HOLD.saturating_sub(Duration::from_nanos(held_ns))).await;
-    let healed_ns = history.now_ns();
-    let acked_during = acked_between(&history, cut_ns, healed_ns);
-    let unsettled = unsettled_between(&history, cut_ns, healed_ns);
-    tokio::task::spawn_blocking(|| partition(&["heal"]))
-        .await
-        .expect("heal");
-    acked(
+    let window = Window::end(
         &history,
-        healed_ns,
+        "cassandra",
+        cut_ns,
+        true,
         ACKS_PER_PHASE,
         RECOVERY_BOUND,
-        "after the heal",
     )
     .await;
-    let recovered_s = (history.now_ns() - healed_ns) as f64 / 1e9;
     let observed = workload.stop().await;
     if fault == Fault::Split {
-        let late = acked_between(&history, cut_ns + CUT_GRACE.as_nanos() as u64, healed_ns);
-        assert_eq!(
-            late, 0,
-            "{what}: {late} writes acknowledged without a quorum"
-        );
-        assert!(
-            unsettled > 0,
-            "{what}: no call failed or timed out without a quorum"
-        );
+        window.assert_none_acked(&history, &what, "a quorum");
     }
 
     let (own, all) = own_and_all(&history);
     let setup = "3 nodes, each in a network namespace, replication_factor 3";
-    let held = format!(
-        "{what} for {:.1}s, healed",
-        (healed_ns - cut_ns) as f64 / 1e9
-    );
+    let held = format!("{what} for {:.1}s, healed", window.held_s());
     let kept = assert_kept(
         ("cassandra", setup, held.clone()),
         &own,
@@ -231,11 +205,7 @@ async fn run(uri: &str, nodes: &[String], fault: Fault) {
         &plan.keys,
     )
     .await;
-    println!(
-        "partition_cassandra: {held}: {kept}; {acked_during} writes acknowledged while cut, \
-         {unsettled} calls invoked while cut not answered Ok by the heal; \
-         {ACKS_PER_PHASE} writes acknowledged {recovered_s:.1}s after the heal"
-    );
+    println!("partition_cassandra: {held}: {kept}; {window}");
     if fault == Fault::IsolateNode {
         assert_caught(
             "partition_cassandra",

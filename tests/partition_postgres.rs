@@ -50,10 +50,7 @@ use bakery_verify::linearizability::{self, Verdict};
 use bakery_verify::workload::Counts;
 use bakery_verify::History;
 use common::cluster::{acked_above, assert_counters, assert_kept, count_of, Plan, Workload};
-use common::partition::{
-    acked, acked_between, assert_caught, own_and_all, stale_read, unsettled_between, HealOnDrop,
-    CUT_GRACE,
-};
+use common::partition::{acked, assert_caught, own_and_all, stale_read, HealOnDrop, Window};
 use common::report::FaultRow;
 use common::{backends, fault_tests_uri, psql, psql_output};
 
@@ -198,18 +195,16 @@ async fn run(primary: &str, standby: &str, fault: Fault) {
             "asynchronous standby (synchronous_standby_names = '') isolated",
         ),
     };
-    let cut = cut.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    blocking(move || partition(&cut.iter().map(String::as_str).collect::<Vec<_>>())).await;
-    let cut_ns = history.now_ns();
+    let cut_ns = common::partition::cut(&history, "postgres", cut).await;
     let mut stale_reads = 0;
-    let mut held_ns = 0;
+    let standby_cut = matches!(
+        fault,
+        Fault::StandbyIsolated | Fault::PrimaryToStandbyDropped | Fault::StandbyToPrimaryDropped
+    );
     match fault {
         Fault::StandbyIsolated
         | Fault::PrimaryToStandbyDropped
-        | Fault::StandbyToPrimaryDropped => {
-            tokio::time::sleep(HOLD).await;
-            held_ns = history.now_ns();
-        }
+        | Fault::StandbyToPrimaryDropped => tokio::time::sleep(HOLD).await,
         Fault::IsolatedThenFailover => unreachable!("isolated_then_failover"),
         Fault::Failover => {
             let standby = standby.to_owned();
@@ -238,37 +233,21 @@ async fn run(primary: &str, standby: &str, fault: Fault) {
             stale_reads = read_alone(&history, standby, &plan.keys);
         }
     }
-    let healed_ns = history.now_ns();
-    let acked_during = acked_between(&history, cut_ns, healed_ns);
-    let unsettled = unsettled_between(&history, cut_ns, healed_ns);
-    if fault != Fault::Failover {
-        blocking(|| partition(&["heal"])).await;
-        acked(
-            &history,
-            healed_ns,
-            ACKS_PER_PHASE,
-            RECOVERY_BOUND,
-            "after the heal",
-        )
-        .await;
-    }
-    // The last phase's acknowledgements came this long after the heal (or,
-    // in a failover, after the cut).
-    let recovered_s = (history.now_ns() - healed_ns) as f64 / 1e9;
+    // A failover leaves the old primary cut off.
+    let window = Window::end(
+        &history,
+        "postgres",
+        cut_ns,
+        fault != Fault::Failover,
+        ACKS_PER_PHASE,
+        RECOVERY_BOUND,
+    )
+    .await;
     let observed = workload.stop().await;
-
-    if held_ns > 0 {
+    if standby_cut {
         // The commits wait for the standby's confirmation: none is
         // acknowledged once the cut stands, each call times out.
-        let late = acked_between(&history, cut_ns + CUT_GRACE.as_nanos() as u64, held_ns);
-        assert_eq!(
-            late, 0,
-            "{what}: {late} writes acknowledged with the synchronous standby cut off"
-        );
-        assert!(
-            unsettled > 0,
-            "{what}: no call failed or timed out while the standby was cut off"
-        );
+        window.assert_none_acked(&history, what, "the synchronous standby");
     }
 
     // The workload's own history, then the negative control's.
@@ -280,7 +259,7 @@ async fn run(primary: &str, standby: &str, fault: Fault) {
     };
     let held = format!(
         "{what} for {:.1}s{}",
-        (healed_ns - cut_ns) as f64 / 1e9,
+        window.held_s(),
         if fault == Fault::Failover {
             ", clients moved on"
         } else {
@@ -309,15 +288,12 @@ async fn run(primary: &str, standby: &str, fault: Fault) {
         &plan.keys,
     )
     .await;
-    println!(
-        "partition_postgres: {held}: {kept}; {acked_during} writes acknowledged while cut, \
-         {unsettled} calls invoked while cut not answered Ok by the heal; \
-         {ACKS_PER_PHASE} writes acknowledged {recovered_s:.1}s after the heal"
-    );
+    println!("partition_postgres: {held}: {kept}; {window}");
     if fault == Fault::AsyncStandbyRead {
         assert!(
-            acked_during >= ACKS_PER_PHASE,
-            "the asynchronous primary acknowledged {acked_during} writes with its standby cut off"
+            window.acked >= ACKS_PER_PHASE,
+            "the asynchronous primary acknowledged {} writes with its standby cut off",
+            window.acked
         );
         assert_caught(
             "partition_postgres",
@@ -406,8 +382,7 @@ async fn isolated_then_failover(primary: &str, standby: &str) {
     let workload = Workload::start(&uri, &history, &plan, 0).await;
     let served = workload.served(&history, 0, ACKS_PER_PHASE, RECOVERY_BOUND);
     assert!(served.await, "no writes acknowledged before the fault");
-    blocking(|| partition(&["isolate", "2"])).await;
-    let cut_ns = history.now_ns();
+    let cut_ns = common::partition::cut(&history, "postgres", &["isolate", "2"]).await;
     tokio::time::sleep(HOLD).await;
     // What the old primary shows, its clients' waiting commits timed out
     // by now, read while the clients still reach it.
@@ -415,8 +390,7 @@ async fn isolated_then_failover(primary: &str, standby: &str) {
         let (primary, keys) = (primary.to_owned(), plan.keys.clone());
         blocking(move || keys.iter().map(|k| count_on(&primary, k)).collect()).await
     };
-    blocking(|| partition(&["cutoff", "1"])).await;
-    let cutoff_ns = history.now_ns();
+    let cutoff_ns = common::partition::cut(&history, "postgres", &["cutoff", "1"]).await;
     // What the standby holds, read before it is promoted (cut off from the
     // primary since `cut_ns`: final).
     let survived: Vec<u64> = {
@@ -438,7 +412,7 @@ async fn isolated_then_failover(primary: &str, standby: &str) {
     )
     .await;
     let mut observed = workload.stop().await;
-    blocking(|| partition(&["heal"])).await;
+    common::partition::cut(&history, "postgres", &["heal"]).await;
 
     let store = bakery::connect(standby)
         .await

@@ -12,7 +12,7 @@
 # name bakery_net_standby, its cluster_name) with synchronous_commit=on: a
 # commit is acknowledged once the standby has flushed its WAL, so with the
 # standby cut off the primary's commits wait.  Both are disposable: every
-# start of postgres_net1 makes a fresh cluster (initdb, a second or two), and
+# start of postgres_net1 makes a fresh cluster (initdb), and
 # every start of postgres_net2 a fresh standby from a base backup of it
 # (pg_basebackup -R), so after a test promoted the standby or the primary
 # diverged, `restart postgres_net1 postgres_net2` gives a new pair.  Start

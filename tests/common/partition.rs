@@ -75,6 +75,95 @@ impl Drop for HealOnDrop {
     }
 }
 
+/// `scripts/partition.sh CLUSTER ARGS` (a cut) run off the runtime's
+/// threads; when it stood, in `history`'s clock.
+pub async fn cut(history: &History, cluster: &'static str, args: &[&str]) -> u64 {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        partition(cluster, &args);
+    })
+    .await
+    .expect("partition.sh");
+    history.now_ns()
+}
+
+/// A cut's window, from the cut to its heal, in a workload's history.
+pub struct Window {
+    pub cut_ns: u64,
+    pub healed_ns: u64,
+    /// Writes acknowledged in the window.
+    pub acked: u64,
+    /// Calls invoked in the window not answered Ok by its end.
+    pub unsettled: u64,
+    /// Writes awaited after the window, and how long after its end they
+    /// were acknowledged (seconds).
+    pub recovered: (u64, f64),
+}
+
+impl Window {
+    /// Ends the window of a cut made at `cut_ns`: `cluster` healed unless
+    /// `heal` is false (a failover leaves the old primary cut off), then
+    /// `acks` writes awaited (at most `bound`).
+    pub async fn end(
+        history: &History,
+        cluster: &'static str,
+        cut_ns: u64,
+        heal: bool,
+        acks: u64,
+        bound: Duration,
+    ) -> Self {
+        let healed_ns = history.now_ns();
+        let (acked_in, unsettled) = (
+            acked_between(history, cut_ns, healed_ns),
+            unsettled_between(history, cut_ns, healed_ns),
+        );
+        if heal {
+            cut(history, cluster, &["heal"]).await;
+        }
+        acked(history, healed_ns, acks, bound, "after the heal").await;
+        Self {
+            cut_ns,
+            healed_ns,
+            acked: acked_in,
+            unsettled,
+            recovered: (acks, (history.now_ns() - healed_ns) as f64 / 1e9),
+        }
+    }
+
+    /// How long the cut stood (seconds).
+    pub fn held_s(&self) -> f64 {
+        (self.healed_ns - self.cut_ns) as f64 / 1e9
+    }
+
+    /// Asserts that no write was acknowledged from [`CUT_GRACE`] after the
+    /// cut to the window's end (`without`: what the writes lacked), and
+    /// that some call invoked in the window failed or timed out.
+    pub fn assert_none_acked(&self, history: &History, what: &str, without: &str) {
+        let after_ns = self.cut_ns + CUT_GRACE.as_nanos() as u64;
+        let late = acked_between(history, after_ns, self.healed_ns);
+        assert_eq!(
+            late, 0,
+            "{what}: {late} writes acknowledged without {without}"
+        );
+        assert!(
+            self.unsettled > 0,
+            "{what}: no call failed or timed out without {without}"
+        );
+    }
+}
+
+impl std::fmt::Display for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} writes acknowledged while cut, {} calls invoked while cut not answered Ok by the \
+             heal; {} writes acknowledged {:.1}s after the heal",
+            self.acked, self.unsettled, self.recovered.0, self.recovered.1
+        )
+    }
+}
+
 /// Calls whose replies were on their way when a cut came may still be
 /// answered this long after it: a write acknowledged later was committed
 /// after the cut.
