@@ -140,9 +140,15 @@ async fn run(uri: &str, endpoints: &[String], fault: Fault) {
             );
             acked(&history, cut_ns, "with the old leader cut off").await;
             // The negative control's reads, once the majority has moved on.
-            common::partition::acked_on_every_key(&history, &plan.keys, cut_ns, RECOVERY_BOUND)
-                .await;
-            read_alone(&history, &endpoints[leader], &plan.keys)
+            let keys = common::partition::fresh_keys(
+                &history,
+                &plan.keys,
+                cut_ns,
+                RECOVERY_BOUND,
+                "partition_etcd",
+            )
+            .await;
+            read_alone(&history, &endpoints[leader], &keys)
         }
         Fault::Split => {
             let leaderless = eventually(RECOVERY_BOUND, || latest().leader.is_none());

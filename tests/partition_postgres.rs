@@ -228,9 +228,15 @@ async fn run(primary: &str, standby: &str, fault: Fault) {
                 "by the asynchronous primary with its standby cut off",
             )
             .await;
-            common::partition::acked_on_every_key(&history, &plan.keys, cut_ns, RECOVERY_BOUND)
-                .await;
-            stale_reads = read_alone(&history, standby, &plan.keys);
+            let keys = common::partition::fresh_keys(
+                &history,
+                &plan.keys,
+                cut_ns,
+                RECOVERY_BOUND,
+                "partition_postgres",
+            )
+            .await;
+            stale_reads = read_alone(&history, standby, &keys);
         }
     }
     // A failover leaves the old primary cut off.
