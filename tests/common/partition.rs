@@ -1,8 +1,10 @@
-//! What the partition tests (tests/partition_*.rs) share: waiting for
-//! acknowledged writes around a cut, the acknowledgements and unsettled
-//! calls of a window, and the negative control — reads a cut-off member
-//! serves alone, checked to be stale, added to the history as another
-//! client's, which the checker must then judge `NotLinearizable`.
+//! What the partition tests (tests/partition_*.rs) share: the cuts
+//! (`scripts/partition.sh`, healed when a test ends, by a panic too),
+//! waiting for acknowledged writes around a cut, a cut's window (the
+//! acknowledgements and unsettled calls in it, the heal, the writes after
+//! it), and the negative control — reads a cut-off member serves alone,
+//! checked to be stale, added to the history as another client's, which
+//! the checker must then judge `NotLinearizable`.
 
 use std::path::Path;
 use std::process::Command;
