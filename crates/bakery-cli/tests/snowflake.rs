@@ -11,8 +11,10 @@
 //!   successor used (it leases again first);
 //! - clocks moved with libfaketime on real processes: a process whose clock
 //!   is behind the worker id's last tick waits (within `--max-clock-wait`)
-//!   and then issues above it, or fails beyond it; a clock going back while
-//!   a process runs ends it with an error, never a duplicate.
+//!   and then issues above it, or beyond it passes that worker id over for
+//!   the next free one (refusing only when every worker id is marked that
+//!   far ahead); a clock going back while a process runs ends it with an
+//!   error, never a duplicate.
 //!
 //! The ids are checked with [`check_ids`]: unique, increasing per process,
 //! and on each worker id, from one process to another only at a later
@@ -370,8 +372,13 @@ fn faked(mut cmd: Command, library: &Path, faketime: &str) -> Command {
     cmd
 }
 
+/// A process whose clock is behind the last tick used on the lowest free
+/// worker id waits for it within `--max-clock-wait`; further behind, it
+/// passes that worker id over (a warning, under `BAKERY_LOG=warn`) and
+/// issues ids on the next free one, of older timestamps but unique. Only a
+/// layout whose every worker id is marked too far ahead refuses.
 #[test]
-fn a_clock_behind_the_worker_id_s_last_tick_waits_within_the_bound_or_fails() {
+fn a_clock_behind_the_worker_id_s_last_tick_waits_within_the_bound_or_takes_another() {
     let Some(library) = libfaketime() else { return };
     let bits = Bits {
         worker: 10,
@@ -385,21 +392,30 @@ fn a_clock_behind_the_worker_id_s_last_tick_waits_within_the_bound_or_fails() {
             .output()
             .expect("run");
         let first = ids_of(&first, &format!("{label}: first"));
-        // Ten minutes behind: the worker id's last tick is too far ahead.
-        let far = faked(
+        assert_eq!(workers(&bits, &first), HashSet::from([0]), "{label}");
+        // Ten minutes behind: worker id 0's last tick is too far ahead, so
+        // it takes worker id 1, saying why.
+        let mut far = faked(
             target.bakery(&next_args(&name, 10, &bits, &["--max-clock-wait", "1s"])),
             &library,
             "-600",
-        )
-        .output()
-        .expect("run");
-        assert_eq!(far.status.code(), Some(1), "{label}: {}", text(&far.stderr));
-        assert!(
-            far.stdout.is_empty(),
-            "{label}: printed {}",
-            text(&far.stdout)
         );
-        bakery_testkit::assert_mentions(text(&far.stderr), &["behind", "max_clock_wait"]);
+        let far = far.env("BAKERY_LOG", "warn").output().expect("run");
+        let far_ids = ids_of(&far, &format!("{label}: 10 min behind"));
+        assert_eq!(far_ids.len(), 10, "{label}");
+        assert_eq!(
+            workers(&bits, &far_ids),
+            HashSet::from([1]),
+            "{label}: worker id 0 passed over"
+        );
+        assert!(
+            far_ids[far_ids.len() - 1] < first[0],
+            "{label}: the timestamps of its clock, ten minutes older"
+        );
+        bakery_testkit::assert_mentions(
+            text(&far.stderr),
+            &["worker id passed over", "worker", "ahead", "max_clock_wait"],
+        );
         // Three seconds behind, with ten to wait: it waits, then goes on above.
         let near = faked(
             target.bakery(&next_args(&name, 1000, &bits, &["--max-clock-wait", "10s"])),
@@ -414,7 +430,49 @@ fn a_clock_behind_the_worker_id_s_last_tick_waits_within_the_bound_or_fails() {
             workers(&bits, &first),
             "{label}: the same worker id"
         );
-        check_ids(&bits, &[first, near]);
+        check_ids(&bits, &[first, far_ids, near]);
+
+        // Two worker ids, both marked ahead (by processes 20 and 10
+        // minutes ahead, the second passing the first's over): a process
+        // on the real clock refuses, printing nothing.
+        let two = Bits {
+            worker: 1,
+            sequence: 12,
+        };
+        let name = bakery_testkit::unique_name("sf-ahead");
+        let mut ahead = Vec::new();
+        for (offset, worker) in [("+1200", 0), ("+600", 1)] {
+            let out = faked(
+                target.bakery(&next_args(&name, 10, &two, &["--max-clock-wait", "1s"])),
+                &library,
+                offset,
+            )
+            .output()
+            .expect("run");
+            let ids = ids_of(&out, &format!("{label}: {offset} s"));
+            assert_eq!(workers(&two, &ids), HashSet::from([worker]), "{label}");
+            ahead.push(ids);
+        }
+        check_ids(&two, &ahead);
+        let refused = target
+            .bakery(&next_args(&name, 10, &two, &["--max-clock-wait", "1s"]))
+            .output()
+            .expect("run");
+        assert_eq!(
+            refused.status.code(),
+            Some(1),
+            "{label}: {}",
+            text(&refused.stderr)
+        );
+        assert!(
+            refused.stdout.is_empty(),
+            "{label}: printed {}",
+            text(&refused.stdout)
+        );
+        bakery_testkit::assert_mentions(
+            text(&refused.stderr),
+            &["0 held and 2 free but marked", "ahead", "max_clock_wait"],
+        );
     });
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bakery_core::{Bytes, ErrorKind, Key, VersionedStore};
-use bakery_recipes::snowflake::{Layout, Snowflake, KEY_PREFIX};
+use bakery_recipes::snowflake::{Clock, Layout, Snowflake, SystemClock, KEY_PREFIX};
 
 use crate::faults::{Fault, FaultStore};
 use crate::support::{assert_corrupt, on_clients};
@@ -17,6 +17,7 @@ pub(crate) fn cases() -> Vec<Case> {
         eight_clients_hold_distinct_worker_ids_and_never_collide,
         a_released_worker_id_goes_on_above_its_last_id,
         a_full_worker_table_is_a_bounded_wait_naming_its_capacity,
+        a_worker_id_marked_too_far_ahead_is_passed_over,
         a_client_with_another_layout_is_refused,
         corrupt_rows_are_typed_errors_and_kept,
         unknown_outcomes_while_leasing_are_settled_by_a_read,
@@ -126,6 +127,76 @@ async fn a_full_worker_table_is_a_bounded_wait_naming_its_capacity(store: Arc<dy
     }
     assert!(third.next().await.is_ok(), "a worker id is free again");
     third.release().await.expect("release");
+}
+
+/// The system clock, an hour ahead.
+struct HourAhead;
+
+impl Clock for HourAhead {
+    fn unix_ms(&self) -> u64 {
+        SystemClock.unix_ms() + 3_600_000
+    }
+}
+
+/// A client whose clock ran an hour ahead leaves worker id 0 marked an
+/// hour ahead: a client on the right clock passes it over and takes worker
+/// id 1 rather than refuse for an hour; with that one held too, a third
+/// refuses, naming both counts and `max_clock_wait`; the mark stays for
+/// the next holder of worker id 0.
+async fn a_worker_id_marked_too_far_ahead_is_passed_over(store: Arc<dyn VersionedStore>) {
+    let name = unique_name("ahead");
+    let layout = Layout::default().worker_bits(1);
+    let hour_ahead = || {
+        Snowflake::builder(store.clone(), &name)
+            .layout(layout)
+            .clock(Arc::new(HourAhead))
+            .build()
+            .expect("build")
+    };
+    let ahead = hour_ahead();
+    let from_ahead = take(&ahead, 100).await;
+    assert_eq!(ahead.worker(), Some(0));
+    ahead.release().await.expect("release");
+
+    let right = build(&store, &name, layout);
+    let from_right = take(&right, 1000).await;
+    assert_eq!(right.worker(), Some(1), "worker id 0 passed over");
+    assert!(from_right.windows(2).all(|w| w[0] < w[1]), "increasing");
+    assert!(
+        from_right.iter().all(|&id| layout.decode(id).worker == 1),
+        "on worker id 1"
+    );
+
+    let third = Snowflake::builder(store.clone(), &name)
+        .layout(layout)
+        .acquire_timeout(Duration::from_millis(300))
+        .build()
+        .expect("build");
+    let err = third
+        .next()
+        .await
+        .expect_err("every worker id held or marked ahead");
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    crate::assert_mentions(
+        &err,
+        &["1 held and 1 free but marked", "ahead", "max_clock_wait"],
+    );
+    right.release().await.expect("release");
+
+    let again = hour_ahead();
+    let from_again = take(&again, 10).await;
+    assert_eq!(again.worker(), Some(0), "the lowest usable on its clock");
+    assert!(
+        from_again[0] > from_ahead[from_ahead.len() - 1],
+        "above the ids issued on worker id 0: its mark was kept"
+    );
+    again.release().await.expect("release");
+    let all: HashSet<u64> = [from_ahead, from_right, from_again]
+        .iter()
+        .flatten()
+        .copied()
+        .collect();
+    assert_eq!(all.len(), 1110, "every id unique");
 }
 
 async fn a_client_with_another_layout_is_refused(store: Arc<dyn VersionedStore>) {

@@ -9,10 +9,12 @@
 //! # How it works
 //! - **Worker ids are leases.** Worker id `w` of snowflake `NAME` is the
 //!   fair [lock](crate::lock) `snowflake.NAME.w<w>`. A process takes the
-//!   lowest slot whose lock it gets at once; when every slot is held it
-//!   waits (at most [`SnowflakeBuilder::acquire_timeout`]) and a waiter
-//!   evicts a holder that was silent for a whole lease, so a crashed
-//!   process's worker id comes back, but only after its lease.
+//!   lowest slot whose lock it gets at once and whose mark (below) is not
+//!   more than [`SnowflakeBuilder::max_clock_wait`] ahead of its clock;
+//!   when every slot is held (or held or passed over for its mark) it
+//!   waits (at most [`SnowflakeBuilder::acquire_timeout`]) for a held one,
+//!   and a waiter evicts a holder that was silent for a whole lease, so a
+//!   crashed process's worker id comes back, but only after its lease.
 //! - **Stop before the lease could end.** The lock's lease counts, for
 //!   everyone else, from the send time of the holder's last renewal; a
 //!   process issues ids only until a tenth of a lease before that ends on
@@ -32,6 +34,20 @@
 //!   went back, or this machine is behind the previous holder's) is waited
 //!   for up to [`SnowflakeBuilder::max_clock_wait`], then refused with
 //!   [`ErrorKind::TimedOut`]; a timestamp is never reused.
+//! - **Marks too far ahead are passed over.** A free worker id whose mark
+//!   is more than `max_clock_wait` ahead of this process's clock (a
+//!   process with a clock ahead used it, or this machine's clock is
+//!   behind) is given back with its mark kept, logged with `tracing::warn!` (the
+//!   worker id and how far ahead its mark is: the sign of a wrong clock),
+//!   and the next free one is tried; so one process whose clock ran an
+//!   hour ahead costs its worker id for that hour, not the service. Only
+//!   when every worker id is held or marked that far ahead does a process
+//!   refuse ([`ErrorKind::TimedOut`], counting both; when some are held,
+//!   after waiting for them as above). A process whose *own* clock is
+//!   behind thus passes over the worker ids used recently and takes a
+//!   fresh one, issuing ids with older timestamps than theirs: still
+//!   unique (another worker id, started above its own mark), but out of
+//!   time order with the ids issued just before; watch for the warning.
 //!
 //! - **Batches.** [`Snowflake::next_batch`] issues a tick's run of ids
 //!   with one clock read and one lease check: they are consecutive
@@ -39,7 +55,8 @@
 //!
 //! # Limits
 //! Finding the lowest free slot tries the slots in turn: a process started
-//! beside `n` live ones makes `n + 1` store calls before its first id. A
+//! beside `n` live ones makes `n + 1` store calls before its first id,
+//! plus a release for each slot passed over for its mark. A
 //! held slot is not taken over while a free one exists, so slots of
 //! crashed processes are reclaimed when the table is full. Every worker id
 //! costs its lock's renewal, one write every lease/3, which carries the
@@ -151,6 +168,15 @@ bakery_core::setters! { SnowflakeBuilder {
     /// How long `next` waits for a clock that is behind the last tick used
     /// (default [`DEFAULT_MAX_CLOCK_WAIT`]); beyond it, or when the clock
     /// is further behind than that, [`ErrorKind::TimedOut`].
+    ///
+    /// Also the bound for choosing a worker id: a free one whose mark (the
+    /// last tick its holders may have used) is further ahead of this clock
+    /// than this is passed over with a `tracing::warn!`, and the next free
+    /// one taken, rather than refused; so a process whose own clock is
+    /// behind takes a fresh worker id and issues ids with older timestamps
+    /// than those issued before it (unique all the same). Only when every
+    /// worker id is held or marked that far ahead is it
+    /// [`ErrorKind::TimedOut`]. See the [module docs](self).
     max_clock_wait(max_clock_wait: Duration);
     /// Where timestamps come from (default [`SystemClock`]).
     clock(clock: Arc<dyn Clock>);
@@ -304,7 +330,8 @@ impl Snowflake {
     /// (a clock that jumped ahead).
     ///
     /// Errors: [`ErrorKind::TimedOut`] when no worker id is free in time,
-    /// or the clock is behind the last tick used by more than
+    /// or every one is held or marked more than `max_clock_wait` ahead of
+    /// the clock, or the clock is behind the last tick used by more than
     /// `max_clock_wait`; [`ErrorKind::Exhausted`] when the layout's
     /// timestamp has run out; [`ErrorKind::Config`] when the snowflake was
     /// created with another layout; store errors as they come (nothing was
@@ -494,6 +521,7 @@ impl Inner {
                 &self.config.name,
                 self.config.layout,
                 &self.config.slot,
+                self.config.max_clock_wait,
                 &self.config.clock,
             )
             .await?,

@@ -302,6 +302,120 @@ async fn a_successor_on_the_slot_starts_above_the_ticks_its_predecessor_used() {
     );
 }
 
+const HOUR_MS: i64 = 3_600_000;
+
+/// A generator on `store` whose clock is `offset_ms` off, in `layout`.
+fn off_by(store: &Arc<dyn VersionedStore>, offset_ms: i64, layout: Layout) -> Snowflake {
+    let clock = TestClock::new();
+    clock.shift(offset_ms);
+    builder(store, &clock)
+        .layout(layout)
+        .build()
+        .expect("build")
+}
+
+/// A process whose clock ran an hour ahead leaves worker id 0 marked an
+/// hour ahead: the next processes pass it over for the next free worker
+/// id, rather than refuse for an hour, and the mark stays for whoever
+/// takes it again.
+#[tokio::test(start_paused = true)]
+async fn a_free_worker_id_marked_too_far_ahead_is_passed_over_for_the_next() {
+    let store = memory();
+    let layout = Layout::default();
+    let ahead = off_by(&store, HOUR_MS, layout);
+    let from_ahead = take(&ahead, 100).await;
+    assert_eq!(ahead.worker(), Some(0));
+    ahead.release().await.expect("release");
+
+    let right = off_by(&store, 0, layout);
+    let from_right = take(&right, 5000).await;
+    assert_eq!(right.worker(), Some(1), "worker id 0 passed over");
+    assert!(increasing(&from_right));
+    assert!(from_right.iter().all(|&id| layout.decode(id).worker == 1));
+
+    // A process whose own clock is an hour behind passes over both (worker
+    // id 1 is held, worker id 0's mark two hours ahead of it) and issues
+    // ids of older timestamps on a fresh worker id.
+    let behind = off_by(&store, -HOUR_MS, layout);
+    let from_behind = take(&behind, 100).await;
+    assert_eq!(behind.worker(), Some(2));
+    assert!(increasing(&from_behind));
+    assert!(from_behind[from_behind.len() - 1] < from_right[0]);
+
+    // Worker id 0 kept its mark: a process on the hour-ahead clock takes
+    // it again and goes on above the ids issued on it.
+    let again = off_by(&store, HOUR_MS, layout);
+    let from_again = take(&again, 100).await;
+    assert_eq!(again.worker(), Some(0));
+    assert!(from_again[0] > from_ahead[from_ahead.len() - 1]);
+
+    let all: HashSet<u64> = [from_ahead, from_right, from_behind, from_again]
+        .iter()
+        .flatten()
+        .copied()
+        .collect();
+    assert_eq!(all.len(), 5300, "every id unique");
+}
+
+/// Only when every worker id is held or marked too far ahead does a
+/// process refuse, naming both counts and `max_clock_wait`: at once when
+/// none is held, else once no held one was freed in time.
+#[tokio::test(start_paused = true)]
+async fn when_every_worker_id_is_held_or_marked_too_far_ahead_it_refuses_naming_both() {
+    let store = memory();
+    let layout = Layout::default().worker_bits(1);
+    let ahead = off_by(&store, HOUR_MS, layout);
+    take(&ahead, 10).await;
+    ahead.release().await.expect("release");
+    let holder = off_by(&store, 0, layout);
+    take(&holder, 10).await;
+    assert_eq!(holder.worker(), Some(1));
+
+    let clock = TestClock::new();
+    let refused = builder(&store, &clock)
+        .layout(layout)
+        .acquire_timeout(Duration::from_secs(2))
+        .build()
+        .expect("build");
+    let err = refused.next().await.expect_err("held or marked ahead");
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    let message = err.to_string();
+    for part in [
+        "of its 2, 1 held and 1 free but marked",
+        "max_clock_wait (1s)",
+        "within 2s",
+    ] {
+        assert!(message.contains(part), "{part:?} in {message}");
+    }
+    // Once the held one is given back, it is taken.
+    holder.release().await.expect("release");
+    refused.next().await.expect("worker id 1 freed");
+    assert_eq!(refused.worker(), Some(1));
+    refused.release().await.expect("release");
+
+    // Both marked ahead (by processes 2 h and 1 h ahead), none held: it
+    // refuses at once.
+    let two_hours = off_by(&store, 2 * HOUR_MS, layout);
+    take(&two_hours, 10).await;
+    two_hours.release().await.expect("release");
+    let one_hour = off_by(&store, HOUR_MS, layout);
+    take(&one_hour, 10).await;
+    assert_eq!(one_hour.worker(), Some(1), "worker id 0 passed over");
+    one_hour.release().await.expect("release");
+    let started = Instant::now();
+    let err = off_by(&store, 0, layout)
+        .next()
+        .await
+        .expect_err("every worker id marked ahead");
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    assert!(
+        err.to_string()
+            .contains("of its 2, 0 held and 2 free but marked"),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(1), "no wait");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_silent_holder_s_worker_id_comes_back_after_its_lease_above_its_ticks() {
     let TwoWorkers {

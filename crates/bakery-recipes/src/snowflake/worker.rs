@@ -142,15 +142,20 @@ impl Slot {
     }
 }
 
-/// Lease the lowest free worker id of snowflake `name`: try each slot's
-/// lock in turn without waiting; when every slot is held, wait (at most
-/// `acquire_timeout`) for whichever of up to [`WAITED_AT_ONCE`] of them is
-/// granted first (a waiter evicts a holder silent for a whole lease).
+/// Lease the lowest usable worker id of snowflake `name`: try each slot's
+/// lock in turn without waiting, passing over (released again, its mark
+/// kept) a free slot whose mark is more than `max_clock_wait` ahead of
+/// `clock`, which could issue nothing for that long; when every slot is
+/// held, or held or passed over, wait (at most `acquire_timeout`) for
+/// whichever of up to [`WAITED_AT_ONCE`] held ones is granted first (a
+/// waiter evicts a holder silent for a whole lease). When none is held,
+/// every slot was passed over: [`ErrorKind::TimedOut`] at once.
 pub(crate) async fn lease(
     store: &Arc<dyn VersionedStore>,
     name: &str,
     layout: Layout,
     settings: &SlotSettings,
+    max_clock_wait: Duration,
     clock: &Arc<dyn Clock>,
 ) -> Result<Slot> {
     let lock = |worker: u32| -> Result<Lock> {
@@ -161,18 +166,59 @@ pub(crate) async fn lease(
         }
         .build()
     };
-    for worker in 0..layout.workers() {
-        if let Some(guard) = lock(worker)?.try_acquire().await? {
-            return Ok(claim(worker, guard, settings, layout, clock));
+    let usable = |worker: u32, guard: LockGuard| async move {
+        let ahead = mark_ahead(&guard, layout, &**clock);
+        if ahead <= max_clock_wait {
+            return Ok(Some(guard));
+        }
+        // Some clock is wrong: this machine's is behind, or that of a
+        // process that used the slot was ahead.
+        tracing::warn!(
+            snowflake = %name, worker, ahead = ?ahead, ?max_clock_wait,
+            "worker id passed over: its mark is further ahead of this clock than max_clock_wait \
+             (this clock is behind, or one that used it was ahead)"
+        );
+        // A release without a mark keeps the row's.
+        guard.release().await?;
+        Ok::<_, Error>(None)
+    };
+    let workers = layout.workers();
+    let mut held = Vec::new();
+    let mut ahead = 0;
+    for worker in 0..workers {
+        match lock(worker)?.try_acquire().await? {
+            Some(guard) => match usable(worker, guard).await? {
+                Some(guard) => return Ok(claim(worker, guard, settings, layout, clock)),
+                None => ahead += 1,
+            },
+            None => held.push(worker),
         }
     }
-    // Every slot is held: wait on some of them, from a random one on, so
-    // that waiting processes spread over the slots.
-    let workers = layout.workers();
-    let start = rand::random::<u32>() % workers;
+    let unusable = |held: usize, ahead: u32, waited: Option<Duration>| {
+        let waited = waited.map_or_else(String::new, |limit| {
+            format!(", and none held was freed within {limit:?}")
+        });
+        Error::new(
+            ErrorKind::TimedOut,
+            KEY_PREFIX,
+            format!(
+                "no worker id of snowflake {name} is usable: of its {workers}, {held} held and \
+                 {ahead} free but marked more than max_clock_wait ({max_clock_wait:?}) ahead of \
+                 this clock{waited}: some clock is wrong (this machine's is behind, or that of a \
+                 process that used them was ahead); fix it, or wait for this clock to pass the \
+                 marks"
+            ),
+        )
+    };
+    if held.is_empty() {
+        return Err(unusable(0, ahead, None));
+    }
+    // Every slot is held or passed over: wait on some of those held, from
+    // a random one on, so that waiting processes spread over the slots.
+    let start = rand::random::<u32>() as usize % held.len();
     let mut waits = tokio::task::JoinSet::new();
-    for i in 0..workers.min(WAITED_AT_ONCE) {
-        let worker = (start + i) % workers;
+    for i in 0..held.len().min(WAITED_AT_ONCE as usize) {
+        let worker = held[(start + i) % held.len()];
         let lock = lock(worker)?;
         waits.spawn(async move { (worker, lock.acquire().await) });
     }
@@ -196,6 +242,9 @@ pub(crate) async fn lease(
     };
     let granted = match settings.acquire_timeout {
         Some(limit) => tokio::time::timeout(limit, first_grant).await.map_err(|_| {
+            if ahead > 0 {
+                return unusable(held.len(), ahead, Some(limit));
+            }
             Error::new(
                 ErrorKind::TimedOut,
                 KEY_PREFIX,
@@ -211,7 +260,20 @@ pub(crate) async fn lease(
     // The other waits are withdrawn as their tasks are dropped here.
     waits.abort_all();
     let (worker, guard) = granted?;
-    Ok(claim(worker, guard, settings, layout, clock))
+    match usable(worker, guard).await? {
+        Some(guard) => Ok(claim(worker, guard, settings, layout, clock)),
+        None => Err(unusable(held.len() - 1, ahead + 1, None)),
+    }
+}
+
+/// How far the first tick `guard`'s holder may use (above the mark it was
+/// granted with) is ahead of `clock`: what it would wait for.
+fn mark_ahead(guard: &LockGuard, layout: Layout, clock: &dyn Clock) -> Duration {
+    let Some(mark) = guard.0.granted_mark() else {
+        return Duration::ZERO;
+    };
+    let first_ms = layout.unix_ms_of(mark.saturating_add(1));
+    Duration::from_millis(first_ms.saturating_sub(clock.unix_ms()))
 }
 
 /// Most slots waited on at once when all are held.
