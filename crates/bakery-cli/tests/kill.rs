@@ -28,15 +28,13 @@ mod common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
 use common::{on_every_target, text, Target};
-
-const BIN: &str = env!("CARGO_BIN_EXE_bakery");
 
 /// Bound on anything that must happen (a failure, not a speed check).
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -55,27 +53,10 @@ const LEASE: Duration = Duration::from_secs(4);
 const HOLDERS: usize = 2;
 
 impl Target {
-    /// `bakery ARGS…` on this target, in its own process group, with `D`
-    /// (a scratch directory) and `BAKERY` (the binary) for scripts.
-    fn bakery(&self, scratch: &Path, args: &[&str]) -> Command {
-        use std::os::unix::process::CommandExt;
-        let mut cmd = Command::new(BIN);
-        cmd.env("BAKERY_URI", &self.uri)
-            .env("HOME", self.dir.path())
-            .env("BAKERY", BIN)
-            .env("D", scratch)
-            .env_remove("BAKERY_FENCING_TOKEN")
-            .env_remove("RUST_BACKTRACE")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .args(args);
-        cmd
-    }
-
     fn spawn(&self, scratch: &Path, args: &[&str]) -> Child {
-        self.bakery(scratch, args).spawn().expect("spawn bakery")
+        common::bakery(self, scratch, args)
+            .spawn()
+            .expect("spawn bakery")
     }
 
     fn run(&self, scratch: &Path, args: &[&str]) -> Output {

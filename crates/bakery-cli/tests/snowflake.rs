@@ -22,7 +22,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
@@ -117,37 +117,7 @@ fn ids_of(out: &Output, what: &str) -> Vec<u64> {
 
 /// What [`check_ids`] found wrong, if anything.
 fn id_problem(bits: &Bits, per_process: &[Vec<u64>]) -> Option<String> {
-    let mut seen = HashSet::new();
-    // worker -> id -> process
-    let mut by_worker: BTreeMap<u64, BTreeMap<u64, usize>> = BTreeMap::new();
-    for (process, ids) in per_process.iter().enumerate() {
-        if let Some(w) = ids.windows(2).find(|w| w[0] >= w[1]) {
-            return Some(format!("process {process}: {} then {}", w[0], w[1]));
-        }
-        for &id in ids {
-            if !seen.insert(id) {
-                return Some(format!("id {id} issued twice"));
-            }
-            let (_, worker) = bits.parts(id);
-            by_worker.entry(worker).or_default().insert(id, process);
-        }
-    }
-    for (worker, ids) in &by_worker {
-        let mut previous: Option<(u64, usize)> = None;
-        for (&id, &process) in ids {
-            let (tick, _) = bits.parts(id);
-            if let Some((last_tick, last_process)) = previous {
-                if last_process != process && tick <= last_tick {
-                    return Some(format!(
-                        "worker id {worker}: process {process} issued at tick {tick} after process \
-                         {last_process} used tick {last_tick}"
-                    ));
-                }
-            }
-            previous = Some((tick, process));
-        }
-    }
-    None
+    common::id_problem(|id| bits.parts(id), per_process)
 }
 
 /// Every id unique, each process's increasing, and on each worker id the

@@ -1,5 +1,6 @@
 //! What the end-to-end tests of `bakery` processes on every backend share:
-//! the stores they run against.
+//! the stores they run against, how a `bakery` process is started on one,
+//! and the check of snowflake ids.
 
 use tempfile::TempDir;
 
@@ -94,4 +95,71 @@ pub fn on_every_target(who: &str, test: impl Fn(&Target) + Sync) {
         targets.len(),
         failures.join("\n")
     );
+}
+
+/// `bakery ARGS…` on `target`, in its own process group (so a test can
+/// kill what it started, its commands too), with `D` (the scratch
+/// directory `d`) and `BAKERY` (the binary) for scripts; stdin closed,
+/// stdout and stderr piped; no fencing token, backtrace or libfaketime
+/// inherited from the test's environment.
+#[allow(dead_code)] // (not every test binary starts processes this way)
+pub fn bakery(target: &Target, d: &std::path::Path, args: &[&str]) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bakery"));
+    cmd.env("BAKERY_URI", &target.uri)
+        .env("HOME", target.dir.path())
+        .env("BAKERY", env!("CARGO_BIN_EXE_bakery"))
+        .env("D", d)
+        .env_remove("BAKERY_FENCING_TOKEN")
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("LD_PRELOAD")
+        .env_remove("FAKETIME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .args(args);
+    cmd
+}
+
+/// What is wrong with snowflake ids issued by several processes (one list
+/// each, in the order printed), if anything: a duplicate, a process's ids
+/// not increasing, or on one worker id a process issuing at a tick another
+/// had used before it (a shared worker id). `parts` splits an id into
+/// (tick, worker id) for the layout used.
+#[allow(dead_code)] // (only the snowflake tests issue snowflake ids)
+pub fn id_problem(parts: impl Fn(u64) -> (u64, u64), per_process: &[Vec<u64>]) -> Option<String> {
+    use std::collections::{BTreeMap, HashSet};
+    let mut seen = HashSet::new();
+    // worker -> id -> process
+    let mut by_worker: BTreeMap<u64, BTreeMap<u64, usize>> = BTreeMap::new();
+    for (process, ids) in per_process.iter().enumerate() {
+        if let Some(w) = ids.windows(2).find(|w| w[0] >= w[1]) {
+            return Some(format!("process {process}: {} then {}", w[0], w[1]));
+        }
+        for &id in ids {
+            if !seen.insert(id) {
+                return Some(format!("id {id} issued twice"));
+            }
+            let (_, worker) = parts(id);
+            by_worker.entry(worker).or_default().insert(id, process);
+        }
+    }
+    for (worker, ids) in &by_worker {
+        let mut previous: Option<(u64, usize)> = None;
+        for (&id, &process) in ids {
+            let (tick, _) = parts(id);
+            if let Some((last_tick, last_process)) = previous {
+                if last_process != process && tick <= last_tick {
+                    return Some(format!(
+                        "worker id {worker}: process {process} issued at tick {tick} after process \
+                         {last_process} used tick {last_tick}"
+                    ));
+                }
+            }
+            previous = Some((tick, process));
+        }
+    }
+    None
 }
