@@ -16,7 +16,10 @@
 //! the cluster's URI (all three nodes). Asserted: the history is
 //! linearizable, no sequence id twice, every acknowledged increment kept,
 //! no stale fenced write accepted, no overlapping grants; with a majority
-//! (2|1, one-way) writes are acknowledged while cut; with none (1|1|1) no
+//! (2|1, one-way) writes are acknowledged while cut, with node 1 isolated
+//! by every counter client, whichever node its calls reach first (the
+//! store moves a call node 1 refuses as unavailable to another node);
+//! with none (1|1|1) no
 //! write is acknowledged once the cut stands (failures and unknown
 //! outcomes only); writes are acknowledged again after each heal.
 //!
@@ -37,10 +40,10 @@ use std::time::{Duration, Instant};
 
 use bakery::Key;
 use bakery_verify::History;
-use common::cluster::{assert_kept, Plan, Workload};
+use common::cluster::{assert_kept, eventually, Plan, Workload};
 use common::cql::{Cql, ONE};
 use common::partition::{
-    acked, assert_caught, cuts_shown, own_and_all, stale_read, HealOnDrop, Window,
+    acked, assert_caught, client_calls, cuts_shown, own_and_all, stale_read, HealOnDrop, Window,
 };
 use common::{backends, fault_tests_uri};
 
@@ -57,10 +60,10 @@ const ACKS_PER_PHASE: u64 = 20;
 /// failure detector's first suspicion.
 const HOLD: Duration = Duration::from_secs(5);
 
-/// How long every counter may take to have a write acknowledged by the
-/// majority after node 1 is cut off, before the negative control reads
-/// the ones that have (a counter client whose calls go to node 1 fails
-/// each at once: a coordinator that cannot reach a quorum).
+/// How long every counter client may take to have a write acknowledged
+/// by the majority after node 1 is cut off (node 1 refuses each call it
+/// coordinates at once, `Unavailable`, and the store moves it on to
+/// another node), before the negative control reads every counter.
 const FRESH_BOUND: Duration = Duration::from_secs(15);
 
 /// The keyspace of BAKERY_CASSANDRA_NETNS_URI and bakery's table.
@@ -164,15 +167,26 @@ async fn run(uri: &str, nodes: &[String], fault: Fault) {
                 "by the majority with node 1 cut off",
             )
             .await;
-            // The negative control's reads, once the majority has moved on.
-            let keys = common::partition::fresh_keys(
-                &history,
-                &plan.keys,
-                cut_ns,
-                FRESH_BOUND,
-                "partition_cassandra",
-            )
-            .await;
+            // Every counter client is served by the majority, whichever
+            // node its calls go to first.
+            let clients = 0..plan.counter_clients;
+            let served = eventually(FRESH_BOUND, || {
+                clients
+                    .clone()
+                    .all(|c| client_calls(&history, c, cut_ns, history.now_ns()).acked > 0)
+            });
+            let all_served = served.await;
+            for client in clients.clone() {
+                let calls = client_calls(&history, client, cut_ns, history.now_ns());
+                println!("partition_cassandra: counter client {client} since the cut: {calls}");
+            }
+            assert!(
+                all_served,
+                "{what}: a counter client had no write acknowledged within {FRESH_BOUND:?}"
+            );
+            // The negative control's reads, once the majority has moved on:
+            // every counter has a write acknowledged after the cut.
+            let keys = plan.keys.clone();
             let (history, node) = (history.clone(), nodes[0].clone());
             stale_reads = tokio::task::spawn_blocking(move || read_alone(&history, &node, &keys))
                 .await
@@ -202,6 +216,18 @@ async fn run(uri: &str, nodes: &[String], fault: Fault) {
     )
     .await;
     let observed = workload.stop().await;
+    if fault == Fault::IsolateNode {
+        // While cut, to its heal: every counter client had writes
+        // acknowledged, none was left on the cut-off node.
+        for client in 0..plan.counter_clients {
+            let calls = client_calls(&history, client, cut_ns, window.healed_ns);
+            println!("partition_cassandra: {what}: counter client {client} while cut: {calls}");
+            assert!(
+                calls.acked > 0,
+                "{what}: counter client {client} had no write acknowledged while cut: {calls}"
+            );
+        }
+    }
     if fault == Fault::Split {
         window.assert_none_acked(&history, &what, "a quorum");
     }

@@ -239,6 +239,71 @@ pub async fn fresh_keys(
     fresh
 }
 
+/// What became of one client's calls around a cut: see [`client_calls`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClientCalls {
+    /// Writes acknowledged (applied) [`CUT_GRACE`] after the cut or later.
+    pub acked: u64,
+    /// Calls invoked after the cut that failed.
+    pub failed: u64,
+    /// Of those, the ones a coordinator refused for too few live
+    /// replicas (the driver's "Not enough nodes are alive").
+    pub unavailable: u64,
+    /// Calls invoked after the cut of unknown outcome, or not completed.
+    pub unknown: u64,
+    /// The last error of those calls.
+    pub last_error: String,
+}
+
+impl std::fmt::Display for ClientCalls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} writes acknowledged, {} calls failed ({} refused: not enough nodes alive), \
+             {} unknown; last error: {}",
+            self.acked, self.failed, self.unavailable, self.unknown, self.last_error
+        )
+    }
+}
+
+/// `client`'s calls in a cut's window `(cut_ns, to_ns)`.
+pub fn client_calls(history: &History, client: u64, cut_ns: u64, to_ns: u64) -> ClientCalls {
+    let after_ns = cut_ns + CUT_GRACE.as_nanos() as u64;
+    let mut calls = ClientCalls::default();
+    for op in history.operations() {
+        if op.client != client {
+            continue;
+        }
+        if let Outcome::Ok {
+            reply: Reply::Applied(_),
+        } = op.outcome
+        {
+            if op.completed_ns.is_some_and(|t| t > after_ns && t < to_ns) {
+                calls.acked += 1;
+            }
+        }
+        if op.invoked_ns <= cut_ns || op.invoked_ns >= to_ns {
+            continue;
+        }
+        match &op.outcome {
+            Outcome::Ok { .. } => {}
+            Outcome::Fail { error } => {
+                calls.failed += 1;
+                if error.contains("Not enough nodes are alive") {
+                    calls.unavailable += 1;
+                }
+                calls.last_error = error.clone();
+            }
+            Outcome::Unknown { error } => {
+                calls.unknown += 1;
+                calls.last_error = error.clone();
+            }
+            Outcome::Pending => calls.unknown += 1,
+        }
+    }
+    calls
+}
+
 /// Puts acknowledged (applied) that completed in `(from_ns, to_ns)`.
 pub fn acked_between(history: &History, from_ns: u64, to_ns: u64) -> u64 {
     acked_after(history, from_ns) - acked_after(history, to_ns)

@@ -4,6 +4,7 @@
 mod config;
 mod durability;
 mod error;
+mod retry;
 mod store;
 
 pub use config::{

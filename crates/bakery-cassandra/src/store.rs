@@ -15,7 +15,6 @@ use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
 use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
-use scylla::policies::retry::FallthroughRetryPolicy;
 use scylla::response::query_result::QueryRowsResult;
 use scylla::serialize::row::SerializeRow;
 use scylla::statement::prepared::PreparedStatement;
@@ -26,6 +25,7 @@ use tracing::Instrument;
 
 use crate::durability::{check_serial, hazards, placement};
 use crate::error::{corrupt, deadline_passed, map_err, reply, timed_out, Request, OPEN};
+use crate::retry::NextOnUnavailable;
 use crate::{CassandraConfig, Consistency, Serial, BACKEND, DEFAULT_TIMEOUT};
 
 /// How many conditional writes one call may make before it gives up
@@ -685,24 +685,35 @@ fn not_yet_visible(e: &Error) -> bool {
 /// before the first conditional write.
 async fn prepare_all(session: &Session, config: &CassandraConfig) -> Result<Statements> {
     let table = config.qualified_table();
-    let prepare = |text: String, write: bool| async move {
-        let mut statement = session.prepare(text).await.map_err(|e| map_err(e, OPEN))?;
-        if write {
-            statement.set_consistency(cl(config.consistency()));
-            statement.set_serial_consistency(Some(serial(config.serial())));
-            // The driver never re-sends a conditional write: a second
-            // attempt after a lost reply could report our own write as a
-            // conflict.
-            statement.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));
-            statement.set_is_idempotent(false);
-        } else {
-            statement.set_consistency(serial_cl(config.serial()));
-            statement.set_is_idempotent(true);
+    // A coordinator that sees too few live replicas for SERIAL refuses
+    // before proposing anything: the statement moves on to another node
+    // (once per node). Nothing else is re-sent: a second attempt of a
+    // conditional write after a lost reply could report our own write as
+    // a conflict (see `NextOnUnavailable`).
+    let moves = session
+        .get_cluster_state()
+        .get_nodes_info()
+        .len()
+        .saturating_sub(1);
+    let retry = Arc::new(NextOnUnavailable::new(moves));
+    let prepare = |text: String, write: bool| {
+        let retry = retry.clone();
+        async move {
+            let mut statement = session.prepare(text).await.map_err(|e| map_err(e, OPEN))?;
+            statement.set_retry_policy(Some(retry));
+            if write {
+                statement.set_consistency(cl(config.consistency()));
+                statement.set_serial_consistency(Some(serial(config.serial())));
+                statement.set_is_idempotent(false);
+            } else {
+                statement.set_consistency(serial_cl(config.serial()));
+                statement.set_is_idempotent(true);
+            }
+            // The columns of an LWT reply differ between success and failure:
+            // always decode with the metadata in the reply.
+            statement.set_use_cached_result_metadata(false);
+            Ok::<_, Error>(statement)
         }
-        // The columns of an LWT reply differ between success and failure:
-        // always decode with the metadata in the reply.
-        statement.set_use_cached_result_metadata(false);
-        Ok::<_, Error>(statement)
     };
     let statements = Statements {
         get: prepare(
