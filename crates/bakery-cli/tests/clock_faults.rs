@@ -345,53 +345,18 @@ impl Drop for Group {
     }
 }
 
-/// Polls `check` every 100 ms until it gives a value; fails after
-/// [`PATIENCE`].
+/// Polls `check` every 100 ms (many checks start a `bakery` process: not
+/// too often) until it gives a value; fails after [`PATIENCE`].
 #[track_caller]
-fn within<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let give_up = Instant::now() + PATIENCE;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(Instant::now() < give_up, "{what}: not within {PATIENCE:?}");
-        // (many checks start a `bakery` process: not too often)
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn within<T>(what: &str, check: impl FnMut() -> Option<T>) -> T {
+    common::within(what, PATIENCE, Duration::from_millis(100), check)
 }
 
 /// Waits (within [`PATIENCE`]) for `child` to exit and reads its output;
 /// its group is killed if it does not.
-fn finish(mut child: Child, what: &str) -> Output {
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let read = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    };
-    let out = read(stdout.map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let err = read(stderr.map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let give_up = Instant::now() + PATIENCE;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if Instant::now() >= give_up {
-            let _ = killpg(pid(&child), Signal::SIGKILL);
-            panic!("{what}: not done within {PATIENCE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: out.join().expect("stdout reader"),
-        stderr: err.join().expect("stderr reader"),
-    }
+#[track_caller]
+fn finish(child: Child, what: &str) -> Output {
+    common::finish(child, what, PATIENCE)
 }
 
 /// A shell loop waiting for `[ CONDITION ]`, exiting 4 after [`PATIENCE`]

@@ -26,7 +26,6 @@
 
 mod common;
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -110,33 +109,16 @@ impl Moments {
 
 /// `ready()`'s value once it has one, polled every 10 ms; fails after
 /// [`PATIENCE`].
-fn within<T>(what: &str, mut ready: impl FnMut() -> Option<T>) -> T {
-    let give_up = Instant::now() + PATIENCE;
-    loop {
-        if let Some(value) = ready() {
-            return value;
-        }
-        assert!(Instant::now() < give_up, "{what}: not within {PATIENCE:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+#[track_caller]
+fn within<T>(what: &str, ready: impl FnMut() -> Option<T>) -> T {
+    common::within(what, PATIENCE, Duration::from_millis(10), ready)
 }
 
 /// Waits (within [`PATIENCE`]) for `child` to exit, then reads what it
-/// printed: little enough that a pipe never fills.
-fn finish(mut child: Child, what: &str) -> Output {
-    let status = within(what, || child.try_wait().expect("try_wait"));
-    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-    if let Some(mut out) = child.stdout.take() {
-        out.read_to_end(&mut stdout).expect("read stdout");
-    }
-    if let Some(mut err) = child.stderr.take() {
-        err.read_to_end(&mut stderr).expect("read stderr");
-    }
-    Output {
-        status,
-        stdout,
-        stderr,
-    }
+/// printed.
+#[track_caller]
+fn finish(child: Child, what: &str) -> Output {
+    common::finish(child, what, PATIENCE)
 }
 
 /// The ids of the complete lines of `stdout` (a process killed while

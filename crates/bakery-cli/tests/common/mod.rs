@@ -123,6 +123,70 @@ pub fn bakery(target: &Target, d: &std::path::Path, args: &[&str]) -> std::proce
     cmd
 }
 
+/// `check`'s value once it has one, polled every `every`; fails after
+/// `patience`.
+#[allow(dead_code)] // (not every test binary waits on processes)
+#[track_caller]
+pub fn within<T>(
+    what: &str,
+    patience: std::time::Duration,
+    every: std::time::Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let give_up = std::time::Instant::now() + patience;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < give_up,
+            "{what}: not within {patience:?}"
+        );
+        std::thread::sleep(every);
+    }
+}
+
+/// Waits (within `patience`) for `child` to exit and returns what it
+/// printed, read while it runs (a full pipe never blocks it); kills its
+/// process group and fails if it does not exit in time.
+#[allow(dead_code)] // (not every test binary waits on processes)
+#[track_caller]
+pub fn finish(
+    mut child: std::process::Child,
+    what: &str,
+    patience: std::time::Duration,
+) -> std::process::Output {
+    use std::io::Read;
+    fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
+    let give_up = std::time::Instant::now() + patience;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if std::time::Instant::now() >= give_up {
+            let group = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            panic!("{what}: not done within {patience:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::process::Output {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
+}
+
 /// What is wrong with snowflake ids issued by several processes (one list
 /// each, in the order printed), if anything: a duplicate, a process's ids
 /// not increasing, or on one worker id a process issuing at a tick another
