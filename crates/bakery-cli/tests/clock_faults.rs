@@ -61,7 +61,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
-use common::{bakery, on_every_target, text, Target};
+use common::{bakery, lock_shown, on_every_target, text, Target};
 
 /// Bound on anything that must happen (a failure, not a speed check).
 const PATIENCE: Duration = Duration::from_secs(180);
@@ -378,29 +378,16 @@ fn unix_ns() -> u128 {
 
 // ------------------------------------------------------------------ locks
 
-/// The lock's stored state, from `bakery --json lock show`.
-fn lock_state(target: &Target, d: &Path, lock: &str) -> serde_json::Value {
-    let out = run(target, d, &["--json", "lock", "show", lock]);
-    assert!(
-        out.status.success(),
-        "{}: lock show: {}",
-        target.label,
-        text(&out.stderr)
-    );
-    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("lock show json");
-    shown["state"].clone()
-}
-
 /// The holder's request id and heartbeat.
 fn holder_beat(target: &Target, d: &Path, lock: &str) -> (String, u64) {
-    let state = lock_state(target, d, lock);
+    let state = lock_shown(target, d, lock);
     let holder = &state["holder"];
     let id = holder["id"].as_str().unwrap_or("(none)").to_owned();
     (id, holder["beat"].as_u64().unwrap_or(0))
 }
 
 fn queued(target: &Target, d: &Path, lock: &str) -> usize {
-    lock_state(target, d, lock)["queue"]
+    lock_shown(target, d, lock)["queue"]
         .as_array()
         .map_or(0, Vec::len)
 }

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
-use common::{on_every_target, text, Target};
+use common::{lock_shown, on_every_target, text, Target};
 
 /// Bound on anything that must happen (a failure, not a speed check).
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -243,19 +243,6 @@ fn killed_reservations_never_hand_out_an_id_twice() {
             next.first().copied().unwrap_or(0)
         );
     });
-}
-
-/// The lock's stored state, from `bakery --json lock show`.
-fn lock_shown(target: &Target, scratch: &Path, lock: &str) -> serde_json::Value {
-    let out = target.run(scratch, &["--json", "lock", "show", lock]);
-    assert!(
-        out.status.success(),
-        "{}: lock show: {}",
-        target.label,
-        text(&out.stderr)
-    );
-    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("lock show json");
-    shown["state"].clone()
 }
 
 /// The fencing token of the current grant, and how many wait, from `bakery

@@ -187,6 +187,28 @@ pub fn finish(
     }
 }
 
+/// The lock's stored state, from `bakery --json lock show` (bounded to a
+/// minute).
+#[allow(dead_code)] // (only the lock process tests read it)
+#[track_caller]
+pub fn lock_shown(target: &Target, d: &std::path::Path, lock: &str) -> serde_json::Value {
+    let args = ["--json", "lock", "show", lock];
+    let child = bakery(target, d, &args).spawn().expect("spawn bakery");
+    let out = finish(
+        child,
+        &format!("{}: lock show", target.label),
+        std::time::Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "{}: lock show: {}",
+        target.label,
+        text(&out.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("lock show json");
+    shown["state"].clone()
+}
+
 /// What is wrong with snowflake ids issued by several processes (one list
 /// each, in the order printed), if anything: a duplicate, a process's ids
 /// not increasing, or on one worker id a process issuing at a tick another
